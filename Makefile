@@ -1,0 +1,31 @@
+# Two commands set up everything on a machine that has only Python and pip:
+#   make demo   runs the digits HPO study (SQLite storage, local workers, bundled data)
+#   make test   runs the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv bench clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	# torch first and pinned: here it resolves to the ready CPU build, never the CUDA wheels.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/hypersack run examples/digits.yaml
+	$(BIN)/hypersack best digits
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) hypersack.db hypersack.db-wal hypersack.db-shm hypersack-runs

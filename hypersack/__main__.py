@@ -1,0 +1,5 @@
+import sys
+
+from hypersack.cli import main
+
+sys.exit(main())

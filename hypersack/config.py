@@ -1,0 +1,69 @@
+"""Study files: YAML read with line numbers, so every error names the file, line and field.
+
+``load_study_file(path)`` returns the validated study declaration as a dict (StudySpec.from_dict
+accepts it), or raises ConfigError with ``location = "path:line"``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hypersack.core.spec import StudySpec
+from hypersack.errors import ConfigError
+
+__all__ = ["load_study_file"]
+
+
+def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
+    """Record the 1-based line of every mapping key, by dotted path."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            path = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+            lines[path] = key_node.start_mark.line + 1
+            _key_lines(value_node, path, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines.setdefault(f"{prefix}[{i}]", item.start_mark.line + 1)
+            _key_lines(item, f"{prefix}[{i}]", lines)
+
+
+def _line_of(field: str, lines: dict[str, int]) -> int | None:
+    """The line of ``field`` or of its nearest enclosing field."""
+    parts = field.split(".")
+    while parts:
+        path = ".".join(parts)
+        if path in lines:
+            return lines[path]
+        parts.pop()
+    return None
+
+
+def load_study_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError("study file", str(path), f"cannot be read ({exc.strerror})") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark else "?"
+        raise ConfigError("the YAML", f"{path}:{line}", f"is malformed: {exc.problem}",
+                          location=f"{path}:{line}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("the study file", type(data).__name__, "must be a mapping of fields",
+                          location=f"{path}:1")
+    lines: dict[str, int] = {}
+    _key_lines(node, "", lines)
+    try:
+        StudySpec.from_dict(data)
+    except ConfigError as exc:
+        line = _line_of(exc.field.removeprefix("config."), lines)
+        exc.location = f"{path}:{line}" if line else str(path)
+        exc.args = (f"{exc.location}: {exc.args[0]}",)
+        raise
+    return data

@@ -1,0 +1,9 @@
+"""Search algorithms behind one interface (see ``base``)."""
+from hypersack.core.algorithms.base import (Algorithm, Decision, Suggestion, algorithm_names,
+                                            make_algorithm, register_algorithm)
+from hypersack.core.algorithms.grid import GridSearch
+from hypersack.core.algorithms.random_search import RandomSearch
+from hypersack.core.algorithms.tpe import TPESearch
+
+__all__ = ["Algorithm", "Decision", "Suggestion", "GridSearch", "RandomSearch", "TPESearch",
+           "make_algorithm", "register_algorithm", "algorithm_names"]

@@ -1,0 +1,108 @@
+"""The interface every search algorithm implements, and the registry that builds them by name.
+
+Contract:
+- ``suggest(trial_id)`` returns a Suggestion for the new trial ``trial_id``, or None when it has
+  nothing to propose right now. ``exhausted`` is True once it will never propose again.
+- ``on_result(trial_id, step, metrics)`` is called for every reported result, in arrival order,
+  and returns a Decision for that trial.
+- ``on_complete(trial_id, value, state)`` is called once per trial when it ends; ``value`` is the
+  objective value (None for a failed trial).
+- ``state_dict()`` is JSON-serialisable; ``load_state_dict(sd)`` on a freshly built algorithm of
+  the same arguments continues exactly where the saved one stood (used by resume).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+from hypersack.errors import ConfigError
+
+__all__ = ["Algorithm", "Decision", "Suggestion", "register_algorithm", "make_algorithm",
+           "algorithm_names"]
+
+
+class Decision(enum.Enum):
+    CONTINUE = "continue"
+    PAUSE = "pause"
+    STOP = "stop"
+    GROW = "grow"
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    config: dict[str, Any]
+    # Free-form annotations an algorithm wants stored with the trial (bracket, rung...).
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Algorithm:
+    """Base class; subclasses override what they need. Defaults: never stop a trial early."""
+
+    def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0):
+        self.space = space
+        self.objective = objective
+        self.seed = seed
+
+    @property
+    def exhausted(self) -> bool:
+        return False
+
+    def suggest(self, trial_id: int) -> Suggestion | None:
+        raise NotImplementedError
+
+    def on_result(self, trial_id: int, step: int, metrics: Mapping[str, float]) -> Decision:
+        return Decision.CONTINUE
+
+    def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        return None
+
+
+AlgorithmFactory = Callable[..., Algorithm]
+_REGISTRY: dict[str, AlgorithmFactory] = {}
+
+
+def register_algorithm(name: str, factory: AlgorithmFactory | None = None):
+    """Register ``factory(space, objective, seed=..., **options)`` under ``name``; usable as a decorator."""
+    def _add(f: AlgorithmFactory) -> AlgorithmFactory:
+        _REGISTRY[name] = f
+        return f
+    return _add(factory) if factory is not None else _add
+
+
+def algorithm_names() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def make_algorithm(spec: Any, space: SearchSpace, objective: Objective, seed: int = 0) -> Algorithm:
+    """Build an algorithm from an instance, a name, or ``{"type": name, **options}``."""
+    if isinstance(spec, Algorithm):
+        return spec
+    _load_builtins()
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    if not isinstance(spec, Mapping) or "type" not in spec:
+        raise ConfigError("algorithm", spec, "must be a name or a mapping with a 'type'")
+    options = dict(spec)
+    name = options.pop("type")
+    if name not in _REGISTRY:
+        raise ConfigError("algorithm.type", name, f"must be one of {sorted(_REGISTRY)}")
+    seed = options.pop("seed", seed)
+    try:
+        return _REGISTRY[name](space, objective, seed=seed, **options)
+    except TypeError as exc:
+        raise ConfigError(f"algorithm", dict(spec), f"has options {name!r} does not take ({exc})") from None
+
+
+def _load_builtins() -> None:
+    # Imported for their registration side effect; kept lazy to avoid an import cycle.
+    from hypersack.core.algorithms import grid, random_search, tpe  # noqa: F401

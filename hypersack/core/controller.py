@@ -1,0 +1,264 @@
+"""The study's decision maker: which trials to launch, what each event means, when the study ends.
+
+Pure: no I/O, no clock. The loop passes ``now`` (seconds, any monotonic origin) and applies the
+returned commands; after each batch of events it persists ``take_changes()``.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from hypersack.core.algorithms.base import Algorithm, Decision
+from hypersack.core.objective import Objective
+from hypersack.core.trial import (CheckpointSaved, Command, Event, Launch, ResultReported, Stop,
+                                  TrialFailed, TrialFinished, TrialRecord, TrialStarted, TrialState)
+from hypersack.errors import ConfigError
+
+__all__ = ["Budget", "Controller"]
+
+_INTERRUPTED = "interrupted"
+_TIME_BUDGET = "time budget"
+_PRUNED = "pruned"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``trials``: most trials ever created; ``time_s``: wall seconds of running, summed over resumes.
+
+    At least one must be set. When time runs out no trial starts, and running trials are asked to
+    stop at their next report; they end COMPLETE with their last reported value.
+    """
+    trials: int | None = None
+    time_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.trials is None and self.time_s is None:
+            raise ConfigError("budget", {}, "must set trials, time_s, or both")
+        t, s = self.trials, self.time_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+            raise ConfigError("budget.trials", t, "must be an integer >= 1")
+        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float))
+                              or not math.isfinite(s) or s <= 0):
+            raise ConfigError("budget.time_s", s, "must be a finite number of seconds > 0")
+
+
+def trial_seed(study_seed: int, trial_id: int) -> int:
+    """A per-trial seed that depends only on the study seed and the trial id."""
+    return (study_seed * 1_000_003 + trial_id * 7_919 + 17) % (2**31 - 1)
+
+
+class Controller:
+    def __init__(self, algorithm: Algorithm, objective: Objective, budget: Budget, *,
+                 seed: int = 0, max_retries: int = 2, now: float = 0.0):
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigError("max_retries", max_retries, "must be an integer >= 0")
+        self.algorithm = algorithm
+        self.objective = objective
+        self.budget = budget
+        self.seed = seed
+        self.max_retries = max_retries
+        self.trials: dict[int, TrialRecord] = {}
+        self._queue: deque[int] = deque()      # PENDING trials waiting for a slot, in launch order
+        self._changed: set[int] = set()
+        self._elapsed_before = 0.0             # running time of earlier sessions (resume)
+        self._session_start = now
+        self._interrupted = False
+        self._time_up = False
+        self._suggest_idle = False             # the last suggest() had nothing to propose
+
+    # ---- restore (resume) ------------------------------------------------------------------
+
+    def restore(self, trials: Iterable[TrialRecord], algorithm_state: Mapping[str, Any] | None,
+                elapsed_s: float = 0.0) -> None:
+        """Take the stored trials back. Unfinished ones are queued to restart from their checkpoint."""
+        if algorithm_state:
+            self.algorithm.load_state_dict(algorithm_state)
+        self._elapsed_before = elapsed_s
+        for record in sorted(trials, key=lambda r: r.trial_id):
+            self.trials[record.trial_id] = record
+            if not record.state.finished:
+                record.state = TrialState.PENDING
+                record.stop_reason = None
+                self._queue.append(record.trial_id)
+                self._changed.add(record.trial_id)
+
+    # ---- launching -------------------------------------------------------------------------
+
+    def elapsed(self, now: float) -> float:
+        return self._elapsed_before + max(0.0, now - self._session_start)
+
+    def launches(self, free_slots: int, now: float) -> list[Launch]:
+        """Up to ``free_slots`` launches: queued trials first, then new suggestions within budget."""
+        out: list[Launch] = []
+        if self._interrupted:
+            return out
+        while len(out) < free_slots and self._queue:
+            out.append(self._launch(self.trials[self._queue.popleft()], now))
+        while len(out) < free_slots and self._may_create(now):
+            trial_id = len(self.trials)
+            suggestion = self.algorithm.suggest(trial_id)
+            self._suggest_idle = suggestion is None
+            if suggestion is None:
+                break
+            record = TrialRecord(trial_id, dict(suggestion.config), trial_seed(self.seed, trial_id),
+                                 info=dict(suggestion.info))
+            self.trials[trial_id] = record
+            out.append(self._launch(record, now))
+        return out
+
+    def _may_create(self, now: float) -> bool:
+        if self.budget.trials is not None and len(self.trials) >= self.budget.trials:
+            return False
+        return not self._out_of_time(now) and not self.algorithm.exhausted
+
+    def _out_of_time(self, now: float) -> bool:
+        return self.budget.time_s is not None and self.elapsed(now) >= self.budget.time_s
+
+    def _launch(self, record: TrialRecord, now: float) -> Launch:
+        record.state = TrialState.RUNNING
+        record.attempts += 1
+        record.started_at = now
+        record.error = record.traceback = None
+        self._changed.add(record.trial_id)
+        return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
+                      record.checkpoint)
+
+    # ---- events ----------------------------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> list[Command]:
+        record = self.trials.get(event.trial_id)
+        if record is None or record.state is not TrialState.RUNNING:
+            return []          # late news of a trial already decided (e.g. failed on NaN)
+        self._changed.add(record.trial_id)
+        if isinstance(event, TrialStarted):
+            record.device = event.device
+        elif isinstance(event, ResultReported):
+            return self._on_result(record, event, now)
+        elif isinstance(event, CheckpointSaved):
+            record.checkpoint, record.checkpoint_step = event.path, event.step
+        elif isinstance(event, TrialFinished):
+            self._on_finished(record, now)
+        elif isinstance(event, TrialFailed):
+            self._on_failed(record, event, now)
+        return []
+
+    def _on_result(self, record: TrialRecord, event: ResultReported, now: float) -> list[Command]:
+        bad = _first_bad_metric(event.metrics)
+        if bad is not None:
+            name, value = bad
+            self._finish(record, TrialState.FAILED, now, error=(
+                f"metric {name!r} is {value!r} at step {event.step}"))
+            return [Stop(record.trial_id, "failed")]
+        record.last_step = event.step
+        record.metrics = dict(event.metrics)
+        if self.objective.metric in event.metrics:
+            record.value = float(event.metrics[self.objective.metric])
+        if record.stop_reason is not None:
+            # Asked already; ask again: a worker relaunched after a crash never got the request.
+            return [Stop(record.trial_id, record.stop_reason)]
+        decision = self.algorithm.on_result(record.trial_id, event.step, event.metrics)
+        if decision is Decision.STOP:
+            record.stop_reason = _PRUNED
+            return [Stop(record.trial_id, _PRUNED)]
+        return []
+
+    def _on_finished(self, record: TrialRecord, now: float) -> None:
+        if record.stop_reason == _INTERRUPTED:
+            record.state, record.stop_reason = TrialState.PENDING, None
+            self._queue.appendleft(record.trial_id)
+            return
+        if record.value is None:
+            self._finish(record, TrialState.FAILED, now, error=(
+                f"metric {self.objective.metric!r} was never reported "
+                f"(reported: {sorted(record.metrics) or 'nothing'})"))
+            return
+        state = TrialState.PRUNED if record.stop_reason == _PRUNED else TrialState.COMPLETE
+        self._finish(record, state, now)
+
+    def _on_failed(self, record: TrialRecord, event: TrialFailed, now: float) -> None:
+        if record.stop_reason == _INTERRUPTED:
+            record.state, record.stop_reason = TrialState.PENDING, None
+            self._queue.appendleft(record.trial_id)
+            return
+        if event.retryable and record.retries < self.max_retries:
+            record.retries += 1
+            record.state = TrialState.PENDING
+            record.error = event.reason
+            self._queue.appendleft(record.trial_id)
+            return
+        reason = event.reason
+        if event.retryable:
+            reason += f" (gave up after {record.retries} retries)"
+        self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback)
+
+    def _finish(self, record: TrialRecord, state: TrialState, now: float | None, *,
+                error: str | None = None, traceback: str | None = None) -> None:
+        record.state = state
+        record.finished_at = now
+        record.stop_reason = None
+        record.error, record.traceback = error, traceback
+        self._changed.add(record.trial_id)
+        value = record.value if state is not TrialState.FAILED else None
+        self.algorithm.on_complete(record.trial_id, value, state.value)
+
+    # ---- study-wide ------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Command]:
+        """Once the time budget is spent, ask every running trial to stop (once)."""
+        if self._time_up or not self._out_of_time(now):
+            return []
+        self._time_up = True
+        return self._stop_running(_TIME_BUDGET)
+
+    def interrupt(self) -> list[Command]:
+        """Ctrl-C: launch nothing more; running trials stop at their next report and stay resumable."""
+        self._interrupted = True
+        return self._stop_running(_INTERRUPTED)
+
+    def _stop_running(self, reason: str) -> list[Command]:
+        out: list[Command] = []
+        for record in self.trials.values():
+            if record.state is TrialState.RUNNING and record.stop_reason in (None, _TIME_BUDGET):
+                record.stop_reason = reason
+                out.append(Stop(record.trial_id, reason))
+        return out
+
+    def running(self) -> int:
+        return sum(1 for r in self.trials.values() if r.state is TrialState.RUNNING)
+
+    def done(self, now: float) -> bool:
+        """No trial running and none will be launched (budget spent, algorithm exhausted or idle)."""
+        if self.running():
+            return False
+        if self._interrupted:
+            return True
+        if self._queue:
+            return False
+        # With nothing running, an algorithm that just suggested nothing never will: done.
+        return not self._may_create(now) or self._suggest_idle
+
+    def take_changes(self) -> list[TrialRecord]:
+        """Trials changed since the last call, for the loop to persist."""
+        changed = [self.trials[t] for t in sorted(self._changed)]
+        self._changed.clear()
+        return changed
+
+    def best(self) -> TrialRecord | None:
+        best: TrialRecord | None = None
+        for r in self.trials.values():
+            if r.state is TrialState.COMPLETE and r.value is not None:
+                if best is None or self.objective.better(r.value, best.value):
+                    best = r
+        return best
+
+    def state_dict(self, now: float) -> dict[str, Any]:
+        return {"algorithm": self.algorithm.state_dict(), "elapsed_s": self.elapsed(now)}
+
+
+def _first_bad_metric(metrics: Mapping[str, Any]) -> tuple[str, Any] | None:
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return name, value
+    return None

@@ -1,0 +1,56 @@
+"""The study's objective: one metric, minimised or maximised."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from hypersack.errors import ConfigError
+
+__all__ = ["Objective"]
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    mode: str = "max"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ConfigError("objective.metric", self.metric, "must be a non-empty metric name")
+        if self.mode not in ("min", "max"):
+            raise ConfigError("objective.mode", self.mode, "must be 'min' or 'max'")
+
+    @classmethod
+    def parse(cls, spec: Any) -> "Objective":
+        """From ``("accuracy", "max")``, ``{"metric": ..., "mode": ...}`` or an Objective."""
+        if isinstance(spec, Objective):
+            return spec
+        if isinstance(spec, dict):
+            unknown = set(spec) - {"metric", "mode"}
+            if unknown:
+                field = sorted(unknown)[0]
+                raise ConfigError(f"objective.{field}", spec[field], "is not a field (metric, mode)")
+            return cls(spec.get("metric"), spec.get("mode", "max"))
+        if isinstance(spec, (tuple, list)) and len(spec) == 2:
+            return cls(spec[0], spec[1])
+        if isinstance(spec, str):
+            return cls(spec)
+        raise ConfigError("objective", spec, "must be (metric, 'min'|'max') or {metric, mode}")
+
+    def better(self, a: float, b: float) -> bool:
+        """True when value ``a`` is strictly better than ``b``."""
+        return a > b if self.mode == "max" else a < b
+
+    def sign(self) -> float:
+        """+1 when larger is better: ``sign() * value`` is always to be maximised."""
+        return 1.0 if self.mode == "max" else -1.0
+
+    def best(self, values: list[float]) -> float | None:
+        finite = [v for v in values if v is not None and math.isfinite(v)]
+        if not finite:
+            return None
+        return max(finite) if self.mode == "max" else min(finite)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"metric": self.metric, "mode": self.mode}

@@ -1,0 +1,332 @@
+"""Search spaces: self-validating domains, seeded sampling, grid expansion, dict/YAML round trip.
+
+A domain is an immutable value object. ``sample(rng)`` draws with a ``numpy.random.Generator``
+the caller owns; ``grid(n)`` lists the points a grid search visits (explicit ``values`` when
+given, else ``n`` evenly spaced points, log-spaced for log domains).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from hypersack.errors import SpaceError
+
+__all__ = ["Float", "Int", "Categorical", "Constant", "Domain", "SearchSpace", "domain_from_dict"]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Base of all domains. ``name`` is the parameter name, used in error messages."""
+
+    name: str = field(default="?", kw_only=True)
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        raise NotImplementedError
+
+    def grid(self, points: int) -> list[Any]:
+        raise NotImplementedError
+
+    def contains(self, value: Any) -> bool:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _fail(self, attr: str, value: Any, problem: str) -> SpaceError:
+        return SpaceError(f"space.{self.name}.{attr}", value, problem)
+
+
+def _check_values(domain: "Float | Int", values: Any) -> tuple | None:
+    """The grid values as a tuple, each checked against the domain before any conversion."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+        raise domain._fail("values", values, "must be a list of grid values")
+    values = tuple(values)
+    if len(values) == 0:
+        raise domain._fail("values", list(values), "must list at least one grid value")
+    kind = "an integer" if isinstance(domain, Int) else "a number"
+    step = getattr(domain, "step", 1)
+    lattice = f" on the lattice {domain.low} + k * {step}" if step != 1 else ""
+    for v in values:
+        if not domain.contains(v):
+            raise domain._fail("values", v, f"must be {kind} in [{domain.low}, {domain.high}]{lattice}")
+    return values
+
+
+@dataclass(frozen=True)
+class Float(Domain):
+    """A real number in [low, high]; ``log=True`` samples uniformly in log space."""
+
+    low: float
+    high: float
+    log: bool = False
+    values: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for attr in ("low", "high"):
+            v = getattr(self, attr)
+            if not _is_number(v) or not math.isfinite(v):
+                raise self._fail(attr, v, "must be a finite number")
+        if self.low > self.high:
+            raise self._fail("low", self.low, f"must be <= high ({self.high})")
+        if self.log and self.low <= 0:
+            raise self._fail("low", self.low, "must be > 0 for a log domain")
+        values = _check_values(self, self.values)
+        if values is not None:
+            object.__setattr__(self, "values", tuple(float(v) for v in values))
+
+    def sample(self, rng: np.random.Generator) -> float:
+        if self.log:
+            # exp(log(x)) can miss x by an ulp: clamp, or an endpoint draw falls outside [low, high].
+            raw = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+            return float(min(max(raw, self.low), self.high))
+        return float(rng.uniform(self.low, self.high))
+
+    def grid(self, points: int) -> list[float]:
+        if self.values is not None:
+            return list(self.values)
+        if points == 1 or self.low == self.high:
+            return [float(self.low)] if self.low == self.high else [_mid(self.low, self.high, self.log)]
+        space = np.geomspace if self.log else np.linspace
+        return [float(v) for v in space(self.low, self.high, points)]
+
+    def contains(self, value: Any) -> bool:
+        return _is_number(value) and self.low <= value <= self.high
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "float", "low": self.low, "high": self.high}
+        if self.log:
+            out["log"] = True
+        if self.values is not None:
+            out["values"] = list(self.values)
+        return out
+
+
+def _mid(low: float, high: float, log: bool) -> float:
+    return float(math.sqrt(low * high)) if log else (low + high) / 2
+
+
+@dataclass(frozen=True)
+class Int(Domain):
+    """An integer in [low, high] on the lattice low + k * step; ``log=True`` samples log-uniformly."""
+
+    low: int
+    high: int
+    log: bool = False
+    step: int = 1
+    values: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for attr in ("low", "high", "step"):
+            v = getattr(self, attr)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+                raise self._fail(attr, v, "must be an integer")
+        if self.low > self.high:
+            raise self._fail("low", self.low, f"must be <= high ({self.high})")
+        if self.step < 1:
+            raise self._fail("step", self.step, "must be >= 1")
+        if self.log and self.low <= 0:
+            raise self._fail("low", self.low, "must be > 0 for a log domain")
+        if self.log and self.step != 1:
+            raise self._fail("step", self.step, "must be 1 for a log domain")
+        values = _check_values(self, self.values)
+        if values is not None:
+            object.__setattr__(self, "values", tuple(int(v) for v in values))
+
+    @property
+    def _top(self) -> int:
+        """The largest lattice point <= high."""
+        return self.low + (self.high - self.low) // self.step * self.step
+
+    def sample(self, rng: np.random.Generator) -> int:
+        if self.log:
+            # Log-uniform over [low - 0.5, high + 0.5] (low >= 1 here), rounded: each integer
+            # gets the log-width of its rounding interval, as in Optuna.
+            raw = math.exp(rng.uniform(math.log(self.low - 0.5), math.log(self.high + 0.5)))
+            return int(min(max(round(raw), self.low), self.high))
+        count = (self._top - self.low) // self.step + 1
+        return int(self.low + int(rng.integers(count)) * self.step)
+
+    def grid(self, points: int) -> list[int]:
+        if self.values is not None:
+            return list(self.values)
+        count = (self._top - self.low) // self.step + 1
+        if count <= points:
+            return list(range(self.low, self._top + 1, self.step))
+        space = np.geomspace if self.log else np.linspace
+        # One point is the middle, as for Float (linspace would give just ``low``).
+        raw = [_mid(self.low, self._top, self.log)] if points == 1 else space(self.low, self._top, points)
+        snapped = [self.low + int(round((v - self.low) / self.step)) * self.step for v in raw]
+        return sorted(set(min(max(v, self.low), self._top) for v in snapped))
+
+    def contains(self, value: Any) -> bool:
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            return False
+        return self.low <= value <= self.high and (value - self.low) % self.step == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "int", "low": self.low, "high": self.high}
+        if self.log:
+            out["log"] = True
+        if self.step != 1:
+            out["step"] = self.step
+        if self.values is not None:
+            out["values"] = list(self.values)
+        return out
+
+
+@dataclass(frozen=True)
+class Categorical(Domain):
+    """One of a fixed list of choices (numbers, strings, booleans or None)."""
+
+    choices: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.choices, (str, bytes)) or not hasattr(self.choices, "__iter__"):
+            raise self._fail("choices", self.choices, "must be a list")
+        object.__setattr__(self, "choices", tuple(self.choices))
+        if not self.choices:
+            raise self._fail("choices", [], "must list at least one choice")
+        for c in self.choices:
+            if not isinstance(c, (str, int, float, bool, type(None))):
+                raise self._fail("choices", c, "must be a number, string, boolean or null")
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        return self.choices[int(rng.integers(len(self.choices)))]
+
+    def grid(self, points: int) -> list[Any]:
+        return list(self.choices)
+
+    def contains(self, value: Any) -> bool:
+        return value in self.choices
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "categorical", "choices": list(self.choices)}
+
+
+@dataclass(frozen=True)
+class Constant(Domain):
+    """A fixed value passed to every trial (epochs, a model name...)."""
+
+    value: Any
+
+    def sample(self, rng: np.random.Generator) -> Any:
+        return self.value
+
+    def grid(self, points: int) -> list[Any]:
+        return [self.value]
+
+    def contains(self, value: Any) -> bool:
+        return value == self.value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "constant", "value": self.value}
+
+
+_DOMAIN_TYPES: dict[str, tuple[type[Domain], set[str], set[str]]] = {
+    # type name: (class, required keys, optional keys)
+    "float": (Float, {"low", "high"}, {"log", "values"}),
+    "int": (Int, {"low", "high"}, {"log", "step", "values"}),
+    "categorical": (Categorical, {"choices"}, set()),
+    "constant": (Constant, {"value"}, set()),
+}
+
+
+def domain_from_dict(name: str, spec: Any) -> Domain:
+    """Build a domain from its dict form. A bare scalar is a constant; a bare list is categorical."""
+    if isinstance(spec, Domain):
+        return spec if spec.name == name else _renamed(spec, name)
+    if isinstance(spec, list):
+        return Categorical(tuple(spec), name=name)
+    if not isinstance(spec, Mapping):
+        return Constant(spec, name=name)
+    kind = spec.get("type")
+    if not isinstance(kind, str) or kind not in _DOMAIN_TYPES:
+        raise SpaceError(f"space.{name}.type", kind, f"must be one of {sorted(_DOMAIN_TYPES)}")
+    cls, required, optional = _DOMAIN_TYPES[kind]
+    keys = set(spec) - {"type"}
+    for missing in sorted(required - keys):
+        raise SpaceError(f"space.{name}.{missing}", None, f"is required for a {kind} domain")
+    for unknown in sorted(keys - required - optional):
+        raise SpaceError(f"space.{name}.{unknown}", spec[unknown],
+                         f"is not a field of a {kind} domain (fields: {sorted(required | optional)})")
+    kwargs = {k: spec[k] for k in keys}
+    if "log" in kwargs and not isinstance(kwargs["log"], bool):
+        raise SpaceError(f"space.{name}.log", kwargs["log"], "must be true or false")
+    return cls(**kwargs, name=name)
+
+
+def _renamed(domain: Domain, name: str) -> Domain:
+    from dataclasses import replace
+    return replace(domain, name=name)
+
+
+class SearchSpace(Mapping[str, Domain]):
+    """An ordered mapping of parameter names to domains."""
+
+    def __init__(self, domains: Mapping[str, Any]):
+        if not isinstance(domains, Mapping):
+            raise SpaceError("space", domains, "must be a mapping of parameter names to domains")
+        if not domains:
+            raise SpaceError("space", {}, "must declare at least one parameter")
+        self._domains = {str(k): domain_from_dict(str(k), v) for k, v in domains.items()}
+
+    def __getitem__(self, key: str) -> Domain:
+        return self._domains[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._domains)
+
+    def __len__(self) -> int:
+        return len(self._domains)
+
+    def __repr__(self) -> str:
+        return f"SearchSpace({self.to_dict()!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SearchSpace) and self._domains == other._domains
+
+    def sample(self, rng: np.random.Generator) -> dict[str, Any]:
+        """One configuration; parameters are drawn in declaration order from ``rng``."""
+        return {name: d.sample(rng) for name, d in self._domains.items()}
+
+    def grid(self, points_per_axis: int = 3) -> list[dict[str, Any]]:
+        """The Cartesian product of every domain's grid, first parameter varying slowest."""
+        if not isinstance(points_per_axis, int) or points_per_axis < 1:
+            raise SpaceError("points_per_axis", points_per_axis, "must be an integer >= 1")
+        configs: list[dict[str, Any]] = [{}]
+        for name, domain in self._domains.items():
+            configs = [{**c, name: v} for c in configs for v in domain.grid(points_per_axis)]
+        return configs
+
+    def validate(self, config: Mapping[str, Any]) -> None:
+        """Raise SpaceError when ``config`` is missing a parameter or has a value out of its domain."""
+        for name, domain in self._domains.items():
+            if name not in config:
+                raise SpaceError(f"config.{name}", None, "is missing")
+            if not domain.contains(config[name]):
+                raise SpaceError(f"config.{name}", config[name], f"is outside {domain.to_dict()}")
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {name: d.to_dict() for name, d in self._domains.items()}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> "SearchSpace":
+        return cls(spec)
+
+    def to_yaml(self) -> str:
+        import yaml
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> "SearchSpace":
+        import yaml
+        return cls(yaml.safe_load(text))

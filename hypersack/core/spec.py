@@ -1,0 +1,126 @@
+"""The study specification: what a study.yaml or the Python API declares, validated in one place.
+
+``StudySpec.from_dict`` raises ConfigError naming the dotted field (``executor.workers``) and the
+value; ``to_dict`` is the JSON form kept in the study store (resume rebuilds the study from it).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from hypersack.core.controller import Budget
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+from hypersack.errors import ConfigError
+
+__all__ = ["StudySpec", "ExecutorOptions"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def _check_fields(section: str, given: Mapping[str, Any], allowed: set[str]) -> None:
+    if not isinstance(given, Mapping):
+        raise ConfigError(section or "study", given, "must be a mapping")
+    for key in given:
+        if key not in allowed:
+            prefix = f"{section}." if section else ""
+            raise ConfigError(f"{prefix}{key}", given[key],
+                              f"is not a known field (known: {', '.join(sorted(allowed))})")
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """``workers``: parallel trial slots (None: one per GPU, else one per CPU core).
+    ``max_retries``: relaunches of a trial whose worker process died.
+    ``trial_timeout_s``: a trial running longer is killed and FAILED."""
+    workers: int | None = None
+    max_retries: int = 2
+    trial_timeout_s: float | None = None
+
+    _FIELDS = {"workers", "max_retries", "trial_timeout_s"}
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
+                                         or self.workers < 1):
+            raise ConfigError("executor.workers", self.workers, "must be an integer >= 1")
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ConfigError("executor.max_retries", self.max_retries, "must be an integer >= 0")
+        t = self.trial_timeout_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0):
+            raise ConfigError("executor.trial_timeout_s", t, "must be a number of seconds > 0")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "ExecutorOptions":
+        d = d or {}
+        _check_fields("executor", d, cls._FIELDS)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workers": self.workers, "max_retries": self.max_retries,
+                "trial_timeout_s": self.trial_timeout_s}
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    space: SearchSpace
+    objective: Objective
+    budget: Budget
+    trainable: str | None = None          # "module:function" or a built-in name; None: passed in Python
+    algorithm: dict[str, Any] = field(default_factory=lambda: {"type": "random"})
+    seed: int = 0
+    executor: ExecutorOptions = ExecutorOptions()
+    max_steps: int | str | None = None    # steps per trial (int) or the config key holding it
+    description: str = ""
+
+    _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
+               "max_steps", "description", "storage"}
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ConfigError("name", self.name,
+                              "must be 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError("seed", self.seed, "must be an integer >= 0")
+        if self.trainable is not None and not isinstance(self.trainable, str):
+            raise ConfigError("trainable", self.trainable, "must be 'module:function' or a built-in name")
+        ms = self.max_steps
+        if ms is not None and not ((isinstance(ms, int) and not isinstance(ms, bool) and ms >= 1)
+                                   or (isinstance(ms, str) and ms in self.space)):
+            raise ConfigError("max_steps", ms, "must be an integer >= 1 or the name of a space parameter")
+
+    def steps_for(self, config: Mapping[str, Any]) -> int | None:
+        """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
+        if isinstance(self.max_steps, str):
+            value = config.get(self.max_steps)
+            return int(value) if isinstance(value, (int, float)) else None
+        return self.max_steps
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "StudySpec":
+        """Validate a study declaration; ``storage`` is accepted and ignored here (the CLI uses it)."""
+        _check_fields("", d, cls._FIELDS)
+        for required in ("name", "space", "objective", "budget"):
+            if required not in d:
+                raise ConfigError(required, None, "is required")
+        budget = d["budget"]
+        _check_fields("budget", budget, {"trials", "time_s"})
+        algorithm = d.get("algorithm", {"type": "random"})
+        if isinstance(algorithm, str):
+            algorithm = {"type": algorithm}
+        if not isinstance(algorithm, Mapping) or "type" not in algorithm:
+            raise ConfigError("algorithm", algorithm, "must be a name or a mapping with a 'type'")
+        return cls(name=d["name"], space=SearchSpace(d["space"]),
+                   objective=Objective.parse(d["objective"]), budget=Budget(**budget),
+                   trainable=d.get("trainable"), algorithm=dict(algorithm), seed=d.get("seed", 0),
+                   executor=ExecutorOptions.from_dict(d.get("executor")),
+                   max_steps=d.get("max_steps"), description=d.get("description", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "trainable": self.trainable, "space": self.space.to_dict(),
+                "objective": self.objective.to_dict(),
+                "budget": {"trials": self.budget.trials, "time_s": self.budget.time_s},
+                "algorithm": dict(self.algorithm), "seed": self.seed,
+                "executor": self.executor.to_dict(), "max_steps": self.max_steps,
+                "description": self.description}

@@ -1,0 +1,106 @@
+"""Trial records, the study's trial states, events from executors and commands to them.
+
+Events flow executor -> controller; commands flow controller -> executor. All are plain data.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class TrialState(str, enum.Enum):
+    PENDING = "pending"      # created, waiting for a device (new, retried or resumed)
+    RUNNING = "running"
+    COMPLETE = "complete"
+    PRUNED = "pruned"        # stopped early by the algorithm
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAILED)
+
+
+@dataclass
+class TrialRecord:
+    """Everything the study knows about one trial. Mirrored to storage after every change."""
+
+    trial_id: int
+    config: dict[str, Any]
+    seed: int
+    state: TrialState = TrialState.PENDING
+    attempts: int = 0             # launches so far
+    retries: int = 0              # relaunches after a worker died
+    last_step: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)   # the last reported metrics
+    value: float | None = None    # objective value: the metric in the last report
+    error: str | None = None
+    traceback: str | None = None
+    checkpoint: str | None = None
+    checkpoint_step: int | None = None
+    device: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    started_at: float | None = None
+    finished_at: float | None = None
+    stop_reason: str | None = None   # set while a stop has been asked and not yet honoured
+
+
+# ---- events: executor -> controller ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrialStarted:
+    trial_id: int
+    device: str
+
+
+@dataclass(frozen=True)
+class ResultReported:
+    trial_id: int
+    step: int
+    metrics: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    trial_id: int
+    path: str
+    step: int | None
+
+
+@dataclass(frozen=True)
+class TrialFinished:
+    """The trainable returned (or honoured a stop request at a report)."""
+    trial_id: int
+
+
+@dataclass(frozen=True)
+class TrialFailed:
+    """``retryable``: the worker died under the trial (not the trial's own error)."""
+    trial_id: int
+    reason: str
+    traceback: str | None = None
+    retryable: bool = False
+
+
+Event = TrialStarted | ResultReported | CheckpointSaved | TrialFinished | TrialFailed
+
+
+# ---- commands: controller -> executor -------------------------------------------------------
+
+@dataclass(frozen=True)
+class Launch:
+    trial_id: int
+    config: dict[str, Any]
+    seed: int
+    attempt: int
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Ask a running trial to stop at its next report (or ``should_stop()`` check)."""
+    trial_id: int
+    reason: str
+
+
+Command = Launch | Stop

@@ -1,0 +1,66 @@
+"""One exception tree for everything HyperSack raises on purpose.
+
+Every message names the offending field and its value, so a user can fix the input without
+reading our code: ``The value of space.lr.low is 0.1, but must be <= high (0.01)``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class HyperSackError(Exception):
+    """Base class of every error HyperSack raises deliberately."""
+
+
+class ConfigError(HyperSackError, ValueError):
+    """Invalid user input: a study spec, a search space, an algorithm argument.
+
+    ``field`` is a dotted path into the input (``space.lr.low``); ``location`` is where the
+    input came from (``study.yaml:12``) when known.
+    """
+
+    def __init__(self, field: str, value: Any, problem: str, location: str | None = None):
+        self.field = field
+        self.value = value
+        self.problem = problem
+        self.location = location
+        where = f"{location}: " if location else ""
+        super().__init__(f"{where}The value of {field} is {value!r}, but {problem}")
+
+
+class SpaceError(ConfigError):
+    """A search-space domain that cannot be sampled as declared."""
+
+
+class StorageError(HyperSackError):
+    """The study store cannot do what was asked (missing study, name clash, bad file)."""
+
+
+class StudyNotFoundError(StorageError, KeyError):
+    def __init__(self, name: str, path: str):
+        self.name = name
+        super().__init__(f"No study named {name!r} in {path}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class MissingDependencyError(HyperSackError, ImportError):
+    """An optional extra is needed for the feature that was asked for."""
+
+    def __init__(self, feature: str, package: str, extra: str):
+        super().__init__(
+            f"{feature} needs the package {package!r}: pip install 'hypersack[{extra}]'"
+        )
+
+
+class TrainableError(HyperSackError):
+    """The trainable reference cannot be resolved or shipped to a worker."""
+
+
+class TrialStopped(BaseException):
+    """Raised inside a trainable by ``ctx.report`` once the study has asked the trial to stop.
+
+    A ``BaseException`` so that a trainable's ``except Exception`` does not swallow it.
+    The worker treats it as a clean stop, not a failure.
+    """

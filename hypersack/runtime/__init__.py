@@ -1,0 +1,1 @@
+"""Side effects: the study loop, executors, storage, checkpoints, devices."""

@@ -1,0 +1,127 @@
+"""The object a trainable receives: ``train(config, ctx)``.
+
+Contract for trainables:
+- ``ctx.report(step, **metrics)``: one result per step (an epoch, an iteration...). Metrics are
+  numbers (tensors and numpy scalars are converted). Returns once the result is durable in the
+  study store. Once the study has asked the trial to stop, the next ``report`` raises
+  ``TrialStopped`` (a BaseException: let it propagate) and the worker ends the trial cleanly.
+- ``ctx.checkpoint(state)``: saves ``state`` (anything ``torch.save`` or pickle can write)
+  atomically as the trial's latest checkpoint. Call it before the ``report`` of the same step.
+- ``ctx.restore()``: the latest checkpoint of this trial, or None on a first start. A trial that is
+  retried after its worker died, or resumed after the driver died, starts from here.
+- ``ctx.should_stop()``: True once a stop was asked; long steps may poll it.
+- ``ctx.device`` ("cpu" or "cuda:0": the trial's GPU is the only one it sees), ``ctx.seed``,
+  ``ctx.trial_id``, ``ctx.attempt`` (1 on first launch), ``ctx.trial_dir``, ``ctx.max_steps``
+  (the study's planned steps per trial, or None), ``ctx.world`` (rank and size; 0 and 1 for now).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from hypersack.errors import TrialStopped
+
+__all__ = ["TrialContext", "World", "to_number"]
+
+
+class Channel(Protocol):
+    """How a context talks to the driver. ``send`` is fire-and-forget; ``request`` waits for the
+    driver's acknowledgement; ``stop_requested`` polls for a stop without blocking."""
+
+    def send(self, message: tuple) -> None: ...
+    def request(self, message: tuple) -> None: ...
+    def stop_requested(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+
+
+def to_number(value: Any) -> Any:
+    """Tensors and numpy scalars to Python numbers; anything else unchanged."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            return value.item()
+        except (ValueError, RuntimeError):
+            return value
+    return value
+
+
+class TrialContext:
+    def __init__(self, *, trial_id: int, seed: int, device: str, attempt: int, trial_dir: Path,
+                 channel: Channel, max_steps: int | None = None, world: World = World()):
+        self.trial_id = trial_id
+        self.seed = seed
+        self.device = device
+        self.attempt = attempt
+        self.trial_dir = Path(trial_dir)
+        self.max_steps = max_steps
+        self.world = world
+        self._channel = channel
+        self._last_step: int | None = None
+        self._stopped = False
+
+    @property
+    def last_step(self) -> int | None:
+        return self._last_step
+
+    def report(self, step: int, **metrics: Any) -> None:
+        if self._stopped or self._channel.stop_requested():
+            self._stopped = True
+            raise TrialStopped()
+        if not metrics:
+            raise TypeError("ctx.report() needs at least one metric, e.g. ctx.report(step, loss=0.1)")
+        clean = {name: to_number(v) for name, v in metrics.items()}
+        self._last_step = int(step)
+        self._channel.request(("report", self.trial_id, int(step), clean))
+
+    def should_stop(self) -> bool:
+        self._stopped = self._stopped or self._channel.stop_requested()
+        return self._stopped
+
+    def checkpoint(self, state: Any) -> Path:
+        """Atomically replace the trial's checkpoint with ``state``; returns its path."""
+        self.trial_dir.mkdir(parents=True, exist_ok=True)
+        save, suffix = _serializer()
+        path = self.trial_dir / f"checkpoint{suffix}"
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for stale in self.trial_dir.glob("checkpoint.*"):
+            if stale != path and not stale.name.endswith(".tmp"):
+                stale.unlink(missing_ok=True)
+        self._channel.send(("checkpoint", self.trial_id, str(path), self._last_step))
+        return path
+
+    def restore(self) -> Any:
+        """The latest checkpoint, or None if this trial never saved one."""
+        for suffix, load in _loaders():
+            path = self.trial_dir / f"checkpoint{suffix}"
+            if path.exists():
+                with open(path, "rb") as f:
+                    return load(f)
+        return None
+
+
+def _serializer() -> tuple[Callable[[Any, Any], None], str]:
+    if "torch" in sys.modules:
+        import torch
+        return torch.save, ".pt"
+    return (lambda obj, f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)), ".pkl"
+
+
+def _loaders():
+    def torch_load(f):
+        import torch
+        return torch.load(f, map_location="cpu", weights_only=False)
+    yield ".pt", torch_load
+    yield ".pkl", pickle.load

@@ -1,0 +1,165 @@
+"""The worker process: started once, runs trials one after another.
+
+Protocol over one duplex pipe. Driver -> worker: ("run", task), ("stop", trial_id),
+("ack", trial_id), ("shutdown",). Worker -> driver: ("started", trial_id), ("report", trial_id,
+step, metrics) [then waits for its ack], ("checkpoint", trial_id, path, step), ("done", trial_id),
+("error", trial_id, reason, traceback). Stops and acks name their trial, so a stale one is ignored.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from hypersack.errors import TrialStopped
+
+_SHUTDOWN = object()
+
+
+class PipeChannel:
+    """The context's channel to the driver, for one trial."""
+
+    def __init__(self, conn, trial_id: int):
+        self._conn = conn
+        self._trial_id = trial_id
+        self._stop = False
+        self.shutdown = False
+
+    def send(self, message: tuple) -> None:
+        self._conn.send(message)
+
+    def request(self, message: tuple) -> None:
+        self._conn.send(message)
+        while not self._handle(self._conn.recv()):
+            pass
+
+    def stop_requested(self) -> bool:
+        while self._conn.poll():
+            self._handle(self._conn.recv())
+        return self._stop
+
+    def _handle(self, message: tuple) -> bool:
+        """Apply a driver message; True when it is the awaited ack."""
+        kind = message[0]
+        if kind == "stop" and message[1] == self._trial_id:
+            self._stop = True
+        elif kind == "shutdown":
+            self._stop = self.shutdown = True
+        return kind == "ack" and message[1] == self._trial_id
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the driver dies, so an orphan never writes a checkpoint
+    that a resumed study's new worker is reading."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def worker_main(conn, env: dict[str, str]) -> None:
+    """Entry point of a worker process."""
+    _die_with_parent()
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the driver decides what Ctrl-C means
+    trainables: dict[str, Callable[..., Any]] = {}
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "shutdown":
+            return
+        if message[0] == "run":
+            if run_task(conn, message[1], trainables) is _SHUTDOWN:
+                return
+
+
+def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any]]):
+    """Run one trial, with stdout and stderr appended to its log file."""
+    from hypersack.runtime.context import TrialContext
+
+    trial_id = task["trial_id"]
+    trial_dir = Path(task["trial_dir"])
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    channel = PipeChannel(conn, trial_id)
+    with open(trial_dir / "trial.log", "ab", buffering=0) as log, _redirected(log):
+        print(f"--- trial {trial_id} attempt {task['attempt']} on {task['device']} ---", flush=True)
+        conn.send(("started", trial_id))
+        try:
+            train = _trainable(task["trainable"], trainables)
+            _seed_everything(task["seed"])
+            ctx = TrialContext(trial_id=trial_id, seed=task["seed"], device=task["device"],
+                               attempt=task["attempt"], trial_dir=trial_dir, channel=channel,
+                               max_steps=task.get("max_steps"))
+            returned = train(dict(task["config"]), ctx)
+            _report_returned(ctx, returned, task["metric"])
+            conn.send(("done", trial_id))
+        except TrialStopped:
+            conn.send(("done", trial_id))
+        except Exception as exc:
+            text = traceback.format_exc()
+            print(text, file=sys.stderr, flush=True)
+            conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+    return _SHUTDOWN if channel.shutdown else None
+
+
+def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
+    from hypersack.runtime.trainable import TrainableRef
+    key, reference, payload = spec
+    if key not in cache:
+        cache[key] = TrainableRef(key, reference, payload).load()
+    return cache[key]
+
+
+def _report_returned(ctx, returned: Any, metric: str) -> None:
+    """A trainable may return its final result: a number (the objective) or a dict of metrics."""
+    if returned is None:
+        return
+    step = 0 if ctx.last_step is None else ctx.last_step + 1
+    if isinstance(returned, dict):
+        ctx.report(step, **returned)
+    else:
+        ctx.report(step, **{metric: returned})
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    try:
+        import numpy as np
+        np.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(seed)
+
+
+@contextlib.contextmanager
+def _redirected(log):
+    """Point file descriptors 1 and 2 (so also C extensions' output) at ``log``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])

@@ -1,0 +1,144 @@
+"""The Python API: declare a study, run it, resume it, read its best trial.
+
+    study = hypersack.Study(name="digits", space={...}, objective=("accuracy", "max"),
+                            algorithm="random", n_trials=32)
+    study.run("digits_mlp")          # or a callable train(config, ctx)
+    study.best_trial()               # {"trial_id", "config", "metric", "value"}
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from hypersack.core.algorithms import make_algorithm
+from hypersack.core.controller import Budget
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+from hypersack.core.spec import ExecutorOptions, StudySpec
+from hypersack.errors import ConfigError, TrainableError
+from hypersack.runtime import queries
+from hypersack.runtime.devices import Slot, default_slots
+from hypersack.runtime.executors.local import LocalExecutor
+from hypersack.runtime.loop import StudyRun, build_controller, run_loop
+from hypersack.runtime.progress import make_progress
+from hypersack.runtime.storage import DEFAULT_STORAGE, Storage
+from hypersack.runtime.trainable import TrainableRef
+
+__all__ = ["Study"]
+
+Trainable = Callable[..., Any] | str
+
+
+class Study:
+    def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
+                 name: str | None = None, algorithm: Any = "random", n_trials: int | None = None,
+                 time_budget_s: float | None = None, storage: str | Path = DEFAULT_STORAGE,
+                 seed: int = 0, workers: int | None = None, max_retries: int = 2,
+                 trial_timeout_s: float | None = None, max_steps: int | str | None = None,
+                 trainable: Trainable | None = None):
+        if n_trials is None and time_budget_s is None:
+            raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
+        self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
+        algorithm_spec = {"type": algorithm} if isinstance(algorithm, str) else (
+            dict(algorithm) if isinstance(algorithm, Mapping) else {"type": type(algorithm).__name__})
+        self.spec = StudySpec(
+            name=name or time.strftime("study-%Y%m%d-%H%M%S"),
+            space=space if isinstance(space, SearchSpace) else SearchSpace(space),
+            objective=Objective.parse(objective), budget=Budget(n_trials, time_budget_s),
+            trainable=TrainableRef.storable_name(trainable) if trainable is not None else None,
+            algorithm=algorithm_spec, seed=seed,
+            executor=ExecutorOptions(workers, max_retries, trial_timeout_s), max_steps=max_steps)
+        self.storage_path = Path(storage)
+        self._trainable = trainable
+
+    @classmethod
+    def from_spec(cls, spec: StudySpec | Mapping[str, Any], storage: str | Path = DEFAULT_STORAGE) -> "Study":
+        spec = spec if isinstance(spec, StudySpec) else StudySpec.from_dict(spec)
+        study = cls.__new__(cls)
+        study.spec, study.storage_path = spec, Path(storage)
+        study._trainable, study._algorithm_instance = spec.trainable, None
+        return study
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, storage: str | Path | None = None) -> "Study":
+        from hypersack.config import load_study_file
+        data = load_study_file(path)
+        return cls.from_spec(data, storage or data.get("storage") or DEFAULT_STORAGE)
+
+    @classmethod
+    def load(cls, name: str, storage: str | Path = DEFAULT_STORAGE) -> "Study":
+        """The stored study ``name`` (to resume it or read its results)."""
+        with Storage(storage) as store:
+            row = store.get_study(name)
+        return cls.from_spec(StudySpec.from_dict(row.spec), storage)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    # ---- running ---------------------------------------------------------------------------
+
+    def run(self, trainable: Trainable | None = None, *, if_exists: str = "error",
+            progress: str | bool | None = None, slots: list[Slot] | None = None) -> StudyRun:
+        """Run the study to its budget. ``if_exists``: "error", "resume" or "replace" when a study
+        of this name is already stored. ``progress``: "live", "lines", False, or None (live on a
+        terminal). Returns how the run ended (complete or interrupted)."""
+        if if_exists not in ("error", "resume", "replace"):
+            raise ConfigError("if_exists", if_exists, "must be 'error', 'resume' or 'replace'")
+        with Storage(self.storage_path) as store:
+            exists = store.has_study(self.name)
+            if exists and if_exists == "replace":
+                store.delete_study(self.name)
+                shutil.rmtree(store.artifacts_root / self.name, ignore_errors=True)
+            resume = exists and if_exists == "resume"
+            return self._run(store, trainable, resume=resume, progress=progress, slots=slots)
+
+    def resume(self, trainable: Trainable | None = None, *, progress: str | bool | None = None,
+               slots: list[Slot] | None = None) -> StudyRun:
+        """Continue a stored study: finished trials are kept, unfinished ones restart from their
+        last checkpoint, the algorithm continues from its saved state."""
+        with Storage(self.storage_path) as store:
+            store.get_study(self.name)   # raises StudyNotFoundError with the file's name
+            return self._run(store, trainable, resume=True, progress=progress, slots=slots)
+
+    def _run(self, store: Storage, trainable: Trainable | None, *, resume: bool,
+             progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
+        ref = TrainableRef.of(self._pick_trainable(trainable))
+        # Built before the study is stored, so a bad algorithm option fails before anything runs.
+        algorithm = make_algorithm(self._algorithm_instance or self.spec.algorithm,
+                                   self.spec.space, self.spec.objective, self.spec.seed)
+        row = store.get_study(self.name) if resume else store.create_study(self.name, self.spec.to_dict())
+        if resume:
+            store.set_status(row.study_id, "running")
+        controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
+        executor = LocalExecutor(
+            slots or default_slots(self.spec.executor.workers), ref,
+            trial_dir=lambda trial_id: store.trial_dir(self.name, trial_id),
+            metric=self.spec.objective.metric, steps_for=self.spec.steps_for,
+            trial_timeout_s=self.spec.executor.trial_timeout_s)
+        return run_loop(controller, executor, store, row,
+                        progress=make_progress(self.name, self.spec.steps_for, progress))
+
+    def _pick_trainable(self, trainable: Trainable | None) -> Trainable:
+        chosen = trainable if trainable is not None else self._trainable
+        if chosen is None:
+            raise TrainableError(
+                f"Study {self.name!r} has no trainable: pass one to run()/resume() (a callable "
+                "train(config, ctx) or 'module:function'), or set 'trainable' in its YAML")
+        return chosen
+
+    # ---- results ---------------------------------------------------------------------------
+
+    def best_trial(self) -> dict[str, Any] | None:
+        with Storage(self.storage_path) as store:
+            return queries.best_trial(store, self.name)
+
+    def status(self) -> dict[str, Any]:
+        with Storage(self.storage_path) as store:
+            return queries.status(store, self.name)
+
+    def results(self, trial_id: int | None = None) -> list[dict[str, Any]]:
+        with Storage(self.storage_path) as store:
+            return store.load_results(store.get_study(self.name).study_id, trial_id)

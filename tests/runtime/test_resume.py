@@ -1,0 +1,122 @@
+"""The driver dies (SIGKILL) or is interrupted (SIGINT) mid-study; resume completes it, losing nothing."""
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+STUDY = """
+name: r
+trainable: trainables:checkpointing
+objective: {metric: score, mode: max}
+space:
+  x: {type: float, low: 0.0, high: 1.0}
+  steps: 6
+  sleep: 0.15
+budget: {trials: 8}
+max_steps: steps
+executor: {workers: 2}
+"""
+
+
+def _start(tmp_path: Path, env: dict, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "hypersack", *args, "--storage",
+                             str(tmp_path / "s.db"), "--progress", "lines"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _complete_trials(db: Path) -> dict[int, list]:
+    """Complete trials and their stored results, read straight from SQLite."""
+    if not db.exists():
+        return {}
+    con = sqlite3.connect(db)
+    try:
+        done = [r[0] for r in con.execute("SELECT trial_id FROM trials WHERE state = 'complete'")]
+        return {t: con.execute("SELECT step, metrics FROM results WHERE trial_id = ? ORDER BY step",
+                               (t,)).fetchall() for t in done}
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        con.close()
+
+
+def _running_with_checkpoint(db: Path) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("SELECT COUNT(*) FROM trials WHERE state = 'running' "
+                           "AND checkpoint IS NOT NULL").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        con.close()
+
+
+def _wait_for(predicate, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def _cli(tmp_path: Path, env: dict, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "hypersack", *args, "--storage", str(tmp_path / "s.db")],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_sigkill_driver_then_resume_keeps_every_completed_trial(tmp_path, subprocess_env):
+    (tmp_path / "study.yaml").write_text(STUDY)
+    db = tmp_path / "s.db"
+    driver = _start(tmp_path, subprocess_env, "run", str(tmp_path / "study.yaml"))
+    _wait_for(lambda: len(_complete_trials(db)) >= 3 and _running_with_checkpoint(db), timeout=60)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=10)
+    before = _complete_trials(db)
+    assert 3 <= len(before) < 8
+
+    resumed = _start(tmp_path, subprocess_env, "resume", "r")
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+
+    after = _complete_trials(db)
+    assert len(after) == 8
+    for trial_id, results in before.items():     # nothing completed before the kill was lost or redone
+        assert after[trial_id] == results
+    status = _cli(tmp_path, subprocess_env, "status", "r", "--json")
+    assert status["complete"] == 8 and status["running"] == 0 and status["status"] == "complete"
+    restarted = [t for t in status["trials"] if t["metrics"]["starts"] > 1]
+    assert restarted
+    for t in restarted:   # a trial cut by the kill went on from its checkpoint, not from step 0
+        assert t["last_step"] == 6
+
+
+def test_sigint_stops_at_next_report_and_resume_finishes(tmp_path, subprocess_env):
+    (tmp_path / "study.yaml").write_text(STUDY)
+    db = tmp_path / "s.db"
+    driver = _start(tmp_path, subprocess_env, "run", str(tmp_path / "study.yaml"))
+    _wait_for(lambda: len(_complete_trials(db)) >= 2 and _running_with_checkpoint(db), timeout=60)
+    driver.send_signal(signal.SIGINT)
+    out, err = driver.communicate(timeout=30)
+    assert driver.returncode == 130
+    assert "hypersack resume r" in err
+    status = _cli(tmp_path, subprocess_env, "status", "r", "--json")
+    assert status["status"] == "interrupted" and status["running"] == 0
+    assert status["complete"] < 8
+
+    resumed = _start(tmp_path, subprocess_env, "resume", "r")
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    status = _cli(tmp_path, subprocess_env, "status", "r", "--json")
+    assert status["complete"] == 8
+    # Interrupted trials resumed from their checkpoint: more than one start, and all six steps.
+    assert any(t["metrics"]["starts"] > 1 for t in status["trials"])
+    assert all(t["last_step"] == 6 for t in status["trials"])

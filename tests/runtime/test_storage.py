@@ -1,0 +1,78 @@
+"""The SQLite study store: durable batches, reopening, several studies, bad files."""
+from __future__ import annotations
+
+import pytest
+
+from hypersack.core.trial import TrialRecord, TrialState
+from hypersack.errors import StorageError, StudyNotFoundError
+from hypersack.runtime.storage import Storage
+
+
+def record(trial_id: int, state=TrialState.RUNNING, **kw) -> TrialRecord:
+    return TrialRecord(trial_id, {"x": trial_id / 10}, seed=trial_id, state=state, **kw)
+
+
+def test_batches_survive_reopening(store_path):
+    with Storage(store_path) as s:
+        study = s.create_study("a", {"objective": {"metric": "score", "mode": "max"}})
+        s.save_batch(study.study_id, [record(0), record(1)], [(0, 1, {"score": 0.5})], {"elapsed_s": 3.0})
+        s.save_batch(study.study_id, [record(0, TrialState.COMPLETE, value=0.7)],
+                     [(0, 2, {"score": 0.7}), (1, 1, {"score": 0.1})])
+    with Storage(store_path) as s:
+        study = s.get_study("a")
+        assert study.controller_state == {"elapsed_s": 3.0} and study.status == "running"
+        trials = {t.trial_id: t for t in s.load_trials(study.study_id)}
+        assert trials[0].state is TrialState.COMPLETE and trials[0].value == 0.7
+        assert trials[1].state is TrialState.RUNNING and trials[1].config == {"x": 0.1}
+        assert s.load_results(study.study_id, 0) == [
+            {"trial_id": 0, "step": 1, "score": 0.5}, {"trial_id": 0, "step": 2, "score": 0.7}]
+        assert s.counts(study.study_id)["complete"] == 1
+
+
+def test_a_step_reported_again_after_a_restart_replaces_the_old_one(store_path):
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        s.save_batch(sid, [record(0)], [(0, 3, {"score": 0.1})])
+        s.save_batch(sid, [record(0)], [(0, 3, {"score": 0.2})])
+        assert s.load_results(sid) == [{"trial_id": 0, "step": 3, "score": 0.2}]
+
+
+def test_record_round_trips_every_field(store_path):
+    r = record(4, TrialState.FAILED, attempts=3, retries=2, last_step=7, metrics={"score": 1.5},
+               value=1.5, error="boom", traceback="Traceback...", checkpoint="/c.pt",
+               checkpoint_step=6, device="cpu/1", info={"grid_index": 2}, started_at=1.0,
+               finished_at=2.0)
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        s.save_batch(sid, [r], [])
+        assert s.load_trials(sid) == [r]
+
+
+def test_studies_are_separate_and_names_unique(store_path):
+    with Storage(store_path) as s:
+        a = s.create_study("a", {}).study_id
+        b = s.create_study("b", {}).study_id
+        s.save_batch(a, [record(0)], [])
+        assert s.load_trials(b) == []
+        with pytest.raises(StorageError, match="already exists"):
+            s.create_study("a", {})
+        assert [x["name"] for x in s.list_studies()] == ["a", "b"]
+        s.delete_study("a")
+        assert not s.has_study("a") and s.has_study("b")
+        with pytest.raises(StudyNotFoundError, match="No study named 'a'"):
+            s.get_study("a")
+
+
+def test_store_is_wal_and_fully_synchronous(store_path):
+    with Storage(store_path) as s:
+        assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert s._db.execute("PRAGMA synchronous").fetchone()[0] == 2   # FULL
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("not sqlite " * 100)
+    with pytest.raises(StorageError, match="Cannot open the study store"):
+        Storage(bad)
+    with pytest.raises(StorageError, match="is a directory"):
+        Storage(tmp_path)

@@ -1,0 +1,174 @@
+"""Real studies in worker processes: results, failures, retries, timeouts, logs, budgets."""
+from __future__ import annotations
+
+import pytest
+
+import hypersack
+from hypersack.errors import StorageError, TrainableError
+from hypersack.runtime.devices import default_slots
+
+SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
+
+
+def make_study(store_path, n_trials=4, space=SPACE, **kwargs):
+    kwargs.setdefault("workers", 2)
+    return hypersack.Study(name=kwargs.pop("name", "t"), space=space, objective=("score", "max"),
+                           n_trials=n_trials, storage=store_path, **kwargs)
+
+
+def by_id(status):
+    return {t["trial_id"]: t for t in status["trials"]}
+
+
+def test_study_completes_and_stores_every_result(store_path):
+    study = make_study(store_path, n_trials=6)
+    run = study.run("trainables:quick", progress=False)
+    assert run.status == "complete"
+    status = study.status()
+    assert status["complete"] == 6 and status["failed"] == 0 and status["total"] == 6
+    results = study.results()
+    assert len(results) == 6 * 5
+    for t in status["trials"]:
+        assert t["value"] == pytest.approx(t["config"]["x"] * 5)
+        assert t["last_step"] == 5
+    best = study.best_trial()
+    assert best["value"] == max(t["value"] for t in status["trials"])
+    assert set(best) == {"trial_id", "config", "metric", "value"}
+
+
+def test_callable_trainable_is_shipped_to_workers(store_path):
+    def train(config, ctx):          # a closure: shipped by value with cloudpickle
+        ctx.report(1, score=config["x"] + offset)
+    offset = 100.0
+    study = make_study(store_path, n_trials=2)
+    study.run(train, progress=False)
+    assert all(t["value"] >= 100.0 for t in study.status()["trials"])
+
+
+def test_raising_trial_fails_with_traceback_and_study_continues(store_path):
+    space = {"x": {"type": "categorical", "choices": [-1.0, 1.0]}}
+    study = make_study(store_path, n_trials=6, space=space, algorithm="grid")
+    study.run("trainables:raises_for_negative", progress=False)
+    trials = by_id(study.status())
+    failed = [t for t in trials.values() if t["state"] == "failed"]
+    complete = [t for t in trials.values() if t["state"] == "complete"]
+    assert len(failed) == 1 and len(complete) == 1      # the grid has two points
+    assert "ValueError: negative x: -1.0" in failed[0]["error"]
+    assert "Traceback" in failed[0]["traceback"] and "raises_for_negative" in failed[0]["traceback"]
+
+
+def test_nan_metric_fails_the_trial_with_that_reason(store_path):
+    study = make_study(store_path, n_trials=1)
+    study.run("trainables:nan_metric", progress=False)
+    trial = study.status()["trials"][0]
+    assert trial["state"] == "failed"
+    assert trial["error"] == "metric 'score' is nan at step 2"
+    assert [r["step"] for r in study.results()] == [1, 2]    # step 3 never ran
+
+
+def test_trial_that_never_reports_the_objective_fails(store_path):
+    study = make_study(store_path, n_trials=1)
+    study.run("trainables:wrong_metric", progress=False)
+    trial = study.status()["trials"][0]
+    assert trial["state"] == "failed"
+    assert "'score' was never reported" in trial["error"] and "loss" in trial["error"]
+
+
+def test_returned_number_is_the_final_objective(store_path):
+    study = make_study(store_path, n_trials=2)
+    study.run("trainables:returns_value", progress=False)
+    for t in study.status()["trials"]:
+        assert t["state"] == "complete" and t["value"] == pytest.approx(t["config"]["x"] * 10)
+
+
+def test_killed_worker_is_retried_from_its_checkpoint(store_path):
+    study = make_study(store_path, n_trials=1, workers=1)
+    study.run("trainables:dies_once", progress=False)
+    trial = study.status()["trials"][0]
+    assert trial["state"] == "complete"
+    assert trial["attempts"] == 2 and trial["retries"] == 1
+    results = {r["step"]: r for r in study.results()}
+    assert sorted(results) == [1, 2, 3, 4, 5]
+    assert results[3]["resumed_from"] == 1.0       # first attempt got to step 3 ...
+    assert results[4]["resumed_from"] == 2.0       # ... and the retry went on from its checkpoint
+
+
+def test_worker_that_keeps_dying_fails_after_max_retries(store_path):
+    study = make_study(store_path, n_trials=1, workers=1, max_retries=1)
+    study.run("trainables:always_dies", progress=False)
+    trial = study.status()["trials"][0]
+    assert trial["state"] == "failed" and trial["attempts"] == 2
+    assert "worker process died (killed by SIGKILL)" in trial["error"]
+    assert "gave up after 1 retries" in trial["error"]
+
+
+def test_trial_over_its_timeout_is_killed_and_failed(store_path):
+    space = {"x": 0.5, "sleep": 30}
+    study = make_study(store_path, n_trials=1, space=space, workers=1, trial_timeout_s=1.0)
+    study.run("trainables:sleeps", progress=False)
+    trial = study.status()["trials"][0]
+    assert trial["state"] == "failed" and "timed out after 1 s" in trial["error"]
+
+
+def test_trial_output_goes_to_its_log_file(store_path):
+    study = make_study(store_path, n_trials=1, workers=1)
+    study.run("trainables:chatty", progress=False)
+    log = (store_path.parent / "hypersack-runs" / "t" / "trial-00000" / "trial.log").read_text()
+    assert "hello from trial 0" in log and "raw stderr line" in log
+
+
+def test_time_budget_stops_running_trials_at_their_next_report(store_path):
+    study = hypersack.Study(name="t", space=SPACE, objective=("score", "max"), time_budget_s=1.5,
+                            storage=store_path, workers=2)
+    study.run("trainables:ignores_stop", progress=False)
+    status = study.status()
+    assert status["running"] == 0 and status["pending"] == 0
+    assert status["complete"] >= 2
+    assert all(t["last_step"] and t["last_step"] > 1 for t in status["trials"])
+
+
+def test_grid_study_ends_when_the_grid_is_exhausted(store_path):
+    space = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
+    study = make_study(store_path, n_trials=100, space=space,
+                       algorithm={"type": "grid", "points_per_axis": 3})
+    study.run("trainables:quick", progress=False)
+    xs = sorted(t["config"]["x"] for t in study.status()["trials"])
+    assert xs == [0.0, 0.5, 1.0]
+
+
+def test_tpe_study_runs(store_path):
+    pytest.importorskip("optuna")
+    study = make_study(store_path, n_trials=6, algorithm={"type": "tpe", "n_startup_trials": 3})
+    study.run("trainables:quick", progress=False)
+    assert study.status()["complete"] == 6
+
+
+def test_existing_study_is_an_error_unless_resumed_or_replaced(store_path):
+    make_study(store_path, n_trials=1).run("trainables:quick", progress=False)
+    with pytest.raises(StorageError, match="already exists"):
+        make_study(store_path, n_trials=1).run("trainables:quick", progress=False)
+    make_study(store_path, n_trials=2).run("trainables:quick", if_exists="replace", progress=False)
+    assert make_study(store_path).status()["total"] == 2
+
+
+def test_several_studies_share_one_file(store_path):
+    make_study(store_path, n_trials=1, name="a").run("trainables:quick", progress=False)
+    make_study(store_path, n_trials=2, name="b").run("trainables:quick", progress=False)
+    assert make_study(store_path, name="a").status()["total"] == 1
+    assert make_study(store_path, name="b").status()["total"] == 2
+
+
+def test_missing_trainable_is_a_clear_error(store_path):
+    with pytest.raises(TrainableError, match="has no trainable"):
+        make_study(store_path).run(progress=False)
+    with pytest.raises(TrainableError, match="cannot be imported"):
+        make_study(store_path).run("no_such_module_xyz:train", progress=False)
+
+
+def test_default_slots_one_per_core_without_gpus():
+    slots = default_slots(gpus=[], cpu_count=4)
+    assert [s.device for s in slots] == ["cpu"] * 4
+    assert all(s.env["OMP_NUM_THREADS"] == "1" and s.env["CUDA_VISIBLE_DEVICES"] == "" for s in slots)
+    gpu_slots = default_slots(gpus=[0, 3], cpu_count=16)
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gpu_slots] == ["0", "3"]
+    assert [s.device for s in gpu_slots] == ["cuda:0", "cuda:0"] and gpu_slots[1].label == "cuda:3"

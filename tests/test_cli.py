@@ -1,0 +1,132 @@
+"""The command line, end to end in subprocesses: run, status, best, export, list, and bad input."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hypersack.config import load_study_file
+from hypersack.errors import ConfigError
+
+QUICK = """
+name: q
+trainable: trainables:quick
+objective: {metric: score, mode: max}
+space:
+  x: {type: float, low: 0.0, high: 1.0}
+budget: {trials: 4}
+executor: {workers: 2}
+"""
+
+
+def hs(tmp_path: Path, env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "hypersack", *args, "--storage", str(tmp_path / "s.db")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+@pytest.fixture
+def ran(tmp_path, subprocess_env):
+    (tmp_path / "q.yaml").write_text(QUICK)
+    out = hs(tmp_path, subprocess_env, "run", str(tmp_path / "q.yaml"), "--progress", "lines")
+    assert "Best trial of 'q'" in out.stdout
+    return tmp_path
+
+
+def test_best_status_export_list(ran, subprocess_env):
+    best = json.loads(hs(ran, subprocess_env, "best", "q", "--json").stdout)
+    assert set(best) == {"trial_id", "config", "metric", "value"} and best["metric"] == "score"
+    status = json.loads(hs(ran, subprocess_env, "status", "q", "--json").stdout)
+    assert status["complete"] == 4 and status["failed"] == 0 and len(status["trials"]) == 4
+    assert best["value"] == max(t["value"] for t in status["trials"])
+    rows = list(csv.DictReader(io.StringIO(hs(ran, subprocess_env, "export", "q", "--format", "csv").stdout)))
+    assert len(rows) == 4 and "config.x" in rows[0] and "metric.score" in rows[0]
+    exported = json.loads(hs(ran, subprocess_env, "export", "q", "--format", "json").stdout)
+    assert all(len(t["results"]) == 5 for t in exported["trials"])
+    studies = json.loads(hs(ran, subprocess_env, "list", "--json").stdout)
+    assert [s["name"] for s in studies] == ["q"] and studies[0]["counts"]["complete"] == 4
+    human = hs(ran, subprocess_env, "status", "q").stdout
+    assert "4 complete" in human
+
+
+def test_status_shows_failed_trial_traceback(tmp_path, subprocess_env):
+    (tmp_path / "f.yaml").write_text(QUICK.replace("name: q", "name: f").replace(
+        "trainables:quick", "trainables:raises_for_negative").replace(
+        "x: {type: float, low: 0.0, high: 1.0}", "x: -1.0"))
+    hs(tmp_path, subprocess_env, "run", str(tmp_path / "f.yaml"), "--progress", "none")
+    out = hs(tmp_path, subprocess_env, "status", "f").stdout
+    assert "failed" in out and "ValueError: negative x" in out and "Traceback" in out
+
+
+def test_run_existing_study_needs_resume_or_replace(ran, subprocess_env):
+    again = hs(ran, subprocess_env, "run", str(ran / "q.yaml"), check=False)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    hs(ran, subprocess_env, "run", str(ran / "q.yaml"), "--replace", "--progress", "none")
+    done = hs(ran, subprocess_env, "run", str(ran / "q.yaml"), "--resume", "--progress", "none")
+    assert "Best trial" in done.stdout
+
+
+def test_unknown_study_is_an_error(tmp_path, subprocess_env):
+    out = hs(tmp_path, subprocess_env, "best", "nope", check=False)
+    assert out.returncode == 2 and "No study named 'nope'" in out.stderr
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path, subprocess_env):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: q\nspace:\n  x: {type: float, low: 0\n")
+    out = hs(tmp_path, subprocess_env, "run", str(bad), check=False)
+    assert out.returncode == 2 and f"{bad}:" in out.stderr and "malformed" in out.stderr
+    assert not (tmp_path / "hypersack-runs").exists()
+
+
+@pytest.mark.parametrize("edit, field, line", [
+    (("budget: {trials: 4}", "budget: {trials: 4}\nepochs: 3"), "epochs", 8),
+    (("executor: {workers: 2}", "executor: {workers: 2, gpus: 1}"), "executor.gpus", 8),
+    (("low: 0.0, high: 1.0", "low: 2.0, high: 1.0"), "space.x.low", 6),
+    (("type: float", "type: real"), "space.x.type", 6),
+    (("mode: max", "mode: up"), "objective.mode", 4),
+    (("budget: {trials: 4}", "budget: {trials: 0}"), "budget.trials", 7),
+])
+def test_bad_field_names_file_line_and_field(tmp_path, edit, field, line):
+    path = tmp_path / "s.yaml"
+    path.write_text(QUICK.replace(*edit))
+    with pytest.raises(ConfigError) as info:
+        load_study_file(path)
+    assert info.value.field == field
+    assert info.value.location == f"{path}:{line}"
+    assert str(info.value).startswith(f"{path}:{line}: The value of {field} is")
+
+
+def test_bad_field_fails_before_anything_runs(tmp_path, subprocess_env):
+    (tmp_path / "s.yaml").write_text(QUICK + "surprise: 1\n")
+    out = hs(tmp_path, subprocess_env, "run", str(tmp_path / "s.yaml"), check=False)
+    assert out.returncode == 2 and "surprise" in out.stderr and "is not a known field" in out.stderr
+    listed = hs(tmp_path, subprocess_env, "list", "--json")
+    assert json.loads(listed.stdout) == []
+
+
+def test_digits_builtin_workload_from_yaml(tmp_path, subprocess_env):
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    (tmp_path / "d.yaml").write_text("""
+name: d
+trainable: digits_mlp
+objective: {metric: accuracy, mode: max}
+space:
+  lr: {type: float, low: 0.002, high: 0.005, log: true}
+  batch_size: {type: categorical, choices: [32, 64]}
+  optimizer: adam
+  epochs: 4
+budget: {trials: 2}
+max_steps: epochs
+""")
+    hs(tmp_path, subprocess_env, "run", str(tmp_path / "d.yaml"), "--progress", "none")
+    best = json.loads(hs(tmp_path, subprocess_env, "best", "d", "--json").stdout)
+    assert best["metric"] == "accuracy" and best["value"] > 0.9

@@ -1,0 +1,81 @@
+"""Trainables used by the integration tests, importable by worker processes."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def quick(config, ctx):
+    """Five reports of score = x * step."""
+    for step in range(1, 6):
+        ctx.report(step, score=config["x"] * step)
+
+
+def checkpointing(config, ctx):
+    """``steps`` steps of ``sleep`` seconds, a checkpoint before each report; records every start."""
+    state = ctx.restore() or {"step": 0, "starts": []}
+    state["starts"].append(state["step"])
+    for step in range(state["step"] + 1, config.get("steps", 6) + 1):
+        time.sleep(config.get("sleep", 0.0))
+        state["step"] = step
+        ctx.checkpoint(state)
+        ctx.report(step, score=config["x"] * step, starts=len(state["starts"]))
+
+
+def dies_once(config, ctx):
+    """Kills its own worker with SIGKILL at step 3 of the first attempt, after checkpointing."""
+    state = ctx.restore() or {"step": 0}
+    for step in range(state["step"] + 1, 6):
+        state["step"] = step
+        ctx.checkpoint(state)
+        ctx.report(step, score=float(step), resumed_from=float(ctx.attempt))
+        if step == 3 and ctx.attempt == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def always_dies(config, ctx):
+    ctx.report(1, score=1.0)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def raises_for_negative(config, ctx):
+    ctx.report(1, score=config["x"])
+    if config["x"] < 0:
+        raise ValueError(f"negative x: {config['x']}")
+    ctx.report(2, score=config["x"] * 2)
+
+
+def nan_metric(config, ctx):
+    ctx.report(1, score=1.0)
+    ctx.report(2, score=float("nan"))
+    ctx.report(3, score=1.0)
+
+
+def wrong_metric(config, ctx):
+    ctx.report(1, loss=0.5)
+
+
+def returns_value(config, ctx):
+    return config["x"] * 10
+
+
+def chatty(config, ctx):
+    print(f"hello from trial {ctx.trial_id}")
+    os.write(2, b"raw stderr line\n")
+    ctx.report(1, score=1.0)
+
+
+def sleeps(config, ctx):
+    ctx.report(1, score=1.0)
+    time.sleep(config.get("sleep", 30))
+    ctx.report(2, score=2.0)
+
+
+def ignores_stop(config, ctx):
+    """Reports forever unless stopped: a stop must end it at its next report."""
+    step = 0
+    while True:
+        step += 1
+        ctx.report(step, score=float(step))
+        time.sleep(0.01)

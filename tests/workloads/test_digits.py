@@ -1,0 +1,141 @@
+"""The digits workloads, driven through a real TrialContext with an in-memory channel."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from hypersack.errors import ConfigError, TrialStopped  # noqa: E402
+from hypersack.runtime.context import TrialContext  # noqa: E402
+from hypersack.workloads import BUILTINS  # noqa: E402
+from hypersack.workloads import digits  # noqa: E402
+
+
+class FakeChannel:
+    """Records what the context sends; asks for a stop once ``stop_after`` reports arrived."""
+
+    def __init__(self, stop_after: int | None = None):
+        self.requests: list[tuple] = []
+        self.sent: list[tuple] = []
+        self.stop_after = stop_after
+
+    def send(self, message: tuple) -> None:
+        self.sent.append(message)
+
+    def request(self, message: tuple) -> None:
+        self.requests.append(message)
+
+    def stop_requested(self) -> bool:
+        return self.stop_after is not None and len(self.reports) >= self.stop_after
+
+    @property
+    def reports(self) -> list[tuple[int, dict]]:
+        return [(step, metrics) for kind, _, step, metrics in self.requests if kind == "report"]
+
+
+def make_ctx(trial_dir, channel, seed=7, max_steps=None, attempt=1):
+    return TrialContext(trial_id=1, seed=seed, device="cpu", attempt=attempt,
+                        trial_dir=trial_dir, channel=channel, max_steps=max_steps)
+
+
+def test_builtins_point_here():
+    assert BUILTINS["digits_mlp"] == "hypersack.workloads.digits:train_mlp"
+    assert BUILTINS["digits_cnn"] == "hypersack.workloads.digits:train_cnn"
+
+
+def test_split_is_fixed_and_scaled():
+    x_train, y_train, x_val, y_val = digits.load_digits_split()
+    assert x_train.shape == (1437, 64) and x_val.shape == (360, 64)
+    assert len(y_train) == 1437 and len(y_val) == 360
+    assert 0.0 <= float(x_train.min()) and float(x_train.max()) <= 1.0
+    assert digits.load_digits_split() is digits.load_digits_split()  # cached per process
+
+
+def test_mlp_learns_digits(tmp_path):
+    channel = FakeChannel()
+    config = {"lr": 3e-3, "optimizer": "adam", "epochs": 15, "hidden": 64, "unused": "ignored"}
+    assert digits.train_mlp(config, make_ctx(tmp_path, channel)) is None
+    steps = [step for step, _ in channel.reports]
+    assert steps == list(range(1, 16))
+    assert all(set(m) == {"accuracy", "loss", "train_loss"} for _, m in channel.reports)
+    assert channel.reports[-1][1]["accuracy"] >= 0.95
+    checkpoints = [m for m in channel.sent if m[0] == "checkpoint"]
+    assert len(checkpoints) == 15
+
+
+def test_cnn_learns_digits(tmp_path):
+    channel = FakeChannel()
+    config = {"lr": 3e-3, "optimizer": "adam", "epochs": 8, "channels": 8, "hidden": 64}
+    digits.train_cnn(config, make_ctx(tmp_path, channel))
+    assert [step for step, _ in channel.reports] == list(range(1, 9))
+    assert channel.reports[-1][1]["accuracy"] >= 0.9
+
+
+def test_epochs_default_to_max_steps(tmp_path):
+    channel = FakeChannel()
+    digits.train_mlp({"hidden": 16}, make_ctx(tmp_path, channel, max_steps=3))
+    assert [step for step, _ in channel.reports] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("train", [digits.train_mlp, digits.train_cnn])
+def test_resume_matches_uninterrupted_run(tmp_path, train):
+    config = {"lr": 3e-3, "epochs": 4, "hidden": 32, "channels": 4, "dropout": 0.2,
+              "optimizer": "sgd", "batch_size": 64}
+    straight = FakeChannel()
+    train(config, make_ctx(tmp_path / "straight", straight))
+
+    interrupted = FakeChannel(stop_after=2)
+    with pytest.raises(TrialStopped):
+        train(config, make_ctx(tmp_path / "resumed", interrupted))
+    assert [step for step, _ in interrupted.reports] == [1, 2]
+
+    resumed = FakeChannel()
+    train(config, make_ctx(tmp_path / "resumed", resumed, attempt=2))
+    assert [step for step, _ in resumed.reports] == [3, 4]
+    for (step, got), (_, want) in zip(resumed.reports, straight.reports[2:]):
+        assert got == pytest.approx(want, abs=1e-6), f"epoch {step}"
+
+
+def test_finished_checkpoint_reports_nothing_more(tmp_path):
+    digits.train_mlp({"epochs": 2, "hidden": 8}, make_ctx(tmp_path, FakeChannel()))
+    again = FakeChannel()
+    digits.train_mlp({"epochs": 2, "hidden": 8}, make_ctx(tmp_path, again))
+    assert again.reports == []
+
+
+@pytest.mark.parametrize("config, field", [
+    ({"optimizer": "foo"}, "config.optimizer"),
+    ({"lr": 0}, "config.lr"),
+    ({"lr": "fast"}, "config.lr"),
+    ({"batch_size": 0}, "config.batch_size"),
+    ({"hidden": 2.5}, "config.hidden"),
+    ({"dropout": 1.0}, "config.dropout"),
+    ({"weight_decay": -1e-4}, "config.weight_decay"),
+    ({"epochs": True}, "config.epochs"),
+])
+def test_bad_config_is_named(tmp_path, config, field):
+    channel = FakeChannel()
+    with pytest.raises(ConfigError) as info:
+        digits.train_mlp(config, make_ctx(tmp_path, channel))
+    assert info.value.field == field
+    assert field in str(info.value)
+    assert channel.reports == []
+
+
+def test_bad_channels_for_cnn(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        digits.train_cnn({"channels": 0}, make_ctx(tmp_path, FakeChannel()))
+    assert info.value.field == "config.channels"
+
+
+def test_optimizer_error_lists_choices(tmp_path):
+    with pytest.raises(ConfigError, match="adamw"):
+        digits.train_mlp({"optimizer": "foo"}, make_ctx(tmp_path, FakeChannel()))
+
+
+@pytest.mark.parametrize("name", ["adamw", "sgd", "rmsprop", "ADAM"])
+def test_every_optimizer_trains(tmp_path, name):
+    channel = FakeChannel()
+    digits.train_mlp({"optimizer": name, "epochs": 1, "hidden": 16}, make_ctx(tmp_path, channel))
+    assert len(channel.reports) == 1
