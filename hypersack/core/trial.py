@@ -103,4 +103,11 @@ class Stop:
     reason: str
 
 
-Command = Launch | Stop
+@dataclass(frozen=True)
+class Cancel:
+    """End a running trial at once (its worker is killed); it is reported FAILED with ``reason``."""
+    trial_id: int
+    reason: str = "cancelled"
+
+
+Command = Launch | Stop | Cancel

@@ -49,8 +49,9 @@ def _complete_trials(db: Path) -> dict[int, list]:
 def _running_with_checkpoint(db: Path) -> int:
     con = sqlite3.connect(db)
     try:
+        # Half-way at most, so that it is still running when the signal lands.
         return con.execute("SELECT COUNT(*) FROM trials WHERE state = 'running' "
-                           "AND checkpoint IS NOT NULL").fetchone()[0]
+                           "AND checkpoint IS NOT NULL AND last_step <= 3").fetchone()[0]
     except sqlite3.OperationalError:
         return 0
     finally:

@@ -14,8 +14,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from hypersack.core.trial import (CheckpointSaved, Command, Event, Launch, ResultReported, Stop,
-                                  TrialFailed, TrialFinished, TrialStarted)
+from hypersack.core.trial import (Cancel, CheckpointSaved, Command, Event, Launch, ResultReported,
+                                  Stop, TrialFailed, TrialFinished, TrialStarted)
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.trainable import TrainableRef
 from hypersack.runtime.worker import worker_main
@@ -49,6 +49,7 @@ class LocalExecutor:
         self._clock = clock
         self._ctx = mp.get_context("spawn")
         self._workers: list[_Worker] = []
+        self._pending: list[Event] = []     # events made by commands, handed out by the next poll
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -97,6 +98,11 @@ class LocalExecutor:
             for w in self._workers:
                 if w.trial_id == command.trial_id:
                     self._send(w, ("stop", command.trial_id))
+        elif isinstance(command, Cancel):
+            for i, w in enumerate(self._workers):
+                if w.trial_id == command.trial_id:
+                    self._kill_and_replace(i)
+                    self._pending.append(TrialFailed(command.trial_id, command.reason))
 
     def _launch(self, launch: Launch) -> None:
         worker = next((w for w in self._workers if w.trial_id is None), None)
@@ -128,7 +134,8 @@ class LocalExecutor:
     # ---- events ----------------------------------------------------------------------------
 
     def poll(self, timeout: float) -> list[Event]:
-        events: list[Event] = self._enforce_timeouts()
+        events: list[Event] = self._pending + self._enforce_timeouts()
+        self._pending = []
         waitables = [w.conn for w in self._workers] + [w.process.sentinel for w in self._workers]
         wait(waitables, timeout=0 if events else timeout)
         for w in list(self._workers):
@@ -179,13 +186,17 @@ class LocalExecutor:
         now = self._clock()
         for i, w in enumerate(self._workers):
             if w.trial_id is not None and now - w.started_at > self._timeout:
-                w.process.kill()
-                w.process.join()
-                w.conn.close()
-                self._workers[i] = self._spawn(w.slot)
+                self._kill_and_replace(i)
                 events.append(TrialFailed(w.trial_id, f"timed out after {self._timeout:g} s "
                                           "(executor.trial_timeout_s)"))
         return events
+
+    def _kill_and_replace(self, index: int) -> None:
+        w = self._workers[index]
+        w.process.kill()
+        w.process.join()
+        w.conn.close()
+        self._workers[index] = self._spawn(w.slot)
 
 
 def _describe_exit(code: int | None) -> str:

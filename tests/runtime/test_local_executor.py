@@ -1,0 +1,92 @@
+"""The worker pool driven directly: launch, reports and acks, stop, cancel, slot reuse."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hypersack.core.trial import (Cancel, Launch, ResultReported, Stop, TrialFailed, TrialFinished,
+                                  TrialStarted)
+from hypersack.runtime.devices import default_slots
+from hypersack.runtime.executors.local import LocalExecutor
+from hypersack.runtime.trainable import TrainableRef
+
+
+@pytest.fixture
+def executor(tmp_path):
+    made = []
+
+    def make(trainable: str, workers: int = 1) -> LocalExecutor:
+        ex = LocalExecutor(default_slots(workers, gpus=[]), TrainableRef.of(trainable),
+                           trial_dir=lambda t: tmp_path / f"trial-{t}", metric="score")
+        ex.start()
+        made.append(ex)
+        return ex
+    yield make
+    for ex in made:
+        ex.shutdown(kill=True)
+
+
+def collect(ex: LocalExecutor, until, timeout: float = 30.0, ack: bool = True) -> list:
+    events, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events += ex.poll(0.05)
+        if ack:
+            ex.acknowledge()
+        if until(events):
+            return events
+    raise AssertionError(f"timed out; events so far: {events}")
+
+
+def test_launch_runs_to_completion_and_frees_the_slot(executor):
+    ex = executor("trainables:quick")
+    assert ex.free_slots() == 1
+    ex.submit(Launch(0, {"x": 0.5}, seed=1, attempt=1))
+    assert ex.free_slots() == 0
+    events = collect(ex, lambda ev: any(isinstance(e, TrialFinished) for e in ev))
+    assert isinstance(events[0], TrialStarted) and events[0].device == "cpu/0"
+    assert [e.step for e in events if isinstance(e, ResultReported)] == [1, 2, 3, 4, 5]
+    assert ex.free_slots() == 1
+
+
+def test_a_report_waits_for_its_acknowledgement(executor):
+    ex = executor("trainables:quick")
+    ex.submit(Launch(0, {"x": 0.5}, seed=1, attempt=1))
+    events = collect(ex, lambda ev: any(isinstance(e, ResultReported) for e in ev), ack=False)
+    time.sleep(0.3)
+    events += ex.poll(0.05)
+    assert sum(isinstance(e, ResultReported) for e in events) == 1   # blocked until acknowledged
+    ex.acknowledge()
+    more = collect(ex, lambda ev: any(isinstance(e, ResultReported) for e in ev), ack=False)
+    assert [e.step for e in more if isinstance(e, ResultReported)] == [2]
+
+
+def test_stop_ends_the_trial_at_its_next_report(executor):
+    ex = executor("trainables:ignores_stop")
+    ex.submit(Launch(0, {}, seed=1, attempt=1))
+    collect(ex, lambda ev: sum(isinstance(e, ResultReported) for e in ev) >= 3)
+    ex.submit(Stop(0, "enough"))
+    events = collect(ex, lambda ev: any(isinstance(e, TrialFinished) for e in ev))
+    assert sum(isinstance(e, ResultReported) for e in events) <= 1
+
+
+def test_cancel_kills_the_trial_and_the_slot_is_reused(executor):
+    ex = executor("trainables:sleeps")
+    ex.submit(Launch(0, {"sleep": 60}, seed=1, attempt=1))
+    collect(ex, lambda ev: any(isinstance(e, ResultReported) for e in ev))
+    ex.submit(Cancel(0))
+    events = collect(ex, lambda ev: any(isinstance(e, TrialFailed) for e in ev))
+    assert [e.reason for e in events if isinstance(e, TrialFailed)] == ["cancelled"]
+    assert ex.free_slots() == 1
+    ex.submit(Launch(1, {"sleep": 0}, seed=1, attempt=1))
+    events = collect(ex, lambda ev: any(isinstance(e, TrialFinished) for e in ev))
+    assert any(isinstance(e, TrialFinished) and e.trial_id == 1 for e in events)
+
+
+def test_workers_keep_their_process_across_trials(executor):
+    ex = executor("trainables:quick")
+    pid = ex._workers[0].process.pid
+    for trial_id in range(3):
+        ex.submit(Launch(trial_id, {"x": 0.1}, seed=1, attempt=1))
+        collect(ex, lambda ev: any(isinstance(e, TrialFinished) for e in ev))
+    assert ex._workers[0].process.pid == pid
