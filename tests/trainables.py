@@ -79,3 +79,8 @@ def ignores_stop(config, ctx):
         step += 1
         ctx.report(step, score=float(step))
         time.sleep(0.01)
+
+
+def calls_exit(config, ctx):
+    ctx.report(1, score=1.0)
+    raise SystemExit(3)

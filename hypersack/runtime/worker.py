@@ -106,7 +106,7 @@ def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any
             conn.send(("done", trial_id))
         except TrialStopped:
             conn.send(("done", trial_id))
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:   # a trainable's sys.exit() ends its trial, not the worker
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
             conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text))

@@ -57,6 +57,14 @@ def test_raising_trial_fails_with_traceback_and_study_continues(store_path):
     assert "Traceback" in failed[0]["traceback"] and "raises_for_negative" in failed[0]["traceback"]
 
 
+def test_sys_exit_in_a_trainable_fails_only_that_trial(store_path):
+    study = make_study(store_path, n_trials=2, workers=1)
+    study.run("trainables:calls_exit", progress=False)
+    trials = study.status()["trials"]
+    assert [t["state"] for t in trials] == ["failed", "failed"]
+    assert all(t["error"] == "SystemExit: 3" and t["attempts"] == 1 for t in trials)
+
+
 def test_nan_metric_fails_the_trial_with_that_reason(store_path):
     study = make_study(store_path, n_trials=1)
     study.run("trainables:nan_metric", progress=False)
