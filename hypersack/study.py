@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.core.spec import ExecutorOptions, StudySpec
+from hypersack.core.spec import ExecutorOptions, StudySpec, check_resumable
 from hypersack.errors import ConfigError, TrainableError
 from hypersack.runtime import queries
 from hypersack.runtime.devices import Slot, default_slots
@@ -111,6 +112,10 @@ class Study:
                                    self.spec.space, self.spec.objective, self.spec.seed)
         row = store.get_study(self.name) if resume else store.create_study(self.name, self.spec.to_dict())
         if resume:
+            # JSON round trip: the stored spec is JSON, so compare like with like.
+            new_spec = json.loads(json.dumps(self.spec.to_dict()))
+            check_resumable(row.spec, new_spec)
+            store.update_spec(row.study_id, new_spec)
             store.set_status(row.study_id, "running")
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
         executor = LocalExecutor(

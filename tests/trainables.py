@@ -84,3 +84,34 @@ def ignores_stop(config, ctx):
 def calls_exit(config, ctx):
     ctx.report(1, score=1.0)
     raise SystemExit(3)
+
+
+def segfaults_once(config, ctx):
+    """A real segmentation fault in the first attempt, after a checkpoint at step 2."""
+    state = ctx.restore() or {"step": 0}
+    for step in range(state["step"] + 1, 5):
+        state["step"] = step
+        ctx.checkpoint(state)
+        ctx.report(step, score=float(step))
+        if step == 2 and ctx.attempt == 1:
+            import ctypes
+            ctypes.string_at(0)
+
+
+def checks_durability(config, ctx):
+    """After each report returns, looks in the study's SQLite file for that very result."""
+    for step in range(1, 4):
+        ctx.report(step, score=float(step), durable_before=float(_stored(config["db"], ctx.trial_id, step - 1)))
+    ctx.report(4, score=4.0, durable_before=float(_stored(config["db"], ctx.trial_id, 3)))
+
+
+def _stored(db: str, trial_id: int, step: int) -> bool:
+    import sqlite3
+    if step == 0:
+        return True
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("SELECT COUNT(*) FROM results WHERE trial_id = ? AND step = ?",
+                           (trial_id, step)).fetchone()[0] == 1
+    finally:
+        con.close()

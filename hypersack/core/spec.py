@@ -14,7 +14,7 @@ from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 
-__all__ = ["StudySpec", "ExecutorOptions"]
+__all__ = ["StudySpec", "ExecutorOptions", "check_resumable"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -124,3 +124,18 @@ class StudySpec:
                 "algorithm": dict(self.algorithm), "seed": self.seed,
                 "executor": self.executor.to_dict(), "max_steps": self.max_steps,
                 "description": self.description}
+
+
+# Fields a resumed study may change: how much to run and how, not what is searched.
+RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description"})
+
+
+def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Raise ConfigError when ``new`` changes what the stored study searches (its space,
+    objective, algorithm, seed or trainable); budget and executor options may change."""
+    for key in sorted(set(stored) | set(new)):
+        if key not in RESUMABLE_CHANGES and stored.get(key) != new.get(key):
+            raise ConfigError(key, new.get(key),
+                              f"differs from the stored study's {stored.get(key)!r}; only "
+                              f"{', '.join(sorted(RESUMABLE_CHANGES))} may change on resume "
+                              "(replace the study, or give it another name)")

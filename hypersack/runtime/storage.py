@@ -157,6 +157,10 @@ class Storage:
             counts[state] = n
         return counts
 
+    def update_spec(self, study_id: int, spec: dict[str, Any]) -> None:
+        self._db.execute("UPDATE studies SET spec = ?, updated_at = ? WHERE study_id = ?",
+                         (json.dumps(spec), time.time(), study_id))
+
     def set_status(self, study_id: int, status: str) -> None:
         self._db.execute("UPDATE studies SET status = ?, updated_at = ? WHERE study_id = ?",
                          (status, time.time(), study_id))

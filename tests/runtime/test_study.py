@@ -101,6 +101,22 @@ def test_killed_worker_is_retried_from_its_checkpoint(store_path):
     assert results[4]["resumed_from"] == 2.0       # ... and the retry went on from its checkpoint
 
 
+def test_segfaulting_worker_is_retried_from_its_checkpoint(store_path):
+    study = make_study(store_path, n_trials=1, workers=1)
+    study.run("trainables:segfaults_once", progress=False)
+    trial = study.status()["trials"][0]
+    assert trial["state"] == "complete" and trial["retries"] == 1 and trial["last_step"] == 4
+    assert trial["error"] is None
+
+
+def test_a_report_is_in_the_store_when_it_returns_to_the_trainable(store_path):
+    study = make_study(store_path, n_trials=2, space={"db": str(store_path)})
+    study.run("trainables:checks_durability", progress=False)
+    results = study.results()
+    assert len(results) == 8
+    assert all(r["durable_before"] == 1.0 for r in results)
+
+
 def test_worker_that_keeps_dying_fails_after_max_retries(store_path):
     study = make_study(store_path, n_trials=1, workers=1, max_retries=1)
     study.run("trainables:always_dies", progress=False)
@@ -180,3 +196,15 @@ def test_default_slots_one_per_core_without_gpus():
     gpu_slots = default_slots(gpus=[0, 3], cpu_count=16)
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gpu_slots] == ["0", "3"]
     assert [s.device for s in gpu_slots] == ["cuda:0", "cuda:0"] and gpu_slots[1].label == "cuda:3"
+
+
+def test_resume_may_grow_the_budget_but_not_change_the_space(store_path):
+    make_study(store_path, n_trials=2).run("trainables:quick", progress=False)
+    grown = make_study(store_path, n_trials=4)
+    grown.run("trainables:quick", if_exists="resume", progress=False)
+    assert grown.status()["complete"] == 4
+    assert hypersack.Study.load("t", store_path).spec.budget.trials == 4   # kept for later resumes
+    other_space = {"x": {"type": "float", "low": 0.0, "high": 2.0}}
+    with pytest.raises(hypersack.ConfigError, match="The value of space is .* differs from the stored"):
+        make_study(store_path, space=other_space).run("trainables:quick", if_exists="resume",
+                                                      progress=False)
