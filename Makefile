@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP)
 
+# Runs the study afresh each time (--replace); a killed demo continues with
+# `.venv/bin/hypersack resume digits`.
 demo: $(STAMP)
-	$(BIN)/hypersack run examples/digits.yaml
-	$(BIN)/hypersack best digits
+	$(BIN)/hypersack run examples/digits.yaml --replace
+	$(BIN)/hypersack best digits --json
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

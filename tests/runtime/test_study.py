@@ -142,7 +142,7 @@ def test_trial_output_goes_to_its_log_file(store_path):
 
 
 def test_time_budget_stops_running_trials_at_their_next_report(store_path):
-    study = hypersack.Study(name="t", space=SPACE, objective=("score", "max"), time_budget_s=1.5,
+    study = hypersack.Study(name="t", space=SPACE, objective=("score", "max"), time_budget_s=2.5,
                             storage=store_path, workers=2)
     study.run("trainables:ignores_stop", progress=False)
     status = study.status()
