@@ -9,7 +9,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
@@ -32,7 +32,6 @@ class _Worker:
     started_at: float = 0.0
     awaiting_ack: bool = False
     has_trainable: bool = False
-    stopping: set[int] = field(default_factory=set)
 
 
 class LocalExecutor:
@@ -86,10 +85,6 @@ class LocalExecutor:
 
     def free_slots(self) -> int:
         return sum(1 for w in self._workers if w.trial_id is None)
-
-    def running(self) -> dict[int, str]:
-        """Running trial ids and the label of their slot."""
-        return {w.trial_id: w.slot.label for w in self._workers if w.trial_id is not None}
 
     def submit(self, command: Command) -> None:
         if isinstance(command, Launch):
