@@ -100,7 +100,7 @@ def make_algorithm(spec: Any, space: SearchSpace, objective: Objective, seed: in
     try:
         return _REGISTRY[name](space, objective, seed=seed, **options)
     except TypeError as exc:
-        raise ConfigError(f"algorithm", dict(spec), f"has options {name!r} does not take ({exc})") from None
+        raise ConfigError("algorithm", dict(spec), f"has options {name!r} does not take ({exc})") from None
 
 
 def _load_builtins() -> None:
