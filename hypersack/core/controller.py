@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from hypersack.core.algorithms.base import Algorithm, Decision
+from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.objective import Objective
-from hypersack.core.trial import (CheckpointSaved, Command, Event, Launch, ResultReported, Stop,
-                                  TrialFailed, TrialFinished, TrialRecord, TrialStarted, TrialState)
+from hypersack.core.trial import (CheckpointSaved, Command, DeviceAdded, DeviceLost, Event, Launch,
+                                  ResultReported, Stop, TrialFailed, TrialFinished, TrialRecord,
+                                  TrialStarted, TrialState)
 from hypersack.errors import ConfigError
 
 __all__ = ["Budget", "Controller"]
@@ -21,6 +23,8 @@ __all__ = ["Budget", "Controller"]
 _INTERRUPTED = "interrupted"
 _TIME_BUDGET = "time budget"
 _PRUNED = "pruned"
+_PAUSED = "paused"
+_RESIZE = "resize"
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,12 @@ class Controller:
         self._interrupted = False
         self._time_up = False
         self._suggest_idle = False             # the last suggest() had nothing to propose
+        self.allocator: Allocator | None = None  # None: plain slot counting, no placement
+        self._device_lost: set[int] = set()    # trials whose device vanished (no retry charged)
+
+    def set_inventory(self, cluster: Any, policy: str = "wfd", demand=None) -> None:
+        """Place trials on ``cluster``'s devices with ``policy``; ``demand(record) -> Job``."""
+        self.allocator = Allocator(cluster, policy, demand or default_demand)
 
     # ---- restore (resume) ------------------------------------------------------------------
 
@@ -78,7 +88,7 @@ class Controller:
         self._elapsed_before = elapsed_s
         for record in sorted(trials, key=lambda r: r.trial_id):
             self.trials[record.trial_id] = record
-            if not record.state.finished:
+            if not record.state.finished and record.state is not TrialState.PAUSED:
                 record.state = TrialState.PENDING
                 record.stop_reason = None
                 self._queue.append(record.trial_id)
@@ -89,24 +99,99 @@ class Controller:
     def elapsed(self, now: float) -> float:
         return self._elapsed_before + max(0.0, now - self._session_start)
 
-    def launches(self, free_slots: int, now: float) -> list[Launch]:
-        """Up to ``free_slots`` launches: queued trials first, then new suggestions within budget."""
-        out: list[Launch] = []
+    def launches(self, free_slots: int | None = None, now: float = 0.0) -> list[Launch]:
+        """Trials to start now: queued ones first (resumed, promoted, retried), then new ones.
+
+        With an inventory (``set_inventory``) the placement policy decides what fits and each
+        Launch names its devices; without one, up to ``free_slots`` trials start.
+        """
         if self._interrupted:
-            return out
+            return []
+        self._take_promotions(now)
+        if self.allocator is None:
+            return self._launch_counted(free_slots or 0, now)
+        return self._launch_placed(now)
+
+    def _launch_counted(self, free_slots: int, now: float) -> list[Launch]:
+        out: list[Launch] = []
         while len(out) < free_slots and self._queue:
             out.append(self._launch(self.trials[self._queue.popleft()], now))
-        while len(out) < free_slots and self._may_create(now):
+        while len(out) < free_slots:
+            record = self._create(now)
+            if record is None:
+                break
+            out.append(self._launch(record, now))
+        return out
+
+    def _launch_placed(self, now: float) -> list[Launch]:
+        queued = [self.trials[t] for t in self._queue]
+        placed = self.allocator.place(queued)
+        out = [self._launch(r, now, placed[r.trial_id]) for r in queued if r.trial_id in placed]
+        self._queue = deque(t for t in self._queue if t not in placed)
+        while not self._queue:
+            record = self._create(now)
+            if record is None:
+                break
+            spot = self.allocator.place([record])
+            if not spot:
+                self._queue.append(record.trial_id)
+                break
+            out.append(self._launch(record, now, spot[record.trial_id]))
+        if not out and not self.running():
+            self._fail_unplaceable(now)
+        return out
+
+    def _fail_unplaceable(self, now: float) -> None:
+        """With every device idle, a queued trial that still does not fit never will: fail it."""
+        for trial_id in list(self._queue):
+            record = self.trials[trial_id]
+            why = self.allocator.unplaceable(record)
+            if why is not None:
+                self._queue.remove(trial_id)
+                self._finish(record, TrialState.FAILED, now, error=f"no device can run this trial: {why}")
+
+    def _take_promotions(self, now: float) -> None:
+        """Queue every PAUSED trial the algorithm promotes now."""
+        if self._out_of_time(now):
+            return
+        while (trial_id := self.algorithm.promote()) is not None:
+            self._resume_paused(trial_id)
+
+    def _resume_paused(self, trial_id: int) -> None:
+        record = self.trials.get(trial_id)
+        if record is None or record.state is not TrialState.PAUSED:
+            return       # a promotion of a trial that is not paused: nothing to resume
+        record.state = TrialState.PENDING
+        record.resources = self._clamp_resources(self.algorithm.resources(trial_id))
+        self._queue.append(trial_id)
+        self._changed.add(trial_id)
+
+    def _create(self, now: float) -> TrialRecord | None:
+        """A new trial from the algorithm (or a promotion it returns), or None."""
+        while self._may_create(now):
             trial_id = len(self.trials)
             suggestion = self.algorithm.suggest(trial_id)
             self._suggest_idle = suggestion is None
             if suggestion is None:
-                break
+                return None
+            if suggestion.resume is not None:
+                self._resume_paused(suggestion.resume)
+                if self._queue:
+                    return None    # the promoted trial launches first
+                continue
             record = TrialRecord(trial_id, dict(suggestion.config), trial_seed(self.seed, trial_id),
                                  info=dict(suggestion.info))
+            record.resources = self._clamp_resources(self.algorithm.resources(trial_id))
             self.trials[trial_id] = record
-            out.append(self._launch(record, now))
-        return out
+            self._changed.add(trial_id)
+            return record
+        return None
+
+    def _clamp_resources(self, wanted: int) -> int:
+        wanted = max(1, int(wanted))
+        if self.allocator is not None:
+            wanted = min(wanted, max(1, self.allocator.device_count()))
+        return wanted
 
     def _may_create(self, now: float) -> bool:
         if self.budget.trials is not None and len(self.trials) >= self.budget.trials:
@@ -116,18 +201,30 @@ class Controller:
     def _out_of_time(self, now: float) -> bool:
         return self.budget.time_s is not None and self.elapsed(now) >= self.budget.time_s
 
-    def _launch(self, record: TrialRecord, now: float) -> Launch:
+    def _launch(self, record: TrialRecord, now: float,
+                devices: tuple[tuple[str, str], ...] = ()) -> Launch:
         record.state = TrialState.RUNNING
         record.attempts += 1
         record.started_at = now
         record.error = record.traceback = None
+        record.devices = [tuple(d) for d in devices]
         self._changed.add(record.trial_id)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
-                      record.checkpoint)
+                      record.checkpoint, tuple(devices), self._share(record, devices))
+
+    def _share(self, record: TrialRecord, devices) -> float | None:
+        """Percent of each device's compute this trial was given (None: a whole device)."""
+        if self.allocator is None or not devices or self.allocator.policy == "exclusive":
+            return None
+        compute = float(self.allocator.demand(record).compute)
+        return min(100.0, compute) if compute < 100.0 else None
 
     # ---- events ----------------------------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[Command]:
+        if isinstance(event, (DeviceAdded, DeviceLost)):
+            self._on_device(event)
+            return []
         record = self.trials.get(event.trial_id)
         if record is None or record.state is not TrialState.RUNNING:
             return []          # late news of a trial already decided (e.g. failed on NaN)
@@ -159,14 +256,32 @@ class Controller:
             # Asked already; ask again: a worker relaunched after a crash never got the request.
             return [Stop(record.trial_id, record.stop_reason)]
         decision = self.algorithm.on_result(record.trial_id, event.step, event.metrics)
-        if decision is Decision.STOP:
-            record.stop_reason = _PRUNED
-            return [Stop(record.trial_id, _PRUNED)]
-        return []
+        reason = {Decision.STOP: _PRUNED, Decision.PAUSE: _PAUSED, Decision.GROW: _RESIZE}.get(decision)
+        if reason is None:
+            return []
+        record.stop_reason = reason
+        return [Stop(record.trial_id, reason)]
+
+    def _on_device(self, event: DeviceAdded | DeviceLost) -> None:
+        if self.allocator is None:
+            return
+        if isinstance(event, DeviceAdded):
+            self.allocator.add_device(event.node_id, event.gpu)
+        else:
+            self._device_lost.update(self.allocator.lose_device(event.node_id, event.gpu_id))
 
     def _on_finished(self, record: TrialRecord, now: float) -> None:
+        self._release(record)
         if record.stop_reason == _INTERRUPTED:
             record.state, record.stop_reason = TrialState.PENDING, None
+            self._queue.appendleft(record.trial_id)
+            return
+        if record.stop_reason == _PAUSED:
+            record.state, record.stop_reason = TrialState.PAUSED, None
+            return
+        if record.stop_reason == _RESIZE:
+            record.state, record.stop_reason = TrialState.PENDING, None
+            record.resources = self._clamp_resources(self.algorithm.resources(record.trial_id))
             self._queue.appendleft(record.trial_id)
             return
         if record.value is None:
@@ -178,8 +293,12 @@ class Controller:
         self._finish(record, state, now)
 
     def _on_failed(self, record: TrialRecord, event: TrialFailed, now: float) -> None:
-        if record.stop_reason == _INTERRUPTED:
+        self._release(record)
+        if record.stop_reason == _INTERRUPTED or record.trial_id in self._device_lost:
+            # Interrupted, or its device vanished: not the trial's fault, no retry is charged.
+            self._device_lost.discard(record.trial_id)
             record.state, record.stop_reason = TrialState.PENDING, None
+            record.error = event.reason
             self._queue.appendleft(record.trial_id)
             return
         if event.retryable and record.retries < self.max_retries:
@@ -192,6 +311,11 @@ class Controller:
         if event.retryable:
             reason += f" (gave up after {record.retries} retries)"
         self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback)
+
+    def _release(self, record: TrialRecord) -> None:
+        if self.allocator is not None:
+            self.allocator.release(record.trial_id)
+        record.devices = []
 
     def _finish(self, record: TrialRecord, state: TrialState, now: float | None, *,
                 error: str | None = None, traceback: str | None = None) -> None:
@@ -238,6 +362,14 @@ class Controller:
             return False
         # With nothing running, an algorithm that just suggested nothing never will: done.
         return not self._may_create(now) or self._suggest_idle
+
+    def finalize(self, now: float) -> None:
+        """The study ended (not interrupted): PAUSED trials that were never promoted end PRUNED."""
+        if self._interrupted:
+            return
+        for record in self.trials.values():
+            if record.state is TrialState.PAUSED:
+                self._finish(record, TrialState.PRUNED, now)
 
     def take_changes(self) -> list[TrialRecord]:
         """Trials changed since the last call, for the loop to persist."""

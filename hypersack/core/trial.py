@@ -12,6 +12,7 @@ from typing import Any
 class TrialState(str, enum.Enum):
     PENDING = "pending"      # created, waiting for a device (new, retried or resumed)
     RUNNING = "running"
+    PAUSED = "paused"        # stopped at a rung by the algorithm, checkpoint kept, may be resumed
     COMPLETE = "complete"
     PRUNED = "pruned"        # stopped early by the algorithm
     FAILED = "failed"
@@ -40,6 +41,8 @@ class TrialRecord:
     checkpoint_step: int | None = None
     device: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    resources: int = 1            # devices for the next launch (data-parallel world size)
+    devices: list[tuple[str, str]] = field(default_factory=list)  # (node_id, gpu_id) while running
     started_at: float | None = None
     finished_at: float | None = None
     stop_reason: str | None = None   # set while a stop has been asked and not yet honoured
@@ -82,7 +85,24 @@ class TrialFailed:
     retryable: bool = False
 
 
-Event = TrialStarted | ResultReported | CheckpointSaved | TrialFinished | TrialFailed
+@dataclass(frozen=True)
+class DeviceAdded:
+    """A device joined the inventory (``gpu`` is a ``hypersack.placement.GPU``)."""
+    node_id: str
+    gpu: Any
+    trial_id: None = None
+
+
+@dataclass(frozen=True)
+class DeviceLost:
+    """A device failed or disappeared; its trials are reported TrialFailed(retryable) separately."""
+    node_id: str
+    gpu_id: str
+    trial_id: None = None
+
+
+Event = (TrialStarted | ResultReported | CheckpointSaved | TrialFinished | TrialFailed
+         | DeviceAdded | DeviceLost)
 
 
 # ---- commands: controller -> executor -------------------------------------------------------
@@ -94,6 +114,10 @@ class Launch:
     seed: int
     attempt: int
     checkpoint: str | None = None
+    # Where it runs: one (node_id, gpu_id) per data-parallel rank, rank 0 first. Empty: any slot.
+    devices: tuple[tuple[str, str], ...] = ()
+    # Percent of each device's compute given to this job (MPS thread percentage); None: all.
+    compute_share: float | None = None
 
 
 @dataclass(frozen=True)

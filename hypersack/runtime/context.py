@@ -5,6 +5,8 @@ Contract for trainables:
   numbers (tensors and numpy scalars are converted). Returns once the result is durable in the
   study store. Once the study has asked the trial to stop, the next ``report`` raises
   ``TrialStopped`` (a BaseException: let it propagate) and the worker ends the trial cleanly.
+  A stop decided on a report (the algorithm pauses or prunes the trial at this step) is raised by
+  that very report, once the result is durable: no work is wasted past it.
 - ``ctx.checkpoint(state)``: saves ``state`` (anything ``torch.save`` or pickle can write)
   atomically as the trial's latest checkpoint. Call it before the ``report`` of the same step.
 - ``ctx.restore()``: the latest checkpoint of this trial, or None on a first start. A trial that is
@@ -12,7 +14,11 @@ Contract for trainables:
 - ``ctx.should_stop()``: True once a stop was asked; long steps may poll it.
 - ``ctx.device`` ("cpu" or "cuda:0": the trial's GPU is the only one it sees), ``ctx.seed``,
   ``ctx.trial_id``, ``ctx.attempt`` (1 on first launch), ``ctx.trial_dir``, ``ctx.max_steps``
-  (the study's planned steps per trial, or None), ``ctx.world`` (rank and size; 0 and 1 for now).
+  (the study's planned steps per trial, or None), ``ctx.world`` (rank and size).
+- Data-parallel trials (``ctx.world.size > 1``): every rank calls ``report`` at the same steps
+  (only rank 0's result is sent; all ranks stop together); only rank 0's ``checkpoint`` is
+  written; every rank may ``restore``. The torch.distributed process group is initialised
+  before ``train`` is called (gloo on CPU, NCCL on GPU).
 """
 from __future__ import annotations
 
@@ -55,7 +61,8 @@ def to_number(value: Any) -> Any:
 
 class TrialContext:
     def __init__(self, *, trial_id: int, seed: int, device: str, attempt: int, trial_dir: Path,
-                 channel: Channel, max_steps: int | None = None, world: World = World()):
+                 channel: Channel, max_steps: int | None = None, world: World = World(),
+                 sync_stop: Callable[[bool], bool] | None = None):
         self.trial_id = trial_id
         self.seed = seed
         self.device = device
@@ -64,6 +71,7 @@ class TrialContext:
         self.max_steps = max_steps
         self.world = world
         self._channel = channel
+        self._sync_stop = sync_stop
         self._last_step: int | None = None
         self._stopped = False
 
@@ -72,21 +80,39 @@ class TrialContext:
         return self._last_step
 
     def report(self, step: int, **metrics: Any) -> None:
-        if self._stopped or self._channel.stop_requested():
+        if self._stopped or self._stop_now(before=True):
             self._stopped = True
             raise TrialStopped()
         if not metrics:
             raise TypeError("ctx.report() needs at least one metric, e.g. ctx.report(step, loss=0.1)")
         clean = {name: to_number(v) for name, v in metrics.items()}
         self._last_step = int(step)
-        self._channel.request(("report", self.trial_id, int(step), clean))
+        if self.world.rank == 0:
+            self._channel.request(("report", self.trial_id, int(step), clean))
+        if self._stop_now(before=False):
+            self._stopped = True
+            raise TrialStopped()
+
+    def _stop_now(self, before: bool) -> bool:
+        """Whether to stop; with several ranks, only after a report and as rank 0 says."""
+        if self._sync_stop is None:
+            return self._channel.stop_requested()
+        if before:
+            return False
+        return self._sync_stop(self.world.rank == 0 and self._channel.stop_requested())
 
     def should_stop(self) -> bool:
-        self._stopped = self._stopped or self._channel.stop_requested()
+        """True once a stop was asked. With several ranks, only the stop agreed at the last
+        report counts (every rank must take the same path)."""
+        if self._sync_stop is None:
+            self._stopped = self._stopped or self._channel.stop_requested()
         return self._stopped
 
     def checkpoint(self, state: Any) -> Path:
-        """Atomically replace the trial's checkpoint with ``state``; returns its path."""
+        """Atomically replace the trial's checkpoint with ``state``; returns its path.
+        Ranks other than 0 write nothing."""
+        if self.world.rank != 0:
+            return self.trial_dir / "checkpoint.pt"
         self.trial_dir.mkdir(parents=True, exist_ok=True)
         save, suffix = _serializer()
         path = self.trial_dir / f"checkpoint{suffix}"

@@ -1,12 +1,14 @@
 """What this machine offers trials: one slot per GPU, or one per CPU core without GPUs."""
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Slot", "detect_gpus", "default_slots"]
+__all__ = ["Slot", "detect_gpus", "default_slots", "slots_cluster"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,31 @@ class Slot:
     @property
     def label(self) -> str:
         return f"cuda:{self.gpu}" if self.gpu is not None else f"cpu/{self.index}"
+
+    @property
+    def key(self) -> str:
+        """The device's id in the placement model (slots on one GPU share it)."""
+        return f"gpu{self.gpu}" if self.gpu is not None else f"cpu{self.index}"
+
+
+def slots_cluster(slots: list[Slot], node_id: str = "local", oversubscription: float = 1.0,
+                  cpus: int | None = None) -> Any:
+    """A one-node placement Cluster with one device per distinct slot key.
+
+    CPU slots become devices of arch "cpu" (100% compute = the slot's share of the cores, memory
+    0 GB: not modelled); GPU slots become devices of arch "gpu" with unknown memory (0 GB: jobs
+    with a memory demand must come with a real inventory). The node's CPU cores are not a limit
+    beyond the slots themselves: ``cpus`` defaults to one per device and oversubscribed job.
+    """
+    from hypersack.core.placement import GPU, Cluster, Node
+    seen: dict[str, Slot] = {}
+    for slot in slots:
+        seen.setdefault(slot.key, slot)
+    gpus = [GPU(key, "cpu" if slot.gpu is None else "gpu", 0.0, oversubscription=oversubscription)
+            for key, slot in seen.items()]
+    if cpus is None:
+        cpus = len(gpus) * max(1, math.ceil(oversubscription))
+    return Cluster([Node(node_id, cpus, gpus)])
 
 
 def detect_gpus() -> list[int]:

@@ -104,7 +104,8 @@ def _turns(controller: Controller, executor: Executor, storage: Storage, row: St
         if interrupts.count and not interrupted:
             interrupted = True
             commands += controller.interrupt()
-        launches: list[Launch] = controller.launches(executor.free_slots(), now)
+        free = None if controller.allocator is not None else executor.free_slots()
+        launches: list[Launch] = controller.launches(free, now)
         changes = controller.take_changes()
         if changes or results:
             storage.save_batch(row.study_id, changes, results, controller.state_dict(now))
@@ -115,4 +116,9 @@ def _turns(controller: Controller, executor: Executor, storage: Storage, row: St
             executor.submit(launch)
         progress.update(controller, now)
         if controller.done(now):
+            if not interrupted:
+                controller.finalize(now)
+                changes = controller.take_changes()
+                if changes:
+                    storage.save_batch(row.study_id, changes, [], controller.state_dict(now))
             return

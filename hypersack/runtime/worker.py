@@ -98,11 +98,15 @@ def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any
         try:
             train = _trainable(task["trainable"], trainables)
             _seed_everything(task["seed"])
+            world, sync = _join_world(task.get("world") or {}, task["device"])
             ctx = TrialContext(trial_id=trial_id, seed=task["seed"], device=task["device"],
                                attempt=task["attempt"], trial_dir=trial_dir, channel=channel,
-                               max_steps=task.get("max_steps"))
-            returned = train(dict(task["config"]), ctx)
-            _report_returned(ctx, returned, task["metric"])
+                               max_steps=task.get("max_steps"), world=world, sync_stop=sync)
+            try:
+                returned = train(dict(task["config"]), ctx)
+                _report_returned(ctx, returned, task["metric"])
+            finally:
+                _leave_world(world)
             conn.send(("done", trial_id))
         except TrialStopped:
             conn.send(("done", trial_id))
@@ -114,6 +118,39 @@ def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any
             sys.stdout.flush()
             sys.stderr.flush()
     return _SHUTDOWN if channel.shutdown else None
+
+
+def _join_world(world: dict[str, Any], device: str):
+    """Join the trial's torch.distributed group when it spans several workers.
+
+    Returns the World and a ``sync(flag) -> bool`` that makes every rank agree with rank 0 (used
+    by ``ctx.report`` so all ranks stop at the same step), or None for a single worker.
+    """
+    from hypersack.runtime.context import World
+    size = int(world.get("size") or 1)
+    if size <= 1:
+        return World(), None
+    import datetime
+    import torch
+    import torch.distributed as dist
+    rank = int(world["rank"])
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{world['port']}", rank=rank,
+                            world_size=size, timeout=datetime.timedelta(seconds=300))
+    control = dist.new_group(backend="gloo") if backend != "gloo" else None
+
+    def sync(flag: bool) -> bool:
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        dist.broadcast(t, src=0, group=control)
+        return bool(t.item())
+    return World(rank, size), sync
+
+
+def _leave_world(world) -> None:
+    if world.size > 1:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..., Any]:

@@ -38,12 +38,14 @@ def test_report_converts_numbers_and_waits_for_ack(tmp_path):
         ctx.report(2)
 
 
-def test_report_after_a_stop_raises_trial_stopped(tmp_path):
+def test_a_stop_decided_on_a_report_is_raised_by_that_report_once_it_is_durable(tmp_path):
     channel = FakeChannel(stop_after=2)
     ctx = ctx_for(tmp_path, channel)
     ctx.report(1, loss=1.0)
     assert not ctx.should_stop()
-    ctx.report(2, loss=1.0)
+    with pytest.raises(TrialStopped):
+        ctx.report(2, loss=1.0)
+    assert len(channel.requests) == 2          # the result was sent (and acknowledged) first
     assert ctx.should_stop()
     with pytest.raises(TrialStopped):
         ctx.report(3, loss=1.0)

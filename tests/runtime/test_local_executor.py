@@ -85,8 +85,9 @@ def test_cancel_kills_the_trial_and_the_slot_is_reused(executor):
 
 def test_workers_keep_their_process_across_trials(executor):
     ex = executor("trainables:quick")
-    pid = ex._workers[0].process.pid
+    pids = ex.worker_pids()
+    assert len(pids) == 1
     for trial_id in range(3):
         ex.submit(Launch(trial_id, {"x": 0.1}, seed=1, attempt=1))
         collect(ex, lambda ev: any(isinstance(e, TrialFinished) for e in ev))
-    assert ex._workers[0].process.pid == pid
+    assert ex.worker_pids() == pids

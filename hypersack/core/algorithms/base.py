@@ -3,8 +3,17 @@
 Contract:
 - ``suggest(trial_id)`` returns a Suggestion for the new trial ``trial_id``, or None when it has
   nothing to propose right now. ``exhausted`` is True once it will never propose again.
+- A Suggestion with ``resume`` set asks the study to resume that PAUSED trial (from its checkpoint,
+  never from scratch) instead of creating a new one; ``config`` is then ignored and ``trial_id`` is
+  not used up.
 - ``on_result(trial_id, step, metrics)`` is called for every reported result, in arrival order,
-  and returns a Decision for that trial.
+  and returns a Decision for that trial:
+  CONTINUE: go on. STOP: end it early (PRUNED). PAUSE: it stops at this step and its checkpoint is
+  kept; state PAUSED until a later ``suggest`` resumes it (or the study ends: it then ends PRUNED).
+  GROW: it stops at this step and relaunches from its checkpoint with ``resources(trial_id)``
+  devices (data-parallel); it waits PENDING until that many are free.
+- ``promote()`` names a PAUSED trial to resume now, or None; the study asks it before ``suggest``.
+- ``resources(trial_id)`` is the number of devices the trial's next launch needs (default 1).
 - ``on_complete(trial_id, value, state)`` is called once per trial when it ends; ``value`` is the
   objective value (None for a failed trial).
 - ``state_dict()`` is JSON-serialisable; ``load_state_dict(sd)`` on a freshly built algorithm of
@@ -33,9 +42,11 @@ class Decision(enum.Enum):
 
 @dataclass(frozen=True)
 class Suggestion:
-    config: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
     # Free-form annotations an algorithm wants stored with the trial (bracket, rung...).
     info: dict[str, Any] = field(default_factory=dict)
+    # Resume this PAUSED trial instead of creating a new one (promotion).
+    resume: int | None = None
 
 
 class Algorithm:
@@ -57,6 +68,14 @@ class Algorithm:
         return Decision.CONTINUE
 
     def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
+        return None
+
+    def resources(self, trial_id: int) -> int:
+        return 1
+
+    def promote(self) -> int | None:
+        """A PAUSED trial to resume now (a promotion), or None. Asked before ``suggest`` and also
+        once no new trial may be created (trial budget spent), so promotions are never starved."""
         return None
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,118 +1,182 @@
-"""A persistent pool of worker processes on this machine, one per slot.
+"""A pool of worker processes on this machine, running trials on the devices the controller picks.
 
-Workers are spawned once (the trainable's imports, torch included, are paid once per worker).
-A worker that dies under a trial is replaced and its trial reported as a retryable failure; a
-trial over its time limit is killed with its worker and reported as a failure.
+Each device (a GPU, or a share of the CPU cores without GPUs) keeps warm workers: spawned once,
+so a trainable's imports (torch included) are paid once per worker, and reused for later trials.
+Several trials may share a device (placement with oversubscription): a device then gets more
+workers. A data-parallel trial placed on k devices runs as k workers (ranks) that rendezvous
+through torch.distributed; rank 0 talks for the trial. A worker that dies under a trial is replaced
+and its trial reported as a retryable failure; a trial over its time limit is killed.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import signal
+import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
 from hypersack.core.trial import (Cancel, CheckpointSaved, Command, Event, Launch, ResultReported,
                                   Stop, TrialFailed, TrialFinished, TrialStarted)
-from hypersack.runtime.devices import Slot
+from hypersack.runtime.devices import Slot, slots_cluster
 from hypersack.runtime.trainable import TrainableRef
 from hypersack.runtime.worker import worker_main
 
 __all__ = ["LocalExecutor"]
 
+NODE_ID = "local"
+RANK_GRACE_S = 60.0     # other ranks must finish this soon after rank 0 is done
+
 
 @dataclass
 class _Worker:
     slot: Slot
+    env_key: tuple
     process: Any
     conn: Any
     trial_id: int | None = None
-    started_at: float = 0.0
+    rank: int = 0
     awaiting_ack: bool = False
     has_trainable: bool = False
+
+
+@dataclass
+class _Job:
+    """A running trial: its workers, rank 0 first."""
+    trial_id: int
+    workers: list[_Worker]
+    started_at: float
+    finished_ranks: set[int] = field(default_factory=set)
+    rank0_done_at: float | None = None
 
 
 class LocalExecutor:
     def __init__(self, slots: list[Slot], trainable: TrainableRef, *,
                  trial_dir: Callable[[int], Path], metric: str,
                  steps_for: Callable[[dict], int | None] = lambda config: None,
-                 trial_timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic):
-        self._slots = slots
+                 trial_timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 cluster: Any = None, share_env: Callable[[Slot, float | None], dict] | None = None):
+        self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
         self._metric = metric
         self._steps_for = steps_for
         self._timeout = trial_timeout_s
         self._clock = clock
+        self._cluster = cluster
+        self._share_env = share_env
         self._ctx = mp.get_context("spawn")
-        self._workers: list[_Worker] = []
+        self._idle: list[_Worker] = []
+        self._jobs: dict[int, _Job] = {}
         self._pending: list[Event] = []     # events made by commands, handed out by the next poll
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._workers = [self._spawn(slot) for slot in self._slots]
+    def inventory(self) -> Any:
+        """The devices, as a placement Cluster (built from the slots unless one was given)."""
+        if self._cluster is None:
+            self._cluster = slots_cluster(list(self._slots.values()), node_id=NODE_ID)
+        return self._cluster
 
-    def _spawn(self, slot: Slot) -> _Worker:
+    def start(self) -> None:
+        self._idle = [self._spawn(slot, None) for slot in self._slots.values()]
+
+    def _spawn(self, slot: Slot, share: float | None) -> _Worker:
+        env = dict(slot.env)
+        if self._share_env is not None:
+            env.update(self._share_env(slot, share))
         parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=worker_main, args=(child, slot.env), daemon=True,
-                                    name=f"hypersack-worker-{slot.index}")
+        process = self._ctx.Process(target=worker_main, args=(child, env), daemon=True,
+                                    name=f"hypersack-worker-{slot.key}")
         process.start()
         child.close()
-        return _Worker(slot, process, parent)
+        return _Worker(slot, (slot.key, share), process, parent)
 
     def shutdown(self, kill: bool = False) -> None:
-        for w in self._workers:
+        workers = self._idle + [w for job in self._jobs.values() for w in job.workers]
+        for w in workers:
             if kill:
                 w.process.kill()
             else:
-                try:
-                    w.conn.send(("shutdown",))
-                except (OSError, BrokenPipeError):
-                    pass
+                self._send(w, ("shutdown",))
         deadline = time.monotonic() + 5.0
-        for w in self._workers:
+        for w in workers:
             w.process.join(max(0.0, deadline - time.monotonic()))
             if w.process.is_alive():
                 w.process.kill()
                 w.process.join()
             w.conn.close()
-        self._workers = []
+        self._idle, self._jobs = [], {}
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of every live worker, idle or busy (diagnostics and tests)."""
+        busy = [w for job in self._jobs.values() for w in job.workers]
+        return sorted(w.process.pid for w in self._idle + busy if w.process.is_alive())
 
     # ---- commands --------------------------------------------------------------------------
 
     def free_slots(self) -> int:
-        return sum(1 for w in self._workers if w.trial_id is None)
+        """Devices with no trial on them (for a study without placement)."""
+        busy = {w.slot.key for job in self._jobs.values() for w in job.workers}
+        return sum(1 for key in self._slots if key not in busy)
 
     def submit(self, command: Command) -> None:
         if isinstance(command, Launch):
             self._launch(command)
         elif isinstance(command, Stop):
-            for w in self._workers:
-                if w.trial_id == command.trial_id:
-                    self._send(w, ("stop", command.trial_id))
+            for w in self._job_workers(command.trial_id):
+                self._send(w, ("stop", command.trial_id))
         elif isinstance(command, Cancel):
-            for i, w in enumerate(self._workers):
-                if w.trial_id == command.trial_id:
-                    self._kill_and_replace(i)
-                    self._pending.append(TrialFailed(command.trial_id, command.reason))
+            if command.trial_id in self._jobs:
+                self._end_job(command.trial_id, kill=True)
+                self._pending.append(TrialFailed(command.trial_id, command.reason))
+
+    def _job_workers(self, trial_id: int) -> list[_Worker]:
+        job = self._jobs.get(trial_id)
+        return job.workers if job else []
 
     def _launch(self, launch: Launch) -> None:
-        worker = next((w for w in self._workers if w.trial_id is None), None)
-        if worker is None:
-            raise RuntimeError(f"no free slot for trial {launch.trial_id}")   # a loop bug, not user input
+        keys = [gpu for _, gpu in launch.devices] or [self._any_free_slot(launch.trial_id)]
+        workers = [self._take_worker(self._slot(key, launch.trial_id), launch.compute_share)
+                   for key in keys]
+        job = _Job(launch.trial_id, workers, self._clock())
+        self._jobs[launch.trial_id] = job
+        world = {"size": len(workers), "port": _free_port() if len(workers) > 1 else None}
+        for rank, worker in enumerate(workers):
+            worker.trial_id, worker.rank = launch.trial_id, rank
+            self._send(worker, ("run", self._task(launch, worker, dict(world, rank=rank))))
+            worker.has_trainable = True
+
+    def _task(self, launch: Launch, worker: _Worker, world: dict) -> dict:
         ref = self._trainable
-        task = {
+        return {
             "trial_id": launch.trial_id, "config": launch.config, "seed": launch.seed,
             "attempt": launch.attempt, "device": worker.slot.device,
             "trial_dir": str(self._trial_dir(launch.trial_id)), "metric": self._metric,
-            "max_steps": self._steps_for(launch.config),
+            "max_steps": self._steps_for(launch.config), "world": world,
             "trainable": (ref.key, None, None) if worker.has_trainable else (ref.key, ref.reference, ref.payload),
         }
-        worker.trial_id, worker.started_at, worker.has_trainable = launch.trial_id, self._clock(), True
-        self._send(worker, ("run", task))
+
+    def _slot(self, key: str, trial_id: int) -> Slot:
+        if key not in self._slots:
+            raise RuntimeError(f"trial {trial_id} placed on unknown device {key!r}")  # a loop bug
+        return self._slots[key]
+
+    def _any_free_slot(self, trial_id: int) -> str:
+        busy = {w.slot.key for job in self._jobs.values() for w in job.workers}
+        for key in self._slots:
+            if key not in busy:
+                return key
+        raise RuntimeError(f"no free slot for trial {trial_id}")   # a loop bug, not user input
+
+    def _take_worker(self, slot: Slot, share: float | None) -> _Worker:
+        key = (slot.key, share)
+        for i, w in enumerate(self._idle):
+            if w.env_key == key and w.process.is_alive():
+                return self._idle.pop(i)
+        return self._spawn(slot, share)
 
     def _send(self, worker: _Worker, message: tuple) -> None:
         try:
@@ -121,7 +185,8 @@ class LocalExecutor:
             pass   # the worker died; poll() notices through its sentinel
 
     def acknowledge(self) -> None:
-        for w in self._workers:
+        for job in self._jobs.values():
+            w = job.workers[0]
             if w.awaiting_ack:
                 w.awaiting_ack = False
                 self._send(w, ("ack", w.trial_id))
@@ -131,67 +196,114 @@ class LocalExecutor:
     def poll(self, timeout: float) -> list[Event]:
         events: list[Event] = self._pending + self._enforce_timeouts()
         self._pending = []
-        waitables = [w.conn for w in self._workers] + [w.process.sentinel for w in self._workers]
+        busy = [w for job in self._jobs.values() for w in job.workers]
+        waitables = [w.conn for w in busy] + [w.process.sentinel for w in busy + self._idle]
         wait(waitables, timeout=0 if events else timeout)
-        for w in list(self._workers):
-            events.extend(self._drain(w))
-            if not w.process.is_alive():
-                events.extend(self._replace_dead(w))
+        for job in list(self._jobs.values()):
+            for w in list(job.workers):
+                if job.trial_id not in self._jobs:
+                    break
+                events.extend(self._drain(job, w))
+                if job.trial_id in self._jobs and not w.process.is_alive():
+                    events.extend(self._worker_died(job, w))
+        self._replace_dead_idle()
         return events
 
-    def _drain(self, w: _Worker) -> list[Event]:
+    def _drain(self, job: _Job, w: _Worker) -> list[Event]:
         events: list[Event] = []
         try:
-            while w.conn.poll():
-                event = self._event(w, w.conn.recv())
+            while job.trial_id in self._jobs and w.conn.poll():
+                event = self._event(job, w, w.conn.recv())
                 if event is not None:
                     events.append(event)
         except (EOFError, OSError):
             pass
         return events
 
-    def _event(self, w: _Worker, message: tuple) -> Event | None:
+    def _event(self, job: _Job, w: _Worker, message: tuple) -> Event | None:
         kind, trial_id = message[0], message[1]
-        if trial_id != w.trial_id:
+        if trial_id != job.trial_id:
+            return None
+        if kind in ("done", "error"):
+            return self._rank_ended(job, w, message)
+        if w.rank != 0:
             return None
         if kind == "started":
-            return TrialStarted(trial_id, w.slot.label)
+            return TrialStarted(trial_id, w.slot.label if len(job.workers) == 1
+                                else "+".join(x.slot.label for x in job.workers))
         if kind == "report":
             w.awaiting_ack = True
             return ResultReported(trial_id, message[2], message[3])
         if kind == "checkpoint":
             return CheckpointSaved(trial_id, message[2], message[3])
-        w.trial_id = None
-        if kind == "done":
-            return TrialFinished(trial_id)
-        return TrialFailed(trial_id, message[2], message[3])
+        return None
 
-    def _replace_dead(self, w: _Worker) -> list[Event]:
-        trial_id, code = w.trial_id, w.process.exitcode
+    def _rank_ended(self, job: _Job, w: _Worker, message: tuple) -> Event | None:
+        if message[0] == "error":
+            # One rank failed: the others would hang in their collectives.
+            self._end_job(job.trial_id, kill=len(job.workers) > 1, keep=w)
+            return TrialFailed(job.trial_id, message[2], message[3])
+        job.finished_ranks.add(w.rank)
+        if w.rank == 0:
+            job.rank0_done_at = self._clock()
+        if len(job.finished_ranks) == len(job.workers):
+            self._end_job(job.trial_id, kill=False)
+            return TrialFinished(job.trial_id)
+        return None
+
+    def _end_job(self, trial_id: int, *, kill: bool, keep: _Worker | None = None) -> None:
+        """Forget the job; its workers go back idle, or are killed (``keep`` survives a kill)."""
+        job = self._jobs.pop(trial_id)
+        for w in job.workers:
+            w.trial_id, w.awaiting_ack = None, False
+            if kill and w is not keep:
+                w.process.kill()
+                w.process.join()
+                w.conn.close()
+            elif w.process.is_alive():
+                self._idle.append(w)
+
+    def _worker_died(self, job: _Job, w: _Worker) -> list[Event]:
+        code = w.process.exitcode
         w.conn.close()
-        self._workers[self._workers.index(w)] = self._spawn(w.slot)
-        if trial_id is None:
-            return []
-        return [TrialFailed(trial_id, f"worker process died ({_describe_exit(code)})", retryable=True)]
+        self._end_job(job.trial_id, kill=True, keep=w)
+        self._idle = [x for x in self._idle if x is not w]
+        return [TrialFailed(job.trial_id, f"worker process died ({_describe_exit(code)})",
+                            retryable=True)]
+
+    def _replace_dead_idle(self) -> None:
+        """Keep one warm worker per device: replace idle workers that died."""
+        alive = []
+        for w in self._idle:
+            if w.process.is_alive():
+                alive.append(w)
+            else:
+                w.conn.close()
+        warm = {w.slot.key for w in alive}
+        busy = {w.slot.key for job in self._jobs.values() for w in job.workers}
+        for key, slot in self._slots.items():
+            if key not in warm and key not in busy:
+                alive.append(self._spawn(slot, None))
+        self._idle = alive
 
     def _enforce_timeouts(self) -> list[Event]:
-        if self._timeout is None:
-            return []
         events: list[Event] = []
         now = self._clock()
-        for i, w in enumerate(self._workers):
-            if w.trial_id is not None and now - w.started_at > self._timeout:
-                self._kill_and_replace(i)
-                events.append(TrialFailed(w.trial_id, f"timed out after {self._timeout:g} s "
+        for job in list(self._jobs.values()):
+            if self._timeout is not None and now - job.started_at > self._timeout:
+                self._end_job(job.trial_id, kill=True)
+                events.append(TrialFailed(job.trial_id, f"timed out after {self._timeout:g} s "
                                           "(executor.trial_timeout_s)"))
+            elif job.rank0_done_at is not None and now - job.rank0_done_at > RANK_GRACE_S:
+                self._end_job(job.trial_id, kill=True)      # stragglers after rank 0 finished
+                events.append(TrialFinished(job.trial_id))
         return events
 
-    def _kill_and_replace(self, index: int) -> None:
-        w = self._workers[index]
-        w.process.kill()
-        w.process.join()
-        w.conn.close()
-        self._workers[index] = self._spawn(w.slot)
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _describe_exit(code: int | None) -> str:

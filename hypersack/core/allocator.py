@@ -1,0 +1,119 @@
+"""The study's view of its devices: which trial runs where, and where pending trials go next.
+
+Pure: the controller owns one Allocator. It keeps the inventory (from the executor, then changed by
+DeviceAdded / DeviceLost events) with the load of every running trial, and asks a placement policy
+(``hypersack.core.placement``) where waiting trials fit. A trial's demand comes from ``demand``:
+a function of the trial's record (profiles, user-declared resources) returning a placement Job.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from hypersack.core.trial import TrialRecord
+
+__all__ = ["Allocator", "Demand", "default_demand"]
+
+Devices = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one trial needs per device when no profile says otherwise: ``compute`` in percent of
+    one device, ``memory_gb`` per device, ``cpus`` per device (host cores)."""
+    compute: float = 100.0
+    memory_gb: float = 0.0
+    cpus: int = 1
+
+    def job(self, record: TrialRecord) -> Any:
+        from hypersack.core.placement import Job
+        return Job(record.trial_id, self.compute, self.memory_gb, cpus=self.cpus,
+                   gpus=max(1, int(record.resources)))
+
+
+def default_demand(record: TrialRecord) -> Any:
+    return Demand().job(record)
+
+
+class Allocator:
+    def __init__(self, cluster: Any, policy: str = "wfd",
+                 demand: Callable[[TrialRecord], Any] = default_demand):
+        from hypersack.core.placement import policy_names
+        if policy not in policy_names():
+            from hypersack.errors import ConfigError
+            raise ConfigError("placement", policy, f"must be one of {policy_names()}")
+        self.inventory = cluster          # devices without load
+        self.cluster = cluster            # devices with the running trials' load
+        self.policy = policy
+        self.demand = demand
+        self._running: dict[int, tuple[Any, Devices]] = {}
+
+    # ---- placing ----------------------------------------------------------------------------
+
+    def place(self, records: Sequence[TrialRecord]) -> dict[int, Devices]:
+        """Devices for as many of ``records`` as fit now, per the policy; the rest are absent.
+        Placed trials are counted as running from here on."""
+        from hypersack.core.placement import assign
+        if not records:
+            return {}
+        jobs = {r.trial_id: self.demand(r) for r in records}
+        chosen = assign(list(jobs.values()), self.cluster, self.policy)
+        placed: dict[int, Devices] = {}
+        for record in records:            # in the caller's order
+            devices = chosen.get(record.trial_id)
+            if devices:
+                devices = tuple((str(n), str(g)) for n, g in devices)
+                self._occupy(record.trial_id, jobs[record.trial_id], devices)
+                placed[record.trial_id] = devices
+        return placed
+
+    def occupy(self, record: TrialRecord, devices: Sequence[Sequence[str]]) -> None:
+        """Count ``record`` as running on ``devices`` (a restored or externally placed trial)."""
+        self._occupy(record.trial_id, self.demand(record), tuple((str(n), str(g)) for n, g in devices))
+
+    def _occupy(self, trial_id: int, job: Any, devices: Devices) -> None:
+        self.cluster = self.cluster.with_running(job, devices)
+        self._running[trial_id] = (job, devices)
+
+    def release(self, trial_id: int) -> None:
+        if self._running.pop(trial_id, None) is not None:
+            self.cluster = self.cluster.without(trial_id)
+
+    def unplaceable(self, record: TrialRecord) -> str | None:
+        """Why ``record`` can never run on this inventory (even with every device idle), or None."""
+        from hypersack.core.placement import assign
+        job = self.demand(record)
+        if assign([job], self.inventory, self.policy):
+            return None
+        return (f"it needs {job.gpus} device(s) with {job.compute:g}% compute, "
+                f"{job.memory_gb:g} GB memory and {job.cpus} CPU core(s) each, more than any "
+                f"device here offers ({_describe(self.inventory)})")
+
+    # ---- elasticity -------------------------------------------------------------------------
+
+    def add_device(self, node_id: str, gpu: Any) -> None:
+        self.inventory = self.inventory.with_gpu(node_id, gpu)
+        self.cluster = self.cluster.with_gpu(node_id, gpu)
+
+    def lose_device(self, node_id: str, gpu_id: str) -> list[int]:
+        """Remove a device; returns the trials that were running on it (they are released)."""
+        hit = [t for t, (_, devices) in self._running.items() if (node_id, gpu_id) in devices]
+        for trial_id in hit:
+            self.release(trial_id)
+        self.inventory = self.inventory.without_gpu(node_id, gpu_id)
+        self.cluster = self.cluster.without_gpu(node_id, gpu_id)
+        return hit
+
+    def device_count(self) -> int:
+        return sum(1 for _ in self.inventory.gpus())
+
+    def running(self) -> Mapping[int, Devices]:
+        return {t: d for t, (_, d) in self._running.items()}
+
+
+def _describe(cluster: Any) -> str:
+    parts = [f"{node.id}/{gpu.id}: {gpu.arch}, {gpu.compute * gpu.oversubscription:g}% compute, "
+             f"{gpu.memory_gb:g} GB" for node, gpu in cluster.gpus()]
+    if not parts:
+        return "no devices"
+    return "; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else "")
