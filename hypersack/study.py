@@ -17,10 +17,11 @@ from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.core.spec import ExecutorOptions, StudySpec, check_resumable
+from hypersack.core.allocator import Demand
+from hypersack.core.spec import ExecutorOptions, Resources, StudySpec, check_resumable
 from hypersack.errors import ConfigError, TrainableError
 from hypersack.runtime import queries
-from hypersack.runtime.devices import Slot, default_slots
+from hypersack.runtime.devices import Slot, default_slots, slots_cluster
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import StudyRun, build_controller, run_loop
 from hypersack.runtime.progress import make_progress
@@ -38,7 +39,9 @@ class Study:
                  time_budget_s: float | None = None, storage: str | Path = DEFAULT_STORAGE,
                  seed: int = 0, workers: int | None = None, max_retries: int = 2,
                  trial_timeout_s: float | None = None, max_steps: int | str | None = None,
-                 trainable: Trainable | None = None):
+                 trainable: Trainable | None = None, placement: str = "wfd",
+                 oversubscription: float | Mapping[str, float] | None = None,
+                 resources: Mapping[str, Any] | None = None):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -50,7 +53,10 @@ class Study:
             objective=Objective.parse(objective), budget=Budget(n_trials, time_budget_s),
             trainable=TrainableRef.storable_name(trainable) if trainable is not None else None,
             algorithm=algorithm_spec, seed=seed,
-            executor=ExecutorOptions(workers, max_retries, trial_timeout_s), max_steps=max_steps)
+            executor=ExecutorOptions(workers, max_retries, trial_timeout_s), max_steps=max_steps,
+            placement=placement,
+            oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
+            resources=Resources.from_dict(resources))
         self.storage_path = Path(storage)
         self._trainable = trainable
 
@@ -118,11 +124,15 @@ class Study:
             store.update_spec(row.study_id, new_spec)
             store.set_status(row.study_id, "running")
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
+        slots = slots or default_slots(self.spec.executor.workers)
         executor = LocalExecutor(
-            slots or default_slots(self.spec.executor.workers), ref,
-            trial_dir=lambda trial_id: store.trial_dir(self.name, trial_id),
+            slots, ref, trial_dir=lambda trial_id: store.trial_dir(self.name, trial_id),
             metric=self.spec.objective.metric, steps_for=self.spec.steps_for,
-            trial_timeout_s=self.spec.executor.trial_timeout_s)
+            trial_timeout_s=self.spec.executor.trial_timeout_s,
+            cluster=slots_cluster(slots, oversubscription=_ratio(self.spec.oversubscription, slots)))
+        r = self.spec.resources
+        controller.set_inventory(executor.inventory(), self.spec.placement,
+                                 Demand(r.compute, r.memory_gb, r.cpus).job)
         return run_loop(controller, executor, store, row,
                         progress=make_progress(self.name, self.spec.steps_for, progress))
 
@@ -147,3 +157,13 @@ class Study:
     def results(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         with Storage(self.storage_path) as store:
             return store.load_results(store.get_study(self.name).study_id, trial_id)
+
+
+def _ratio(oversubscription: float | Mapping[str, float] | None, slots: list[Slot]) -> float:
+    """The oversubscription ratio for this machine's slots (CPU slots: arch "cpu")."""
+    if oversubscription is None:
+        return 1.0
+    if isinstance(oversubscription, Mapping):
+        arch = "cpu" if all(s.gpu is None for s in slots) else "gpu"
+        return float(oversubscription.get(arch, 1.0))
+    return float(oversubscription)

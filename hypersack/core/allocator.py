@@ -62,17 +62,28 @@ class Allocator:
         for record in records:            # in the caller's order
             devices = chosen.get(record.trial_id)
             if devices:
-                devices = tuple((str(n), str(g)) for n, g in devices)
+                devices = tuple((n, g) for n, g in devices)
                 self._occupy(record.trial_id, jobs[record.trial_id], devices)
                 placed[record.trial_id] = devices
         return placed
 
+    def has_room(self, like: TrialRecord | None) -> bool:
+        """Whether a trial demanding what ``like`` (the latest trial) demands would fit now: asked
+        before a new trial is created, so trials are not made long before a device can take
+        them. Without a ``like`` the answer is yes."""
+        from hypersack.core.placement import assign
+        if like is None:
+            return True
+        probe = self.demand(like)
+        return bool(assign([probe], self.cluster, self.policy))
+
     def occupy(self, record: TrialRecord, devices: Sequence[Sequence[str]]) -> None:
         """Count ``record`` as running on ``devices`` (a restored or externally placed trial)."""
-        self._occupy(record.trial_id, self.demand(record), tuple((str(n), str(g)) for n, g in devices))
+        self._occupy(record.trial_id, self.demand(record), tuple((n, g) for n, g in devices),
+                     strict=False)
 
-    def _occupy(self, trial_id: int, job: Any, devices: Devices) -> None:
-        self.cluster = self.cluster.with_running(job, devices)
+    def _occupy(self, trial_id: int, job: Any, devices: Devices, strict: bool = True) -> None:
+        self.cluster = self.cluster.with_running(job, devices, strict=strict)
         self._running[trial_id] = (job, devices)
 
     def release(self, trial_id: int) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 from hypersack.core.algorithms.base import Algorithm, Decision
@@ -73,6 +73,7 @@ class Controller:
         self._suggest_idle = False             # the last suggest() had nothing to propose
         self.allocator: Allocator | None = None  # None: plain slot counting, no placement
         self._device_lost: set[int] = set()    # trials whose device vanished (no retry charged)
+        self._running_ids: set[int] = set()
 
     def set_inventory(self, cluster: Any, policy: str = "wfd", demand=None) -> None:
         """Place trials on ``cluster``'s devices with ``policy``; ``demand(record) -> Job``."""
@@ -105,7 +106,7 @@ class Controller:
         With an inventory (``set_inventory``) the placement policy decides what fits and each
         Launch names its devices; without one, up to ``free_slots`` trials start.
         """
-        if self._interrupted:
+        if self._interrupted or self._out_of_time(now):
             return []
         self._take_promotions(now)
         if self.allocator is None:
@@ -128,7 +129,7 @@ class Controller:
         placed = self.allocator.place(queued)
         out = [self._launch(r, now, placed[r.trial_id]) for r in queued if r.trial_id in placed]
         self._queue = deque(t for t in self._queue if t not in placed)
-        while not self._queue:
+        while not self._queue and self.allocator.has_room(self._latest()):
             record = self._create(now)
             if record is None:
                 break
@@ -140,6 +141,13 @@ class Controller:
         if not out and not self.running():
             self._fail_unplaceable(now)
         return out
+
+    def _latest(self) -> TrialRecord | None:
+        if not self.trials:
+            return None
+        record = self.trials[len(self.trials) - 1]
+        return replace(record, trial_id=-1,
+                       resources=self._clamp_resources(self.algorithm.resources(-1)))
 
     def _fail_unplaceable(self, now: float) -> None:
         """With every device idle, a queued trial that still does not fit never will: fail it."""
@@ -159,6 +167,9 @@ class Controller:
 
     def _resume_paused(self, trial_id: int) -> None:
         record = self.trials.get(trial_id)
+        if record is not None and record.state is TrialState.RUNNING and record.stop_reason == _PAUSED:
+            record.stop_reason = _RESIZE     # promoted before its pause landed: relaunch at once
+            return
         if record is None or record.state is not TrialState.PAUSED:
             return       # a promotion of a trial that is not paused: nothing to resume
         record.state = TrialState.PENDING
@@ -204,6 +215,7 @@ class Controller:
     def _launch(self, record: TrialRecord, now: float,
                 devices: tuple[tuple[str, str], ...] = ()) -> Launch:
         record.state = TrialState.RUNNING
+        self._running_ids.add(record.trial_id)
         record.attempts += 1
         record.started_at = now
         record.error = record.traceback = None
@@ -301,6 +313,9 @@ class Controller:
             record.error = event.reason
             self._queue.appendleft(record.trial_id)
             return
+        if event.retryable and record.stop_reason == _TIME_BUDGET and record.value is not None:
+            self._finish(record, TrialState.COMPLETE, now)   # it was ending anyway: keep its result
+            return
         if event.retryable and record.retries < self.max_retries:
             record.retries += 1
             record.state = TrialState.PENDING
@@ -313,12 +328,14 @@ class Controller:
         self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback)
 
     def _release(self, record: TrialRecord) -> None:
+        self._running_ids.discard(record.trial_id)
         if self.allocator is not None:
             self.allocator.release(record.trial_id)
         record.devices = []
 
     def _finish(self, record: TrialRecord, state: TrialState, now: float | None, *,
                 error: str | None = None, traceback: str | None = None) -> None:
+        self._release(record)
         record.state = state
         record.finished_at = now
         record.stop_reason = None
@@ -350,7 +367,7 @@ class Controller:
         return out
 
     def running(self) -> int:
-        return sum(1 for r in self.trials.values() if r.state is TrialState.RUNNING)
+        return len(self._running_ids)
 
     def done(self, now: float) -> bool:
         """No trial running and none will be launched (budget spent, algorithm exhausted or idle)."""
@@ -359,7 +376,7 @@ class Controller:
         if self._interrupted:
             return True
         if self._queue:
-            return False
+            return self._out_of_time(now)     # they wait for a resume with more time
         # With nothing running, an algorithm that just suggested nothing never will: done.
         return not self._may_create(now) or self._suggest_idle
 

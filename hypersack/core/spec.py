@@ -5,6 +5,7 @@ value; ``to_dict`` is the JSON form kept in the study store (resume rebuilds the
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -14,7 +15,7 @@ from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 
-__all__ = ["StudySpec", "ExecutorOptions", "check_resumable"]
+__all__ = ["StudySpec", "ExecutorOptions", "Resources", "check_resumable"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -62,6 +63,52 @@ class ExecutorOptions:
 
 
 @dataclass(frozen=True)
+class Resources:
+    """A trial's demand on each device it uses, when no profile says otherwise: ``compute`` in
+    percent of one device (100: all of it), ``memory_gb`` of device memory, ``cpus`` host cores."""
+    compute: float = 100.0
+    memory_gb: float = 0.0
+    cpus: int = 1
+
+    _FIELDS = {"compute", "memory_gb", "cpus"}
+
+    def __post_init__(self) -> None:
+        for name, low in (("compute", 0.0), ("memory_gb", 0.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
+                raise ConfigError(f"resources.{name}", v, f"must be a finite number >= {low:g}")
+        if self.compute <= 0:
+            raise ConfigError("resources.compute", self.compute, "must be > 0 (percent of a device)")
+        if isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 0:
+            raise ConfigError("resources.cpus", self.cpus, "must be an integer >= 0")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "Resources":
+        d = d or {}
+        _check_fields("resources", d, cls._FIELDS)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compute": self.compute, "memory_gb": self.memory_gb, "cpus": self.cpus}
+
+
+def _check_oversubscription(value: Any) -> None:
+    if value is None:
+        return
+    items = value.items() if isinstance(value, Mapping) else [(None, value)]
+    for arch, r in items:
+        field_name = "oversubscription" if arch is None else f"oversubscription.{arch}"
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 1:
+            raise ConfigError(field_name, r, "must be a number >= 1 (1: no oversubscription)")
+
+
+def _check_placement(name: Any) -> None:
+    from hypersack.core.placement import policy_names
+    if not isinstance(name, str) or name not in policy_names():
+        raise ConfigError("placement", name, f"must be one of {', '.join(policy_names())}")
+
+
+@dataclass(frozen=True)
 class StudySpec:
     name: str
     space: SearchSpace
@@ -73,9 +120,14 @@ class StudySpec:
     executor: ExecutorOptions = ExecutorOptions()
     max_steps: int | str | None = None    # steps per trial (int) or the config key holding it
     description: str = ""
+    placement: str = "wfd"                # placement policy (hypersack.placement.policy_names())
+    # Oversubscription ratio r: one number for every device, or per architecture ({A100: 3}).
+    # None: the inventory's defaults (profiled per GPU architecture; 1 for CPU slots).
+    oversubscription: float | dict[str, float] | None = None
+    resources: Resources = Resources()    # a trial's demand when no profile says otherwise
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
-               "max_steps", "description", "storage"}
+               "max_steps", "description", "storage", "placement", "oversubscription", "resources"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -89,6 +141,8 @@ class StudySpec:
         if ms is not None and not ((isinstance(ms, int) and not isinstance(ms, bool) and ms >= 1)
                                    or (isinstance(ms, str) and ms in self.space)):
             raise ConfigError("max_steps", ms, "must be an integer >= 1 or the name of a space parameter")
+        _check_placement(self.placement)
+        _check_oversubscription(self.oversubscription)
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -115,7 +169,9 @@ class StudySpec:
                    objective=Objective.parse(d["objective"]), budget=Budget(**budget),
                    trainable=d.get("trainable"), algorithm=dict(algorithm), seed=d.get("seed", 0),
                    executor=ExecutorOptions.from_dict(d.get("executor")),
-                   max_steps=d.get("max_steps"), description=d.get("description", ""))
+                   max_steps=d.get("max_steps"), description=d.get("description", ""),
+                   placement=d.get("placement", "wfd"), oversubscription=d.get("oversubscription"),
+                   resources=Resources.from_dict(d.get("resources")))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "trainable": self.trainable, "space": self.space.to_dict(),
@@ -123,11 +179,15 @@ class StudySpec:
                 "budget": {"trials": self.budget.trials, "time_s": self.budget.time_s},
                 "algorithm": dict(self.algorithm), "seed": self.seed,
                 "executor": self.executor.to_dict(), "max_steps": self.max_steps,
-                "description": self.description}
+                "description": self.description, "placement": self.placement,
+                "oversubscription": (dict(self.oversubscription) if isinstance(self.oversubscription, Mapping)
+                                     else self.oversubscription),
+                "resources": self.resources.to_dict()}
 
 
 # Fields a resumed study may change: how much to run and how, not what is searched.
-RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description"})
+RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
+                               "oversubscription", "resources"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

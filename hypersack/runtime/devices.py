@@ -34,20 +34,29 @@ class Slot:
         return f"gpu{self.gpu}" if self.gpu is not None else f"cpu{self.index}"
 
 
+def _ram_gb() -> float:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return 8.0
+
+
 def slots_cluster(slots: list[Slot], node_id: str = "local", oversubscription: float = 1.0,
-                  cpus: int | None = None) -> Any:
+                  cpus: int | None = None, gpu_memory_gb: float = 80.0) -> Any:
     """A one-node placement Cluster with one device per distinct slot key.
 
     CPU slots become devices of arch "cpu" (100% compute = the slot's share of the cores, memory
-    0 GB: not modelled); GPU slots become devices of arch "gpu" with unknown memory (0 GB: jobs
-    with a memory demand must come with a real inventory). The node's CPU cores are not a limit
-    beyond the slots themselves: ``cpus`` defaults to one per device and oversubscribed job.
+    = the slot's share of the machine's RAM); GPU slots (without NVML to say better) become
+    devices of arch "gpu" with ``gpu_memory_gb``. The node's CPU cores are no limit beyond the
+    slots themselves: ``cpus`` defaults to one per device and oversubscribed job.
     """
     from hypersack.core.placement import GPU, Cluster, Node
     seen: dict[str, Slot] = {}
     for slot in slots:
         seen.setdefault(slot.key, slot)
-    gpus = [GPU(key, "cpu" if slot.gpu is None else "gpu", 0.0, oversubscription=oversubscription)
+    ram_share = max(0.25, _ram_gb() / max(1, len(seen)))
+    gpus = [GPU(key, "cpu", ram_share, oversubscription=oversubscription) if slot.gpu is None
+            else GPU(key, "gpu", gpu_memory_gb, oversubscription=oversubscription)
             for key, slot in seen.items()]
     if cpus is None:
         cpus = len(gpus) * max(1, math.ceil(oversubscription))

@@ -108,7 +108,7 @@ def _turns(controller: Controller, executor: Executor, storage: Storage, row: St
         launches: list[Launch] = controller.launches(free, now)
         changes = controller.take_changes()
         if changes or results:
-            storage.save_batch(row.study_id, changes, results, controller.state_dict(now))
+            storage.save_batch(row.study_id, changes, results, lambda: controller.state_dict(now))
         for command in commands:
             executor.submit(command)
         executor.acknowledge()
@@ -120,5 +120,5 @@ def _turns(controller: Controller, executor: Executor, storage: Storage, row: St
                 controller.finalize(now)
                 changes = controller.take_changes()
                 if changes:
-                    storage.save_batch(row.study_id, changes, [], controller.state_dict(now))
+                    storage.save_batch(row.study_id, changes, [], lambda: controller.state_dict(now))
             return

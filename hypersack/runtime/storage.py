@@ -12,7 +12,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import StorageError, StudyNotFoundError
@@ -176,9 +176,12 @@ class Storage:
 
     def save_batch(self, study_id: int, trials: Iterable[TrialRecord],
                    results: Iterable[tuple[int, int, dict[str, Any]]],
-                   controller_state: dict[str, Any] | None = None) -> None:
+                   controller_state: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+                   ) -> None:
         """Write changed trials, new results ``(trial_id, step, metrics)`` and the controller
-        state in one durable transaction."""
+        state (or a function that makes it) in one durable transaction."""
+        if callable(controller_state):
+            controller_state = controller_state()
         now = time.time()
         with self._transaction():
             self._db.executemany(
@@ -225,15 +228,26 @@ class Storage:
 def _trial_row(t: TrialRecord) -> tuple:
     return (t.trial_id, t.state.value, json.dumps(t.config), t.seed, t.attempts, t.retries,
             t.last_step, json.dumps(t.metrics), t.value, t.error, t.traceback, t.checkpoint,
-            t.checkpoint_step, t.device, json.dumps(t.info), t.started_at, t.finished_at)
+            t.checkpoint_step, t.device, json.dumps(_info_with_resources(t)), t.started_at,
+            t.finished_at)
+
+
+def _info_with_resources(t: TrialRecord) -> dict[str, Any]:
+    """The trial's info, plus its device count when it grew (kept for resume)."""
+    return t.info if t.resources == 1 else {**t.info, _RESOURCES_KEY: t.resources}
+
+
+_RESOURCES_KEY = "_resources"
 
 
 def _trial_from_row(r: tuple) -> TrialRecord:
     d = dict(zip(_TRIAL_COLUMNS, r))
-    return TrialRecord(
+    info = json.loads(d["info"])
+    resources = int(info.pop(_RESOURCES_KEY, 1))
+    return TrialRecord(resources=resources,
         trial_id=d["trial_id"], config=json.loads(d["config"]), seed=d["seed"],
         state=TrialState(d["state"]), attempts=d["attempts"], retries=d["retries"],
         last_step=d["last_step"], metrics=json.loads(d["metrics"]), value=d["value"],
         error=d["error"], traceback=d["traceback"], checkpoint=d["checkpoint"],
-        checkpoint_step=d["checkpoint_step"], device=d["device"], info=json.loads(d["info"]),
+        checkpoint_step=d["checkpoint_step"], device=d["device"], info=info,
         started_at=d["started_at"], finished_at=d["finished_at"])

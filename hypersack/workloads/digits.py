@@ -18,9 +18,19 @@ Config keys (anything else is ignored):
 - ``epochs`` (``ctx.max_steps`` if set, else 10): epochs to train, >= 1. One epoch is one step.
 - ``dropout`` (0.0): dropout probability after each hidden layer, in [0, 1).
 - ``channels`` (16, CNN only): channels of the first convolution (the second has twice as many).
+- ``lr_scaling`` ("auto"): how the learning rate grows with data-parallel workers k: "linear"
+  (lr x k), "sqrt" (lr x sqrt(k)), "none"; "auto" is linear for SGD, sqrt for the adaptive ones.
+- ``lr_warmup_epochs`` (1.0): after the worker count changes, the learning rate moves linearly
+  from its old to its new value over this many epochs (0: at once).
 
-Each epoch reports ``accuracy`` and ``loss`` (validation accuracy and mean cross-entropy) and
-``train_loss`` (mean training cross-entropy over the epoch's batches).
+Each epoch reports ``accuracy`` and ``loss`` (validation accuracy and mean cross-entropy),
+``train_loss`` (mean training cross-entropy over the epoch's batches), ``steps`` (optimizer
+steps so far) and ``workers`` (data-parallel workers this epoch).
+
+Data-parallel (``ctx.world.size`` = k > 1): the model is wrapped in DistributedDataParallel; each
+optimizer step takes a global batch of ``batch_size`` x k samples, rank r training on the r-th
+slice, so an epoch has ceil(n / (batch_size x k)) steps. A trial resized between epochs (RASDA)
+continues from its checkpoint with the new k: same model, optimizer state, epoch and step count.
 """
 from __future__ import annotations
 
@@ -58,6 +68,8 @@ class Settings:
     momentum: float
     epochs: int
     dropout: float
+    lr_scaling: str = "auto"
+    lr_warmup_epochs: float = 1.0
 
 
 # ---- config ------------------------------------------------------------------------------------
@@ -101,7 +113,17 @@ def parse_settings(config: Mapping[str, Any], max_steps: int | None) -> Settings
         epochs=_count(config, "epochs", max_steps if max_steps else 10),
         dropout=_number(config, "dropout", 0.0, lambda v: 0 <= v < 1,
                         "must be a number in [0, 1)"),
+        lr_scaling=_choice(config, "lr_scaling", "auto", ("auto", "linear", "sqrt", "none")),
+        lr_warmup_epochs=_number(config, "lr_warmup_epochs", 1.0, lambda v: v >= 0,
+                                 "must be a number of epochs >= 0"),
     )
+
+
+def _choice(config: Mapping[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = config.get(key, default)
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise ConfigError(f"config.{key}", value, f"must be one of {list(allowed)}")
+    return value.lower()
 
 
 # ---- data --------------------------------------------------------------------------------------
@@ -167,21 +189,59 @@ def build_optimizer(model: nn.Module, settings: Settings) -> torch.optim.Optimiz
 # ---- training ----------------------------------------------------------------------------------
 
 def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
-                 y: torch.Tensor, batch_size: int, seed: int) -> float:
-    """One shuffled pass over (x, y); returns the mean batch loss."""
+                 y: torch.Tensor, batch_size: int, seed: int, world: Any = None,
+                 lr_at: Callable[[float], float] | None = None) -> tuple[float, int]:
+    """One shuffled pass over (x, y); returns (mean batch loss, optimizer steps taken).
+
+    With ``world`` of size k, each step's global batch is ``batch_size`` x k samples and this
+    rank trains on its slice. ``lr_at(fraction of the epoch done)`` sets the learning rate."""
+    rank, size = (world.rank, world.size) if world is not None else (0, 1)
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(y), generator=generator).to(x.device)
-    torch.manual_seed(seed)  # dropout masks: reproducible per epoch, hence across a resume
+    torch.manual_seed(seed + rank)  # dropout masks: reproducible per epoch, hence across a resume
     model.train()
-    losses = []
-    for start in range(0, len(y), batch_size):
-        batch = order[start:start + batch_size]
+    losses, step_size = [], batch_size * size
+    for start in range(0, len(y), step_size):
+        if lr_at is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(start / len(y))
+        batch = torch.tensor_split(order[start:start + step_size], size)[rank]
         optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+        if len(batch):
+            loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+        else:   # a short last batch left this rank nothing: join the all-reduce with zero grads
+            loss = model(x[:1]).sum() * 0.0
         loss.backward()
         optimizer.step()
         losses.append(loss.detach())
-    return torch.stack(losses).mean().item()
+    return torch.stack(losses).mean().item(), len(losses)
+
+
+def _lr_factor(settings: Settings, workers: int) -> float:
+    """How much the learning rate grows with ``workers`` data-parallel workers."""
+    rule = settings.lr_scaling
+    if rule == "auto":
+        rule = "linear" if settings.optimizer == "sgd" else "sqrt"
+    if rule == "linear":
+        return float(workers)
+    if rule == "sqrt":
+        return math.sqrt(workers)
+    return 1.0
+
+
+def _lr_schedule(settings: Settings, epoch: int, workers: int, since: dict[str, Any]):
+    """``lr_at(fraction)`` for ``epoch``: the scaled rate, warmed up from the previous worker
+    count's rate over ``lr_warmup_epochs`` epochs after the count changed at ``since``."""
+    old = settings.lr * _lr_factor(settings, since["from_workers"])
+    new = settings.lr * _lr_factor(settings, workers)
+    warmup = settings.lr_warmup_epochs
+
+    def lr_at(fraction: float) -> float:
+        done = (epoch - since["epoch"]) + fraction       # epochs since the change
+        if warmup <= 0 or done >= warmup:
+            return new
+        return old + (new - old) * done / warmup
+    return lr_at
 
 
 @torch.no_grad()
@@ -200,21 +260,38 @@ def _fit(build: Callable[[], nn.Module], settings: Settings, ctx: Any) -> None:
     torch.manual_seed(ctx.seed)
     model = build().to(ctx.device)
     optimizer = build_optimizer(model, settings)
-    first_epoch = 1
+    workers = ctx.world.size
+    first_epoch, steps = 1, 0
+    since = {"epoch": 1, "from_workers": workers}     # when the worker count last changed
     state = ctx.restore()
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        first_epoch = int(state["epoch"]) + 1
+        first_epoch, steps = int(state["epoch"]) + 1, int(state.get("steps", 0))
+        since = dict(state.get("since", since))
+        if int(state.get("workers", workers)) != workers:
+            since = {"epoch": first_epoch, "from_workers": int(state.get("workers", workers))}
+    trained = _data_parallel(model, ctx)
     for epoch in range(first_epoch, settings.epochs + 1):
         if ctx.should_stop():  # a stop asked after the last report: skip the wasted epoch
             raise TrialStopped()
-        train_loss = _train_epoch(model, optimizer, x_train, y_train, settings.batch_size,
-                                  _epoch_seed(ctx.seed, epoch))
+        train_loss, taken = _train_epoch(trained, optimizer, x_train, y_train, settings.batch_size,
+                                         _epoch_seed(ctx.seed, epoch), ctx.world,
+                                         _lr_schedule(settings, epoch, workers, since))
+        steps += taken
         accuracy, loss = _evaluate(model, x_val, y_val)
-        ctx.checkpoint({"epoch": epoch, "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict()})
-        ctx.report(epoch, accuracy=accuracy, loss=loss, train_loss=train_loss)
+        ctx.checkpoint({"epoch": epoch, "model": model.state_dict(), "steps": steps,
+                        "optimizer": optimizer.state_dict(), "workers": workers, "since": since})
+        ctx.report(epoch, accuracy=accuracy, loss=loss, train_loss=train_loss, steps=steps,
+                   workers=workers)
+
+
+def _data_parallel(model: nn.Module, ctx: Any) -> nn.Module:
+    """``model`` wrapped for data-parallel training when the trial has several workers."""
+    if ctx.world.size <= 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+    return DistributedDataParallel(model)
 
 
 def train_mlp(config: Mapping[str, Any], ctx: Any) -> None:

@@ -128,20 +128,38 @@ def test_time_budget_stops_new_launches_and_stops_running_trials_once():
     assert c.launches(4, 112.0) == []
 
 
-def test_trial_asked_to_stop_is_asked_again_after_a_crash_and_relaunch():
+def test_trial_crashing_after_the_time_budget_ends_complete_with_its_last_value():
     c = make(time_s=10.0)
     c.launches(1, 0.0)
     report(c, 0, 1, 5.0, acc=0.2)
     assert c.tick(10.0) == [Stop(0, "time budget")]
     c.handle(TrialFailed(0, "worker died", retryable=True), 11.0)
-    (relaunch,) = c.launches(1, 11.0)
+    assert c.launches(1, 11.0) == []              # nothing starts once the time is spent
+    assert c.trials[0].state is TrialState.COMPLETE and c.trials[0].value == 0.2
+    assert c.done(11.0)
+
+
+def test_trial_retried_before_the_time_budget_is_asked_again_to_stop_after_relaunch():
+    c = make(time_s=10.0)
+    c.launches(1, 0.0)
+    report(c, 0, 1, 5.0, acc=0.2)
+    c.handle(TrialFailed(0, "worker died", retryable=True), 6.0)
+    (relaunch,) = c.launches(1, 6.0)
     assert relaunch.trial_id == 0 and relaunch.attempt == 2
-    # tick never repeats itself, so the relaunched worker must be told at its next report.
-    assert c.tick(12.0) == []
-    assert report(c, 0, 2, 12.0, acc=0.3) == [Stop(0, "time budget")]
-    finish(c, 0, 13.0)
+    assert c.tick(10.0) == [Stop(0, "time budget")]
+    assert report(c, 0, 2, 10.5, acc=0.3) == [Stop(0, "time budget")]
+    finish(c, 0, 11.0)
     assert c.trials[0].state is TrialState.COMPLETE and c.trials[0].value == 0.3
-    assert c.done(13.0)
+    assert c.done(11.0)
+
+
+def test_queued_trials_wait_for_a_resume_once_the_time_is_spent():
+    c = make(time_s=10.0)
+    c.launches(1, 0.0)
+    c.handle(TrialFailed(0, "worker died", retryable=True), 10.5)   # before any result
+    assert c.launches(1, 11.0) == []
+    assert c.trials[0].state is TrialState.PENDING
+    assert c.done(11.0)
 
 
 def test_elapsed_never_runs_backwards():

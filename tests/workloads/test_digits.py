@@ -58,7 +58,9 @@ def test_mlp_learns_digits(tmp_path):
     assert digits.train_mlp(config, make_ctx(tmp_path, channel)) is None
     steps = [step for step, _ in channel.reports]
     assert steps == list(range(1, 16))
-    assert all(set(m) == {"accuracy", "loss", "train_loss"} for _, m in channel.reports)
+    assert all(set(m) == {"accuracy", "loss", "train_loss", "steps", "workers"}
+               for _, m in channel.reports)
+    assert [m["steps"] for _, m in channel.reports][-1] == 15 * 45   # ceil(1437 / 32) per epoch
     assert channel.reports[-1][1]["accuracy"] >= 0.95
     checkpoints = [m for m in channel.sent if m[0] == "checkpoint"]
     assert len(checkpoints) == 15

@@ -4,6 +4,12 @@ from hypersack.core.algorithms.base import (Algorithm, Decision, Suggestion, alg
 from hypersack.core.algorithms.grid import GridSearch
 from hypersack.core.algorithms.random_search import RandomSearch
 from hypersack.core.algorithms.tpe import TPESearch
+from hypersack.core.algorithms.sha import SuccessiveHalving
+from hypersack.core.algorithms.hyperband import Hyperband, hyperband_brackets
+from hypersack.core.algorithms.asha import ASHA
+from hypersack.core.algorithms.bohb import BOHB
+from hypersack.core.algorithms.rasda import RASDA
 
 __all__ = ["Algorithm", "Decision", "Suggestion", "GridSearch", "RandomSearch", "TPESearch",
-           "make_algorithm", "register_algorithm", "algorithm_names"]
+           "make_algorithm", "register_algorithm", "algorithm_names",
+           "SuccessiveHalving", "Hyperband", "ASHA", "BOHB", "RASDA", "hyperband_brackets"]

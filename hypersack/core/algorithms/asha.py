@@ -1,0 +1,236 @@
+"""ASHA: asynchronous successive halving (Li et al., MLSys 2020).
+
+Decision rungs are the milestones ``min_t * rf**k < max_t`` (steps); trials that pass the last one
+train to ``max_t`` and complete (the trainable is expected to train ``max_t`` steps).
+
+``mode="pause"`` (default, the paper's promotion scheme): a trial reaching a milestone CONTINUEs
+if it is in the top ``floor(n / rf)`` of the ``n`` results recorded at that rung (itself
+included), which is "promote as soon as it is in the top 1/rf" without retraining; otherwise it
+is PAUSED. ``promote()`` (asked by the study before ``suggest``; ``suggest`` asks it too) names a
+paused trial that has since become promotable (highest rung first, best first); ``suggest``
+otherwise proposes a new random config. With ``num_samples`` set,
+once all are created and none runs, the leader of the highest rung is resumed if no trial has
+passed the last rung yet (see ``_end_game``), so some trial always trains to ``max_t``.
+
+``mode="stop"`` (Ray Tune's default ASHA): a trial whose value is below the
+``(1 - 1/rf)`` quantile of the values recorded before it at that rung is STOPped; no pauses.
+
+A trial is judged once per rung. A report past several milestones at once (sparse reports) is
+judged at each in turn with that value; a re-reported step (restart from an older checkpoint)
+is never judged again. Ties rank the lower trial id first.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from typing import Any, Mapping
+
+import numpy as np
+
+from hypersack.core.algorithms.base import Algorithm, Decision, Suggestion, register_algorithm
+from hypersack.core.algorithms.sha import (DONE, PAUSED, RUNNING, check_horizon, check_int,
+                                           objective_value)
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+from hypersack.errors import ConfigError
+
+__all__ = ["ASHA", "geometric_milestones"]
+
+MODES = ("pause", "stop")
+
+
+def geometric_milestones(min_t: int, max_t: int, factor: int) -> list[int]:
+    """``min_t * factor**k`` for k = 0, 1, ... while <= max_t (integer arithmetic)."""
+    out, milestone = [], min_t
+    while milestone <= max_t:
+        out.append(milestone)
+        milestone *= factor
+    return out
+
+
+class Rung:
+    """The results recorded at one milestone, kept sorted best first (ties: lower id first),
+    and the trials paused there; every query is O(log n)."""
+
+    def __init__(self) -> None:
+        self.values: dict[int, float] = {}          # trial -> signed value (larger is better)
+        self._order: list[tuple[float, int]] = []   # (-value, trial), ascending: best first
+        self._paused: list[tuple[float, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def add(self, trial_id: int, value: float) -> None:
+        if trial_id not in self.values:
+            self.values[trial_id] = value
+            insort(self._order, (-value, trial_id))
+
+    def rank(self, trial_id: int, value: float) -> int:
+        """0-based place ``trial_id`` with ``value`` has (or would have) here."""
+        return bisect_left(self._order, (-value, trial_id))
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile of the values, interpolated linearly (numpy's default percentile)."""
+        n = len(self._order)
+        pos = q * (n - 1)
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        a, b = -self._order[n - 1 - lo][0], -self._order[n - 1 - hi][0]
+        return a + (b - a) * (pos - lo)
+
+    def pause(self, trial_id: int) -> None:
+        insort(self._paused, (-self.values[trial_id], trial_id))
+
+    def unpause(self, trial_id: int) -> None:
+        key = (-self.values[trial_id], trial_id)
+        index = bisect_left(self._paused, key)
+        if index < len(self._paused) and self._paused[index] == key:
+            self._paused.pop(index)
+
+    def best_paused(self) -> int | None:
+        return self._paused[0][1] if self._paused else None
+
+
+@register_algorithm("asha")
+class ASHA(Algorithm):
+    """Options: ``min_t`` (grace period, steps), ``max_t`` (steps), ``reduction_factor`` (rf,
+    integer >= 2), ``mode`` ("pause" or "stop"), ``num_samples`` (most new configs; None:
+    unbounded, the study's budget decides)."""
+
+    def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, min_t: int = 1,
+                 max_t: int = 81, reduction_factor: int = 3, mode: str = "pause",
+                 num_samples: int | None = None):
+        super().__init__(space, objective, seed)
+        self.min_t, self.max_t = check_horizon(min_t, max_t)
+        self.rf = check_int("reduction_factor", reduction_factor, 2)
+        if mode not in MODES:
+            raise ConfigError("algorithm.mode", mode, f"must be one of {list(MODES)}")
+        self.mode = mode
+        self.num_samples = None if num_samples is None else check_int("num_samples", num_samples, 1)
+        self.milestones = [m for m in self._milestones() if m < self.max_t]
+        self._rng = np.random.default_rng(seed)
+        self._created = 0
+        self._trials: dict[int, list] = {}           # id -> [next rung index, status]
+        self._rungs = [Rung() for _ in self.milestones]
+
+    def _milestones(self) -> list[int]:
+        return geometric_milestones(self.min_t, self.max_t, self.rf)
+
+    # ---- decisions ---------------------------------------------------------------------------
+
+    def on_result(self, trial_id: int, step: int, metrics: Mapping[str, float]) -> Decision:
+        entry = self._trials.get(trial_id)
+        if entry is None or entry[1] == DONE:
+            return Decision.CONTINUE
+        if entry[1] == PAUSED:
+            return Decision.PAUSE        # late report from a trial already told to pause
+        value = objective_value(self.objective, metrics)
+        if value is None:
+            return Decision.CONTINUE
+        while entry[0] < len(self.milestones) and step >= self.milestones[entry[0]]:
+            rung = self._rungs[entry[0]]
+            passes = self._passes(trial_id, rung, value)
+            rung.add(trial_id, value)
+            if not passes:
+                return self._cut(trial_id, entry)
+            entry[0] += 1
+        return self._continue_decision(trial_id)
+
+    def _passes(self, trial_id: int, rung: Rung, value: float) -> bool:
+        """Whether a trial arriving at ``rung`` with ``value`` goes on (not yet recorded)."""
+        if self.mode == "stop":
+            return not len(rung) or value >= rung.quantile(1 - 1 / self.rf)
+        return rung.rank(trial_id, value) < (len(rung) + 1) // self.rf
+
+    def _cut(self, trial_id: int, entry: list) -> Decision:
+        if self.mode == "stop":
+            entry[1] = DONE
+            return Decision.STOP
+        entry[1] = PAUSED
+        self._rungs[entry[0]].pause(trial_id)
+        return Decision.PAUSE
+
+    def _continue_decision(self, trial_id: int) -> Decision:
+        """Hook: the decision for a trial that goes on (RASDA returns GROW when it grows)."""
+        return Decision.CONTINUE
+
+    def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
+        entry = self._trials.get(trial_id)
+        if entry is None:
+            return
+        if entry[1] == PAUSED:
+            self._rungs[entry[0]].unpause(trial_id)
+        entry[1] = DONE
+
+    # ---- suggestions -------------------------------------------------------------------------
+
+    def _promotable(self) -> tuple[int, int] | None:
+        """(trial, rung) of the paused trial to resume: highest rung first, best first."""
+        for index in reversed(range(len(self._rungs))):
+            rung = self._rungs[index]
+            best = rung.best_paused()       # if the best paused one is not in the top, none is
+            if best is not None and rung.rank(best, rung.values[best]) < len(rung) // self.rf:
+                return best, index
+        return self._end_game()
+
+    def _end_game(self) -> tuple[int, int] | None:
+        """Once ``num_samples`` configs exist and none runs, if no trial has passed the last
+        rung, the best paused trial of the highest rung goes on, so that the study ends with
+        at least one trial trained to ``max_t`` (few samples: floor(n / rf) may round to 0)."""
+        if self.num_samples is None or self._created < self.num_samples:
+            return None
+        statuses = self._trials.values()
+        if any(s == RUNNING or r == len(self.milestones) for r, s in statuses):
+            return None
+        for index in reversed(range(len(self._rungs))):
+            best = self._rungs[index].best_paused()
+            if best is not None:
+                return best, index
+        return None
+
+    def promote(self) -> int | None:
+        """The paused trial to resume now (it is then counted as running), or None."""
+        promotion = self._promotable()
+        if promotion is None:
+            return None
+        resumed, rung = promotion
+        self._rungs[rung].unpause(resumed)
+        self._trials[resumed] = [rung + 1, RUNNING]
+        return resumed
+
+    def suggest(self, trial_id: int) -> Suggestion | None:
+        resumed = self.promote()
+        if resumed is not None:
+            return Suggestion(info={"rung": self._trials[resumed][0]}, resume=resumed)
+        if self.num_samples is not None and self._created >= self.num_samples:
+            return None
+        config = self.space.sample(self._rng)
+        self._trials[trial_id] = [0, RUNNING]
+        self._created += 1
+        return Suggestion(config, {"rung": 0})
+
+    @property
+    def exhausted(self) -> bool:
+        """No new config may be made, none is running, and no paused trial is promotable."""
+        if self.num_samples is None or self._created < self.num_samples:
+            return False
+        running = any(status == RUNNING for _, status in self._trials.values())
+        return not running and self._promotable() is None
+
+    # ---- state -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self._rng.bit_generator.state, "created": self._created,
+                "trials": {str(t): list(e) for t, e in self._trials.items()},
+                "records": [{str(t): v for t, v in r.values.items()} for r in self._rungs]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._rng.bit_generator.state = dict(state["rng"])
+        self._created = int(state["created"])
+        self._trials = {int(t): [int(e[0]), str(e[1])] for t, e in state["trials"].items()}
+        self._rungs = [Rung() for _ in self.milestones]
+        for rung, records in zip(self._rungs, state["records"], strict=True):
+            for t, v in records.items():
+                rung.add(int(t), float(v))
+        for trial_id, (index, status) in self._trials.items():
+            if status == PAUSED:
+                self._rungs[index].pause(trial_id)

@@ -1,0 +1,120 @@
+"""Placement by policy name: ``assign``/``place``, the policy registry and user policies.
+
+A policy is a function ``policy(jobs, cluster, **options) -> {job_id: devices}`` where devices is
+``(node_id, gpu_id)`` or a tuple of them; it must not place a job that does not fit (Eq. 1-4 on
+top of the cluster's load) and may leave any job out. ``assign`` validates the inputs, runs the
+policy and, for a policy that is not built in, checks its answer with ``check_placement``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+from hypersack.core.placement.check import check_placement
+from hypersack.core.placement.cluster import Cluster, as_devices
+from hypersack.core.placement.improve import worst_fit_decreasing_local_search
+from hypersack.core.placement.model import Job
+from hypersack.core.placement.policies import BUILTIN
+from hypersack.errors import ConfigError
+
+__all__ = ["assign", "place", "register_policy", "unregister_policy", "policy_names", "get_policy",
+           "Policy"]
+
+Policy = Callable[..., Mapping[Hashable, Any]]
+
+
+def _mip(jobs: Sequence[Job], cluster: Cluster, **options: Any) -> Mapping[Hashable, Any]:
+    from hypersack.core.placement.mip import mip
+    return mip(jobs, cluster, **options)
+
+
+_TRUSTED: dict[str, Policy] = {**BUILTIN, "wfd-ls": worst_fit_decreasing_local_search, "mip": _mip}
+_POLICIES: dict[str, Policy] = dict(_TRUSTED)
+
+
+def policy_names() -> tuple[str, ...]:
+    """The registered policy names: the built-ins first, then user policies in registration order."""
+    return tuple(_POLICIES)
+
+
+def register_policy(name: str, fn: Policy, *, replace: bool = False) -> None:
+    """Make ``fn`` available as ``policy=name``. A built-in name, or a taken one without
+    ``replace=True``, raises ConfigError."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError("placement", name, "must be a non-empty policy name")
+    if not callable(fn):
+        raise ConfigError(f"placement.{name}", fn, "must be a function (jobs, cluster, **options)")
+    if name in _TRUSTED:
+        raise ConfigError("placement", name, "is a built-in policy and cannot be replaced")
+    if name in _POLICIES and not replace:
+        raise ConfigError("placement", name, "is already registered (pass replace=True)")
+    _POLICIES[name] = fn
+
+
+def unregister_policy(name: str) -> None:
+    """Forget a user policy (built-ins stay)."""
+    if name in _TRUSTED or name not in _POLICIES:
+        raise ConfigError("placement", name, "must name a registered user policy")
+    del _POLICIES[name]
+
+
+def get_policy(policy: str | Policy) -> Policy:
+    """The function behind a policy name (a callable is returned as it is)."""
+    if callable(policy):
+        return policy
+    if isinstance(policy, str) and policy in _POLICIES:
+        return _POLICIES[policy]
+    raise ConfigError("placement", policy, f"must be one of {', '.join(_POLICIES)}")
+
+
+def _check_jobs(jobs: Any, cluster: Cluster) -> list[Job]:
+    if not isinstance(cluster, Cluster):
+        raise ConfigError("cluster", cluster, "must be a Cluster")
+    if isinstance(jobs, (str, bytes, Mapping)) or not hasattr(jobs, "__iter__"):
+        raise ConfigError("jobs", jobs, "must be a sequence of Job")
+    jobs = list(jobs)
+    seen: set = set()
+    for i, job in enumerate(jobs):
+        if not isinstance(job, Job):
+            raise ConfigError(f"jobs[{i}]", job, "must be a Job")
+        if job.id in seen:
+            raise ConfigError(f"jobs[{i}].id", job.id, "must be unique among the jobs")
+        if job.id in cluster.running:
+            raise ConfigError(f"jobs[{i}].id", job.id, "is already running in the cluster")
+        seen.add(job.id)
+    return jobs
+
+
+def assign(jobs: Sequence[Job], cluster: Cluster, policy: str | Policy = "wfd", *,
+           check: bool | None = None, **options: Any) -> dict[Hashable, tuple]:
+    """Place ``jobs`` on what ``cluster`` has left: ``{job_id: ((node_id, gpu_id), ...)}`` with
+    ``job.gpus`` distinct devices per placed job; jobs that do not fit now are absent.
+
+    ``policy``: a registered name (``policy_names()``) or a function; ``options`` go to it (e.g.
+    ``time_limit=5`` for ``mip``). ``check``: verify Eq. 1-4 on the answer (default: only for
+    policies that are not built in). The cluster is not changed; apply the answer with
+    ``cluster.with_jobs(jobs, answer)``.
+    """
+    jobs = _check_jobs(jobs, cluster)
+    fn = get_policy(policy)
+    raw = fn(jobs, cluster, **options)
+    trusted = isinstance(policy, str) and policy in _TRUSTED
+    if not trusted:                                  # built-ins already answer in this form
+        raw = {jid: as_devices(devices) for jid, devices in raw.items()}
+    answer = {job.id: raw[job.id] for job in jobs if job.id in raw}      # in the given job order
+    if len(answer) != len(raw):
+        answer = dict(raw)                           # names unknown jobs: the check reports it
+    if check or (check is None and not trusted):
+        check_placement(jobs, cluster, answer)
+    return answer
+
+
+def place(jobs: Sequence[Job], cluster: Cluster, policy: str | Policy = "wfd", *,
+          check: bool | None = None, **options: Any) -> dict[Hashable, tuple]:
+    """``assign`` for single-GPU jobs: ``{job_id: (node_id, gpu_id)}``. A job asking for more
+    than one GPU raises ConfigError (use ``assign``)."""
+    jobs = list(jobs) if not isinstance(jobs, (str, bytes, Mapping)) and hasattr(jobs, "__iter__") else jobs
+    for i, job in enumerate(jobs if isinstance(jobs, list) else []):
+        if isinstance(job, Job) and job.gpus != 1:
+            raise ConfigError(f"jobs[{i}].gpus", job.gpus, "must be 1 for place(); use assign()")
+    answer = assign(jobs, cluster, policy, check=check, **options)
+    return {jid: devices[0] for jid, devices in answer.items()}

@@ -1,0 +1,25 @@
+"""Fused training of many same-architecture trials in one process (the Pack primitive).
+
+- ``run_pack(task, source, device, max_members)``: the runner a worker process calls
+  (``hypersack.fusion.runner``); ``Member`` and ``MemberSource`` are its contract.
+- ``FusableTask``: what a workload declares to be fusable (``hypersack.fusion.task``).
+- ``OptimizerConfig`` / ``Schedule``: per-member optimizers over stacked parameters
+  (``hypersack.fusion.optim``).
+- ``measure_member_memory``: the per-member memory that caps a pack's size.
+
+Which trials fuse is decided by ``hypersack.core.packing`` (pure, no torch).
+"""
+from hypersack.errors import MissingDependencyError
+
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    raise MissingDependencyError("Fused training", "torch", "workloads") from exc
+
+from hypersack.fusion.memory import MemoryProfile, measure_member_memory
+from hypersack.fusion.optim import OptimizerConfig, Schedule
+from hypersack.fusion.runner import Pack, PackStats, run_pack
+from hypersack.fusion.task import FusableTask, Member, MemberSource
+
+__all__ = ["run_pack", "Pack", "PackStats", "FusableTask", "Member", "MemberSource",
+           "OptimizerConfig", "Schedule", "MemoryProfile", "measure_member_memory"]

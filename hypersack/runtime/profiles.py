@@ -1,0 +1,186 @@
+"""The job history (HyperSack Sec. IV-C1, Fig. 6): profiles kept in the study's SQLite file.
+
+One row per :class:`ProfileKey` ``(model signature, batch size, GPU architecture)`` in the table
+``profiles`` (created if missing), through this store's own connection, so a later study, in the
+same file, profiles only the models it has not seen. The signature hashes the trainable's name and
+the config values that define the model's shape (:func:`signature`); other hyperparameters (the
+learning rate...) do not change a job's demand and share the profile.
+
+A job that ran out of GPU memory while co-located gets its memory estimate raised with
+:meth:`ProfileStore.correct_after_oom` (to the device's memory by default, so the placement puts
+it alone); the correction survives later ``put`` calls for the same key.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from hypersack.errors import ConfigError, StorageError
+from hypersack.runtime.profiler import Profile
+
+__all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB"]
+
+#: GiB a CUDA context takes per process beyond what torch's allocator reports.
+DEFAULT_CONTEXT_GB = 0.5
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS profiles (
+    signature TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    arch TEXT NOT NULL,
+    profile TEXT,
+    memory_floor_gb REAL,
+    ooms INTEGER NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (signature, batch_size, arch)
+);
+"""
+
+
+@dataclass(frozen=True)
+class ProfileKey:
+    """``batch_size`` 0 means the config names no batch size."""
+    signature: str
+    batch_size: int
+    arch: str
+
+
+def signature(trainable_name: str, config: Mapping[str, Any], keys: Iterable[str]) -> str:
+    """A 16-hex-digit hash of the trainable's name and ``config[k]`` for each model-shape key.
+
+    The order of ``keys`` does not matter; a key missing from ``config`` is a ConfigError.
+    """
+    model = {}
+    for key in sorted(set(keys)):
+        if key not in config:
+            raise ConfigError("profiling.model_keys", key,
+                              f"is not a key of the trial's config (keys: {sorted(config)})")
+        model[key] = config[key]
+    text = json.dumps({"trainable": trainable_name, "model": model}, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def profile_key(trainable_name: str, config: Mapping[str, Any], model_keys: Iterable[str],
+                arch: str, batch_key: str = "batch_size") -> ProfileKey:
+    """The history key of one trial's config on one architecture."""
+    batch = config.get(batch_key, 0)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
+        raise ConfigError(f"config.{batch_key}", batch, "must be a whole number >= 0 to key profiles")
+    return ProfileKey(signature(trainable_name, config, model_keys), batch, arch)
+
+
+class ProfileStore:
+    """Profiles in a SQLite file (usually the study store's). Use from one thread."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"Cannot open the profile history in {str(self.path)!r}: {exc}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "ProfileStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, key: ProfileKey) -> Profile | None:
+        """The profile of ``key`` with any OOM correction applied, or None if never profiled."""
+        profile = self._measured(key)
+        floor = self.memory_floor(key)
+        if profile is not None and floor is not None and floor > profile.peak_memory_gb:
+            profile = replace(profile, peak_memory_gb=floor)
+        return profile
+
+    def _measured(self, key: ProfileKey) -> Profile | None:
+        row = self._row(key)
+        return None if row is None or row[0] is None else Profile.from_dict(json.loads(row[0]))
+
+    def put(self, key: ProfileKey, profile: Profile) -> None:
+        """Store (or replace) the measured profile of ``key``; keeps its OOM correction."""
+        self._db.execute(
+            "INSERT INTO profiles (signature, batch_size, arch, profile, updated_at) "
+            "VALUES (?,?,?,?,?) ON CONFLICT (signature, batch_size, arch) DO UPDATE SET "
+            "profile = excluded.profile, updated_at = excluded.updated_at",
+            (key.signature, key.batch_size, key.arch, json.dumps(profile.to_dict()), time.time()))
+
+    def keys(self) -> list[ProfileKey]:
+        """Every key with a stored profile."""
+        rows = self._db.execute("SELECT signature, batch_size, arch FROM profiles "
+                                "WHERE profile IS NOT NULL ORDER BY signature, batch_size, arch")
+        return [ProfileKey(*r) for r in rows.fetchall()]
+
+    def missing(self, keys: Iterable[ProfileKey]) -> list[ProfileKey]:
+        """The keys (deduplicated, in order) that have no profile yet: what to profile."""
+        out: list[ProfileKey] = []
+        for key in keys:
+            if key not in out and self.get(key) is None:
+                out.append(key)
+        return out
+
+    def correct_after_oom(self, key: ProfileKey, device_memory_gb: float) -> float:
+        """Raise ``key``'s memory estimate to at least ``device_memory_gb`` (GiB) after an
+        out-of-memory while co-located; returns the new estimate. Works before any profile."""
+        if isinstance(device_memory_gb, bool) or not isinstance(device_memory_gb, (int, float)) \
+                or not math.isfinite(device_memory_gb) or device_memory_gb <= 0:
+            raise ConfigError("device_memory_gb", device_memory_gb, "must be a positive number of GiB")
+        self._db.execute(
+            "INSERT INTO profiles (signature, batch_size, arch, memory_floor_gb, ooms, updated_at) "
+            "VALUES (?,?,?,?,1,?) ON CONFLICT (signature, batch_size, arch) DO UPDATE SET "
+            "memory_floor_gb = MAX(COALESCE(memory_floor_gb, 0), excluded.memory_floor_gb), "
+            "ooms = ooms + 1, updated_at = excluded.updated_at",
+            (key.signature, key.batch_size, key.arch, float(device_memory_gb), time.time()))
+        return float(self._row(key)[1])
+
+    def memory_floor(self, key: ProfileKey) -> float | None:
+        """The OOM-corrected memory floor of ``key`` in GiB, None if it never ran out of memory."""
+        row = self._row(key)
+        return None if row is None else row[1]
+
+    def demand_for(self, config: Mapping[str, Any], arch: str, *, trainable: str,
+                   model_keys: Iterable[str], batch_key: str = "batch_size",
+                   iterations: int | None = None,
+                   context_gb: float | None = None) -> tuple[float, float, float] | None:
+        """``(compute percent, memory GiB, runtime)`` of a trial's config on ``arch`` from the
+        history, or None when it was never profiled (nor corrected after an OOM).
+
+        compute: the profiled GPU utilisation, at least 1 (100 where none was measured: CPU, no
+        NVML); memory: the profiled peak plus ``context_gb``, the per-process CUDA context that
+        ``torch.cuda.max_memory_allocated`` does not count (default 0.5 GiB; 0 on "cpu");
+        runtime: seconds for ``iterations`` iterations, or seconds per iteration when None (the
+        decreasing policies only compare runtimes). After an OOM correction the memory is at
+        least the floor (the floor itself when the profile was below it: a job sized to the device
+        still fits an empty device). A corrected OOM with no profile gives
+        ``(100, floor, 1.0)``: the job is then placed alone.
+        """
+        key = profile_key(trainable, config, model_keys, arch, batch_key)
+        profile = self._measured(key)
+        if profile is None:
+            floor = self.memory_floor(key)
+            return None if floor is None else (100.0, floor, 1.0)
+        compute = profile.gpu_util_percent if profile.gpu_util_percent is not None else 100.0
+        runtime = profile.time_per_iter_s * (iterations if iterations is not None else 1)
+        if context_gb is None:
+            context_gb = 0.0 if arch == "cpu" else DEFAULT_CONTEXT_GB
+        memory = profile.peak_memory_gb + context_gb
+        floor = self.memory_floor(key)
+        if floor is not None:       # exactly the device's memory after an OOM: fits alone
+            memory = max(memory, floor)
+        return (max(1.0, float(compute)), float(memory), float(runtime))
+
+    def _row(self, key: ProfileKey) -> tuple | None:
+        return self._db.execute(
+            "SELECT profile, memory_floor_gb FROM profiles WHERE signature = ? AND batch_size = ? "
+            "AND arch = ?", (key.signature, key.batch_size, key.arch)).fetchone()

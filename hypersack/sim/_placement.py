@@ -1,0 +1,37 @@
+"""The simulator's only contact with ``hypersack.core.placement``: building Jobs and Clusters."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+__all__ = ["make_job", "cluster_from_dict", "policy_names"]
+
+
+def make_job(perf: Any, record: Any) -> Any:
+    """A placement Job for ``record``: per-device demand from the profiles of every architecture
+    the scenario's cluster has (``perf.archs``), ``gpus`` = the trial's data-parallel world size."""
+    from hypersack.core.placement import Job
+    k = max(1, int(getattr(record, "resources", 1) or 1))
+    per_arch: dict[str, dict[str, float]] = {}
+    for arch in perf.archs:
+        p = perf.profile(record.config, arch)
+        per_arch[arch] = {"compute": p.utilization, "memory_gb": p.memory_gb,
+                          "runtime": perf.expected_runtime(record.config, arch) / (k * perf.dp_efficiency(k))}
+    ref = per_arch[perf.reference_arch]
+    cpus = perf.profile(record.config, perf.reference_arch).cpus
+    return Job(record.trial_id, ref["compute"], ref["memory_gb"], cpus=cpus, runtime=ref["runtime"],
+               per_arch=per_arch, gpus=k)
+
+
+def cluster_from_dict(d: Mapping[str, Any]) -> Any:
+    """``Cluster.from_dict`` with every node and GPU id turned into a string (Launch commands name
+    devices by strings)."""
+    from hypersack.core.placement import GPU, Cluster, Node
+    cluster = Cluster.from_dict(d)
+    nodes = [Node(str(n.id), n.cpus, tuple(GPU(str(g.id), g.arch, g.memory_gb, g.compute, g.oversubscription)
+                                           for g in n.gpus)) for n in cluster.nodes]
+    return Cluster(nodes)
+
+
+def policy_names() -> list[str]:
+    from hypersack.core.placement import policy_names as names
+    return list(names())

@@ -1,0 +1,61 @@
+"""Comparisons shaped like the papers' results: placement policies against the exclusive baseline
+(HyperSack Figs. 10-16) and algorithms against each other (RASDA Table 2: ASHA vs RASDA)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from hypersack.sim.run import SimResult, simulate
+from hypersack.sim.scenario import Scenario
+
+__all__ = ["compare_policies", "compare_algorithms", "policy_rows", "algorithm_rows"]
+
+BASELINE = "exclusive"
+
+
+def compare_policies(scenario: Scenario, policies: Sequence[str]) -> list[SimResult]:
+    """One run per policy (the exclusive baseline first, added when missing)."""
+    order = [BASELINE] + [p for p in policies if p != BASELINE]
+    return [simulate(scenario, p, keep_log=False) for p in order]
+
+
+def compare_algorithms(scenario: Scenario, algorithms: Mapping[str, Mapping[str, Any]],
+                       policy: str | None = None) -> list[tuple[str, SimResult]]:
+    """One run per labelled algorithm spec, all with the same placement ``policy``."""
+    return [(label, simulate(scenario.with_algorithm(spec), policy, keep_log=False))
+            for label, spec in algorithms.items()]
+
+
+def policy_rows(results: Sequence[SimResult], reference: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Makespan, speedup against the exclusive run, occupancy, utilisation, time to best; the
+    paper's speedup beside ours where the scenario's ``reference`` gives one."""
+    base = next((r for r in results if r.policy == BASELINE), None)
+    paper = _mapping(reference, "speedup")
+    rows = []
+    for r in results:
+        rows.append({"policy": r.policy, "makespan_s": r.makespan_s,
+                     "speedup": base.makespan_s / r.makespan_s if base and r.makespan_s else None,
+                     "paper_speedup": paper.get(r.policy), "occupancy": r.occupancy,
+                     "utilization": r.utilization, "time_to_best_s": r.time_to_best_s,
+                     "best_value": r.best_value, "trials": r.trials})
+    return rows
+
+
+def algorithm_rows(results: Sequence[tuple[str, SimResult]],
+                   reference: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Runtime (makespan), speedup against the first algorithm, best value, time to best."""
+    first = results[0][1] if results else None
+    paper = _mapping(reference, "runtime_s")
+    rows = []
+    for label, r in results:
+        rows.append({"algorithm": label, "makespan_s": r.makespan_s,
+                     "speedup": first.makespan_s / r.makespan_s if first and r.makespan_s else None,
+                     "paper_runtime_s": paper.get(label), "best_value": r.best_value,
+                     "time_to_best_s": r.time_to_best_s, "utilization": r.utilization,
+                     "trials": r.trials, "states": r.states})
+    return rows
+
+
+def _mapping(reference: Mapping[str, Any] | None, key: str) -> dict[str, Any]:
+    """``reference[key]`` when it maps labels to figures (a single figure has no label: {})."""
+    value = (reference or {}).get(key)
+    return dict(value) if isinstance(value, Mapping) else {}

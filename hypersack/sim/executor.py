@@ -1,0 +1,413 @@
+"""The simulated executor: the Executor protocol over an event heap and a simulated clock.
+
+The study loop, the controller, the algorithms and the placement policies run unchanged against
+it. Each Launch becomes a simulated trial on the devices the controller chose; its steps take the
+time the performance model (``perf``) says, re-evaluated whenever a neighbour starts or ends; each
+step ends with a checkpoint and a report whose metrics come from the learning-curve model.
+
+Contract, mirroring the local executor:
+
+* ``poll`` pops every pending event of the earliest time on the heap (ties broken by insertion
+  order), advances the clock to that time and returns them; the timeout is ignored.
+* A report waits for ``acknowledge()`` before the next step starts (the same turn: no simulated
+  time passes). A ``Stop`` that arrives while a trial waits there ends it at that report's time;
+  one that arrives mid-step ends it at its next report.
+* A trial that reports its last step (``steps_for(config)``) ends with ``TrialFinished`` at once.
+* Scheduled device failures emit ``DeviceLost`` then ``TrialFailed(retryable=True)`` for each trial
+  that held it; a relaunch from a checkpoint resumes after that checkpoint's step and pays
+  ``restore_s``. Scheduled additions emit ``DeviceAdded``.
+* ``log`` lists every event returned, as ``(time, kind, trial_id, detail)``: two runs with the
+  same seed and scenario give the same log.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from hypersack.core.trial import (Cancel, CheckpointSaved, Command, DeviceAdded, DeviceLost, Event,
+                                  Launch, ResultReported, Stop, TrialFailed, TrialFinished,
+                                  TrialStarted)
+from hypersack.sim.clock import SimClock, SimulationStalled
+from hypersack.sim.curves import Curve, CurveModel
+from hypersack.sim.perf import PerfModel
+from hypersack.sim.timeline import Interval, Timeline
+
+__all__ = ["SimExecutor", "DeviceChange"]
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class DeviceChange:
+    """A scheduled change of the inventory: at ``at`` seconds, ``gpu`` (a placement GPU) joins
+    node ``node`` (created with ``cpus`` cores if new), or, when ``gpu`` is None, GPU ``gpu_id``
+    of ``node`` fails."""
+    at: float
+    node: str
+    gpu_id: str | None = None
+    gpu: Any = None
+    cpus: float = 0.0
+
+
+@dataclass
+class _Device:
+    key: Key
+    gpu: Any
+    runs: list[int] = field(default_factory=list)
+    factor: float = 1.0        # f_gpu of the performance model
+    alive: bool = True
+
+
+@dataclass
+class _Node:
+    id: str
+    cpus: float
+    devices: list[Key] = field(default_factory=list)
+    cpu_demand: float = 0.0
+    factor: float = 1.0        # f_cpu
+
+
+@dataclass
+class _Run:
+    trial_id: int
+    attempt: int
+    config: Mapping[str, Any]
+    devices: tuple[Key, ...]
+    curve: Curve
+    max_steps: int | None
+    step: int
+    step_work: float
+    work_left: float
+    utilization: dict[Key, float]
+    memory: dict[Key, float]
+    cpus: float
+    rate: float = 0.0
+    updated_at: float = 0.0
+    version: int = 0
+    waiting_ack: bool = False
+    stop_requested: bool = False
+    intervals: list[Interval] = field(default_factory=list)
+
+
+class SimExecutor:
+    def __init__(self, cluster: Any, perf: PerfModel, curves: CurveModel, *,
+                 steps_for: Callable[[Mapping[str, Any]], int | None],
+                 clock: SimClock | None = None, changes: Sequence[DeviceChange] = (),
+                 keep_log: bool = True):
+        self.clock = clock or SimClock()
+        self.perf = perf
+        self.curves = curves
+        self._steps_for = steps_for
+        self.timeline = Timeline()
+        self.log: list[tuple[float, str, int | None, Any]] | None = [] if keep_log else None
+        self._heap: list[tuple] = []
+        self._seq = 0
+        self._devices: dict[Key, _Device] = {}
+        self._nodes: dict[str, _Node] = {}
+        self._runs: dict[int, _Run] = {}
+        self._waiting: list[int] = []
+        self._checkpoints: dict[str, int] = {}
+        self._warm: set[Key] = set()          # devices that ran a trial (warmup_s paid)
+        self._empty_polls = 0
+        self._inventory: Any = None
+        self.oom_failures = 0
+        for node in cluster.nodes:
+            self._add_node(str(node.id), node.cpus)
+            for gpu in node.gpus:
+                self._add_device(str(node.id), gpu)
+        for change in changes:
+            self._push(change.at, "change", None, change)
+
+    # ---- the Executor protocol -----------------------------------------------------------
+
+    def start(self) -> None:
+        return None
+
+    def shutdown(self, kill: bool = False) -> None:
+        now = self.clock.now
+        for trial_id in list(self._runs):
+            self._end_run(trial_id, now, "stopped")
+
+    def inventory(self) -> Any:
+        """The live devices as a placement Cluster (no load)."""
+        if self._inventory is None:
+            from hypersack.core.placement import Cluster, Node
+            nodes = [Node(n.id, n.cpus, tuple(self._devices[k].gpu for k in n.devices
+                                               if self._devices[k].alive))
+                     for n in self._nodes.values()]
+            self._inventory = Cluster(nodes)
+        return self._inventory
+
+    def free_slots(self) -> int:
+        """Live devices with no trial (for a controller without placement)."""
+        return sum(1 for d in self._devices.values() if d.alive and not d.runs)
+
+    def submit(self, command: Command) -> None:
+        if isinstance(command, Launch):
+            self._launch(command)
+        elif isinstance(command, Stop):
+            self._stop(command.trial_id)
+        elif isinstance(command, Cancel):
+            if command.trial_id in self._runs:
+                self._end_run(command.trial_id, self.clock.now, "failed")
+                self._push(self.clock.now, "event", command.trial_id,
+                           TrialFailed(command.trial_id, command.reason))
+
+    def acknowledge(self) -> None:
+        now = self.clock.now
+        for trial_id in self._waiting:
+            run = self._runs.get(trial_id)
+            if run is not None and run.waiting_ack:
+                run.waiting_ack = False
+                run.work_left, run.updated_at = run.step_work, now
+                self._schedule_step(run, now)
+        self._waiting = []
+
+    def poll(self, timeout: float = 0.0) -> list[Event]:
+        """Every event of the next event time (the clock moves there); ``timeout`` is ignored."""
+        events: list[Event] = []
+        while self._heap and not events:
+            t = self._heap[0][0]
+            while self._heap and self._heap[0][0] == t:
+                _, _, kind, trial_id, payload = heapq.heappop(self._heap)
+                if self._stale(kind, trial_id, payload):
+                    continue        # a step superseded by a rate change, or of an ended trial
+                self.clock.advance_to(t)
+                events.extend(self._fire(kind, trial_id, payload, t))
+        if not events:
+            self._stalled()
+        else:
+            self._empty_polls = 0
+        if self.log is not None:
+            for e in events:
+                self.log.append((self.clock.now, type(e).__name__, getattr(e, "trial_id", None), _detail(e)))
+        return events
+
+    # ---- heap ----------------------------------------------------------------------------
+
+    def _push(self, t: float, kind: str, trial_id: int | None, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, trial_id, payload))
+
+    def _fire(self, kind: str, trial_id: int | None, payload: Any, t: float) -> list[Event]:
+        if kind == "event":
+            return [payload]
+        if kind == "step":
+            return self._step_done(self._runs[trial_id], t)
+        return self._change(payload, t)
+
+    def _stale(self, kind: str, trial_id: int | None, payload: Any) -> bool:
+        if kind != "step":
+            return False
+        run = self._runs.get(trial_id)
+        return run is None or run.version != payload
+
+    def _stalled(self) -> None:
+        self._empty_polls += 1
+        if self._empty_polls >= 2 and not self._runs:
+            raise SimulationStalled(
+                f"at t={self.clock.now:.1f} s nothing runs, nothing is scheduled and the study "
+                "launched nothing: its pending trials fit no live device")
+
+    # ---- launching -----------------------------------------------------------------------
+
+    def _launch(self, launch: Launch) -> None:
+        now = self.clock.now
+        devices = self._devices_for(launch)
+        self._push(now, "event", launch.trial_id, TrialStarted(launch.trial_id, _label(devices)))
+        if devices is None:
+            self._push(now, "event", launch.trial_id, TrialFailed(
+                launch.trial_id, f"device(s) {list(launch.devices)} not available", retryable=True))
+            return
+        run = self._new_run(launch, devices, now)
+        if self._out_of_memory(run):
+            self.oom_failures += 1
+            self._push(now, "event", launch.trial_id, TrialFailed(
+                launch.trial_id, "CUDA out of memory (simulated: the device's memory is full)"))
+            return
+        self._runs[run.trial_id] = run
+        for key in devices:
+            self._devices[key].runs.append(run.trial_id)
+            run.intervals.append(Interval(run.trial_id, run.attempt, key[0], key[1], now, None,
+                                          run.utilization[key], run.memory[key]))
+        self._reprice(devices, now)
+
+    def _devices_for(self, launch: Launch) -> tuple[Key, ...] | None:
+        if launch.devices:
+            keys = tuple((str(n), str(g)) for n, g in launch.devices)
+            ok = all(k in self._devices and self._devices[k].alive for k in keys)
+            return keys if ok else None
+        free = next((d.key for d in self._devices.values() if d.alive and not d.runs), None)
+        return (free,) if free is not None else None
+
+    def _new_run(self, launch: Launch, devices: tuple[Key, ...], now: float) -> _Run:
+        archs = [self._devices[k].gpu.arch for k in devices]
+        profiles = [self.perf.profile(launch.config, a) for a in archs]
+        resumed_step = self._checkpoints.get(launch.checkpoint, 0) if launch.checkpoint else 0
+        nodes = len({k[0] for k in devices})
+        step_work = self.perf.step_work(launch.config, archs, nodes)
+        cold = any(k not in self._warm for k in devices)
+        self._warm.update(devices)
+        first = step_work + self.perf.launch_work(resumed=resumed_step > 0, cold=cold)
+        return _Run(launch.trial_id, launch.attempt, launch.config, devices,
+                    self.curves.curve(launch.config, launch.seed), self._steps_for(launch.config),
+                    resumed_step, step_work, first,
+                    {k: p.utilization for k, p in zip(devices, profiles)},
+                    {k: p.memory_gb for k, p in zip(devices, profiles)},
+                    max(p.cpus for p in profiles), updated_at=now)
+
+    def _out_of_memory(self, run: _Run) -> bool:
+        for key in run.devices:
+            device = self._devices[key]
+            used = sum(self._runs[t].memory[key] for t in device.runs)
+            if used + run.memory[key] > device.gpu.memory_gb + 1e-9:
+                return True
+        return False
+
+    # ---- stepping ------------------------------------------------------------------------
+
+    def _schedule_step(self, run: _Run, now: float) -> None:
+        run.version += 1
+        self._push(now + run.work_left / run.rate, "step", run.trial_id, run.version)
+
+    def _step_done(self, run: _Run, t: float) -> list[Event]:
+        run.step += 1
+        run.work_left, run.updated_at = 0.0, t
+        path = f"sim://trial-{run.trial_id}/step-{run.step}"
+        self._checkpoints[path] = run.step
+        events: list[Event] = [CheckpointSaved(run.trial_id, path, run.step),
+                               ResultReported(run.trial_id, run.step, run.curve.at(run.step))]
+        last = run.max_steps is not None and run.step >= run.max_steps
+        if last or run.stop_requested:
+            self._end_run(run.trial_id, t, "finished" if last else "stopped")
+            events.append(TrialFinished(run.trial_id))
+        else:
+            run.waiting_ack = True
+            self._waiting.append(run.trial_id)
+        return events
+
+    def _stop(self, trial_id: int) -> None:
+        run = self._runs.get(trial_id)
+        if run is None:
+            return
+        if run.waiting_ack:
+            now = self.clock.now
+            self._end_run(trial_id, now, "stopped")
+            self._push(now, "event", trial_id, TrialFinished(trial_id))
+        else:
+            run.stop_requested = True
+
+    def _end_run(self, trial_id: int, now: float, outcome: str) -> None:
+        run = self._runs.pop(trial_id)
+        for key in run.devices:
+            self._devices[key].runs.remove(trial_id)
+        for iv in run.intervals:
+            iv.end, iv.outcome = now, outcome
+        self.timeline.intervals.extend(run.intervals)
+        self._reprice(run.devices, now)
+
+    # ---- rates ---------------------------------------------------------------------------
+
+    def _reprice(self, keys: Sequence[Key], now: float) -> None:
+        """Recompute f_gpu of ``keys``, f_cpu of their nodes, and the rate of every trial hit."""
+        hit: set[int] = set()
+        for key in keys:
+            device = self._devices[key]
+            device.factor = self.perf.gpu_factor(
+                device.gpu.arch, device.gpu.compute, [self._runs[t].utilization[key] for t in device.runs])
+            hit.update(device.runs)
+        for node_id in {k[0] for k in keys}:
+            node = self._nodes[node_id]
+            demand = sum(self._runs[t].cpus for k in node.devices for t in self._devices[k].runs)
+            factor = self.perf.cpu_factor(node.cpus, demand)
+            if factor != node.factor or demand != node.cpu_demand:
+                if factor != node.factor:
+                    hit.update(t for k in node.devices for t in self._devices[k].runs)
+                node.factor, node.cpu_demand = factor, demand
+        for trial_id in sorted(hit):
+            self._set_rate(self._runs[trial_id], now)
+        self._account({k for t in hit for k in self._runs[t].devices} | set(keys), now)
+
+    def _set_rate(self, run: _Run, now: float) -> None:
+        rate = min(self._devices[k].factor * self._nodes[k[0]].factor for k in run.devices)
+        if run.waiting_ack:
+            run.rate = rate
+            return
+        if run.rate > 0:
+            run.work_left = max(0.0, run.work_left - run.rate * (now - run.updated_at))
+        run.updated_at = now
+        if rate != run.rate:
+            run.rate = rate
+            self._schedule_step(run, now)
+
+    def _account(self, keys: set[Key], now: float) -> None:
+        for key in sorted(keys):
+            device = self._devices[key]
+            if not device.alive:
+                continue
+            c = device.gpu.compute
+            demand = sum(self._runs[t].utilization[key] for t in device.runs)
+            used = sum(self._runs[t].utilization[key] * self._runs[t].rate for t in device.runs)
+            self.timeline.account(key, now, min(1.0, demand / device.gpu.capacity), min(1.0, used / c),
+                                  1.0 if device.runs else 0.0)
+
+    # ---- inventory changes ---------------------------------------------------------------
+
+    def _add_node(self, node_id: str, cpus: float) -> None:
+        self._nodes[node_id] = _Node(node_id, float(cpus))
+
+    def _add_device(self, node_id: str, gpu: Any) -> Key:
+        key = (node_id, str(gpu.id))
+        self._devices[key] = _Device(key, gpu)
+        self._nodes[node_id].devices.append(key)
+        self.timeline.add_device(key, self.clock.now)
+        self._inventory = None
+        return key
+
+    def _change(self, change: DeviceChange, t: float) -> list[Event]:
+        if change.gpu is not None:
+            if change.node not in self._nodes:
+                self._add_node(change.node, change.cpus)
+            self._add_device(change.node, change.gpu)
+            return [DeviceAdded(change.node, change.gpu)]
+        key = (change.node, str(change.gpu_id))
+        device = self._devices.get(key)
+        if device is None or not device.alive:
+            return []
+        events: list[Event] = [DeviceLost(change.node, key[1])]
+        for trial_id in list(device.runs):
+            self._end_run(trial_id, t, "lost")
+            events.append(TrialFailed(trial_id, f"device {key[0]}/{key[1]} failed (simulated)",
+                                      retryable=True))
+        device.alive = False
+        self.timeline.remove_device(key, t)
+        self._inventory = None
+        return events
+
+    # ---- results -------------------------------------------------------------------------
+
+    def running(self) -> int:
+        return len(self._runs)
+
+
+def _label(devices: tuple[Key, ...] | None) -> str:
+    if not devices:
+        return "none"
+    return ",".join(f"{n}/{g}" for n, g in devices)
+
+
+def _detail(event: Event) -> Any:
+    if isinstance(event, ResultReported):
+        return (event.step, tuple(sorted((k, round(v, 9)) for k, v in event.metrics.items())))
+    if isinstance(event, TrialStarted):
+        return event.device
+    if isinstance(event, TrialFailed):
+        return (event.reason, event.retryable)
+    if isinstance(event, CheckpointSaved):
+        return event.step
+    if isinstance(event, (DeviceLost,)):
+        return (event.node_id, event.gpu_id)
+    if isinstance(event, DeviceAdded):
+        return (event.node_id, str(event.gpu.id))
+    return None

@@ -1,0 +1,270 @@
+"""The simulator's performance model: how long a step takes where, and what a trial asks for.
+
+Inputs are a profile table (one row per model, batch size and device architecture, from a
+scenario's workload section or the Sampler's job history) and a few cost parameters. Formulas:
+
+Profile of trial ``p`` on architecture ``a``: ``T(p, a)`` seconds per step run alone on one device,
+``c(p, a)`` compute demand in percent of one device (the Sampler's average utilisation; HyperSack's
+``c_p``), ``d(p, a)`` memory in GB, ``q(p)`` host cores per device.
+
+1. Data-parallel scaling on ``k`` devices (RASDA)::
+
+       T_k = T(p, a) / (k * eff(k)),   eff(k) = 1 / (1 + beta * log2(k))      (k >= 1)
+
+   and ``eff`` is multiplied by ``cross_node_efficiency`` when the ranks span several nodes.
+2. Sharing a device ``g`` of compute ``C_g`` (percent) among the set ``J_g`` of trials on it,
+   ``S_g = sum(c_j for j in J_g)``, ``n_g = |J_g|``::
+
+       f_gpu(g) = min(1, s_a * C_g / S_g) / (1 + alpha * (n_g - 1))
+
+   ``s_a`` (``saturation``, per architecture) is how much summed utilisation a device absorbs
+   before trials slow each other: above 1 because a utilisation sample counts a busy kernel, not
+   busy SMs (HyperSack's Figs. 13-14 peak at oversubscription 3 on A100 and 2.5 on H100).
+   ``alpha`` (``interference``) is the per-neighbour context-switching and cache penalty.
+3. Host cores on node ``n`` with ``Q_n`` cores, ``R_n`` its trials: ``f_cpu(n) = min(1, Q_n / sum(q_j))``.
+4. A trial's speed is its slowest rank's: ``rate = min over its devices g of f_gpu(g) * f_cpu(node(g))``,
+   re-evaluated whenever a trial starts or ends on a device it uses (or on its node, for CPU).
+5. A step is ``W = T_k + checkpoint_s`` seconds of exclusive work; the first step after a launch
+   adds ``startup_s`` (data, model set-up), ``restore_s`` when it resumes from a checkpoint, and
+   ``warmup_s`` when it is the first trial ever launched on one of its devices (a persistent
+   worker's process start and imports). Wall time is the integral: work advances at ``rate``
+   per second.
+6. Delivered utilisation of ``g`` (reported, not used for timing): ``min(1, sum(c_j * rate_j) / C_g)``.
+
+Defaults of ``saturation``, ``interference``, ``beta`` and the costs are NOT validated against a
+GPU; :meth:`PerfParams.unvalidated` lists every parameter that was not calibrated from
+measurements, and the simulator prints that list with its figures.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from hypersack.errors import ConfigError
+
+__all__ = ["Profile", "ProfileTable", "PerfParams", "PerfModel", "WorkloadKeys"]
+
+ANY = "*"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One trial's cost on one architecture (see the module docstring for units)."""
+    step_time_s: float
+    utilization: float
+    memory_gb: float
+    cpus: int = 1
+
+    def __post_init__(self) -> None:
+        checks = (("step_time_s", self.step_time_s, lambda v: v > 0, "must be a number > 0"),
+                  ("utilization", self.utilization, lambda v: 0 < v <= 100, "must be in (0, 100]"),
+                  ("memory_gb", self.memory_gb, lambda v: v >= 0, "must be a number >= 0"),
+                  ("cpus", self.cpus, lambda v: v >= 0, "must be a number >= 0"))
+        for name, value, ok, problem in checks:
+            if not _is_number(value) or not ok(value):
+                raise ConfigError(f"profiles.{name}", value, problem)
+
+
+@dataclass(frozen=True)
+class WorkloadKeys:
+    """Which config keys name a trial's model and batch size (or fixed values when not searched)."""
+    model_key: str | None = None
+    model: str = ANY
+    batch_size_key: str | None = None
+    batch_size: Any = ANY
+
+    def of(self, config: Mapping[str, Any]) -> tuple[str, Any]:
+        model = config.get(self.model_key, self.model) if self.model_key else self.model
+        batch = config.get(self.batch_size_key, self.batch_size) if self.batch_size_key else self.batch_size
+        return str(model), batch
+
+
+class ProfileTable:
+    """Rows keyed by (model, batch size, arch); ``*`` in a row's model or batch size matches any."""
+
+    def __init__(self, rows: Mapping[tuple[str, Any, str], Profile]):
+        self._rows = dict(rows)
+
+    @classmethod
+    def from_list(cls, rows: Sequence[Mapping[str, Any]], field_name: str = "workload.profiles") -> "ProfileTable":
+        if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)) or not rows:
+            raise ConfigError(field_name, rows, "must be a non-empty list of profile rows")
+        table: dict[tuple[str, Any, str], Profile] = {}
+        allowed = {"model", "batch_size", "arch", "step_time_s", "utilization", "memory_gb", "cpus"}
+        for i, row in enumerate(rows):
+            where = f"{field_name}[{i}]"
+            if not isinstance(row, Mapping):
+                raise ConfigError(where, row, "must be a mapping")
+            unknown = sorted(set(row) - allowed)
+            if unknown:
+                raise ConfigError(f"{where}.{unknown[0]}", row[unknown[0]],
+                                  f"is not a known field (known: {', '.join(sorted(allowed))})")
+            for required in ("arch", "step_time_s", "utilization"):
+                if required not in row:
+                    raise ConfigError(f"{where}.{required}", None, "is required")
+            try:
+                profile = Profile(float(row["step_time_s"]) if _is_number(row["step_time_s"]) else row["step_time_s"],
+                                  row["utilization"], row.get("memory_gb", 0.0), row.get("cpus", 1))
+            except ConfigError as exc:
+                raise ConfigError(f"{where}.{exc.field.split('.')[-1]}", exc.value, exc.problem) from None
+            key = (str(row.get("model", ANY)), row.get("batch_size", ANY), str(row["arch"]))
+            table[key] = profile
+        return cls(table)
+
+    def lookup(self, model: str, batch_size: Any, arch: str) -> Profile | None:
+        for key in ((model, batch_size, arch), (model, ANY, arch), (ANY, batch_size, arch), (ANY, ANY, arch)):
+            row = self._rows.get(key)
+            if row is not None:
+                return row
+        return None
+
+    def archs(self) -> set[str]:
+        return {k[2] for k in self._rows}
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    """Cost parameters. ``saturation`` maps arch -> s_a (default ``default_saturation``).
+    ``calibrated`` names the parameters that were fitted to measurements (the rest are labelled
+    unvalidated in every report)."""
+    interference: float = 0.04
+    saturation: Mapping[str, float] = field(default_factory=dict)
+    default_saturation: float = 1.0
+    dp_beta: float = 0.06
+    cross_node_efficiency: float = 0.9
+    startup_s: float = 10.0
+    warmup_s: float = 0.0
+    restore_s: float = 2.0
+    checkpoint_s: float = 0.5
+    calibrated: tuple[str, ...] = ()
+
+    _FIELDS = {"interference", "saturation", "default_saturation", "dp_beta",
+               "cross_node_efficiency", "startup_s", "warmup_s", "restore_s", "checkpoint_s",
+               "calibrated"}
+
+    def __post_init__(self) -> None:
+        for name in ("interference", "dp_beta", "startup_s", "warmup_s", "restore_s", "checkpoint_s"):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0:
+                raise ConfigError(f"perf.{name}", value, "must be a number >= 0")
+        if not _is_number(self.cross_node_efficiency) or not 0 < self.cross_node_efficiency <= 1:
+            raise ConfigError("perf.cross_node_efficiency", self.cross_node_efficiency, "must be in (0, 1]")
+        if not _is_number(self.default_saturation) or self.default_saturation <= 0:
+            raise ConfigError("perf.default_saturation", self.default_saturation, "must be a number > 0")
+        if not isinstance(self.saturation, Mapping):
+            raise ConfigError("perf.saturation", self.saturation, "must map an architecture to a number > 0")
+        for arch, value in self.saturation.items():
+            if not _is_number(value) or value <= 0:
+                raise ConfigError(f"perf.saturation.{arch}", value, "must be a number > 0")
+        unknown = sorted(set(self.calibrated) - (self._FIELDS - {"calibrated"}))
+        if unknown:
+            raise ConfigError("perf.calibrated", list(self.calibrated), f"names unknown parameters {unknown}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "PerfParams":
+        d = dict(d or {})
+        if not isinstance(d, dict):
+            raise ConfigError("perf", d, "must be a mapping")
+        unknown = sorted(set(d) - cls._FIELDS)
+        if unknown:
+            raise ConfigError(f"perf.{unknown[0]}", d[unknown[0]],
+                              f"is not a known field (known: {', '.join(sorted(cls._FIELDS))})")
+        if "calibrated" in d:
+            d["calibrated"] = tuple(d["calibrated"] or ())
+        return cls(**d)
+
+    def saturation_of(self, arch: str) -> float:
+        return float(self.saturation.get(arch, self.default_saturation))
+
+    def unvalidated(self) -> list[str]:
+        """Parameters in use that were not calibrated from measurements."""
+        names = ["interference", "saturation", "dp_beta", "cross_node_efficiency", "startup_s",
+                 "warmup_s", "restore_s", "checkpoint_s"]
+        return [n for n in names if n not in self.calibrated and (n != "warmup_s" or self.warmup_s)]
+
+
+class PerfModel:
+    """Profiles plus costs: step work, sharing slowdowns, and the controller's demand model."""
+
+    def __init__(self, table: ProfileTable, keys: WorkloadKeys, params: PerfParams,
+                 archs: Sequence[str], steps_for: Any = None):
+        """``archs``: the cluster's architectures (the first is the reference of a Job's
+        top-level demand); ``steps_for(config)``: planned steps of a trial."""
+        self.table = table
+        self.keys = keys
+        self.params = params
+        self.archs = list(archs)
+        self.reference_arch = self.archs[0]
+        self._steps_for = steps_for
+        self._cache: dict[tuple, Profile] = {}
+
+    # ---- profiles ------------------------------------------------------------------------
+
+    def profile(self, config: Mapping[str, Any], arch: str) -> Profile:
+        model, batch = self.keys.of(config)
+        key = (model, batch, arch)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self.table.lookup(model, batch, arch)
+            if hit is None:
+                raise ConfigError("workload.profiles", [model, batch, arch],
+                                  "has no row for this (model, batch_size, arch)")
+            self._cache[key] = hit
+        return hit
+
+    def check_covers(self, configs: Iterable[Mapping[str, Any]], archs: Iterable[str]) -> None:
+        """Raise ConfigError for the first (config, arch) pair without a profile row."""
+        archs = sorted(set(archs))
+        for config in configs:
+            for arch in archs:
+                self.profile(config, arch)
+
+    # ---- timing --------------------------------------------------------------------------
+
+    def dp_efficiency(self, k: int, nodes: int = 1) -> float:
+        """eff(k) of formula 1: 1 for k == 1."""
+        eff = 1.0 / (1.0 + self.params.dp_beta * math.log2(k)) if k > 1 else 1.0
+        return eff * (self.params.cross_node_efficiency if nodes > 1 else 1.0)
+
+    def step_work(self, config: Mapping[str, Any], archs: Sequence[str], nodes: int = 1) -> float:
+        """W of formula 5 without start-up: exclusive seconds of one step on ``archs`` (one per rank)."""
+        k = len(archs)
+        t1 = max(self.profile(config, a).step_time_s for a in archs)   # the slowest rank sets the pace
+        return t1 / (k * self.dp_efficiency(k, nodes)) + self.params.checkpoint_s
+
+    def launch_work(self, resumed: bool, cold: bool = False) -> float:
+        """Start-up work of a launch: ``startup_s`` (+ ``restore_s`` from a checkpoint, +
+        ``warmup_s`` on a device that never ran a trial)."""
+        return (self.params.startup_s + (self.params.restore_s if resumed else 0.0)
+                + (self.params.warmup_s if cold else 0.0))
+
+    def gpu_factor(self, arch: str, capacity: float, demands: Sequence[float]) -> float:
+        """f_gpu of formula 2 for a device of ``arch`` with ``capacity`` percent compute."""
+        n = len(demands)
+        if n == 0:
+            return 1.0
+        total = sum(demands)
+        share = min(1.0, self.params.saturation_of(arch) * capacity / total) if total > 0 else 1.0
+        return share / (1.0 + self.params.interference * (n - 1))
+
+    @staticmethod
+    def cpu_factor(cores: float, demand: float) -> float:
+        """f_cpu of formula 3; a node declaring 0 cores has no CPU model (factor 1)."""
+        return 1.0 if cores <= 0 or demand <= cores else cores / demand
+
+    # ---- the controller's demand model ---------------------------------------------------
+
+    def expected_runtime(self, config: Mapping[str, Any], arch: str) -> float:
+        steps = self._steps_for(config) if self._steps_for else None
+        return self.profile(config, arch).step_time_s * (steps or 1)
+
+    def demand(self, record: Any) -> Any:
+        """``demand(trial_record) -> Job`` for the controller: the profile on the reference
+        architecture, with every architecture's figures in ``per_arch``."""
+        from hypersack.sim._placement import make_job
+        return make_job(self, record)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

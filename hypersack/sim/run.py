@@ -1,0 +1,100 @@
+"""Run a scenario: the real controller and study loop against the simulated executor and clock.
+
+``simulate(scenario, policy=...)`` builds exactly what ``hypersack run`` builds (the algorithm by
+name, the Controller, ``run_loop``), except that the executor is a :class:`SimExecutor`, the clock
+is its :class:`SimClock` and the store is in memory. Nothing in the loop or the controller knows.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypersack.core.algorithms import make_algorithm
+from hypersack.core.controller import Controller
+from hypersack.core.trial import TrialState
+from hypersack.runtime.loop import run_loop
+from hypersack.sim.executor import SimExecutor
+from hypersack.sim.scenario import Scenario
+from hypersack.sim.store import MemoryStore, SimStudyRow
+
+__all__ = ["SimResult", "simulate"]
+
+
+@dataclass
+class SimResult:
+    """Figures of one simulated study. Times are simulated seconds unless named ``wall``."""
+    scenario: str
+    policy: str
+    algorithm: str
+    makespan_s: float
+    occupancy: float              # mean allocated compute / C over devices and time, in [0, 1]
+    utilization: float            # mean delivered compute / C, in [0, 1]
+    busy: float                   # mean fraction of time a device holds >= 1 trial
+    time_to_best_s: float | None  # when the best trial (controller.best()) finished
+    best_value: float | None
+    best_trial: int | None
+    trials: int
+    states: dict[str, int]
+    reports: int
+    events: int
+    device_failures: int
+    wall_s: float
+    unvalidated: list[str]
+    executor: SimExecutor = field(repr=False, default=None)
+    controller: Controller = field(repr=False, default=None)
+
+    @property
+    def sim_per_wall(self) -> float:
+        return self.makespan_s / self.wall_s if self.wall_s > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "scenario", "policy", "algorithm", "makespan_s", "occupancy", "utilization", "busy",
+            "time_to_best_s", "best_value", "best_trial", "trials", "states", "reports", "events",
+            "device_failures", "wall_s", "unvalidated")} | {"sim_per_wall": self.sim_per_wall}
+
+
+def simulate(scenario: Scenario, policy: str | None = None, *, keep_log: bool = True) -> SimResult:
+    """Run ``scenario`` once with placement ``policy`` (default: the scenario's)."""
+    policy = policy or scenario.policy
+    spec = scenario.study
+    executor = SimExecutor(scenario.cluster, scenario.perf, scenario.curves,
+                           steps_for=spec.steps_for, changes=scenario.changes, keep_log=keep_log)
+    algorithm = make_algorithm(dict(spec.algorithm), spec.space, spec.objective, seed=spec.seed)
+    controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
+                            max_retries=scenario.max_retries, now=executor.clock.now)
+    controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
+    store = MemoryStore()
+    started = time.perf_counter()
+    run_loop(controller, executor, store, SimStudyRow(1, scenario.name), clock=executor.clock)
+    wall = time.perf_counter() - started
+    return _result(scenario, policy, executor, controller, store, wall)
+
+
+def _result(scenario: Scenario, policy: str, executor: SimExecutor, controller: Controller,
+            store: MemoryStore, wall: float) -> SimResult:
+    makespan = _makespan(executor)
+    stats = executor.timeline.summary(makespan)
+    best = controller.best()
+    states = {s.value: 0 for s in TrialState}
+    for record in controller.trials.values():
+        states[record.state.value] += 1
+    unvalidated = [f"perf.{p}" for p in scenario.perf.params.unvalidated()]
+    if not scenario.profiles_validated:
+        unvalidated.insert(0, "workload.profiles")
+    return SimResult(
+        scenario=scenario.name, policy=policy, algorithm=str(scenario.study.algorithm.get("type")),
+        makespan_s=makespan, occupancy=stats["occupancy"], utilization=stats["utilization"],
+        busy=stats["busy"], time_to_best_s=best.finished_at if best else None,
+        best_value=best.value if best else None, best_trial=best.trial_id if best else None,
+        trials=len(controller.trials), states=states, reports=store.result_count,
+        events=len(executor.log) if executor.log is not None else -1,
+        device_failures=sum(1 for c in scenario.changes if c.gpu is None and c.at <= makespan),
+        wall_s=wall, unvalidated=unvalidated, executor=executor, controller=controller)
+
+
+def _makespan(executor: SimExecutor) -> float:
+    """When the last trial left its device (the clock may stand later, at a device change)."""
+    ends = [iv.end for iv in executor.timeline.intervals if iv.end is not None]
+    return max(ends) if ends else 0.0

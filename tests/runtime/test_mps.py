@@ -1,0 +1,202 @@
+"""MPS control with a fake ``nvidia-cuda-mps-control`` first on PATH.
+
+The fake records every invocation (JSON lines in $FAKE_MPS_RECORD). ``-d`` forks a background
+"daemon" (the same script with ``--serve``) that creates ``$CUDA_MPS_PIPE_DIRECTORY/control`` and
+lives until a ``quit`` arrives; $FAKE_MPS_MODE=refuse makes ``-d`` fail as without permission,
+=deaf makes the daemon ignore ``quit`` (it must then be killed).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from hypersack.errors import ConfigError, HyperSackError
+from hypersack.runtime import mps as mps_module
+from hypersack.runtime.mps import MpsDaemon, MpsUnavailableWarning
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MPS is Linux-only")
+
+FAKE = textwrap.dedent("""\
+    #!{python}
+    import json, os, subprocess, sys, time
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    control = os.path.join(pipe, "control")
+    marker = os.path.join(pipe, "quit-requested")
+    mode = os.environ.get("FAKE_MPS_MODE", "ok")
+
+    def record(what):
+        with open(os.environ["FAKE_MPS_RECORD"], "a") as f:
+            f.write(json.dumps({{"what": what, "pipe": pipe,
+                                "log": os.environ.get("CUDA_MPS_LOG_DIRECTORY")}}) + "\\n")
+
+    args = sys.argv[1:]
+    if args == ["-d"]:
+        record("start")
+        if mode == "refuse":
+            print("Insufficient Permissions", file=sys.stderr)
+            sys.exit(1)
+        if os.path.exists(control):
+            print("An instance of this daemon is already running", file=sys.stderr)
+            sys.exit(1)
+        # like a sloppy daemon, the child keeps the parent's stdout and stderr open
+        subprocess.Popen([sys.executable, __file__, "--serve"], start_new_session=True,
+                         stdin=subprocess.DEVNULL)
+    elif args == ["--serve"]:
+        os.makedirs(pipe, exist_ok=True)
+        with open(control, "w") as f:
+            f.write(str(os.getpid()))
+        while not (os.path.exists(marker) and mode != "deaf"):
+            time.sleep(0.02)
+        os.unlink(marker)
+        os.unlink(control)
+    else:
+        command = sys.stdin.read().strip()
+        record(command)
+        if not os.path.exists(control):
+            print("Cannot find MPS control daemon process", file=sys.stderr)
+            sys.exit(1)
+        open(marker, "w").close()
+""")
+
+
+@pytest.fixture
+def fake_mps(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "nvidia-cuda-mps-control"
+    script.write_text(FAKE.format(python=sys.executable))
+    script.chmod(0o755)
+    record = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_MPS_RECORD", str(record))
+    monkeypatch.setattr(mps_module, "_warned", set())
+
+    def calls() -> list[dict]:
+        return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    return calls
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_start_env_and_quit_on_exit(fake_mps, tmp_path):
+    study = tmp_path / "hypersack-runs" / "s"
+    with MpsDaemon(study, timeout_s=5) as daemon:
+        assert daemon.active
+        pipe = study.resolve() / "mps" / "pipe"
+        assert (pipe / "control").exists()
+        assert daemon._daemon_pids()                      # the fake daemon is found by its env
+        lock = json.loads(daemon.lock_file.read_text())
+        assert lock["owner_pid"] == os.getpid()
+        env = daemon.env_for(33.4)
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "34"
+        assert env["CUDA_MPS_LOG_DIRECTORY"] == str(study.resolve() / "mps" / "log")
+        assert Path(env["CUDA_MPS_PIPE_DIRECTORY"]).resolve() == pipe
+    assert not daemon.active
+    assert [c["what"] for c in fake_mps()] == ["start", "quit"]
+    assert all(c["pipe"] == env["CUDA_MPS_PIPE_DIRECTORY"] for c in fake_mps())
+    assert not (pipe / "control").exists()
+    assert not daemon.lock_file.exists()
+    assert daemon._daemon_pids() == []
+    daemon.stop()                                          # idempotent
+    assert len(fake_mps()) == 2
+
+
+def test_quit_on_ctrl_c(fake_mps, tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with MpsDaemon(tmp_path / "s", timeout_s=5) as daemon:
+            raise KeyboardInterrupt
+    assert [c["what"] for c in fake_mps()] == ["start", "quit"]
+    assert daemon._daemon_pids() == []
+
+
+def test_stale_daemon_of_a_crashed_run_is_cleaned(fake_mps, tmp_path):
+    crashed = MpsDaemon(tmp_path / "s", timeout_s=5)
+    assert crashed.start()
+    stale_pids = crashed._daemon_pids()
+    # the driver "dies": its lock names a process that no longer exists, nothing was quit
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    lock = json.loads(crashed.lock_file.read_text())
+    crashed.lock_file.write_text(json.dumps({**lock, "owner_pid": dead.pid}))
+    crashed.active = False
+
+    with MpsDaemon(tmp_path / "s", timeout_s=5) as fresh:
+        assert fresh.active
+        assert not set(stale_pids) & set(fresh._daemon_pids())   # the old daemon is gone
+        assert json.loads(fresh.lock_file.read_text())["owner_pid"] == os.getpid()
+    assert [c["what"] for c in fake_mps()] == ["start", "quit", "start", "quit"]
+
+
+def test_daemon_deaf_to_quit_is_killed(fake_mps, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_MPS_MODE", "deaf")
+    daemon = MpsDaemon(tmp_path / "s", timeout_s=0.5)
+    assert daemon.start()
+    pids = daemon._daemon_pids()
+    assert pids
+    daemon.stop()
+    assert wait_until(lambda: daemon._daemon_pids() == [])
+    assert not (daemon.pipe_dir / "control").exists()
+
+
+def test_lock_of_a_live_owner_is_refused(fake_mps, tmp_path):
+    root = (tmp_path / "s").resolve() / "mps"
+    root.mkdir(parents=True)
+    (root / "daemon.json").write_text(json.dumps({"owner_pid": 424242}))
+    daemon = MpsDaemon(tmp_path / "s", timeout_s=1, pid_alive=lambda pid: True)
+    with pytest.raises(HyperSackError, match="already running"):
+        daemon.start()
+
+
+def test_refused_daemon_falls_back_with_one_warning(fake_mps, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_MPS_MODE", "refuse")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = MpsDaemon(tmp_path / "s", timeout_s=1)
+        assert first.start() is False
+        assert MpsDaemon(tmp_path / "s", timeout_s=1).start() is False   # same study: no repeat
+        assert first.env_for(50) == {}
+    mps_warnings = [w for w in caught if issubclass(w.category, MpsUnavailableWarning)]
+    assert len(mps_warnings) == 1
+    assert "Insufficient Permissions" in str(mps_warnings[0].message)
+    assert "time-sliced" in str(mps_warnings[0].message)
+    assert "Insufficient Permissions" in first.reason
+
+
+def test_missing_binary_falls_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(mps_module, "_warned", set())
+    with pytest.warns(MpsUnavailableWarning, match="not on PATH"):
+        daemon = MpsDaemon(tmp_path / "s", binary="no-such-mps-control-binary")
+        assert daemon.start() is False
+    assert not daemon.active and daemon.env_for(100) == {}
+    daemon.stop()
+
+
+def test_long_study_path_uses_a_short_symlink(fake_mps, tmp_path):
+    study = tmp_path / ("very-long-study-directory-name-" * 4) / "s"
+    with MpsDaemon(study, timeout_s=5) as daemon:
+        pipe_env = daemon.env_for(10)["CUDA_MPS_PIPE_DIRECTORY"]
+        assert len(pipe_env) <= 80
+        assert Path(pipe_env).resolve() == daemon.pipe_dir
+        assert daemon._daemon_pids()
+    assert not Path(pipe_env).exists()
+
+
+@pytest.mark.parametrize("share", [0, -5, 101, float("nan"), True, "50"])
+def test_env_for_validates_the_share(share, tmp_path):
+    with pytest.raises(ConfigError, match="compute_share"):
+        MpsDaemon(tmp_path).env_for(share)
