@@ -2,7 +2,7 @@
 
 Every algorithm is also reachable by name from YAML or Python, e.g.
 ``algorithm: {type: asha, min_t: 1, max_t: 27, reduction_factor: 3}`` (names: grid, random, tpe,
-sha, hyperband, asha, bohb, rasda).
+sha, hyperband, pack_hyperband, asha, bohb, rasda).
 
 - :func:`hyperband_brackets` (R, eta): the (n_i, r_i) of every Hyperband bracket.
 - :func:`rasda_schedule`: RASDA's milestones and device allocations.
@@ -10,13 +10,14 @@ sha, hyperband, asha, bohb, rasda).
   data-parallel trials (linear for SGD, square root for Adam, linear warm-up).
 """
 from hypersack.core.algorithms import (ASHA, BOHB, RASDA, Algorithm, Decision, GridSearch,
-                                       Hyperband, RandomSearch, Suggestion, SuccessiveHalving,
-                                       TPESearch, algorithm_names, hyperband_brackets,
+                                       Hyperband, PackHyperband, RandomSearch, Suggestion,
+                                       SuccessiveHalving, TPESearch, algorithm_names, hyperband_brackets,
                                        make_algorithm, register_algorithm)
 from hypersack.core.algorithms.rasda import (lr_rule, lr_scale, rasda_schedule, scaled_lr,
                                              warmup_factor)
 
 __all__ = ["Algorithm", "Decision", "Suggestion", "GridSearch", "RandomSearch", "TPESearch",
-           "SuccessiveHalving", "Hyperband", "ASHA", "BOHB", "RASDA", "hyperband_brackets",
+           "SuccessiveHalving", "Hyperband", "PackHyperband", "ASHA", "BOHB", "RASDA",
+           "hyperband_brackets",
            "rasda_schedule", "scaled_lr", "warmup_factor", "lr_scale", "lr_rule",
            "make_algorithm", "register_algorithm", "algorithm_names"]

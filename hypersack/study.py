@@ -17,11 +17,11 @@ from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.core.allocator import Demand
 from hypersack.core.spec import ExecutorOptions, Resources, StudySpec, check_resumable
 from hypersack.errors import ConfigError, TrainableError
 from hypersack.runtime import queries
-from hypersack.runtime.devices import Slot, default_slots, slots_cluster
+from hypersack.runtime.devices import Slot
+from hypersack.runtime.machine import prepare_machine
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import StudyRun, build_controller, run_loop
 from hypersack.runtime.progress import make_progress
@@ -124,17 +124,18 @@ class Study:
             store.update_spec(row.study_id, new_spec)
             store.set_status(row.study_id, "running")
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
-        slots = slots or default_slots(self.spec.executor.workers)
-        executor = LocalExecutor(
-            slots, ref, trial_dir=lambda trial_id: store.trial_dir(self.name, trial_id),
-            metric=self.spec.objective.metric, steps_for=self.spec.steps_for,
-            trial_timeout_s=self.spec.executor.trial_timeout_s,
-            cluster=slots_cluster(slots, oversubscription=_ratio(self.spec.oversubscription, slots)))
-        r = self.spec.resources
-        controller.set_inventory(executor.inventory(), self.spec.placement,
-                                 Demand(r.compute, r.memory_gb, r.cpus).job)
-        return run_loop(controller, executor, store, row,
-                        progress=make_progress(self.name, self.spec.steps_for, progress))
+        study_dir = store.artifacts_root / self.name
+        with prepare_machine(self.spec, study_dir, self.storage_path, trainable_name=ref.key,
+                             slots=slots) as machine:
+            executor = LocalExecutor(
+                machine.slots, ref, trial_dir=lambda trial_id: store.trial_dir(self.name, trial_id),
+                metric=self.spec.objective.metric, steps_for=self.spec.steps_for,
+                trial_timeout_s=self.spec.executor.trial_timeout_s, cluster=machine.cluster,
+                share_env=machine.share_env, profile=machine.profile,
+                device_events=machine.device_events)
+            controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
+            return run_loop(controller, executor, store, row, observers=machine.observers,
+                            progress=make_progress(self.name, self.spec.steps_for, progress))
 
     def _pick_trainable(self, trainable: Trainable | None) -> Trainable:
         chosen = trainable if trainable is not None else self._trainable
@@ -158,12 +159,3 @@ class Study:
         with Storage(self.storage_path) as store:
             return store.load_results(store.get_study(self.name).study_id, trial_id)
 
-
-def _ratio(oversubscription: float | Mapping[str, float] | None, slots: list[Slot]) -> float:
-    """The oversubscription ratio for this machine's slots (CPU slots: arch "cpu")."""
-    if oversubscription is None:
-        return 1.0
-    if isinstance(oversubscription, Mapping):
-        arch = "cpu" if all(s.gpu is None for s in slots) else "gpu"
-        return float(oversubscription.get(arch, 1.0))
-    return float(oversubscription)

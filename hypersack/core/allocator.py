@@ -4,6 +4,11 @@ Pure: the controller owns one Allocator. It keeps the inventory (from the execut
 DeviceAdded / DeviceLost events) with the load of every running trial, and asks a placement policy
 (``hypersack.core.placement``) where waiting trials fit. A trial's demand comes from ``demand``:
 a function of the trial's record (profiles, user-declared resources) returning a placement Job.
+
+Speed: for the greedy policies (ff, ffd, wf, wfd) the load is a ``LiveCluster``: occupying and
+releasing a trial cost O(its devices) and placing one costs about O(log G), with the very answers
+``assign`` gives on the equivalent ``Cluster``. Other policies get an immutable ``Cluster``
+(updated copy-on-write) and run as they are.
 """
 from __future__ import annotations
 
@@ -43,21 +48,38 @@ class Allocator:
             from hypersack.errors import ConfigError
             raise ConfigError("placement", policy, f"must be one of {policy_names()}")
         self.inventory = cluster          # devices without load
-        self.cluster = cluster            # devices with the running trials' load
         self.policy = policy
         self.demand = demand
         self._running: dict[int, tuple[Any, Devices]] = {}
+        self._set_load(cluster)
+
+    def _set_load(self, cluster: Any) -> None:
+        """Hold ``cluster`` (devices with the running trials' load) in the form the policy uses."""
+        from hypersack.core.placement.live import INCREMENTAL_POLICIES, LiveCluster
+        self._live = LiveCluster(cluster) if self.policy in INCREMENTAL_POLICIES else None
+        self._cluster = None if self._live is not None else cluster
+        self._devices = sum(1 for _ in self.inventory.gpus())
+
+    @property
+    def cluster(self) -> Any:
+        """The devices with the running trials' load, as an immutable placement Cluster."""
+        return self._live.snapshot() if self._live is not None else self._cluster
+
+    def _assign(self, jobs: list[Any]) -> dict:
+        if self._live is not None:
+            return self._live.assign(jobs, self.policy)
+        from hypersack.core.placement import assign
+        return assign(jobs, self._cluster, self.policy)
 
     # ---- placing ----------------------------------------------------------------------------
 
     def place(self, records: Sequence[TrialRecord]) -> dict[int, Devices]:
         """Devices for as many of ``records`` as fit now, per the policy; the rest are absent.
         Placed trials are counted as running from here on."""
-        from hypersack.core.placement import assign
         if not records:
             return {}
         jobs = {r.trial_id: self.demand(r) for r in records}
-        chosen = assign(list(jobs.values()), self.cluster, self.policy)
+        chosen = self._assign(list(jobs.values()))
         placed: dict[int, Devices] = {}
         for record in records:            # in the caller's order
             devices = chosen.get(record.trial_id)
@@ -71,11 +93,9 @@ class Allocator:
         """Whether a trial demanding what ``like`` (the latest trial) demands would fit now: asked
         before a new trial is created, so trials are not made long before a device can take
         them. Without a ``like`` the answer is yes."""
-        from hypersack.core.placement import assign
         if like is None:
             return True
-        probe = self.demand(like)
-        return bool(assign([probe], self.cluster, self.policy))
+        return bool(self._assign([self.demand(like)]))
 
     def occupy(self, record: TrialRecord, devices: Sequence[Sequence[str]]) -> None:
         """Count ``record`` as running on ``devices`` (a restored or externally placed trial)."""
@@ -83,12 +103,18 @@ class Allocator:
                      strict=False)
 
     def _occupy(self, trial_id: int, job: Any, devices: Devices, strict: bool = True) -> None:
-        self.cluster = self.cluster.with_running(job, devices, strict=strict)
+        if self._live is not None:
+            self._live.occupy(job, devices, strict=strict)
+        else:
+            self._cluster = self._cluster.with_running(job, devices, strict=strict)
         self._running[trial_id] = (job, devices)
 
     def release(self, trial_id: int) -> None:
         if self._running.pop(trial_id, None) is not None:
-            self.cluster = self.cluster.without(trial_id)
+            if self._live is not None:
+                self._live.release(trial_id)
+            else:
+                self._cluster = self._cluster.without(trial_id)
 
     def unplaceable(self, record: TrialRecord) -> str | None:
         """Why ``record`` can never run on this inventory (even with every device idle), or None."""
@@ -103,20 +129,23 @@ class Allocator:
     # ---- elasticity -------------------------------------------------------------------------
 
     def add_device(self, node_id: str, gpu: Any) -> None:
+        cluster = self.cluster.with_gpu(node_id, gpu)
         self.inventory = self.inventory.with_gpu(node_id, gpu)
-        self.cluster = self.cluster.with_gpu(node_id, gpu)
+        self._set_load(cluster)
 
     def lose_device(self, node_id: str, gpu_id: str) -> list[int]:
         """Remove a device; returns the trials that were running on it (they are released)."""
         hit = [t for t, (_, devices) in self._running.items() if (node_id, gpu_id) in devices]
         for trial_id in hit:
             self.release(trial_id)
+        cluster = self.cluster.without_gpu(node_id, gpu_id)
         self.inventory = self.inventory.without_gpu(node_id, gpu_id)
-        self.cluster = self.cluster.without_gpu(node_id, gpu_id)
+        self._set_load(cluster)
         return hit
 
     def device_count(self) -> int:
-        return sum(1 for _ in self.inventory.gpus())
+        """Devices in the inventory (counted when it changes: O(1))."""
+        return self._devices
 
     def running(self) -> Mapping[int, Devices]:
         return {t: d for t, (_, d) in self._running.items()}

@@ -83,6 +83,14 @@ class TrialFailed:
     reason: str
     traceback: str | None = None
     retryable: bool = False
+    oom: bool = False        # it ran out of device memory (retried alone, profile corrected)
+
+
+@dataclass(frozen=True)
+class TrialProfiled:
+    """What the Sampler measured over the trial's first steps (``Profile.to_dict()``)."""
+    trial_id: int
+    profile: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,7 @@ class DeviceLost:
 
 
 Event = (TrialStarted | ResultReported | CheckpointSaved | TrialFinished | TrialFailed
-         | DeviceAdded | DeviceLost)
+         | TrialProfiled | DeviceAdded | DeviceLost)
 
 
 # ---- commands: controller -> executor -------------------------------------------------------

@@ -62,7 +62,7 @@ def to_number(value: Any) -> Any:
 class TrialContext:
     def __init__(self, *, trial_id: int, seed: int, device: str, attempt: int, trial_dir: Path,
                  channel: Channel, max_steps: int | None = None, world: World = World(),
-                 sync_stop: Callable[[bool], bool] | None = None):
+                 sync_stop: Callable[[bool], bool] | None = None, meter: Any = None):
         self.trial_id = trial_id
         self.seed = seed
         self.device = device
@@ -72,6 +72,7 @@ class TrialContext:
         self.world = world
         self._channel = channel
         self._sync_stop = sync_stop
+        self._meter = meter          # the worker's Sampler: each report ends one measured step
         self._last_step: int | None = None
         self._stopped = False
 
@@ -86,6 +87,8 @@ class TrialContext:
         if not metrics:
             raise TypeError("ctx.report() needs at least one metric, e.g. ctx.report(step, loss=0.1)")
         clean = {name: to_number(v) for name, v in metrics.items()}
+        if self._meter is not None:
+            self._meter.mark()
         self._last_step = int(step)
         if self.world.rank == 0:
             self._channel.request(("report", self.trial_id, int(step), clean))

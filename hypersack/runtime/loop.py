@@ -11,12 +11,12 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from hypersack.core.algorithms import Algorithm
 from hypersack.core.controller import Controller
 from hypersack.core.spec import StudySpec
-from hypersack.core.trial import Command, Launch, ResultReported
+from hypersack.core.trial import Command, Event, Launch, ResultReported
 from hypersack.runtime.executors.base import Executor
 from hypersack.runtime.progress import Progress, NullProgress
 from hypersack.runtime.storage import Storage, StudyRow
@@ -69,13 +69,16 @@ class _Interrupts:
 
 
 def run_loop(controller: Controller, executor: Executor, storage: Storage, row: StudyRow, *,
-             progress: Progress | None = None, clock: Callable[[], float] = time.time) -> StudyRun:
+             progress: Progress | None = None, clock: Callable[[], float] = time.time,
+             observers: Sequence[Callable[[Event], None]] = ()) -> StudyRun:
+    """Run the study to its end. ``observers`` see every event before the controller does
+    (profiles into the job history, OOM corrections...)."""
     progress = progress or NullProgress()
     executor.start()
     killed = False
     try:
         with _Interrupts() as interrupts:
-            _turns(controller, executor, storage, row, progress, clock, interrupts)
+            _turns(controller, executor, storage, row, progress, clock, interrupts, observers)
         status = "interrupted" if interrupts.count else "complete"
     except KeyboardInterrupt:
         killed, status = True, "interrupted"
@@ -87,7 +90,8 @@ def run_loop(controller: Controller, executor: Executor, storage: Storage, row: 
 
 
 def _turns(controller: Controller, executor: Executor, storage: Storage, row: StudyRow,
-           progress: Progress, clock: Callable[[], float], interrupts: _Interrupts) -> None:
+           progress: Progress, clock: Callable[[], float], interrupts: _Interrupts,
+           observers: Sequence[Callable[[Event], None]] = ()) -> None:
     interrupted = False
     first = True
     while True:
@@ -97,6 +101,8 @@ def _turns(controller: Controller, executor: Executor, storage: Storage, row: St
         commands: list[Command] = []
         results = []
         for event in events:
+            for observe in observers:
+                observe(event)
             if isinstance(event, ResultReported):
                 results.append((event.trial_id, event.step, event.metrics))
             commands += controller.handle(event, now)

@@ -99,25 +99,57 @@ def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any
             train = _trainable(task["trainable"], trainables)
             _seed_everything(task["seed"])
             world, sync = _join_world(task.get("world") or {}, task["device"])
+            meter = _sampler(task) if world.rank == 0 else None
             ctx = TrialContext(trial_id=trial_id, seed=task["seed"], device=task["device"],
                                attempt=task["attempt"], trial_dir=trial_dir, channel=channel,
-                               max_steps=task.get("max_steps"), world=world, sync_stop=sync)
+                               max_steps=task.get("max_steps"), world=world, sync_stop=sync,
+                               meter=meter)
             try:
                 returned = train(dict(task["config"]), ctx)
                 _report_returned(ctx, returned, task["metric"])
             finally:
                 _leave_world(world)
+                _send_profile(conn, trial_id, meter)
             conn.send(("done", trial_id))
         except TrialStopped:
             conn.send(("done", trial_id))
         except (Exception, SystemExit) as exc:   # a trainable's sys.exit() ends its trial, not the worker
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
-            conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text))
+            conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text, _is_oom(exc)))
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
     return _SHUTDOWN if channel.shutdown else None
+
+
+def _sampler(task: dict[str, Any]):
+    """A Sampler measuring the trial's first steps (each report ends one), or None."""
+    if not task.get("profile"):
+        return None
+    from hypersack.runtime.profiler import Sampler
+    try:
+        sampler = Sampler(iterations=10, warmup=1, device=task["device"])
+        sampler.mark()      # the first step (set-up included) runs from here to the first report
+        return sampler
+    except Exception:       # profiling must never cost a trial
+        return None
+
+
+def _send_profile(conn, trial_id: int, meter) -> None:
+    if meter is None or not meter.measured:
+        return
+    try:
+        conn.send(("profile", trial_id, meter.profile().to_dict()))
+    except Exception:
+        pass
+
+
+def _is_oom(exc: BaseException) -> bool:
+    """The trainable ran out of device memory (CUDA OOM)."""
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
 
 
 def _join_world(world: dict[str, Any], device: str):

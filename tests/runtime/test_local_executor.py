@@ -91,3 +91,23 @@ def test_workers_keep_their_process_across_trials(executor):
         ex.submit(Launch(trial_id, {"x": 0.1}, seed=1, attempt=1))
         collect(ex, lambda ev: any(isinstance(e, TrialFinished) for e in ev))
     assert ex.worker_pids() == pids
+
+
+def test_a_lost_device_ends_its_trials_as_retryable_failures(tmp_path):
+    from hypersack.core.trial import DeviceLost
+    lost: list = []
+    ex = LocalExecutor(default_slots(2, gpus=[]), TrainableRef.of("trainables:sleeps"),
+                       trial_dir=lambda t: tmp_path / f"trial-{t}", metric="score",
+                       device_events=lambda: [lost.pop()] if lost else [])
+    ex.start()
+    try:
+        ex.submit(Launch(0, {"x": 0.5, "sleep": 30}, seed=1, attempt=1, devices=(("local", "cpu1"),)))
+        collect(ex, lambda ev: any(isinstance(e, TrialStarted) for e in ev))
+        lost.append(DeviceLost("local", "cpu1"))
+        events = collect(ex, lambda ev: any(isinstance(e, TrialFailed) for e in ev), timeout=10)
+        assert any(isinstance(e, DeviceLost) for e in events)
+        (failed,) = [e for e in events if isinstance(e, TrialFailed)]
+        assert failed.trial_id == 0 and failed.retryable and "cpu1" in failed.reason
+        assert ex.free_slots() == 2
+    finally:
+        ex.shutdown(kill=True)

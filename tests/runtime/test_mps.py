@@ -200,3 +200,52 @@ def test_long_study_path_uses_a_short_symlink(fake_mps, tmp_path):
 def test_env_for_validates_the_share(share, tmp_path):
     with pytest.raises(ConfigError, match="compute_share"):
         MpsDaemon(tmp_path).env_for(share)
+
+
+# ---- a study's machine: GPUs from (fake) NVML, MPS when trials share them ------------------------
+
+def _spec(**extra):
+    from hypersack.core.spec import StudySpec
+    return StudySpec.from_dict({"name": "s", "space": {"x": 1.0}, "objective": "score",
+                                "budget": {"trials": 1}, **extra})
+
+
+def _nvml():
+    from hypersack.runtime.nvml import FakeNvml
+    return FakeNvml([("NVIDIA H100 80GB HBM3", 79.6), ("NVIDIA A100-SXM4-40GB", 39.4)])
+
+
+def test_gpus_sharing_a_study_get_one_mps_daemon_and_thread_percentages(fake_mps, tmp_path, monkeypatch):
+    from hypersack.runtime.machine import prepare_machine
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with prepare_machine(_spec(), tmp_path / "runs" / "s", tmp_path / "s.db", trainable_name="t",
+                         nvml=_nvml()) as machine:
+        assert [(s.key, s.env["CUDA_VISIBLE_DEVICES"]) for s in machine.slots] == [("gpu0", "0"), ("gpu1", "1")]
+        ratios = {g.arch: g.oversubscription for _, g in machine.cluster.gpus()}
+        assert ratios == {"H100": 2.5, "A100": 3.0}          # the paper's profiled defaults
+        env = machine.share_env(machine.slots[0], 30.0)
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+        assert env["CUDA_MPS_PIPE_DIRECTORY"].endswith("pipe")
+        assert machine.device_events is not None and machine.device_events() == []
+    assert [c["what"] for c in fake_mps()] == ["start", "quit"]
+
+
+def test_exclusive_placement_starts_no_mps_and_a_ratio_applies_to_every_gpu(fake_mps, tmp_path, monkeypatch):
+    from hypersack.runtime.machine import prepare_machine
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with prepare_machine(_spec(placement="exclusive", oversubscription=2), tmp_path / "runs" / "s",
+                         tmp_path / "s.db", trainable_name="t", nvml=_nvml()) as machine:
+        assert {g.oversubscription for _, g in machine.cluster.gpus()} == {2.0}
+        assert machine.share_env is None
+    assert fake_mps() == []
+
+
+def test_without_mps_gpus_are_shared_by_time_slicing_with_one_warning(tmp_path, monkeypatch):
+    from hypersack.runtime.machine import prepare_machine
+    monkeypatch.setenv("PATH", str(tmp_path))            # no nvidia-cuda-mps-control anywhere
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(mps_module, "_warned", set())
+    with pytest.warns(MpsUnavailableWarning):
+        with prepare_machine(_spec(), tmp_path / "runs" / "s", tmp_path / "s.db", trainable_name="t",
+                             nvml=_nvml()) as machine:
+            assert machine.share_env is None and len(machine.slots) == 2

@@ -6,10 +6,12 @@ from hypersack.core.algorithms.random_search import RandomSearch
 from hypersack.core.algorithms.tpe import TPESearch
 from hypersack.core.algorithms.sha import SuccessiveHalving
 from hypersack.core.algorithms.hyperband import Hyperband, hyperband_brackets
+from hypersack.core.algorithms.pack_hyperband import PackHyperband
 from hypersack.core.algorithms.asha import ASHA
 from hypersack.core.algorithms.bohb import BOHB
 from hypersack.core.algorithms.rasda import RASDA
 
 __all__ = ["Algorithm", "Decision", "Suggestion", "GridSearch", "RandomSearch", "TPESearch",
            "make_algorithm", "register_algorithm", "algorithm_names",
-           "SuccessiveHalving", "Hyperband", "ASHA", "BOHB", "RASDA", "hyperband_brackets"]
+           "SuccessiveHalving", "Hyperband", "PackHyperband", "ASHA", "BOHB", "RASDA",
+           "hyperband_brackets"]

@@ -126,3 +126,4 @@ def _load_builtins() -> None:
     # Imported for their registration side effect; kept lazy to avoid an import cycle.
     from hypersack.core.algorithms import grid, random_search, tpe  # noqa: F401
     from hypersack.core.algorithms import asha, bohb, hyperband, rasda, sha  # noqa: F401
+    from hypersack.core.algorithms import pack_hyperband  # noqa: F401

@@ -3,6 +3,12 @@
 A ``Cluster`` is immutable: ``with_running``/``without``/``with_gpu``/``without_gpu`` return a new
 one, so a policy can never change the state it was given and the controller keeps one value per
 decision. ``from_dict``/``to_dict`` are the cluster YAML form (see ``from_dict``).
+
+Cost: ``with_running``/``without`` copy the load tables shallowly (C-speed dict copies, no
+re-adding of the running jobs) and recompute only the job's GPUs and nodes: O(devices of the job
+x jobs on them) Python work. A GPU's load is always the sum of its jobs' demands in the order
+they were added, starting from 0, so a derived cluster equals one built from scratch bit for bit.
+For a long-lived, mutable load with an O(log G) placement index see ``placement.live``.
 """
 from __future__ import annotations
 
@@ -45,7 +51,7 @@ class Cluster:
     left for new jobs; they may be negative when the recorded load exceeds a capacity (a load
     recorded with ``strict=False``, or a GPU replaced by a smaller one)."""
 
-    __slots__ = ("nodes", "_running", "_gpus", "_used", "_cpus_used")
+    __slots__ = ("nodes", "_running", "_gpus", "_used", "_cpus_used", "_on_gpu", "_on_node")
 
     def __init__(self, nodes: Sequence[Node], running: Mapping[Hashable, Running] | None = None):
         nodes = tuple(nodes)
@@ -62,8 +68,10 @@ class Cluster:
         self.nodes: tuple[Node, ...] = nodes
         self._gpus = gpus
         self._running: dict[Hashable, Running] = {}
-        self._used: dict[Device, list[float]] = {dev: [0.0, 0.0] for dev in gpus}
+        self._used: dict[Device, tuple[float, float]] = dict.fromkeys(gpus, (0.0, 0.0))
         self._cpus_used: dict[Hashable, float] = {node.id: 0.0 for node in nodes}
+        self._on_gpu: dict[Device, tuple] = dict.fromkeys(gpus, ())
+        self._on_node: dict[Hashable, tuple] = {node.id: () for node in nodes}
         for run in (running or {}).values():
             self._add(run.job, run.devices, strict=False)
 
@@ -113,8 +121,7 @@ class Cluster:
 
     def jobs_on(self, node_id: Hashable, gpu_id: Hashable) -> list[Hashable]:
         """Ids of the running jobs holding that GPU, in the order they were added."""
-        dev = (node_id, gpu_id)
-        return [jid for jid, run in self._running.items() if dev in run.devices]
+        return list(self._on_gpu.get((node_id, gpu_id), ()))
 
     def __repr__(self) -> str:
         return (f"Cluster({len(self.nodes)} nodes, {len(self._gpus)} GPUs, "
@@ -131,6 +138,34 @@ class Cluster:
     def _copy(self, nodes: Sequence[Node] | None = None) -> "Cluster":
         return Cluster(self.nodes if nodes is None else nodes, self._running)
 
+    def _derive(self) -> "Cluster":
+        """A copy sharing the nodes and GPU table, with its own (shallow) load tables."""
+        out = object.__new__(Cluster)
+        out.nodes, out._gpus = self.nodes, self._gpus
+        out._running = dict(self._running)
+        out._used = dict(self._used)
+        out._cpus_used = dict(self._cpus_used)
+        out._on_gpu = dict(self._on_gpu)
+        out._on_node = dict(self._on_node)
+        return out
+
+    def _recount(self, devices: tuple[Device, ...]) -> None:
+        """Recompute the load of ``devices`` and their nodes from their jobs, in added order."""
+        running, gpus = self._running, self._gpus
+        for dev in devices:
+            arch = gpus[dev][1].arch
+            used_c = used_m = 0.0
+            for jid in self._on_gpu[dev]:
+                demand = running[jid].job.demand(arch)
+                used_c += demand.compute
+                used_m += demand.memory_gb
+            self._used[dev] = (used_c, used_m)
+        for node_id in dict.fromkeys(dev[0] for dev in devices):
+            cores = 0.0
+            for jid in self._on_node[node_id]:
+                cores += running[jid].job.cpus
+            self._cpus_used[node_id] = cores
+
     def _add(self, job: Job, devices: Any, strict: bool) -> None:
         devices = as_devices(devices)
         if job.id in self._running:
@@ -143,19 +178,22 @@ class Cluster:
         if strict:
             from hypersack.core.placement.check import check_fits
             check_fits(self, [(job, devices)])
+        used, on_gpu, on_node = self._used, self._on_gpu, self._on_node
         for dev in devices:
             node, gpu = self._gpus[dev]
             demand = job.demand(gpu.arch)
-            self._used[dev][0] += demand.compute
-            self._used[dev][1] += demand.memory_gb
+            used_c, used_m = used[dev]
+            used[dev] = (used_c + demand.compute, used_m + demand.memory_gb)
             self._cpus_used[node.id] += job.cpus
+            on_gpu[dev] += (job.id,)
+            on_node[node.id] += (job.id,)
         self._running[job.id] = Running(job, devices)
 
     def with_running(self, job: Job, devices: Any, strict: bool = True) -> "Cluster":
         """A new cluster where ``job`` occupies ``devices`` (``(node_id, gpu_id)`` or a sequence
         of ``job.gpus`` of them). ``strict`` raises PlacementError when it does not fit (Eq. 1-4);
         pass ``strict=False`` to record a load that is a fact (e.g. a job started before)."""
-        out = self._copy()
+        out = self._derive()
         out._add(job, devices, strict)
         return out
 
@@ -163,7 +201,7 @@ class Cluster:
                   strict: bool = True) -> "Cluster":
         """A new cluster with every assigned job of ``jobs`` running where ``assignment`` says."""
         by_id = {job.id: job for job in jobs}
-        out = self._copy()
+        out = self._derive()
         if strict:
             from hypersack.core.placement.check import check_placement
             check_placement(jobs, self, assignment)
@@ -177,8 +215,14 @@ class Cluster:
         """A new cluster without the running job ``job_id`` (it finished, failed or was paused)."""
         if job_id not in self._running:
             raise ConfigError("job_id", job_id, "must name a running job")
-        running = {jid: run for jid, run in self._running.items() if jid != job_id}
-        return Cluster(self.nodes, running)
+        out = self._derive()
+        devices = out._running.pop(job_id).devices
+        for dev in devices:
+            out._on_gpu[dev] = tuple(j for j in out._on_gpu[dev] if j != job_id)
+        for node_id in dict.fromkeys(dev[0] for dev in devices):
+            out._on_node[node_id] = tuple(j for j in out._on_node[node_id] if j != job_id)
+        out._recount(devices)
+        return out
 
     def with_gpu(self, node_id: Hashable, gpu: GPU) -> "Cluster":
         """A new cluster where node ``node_id`` also has ``gpu`` (appended: last in first-fit)."""

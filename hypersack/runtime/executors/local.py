@@ -18,8 +18,9 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from hypersack.core.trial import (Cancel, CheckpointSaved, Command, Event, Launch, ResultReported,
-                                  Stop, TrialFailed, TrialFinished, TrialStarted)
+from hypersack.core.trial import (Cancel, CheckpointSaved, Command, DeviceLost, Event, Launch,
+                                  ResultReported, Stop, TrialFailed, TrialFinished, TrialProfiled,
+                                  TrialStarted)
 from hypersack.runtime.devices import Slot, slots_cluster
 from hypersack.runtime.trainable import TrainableRef
 from hypersack.runtime.worker import worker_main
@@ -57,7 +58,9 @@ class LocalExecutor:
                  trial_dir: Callable[[int], Path], metric: str,
                  steps_for: Callable[[dict], int | None] = lambda config: None,
                  trial_timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic,
-                 cluster: Any = None, share_env: Callable[[Slot, float | None], dict] | None = None):
+                 cluster: Any = None, share_env: Callable[[Slot, float | None], dict] | None = None,
+                 profile: Callable[[dict], bool] = lambda config: False,
+                 device_events: Callable[[], list[Event]] | None = None):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
@@ -67,6 +70,8 @@ class LocalExecutor:
         self._clock = clock
         self._cluster = cluster
         self._share_env = share_env
+        self._profile = profile
+        self._device_events = device_events
         self._ctx = mp.get_context("spawn")
         self._idle: list[_Worker] = []
         self._jobs: dict[int, _Job] = {}
@@ -156,6 +161,7 @@ class LocalExecutor:
             "attempt": launch.attempt, "device": worker.slot.device,
             "trial_dir": str(self._trial_dir(launch.trial_id)), "metric": self._metric,
             "max_steps": self._steps_for(launch.config), "world": world,
+            "profile": bool(self._profile(launch.config)),
             "trainable": (ref.key, None, None) if worker.has_trainable else (ref.key, ref.reference, ref.payload),
         }
 
@@ -194,7 +200,7 @@ class LocalExecutor:
     # ---- events ----------------------------------------------------------------------------
 
     def poll(self, timeout: float) -> list[Event]:
-        events: list[Event] = self._pending + self._enforce_timeouts()
+        events: list[Event] = self._pending + self._enforce_timeouts() + self._devices_changed()
         self._pending = []
         busy = [w for job in self._jobs.values() for w in job.workers]
         waitables = [w.conn for w in busy] + [w.process.sentinel for w in busy + self._idle]
@@ -236,13 +242,16 @@ class LocalExecutor:
             return ResultReported(trial_id, message[2], message[3])
         if kind == "checkpoint":
             return CheckpointSaved(trial_id, message[2], message[3])
+        if kind == "profile":
+            return TrialProfiled(trial_id, message[2])
         return None
 
     def _rank_ended(self, job: _Job, w: _Worker, message: tuple) -> Event | None:
         if message[0] == "error":
             # One rank failed: the others would hang in their collectives.
             self._end_job(job.trial_id, kill=len(job.workers) > 1, keep=w)
-            return TrialFailed(job.trial_id, message[2], message[3])
+            oom = len(message) > 4 and bool(message[4])
+            return TrialFailed(job.trial_id, message[2], message[3], retryable=oom, oom=oom)
         job.finished_ranks.add(w.rank)
         if w.rank == 0:
             job.rank0_done_at = self._clock()
@@ -285,6 +294,22 @@ class LocalExecutor:
             if key not in warm and key not in busy:
                 alive.append(self._spawn(slot, None))
         self._idle = alive
+
+    def _devices_changed(self) -> list[Event]:
+        """Device events from the monitor; trials on a lost device are killed and reported as
+        retryable failures (they restart from their checkpoints elsewhere)."""
+        if self._device_events is None:
+            return []
+        events: list[Event] = []
+        for event in self._device_events():
+            events.append(event)
+            if isinstance(event, DeviceLost):
+                for job in list(self._jobs.values()):
+                    if any(w.slot.key == event.gpu_id for w in job.workers):
+                        self._end_job(job.trial_id, kill=True)
+                        events.append(TrialFailed(job.trial_id, f"device {event.gpu_id} was lost",
+                                                  retryable=True))
+        return events
 
     def _enforce_timeouts(self) -> list[Event]:
         events: list[Event] = []

@@ -1,0 +1,227 @@
+"""This machine, set up for one study run: devices, placement inventory, MPS, monitor, job history.
+
+``prepare_machine`` is a context manager: it finds the devices (NVML GPUs, else CPU slots), builds
+the placement inventory with the study's oversubscription, starts the MPS daemon when trials share
+GPUs, and the NVML state monitor; on exit (normal, Ctrl-C or error) it stops both. The job history
+(``ProfileStore``, in the study's SQLite file) gives each trial's demand from earlier profiles and
+learns from this run's (Sampler) profiles and out-of-memory failures.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from hypersack.core.allocator import Demand
+from hypersack.core.spec import StudySpec
+from hypersack.core.trial import Event, TrialFailed, TrialProfiled, TrialRecord
+from hypersack.runtime.devices import Slot, default_slots, slots_cluster
+
+__all__ = ["Machine", "prepare_machine"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Machine:
+    slots: list[Slot]
+    cluster: Any
+    share_env: Callable[[Slot, float | None], dict] | None = None
+    device_events: Callable[[], list[Event]] | None = None
+    demand: Callable[[TrialRecord], Any] | None = None
+    observers: list[Callable[[Event], None]] = field(default_factory=list)
+    profile: Callable[[dict], bool] = lambda config: False
+
+
+@contextlib.contextmanager
+def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Path, *,
+                    trainable_name: str, slots: list[Slot] | None = None,
+                    nvml: Any = None) -> Iterator[Machine]:
+    """Devices and services for one run of ``spec`` (see the module docstring). ``slots``
+    (tests) skips detection: the given slots become the inventory."""
+    with contextlib.ExitStack() as stack:
+        machine = _devices(spec, slots, nvml)
+        if _shares_gpus(spec, machine):
+            _start_mps(machine, study_dir, stack)
+        if any(s.gpu is not None for s in machine.slots) and slots is None:
+            _start_monitor(machine, nvml, stack)
+        _attach_history(machine, spec, storage_path, trainable_name, stack)
+        yield machine
+
+
+# ---- devices ---------------------------------------------------------------------------------
+
+def _devices(spec: StudySpec, slots: list[Slot] | None, nvml: Any) -> Machine:
+    if slots is None:
+        cluster = _gpu_cluster(nvml, spec.oversubscription)
+        if cluster is not None:
+            gpu_slots = _gpu_slots(cluster, spec.executor.workers)
+            return Machine(gpu_slots, _only(cluster, gpu_slots))
+        slots = default_slots(spec.executor.workers, gpus=[])
+    ratio = _cpu_ratio(spec.oversubscription, slots)
+    return Machine(slots, slots_cluster(slots, oversubscription=ratio))
+
+
+def _gpu_cluster(nvml: Any, oversubscription: Any) -> Any | None:
+    """This host's GPUs from NVML with the study's ratios, or None (no NVML, no GPU)."""
+    from hypersack.errors import MissingDependencyError
+    from hypersack.runtime.inventory import cluster_from_nvml
+    from hypersack.runtime.nvml import NvmlSource, NvmlUnavailable
+    try:
+        source = NvmlSource(nvml)
+        with source:
+            cluster = cluster_from_nvml(source, node_id="local",
+                                        oversubscription=oversubscription if isinstance(oversubscription, Mapping) else None)
+    except (MissingDependencyError, NvmlUnavailable, OSError):
+        return None
+    if not any(True for _ in cluster.gpus()):
+        return None
+    if isinstance(oversubscription, (int, float)):
+        cluster = _with_ratio(cluster, float(oversubscription))
+    return cluster
+
+
+def _with_ratio(cluster: Any, ratio: float) -> Any:
+    from hypersack.core.placement import Cluster, Node
+    return Cluster([Node(n.id, n.cpus, [dataclasses.replace(g, oversubscription=ratio) for g in n.gpus])
+                    for n in cluster.nodes])
+
+
+def _only(cluster: Any, slots: list[Slot]) -> Any:
+    """``cluster`` restricted to the GPUs that have a slot."""
+    keep = {s.key for s in slots}
+    for node, gpu in list(cluster.gpus()):
+        if gpu.id not in keep:
+            cluster = cluster.without_gpu(node.id, gpu.id)
+    return cluster
+
+
+def _gpu_slots(cluster: Any, workers: int | None) -> list[Slot]:
+    """One slot per GPU (ids ``gpu<N>``, N the physical index); ``workers`` caps how many."""
+    import os
+    gpus = [g for _, g in cluster.gpus()]
+    if workers is not None:
+        gpus = gpus[:workers]
+    threads = max(1, (os.cpu_count() or 1) // max(1, len(gpus)))
+    out = []
+    for i, gpu in enumerate(gpus):
+        index = int(str(gpu.id).removeprefix("gpu"))
+        out.append(Slot(i, index, {"CUDA_VISIBLE_DEVICES": str(index), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                   "OMP_NUM_THREADS": str(threads)}))
+    return out
+
+
+def _cpu_ratio(oversubscription: Any, slots: list[Slot]) -> float:
+    if oversubscription is None:
+        return 1.0
+    if isinstance(oversubscription, Mapping):
+        arch = "cpu" if all(s.gpu is None for s in slots) else "gpu"
+        return float(oversubscription.get(arch, 1.0))
+    return float(oversubscription)
+
+
+def _shares_gpus(spec: StudySpec, machine: Machine) -> bool:
+    gpus = [g for _, g in machine.cluster.gpus() if g.arch != "cpu"]
+    return spec.placement != "exclusive" and any(g.oversubscription > 1 for g in gpus) \
+        and any(s.gpu is not None for s in machine.slots)
+
+
+# ---- services --------------------------------------------------------------------------------
+
+def _start_mps(machine: Machine, study_dir: Path, stack: contextlib.ExitStack) -> None:
+    """One MPS daemon for the run; workers get its pipe and their thread percentage. Where MPS
+    is missing or refused, trials share GPUs by time slicing (one warning, from MpsDaemon)."""
+    from hypersack.runtime.mps import MpsDaemon
+    daemon = MpsDaemon(study_dir)
+    stack.enter_context(daemon)
+    if not getattr(daemon, "active", True):
+        return
+
+    def share_env(slot: Slot, share: float | None) -> dict:
+        return daemon.env_for(share if share is not None else 100.0) if slot.gpu is not None else {}
+    machine.share_env = share_env
+
+
+def _start_monitor(machine: Machine, nvml: Any, stack: contextlib.ExitStack) -> None:
+    from hypersack.runtime.monitor import DeviceMonitor
+    from hypersack.runtime.nvml import NvmlSource
+    source = NvmlSource(nvml)
+    try:
+        stack.enter_context(source)
+        monitor = DeviceMonitor(source, "local", initial=source.snapshot())
+        stack.enter_context(monitor.start())
+    except Exception as exc:     # monitoring is a help, never a reason not to run
+        log.warning("GPU state monitor not started: %s", exc)
+        return
+    machine.device_events = monitor.drain
+
+
+def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, trainable_name: str,
+                    stack: contextlib.ExitStack) -> None:
+    """Demand from the job history; profiles and OOM corrections written back to it."""
+    from hypersack.runtime.profiles import ProfileStore, profile_key
+    store = stack.enter_context(ProfileStore(storage_path))
+    model_keys = _model_keys(spec)
+    archs = sorted({g.arch for _, g in machine.cluster.gpus()})
+    memory = {g.arch: g.memory_gb for _, g in machine.cluster.gpus()}
+    r = spec.resources
+    default = Demand(r.compute, r.memory_gb, r.cpus)
+    cache: dict[str, Any] = {}
+    records: dict[int, TrialRecord] = {}
+
+    def demand(record: TrialRecord) -> Any:
+        if record.trial_id >= 0:
+            records[record.trial_id] = record
+        per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache)
+        job = default.job(record)
+        return job if not per_arch else dataclasses.replace(job, per_arch=per_arch)
+
+    def observe(event: Event) -> None:
+        record = records.get(event.trial_id) if event.trial_id is not None else None
+        if record is None:
+            return
+        try:
+            if isinstance(event, TrialProfiled):
+                from hypersack.runtime.profiler import Profile
+                profile = Profile.from_dict(event.profile)
+                store.put(profile_key(trainable_name, record.config, model_keys, profile.device_arch),
+                          profile)
+                cache.clear()
+            elif isinstance(event, TrialFailed) and event.oom:
+                for arch in archs:
+                    store.correct_after_oom(profile_key(trainable_name, record.config, model_keys, arch),
+                                            memory[arch])
+                cache.clear()
+        except Exception as exc:   # the history is an optimisation: never fail the study on it
+            log.warning("job history not updated for trial %s: %s", event.trial_id, exc)
+    machine.demand, machine.observers = demand, [observe]
+    machine.profile = lambda config: True
+
+
+def _per_arch(store: Any, config: dict, archs: list[str], trainable: str, model_keys: list[str],
+              cache: dict[str, Any]) -> dict[str, dict[str, float]]:
+    import json
+    key = json.dumps({k: config.get(k) for k in model_keys + ["batch_size"]}, sort_keys=True, default=repr)
+    if key not in cache:
+        out: dict[str, dict[str, float]] = {}
+        for arch in archs:
+            try:
+                got = store.demand_for(config, arch, trainable=trainable, model_keys=model_keys)
+            except Exception:
+                got = None
+            if got is not None:
+                out[arch] = {"compute": got[0], "memory_gb": got[1], "runtime": got[2]}
+        cache[key] = out
+    return cache[key]
+
+
+def _model_keys(spec: StudySpec) -> list[str]:
+    """Config keys that shape the model (hence its demand): the space's discrete parameters,
+    batch size aside (it is a key of its own)."""
+    from hypersack.core.space import Categorical, Constant, Int
+    keys = [name for name in spec.space if isinstance(spec.space[name], (Categorical, Constant, Int))
+            and name != "batch_size"]
+    return sorted(keys)

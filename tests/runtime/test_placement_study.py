@@ -1,0 +1,93 @@
+"""Studies on the local executor with placement: co-location, data-parallel growth, job history."""
+from __future__ import annotations
+
+import pytest
+
+import hypersack
+from hypersack.core.algorithms import Algorithm, Decision, Suggestion
+from hypersack.runtime.devices import default_slots
+from hypersack.runtime.profiles import ProfileStore
+
+SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "sleep": 0.4, "steps": 2}
+
+
+def _overlap(status) -> int:
+    """Most trials whose [started_at, finished_at] intervals overlap at one instant."""
+    spans = [(t["started_at"], t["finished_at"]) for t in status["trials"]]
+    points = sorted([(s, 1) for s, _ in spans] + [(f, -1) for _, f in spans])
+    best = now = 0
+    for _, delta in points:
+        now += delta
+        best = max(best, now)
+    return best
+
+
+@pytest.mark.parametrize("placement, ratio, expected", [("exclusive", 2.0, 2), ("wfd", 2.0, 4)])
+def test_wfd_with_oversubscription_runs_more_trials_at_once_than_exclusive(
+        store_path, placement, ratio, expected):
+    study = hypersack.Study(name=f"p-{placement}", space=SPACE, objective=("score", "max"),
+                            n_trials=4, storage=store_path, placement=placement,
+                            oversubscription=ratio, max_steps="steps")
+    study.run("trainables:checkpointing", progress=False, slots=default_slots(2, gpus=[]))
+    status = study.status()
+    assert status["complete"] == 4
+    assert _overlap(status) == expected
+
+
+class GrowOnce(Algorithm):
+    """One trial; at epoch 2 it grows from 1 to 2 data-parallel workers."""
+
+    def __init__(self, space, objective):
+        super().__init__(space, objective)
+        self.made, self.grown = 0, False
+
+    @property
+    def exhausted(self):
+        return self.made >= 1
+
+    def suggest(self, trial_id):
+        self.made += 1
+        return Suggestion({"lr": 0.003, "batch_size": 64, "hidden": 32, "epochs": 4})
+
+    def on_result(self, trial_id, step, metrics):
+        if step == 2 and not self.grown:
+            self.grown = True
+            return Decision.GROW
+        return Decision.CONTINUE
+
+    def resources(self, trial_id):
+        return 2 if self.grown else 1
+
+
+def test_a_trial_grown_from_one_to_two_data_parallel_workers_continues_its_curve(store_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    space = hypersack.SearchSpace({"lr": 0.003})
+    study = hypersack.Study(name="grow", space=space, objective=("accuracy", "max"), n_trials=1,
+                            storage=store_path, algorithm=GrowOnce(space, hypersack.Objective.parse(("accuracy", "max"))))
+    study.run("digits_mlp", progress=False, slots=default_slots(2, gpus=[]))
+    results = study.results(0)
+    assert [r["step"] for r in results] == [1, 2, 3, 4]
+    assert [r["workers"] for r in results] == [1, 1, 2, 2]
+    # ceil(1437 / 64) = 23 steps per epoch alone, ceil(1437 / 128) = 12 with two workers.
+    assert [r["steps"] for r in results] == [23, 46, 58, 70]
+    assert results[2]["train_loss"] < results[0]["train_loss"]    # no reset after the resize
+    assert results[3]["accuracy"] > 0.85
+    trial = study.status()["trials"][0]
+    assert trial["state"] == "complete" and trial["attempts"] == 2
+
+
+def test_profiles_are_kept_in_the_job_history_and_reused_by_a_later_study(store_path):
+    space = dict(SPACE, width={"type": "categorical", "choices": [8, 16]}, batch_size=32)
+    for name in ("first", "second"):
+        study = hypersack.Study(name=name, space=space, objective=("score", "max"), n_trials=2,
+                                storage=store_path, max_steps=4,
+                                workers=2)
+        study.run("trainables:checkpointing", progress=False)
+    with ProfileStore(store_path) as store:
+        keys = store.keys()
+    assert keys and all(k.arch == "cpu" and k.batch_size == 32 for k in keys)
+    assert len({k.signature for k in keys}) <= 2         # one per width, shared by both studies
+    with ProfileStore(store_path) as store:
+        profile = store.get(keys[0])
+    assert profile.iters_measured >= 1 and profile.time_per_iter_s > 0
