@@ -9,6 +9,12 @@ drive real training of real digits MLPs through a small in-process driver:
   processes (``--procs 2``: the two cores here).
 - ``pack``: ``pack_hyperband``; every pack of a rung is one job trained fused by
   ``hypersack.fusion.run_pack`` with the ``DIGITS_MLP`` fusable task, in one process per job.
+  As an ``execution: auto`` executor would, a singleton pack runs as the plain trial
+  (``min_pack``, default 3, splits smaller packs: on this CPU a fused step costs about 2.5x a
+  plain one at N = 1 and breaks even near N = 3), and a trial's checkpoint is converted between
+  the plain (torch.optim) and fused formats when it moves between the two (exact: tested by
+  continuing a converted checkpoint). The kNN distance uses batch size and optimizer (what sets
+  a fused step's cost: padding, stacks per optimizer kind) with threshold 1.
 
 A job trains its trial(s) from their checkpoints to the rung's milestone; the driver then feeds
 every epoch's result to the algorithm (which pauses them at the milestone and promotes the top
@@ -69,10 +75,16 @@ def config_seed(config: dict[str, Any]) -> int:
 # ---- jobs (run in this process or in a worker process) ------------------------------------------
 
 def _init_worker(threads: int) -> None:
+    """Fix torch's threads, then warm up (imports, data, each optimizer kind, fused and alone)
+    so that one-off costs a long-lived worker pays once stay out of the timed runs."""
     import torch
     torch.set_num_threads(threads)
-    from hypersack.workloads.digits import load_digits_split
-    load_digits_split()
+    configs = [{"optimizer": kind, "batch_size": 128, "hidden": 8, "epochs": 1}
+               for kind in ("adam", "adamw", "sgd", "rmsprop")]
+    job = [(i, c, i, None, 1) for i, c in enumerate(configs)]
+    run_fused(job)
+    for row in job:
+        run_separate([row])
 
 
 def _warm(_: int) -> int:
@@ -149,6 +161,70 @@ def run_fused(job: list[tuple]) -> dict[int, tuple]:
     source = _Source(members, {t: until for t, _, _, _, until in job})
     run_pack(DIGITS_MLP, source, "cpu", max_members=len(job))
     return {t: (source.reports[t], source.states.get(t)) for t, *_ in job}
+
+
+# Optimizer state each kind keeps in torch.optim as the digits trainable builds it (RMSprop
+# without momentum, not centred); the fused state has the same names (hypersack.fusion.optim).
+_PLAIN_STATE = {"adam": ("exp_avg", "exp_avg_sq"), "adamw": ("exp_avg", "exp_avg_sq"),
+                "sgd": ("momentum_buffer",), "rmsprop": ("square_avg",)}
+_FUSED_STATE = {"adam": ("exp_avg", "exp_avg_sq"), "adamw": ("exp_avg", "exp_avg_sq"),
+                "sgd": ("momentum_buffer",),
+                "rmsprop": ("square_avg", "momentum_buffer", "grad_avg")}
+
+
+def as_fused(ckpt: Any, config: dict[str, Any]) -> Any:
+    """A digits_mlp checkpoint (torch.optim) as a fused-member checkpoint; others unchanged."""
+    if ckpt is None or "format" in ckpt:
+        return ckpt
+    from hypersack.fusion.stack import CHECKPOINT_FORMAT
+    model, kind = ckpt["model"], config["optimizer"]
+    names = list(model)
+    per_param = ckpt["optimizer"]["state"]
+    state = {f"{s}/{n}": per_param.get(i, {}).get(s, torch_zeros_like(model[n]))
+             for s in _FUSED_STATE[kind] for i, n in enumerate(names)}
+    return {"format": CHECKPOINT_FORMAT, "epoch": int(ckpt["epoch"]),
+            "iteration": int(ckpt["steps"]), "position": 0, "model": dict(model),
+            "optimizer": {"kind": kind, "state": state}}
+
+
+def as_plain(ckpt: Any, config: dict[str, Any]) -> Any:
+    """A fused-member checkpoint as a digits_mlp (torch.optim) checkpoint; others unchanged."""
+    if ckpt is None or "format" not in ckpt:
+        return ckpt
+    import torch
+    model, kind, steps = ckpt["model"], ckpt["optimizer"]["kind"], int(ckpt["iteration"])
+    fused = ckpt["optimizer"]["state"]
+    state = {}
+    for i, n in enumerate(model):
+        state[i] = {s: fused[f"{s}/{n}"].clone() for s in _PLAIN_STATE[kind]}
+        if kind != "sgd":
+            state[i]["step"] = torch.tensor(float(steps))
+    group = _param_group(config, len(model))
+    return {"epoch": int(ckpt["epoch"]), "model": dict(model), "steps": steps, "workers": 1,
+            "optimizer": {"state": state, "param_groups": [group]},
+            "since": {"epoch": 1, "from_workers": 1}}
+
+
+def _param_group(config: dict[str, Any], n_params: int) -> dict[str, Any]:
+    """The param group torch.optim saves for the digits trainable's optimizer of ``config``."""
+    from hypersack.workloads.digits import build_mlp, build_optimizer, parse_settings
+    settings = parse_settings(config, None)
+    optimizer = build_optimizer(build_mlp(2, 0.0), settings)
+    group = optimizer.state_dict()["param_groups"][0]
+    return dict(group, params=list(range(n_params)))
+
+
+def torch_zeros_like(tensor: Any) -> Any:
+    import torch
+    return torch.zeros_like(tensor)
+
+
+def run_pack_job(job: list[tuple]) -> dict[int, tuple]:
+    """A pack as an ``execution: auto`` executor runs it: fused when it has several members, a
+    singleton as the plain trial it is; checkpoints are converted between the two formats."""
+    if len(job) > 1:
+        return run_fused([(t, c, s, as_fused(ckpt, c), u) for t, c, s, ckpt, u in job])
+    return run_separate([(t, c, s, as_plain(ckpt, c), u) for t, c, s, ckpt, u in job])
 
 
 # ---- the driver ---------------------------------------------------------------------------------
@@ -263,13 +339,14 @@ def make_alg(name: str, args, space: SearchSpace):
                             "reduction_factor": args.eta}
     if name == "pack_hyperband":
         spec.update(grouping=args.grouping, max_pack=args.max_pack, threshold=args.threshold,
-                    fusibility_keys=["hidden"])
+                    fusibility_keys=["hidden"], distance_keys=args.distance_keys,
+                    min_pack=args.min_pack)
     return make_algorithm(spec, space, Objective("accuracy", "max"), args.seed)
 
 
 def one_run(fused: bool, procs: int, args, space: SearchSpace) -> dict[str, Any]:
     alg = make_alg("pack_hyperband" if fused else "hyperband", args, space)
-    study = MiniStudy(alg, run_fused if fused else run_separate, procs, args.threads, fused)
+    study = MiniStudy(alg, run_pack_job if fused else run_separate, procs, args.threads, fused)
     start, end = study.run()
     finals = [(r[1]["accuracy"], r[2] - start, t) for t, trial in study.trials.items()
               for r in trial.results if r[0] == args.max_t]
@@ -314,25 +391,34 @@ def parse_args(argv=None):
     p.add_argument("--procs", default="1,2", help="process counts to run each algorithm with")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--grouping", default="knn", choices=["knn", "random", "batch_size"])
-    p.add_argument("--max-pack", type=int, default=8, help="members per pack (memory cap)")
-    p.add_argument("--threshold", type=float, default=None, help="kNN distance threshold")
+    p.add_argument("--max-pack", type=int, default=16, help="members per pack (memory cap)")
+    p.add_argument("--min-pack", type=int, default=3,
+                   help="smaller packs run as separate trials (fusing pays from about 3 on CPU)")
+    p.add_argument("--threshold", type=float, default=1.0,
+                   help="kNN distance threshold (inf: no limit)")
+    p.add_argument("--distance-keys", default="batch_size,optimizer",
+                   help="hyperparameters the kNN distance uses ('all': every one but hidden)")
     p.add_argument("--hidden", default="64,128", help="hidden widths (the fusibility key)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pack-only", action="store_true", help="skip plain Hyperband")
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = p.parse_args(argv)
     if args.quick:
         args.max_t, args.procs = 9, "1"
     args.procs = [int(x) for x in args.procs.split(",")]
     args.hidden = [int(x) for x in args.hidden.split(",")]
+    args.distance_keys = None if args.distance_keys == "all" else args.distance_keys.split(",")
     return args
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     space = study_space(args.max_t, args.hidden)
-    runs = [one_run(fused, procs, args, space) for fused in (False, True) for procs in args.procs]
+    runs = [one_run(fused, procs, args, space) for fused in (False, True) for procs in args.procs
+            if fused or not args.pack_only]
     print(f"digits MLP, Hyperband R={args.max_t} eta={args.eta}, seed {args.seed}, "
-          f"pack grouping {args.grouping} (max_pack {args.max_pack}, threshold {args.threshold}), "
+          f"pack grouping {args.grouping} (pack size {args.min_pack}..{args.max_pack}, threshold {args.threshold}, "
+          f"distance over {args.distance_keys or 'all'}), "
           f"torch threads per process {args.threads}, {os.cpu_count()} CPUs")
     print_table(runs)
     if args.json:

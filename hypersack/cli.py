@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     export = add("export", "every trial and result")
     export.add_argument("--format", default="csv", help="csv or json")
     add("list", "studies in the store", json_flag=True, study=False)
+    from hypersack.sim import cli as sim_cli
+    sim_cli.add_parser(sub)
     return p
 
 
@@ -153,8 +155,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from hypersack.sim import cli as sim_cli
+    return sim_cli.main(args)
+
+
 _COMMANDS = {"run": cmd_run, "resume": cmd_resume, "status": cmd_status, "best": cmd_best,
-             "export": cmd_export, "list": cmd_list}
+             "export": cmd_export, "list": cmd_list, "simulate": cmd_simulate}
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@
                             algorithm="random", n_trials=32)
     study.run("digits_mlp")          # or a callable train(config, ctx)
     study.best_trial()               # {"trial_id", "config", "metric", "value"}
+
+Fused packs: ``Study(..., execution="fused", pack={"max_members": 16}).run("digits_mlp")`` (a
+built-in with a fusable task), or ``.run(task)`` / ``.run("module:TASK")`` with a
+``hypersack.fusion.FusableTask``; ``execution="auto"`` fuses the trials the task accepts.
 """
 from __future__ import annotations
 
@@ -17,13 +21,15 @@ from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.core.spec import ExecutorOptions, Resources, StudySpec, check_resumable
+from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
+                                 check_resumable)
 from hypersack.errors import ConfigError, TrainableError
 from hypersack.runtime import queries
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.machine import prepare_machine
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import StudyRun, build_controller, run_loop
+from hypersack.runtime.pack_worker import plan_execution
 from hypersack.runtime.progress import make_progress
 from hypersack.runtime.storage import DEFAULT_STORAGE, Storage
 from hypersack.runtime.trainable import TrainableRef
@@ -41,7 +47,8 @@ class Study:
                  trial_timeout_s: float | None = None, max_steps: int | str | None = None,
                  trainable: Trainable | None = None, placement: str = "wfd",
                  oversubscription: float | Mapping[str, float] | None = None,
-                 resources: Mapping[str, Any] | None = None):
+                 resources: Mapping[str, Any] | None = None, execution: str = "separate",
+                 pack: Mapping[str, Any] | None = None):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -56,7 +63,8 @@ class Study:
             executor=ExecutorOptions(workers, max_retries, trial_timeout_s), max_steps=max_steps,
             placement=placement,
             oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
-            resources=Resources.from_dict(resources))
+            resources=Resources.from_dict(resources), execution=execution,
+            pack=PackOptions.from_dict(pack))
         self.storage_path = Path(storage)
         self._trainable = trainable
 
@@ -112,7 +120,9 @@ class Study:
 
     def _run(self, store: Storage, trainable: Trainable | None, *, resume: bool,
              progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
-        ref = TrainableRef.of(self._pick_trainable(trainable))
+        plain, plan = plan_execution(self.spec.execution, self._pick_trainable(trainable),
+                                     self.spec.pack.max_members)
+        ref = TrainableRef.of(plain)
         # Built before the study is stored, so a bad algorithm option fails before anything runs.
         algorithm = make_algorithm(self._algorithm_instance or self.spec.algorithm,
                                    self.spec.space, self.spec.objective, self.spec.seed)
@@ -126,13 +136,13 @@ class Study:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
         study_dir = store.artifacts_root / self.name
         with prepare_machine(self.spec, study_dir, self.storage_path, trainable_name=ref.key,
-                             slots=slots) as machine:
+                             slots=slots, fuses=plan.fuses if plan else None) as machine:
             executor = LocalExecutor(
                 machine.slots, ref, trial_dir=lambda trial_id: store.trial_dir(self.name, trial_id),
                 metric=self.spec.objective.metric, steps_for=self.spec.steps_for,
                 trial_timeout_s=self.spec.executor.trial_timeout_s, cluster=machine.cluster,
                 share_env=machine.share_env, profile=machine.profile,
-                device_events=machine.device_events)
+                device_events=machine.device_events, packs=plan)
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
             return run_loop(controller, executor, store, row, observers=machine.observers,
                             progress=make_progress(self.name, self.spec.steps_for, progress))

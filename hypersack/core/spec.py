@@ -15,7 +15,8 @@ from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 
-__all__ = ["StudySpec", "ExecutorOptions", "Resources", "check_resumable"]
+__all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTION_MODES",
+           "check_resumable"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -92,6 +93,38 @@ class Resources:
         return {"compute": self.compute, "memory_gb": self.memory_gb, "cpus": self.cpus}
 
 
+EXECUTION_MODES = ("separate", "fused", "auto")
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """Fused packs (``execution: fused | auto``): ``max_members`` trials at most in one pack
+    (one worker process, one fused model); on CUDA a pack may take fewer, as measured memory
+    allows."""
+    max_members: int = 8
+
+    _FIELDS = {"max_members"}
+
+    def __post_init__(self) -> None:
+        m = self.max_members
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ConfigError("pack.max_members", m, "must be an integer >= 1")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "PackOptions":
+        d = d or {}
+        _check_fields("pack", d, cls._FIELDS)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_members": self.max_members}
+
+
+def _check_execution(mode: Any) -> None:
+    if mode not in EXECUTION_MODES:
+        raise ConfigError("execution", mode, f"must be one of {', '.join(EXECUTION_MODES)}")
+
+
 def _check_oversubscription(value: Any) -> None:
     if value is None:
         return
@@ -125,9 +158,14 @@ class StudySpec:
     # None: the inventory's defaults (profiled per GPU architecture; 1 for CPU slots).
     oversubscription: float | dict[str, float] | None = None
     resources: Resources = Resources()    # a trial's demand when no profile says otherwise
+    # separate: one process per trial; fused: every trial in a pack of its fusable task; auto:
+    # the trials the task accepts fuse, the others run separately.
+    execution: str = "separate"
+    pack: PackOptions = PackOptions()
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
-               "max_steps", "description", "storage", "placement", "oversubscription", "resources"}
+               "max_steps", "description", "storage", "placement", "oversubscription", "resources",
+               "execution", "pack"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -143,6 +181,7 @@ class StudySpec:
             raise ConfigError("max_steps", ms, "must be an integer >= 1 or the name of a space parameter")
         _check_placement(self.placement)
         _check_oversubscription(self.oversubscription)
+        _check_execution(self.execution)
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -171,7 +210,8 @@ class StudySpec:
                    executor=ExecutorOptions.from_dict(d.get("executor")),
                    max_steps=d.get("max_steps"), description=d.get("description", ""),
                    placement=d.get("placement", "wfd"), oversubscription=d.get("oversubscription"),
-                   resources=Resources.from_dict(d.get("resources")))
+                   resources=Resources.from_dict(d.get("resources")),
+                   execution=d.get("execution", "separate"), pack=PackOptions.from_dict(d.get("pack")))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "trainable": self.trainable, "space": self.space.to_dict(),
@@ -182,12 +222,13 @@ class StudySpec:
                 "description": self.description, "placement": self.placement,
                 "oversubscription": (dict(self.oversubscription) if isinstance(self.oversubscription, Mapping)
                                      else self.oversubscription),
-                "resources": self.resources.to_dict()}
+                "resources": self.resources.to_dict(), "execution": self.execution,
+                "pack": self.pack.to_dict()}
 
 
 # Fields a resumed study may change: how much to run and how, not what is searched.
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
-                               "oversubscription", "resources"})
+                               "oversubscription", "resources", "execution", "pack"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

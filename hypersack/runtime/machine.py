@@ -5,6 +5,13 @@ the placement inventory with the study's oversubscription, starts the MPS daemon
 GPUs, and the NVML state monitor; on exit (normal, Ctrl-C or error) it stops both. The job history
 (``ProfileStore``, in the study's SQLite file) gives each trial's demand from earlier profiles and
 learns from this run's (Sampler) profiles and out-of-memory failures.
+
+Fused packs (``fuses``: the executor's routing predicate): a trial that runs in a pack demands
+the pack's per-member share of its device: ``compute`` = 100 / ``pack.max_members`` percent
+(or ``resources.compute`` when the study sets it), ``memory_gb`` = ``resources.memory_gb`` and
+``cpus`` = ``resources.cpus`` / ``max_members``, so placement puts up to ``max_members``
+members on one device and oversubscription (MPS) still applies across packs. Profiles of plain
+trials do not describe members, so the job history is not used for them.
 """
 from __future__ import annotations
 
@@ -39,7 +46,8 @@ class Machine:
 @contextlib.contextmanager
 def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Path, *,
                     trainable_name: str, slots: list[Slot] | None = None,
-                    nvml: Any = None) -> Iterator[Machine]:
+                    nvml: Any = None,
+                    fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
     """Devices and services for one run of ``spec`` (see the module docstring). ``slots``
     (tests) skips detection: the given slots become the inventory."""
     with contextlib.ExitStack() as stack:
@@ -49,6 +57,8 @@ def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Path, *,
         if any(s.gpu is not None for s in machine.slots) and slots is None:
             _start_monitor(machine, nvml, stack)
         _attach_history(machine, spec, storage_path, trainable_name, stack)
+        if fuses is not None:
+            _fused_demand(machine, spec, fuses)
         yield machine
 
 
@@ -199,6 +209,26 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
             log.warning("job history not updated for trial %s: %s", event.trial_id, exc)
     machine.demand, machine.observers = demand, [observe]
     machine.profile = lambda config: True
+
+
+def member_demand(spec: StudySpec) -> Demand:
+    """A pack member's demand on its device (see the module docstring)."""
+    r, n = spec.resources, spec.pack.max_members
+    compute = r.compute if r.compute != 100.0 else 100.0 / n
+    return Demand(compute, r.memory_gb, r.cpus / n)
+
+
+def _fused_demand(machine: Machine, spec: StudySpec, fuses: Callable[[dict], bool]) -> None:
+    """Members get ``member_demand``; the other trials keep the demand they had."""
+    member = member_demand(spec)
+    plain = machine.demand
+
+    def demand(record: TrialRecord) -> Any:
+        if fuses(record.config):
+            return member.job(record)
+        return plain(record) if plain is not None else Demand(
+            spec.resources.compute, spec.resources.memory_gb, spec.resources.cpus).job(record)
+    machine.demand = demand
 
 
 def _per_arch(store: Any, config: dict, archs: list[str], trainable: str, model_keys: list[str],

@@ -4,6 +4,8 @@ Protocol over one duplex pipe. Driver -> worker: ("run", task), ("stop", trial_i
 ("ack", trial_id), ("shutdown",). Worker -> driver: ("started", trial_id), ("report", trial_id,
 step, metrics) [then waits for its ack], ("checkpoint", trial_id, path, step), ("done", trial_id),
 ("error", trial_id, reason, traceback). Stops and acks name their trial, so a stale one is ignored.
+("pack", spec) turns the worker into a fused pack until the driver ends it (protocol in
+``hypersack.runtime.pack_worker``); it then takes plain trials or packs again.
 """
 from __future__ import annotations
 
@@ -82,6 +84,10 @@ def worker_main(conn, env: dict[str, str]) -> None:
         if message[0] == "run":
             if run_task(conn, message[1], trainables) is _SHUTDOWN:
                 return
+        elif message[0] == "pack":
+            from hypersack.runtime.pack_worker import run_pack_task
+            if run_pack_task(conn, message[1], trainables) == "shutdown":
+                return
 
 
 def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any]]):
@@ -92,7 +98,7 @@ def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any
     trial_dir = Path(task["trial_dir"])
     trial_dir.mkdir(parents=True, exist_ok=True)
     channel = PipeChannel(conn, trial_id)
-    with open(trial_dir / "trial.log", "ab", buffering=0) as log, _redirected(log):
+    with open(trial_dir / "trial.log", "ab", buffering=0) as log, redirected(log):
         print(f"--- trial {trial_id} attempt {task['attempt']} on {task['device']} ---", flush=True)
         conn.send(("started", trial_id))
         try:
@@ -116,7 +122,7 @@ def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any
         except (Exception, SystemExit) as exc:   # a trainable's sys.exit() ends its trial, not the worker
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
-            conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text, _is_oom(exc)))
+            conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text, is_oom(exc)))
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -145,7 +151,7 @@ def _send_profile(conn, trial_id: int, meter) -> None:
         pass
 
 
-def _is_oom(exc: BaseException) -> bool:
+def is_oom(exc: BaseException) -> bool:
     """The trainable ran out of device memory (CUDA OOM)."""
     torch = sys.modules.get("torch")
     oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
@@ -216,7 +222,7 @@ def _seed_everything(seed: int) -> None:
 
 
 @contextlib.contextmanager
-def _redirected(log):
+def redirected(log):
     """Point file descriptors 1 and 2 (so also C extensions' output) at ``log``."""
     sys.stdout.flush()
     sys.stderr.flush()

@@ -106,7 +106,9 @@ class PackHyperband(BracketSearch):
     ``levels_per_axis`` (grid points that index a float/int axis, >= 2), ``batch_key`` (the batch
     size parameter for ``grouping="batch_size"``), ``distance_keys`` (the parameters the kNN
     distance uses; default: all but the fusibility keys. Naming only those that change the fused
-    step's cost, e.g. batch size and optimizer, packs for speed rather than for likeness).
+    step's cost, e.g. batch size and optimizer, packs for speed rather than for likeness),
+    ``min_pack`` (>= 1, <= max_pack: a pack with fewer members is split into singleton packs,
+    which an executor runs as plain trials; fusing pays only from some measured size on).
     """
 
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, min_t: int = 1,
@@ -114,12 +116,15 @@ class PackHyperband(BracketSearch):
                  grouping: str = "knn", max_pack: int = 8, threshold: float | None = None,
                  fusibility_keys: Sequence[str] = (), metric: str = "euclidean",
                  levels_per_axis: int = 5, batch_key: str = "batch_size",
-                 distance_keys: Sequence[str] | None = None):
+                 distance_keys: Sequence[str] | None = None, min_pack: int = 1):
         min_t, max_t = check_horizon(min_t, max_t)
         eta = check_int("reduction_factor", reduction_factor, 2)
         repeat = check_int("repeat", repeat, 1)
         self.grouping = _check_choice("grouping", grouping, GROUPINGS)
         self.max_pack = check_int("max_pack", max_pack, 1)
+        self.min_pack = check_int("min_pack", min_pack, 1)
+        if self.min_pack > self.max_pack:
+            raise ConfigError("algorithm.min_pack", min_pack, f"must be <= max_pack ({max_pack})")
         self.threshold = _check_threshold(threshold)
         self.fusibility_keys = _check_keys("fusibility_keys", fusibility_keys, space)
         self.distance_keys = tuple(k for k in space if k not in self.fusibility_keys) \
@@ -141,8 +146,15 @@ class PackHyperband(BracketSearch):
     # ---- packing ------------------------------------------------------------------------------
 
     def group(self, configs: Sequence[Mapping[str, Any]], bracket: int, rung: int) -> list[list[int]]:
-        """Packs of indices into ``configs`` (the grouping of this bracket's rung)."""
-        seed = int(np.random.SeedSequence([self.seed, bracket, rung]).generate_state(1)[0])
+        """Packs of indices into ``configs`` (the grouping of this bracket's rung); a pack
+        smaller than ``min_pack`` is split into singletons."""
+        packs = self._grouping(configs, bracket, rung)
+        return [part for pack in packs
+                for part in ([pack] if len(pack) >= self.min_pack else [[i] for i in pack])]
+
+    def _grouping(self, configs: Sequence[Mapping[str, Any]], bracket: int,
+                  rung: int) -> list[list[int]]:
+        seed = int(np.random.default_rng([self.seed, bracket, rung]).integers(2**63))
         keys = list(self.fusibility_keys)
         if self.grouping == "random":
             return random_packs(configs, architecture_keys=keys, max_members=self.max_pack,

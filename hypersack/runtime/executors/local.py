@@ -6,9 +6,20 @@ Several trials may share a device (placement with oversubscription): a device th
 workers. A data-parallel trial placed on k devices runs as k workers (ranks) that rendezvous
 through torch.distributed; rank 0 talks for the trial. A worker that dies under a trial is replaced
 and its trial reported as a retryable failure; a trial over its time limit is killed.
+
+Fused packs (``packs``: a ``PackPlan``, for ``execution: fused | auto``): a launch whose config
+fuses joins a running pack on its device with the same fusibility key and a free seat (fewer
+than ``max_members``, or the pack's measured memory cap), else starts a new pack in a worker of
+that device. To the study a member is an ordinary trial: its own events, acks, stop and
+checkpoint. A member that ends frees its seat and the next launch routed there is loaded
+without restarting the pack; a pack with no members left is ended at the next poll (launches of
+the turn in between have joined it) and its process returns to the idle pool. A pack process
+that dies fails every member as retryable (they restart from their checkpoints). A member that
+is cancelled or times out is asked to stop (its pack keeps running) and reported failed at once.
 """
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import signal
 import socket
@@ -16,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from hypersack.core.trial import (Cancel, CheckpointSaved, Command, DeviceLost, Event, Launch,
                                   ResultReported, Stop, TrialFailed, TrialFinished, TrialProfiled,
@@ -24,6 +35,9 @@ from hypersack.core.trial import (Cancel, CheckpointSaved, Command, DeviceLost, 
 from hypersack.runtime.devices import Slot, slots_cluster
 from hypersack.runtime.trainable import TrainableRef
 from hypersack.runtime.worker import worker_main
+
+if TYPE_CHECKING:
+    from hypersack.runtime.pack_worker import PackPlan
 
 __all__ = ["LocalExecutor"]
 
@@ -39,18 +53,30 @@ class _Worker:
     conn: Any
     trial_id: int | None = None
     rank: int = 0
-    awaiting_ack: bool = False
     has_trainable: bool = False
 
 
 @dataclass
+class _Pack:
+    """A pack process: ``members`` are the trials it holds (sent and not yet done or failed)."""
+    pack_id: int
+    worker: _Worker
+    key: tuple            # (device key, fusibility key)
+    cap: int
+    members: set[int] = field(default_factory=set)
+    failed: bool = False
+
+
+@dataclass
 class _Job:
-    """A running trial: its workers, rank 0 first."""
+    """A running trial: its workers, rank 0 first (a pack member: its pack's worker)."""
     trial_id: int
     workers: list[_Worker]
     started_at: float
     finished_ranks: set[int] = field(default_factory=set)
     rank0_done_at: float | None = None
+    pack: _Pack | None = None
+    awaiting_ack: bool = False
 
 
 class LocalExecutor:
@@ -60,7 +86,8 @@ class LocalExecutor:
                  trial_timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic,
                  cluster: Any = None, share_env: Callable[[Slot, float | None], dict] | None = None,
                  profile: Callable[[dict], bool] = lambda config: False,
-                 device_events: Callable[[], list[Event]] | None = None):
+                 device_events: Callable[[], list[Event]] | None = None,
+                 packs: "PackPlan | None" = None):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
@@ -76,6 +103,9 @@ class LocalExecutor:
         self._idle: list[_Worker] = []
         self._jobs: dict[int, _Job] = {}
         self._pending: list[Event] = []     # events made by commands, handed out by the next poll
+        self._plan = packs
+        self._packs: list[_Pack] = []
+        self._pack_count = 0
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -86,7 +116,15 @@ class LocalExecutor:
         return self._cluster
 
     def start(self) -> None:
-        self._idle = [self._spawn(slot, None) for slot in self._slots.values()]
+        """Spawn the warm workers: as many per device as trials may share it (its ratio)."""
+        self._idle = [self._spawn(slot, None) for slot in self._slots.values()
+                      for _ in range(self._sharing(slot))]
+
+    def _sharing(self, slot: Slot) -> int:
+        if self._cluster is None:
+            return 1
+        ratios = [g.oversubscription for _, g in self._cluster.gpus() if g.id == slot.key]
+        return max(1, math.ceil(ratios[0])) if ratios else 1
 
     def _spawn(self, slot: Slot, share: float | None) -> _Worker:
         env = dict(slot.env)
@@ -99,8 +137,18 @@ class LocalExecutor:
         child.close()
         return _Worker(slot, (slot.key, share), process, parent)
 
+    def _busy_workers(self) -> list[_Worker]:
+        """Workers running a plain trial or a pack, each once."""
+        seen: dict[int, _Worker] = {}
+        for job in self._jobs.values():
+            for w in job.workers:
+                seen.setdefault(id(w), w)
+        for pack in self._packs:
+            seen.setdefault(id(pack.worker), pack.worker)
+        return list(seen.values())
+
     def shutdown(self, kill: bool = False) -> None:
-        workers = self._idle + [w for job in self._jobs.values() for w in job.workers]
+        workers = self._idle + self._busy_workers()
         for w in workers:
             if kill:
                 w.process.kill()
@@ -113,23 +161,29 @@ class LocalExecutor:
                 w.process.kill()
                 w.process.join()
             w.conn.close()
-        self._idle, self._jobs = [], {}
+        self._idle, self._jobs, self._packs = [], {}, []
 
     def worker_pids(self) -> list[int]:
         """Process ids of every live worker, idle or busy (diagnostics and tests)."""
-        busy = [w for job in self._jobs.values() for w in job.workers]
-        return sorted(w.process.pid for w in self._idle + busy if w.process.is_alive())
+        return sorted(w.process.pid for w in self._idle + self._busy_workers() if w.process.is_alive())
+
+    def pack_pids(self) -> dict[int, list[int]]:
+        """Process id of each running pack -> the trials it holds (diagnostics and tests)."""
+        return {p.worker.process.pid: sorted(p.members) for p in self._packs}
 
     # ---- commands --------------------------------------------------------------------------
 
     def free_slots(self) -> int:
         """Devices with no trial on them (for a study without placement)."""
-        busy = {w.slot.key for job in self._jobs.values() for w in job.workers}
+        busy = {w.slot.key for w in self._busy_workers()}
         return sum(1 for key in self._slots if key not in busy)
 
     def submit(self, command: Command) -> None:
         if isinstance(command, Launch):
-            self._launch(command)
+            if self._plan is not None and self._plan.fuses(command.config):
+                self._launch_member(command)
+            else:
+                self._launch(command)
         elif isinstance(command, Stop):
             for w in self._job_workers(command.trial_id):
                 self._send(w, ("stop", command.trial_id))
@@ -153,6 +207,108 @@ class LocalExecutor:
             worker.trial_id, worker.rank = launch.trial_id, rank
             self._send(worker, ("run", self._task(launch, worker, dict(world, rank=rank))))
             worker.has_trainable = True
+
+    # ---- packs -----------------------------------------------------------------------------
+
+    def _launch_member(self, launch: Launch) -> None:
+        """Route a fusing trial to a pack with a free seat on its device, or start one."""
+        assert self._plan is not None
+        fkey = self._plan.key(launch.config)
+        if launch.devices:
+            slots = [self._slot(launch.devices[0][1], launch.trial_id)]
+        else:   # no placement: any device's pack with room, else a free device
+            slots = [self._slots[p.key[0]] for p in self._packs] or []
+        pack = next((p for p in self._packs if p.key[1] == fkey and not p.failed
+                     and len(p.members) < p.cap and p.key[0] in {s.key for s in slots}), None)
+        if pack is None:
+            slot = slots[0] if launch.devices else self._slot(
+                self._any_free_slot(launch.trial_id), launch.trial_id)
+            pack = self._start_pack(slot, fkey, launch)
+        pack.members.add(launch.trial_id)
+        self._jobs[launch.trial_id] = _Job(launch.trial_id, [pack.worker], self._clock(), pack=pack)
+        self._send(pack.worker, ("member", {
+            "trial_id": launch.trial_id, "config": launch.config, "seed": launch.seed,
+            "attempt": launch.attempt, "trial_dir": str(self._trial_dir(launch.trial_id)),
+            "max_steps": self._steps_for(launch.config)}))
+
+    def _start_pack(self, slot: Slot, fkey: tuple, launch: Launch) -> _Pack:
+        assert self._plan is not None
+        self._pack_count += 1
+        worker = self._take_worker(slot, None)
+        ref = self._plan.ref
+        log = Path(self._trial_dir(launch.trial_id)).parent / "packs" / f"pack-{self._pack_count}.log"
+        self._send(worker, ("pack", {
+            "pack_id": self._pack_count, "task": (ref.key, ref.reference, ref.payload),
+            "device": slot.device, "max_members": self._plan.max_members,
+            "first": launch.config, "log": str(log)}))
+        pack = _Pack(self._pack_count, worker, (slot.key, fkey), self._plan.max_members)
+        self._packs.append(pack)
+        return pack
+
+    def _end_empty_packs(self) -> None:
+        """Packs left without members go back to the idle pool (launches of the last turn,
+        submitted before this poll, have joined them already)."""
+        for pack in [p for p in self._packs if not p.members]:
+            self._packs.remove(pack)
+            if pack.worker.process.is_alive():
+                self._send(pack.worker, ("end_pack",))
+                self._idle.append(pack.worker)
+
+    def _pack_event(self, pack: _Pack, message: tuple) -> list[Event]:
+        kind = message[0]
+        if kind == "pack_cap":
+            pack.cap = max(1, int(message[1]))
+            return []
+        if kind == "pack_error":
+            pack.failed = True
+            oom = bool(message[3])
+            return self._fail_members(pack, message[1], message[2], retryable=oom, oom=oom)
+        trial_id = message[1]
+        if kind in ("done", "error"):
+            pack.members.discard(trial_id)
+        job = self._jobs.get(trial_id)
+        if job is None or job.pack is not pack:
+            return []                     # a member cancelled or timed out: stale news
+        if kind == "started":
+            return [TrialStarted(trial_id, pack.worker.slot.label)]
+        if kind == "report":
+            job.awaiting_ack = True
+            return [ResultReported(trial_id, message[2], message[3])]
+        if kind == "checkpoint":
+            return [CheckpointSaved(trial_id, message[2], message[3])]
+        if kind == "done":
+            del self._jobs[trial_id]
+            return [TrialFinished(trial_id)]
+        if kind == "error":
+            del self._jobs[trial_id]
+            oom = len(message) > 4 and bool(message[4])
+            return [TrialFailed(trial_id, message[2], message[3], retryable=oom, oom=oom)]
+        return []
+
+    def _fail_members(self, pack: _Pack, reason: str, text: str | None, *, retryable: bool,
+                      oom: bool = False) -> list[Event]:
+        """Every member of ``pack`` failed with it; the pack holds none afterwards."""
+        events: list[Event] = []
+        for trial_id in sorted(pack.members):
+            job = self._jobs.get(trial_id)
+            if job is not None and job.pack is pack:
+                del self._jobs[trial_id]
+                events.append(TrialFailed(trial_id, reason, text, retryable=retryable, oom=oom))
+        pack.members.clear()
+        return events
+
+    def _pack_died(self, pack: _Pack) -> list[Event]:
+        self._packs.remove(pack)
+        pack.worker.conn.close()
+        reason = f"pack process died ({_describe_exit(pack.worker.process.exitcode)})"
+        return self._fail_members(pack, reason, None, retryable=True)
+
+    def _kill_pack(self, pack: _Pack, reason: str) -> list[Event]:
+        pack.worker.process.kill()
+        pack.worker.process.join()
+        self._packs.remove(pack)
+        pack.worker.conn.close()
+        return self._fail_members(pack, reason, None, retryable=True)
 
     def _task(self, launch: Launch, worker: _Worker, world: dict) -> dict:
         ref = self._trainable
@@ -192,27 +348,43 @@ class LocalExecutor:
 
     def acknowledge(self) -> None:
         for job in self._jobs.values():
-            w = job.workers[0]
-            if w.awaiting_ack:
-                w.awaiting_ack = False
-                self._send(w, ("ack", w.trial_id))
+            if job.awaiting_ack:
+                job.awaiting_ack = False
+                self._send(job.workers[0], ("ack", job.trial_id))
 
     # ---- events ----------------------------------------------------------------------------
 
     def poll(self, timeout: float) -> list[Event]:
         events: list[Event] = self._pending + self._enforce_timeouts() + self._devices_changed()
         self._pending = []
-        busy = [w for job in self._jobs.values() for w in job.workers]
+        self._end_empty_packs()
+        busy = self._busy_workers()
         waitables = [w.conn for w in busy] + [w.process.sentinel for w in busy + self._idle]
         wait(waitables, timeout=0 if events else timeout)
-        for job in list(self._jobs.values()):
-            for w in list(job.workers):
-                if job.trial_id not in self._jobs:
-                    break
-                events.extend(self._drain(job, w))
-                if job.trial_id in self._jobs and not w.process.is_alive():
-                    events.extend(self._worker_died(job, w))
+        packs = {id(p.worker): p for p in self._packs}
+        for w in busy:
+            pack = packs.get(id(w))
+            if pack is not None:
+                events.extend(self._drain_pack(pack))
+                continue
+            job = self._jobs.get(w.trial_id) if w.trial_id is not None else None
+            if job is None or w not in job.workers:
+                continue
+            events.extend(self._drain(job, w))
+            if job.trial_id in self._jobs and not w.process.is_alive():
+                events.extend(self._worker_died(job, w))
         self._replace_dead_idle()
+        return events
+
+    def _drain_pack(self, pack: _Pack) -> list[Event]:
+        events: list[Event] = []
+        try:
+            while pack in self._packs and pack.worker.conn.poll():
+                events.extend(self._pack_event(pack, pack.worker.conn.recv()))
+        except (EOFError, OSError):
+            pass
+        if pack in self._packs and not pack.worker.process.is_alive():
+            events.extend(self._pack_died(pack))
         return events
 
     def _drain(self, job: _Job, w: _Worker) -> list[Event]:
@@ -238,7 +410,7 @@ class LocalExecutor:
             return TrialStarted(trial_id, w.slot.label if len(job.workers) == 1
                                 else "+".join(x.slot.label for x in job.workers))
         if kind == "report":
-            w.awaiting_ack = True
+            job.awaiting_ack = True
             return ResultReported(trial_id, message[2], message[3])
         if kind == "checkpoint":
             return CheckpointSaved(trial_id, message[2], message[3])
@@ -261,10 +433,15 @@ class LocalExecutor:
         return None
 
     def _end_job(self, trial_id: int, *, kill: bool, keep: _Worker | None = None) -> None:
-        """Forget the job; its workers go back idle, or are killed (``keep`` survives a kill)."""
+        """Forget the job; its workers go back idle, or are killed (``keep`` survives a kill).
+        A pack member's pack is never killed for it: the member is asked to stop instead."""
         job = self._jobs.pop(trial_id)
+        if job.pack is not None:
+            if kill:
+                self._send(job.pack.worker, ("stop", trial_id))
+            return
         for w in job.workers:
-            w.trial_id, w.awaiting_ack = None, False
+            w.trial_id = None
             if kill and w is not keep:
                 w.process.kill()
                 w.process.join()
@@ -289,7 +466,7 @@ class LocalExecutor:
             else:
                 w.conn.close()
         warm = {w.slot.key for w in alive}
-        busy = {w.slot.key for job in self._jobs.values() for w in job.workers}
+        busy = {w.slot.key for w in self._busy_workers()}
         for key, slot in self._slots.items():
             if key not in warm and key not in busy:
                 alive.append(self._spawn(slot, None))
@@ -304,6 +481,8 @@ class LocalExecutor:
         for event in self._device_events():
             events.append(event)
             if isinstance(event, DeviceLost):
+                for pack in [p for p in self._packs if p.worker.slot.key == event.gpu_id]:
+                    events.extend(self._kill_pack(pack, f"device {event.gpu_id} was lost"))
                 for job in list(self._jobs.values()):
                     if any(w.slot.key == event.gpu_id for w in job.workers):
                         self._end_job(job.trial_id, kill=True)

@@ -97,6 +97,11 @@ def test_batch_size_and_random_groupings():
             assert all(len({c["batch_size"] for c in p}) == 1 for p in packs.values())
 
 
+def test_packs_below_min_pack_are_split_into_singletons():
+    sizes = [info["pack_size"] for _, _, info in created(run(build(min_pack=3)))]
+    assert all(size == 1 or size >= 3 for size in sizes) and 1 in sizes and max(sizes) >= 3
+
+
 def test_max_pack_one_is_plain_hyperband_with_singleton_packs():
     driver = run(build(max_pack=1))
     assert all(info["pack_size"] == 1 for _, _, info in created(driver))
@@ -203,7 +208,8 @@ def test_built_by_name():
     ("grouping", "greedy"), ("max_pack", 0), ("max_pack", 2.5), ("threshold", -1.0),
     ("threshold", float("nan")), ("threshold", "far"), ("fusibility_keys", ["width"]),
     ("fusibility_keys", 3), ("metric", "cosine"), ("levels_per_axis", 1),
-    ("reduction_factor", 1), ("max_t", 0)])
+    ("reduction_factor", 1), ("max_t", 0), ("min_pack", 0), ("min_pack", 5),
+    ("distance_keys", ["lr", "depth"])])
 def test_bad_options_raise_config_error_naming_the_option(option, value):
     with pytest.raises(ConfigError) as exc:
         build(**{option: value})

@@ -1,0 +1,436 @@
+"""Fused packs inside a study: which trials fuse (driver side), and the pack a worker runs.
+
+Driver side (no torch unless the study fuses): ``plan_execution`` turns the study's
+``execution`` (separate | fused | auto) and its trainable (a built-in name, ``module:NAME``, a
+callable or a ``FusableTask`` object) into the plain trainable and a ``PackPlan``: the fusable
+task, how workers load it, and ``fuses(config)`` / ``key(config)``, the routing questions the
+executor and the demand ask per trial. ``auto`` fuses a trial when the trainable has a fusable
+task and the task accepts its config (optimizer, schedule, batch size...); the others run as
+ordinary trials. ``fused`` sends every trial to a pack (a config the task refuses fails).
+
+Worker side: ``run_pack_task`` is what a worker process runs on ``("pack", spec)``. Protocol on
+the worker's pipe, on top of the plain one (``hypersack.runtime.worker``):
+
+- driver -> worker: ("member", member) loads a trial into a free slot without restarting the pack;
+  ("stop", trial_id), ("ack", trial_id) as for plain trials; ("end_pack",) once the pack is
+  empty and nothing is routed to it (the process goes back to the idle pool); ("shutdown",).
+- worker -> driver: per member, the plain messages ("started", "report" [then its ack],
+  "checkpoint", "done", "error"); ("pack_cap", n) when a measured memory cap (CUDA) is below
+  ``max_members``; ("pack_error", reason, traceback, oom) when the pack as a whole failed (every
+  member in it failed with it).
+
+Each member keeps its own checkpoint file, ``trial_dir/checkpoint.pt`` (atomic write, like
+``TrialContext.checkpoint``), written at every epoch end before its report, and loaded as
+``Member.checkpoint`` when the trial is launched again (retry, promotion, resume). A member
+asked to stop before its report is freed without reporting (as ``ctx.report`` would raise);
+one whose stop comes with the ack of its report is freed right after it. Reports of members
+whose epochs end on the same iteration go out together and their acks are awaited together.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from hypersack.core.spec import EXECUTION_MODES
+from hypersack.errors import ConfigError
+from hypersack.runtime.trainable import TrainableRef
+from hypersack.workloads import FUSED_BUILTINS
+
+__all__ = ["EXECUTION_MODES", "PackPlan", "plan_execution", "run_pack_task", "TaskTrainable",
+           "is_task", "write_checkpoint", "read_checkpoint"]
+
+_SHUTDOWN = "shutdown"
+
+
+# ---- driver side: which trials fuse -----------------------------------------------------------
+
+def is_task(obj: Any) -> bool:
+    """Duck-typed ``FusableTask`` check (no torch import for plain trainables)."""
+    return not isinstance(obj, str) and hasattr(obj, "architecture_keys") \
+        and callable(getattr(obj, "build_model", None)) \
+        and callable(getattr(obj, "optimizer", None))
+
+
+@dataclass
+class PackPlan:
+    """How a study fuses: ``task`` (a FusableTask, in the driver), ``ref`` (how workers load
+    it), ``mode`` ("fused" or "auto"), ``max_members`` (members per pack, >= 1)."""
+    task: Any
+    ref: TrainableRef
+    mode: str
+    max_members: int
+    _cache: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def fuses(self, config: Mapping[str, Any]) -> bool:
+        """Whether a trial with ``config`` runs in a pack (always, in "fused" mode)."""
+        if self.mode == "fused":
+            return True
+        key = json.dumps(config, sort_keys=True, default=repr)
+        if key not in self._cache:
+            self._cache[key] = _task_accepts(self.task, config)
+        return self._cache[key]
+
+    def key(self, config: Mapping[str, Any]) -> tuple:
+        """The fusibility key: trials fuse only when theirs are equal."""
+        from hypersack.core.packing import fusibility_key
+        return fusibility_key(config, self.task.architecture_keys)
+
+
+def _task_accepts(task: Any, config: Mapping[str, Any]) -> bool:
+    try:
+        batch = task.batch_size(config)
+        task.optimizer(config, 1)
+        task.max_steps(config, None)
+    except (ConfigError, ValueError, TypeError, KeyError):
+        return False
+    return isinstance(batch, int) and batch >= 1
+
+
+def _resolve(reference: str) -> Any:
+    """Import ``module:attr`` (dots allowed after the colon) without requiring a callable."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError("trainable", reference, "must be 'module:NAME' or a built-in name")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError("trainable", reference, f"cannot be imported ({exc})") from exc
+    return obj
+
+
+def _task_ref(trainable: Any) -> TrainableRef:
+    if isinstance(trainable, str):
+        reference = FUSED_BUILTINS.get(trainable.removeprefix("builtin:"), trainable)
+        return TrainableRef(key=f"task:{reference}", reference=reference)
+    import cloudpickle
+    payload = cloudpickle.dumps(trainable)
+    return TrainableRef(key="task-pickle:" + hashlib.sha1(payload).hexdigest(), payload=payload)
+
+
+def _find_task(trainable: Any) -> Any | None:
+    """The fusable task a trainable names, or None (a plain trainable)."""
+    if is_task(trainable):
+        return trainable
+    if not isinstance(trainable, str):
+        return None
+    name = trainable.removeprefix("builtin:")
+    if name in FUSED_BUILTINS:
+        return _resolve(FUSED_BUILTINS[name])
+    if ":" not in name:
+        return None
+    obj = _resolve(name)
+    return obj if is_task(obj) else None
+
+
+def plan_execution(execution: str, trainable: Any, max_members: int) -> tuple[Any, PackPlan | None]:
+    """(the plain trainable, the pack plan or None) for a study's ``execution`` mode.
+
+    A task object also gets a plain trainable (``TaskTrainable``: the fused runner with one
+    member), so ``separate`` and the non-fusable trials of ``auto`` run it as ordinary trials.
+    Raises ConfigError for an unknown mode, or "fused" with a trainable that has no task.
+    """
+    if execution not in EXECUTION_MODES:
+        raise ConfigError("execution", execution, f"must be one of {', '.join(EXECUTION_MODES)}")
+    if execution == "separate":
+        return (TaskTrainable(trainable) if is_task(trainable) else trainable), None
+    task = _find_task(trainable)
+    if task is None:
+        if execution == "fused":
+            raise ConfigError("execution", execution, (
+                f"needs a fusable task and the trainable {_name(trainable)} has none (fusable "
+                f"built-ins: {', '.join(sorted(FUSED_BUILTINS))}; or pass a FusableTask, or "
+                "'module:TASK', to run())"))
+        return trainable, None
+    ref = _task_ref(trainable if isinstance(trainable, str) else task)
+    plain = trainable if not is_task(trainable) else TaskTrainable(task)
+    if isinstance(trainable, str) and trainable.removeprefix("builtin:") not in FUSED_BUILTINS:
+        plain = TaskTrainable(task)     # "module:TASK" names a task, not a train() function
+    return plain, PackPlan(task, ref, execution, max_members)
+
+
+def _name(trainable: Any) -> str:
+    return repr(trainable) if isinstance(trainable, str) else \
+        repr(getattr(trainable, "__qualname__", type(trainable).__name__))
+
+
+class TaskTrainable:
+    """``train(config, ctx)`` for a fusable task: the fused runner with one member, so a task
+    runs as an ordinary trial (same results as in a pack: the isolation guarantee)."""
+
+    def __init__(self, task: Any):
+        self.task = task
+
+    def __call__(self, config: Mapping[str, Any], ctx: Any) -> None:
+        from hypersack.fusion.runner import run_pack
+        run_pack(self.task, _ContextSource(self.task, config, ctx), ctx.device, max_members=1)
+
+
+class _ContextSource:
+    """A MemberSource of one member, talking through a TrialContext."""
+
+    def __init__(self, task: Any, config: Mapping[str, Any], ctx: Any):
+        self._task, self._config, self._ctx, self._given = task, dict(config), ctx, False
+
+    def next_member(self):
+        if self._given:
+            return None
+        from hypersack.fusion.task import Member
+        self._given = True
+        return Member(self._ctx.trial_id, self._config, self._ctx.seed, self._ctx.restore(),
+                      self._task.max_steps(self._config, self._ctx.max_steps))
+
+    def checkpoint(self, trial_id: int, state: Any) -> None:
+        self._ctx.checkpoint(state)
+
+    def report(self, trial_id: int, step: int, metrics: Mapping[str, float]) -> bool:
+        self._ctx.report(step, **metrics)     # raises TrialStopped when stopped
+        return False
+
+    def finished(self, trial_id: int) -> None:
+        pass
+
+    def failed(self, trial_id: int, error: BaseException) -> None:
+        raise error
+
+
+# ---- worker side: the pack ----------------------------------------------------------------------
+
+def _load_task(spec: tuple, cache: dict[str, Any]) -> Any:
+    key, reference, payload = spec
+    if key not in cache:
+        if payload is not None:
+            import cloudpickle
+            cache[key] = cloudpickle.loads(payload)
+        else:
+            cache[key] = _resolve(reference)
+        if not is_task(cache[key]):
+            raise ConfigError("trainable", reference or key, "is not a FusableTask")
+    return cache[key]
+
+
+def write_checkpoint(trial_dir: Path, state: Any) -> Path:
+    """Atomically replace ``trial_dir/checkpoint.pt`` with ``state`` (torch.save)."""
+    import torch
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    path = trial_dir / "checkpoint.pt"
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_checkpoint(trial_dir: Path) -> Any:
+    """The trial's checkpoint (the same files ``TrialContext.restore`` reads), or None."""
+    from hypersack.runtime.context import TrialContext
+    ctx = TrialContext(trial_id=-1, seed=0, device="cpu", attempt=0, trial_dir=trial_dir,
+                       channel=None)  # type: ignore[arg-type]
+    return ctx.restore()
+
+
+@dataclass
+class _Seat:
+    """A loaded member, as the pack worker knows it."""
+    trial_id: int
+    trial_dir: Path
+    max_steps: int
+
+
+class _PackSession:
+    """One pack in a worker process: its members, their stops and acks (see module doc)."""
+
+    def __init__(self, conn, spec: dict[str, Any], task: Any):
+        from hypersack.fusion.runner import Pack
+        self.conn, self.spec, self.task = conn, spec, task
+        self.pack = Pack(task, spec["device"])
+        self.queue: list[dict[str, Any]] = []
+        self.seats: dict[int, _Seat] = {}
+        self.stops: set[int] = set()
+        self.awaiting: set[int] = set()
+        self.ended = self.shutdown = False
+
+    # -- messages --
+
+    def receive(self, block: bool) -> None:
+        """Apply pending driver messages; with ``block``, wait for at least one."""
+        while block or self.conn.poll():
+            block = False
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                self.shutdown = True
+                return
+            self._apply(message)
+
+    def _apply(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "member":
+            # A stop sent before this launch was meant for the trial's previous run.
+            self.stops.discard(message[1]["trial_id"])
+            self.queue.append(message[1])
+        elif kind == "stop":
+            self.stops.add(message[1])
+        elif kind == "ack":
+            self.awaiting.discard(message[1])
+        elif kind == "end_pack":
+            self.ended = True
+        elif kind == "shutdown":
+            self.shutdown = True
+
+    # -- the loop --
+
+    def run(self) -> str | None:
+        while True:
+            self.receive(block=len(self.pack) == 0 and not self.queue)
+            if self.shutdown:
+                return _SHUTDOWN
+            while self.queue:
+                self._load(self.queue.pop(0))
+            if len(self.pack) == 0:
+                if self.ended:
+                    return None
+                continue
+            for kind, rows in self.pack.train_iteration().items():
+                if rows and self._end_epochs(kind, rows) is _SHUTDOWN:
+                    return _SHUTDOWN
+
+    def _load(self, m: dict[str, Any]) -> None:
+        from hypersack.fusion.task import Member
+        trial_id, trial_dir = m["trial_id"], Path(m["trial_dir"])
+        _log(trial_dir, f"--- trial {trial_id} attempt {m['attempt']} on {self.spec['device']}: "
+                        f"pack {self.spec['pack_id']} (pid {os.getpid()}), with members "
+                        f"{sorted(self.seats)} ---")
+        self.conn.send(("started", trial_id))
+        try:
+            config = dict(m["config"])
+            max_steps = self.task.max_steps(config, m.get("max_steps"))
+            member = Member(trial_id, config, m["seed"], read_checkpoint(trial_dir), max_steps)
+            kind, row = self.pack.load(member)
+        except Exception as exc:
+            text = traceback.format_exc()
+            _log(trial_dir, text)
+            self.conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text, False))
+            return
+        self.seats[trial_id] = _Seat(trial_id, trial_dir, max_steps)
+        if self.pack.stacks[kind].epoch(row) >= max_steps:      # resumed with nothing left
+            self._free(kind, [row])
+
+    def _end_epochs(self, kind: str, rows: list[int]) -> str | None:
+        stack = self.pack.stacks[kind]
+        leaving, reported = [], []
+        for row, metrics in zip(rows, stack.evaluate(rows)):
+            seat, epoch = self.seats[stack.slots[row].member.trial_id], stack.epoch(row)
+            path = write_checkpoint(seat.trial_dir, stack.member_state(row))
+            self.conn.send(("checkpoint", seat.trial_id, str(path), epoch))
+            self.receive(block=False)
+            if seat.trial_id in self.stops:
+                leaving.append(row)        # stopped before this report: not reported
+                continue
+            self.conn.send(("report", seat.trial_id, epoch, metrics))
+            self.awaiting.add(seat.trial_id)
+            reported.append((row, seat, epoch))
+        while self.awaiting and not self.shutdown:
+            self.receive(block=True)
+        if self.shutdown:
+            return _SHUTDOWN
+        leaving += [row for row, seat, epoch in reported
+                    if seat.trial_id in self.stops or epoch >= seat.max_steps]
+        if leaving:
+            self._free(kind, sorted(leaving))
+        return None
+
+    def _free(self, kind: str, rows: list[int]) -> None:
+        stack = self.pack.stacks[kind]
+        trial_ids = [stack.slots[row].member.trial_id for row in rows]
+        self.pack.free(kind, rows)
+        for trial_id in trial_ids:
+            self.seats.pop(trial_id, None)
+            self.stops.discard(trial_id)
+            self.conn.send(("done", trial_id))
+
+    def fail_all(self, exc: BaseException, text: str, oom: bool) -> None:
+        for seat in self.seats.values():
+            _log(seat.trial_dir, text)
+        self.conn.send(("pack_error", f"{type(exc).__name__}: {exc}", text, oom))
+
+
+def _log(trial_dir: Path, text: str) -> None:
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    with open(trial_dir / "trial.log", "a") as f:
+        f.write(text.rstrip("\n") + "\n")
+
+
+def _memory_cap(task: Any, config: Mapping[str, Any], device: str, max_members: int) -> int:
+    """``max_members``, lowered on CUDA to the members that fit the free memory (measured with
+    ``measure_member_memory``). On the CPU the limit is ``max_members`` alone: host RAM is
+    the placement's ``memory_gb`` question and no allocator peak can be read there."""
+    if not device.startswith("cuda"):
+        return max_members
+    import torch
+    from hypersack.core.packing import member_cap
+    from hypersack.fusion.memory import measure_member_memory
+    profile = measure_member_memory(task, config, device)
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    torch.cuda.empty_cache()
+    # Keep 10% of the free memory for fragmentation and the evaluation pass.
+    return min(max_members, member_cap(0.9 * free, profile.per_member_bytes, profile.base_bytes))
+
+
+def run_pack_task(conn, spec: dict[str, Any], cache: dict[str, Any]) -> str | None:
+    """Run one pack until the driver ends it; "shutdown" when the worker must exit.
+
+    ``spec``: pack_id, task (key, reference, payload), device, max_members, first (the first
+    member's config, for the memory measure), log (the pack process's own log file; each
+    member's trial.log gets its load line and any error). Members arrive as ("member", ...) messages.
+    """
+    log_path = Path(spec["log"])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    from hypersack.runtime.worker import redirected
+    with open(log_path, "ab", buffering=0) as log, redirected(log):
+        print(f"--- pack {spec['pack_id']} (pid {os.getpid()}) on {spec['device']} ---", flush=True)
+        return _run_session(conn, spec, cache)
+
+
+def _run_session(conn, spec: dict[str, Any], cache: dict[str, Any]) -> str | None:
+    from hypersack.runtime.worker import is_oom
+    session = None
+    try:
+        task = _load_task(spec["task"], cache)
+        cap = _memory_cap(task, spec["first"], spec["device"], spec["max_members"])
+        if cap < spec["max_members"]:
+            conn.send(("pack_cap", cap))
+        session = _PackSession(conn, spec, task)
+        return session.run()
+    except Exception as exc:
+        text = traceback.format_exc()
+        print(text, file=sys.stderr, flush=True)
+        if session is not None:
+            session.fail_all(exc, text, is_oom(exc))
+        else:
+            conn.send(("pack_error", f"{type(exc).__name__}: {exc}", text, is_oom(exc)))
+        return _drain_until_end(conn)
+
+
+def _drain_until_end(conn) -> str | None:
+    """After a pack failed: ignore its members' messages until the driver ends the pack."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return _SHUTDOWN
+        if message[0] == "shutdown":
+            return _SHUTDOWN
+        if message[0] == "end_pack":
+            return None
+
