@@ -5,10 +5,10 @@ DeviceAdded / DeviceLost events) with the load of every running trial, and asks 
 (``hypersack.core.placement``) where waiting trials fit. A trial's demand comes from ``demand``:
 a function of the trial's record (profiles, user-declared resources) returning a placement Job.
 
-Speed: for the greedy policies (ff, ffd, wf, wfd) the load is a ``LiveCluster``: occupying and
-releasing a trial cost O(its devices) and placing one costs about O(log G), with the very answers
-``assign`` gives on the equivalent ``Cluster``. Other policies get an immutable ``Cluster``
-(updated copy-on-write) and run as they are.
+Speed: for ff, ffd, wf, wfd and exclusive the load is a ``LiveCluster``: occupying and releasing
+a trial cost O(its devices) and placing one costs about O(log G), with the very answers
+``assign`` gives on the equivalent ``Cluster``. Other policies (wfd-ls, mip, user policies) get
+an immutable ``Cluster``, updated copy-on-write, and run as they are.
 """
 from __future__ import annotations
 

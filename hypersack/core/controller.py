@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from hypersack.core.algorithms.base import Algorithm, Decision
@@ -146,8 +146,11 @@ class Controller:
         if not self.trials:
             return None
         record = self.trials[len(self.trials) - 1]
-        return replace(record, trial_id=-1,
-                       resources=self._clamp_resources(self.algorithm.resources(-1)))
+        resources = self._clamp_resources(self.algorithm.resources(-1))
+        probe = object.__new__(TrialRecord)          # dataclasses.replace, without its cost
+        probe.__dict__.update(record.__dict__)
+        probe.trial_id, probe.resources = -1, resources
+        return probe
 
     def _fail_unplaceable(self, now: float) -> None:
         """With every device idle, a queued trial that still does not fit never will: fail it."""

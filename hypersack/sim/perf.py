@@ -46,6 +46,7 @@ from hypersack.errors import ConfigError
 __all__ = ["Profile", "ProfileTable", "PerfParams", "PerfModel", "WorkloadKeys"]
 
 ANY = "*"
+_DEMAND_MEMO = 64      # answers of PerfModel.demand kept (the latest trials' configs)
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,7 @@ class PerfModel:
         self.reference_arch = self.archs[0]
         self._steps_for = steps_for
         self._cache: dict[tuple, Profile] = {}
+        self._demands: dict[tuple, Any] = {}     # (config items, resources) -> Job, oldest first
 
     # ---- profiles ------------------------------------------------------------------------
 
@@ -261,9 +263,22 @@ class PerfModel:
 
     def demand(self, record: Any) -> Any:
         """``demand(trial_record) -> Job`` for the controller: the profile on the reference
-        architecture, with every architecture's figures in ``per_arch``."""
+        architecture, with every architecture's figures in ``per_arch``. A function of the
+        record's config and resources only: the last few answers are kept (the controller asks
+        the same question of the latest trial on every turn)."""
         from hypersack.sim._placement import make_job
-        return make_job(self, record)
+        try:
+            key = (tuple(sorted((k, type(v), v) for k, v in record.config.items())),
+                   getattr(record, "resources", 1))       # type: 1, 1.0 and True stay apart
+            hit = self._demands.get(key)
+        except TypeError:                      # an unhashable config value: no memo
+            return make_job(self, record)
+        if hit is None:
+            hit = make_job(self, record)
+            if len(self._demands) >= _DEMAND_MEMO:
+                self._demands.pop(next(iter(self._demands)))
+            self._demands[key] = hit
+        return hit if hit.id == record.trial_id else hit.renamed(record.trial_id)
 
 
 def _is_number(value: Any) -> bool:

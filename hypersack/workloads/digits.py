@@ -217,30 +217,17 @@ def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Te
     return torch.stack(losses).mean().item(), len(losses)
 
 
-def _lr_factor(settings: Settings, workers: int) -> float:
-    """How much the learning rate grows with ``workers`` data-parallel workers."""
-    rule = settings.lr_scaling
-    if rule == "auto":
-        rule = "linear" if settings.optimizer == "sgd" else "sqrt"
-    if rule == "linear":
-        return float(workers)
-    if rule == "sqrt":
-        return math.sqrt(workers)
-    return 1.0
-
-
 def _lr_schedule(settings: Settings, epoch: int, workers: int, since: dict[str, Any]):
-    """``lr_at(fraction)`` for ``epoch``: the scaled rate, warmed up from the previous worker
-    count's rate over ``lr_warmup_epochs`` epochs after the count changed at ``since``."""
-    old = settings.lr * _lr_factor(settings, since["from_workers"])
-    new = settings.lr * _lr_factor(settings, workers)
-    warmup = settings.lr_warmup_epochs
+    """``lr_at(fraction)`` for ``epoch``: the rate scaled for ``workers`` (RASDA's rule: linear for
+    SGD, square root for the adaptive optimizers, or ``lr_scaling``), warmed up from the previous
+    worker count's rate over ``lr_warmup_epochs`` epochs after the count changed at ``since``."""
+    from hypersack.core.algorithms.rasda import lr_rule, warmup_factor
+    rule = lr_rule(settings.optimizer) if settings.lr_scaling == "auto" else settings.lr_scaling
 
     def lr_at(fraction: float) -> float:
         done = (epoch - since["epoch"]) + fraction       # epochs since the change
-        if warmup <= 0 or done >= warmup:
-            return new
-        return old + (new - old) * done / warmup
+        return settings.lr * warmup_factor(done, settings.lr_warmup_epochs, workers, rule,
+                                           since["from_workers"])
     return lr_at
 
 

@@ -111,6 +111,36 @@ class ASHA(Algorithm):
         self._created = 0
         self._trials: dict[int, list] = {}           # id -> [next rung index, status]
         self._rungs = [Rung() for _ in self.milestones]
+        self._running = 0       # trials with status RUNNING
+        self._through = 0       # trials past the last rung (any status)
+
+    def _set(self, entry: list, rung: int | None = None, status: str | None = None) -> None:
+        """Change a trial's ``[next rung index, status]`` in place, keeping the two counters
+        (``_running``, ``_through``) that make ``exhausted``/``_end_game`` O(1)."""
+        last = len(self.milestones)
+        self._running -= entry[1] == RUNNING
+        self._through -= entry[0] == last
+        if rung is not None:
+            entry[0] = rung
+        if status is not None:
+            entry[1] = status
+        self._running += entry[1] == RUNNING
+        self._through += entry[0] == last
+
+    def _put(self, trial_id: int, rung: int, status: str) -> None:
+        """Set (or create) a trial's entry, keeping the counters."""
+        entry = self._trials.get(trial_id)
+        if entry is None:
+            self._trials[trial_id] = entry = [rung, status]
+            self._running += status == RUNNING
+            self._through += rung == len(self.milestones)
+        else:
+            self._set(entry, rung, status)
+
+    def _recount(self) -> None:
+        last = len(self.milestones)
+        self._running = sum(1 for _, status in self._trials.values() if status == RUNNING)
+        self._through = sum(1 for r, _ in self._trials.values() if r == last)
 
     def _milestones(self) -> list[int]:
         return geometric_milestones(self.min_t, self.max_t, self.rf)
@@ -132,7 +162,7 @@ class ASHA(Algorithm):
             rung.add(trial_id, value)
             if not passes:
                 return self._cut(trial_id, entry)
-            entry[0] += 1
+            self._set(entry, rung=entry[0] + 1)
         return self._continue_decision(trial_id)
 
     def _passes(self, trial_id: int, rung: Rung, value: float) -> bool:
@@ -143,9 +173,9 @@ class ASHA(Algorithm):
 
     def _cut(self, trial_id: int, entry: list) -> Decision:
         if self.mode == "stop":
-            entry[1] = DONE
+            self._set(entry, status=DONE)
             return Decision.STOP
-        entry[1] = PAUSED
+        self._set(entry, status=PAUSED)
         self._rungs[entry[0]].pause(trial_id)
         return Decision.PAUSE
 
@@ -159,7 +189,7 @@ class ASHA(Algorithm):
             return
         if entry[1] == PAUSED:
             self._rungs[entry[0]].unpause(trial_id)
-        entry[1] = DONE
+        self._set(entry, status=DONE)
 
     # ---- suggestions -------------------------------------------------------------------------
 
@@ -178,8 +208,7 @@ class ASHA(Algorithm):
         at least one trial trained to ``max_t`` (few samples: floor(n / rf) may round to 0)."""
         if self.num_samples is None or self._created < self.num_samples:
             return None
-        statuses = self._trials.values()
-        if any(s == RUNNING or r == len(self.milestones) for r, s in statuses):
+        if self._running or self._through:      # some trial runs, or one passed the last rung
             return None
         for index in reversed(range(len(self._rungs))):
             best = self._rungs[index].best_paused()
@@ -194,7 +223,7 @@ class ASHA(Algorithm):
             return None
         resumed, rung = promotion
         self._rungs[rung].unpause(resumed)
-        self._trials[resumed] = [rung + 1, RUNNING]
+        self._put(resumed, rung + 1, RUNNING)
         return resumed
 
     def suggest(self, trial_id: int) -> Suggestion | None:
@@ -204,7 +233,7 @@ class ASHA(Algorithm):
         if self.num_samples is not None and self._created >= self.num_samples:
             return None
         config = self.space.sample(self._rng)
-        self._trials[trial_id] = [0, RUNNING]
+        self._put(trial_id, 0, RUNNING)
         self._created += 1
         return Suggestion(config, {"rung": 0})
 
@@ -213,8 +242,7 @@ class ASHA(Algorithm):
         """No new config may be made, none is running, and no paused trial is promotable."""
         if self.num_samples is None or self._created < self.num_samples:
             return False
-        running = any(status == RUNNING for _, status in self._trials.values())
-        return not running and self._promotable() is None
+        return not self._running and self._promotable() is None
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -234,3 +262,4 @@ class ASHA(Algorithm):
         for trial_id, (index, status) in self._trials.items():
             if status == PAUSED:
                 self._rungs[index].pause(trial_id)
+        self._recount()

@@ -32,7 +32,7 @@ __all__ = ["RASDA", "rasda_schedule", "lr_rule", "lr_scale", "scaled_lr", "warmu
 RULES = ("linear", "sqrt", "none")
 _OPTIMIZER_RULES = {"sgd": "linear", "momentum": "linear", "nesterov": "linear", "lars": "linear",
                     "adam": "sqrt", "adamw": "sqrt", "adamax": "sqrt", "nadam": "sqrt",
-                    "radam": "sqrt", "lamb": "sqrt"}
+                    "radam": "sqrt", "lamb": "sqrt", "rmsprop": "sqrt", "adagrad": "sqrt"}
 
 
 def rasda_schedule(min_t: int, max_t: int, sf: int = 2, base_resources: int = 1,

@@ -6,109 +6,39 @@ every call: O(G) per call, so a study that places one trial at a time on G GPUs 
 trial. ``LiveCluster`` keeps both up to date instead:
 
 * ``occupy``/``release`` cost O(devices of the job x jobs on those devices and nodes);
-* ``assign(jobs, policy)`` for ``ff``/``ffd``/``wf``/``wfd`` costs about O(log G) per job, using
-  one tree per architecture over (compute left, memory left, node cores left), searched
-  branch-and-bound: worst-fit takes the fitting GPU with the most compute left (ties: first in
-  node/GPU order), first-fit the first fitting GPU. A data-parallel job (``gpus`` > 1) takes the
-  policies' own O(G) path.
+* ``assign(jobs, policy)`` for ``ff``/``ffd``/``wf``/``wfd``/``exclusive`` costs about O(log G)
+  per job, using one ``FitTree`` per architecture over (compute left, memory left, node cores
+  left), searched branch and bound: worst-fit takes the fitting GPU with the most compute left
+  (ties: first in node/GPU order), first-fit the first fitting GPU; ``exclusive`` searches a
+  second family of trees over idle GPUs (C and D when idle, else -inf), built on first use. A
+  data-parallel job (``gpus`` > 1) takes the policies' own O(G) path.
 
 Contract: ``assign`` returns exactly what ``placement.assign(jobs, self.snapshot(), policy)``
-returns (same devices, same order) and leaves the load unchanged. Loads are summed like
-``Cluster`` sums them (each GPU's and node's jobs in the order they were added, from 0), so
-``free``/``free_cpus`` equal the snapshot's bit for bit, and so do the policies' tie-breaks.
+returns (same devices, same order) and leaves the load unchanged: its takes within one call are
+journalled and undone. Loads are summed like ``Cluster`` sums them (each GPU's and node's jobs in
+the order they were added, from 0), so ``free``/``free_cpus`` equal the snapshot's bit for bit,
+and so do the policies' tie-breaks. Property-tested in tests/core/placement/test_placement_live.py.
 """
 from __future__ import annotations
 
 from typing import Any, Hashable, Mapping, Sequence
 
 from hypersack.core.placement.cluster import Cluster, PlacementError, Running, as_devices
+from hypersack.core.placement.exclusive import _exclusive_choice
+from hypersack.core.placement.fit_tree import FitTree, fitting_in_order
 from hypersack.core.placement.model import EPS, Job
-from hypersack.core.placement.policies import _by_runtime, _demands, _Load, _pick_multi
+from hypersack.core.placement.policies import _by_runtime, _demands, _Load, _pick_one_node
 from hypersack.errors import ConfigError
 
 __all__ = ["LiveCluster", "INCREMENTAL_POLICIES"]
 
-#: Policies ``LiveCluster.assign`` answers: name -> (worst-fit, decreasing).
+#: Policies ``LiveCluster.assign`` answers: name -> (worst-fit, decreasing); ``exclusive`` is
+#: first-fit over idle GPUs, each compared with its own C and D (no oversubscription).
 INCREMENTAL_POLICIES: Mapping[str, tuple[bool, bool]] = {
-    "ff": (False, False), "ffd": (False, True), "wf": (True, False), "wfd": (True, True)}
+    "ff": (False, False), "ffd": (False, True), "wf": (True, False), "wfd": (True, True),
+    "exclusive": (False, False)}
 _NEG = float("-inf")
-
-
-class _FitTree:
-    """Over the GPUs of one architecture, in first-fit order (``members``: GPU numbers): per
-    subtree the max compute left, max memory left and max cores left on the GPU's node.
-    ``refresh`` re-reads positions from the load; ``worst``/``first`` answer one job."""
-
-    def __init__(self, members: list[int], load: _Load):
-        size = 1
-        while size < max(1, len(members)):
-            size *= 2
-        self.members, self.load, self.size = members, load, size
-        self.c, self.m, self.q = [_NEG] * (2 * size), [_NEG] * (2 * size), [_NEG] * (2 * size)
-        self.lo = list(range(-size, size))           # first leaf position under each subtree
-        for k in range(size - 1, 0, -1):
-            self.lo[k] = self.lo[2 * k]
-        for p, i in enumerate(members):
-            k = p + size
-            self.c[k], self.m[k], self.q[k] = load.free_c[i], load.free_m[i], load.free_q[load.node[i]]
-        for k in range(size - 1, 0, -1):
-            self._pull(k)
-
-    def _pull(self, k: int) -> None:
-        c, m, q = self.c, self.m, self.q
-        a, b = 2 * k, 2 * k + 1
-        c[k] = c[a] if c[a] >= c[b] else c[b]
-        m[k] = m[a] if m[a] >= m[b] else m[b]
-        q[k] = q[a] if q[a] >= q[b] else q[b]
-
-    def refresh(self, positions: Sequence[int]) -> None:
-        """Re-read the load of the GPUs at ``positions`` and fix the maxima above them."""
-        load, size = self.load, self.size
-        parents = set()
-        for p in positions:
-            i, k = self.members[p], p + size
-            self.c[k], self.m[k], self.q[k] = load.free_c[i], load.free_m[i], load.free_q[load.node[i]]
-            parents.add(k >> 1)
-        while parents and 0 not in parents:
-            for k in parents:
-                self._pull(k)
-            parents = {k >> 1 for k in parents if k > 1}
-
-    def worst(self, c: float, m: float, q: float) -> int | None:
-        """The fitting GPU with the most compute left (ties: the first), or None."""
-        tc, tm, tq, lo, size = self.c, self.m, self.q, self.lo, self.size
-        best_v, best_p = _NEG, None
-        stack = [1]
-        while stack:
-            k = stack.pop()
-            v = tc[k]
-            if v + EPS < c or tm[k] + EPS < m or tq[k] + EPS < q:
-                continue
-            if best_p is not None and (v < best_v or (v == best_v and lo[k] > best_p)):
-                continue
-            if k >= size:
-                best_v, best_p = v, k - size
-                continue
-            a, b = 2 * k, 2 * k + 1
-            if tc[b] > tc[a]:
-                stack += (a, b)                   # the richer child is searched first
-            else:
-                stack += (b, a)
-        return None if best_p is None else self.members[best_p]
-
-    def first(self, c: float, m: float, q: float) -> int | None:
-        """The first fitting GPU in node/GPU order, or None."""
-        tc, tm, tq, size = self.c, self.m, self.q, self.size
-        x = c - EPS
-        stack = [1]
-        while stack:
-            k = stack.pop()
-            if tc[k] < x or tm[k] + EPS < m or tq[k] + EPS < q:
-                continue
-            if k >= size:
-                return self.members[k - size]
-            stack += (2 * k + 1, 2 * k)
-        return None
+Journal = list   # of (array, index, old value): tentative writes of one ``assign``, for ``_undo``
 
 
 class _Keys:
@@ -131,20 +61,26 @@ class LiveCluster:
         load = self.load = _Load(cluster)
         self._index = {key: i for i, key in enumerate(load.keys)}
         self._node_index = {node.id: n for n, node in enumerate(cluster.nodes)}
-        gpus = [gpu for _, gpu in cluster.gpus()]
+        gpus = self._gpus = [gpu for _, gpu in cluster.gpus()]
         self._cap_c = [gpu.capacity for gpu in gpus]
         self._cap_m = [gpu.memory_gb for gpu in gpus]
         self._cpus = [node.cpus for node in cluster.nodes]
         self._used_c = [0.0] * len(gpus)
         self._used_m = [0.0] * len(gpus)
+        self._used_q = [0.0] * len(cluster.nodes)
         self._jobs: dict[Hashable, tuple[Job, tuple[int, ...]]] = {}
         self._on_gpu: list[list[Hashable]] = [[] for _ in gpus]
         self._on_node: list[list[Hashable]] = [[] for _ in cluster.nodes]
-        self._trees = {arch: _FitTree(members, load) for arch, members in load.by_arch.items()}
-        self._where = {}                                  # GPU number -> (tree, position)
-        for arch, members in load.by_arch.items():
+        self._idle_c = [gpu.compute for gpu in gpus]      # C and D of idle GPUs, else -inf
+        self._idle_m = [gpu.memory_gb for gpu in gpus]
+        self._position = [0] * len(gpus)                  # GPU number -> position in its trees
+        for members in load.by_arch.values():
             for p, i in enumerate(members):
-                self._where[i] = (self._trees[arch], p)
+                self._position[i] = p
+        self._trees = self._build_trees(load.free_c, load.free_m)     # for ff/ffd/wf/wfd
+        self._alone: dict[str, FitTree] | None = None     # for exclusive, built on first use
+        self._releases = 0                                # load releases so far
+        self._hopeless: dict[tuple, int] = {}             # data-parallel demand -> _releases when it failed
         for run in cluster.running.values():
             self._record(run.job, tuple(self._index[dev] for dev in run.devices))
         self._recount(range(len(gpus)), range(len(cluster.nodes)))
@@ -201,17 +137,20 @@ class LiveCluster:
             check_fits(self.snapshot(), [(job, devices)])    # raises the canonical message
             raise PlacementError(f"Job {job.id!r} does not fit on {devices}")
         self._record(job, gpus)
-        self._recount(gpus, dict.fromkeys(self.load.node[i] for i in gpus))
+        self._add_load(job, gpus)
 
     def release(self, job_id: Hashable) -> None:
         """Forget the running job ``job_id`` (``Cluster.without``)."""
         found = self._jobs.pop(job_id, None)
         if found is None:
             raise ConfigError("job_id", job_id, "must name a running job")
+        self._releases += 1
         gpus = found[1]
         nodes = dict.fromkeys(self.load.node[i] for i in gpus)
         for i in gpus:
             self._on_gpu[i] = [j for j in self._on_gpu[i] if j != job_id]
+            if not self._on_gpu[i]:
+                self._idle_c[i], self._idle_m[i] = self._gpus[i].compute, self._gpus[i].memory_gb
         for n in nodes:
             self._on_node[n] = [j for j in self._on_node[n] if j != job_id]
         self._recount(gpus, nodes)
@@ -221,6 +160,7 @@ class LiveCluster:
         for i in gpus:
             self._on_gpu[i].append(job.id)
             self._on_node[self.load.node[i]].append(job.id)
+            self._idle_c[i] = self._idle_m[i] = _NEG
 
     def _fits(self, job: Job, gpus: tuple[int, ...]) -> bool:
         """Eq. 2-4 for ``job`` on ``gpus``, in ``check_fits``'s arithmetic."""
@@ -232,6 +172,22 @@ class LiveCluster:
                 return False
             cores[load.node[i]] = cores.get(load.node[i], 0.0) + job.cpus
         return all(added <= load.free_q[n] + EPS for n, added in cores.items())
+
+    def _add_load(self, job: Job, gpus: tuple[int, ...]) -> None:
+        """Add ``job`` (just recorded, so last on its GPUs and nodes) to the load: the same sums
+        as ``_recount`` would make, at O(devices) cost."""
+        load, touched = self.load, set(gpus)
+        for i in gpus:
+            demand, n = job.demand(load.arch[i]), load.node[i]
+            self._used_c[i] += demand.compute
+            self._used_m[i] += demand.memory_gb
+            load.free_c[i] = self._cap_c[i] - self._used_c[i]
+            load.free_m[i] = self._cap_m[i] - self._used_m[i]
+            self._used_q[n] += job.cpus
+            load.free_q[n] = self._cpus[n] - self._used_q[n]
+            touched.update(load.node_gpus[n])
+        self._refresh(touched)
+        self._snapshot = None
 
     def _used(self, i: int) -> tuple[float, float]:
         """(compute, memory) of GPU ``i``'s jobs, summed in the order they were added."""
@@ -247,7 +203,8 @@ class LiveCluster:
         """Recompute what is left on ``gpus`` and ``nodes`` from their jobs; refresh the trees."""
         load, jobs = self.load, self._jobs
         for i in gpus:
-            used_c, used_m = self._used_c[i], self._used_m[i] = self._used(i)
+            used_c, used_m = self._used(i)
+            self._used_c[i], self._used_m[i] = used_c, used_m
             load.free_c[i] = self._cap_c[i] - used_c
             load.free_m[i] = self._cap_m[i] - used_m
         touched = set(gpus)
@@ -255,18 +212,31 @@ class LiveCluster:
             cores = 0.0
             for jid in self._on_node[n]:
                 cores += jobs[jid][0].cpus
+            self._used_q[n] = cores
             load.free_q[n] = self._cpus[n] - cores
             touched.update(load.node_gpus[n])
         self._refresh(touched)
         self._snapshot = None
 
+    def _build_trees(self, c: list[float], m: list[float]) -> dict[str, FitTree]:
+        load = self.load
+        return {arch: FitTree(members, c, m, load.free_q, load.node)
+                for arch, members in load.by_arch.items()}
+
     def _refresh(self, gpus: Any) -> None:
-        by_tree: dict[int, tuple[_FitTree, list[int]]] = {}
+        """Re-index ``gpus`` (GPU numbers) in every tree family after their values changed."""
+        families = [self._trees] if self._alone is None else [self._trees, self._alone]
+        if len(self._trees) == 1:                 # one architecture: positions are GPU numbers
+            for family in families:
+                for tree in family.values():
+                    tree.refresh(gpus)
+            return
+        by_arch: dict[str, list[int]] = {}
         for i in gpus:
-            tree, p = self._where[i]
-            by_tree.setdefault(id(tree), (tree, []))[1].append(p)
-        for tree, positions in by_tree.values():
-            tree.refresh(positions)
+            by_arch.setdefault(self.load.arch[i], []).append(self._position[i])
+        for family in families:
+            for arch, positions in by_arch.items():
+                family[arch].refresh(positions)
 
     # ---- placing ------------------------------------------------------------------------------
 
@@ -277,15 +247,16 @@ class LiveCluster:
         if policy not in INCREMENTAL_POLICIES:
             raise ConfigError("placement", policy, f"must be one of {', '.join(INCREMENTAL_POLICIES)}")
         jobs = self._check_jobs(jobs)
-        worst, decreasing = INCREMENTAL_POLICIES[policy]
-        archs = list(self.load.by_arch)
-        order = _by_runtime(jobs, archs) if decreasing else jobs
-        saved: dict[int, tuple[float, float]] = {}
-        saved_q: dict[int, float] = {}
+        journal: Journal = []
         try:
-            placed = self._greedy(order, _demands(order, archs), worst, saved, saved_q)
+            if policy == "exclusive":
+                placed = self._exclusive(jobs, journal)
+            else:
+                worst, decreasing = INCREMENTAL_POLICIES[policy]
+                order = _by_runtime(jobs, list(self.load.by_arch)) if decreasing and len(jobs) > 1 else jobs
+                placed = self._greedy(order, worst, journal)
         finally:
-            self._undo(saved, saved_q)
+            self._undo(journal)
         keys = self.load.keys
         return {job.id: tuple(keys[i] for i in placed[job.id]) for job in jobs if job.id in placed}
 
@@ -305,64 +276,139 @@ class LiveCluster:
             seen.add(job.id)
         return jobs
 
-    def _greedy(self, jobs: list[Job], demands: list[dict], worst: bool,
-                saved: dict[int, tuple[float, float]], saved_q: dict[int, float]) -> dict:
-        """The policies' greedy loop (``policies._Greedy``) on the live index. Takes are
-        tentative: the values they overwrite go to ``saved``/``saved_q`` for ``_undo``."""
-        load, trees, placed = self.load, self._trees, {}
+    def _greedy(self, jobs: list[Job], worst: bool, journal: Journal) -> dict:
+        """The policies' greedy loop (``policies._Greedy``) on the live trees; takes go to
+        ``journal``."""
+        load, placed = self.load, {}
+        demands = _demands(jobs, list(load.by_arch))
         last = len(jobs) - 1
         for p, (job, demand) in enumerate(zip(jobs, demands)):
             q = job.cpus
             if job.gpus == 1:
-                chosen = self._pick_single(trees, demand, q, worst)
+                chosen = self._pick_single(demand, q, worst)
                 chosen = None if chosen is None else (chosen,)
             else:
-                chosen = _pick_multi(load, demand, q, job.gpus, _Keys(load, worst), worst)
-                chosen = None if chosen is None else tuple(chosen)
+                chosen = self._pick_multi(job, demand, worst, journal)
             if chosen is None:
                 continue
             placed[job.id] = chosen
             if p < last:                          # the last job's take changes no answer
-                self._take(chosen, demand, q, saved, saved_q)
+                for i in chosen:
+                    c, m = demand[load.arch[i]]
+                    self._write(journal, load.free_c, i, load.free_c[i] - c)
+                    self._write(journal, load.free_m, i, load.free_m[i] - m)
+                    self._write(journal, load.free_q, load.node[i], load.free_q[load.node[i]] - q)
+                self._refresh(self._touched(chosen))
         return placed
 
-    @staticmethod
-    def _pick_single(trees: dict, demand: dict, q: float, worst: bool) -> int | None:
-        """The best fitting GPU over the job's architectures (``policies._pick_single``)."""
-        best = None
+    def _pick_multi(self, job: Job, demand: dict, worst: bool, journal: Journal) -> tuple | None:
+        """``policies._pick_multi``. A data-parallel job that found no k GPUs finds none until
+        some load is released (more load never helps), so that answer is kept until then: a
+        queued job asked again on every turn costs O(1), not O(nodes)."""
+        q, k, load = job.cpus, job.gpus, self.load
+        sig = (worst, k, q, tuple(demand.items()))
+        if not journal and self._hopeless.get(sig) == self._releases:
+            return None
+        chosen = (_pick_one_node(load, demand, q, k, _Keys(load, worst).gpu_key, worst)
+                  or self._pick_across(demand, q, k, worst))
+        if chosen is None and not journal:       # on the recorded load, not a tentative one
+            if len(self._hopeless) >= 256:
+                self._hopeless.clear()
+            self._hopeless[sig] = self._releases
+        return None if chosen is None else tuple(chosen)
+
+    def _pick_single(self, demand: dict, q: float, worst: bool, slack: bool = False) -> int | None:
+        """The best fitting GPU over the job's architectures (``policies._pick_single``);
+        ``slack``: first-fit compares compute as ``load.fits`` does (``free + EPS >= c``)."""
+        best, free_c = None, self.load.free_c
         for arch, (c, m) in demand.items():
-            tree = trees[arch]
-            i = tree.worst(c, m, q) if worst else tree.first(c, m, q)
-            if i is None or best is None:
-                best = i if best is None else best
-                continue
+            tree = self._trees[arch]
             if worst:
-                fc = tree.load.free_c
-                if fc[i] > fc[best] or (fc[i] == fc[best] and i < best):
+                i = tree.worst(c, m, q)
+            else:
+                i = tree.first_with_slack(c, m, q) if slack else tree.first(c, m, q)
+            if i is None:
+                continue
+            if best is None:
+                best = i
+            elif worst:
+                if free_c[i] > free_c[best] or (free_c[i] == free_c[best] and i < best):
                     best = i
             elif i < best:
                 best = i
         return best
 
-    def _take(self, gpus: tuple[int, ...], demand: dict, q: float,
-              saved: dict[int, tuple[float, float]], saved_q: dict[int, float]) -> None:
-        load = self.load
+    def _pick_across(self, demand: dict, q: float, k: int, worst: bool) -> list[int] | None:
+        """``policies._pick_across_nodes`` on the trees: the first k fitting GPUs in key order,
+        each node's cores shared by its chosen GPUs."""
+        parts = [(self._trees[arch], c, m) for arch, (c, m) in demand.items()]
+        node, free_q = self.load.node, self.load.free_q
+        cores: dict[int, float] = {}
+        chosen = []
+        for i in fitting_in_order(parts, q, worst):
+            left = cores.get(node[i], free_q[node[i]])
+            if left + EPS >= q:
+                chosen.append(i)
+                cores[node[i]] = left - q
+                if len(chosen) == k:
+                    return chosen
+        return None
+
+    def _exclusive(self, jobs: list[Job], journal: Journal) -> dict:
+        """``exclusive.exclusive`` on the live state: the first idle GPU(s) where the job fits
+        alone (compute <= C, memory <= D) with the node's cores; takes go to ``journal``."""
+        if self._alone is None:
+            self._alone = self._build_trees(self._idle_c, self._idle_m)
+        load, placed = self.load, {}
+        for job in jobs:
+            if job.gpus == 1:
+                chosen = None
+                for arch, tree in self._alone.items():
+                    demand = job.demand(arch)
+                    i = tree.first_with_slack(demand.compute, demand.memory_gb, job.cpus)
+                    if i is not None and (chosen is None or i < chosen[0]):
+                        chosen = (i,)
+            else:
+                chosen = self._exclusive_multi(job)
+            if chosen is None:
+                continue
+            placed[job.id] = chosen
+            for i in chosen:
+                self._write(journal, self._idle_c, i, _NEG)
+                self._write(journal, self._idle_m, i, _NEG)
+                self._write(journal, load.free_q, load.node[i], load.free_q[load.node[i]] - job.cpus)
+            self._refresh(self._touched(chosen))
+        return placed
+
+    def _exclusive_multi(self, job: Job) -> tuple[int, ...] | None:
+        """k idle GPUs for a data-parallel job, as ``exclusive`` chooses them (O(G))."""
+        load, fitting = self.load, []
+        for i, gpu in enumerate(self._gpus):
+            demand = job.demand(gpu.arch)
+            if (self._idle_c[i] != _NEG and demand.compute <= gpu.compute + EPS
+                    and demand.memory_gb <= gpu.memory_gb + EPS):
+                fitting.append((load.node[i], None, gpu, i))
+        chosen = _exclusive_choice(fitting, list(load.free_q), job)
+        return None if chosen is None else tuple(slot[3] for slot in chosen)
+
+    def _touched(self, gpus: Sequence[int]) -> set[int]:
+        """``gpus`` and every GPU on their nodes (whose cores changed)."""
         touched = set(gpus)
         for i in gpus:
-            n = load.node[i]
-            saved.setdefault(i, (load.free_c[i], load.free_m[i]))
-            saved_q.setdefault(n, load.free_q[n])
-            load.take(i, *demand[load.arch[i]], q)
-            touched.update(load.node_gpus[n])
-        self._refresh(touched)
+            touched.update(self.load.node_gpus[self.load.node[i]])
+        return touched
 
-    def _undo(self, saved: dict[int, tuple[float, float]], saved_q: dict[int, float]) -> None:
-        load = self.load
-        touched = set(saved)
-        for i, (free_c, free_m) in saved.items():
-            load.free_c[i], load.free_m[i] = free_c, free_m
-        for n, free_q in saved_q.items():
-            load.free_q[n] = free_q
-            touched.update(load.node_gpus[n])
-        if touched:
-            self._refresh(touched)
+    @staticmethod
+    def _write(journal: Journal, array: list, index: int, value: float) -> None:
+        journal.append((array, index, array[index]))
+        array[index] = value
+
+    def _undo(self, journal: Journal) -> None:
+        """Restore what ``journal`` overwrote (newest first) and re-index those GPUs."""
+        if not journal:
+            return
+        touched, free_q, node_gpus = set(), self.load.free_q, self.load.node_gpus
+        for array, index, old in reversed(journal):
+            array[index] = old
+            touched.update(node_gpus[index] if array is free_q else (index,))
+        self._refresh(touched)

@@ -173,6 +173,14 @@ class Job:
                                      for k in _ARCH_KEYS))
         return MappingProxyType(out)
 
+    def renamed(self, job_id: Hashable) -> "Job":
+        """This job under id ``job_id``: only the id is checked (the rest was on construction),
+        so it is much cheaper than building an equal Job anew."""
+        out = object.__new__(Job)
+        out.__dict__.update(self.__dict__)
+        object.__setattr__(out, "id", check_id("job.id", job_id))
+        return out
+
     def demand(self, arch: str) -> ArchDemand:
         """The per-GPU demand on ``arch`` (the top-level values when ``arch`` is not in per_arch)."""
         found = self.per_arch.get(arch)

@@ -269,7 +269,13 @@ def _node_choice(load: _Load, members: list[int], demand, q: float, k: int, key)
 
 def _pick_multi(load: _Load, demand, q: float, k: int, index: Any, worst: bool) -> list[int] | None:
     """k distinct GPUs for a data-parallel job: one node if possible, else across nodes."""
-    key = index.gpu_key
+    chosen = _pick_one_node(load, demand, q, k, index.gpu_key, worst)
+    return chosen if chosen is not None else _pick_across_nodes(load, demand, q, k, index.gpu_key)
+
+
+def _pick_one_node(load: _Load, demand, q: float, k: int, key, worst: bool) -> list[int] | None:
+    """k GPUs of one node: the first node that has them (first-fit), or the node whose k best
+    GPUs have the most compute left (worst-fit; ties: the earlier node)."""
     best, best_score = None, None
     for members in load.node_gpus:
         chosen = _node_choice(load, members, demand, q, k, key)
@@ -280,13 +286,22 @@ def _pick_multi(load: _Load, demand, q: float, k: int, index: Any, worst: bool) 
         score = sum(load.free_c[i] for i in chosen)
         if best_score is None or score > best_score + EPS:
             best, best_score = chosen, score
-    if best is not None:
-        return best
+    return best
+
+
+def _pick_across_nodes(load: _Load, demand, q: float, k: int, key) -> list[int] | None:
+    """The first k GPUs in ``key`` order that fit, each node's cores shared by its chosen GPUs.
+    Only GPUs that fit at the start can be chosen (cores only go down), so only they are sorted."""
     cores = list(load.free_q)
+    node, arch = load.node, load.arch
+    fitting = [i for i in range(len(load.keys))
+               if cores[node[i]] + EPS >= q and load.fits(i, *demand[arch[i]], 0.0)]
+    if len(fitting) < k:
+        return None
     chosen = []
-    for i in sorted(range(len(load.keys)), key=key):
-        n = load.node[i]
-        if cores[n] + EPS >= q and load.fits(i, *demand[load.arch[i]], 0.0):
+    for i in sorted(fitting, key=key):
+        n = node[i]
+        if cores[n] + EPS >= q:
             chosen.append(i)
             cores[n] -= q
             if len(chosen) == k:

@@ -160,7 +160,7 @@ def test_warmup_ramps_linearly_from_the_old_to_the_new_scale():
 
 
 @pytest.mark.parametrize("call, field", [
-    (lambda: scaled_lr(0.1, 2, "rmsprop"), "optimizer"),
+    (lambda: scaled_lr(0.1, 2, "lbfgs"), "optimizer"),
     (lambda: scaled_lr(0.0, 2, "sgd"), "base_lr"),
     (lambda: scaled_lr(0.1, 0, "sgd"), "workers"),
     (lambda: warmup_factor(-1, 2, 2, "sgd"), "step_in_epochs"),

@@ -1,0 +1,137 @@
+"""A max-tree over GPUs for placing one job at a time in about O(log G): the index behind
+``placement.live``.
+
+Each leaf is one GPU with three numbers read from caller-owned arrays: compute ``c[i]``, memory
+``m[i]`` (per GPU) and cores ``q[node[i]]`` (per node). Each inner node holds the maxima of its
+subtree, so a subtree where no GPU has enough of one of them is skipped whole (branch and bound).
+A GPU "fits" a demand (c, m, q) in the comparisons the policies use: memory ``m[i] + EPS >= m``,
+cores ``q + EPS >= q``, and compute ``c[i] + EPS >= c`` (``worst``, ``first_with_slack``) or
+``c[i] >= c - EPS`` (``first``, as first-fit's segment tree compares).
+
+The owner changes the arrays and then calls ``refresh`` with the positions of the GPUs it touched
+(a node's cores touch all of its GPUs); queries never change anything. ``fitting_in_order``
+lists the fitting GPUs of several trees lazily, best first, for data-parallel jobs.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Iterator, Sequence
+
+from hypersack.core.placement.model import EPS
+
+__all__ = ["FitTree", "fitting_in_order"]
+
+_NEG = float("-inf")
+
+
+class FitTree:
+    """Over ``members`` (GPU numbers, in first-fit order; position p holds ``members[p]``)."""
+
+    def __init__(self, members: Sequence[int], c: list[float], m: list[float], q: list[float],
+                 node: Sequence[int]):
+        size = 1
+        while size < max(1, len(members)):
+            size *= 2
+        self.members, self.size = list(members), size
+        self._src = (c, m, q, node)
+        self.c, self.m, self.q = [_NEG] * (2 * size), [_NEG] * (2 * size), [_NEG] * (2 * size)
+        self.lo = list(range(-size, size))           # the first position under each subtree
+        for k in range(size - 1, 0, -1):
+            self.lo[k] = self.lo[2 * k]
+        self.refresh(range(len(self.members)))
+
+    def refresh(self, positions: Sequence[int]) -> None:
+        """Re-read the GPUs at ``positions`` from the arrays and fix the maxima above them."""
+        size, members = self.size, self.members
+        c, m, q = self.c, self.m, self.q
+        src_c, src_m, src_q, node = self._src
+        parents = set()
+        for p in positions:
+            i, k = members[p], p + size
+            c[k], m[k], q[k] = src_c[i], src_m[i], src_q[node[i]]
+            parents.add(k >> 1)
+        parents.discard(0)
+        while parents:
+            for k in parents:
+                a, b = 2 * k, 2 * k + 1
+                c[k] = c[a] if c[a] >= c[b] else c[b]
+                m[k] = m[a] if m[a] >= m[b] else m[b]
+                q[k] = q[a] if q[a] >= q[b] else q[b]
+            parents = {k >> 1 for k in parents if k > 1}
+
+    def worst(self, c: float, m: float, q: float) -> int | None:
+        """The fitting GPU with the most compute (ties: the first), or None."""
+        tc, tm, tq, lo, size = self.c, self.m, self.q, self.lo, self.size
+        best_v, best_p = _NEG, None
+        stack = [1]
+        while stack:
+            k = stack.pop()
+            v = tc[k]
+            if v + EPS < c or tm[k] + EPS < m or tq[k] + EPS < q:
+                continue
+            if best_p is not None and (v < best_v or (v == best_v and lo[k] > best_p)):
+                continue
+            if k >= size:
+                best_v, best_p = v, k - size
+                continue
+            a, b = 2 * k, 2 * k + 1
+            if tc[b] > tc[a]:
+                stack += (a, b)                   # the richer child is searched first
+            else:
+                stack += (b, a)
+        return None if best_p is None else self.members[best_p]
+
+    def first(self, c: float, m: float, q: float) -> int | None:
+        """The first fitting GPU, compute compared as ``c[i] >= c - EPS``; or None."""
+        tc, tm, tq, size = self.c, self.m, self.q, self.size
+        x = c - EPS
+        stack = [1]
+        while stack:
+            k = stack.pop()
+            if tc[k] < x or tm[k] + EPS < m or tq[k] + EPS < q:
+                continue
+            if k >= size:
+                return self.members[k - size]
+            stack += (2 * k + 1, 2 * k)
+        return None
+
+    def first_with_slack(self, c: float, m: float, q: float) -> int | None:
+        """The first fitting GPU, compute compared as ``c[i] + EPS >= c``; or None."""
+        tc, tm, tq, size = self.c, self.m, self.q, self.size
+        stack = [1]
+        while stack:
+            k = stack.pop()
+            if tc[k] + EPS < c or tm[k] + EPS < m or tq[k] + EPS < q:
+                continue
+            if k >= size:
+                return self.members[k - size]
+            stack += (2 * k + 1, 2 * k)
+        return None
+
+
+def fitting_in_order(parts: Sequence[tuple[FitTree, float, float]], q: float,
+                     worst: bool) -> Iterator[int]:
+    """The GPUs that fit, compute compared as ``c[i] + EPS >= c``, over ``parts``
+    (``(tree, c, m)``: one tree per architecture with that architecture's demand), lazily in
+    worst-fit order (most compute first, ties: lower GPU number) or first-fit order (GPU
+    number). Best-first search: a subtree's bound is its max compute and first GPU, never
+    better than a GPU inside it, so GPUs come out in exact order; O(log G) per GPU listed."""
+    heap: list[tuple] = []
+
+    def push(t: int, k: int) -> None:
+        tree, c, m = parts[t]
+        if tree.c[k] + EPS < c or tree.m[k] + EPS < m or tree.q[k] + EPS < q:
+            return
+        first = tree.members[tree.lo[k]]
+        heapq.heappush(heap, ((-tree.c[k], first) if worst else (first,), t, k))
+
+    for t in range(len(parts)):
+        push(t, 1)
+    while heap:
+        _, t, k = heapq.heappop(heap)
+        tree = parts[t][0]
+        if k >= tree.size:
+            yield tree.members[k - tree.size]
+            continue
+        push(t, 2 * k)
+        push(t, 2 * k + 1)
