@@ -6,8 +6,12 @@ local worker pool (one device per CPU core here, one per GPU on a GPU machine). 
 study: makespan (wall seconds of `study.run()`, worker start-up included), trials per minute,
 completed/pruned trials, and the best validation accuracy.
 
-    python benchmarks/study_placement.py [--part placement|rasda|both] [--trials 16] [--epochs 6]
-                                         [--ratios 2,3] [--quick] [--json PATH]
+    python benchmarks/study_placement.py [--part placement|idle|rasda|all] [--trials 16]
+                                         [--epochs 6] [--ratios 2,3] [--quick] [--json PATH]
+
+`--part idle` runs the same comparison with a trainable that leaves its device idle half the
+time (each step computes for about `--busy-s` seconds, then waits as long on a simulated input
+pipeline): the situation of a light model on a large GPU, reproduced with CPU devices.
 
 `--quick`: 8 trials of 3 epochs (a smoke run, not a measurement).
 """
@@ -38,18 +42,23 @@ SPACE = {
 }
 
 
-def run_study(name: str, trials: int, epochs: int, **options: Any) -> dict[str, Any]:
+SPACE_IDLE: dict[str, Any] = {"lr": SPACE["lr"], "busy_s": 0.1}
+
+
+def run_study(name: str, trials: int, epochs: int, trainable: Any = "digits_mlp",
+              **options: Any) -> dict[str, Any]:
     """One digits study in a throw-away store; its makespan and outcome."""
     with tempfile.TemporaryDirectory() as tmp:
         cwd = os.getcwd()
         os.chdir(tmp)           # trial folders go next to the store
         try:
-            study = hypersack.Study(name=name, space=dict(SPACE, epochs=epochs),
+            space = SPACE if isinstance(trainable, str) else SPACE_IDLE
+            study = hypersack.Study(name=name, space=dict(space, epochs=epochs),
                                     objective=("accuracy", "max"), n_trials=trials,
                                     storage=Path(tmp) / "bench.db", max_steps="epochs", seed=0,
                                     **options)
             start = time.perf_counter()
-            study.run("digits_mlp", progress=False)
+            study.run(trainable, progress=False)
             wall = time.perf_counter() - start
             status, best = study.status(), study.best_trial()
         finally:
@@ -59,10 +68,24 @@ def run_study(name: str, trials: int, epochs: int, **options: Any) -> dict[str, 
             "failed": status["failed"], "best_accuracy": best["value"] if best else None}
 
 
-def placement_part(trials: int, epochs: int, ratios: list[float]) -> list[dict[str, Any]]:
-    rows = [dict(run_study("exclusive", trials, epochs, placement="exclusive"), ratio=1.0)]
+def half_idle(config: dict, ctx: Any) -> None:
+    """``epochs`` steps of ``busy_s`` seconds of arithmetic then ``busy_s`` seconds of waiting."""
+    state = ctx.restore() or {"step": 0, "x": 0.0}
+    for step in range(state["step"] + 1, config["epochs"] + 1):
+        end = time.perf_counter() + config["busy_s"]
+        while time.perf_counter() < end:
+            state["x"] = (state["x"] * 1.000001 + config["lr"]) % 1.0
+        time.sleep(config["busy_s"])                       # the input pipeline keeps the device idle
+        state["step"] = step
+        ctx.checkpoint(state)
+        ctx.report(step, accuracy=1.0 - abs(config["lr"] - 0.01) - 0.001 / step)
+
+
+def placement_part(trials: int, epochs: int, ratios: list[float],
+                   trainable: Any = "digits_mlp") -> list[dict[str, Any]]:
+    rows = [dict(run_study("exclusive", trials, epochs, trainable, placement="exclusive"), ratio=1.0)]
     for r in ratios:
-        rows.append(dict(run_study(f"wfd-r{r:g}", trials, epochs, placement="wfd",
+        rows.append(dict(run_study(f"wfd-r{r:g}", trials, epochs, trainable, placement="wfd",
                                    oversubscription=r), ratio=r))
     base = rows[0]["makespan_s"]
     for row in rows:
@@ -83,7 +106,8 @@ def rasda_part(trials: int, epochs: int) -> list[dict[str, Any]]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--part", choices=["placement", "rasda", "both"], default="both")
+    p.add_argument("--part", choices=["placement", "idle", "rasda", "all"], default="all")
+    p.add_argument("--busy-s", type=float, default=0.1)
     p.add_argument("--trials", type=int, default=16)
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--ratios", default="2,3")
@@ -94,10 +118,15 @@ def main() -> int:
     ratios = [float(r) for r in args.ratios.split(",") if r]
     out: dict[str, Any] = {"machine": f"{platform.node()} ({os.cpu_count()} cores)",
                            "date": _dt.date.today().isoformat(), "trials": trials, "epochs": epochs}
-    if args.part in ("placement", "both"):
+    if args.part in ("placement", "all"):
         out["placement"] = placement_part(trials, epochs, ratios)
         _table("exclusive vs wfd (digits MLP)", out["placement"])
-    if args.part in ("rasda", "both"):
+    if args.part in ("idle", "all"):
+        SPACE_IDLE.update(busy_s=args.busy_s)
+        out["idle"] = placement_part(trials, epochs, ratios, trainable=half_idle)
+        _table(f"exclusive vs wfd (half-idle trials, {args.busy_s:g} s busy + {args.busy_s:g} s idle per step)",
+               out["idle"])
+    if args.part in ("rasda", "all"):
         out["rasda"] = rasda_part(trials, epochs)
         _table("ASHA vs RASDA (digits MLP)", out["rasda"])
     if args.json:

@@ -165,7 +165,9 @@ class Controller:
         """Queue every PAUSED trial the algorithm promotes now."""
         if self._out_of_time(now):
             return
-        while (trial_id := self.algorithm.promote()) is not None:
+        seen: set[int] = set()
+        while (trial_id := self.algorithm.promote()) is not None and trial_id not in seen:
+            seen.add(trial_id)      # an algorithm naming the same trial again is not a new promotion
             self._resume_paused(trial_id)
 
     def _resume_paused(self, trial_id: int) -> None:

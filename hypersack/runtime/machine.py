@@ -70,7 +70,10 @@ def _devices(spec: StudySpec, slots: list[Slot] | None, nvml: Any) -> Machine:
         if cluster is not None:
             gpu_slots = _gpu_slots(cluster, spec.executor.workers)
             return Machine(gpu_slots, _only(cluster, gpu_slots))
-        slots = default_slots(spec.executor.workers, gpus=[])
+        slots = default_slots(spec.executor.workers)      # nvidia-smi still finds GPUs
+        if any(s.gpu is not None for s in slots):
+            log.warning("GPUs found without NVML: each is one device of unknown memory, no monitor "
+                        "(pip install 'hypersack[gpu]' for memory-aware placement)")
     ratio = _cpu_ratio(spec.oversubscription, slots)
     return Machine(slots, slots_cluster(slots, oversubscription=ratio))
 

@@ -169,18 +169,25 @@ def _join_world(world: dict[str, Any], device: str):
     if size <= 1:
         return World(), None
     import datetime
-    import torch
+
     import torch.distributed as dist
     rank = int(world["rank"])
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{world['port']}", rank=rank,
-                            world_size=size, timeout=datetime.timedelta(seconds=300))
-    control = dist.new_group(backend="gloo") if backend != "gloo" else None
+    timeout = datetime.timedelta(seconds=300)
+    store = dist.TCPStore("127.0.0.1", int(world["port"]), size, is_master=rank == 0,
+                          timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
+    calls = [0]
 
     def sync(flag: bool) -> bool:
-        t = torch.tensor([1 if flag else 0], dtype=torch.int32)
-        dist.broadcast(t, src=0, group=control)
-        return bool(t.item())
+        # Through the rendezvous store, not a collective: a collective's work object is freed
+        # by a gloo thread that needs the GIL, which can deadlock with the group's teardown.
+        calls[0] += 1
+        key = f"hypersack/stop/{calls[0]}"
+        if rank == 0:
+            store.set(key, "1" if flag else "0")
+            return flag
+        return store.get(key) == b"1"
     return World(rank, size), sync
 
 

@@ -31,7 +31,7 @@ from hypersack.fusion.task import FusableTask
 from hypersack.workloads.digits import (OPTIMIZERS, _count, _number, build_cnn, build_mlp,
                                         load_digits_split, parse_settings)
 
-__all__ = ["DigitsFusedTask", "DIGITS_MLP", "DIGITS_CNN", "FUSED_BUILTINS"]
+__all__ = ["DigitsFusedTask", "DIGITS_MLP", "DIGITS_CNN"]
 
 FUSED_OPTIMIZERS = OPTIMIZERS + ("adagrad",)
 _SCHEDULES = ("constant", "step", "cosine")
@@ -123,8 +123,3 @@ class DigitsFusedTask(FusableTask):
 
 DIGITS_MLP = DigitsFusedTask("mlp")
 DIGITS_CNN = DigitsFusedTask("cnn")
-
-FUSED_BUILTINS: dict[str, str] = {
-    "digits_mlp": "hypersack.workloads.digits_fused:DIGITS_MLP",
-    "digits_cnn": "hypersack.workloads.digits_fused:DIGITS_CNN",
-}

@@ -179,3 +179,12 @@ def test_lost_device_requeues_its_trial_without_charging_a_retry_and_a_new_one_g
     c.handle(DeviceAdded("n0", GPU("g2", "H100", 80.0)), 2.0)
     (moved,) = c.launches(now=2.0)
     assert moved.trial_id == on_g0 and moved.devices == (("n0", "g2"),)
+
+
+def test_an_algorithm_that_keeps_naming_the_same_promotion_does_not_hang_the_study():
+    class Sticky(Scripted):
+        def promote(self):
+            return 0
+    c = make(Sticky(limit=1), n=1, trials=1)
+    (launch,) = c.launches(now=0.0)
+    assert launch.trial_id == 0 and c.launches(now=1.0) == []

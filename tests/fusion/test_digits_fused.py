@@ -12,7 +12,8 @@ from hypersack.core.packing import fusibility_key  # noqa: E402
 from hypersack.errors import ConfigError  # noqa: E402
 from hypersack.fusion.task import Member  # noqa: E402
 from hypersack.workloads import digits  # noqa: E402
-from hypersack.workloads.digits_fused import DIGITS_CNN, DIGITS_MLP, FUSED_BUILTINS  # noqa: E402
+from hypersack.workloads import FUSED_BUILTINS  # noqa: E402
+from hypersack.workloads.digits_fused import DIGITS_CNN, DIGITS_MLP  # noqa: E402
 
 
 def plain_training(config, seed, epochs):

@@ -91,3 +91,43 @@ def test_profiles_are_kept_in_the_job_history_and_reused_by_a_later_study(store_
     with ProfileStore(store_path) as store:
         profile = store.get(keys[0])
     assert profile.iters_measured >= 1 and profile.time_per_iter_s > 0
+
+
+class GrowThenStop(Algorithm):
+    """Trial 0 grows to 2 workers at epoch 1 and is pruned at epoch 2; trial 1 then reuses the
+    same worker processes."""
+
+    def __init__(self, space, objective):
+        super().__init__(space, objective)
+        self.made, self.grown = 0, False
+
+    @property
+    def exhausted(self):
+        return self.made >= 2
+
+    def suggest(self, trial_id):
+        self.made += 1
+        return Suggestion({"lr": 0.003, "batch_size": 128, "hidden": 16, "epochs": 3})
+
+    def on_result(self, trial_id, step, metrics):
+        if trial_id == 0 and step == 1:
+            self.grown = True
+            return Decision.GROW
+        return Decision.STOP if trial_id == 0 and step == 2 else Decision.CONTINUE
+
+    def resources(self, trial_id):
+        return 2 if trial_id == 0 and self.grown else 1
+
+
+def test_a_data_parallel_trial_stopped_mid_run_frees_its_workers_for_the_next_trial(store_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    space = hypersack.SearchSpace({"lr": 0.003})
+    objective = hypersack.Objective.parse(("accuracy", "max"))
+    study = hypersack.Study(name="stop-dp", space=space, objective=objective, n_trials=2,
+                            storage=store_path, algorithm=GrowThenStop(space, objective),
+                            trial_timeout_s=60)
+    study.run("digits_mlp", progress=False, slots=default_slots(2, gpus=[]))
+    states = [t["state"] for t in study.status()["trials"]]
+    assert states == ["pruned", "complete"]
+    assert [r["workers"] for r in study.results(0)] == [1, 2]
