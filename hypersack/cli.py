@@ -112,7 +112,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(info))
         return 0
     console = Console()
-    counts = ", ".join(f"{info[s]} {s}" for s in ("complete", "running", "pending", "pruned", "failed"))
+    states = ("complete", "running", "paused", "pending", "pruned", "failed")
+    counts = ", ".join(f"{info[s]} {s}" for s in states if s != "paused" or info.get(s))
     console.print(f"[bold]{info['name']}[/bold] ({info['status']}): {info['total']} trials: {counts}")
     table = Table(box=None)
     for column in ("trial", "state", "value", "step", "attempts", "config"):

@@ -38,7 +38,8 @@ def summary(name: str, controller: Controller) -> str:
     metric = controller.objective.metric
     best_text = f"best {metric} {best.value:.4g} (trial {best.trial_id})" if best else "no result yet"
     done = counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]
-    return (f"{name}: {done} done, {counts[TrialState.RUNNING]} running, "
+    paused = f"{counts[TrialState.PAUSED]} paused, " if counts[TrialState.PAUSED] else ""
+    return (f"{name}: {done} done, {counts[TrialState.RUNNING]} running, {paused}"
             f"{counts[TrialState.PENDING]} pending, {counts[TrialState.FAILED]} failed; {best_text}")
 
 

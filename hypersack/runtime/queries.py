@@ -40,7 +40,7 @@ def trial_dict(t: TrialRecord) -> dict[str, Any]:
 
 
 def status(storage: Storage, name: str) -> dict[str, Any]:
-    """Counts by state (``complete``, ``running``, ``pending``, ``pruned``, ``failed``), the study's
+    """Counts by state (``complete``, ``running``, ``paused``, ``pending``, ``pruned``, ``failed``), the study's
     status, the best trial and every trial."""
     row = storage.get_study(name)
     trials = storage.load_trials(row.study_id)
