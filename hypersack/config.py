@@ -40,12 +40,15 @@ def _line_of(field: str, lines: dict[str, int]) -> int | None:
     return None
 
 
-def load_study_file(path: str | Path) -> dict[str, Any]:
+def load_yaml_mapping(path: str | Path, what: str, shape: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """The mapping in the YAML file ``path`` and the 1-based line of each key (dotted paths).
+    ConfigError with ``location = "path:line"`` when the file cannot be read, is malformed, or is
+    not a mapping (``what``: "study file"; ``shape``: what the mapping must hold)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
-        raise ConfigError("study file", str(path), f"cannot be read ({exc.strerror})") from None
+        raise ConfigError(what, str(path), f"cannot be read ({exc.strerror})") from None
     try:
         node = yaml.compose(text)
         data = yaml.safe_load(text)
@@ -55,10 +58,15 @@ def load_study_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError("the YAML", f"{path}:{line}", f"is malformed: {exc.problem}",
                           location=f"{path}:{line}") from None
     if not isinstance(data, dict):
-        raise ConfigError("the study file", type(data).__name__, "must be a mapping of fields",
+        raise ConfigError(f"the {what}", type(data).__name__, f"must be {shape}",
                           location=f"{path}:1")
     lines: dict[str, int] = {}
     _key_lines(node, "", lines)
+    return data, lines
+
+
+def load_study_file(path: str | Path) -> dict[str, Any]:
+    data, lines = load_yaml_mapping(path, "study file", "a mapping of fields")
     try:
         StudySpec.from_dict(data)
     except ConfigError as exc:

@@ -21,9 +21,12 @@ __all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTIO
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def _check_fields(section: str, given: Mapping[str, Any], allowed: set[str]) -> None:
+def check_fields(section: str, given: Mapping[str, Any], allowed: set[str],
+                 root: str = "study") -> None:
+    """ConfigError unless ``given`` is a mapping whose keys are all in ``allowed``; ``section``
+    is its dotted path ("" at the top, which errors call ``root``)."""
     if not isinstance(given, Mapping):
-        raise ConfigError(section or "study", given, "must be a mapping")
+        raise ConfigError(section or root, given, "must be a mapping")
     for key in given:
         if key not in allowed:
             prefix = f"{section}." if section else ""
@@ -55,7 +58,7 @@ class ExecutorOptions:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "ExecutorOptions":
         d = d or {}
-        _check_fields("executor", d, cls._FIELDS)
+        check_fields("executor", d, cls._FIELDS)
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,7 +89,7 @@ class Resources:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "Resources":
         d = d or {}
-        _check_fields("resources", d, cls._FIELDS)
+        check_fields("resources", d, cls._FIELDS)
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,7 +116,7 @@ class PackOptions:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "PackOptions":
         d = d or {}
-        _check_fields("pack", d, cls._FIELDS)
+        check_fields("pack", d, cls._FIELDS)
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
@@ -193,12 +196,12 @@ class StudySpec:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "StudySpec":
         """Validate a study declaration; ``storage`` is accepted and ignored here (the CLI uses it)."""
-        _check_fields("", d, cls._FIELDS)
+        check_fields("", d, cls._FIELDS)
         for required in ("name", "space", "objective", "budget"):
             if required not in d:
                 raise ConfigError(required, None, "is required")
         budget = d["budget"]
-        _check_fields("budget", budget, {"trials", "time_s"})
+        check_fields("budget", budget, {"trials", "time_s"})
         algorithm = d.get("algorithm", {"type": "random"})
         if isinstance(algorithm, str):
             algorithm = {"type": algorithm}

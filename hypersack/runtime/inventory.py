@@ -209,27 +209,9 @@ def cluster_from_yaml(path: str | Path, *, defaults: bool = True) -> Any:
             gpus:
               - {id: "0", arch: A100, memory_gb: 40, oversubscription: 3}
     """
-    import yaml
+    from hypersack.config import load_yaml_mapping
 
-    from hypersack.config import _key_lines
-
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError("cluster file", str(path), f"cannot be read ({exc.strerror})") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        raise ConfigError("the YAML", f"{path}:{line}", f"is malformed: {exc.problem}",
-                          location=f"{path}:{line}") from None
-    if not isinstance(data, dict):
-        raise ConfigError("the cluster file", type(data).__name__,
-                          "must be a mapping with a 'nodes' list", location=f"{path}:1")
-    lines: dict[str, int] = {}
-    _key_lines(node, "", lines)
+    data, lines = load_yaml_mapping(path, "cluster file", "a mapping with a 'nodes' list")
     try:
         return _placement().Cluster.from_dict(_with_default_ratios(data) if defaults else data)
     except ConfigError as exc:

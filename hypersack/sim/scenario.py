@@ -37,7 +37,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from hypersack.core.spec import StudySpec
+from hypersack.core.spec import StudySpec, check_fields
 from hypersack.errors import ConfigError
 from hypersack.sim.curves import CurveModel, curves_from_dict
 from hypersack.sim.executor import DeviceChange
@@ -256,13 +256,7 @@ def _build_algorithm(spec: StudySpec, algorithm: Mapping[str, Any]) -> Any:
 
 
 def _check_keys(section: str, given: Any, allowed: set[str]) -> None:
-    if not isinstance(given, Mapping):
-        raise ConfigError(section or "scenario", given, "must be a mapping")
-    for key in given:
-        if key not in allowed:
-            prefix = f"{section}." if section else ""
-            raise ConfigError(f"{prefix}{key}", given[key],
-                              f"is not a known field (known: {', '.join(sorted(allowed))})")
+    check_fields(section, given, allowed, root="scenario")
 
 
 def _prefixed(prefix: str, build: Any, already: str | None = None) -> Any:

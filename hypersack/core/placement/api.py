@@ -69,6 +69,11 @@ def get_policy(policy: str | Policy) -> Policy:
 def _check_jobs(jobs: Any, cluster: Cluster) -> list[Job]:
     if not isinstance(cluster, Cluster):
         raise ConfigError("cluster", cluster, "must be a Cluster")
+    return check_job_list(jobs, cluster.running)
+
+
+def check_job_list(jobs: Any, running: Any) -> list[Job]:
+    """``jobs`` as a list, each a Job with an id unique among them and not in ``running``."""
     if isinstance(jobs, (str, bytes, Mapping)) or not hasattr(jobs, "__iter__"):
         raise ConfigError("jobs", jobs, "must be a sequence of Job")
     jobs = list(jobs)
@@ -78,7 +83,7 @@ def _check_jobs(jobs: Any, cluster: Cluster) -> list[Job]:
             raise ConfigError(f"jobs[{i}]", job, "must be a Job")
         if job.id in seen:
             raise ConfigError(f"jobs[{i}].id", job.id, "must be unique among the jobs")
-        if job.id in cluster.running:
+        if job.id in running:
             raise ConfigError(f"jobs[{i}].id", job.id, "is already running in the cluster")
         seen.add(job.id)
     return jobs

@@ -262,19 +262,8 @@ class LiveCluster:
 
     def _check_jobs(self, jobs: Any) -> list[Job]:
         """``placement.assign``'s checks of ``jobs``, with its messages."""
-        if isinstance(jobs, (str, bytes, Mapping)) or not hasattr(jobs, "__iter__"):
-            raise ConfigError("jobs", jobs, "must be a sequence of Job")
-        jobs = list(jobs)
-        seen: set = set()
-        for i, job in enumerate(jobs):
-            if not isinstance(job, Job):
-                raise ConfigError(f"jobs[{i}]", job, "must be a Job")
-            if job.id in seen:
-                raise ConfigError(f"jobs[{i}].id", job.id, "must be unique among the jobs")
-            if job.id in self._jobs:
-                raise ConfigError(f"jobs[{i}].id", job.id, "is already running in the cluster")
-            seen.add(job.id)
-        return jobs
+        from hypersack.core.placement.api import check_job_list
+        return check_job_list(jobs, self._jobs)
 
     def _greedy(self, jobs: list[Job], worst: bool, journal: Journal) -> dict:
         """The policies' greedy loop (``policies._Greedy``) on the live trees; takes go to
