@@ -225,9 +225,11 @@ class Controller:
         record.started_at = now
         record.error = record.traceback = None
         record.devices = [tuple(d) for d in devices]
+        record.info.update(self.algorithm.trial_info(record.trial_id))
         self._changed.add(record.trial_id)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
-                      record.checkpoint, tuple(devices), self._share(record, devices))
+                      record.checkpoint, tuple(devices), self._share(record, devices),
+                      record.info.get("pack"))
 
     def _share(self, record: TrialRecord, devices) -> float | None:
         """Percent of each device's compute this trial was given (None: a whole device)."""

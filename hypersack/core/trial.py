@@ -126,6 +126,8 @@ class Launch:
     devices: tuple[tuple[str, str], ...] = ()
     # Percent of each device's compute given to this job (MPS thread percentage); None: all.
     compute_share: float | None = None
+    # Fused execution: only trials of the same group share a pack (the algorithm's pack id).
+    group: Any = None
 
 
 @dataclass(frozen=True)

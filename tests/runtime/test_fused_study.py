@@ -225,3 +225,38 @@ def test_the_plan_routes_by_task_acceptance_and_architecture():
     assert plan.key({"hidden": 16, "lr": 0.1}) == plan.key({"hidden": 16, "lr": 0.01})
     assert plan.key({"hidden": 16}) != plan.key({"hidden": 32})
     assert plan_execution("separate", "digits_mlp", 8) == ("digits_mlp", None)
+
+
+class _TwoPacks(Algorithm):
+    """Four trials of one architecture; the algorithm puts 0 and 1 in pack "a", 2 and 3 in "b"."""
+
+    def __init__(self, space, objective):
+        super().__init__(space, objective)
+        self.made = 0
+
+    @property
+    def exhausted(self):
+        return self.made >= 4
+
+    def suggest(self, trial_id):
+        self.made += 1
+        return Suggestion({"lr": 0.005})
+
+    def trial_info(self, trial_id):
+        return {"pack": "a" if trial_id < 2 else "b"}
+
+
+def test_trials_of_different_algorithm_packs_never_share_a_pack_process(store_path):
+    _needs_torch()
+    space = hypersack.SearchSpace({"lr": 0.005})
+    objective = hypersack.Objective.parse(("accuracy", "max"))
+    study = hypersack.Study(name="groups", space=space, objective=objective, n_trials=4,
+                            storage=store_path, execution="fused", pack={"max_members": 4},
+                            algorithm=_TwoPacks(space, objective))
+    study.run("digits_mlp", progress=False, slots=default_slots(1, gpus=[]))
+    assert study.status()["complete"] == 4
+    packs = {t: _joins(store_path, "groups", t)[0][0] for t in range(4)}
+    assert packs[0] == packs[1] and packs[2] == packs[3] and packs[0] != packs[2]
+    with Storage(store_path) as store:
+        infos = [t.info for t in store.load_trials(store.get_study("groups").study_id)]
+    assert [i["pack"] for i in infos] == ["a", "a", "b", "b"]

@@ -73,6 +73,11 @@ class Algorithm:
     def resources(self, trial_id: int) -> int:
         return 1
 
+    def trial_info(self, trial_id: int) -> Mapping[str, Any]:
+        """Annotations for the trial's next launch (its rung, bracket, pack...), merged into its
+        record's ``info``; ``info["pack"]`` asks the executor to fuse only trials of one pack."""
+        return {}
+
     def promote(self) -> int | None:
         """A PAUSED trial to resume now (a promotion), or None. Asked before ``suggest`` and also
         once no new trial may be created (trial budget spent), so promotions are never starved."""

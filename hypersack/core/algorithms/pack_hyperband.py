@@ -206,6 +206,9 @@ class PackHyperband(BracketSearch):
         return {"bracket": pack["bracket"], "rung": pack["rung"], "pack": pack_id,
                 "pack_size": pack["size"], "fuse_key": dict(pack["fuse_key"])}
 
+    def trial_info(self, trial_id: int) -> dict[str, Any]:
+        return self.pack_info(trial_id) or {}
+
     def suggest(self, trial_id: int) -> Suggestion | None:
         resumed = self.promote()
         if resumed is not None:

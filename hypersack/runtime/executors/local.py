@@ -214,6 +214,8 @@ class LocalExecutor:
         """Route a fusing trial to a pack with a free seat on its device, or start one."""
         assert self._plan is not None
         fkey = self._plan.key(launch.config)
+        if launch.group is not None:      # the algorithm's pack: fuse only with its own members
+            fkey = (fkey, ("group", launch.group))
         if launch.devices:
             slots = [self._slot(launch.devices[0][1], launch.trial_id)]
         else:   # no placement: any device's pack with room, else a free device
