@@ -12,6 +12,8 @@ Contract for trainables:
 - ``ctx.restore()``: the latest checkpoint of this trial, or None on a first start. A trial that is
   retried after its worker died, or resumed after the driver died, starts from here.
 - ``ctx.should_stop()``: True once a stop was asked; long steps may poll it.
+- ``ctx.sampler``: wrap training iterations in ``with ctx.sampler.iteration():`` so the Sampler
+  measures the trial's first iterations (time, memory, GPU utilisation) for the job history.
 - ``ctx.device`` ("cpu" or "cuda:0": the trial's GPU is the only one it sees), ``ctx.seed``,
   ``ctx.trial_id``, ``ctx.attempt`` (1 on first launch), ``ctx.trial_dir``, ``ctx.max_steps``
   (the study's planned steps per trial, or None), ``ctx.world`` (rank and size).
@@ -73,8 +75,29 @@ class TrialContext:
         self._channel = channel
         self._sync_stop = sync_stop
         self._meter = meter          # the worker's Sampler: each report ends one measured step
+        self._fine_grained = False   # the trainable delimits iterations itself (ctx.sampler)
+        self._sampler_override: Any = None
         self._last_step: int | None = None
         self._stopped = False
+
+    @property
+    def sampler(self) -> Any:
+        """The Sampler profiling this trial's first iterations (a no-op when it is not being
+        profiled). A trainable that wraps each training iteration in ``with
+        ctx.sampler.iteration():`` (and calls ``ctx.sampler.data_loaded()`` once its batch is
+        ready) is profiled per iteration; otherwise each report counts as one iteration."""
+        if self._sampler_override is not None:
+            return self._sampler_override
+        if self._meter is None:
+            from hypersack.runtime.profiler import NullSampler
+            return NullSampler()
+        self._fine_grained = True
+        return self._meter
+
+    @sampler.setter
+    def sampler(self, value: Any) -> None:
+        """A sampler of the caller's (``profiler.profile_trainable`` installs its own)."""
+        self._sampler_override = value
 
     @property
     def last_step(self) -> int | None:
@@ -87,7 +110,7 @@ class TrialContext:
         if not metrics:
             raise TypeError("ctx.report() needs at least one metric, e.g. ctx.report(step, loss=0.1)")
         clean = {name: to_number(v) for name, v in metrics.items()}
-        if self._meter is not None:
+        if self._meter is not None and not self._fine_grained:
             self._meter.mark()
         self._last_step = int(step)
         if self.world.rank == 0:

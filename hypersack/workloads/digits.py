@@ -190,11 +190,15 @@ def build_optimizer(model: nn.Module, settings: Settings) -> torch.optim.Optimiz
 
 def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
                  y: torch.Tensor, batch_size: int, seed: int, world: Any = None,
-                 lr_at: Callable[[float], float] | None = None) -> tuple[float, int]:
+                 lr_at: Callable[[float], float] | None = None,
+                 sampler: Any = None) -> tuple[float, int]:
     """One shuffled pass over (x, y); returns (mean batch loss, optimizer steps taken).
 
     With ``world`` of size k, each step's global batch is ``batch_size`` x k samples and this
-    rank trains on its slice. ``lr_at(fraction of the epoch done)`` sets the learning rate."""
+    rank trains on its slice. ``lr_at(fraction of the epoch done)`` sets the learning rate;
+    ``sampler`` (``ctx.sampler``) times each step for the job history."""
+    from hypersack.runtime.profiler import NullSampler
+    sampler = sampler if sampler is not None else NullSampler()
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(y), generator=generator).to(x.device)
@@ -205,14 +209,17 @@ def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Te
         if lr_at is not None:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(start / len(y))
-        batch = torch.tensor_split(order[start:start + step_size], size)[rank]
-        optimizer.zero_grad(set_to_none=True)
-        if len(batch):
-            loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
-        else:   # a short last batch left this rank nothing: join the all-reduce with zero grads
-            loss = model(x[:1]).sum() * 0.0
-        loss.backward()
-        optimizer.step()
+        with sampler.iteration():
+            batch = torch.tensor_split(order[start:start + step_size], size)[rank]
+            inputs, targets = x[batch], y[batch]
+            sampler.data_loaded()
+            optimizer.zero_grad(set_to_none=True)
+            if len(batch):
+                loss = nn.functional.cross_entropy(model(inputs), targets)
+            else:   # a short last batch left this rank nothing: join the all-reduce with zero grads
+                loss = model(x[:1]).sum() * 0.0
+            loss.backward()
+            optimizer.step()
         losses.append(loss.detach())
     return torch.stack(losses).mean().item(), len(losses)
 
@@ -264,7 +271,8 @@ def _fit(build: Callable[[], nn.Module], settings: Settings, ctx: Any) -> None:
             raise TrialStopped()
         train_loss, taken = _train_epoch(trained, optimizer, x_train, y_train, settings.batch_size,
                                          _epoch_seed(ctx.seed, epoch), ctx.world,
-                                         _lr_schedule(settings, epoch, workers, since))
+                                         _lr_schedule(settings, epoch, workers, since),
+                                         getattr(ctx, "sampler", None))
         steps += taken
         accuracy, loss = _evaluate(model, x_val, y_val)
         ctx.checkpoint({"epoch": epoch, "model": model.state_dict(), "steps": steps,

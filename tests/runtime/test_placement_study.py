@@ -131,3 +131,17 @@ def test_a_data_parallel_trial_stopped_mid_run_frees_its_workers_for_the_next_tr
     states = [t["state"] for t in study.status()["trials"]]
     assert states == ["pruned", "complete"]
     assert [r["workers"] for r in study.results(0)] == [1, 2]
+
+
+def test_the_digits_trainable_is_profiled_per_batch_within_its_first_epoch(store_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    study = hypersack.Study(name="prof", space={"batch_size": 64, "hidden": 32, "epochs": 1},
+                            objective=("accuracy", "max"), n_trials=1, storage=store_path)
+    study.run("digits_mlp", progress=False, slots=default_slots(1, gpus=[]))
+    with ProfileStore(store_path) as store:
+        (key,) = store.keys()
+        profile = store.get(key)
+    assert key.batch_size == 64 and key.arch == "cpu"
+    assert profile.iters_measured == 10               # batches, not epochs: one epoch sufficed
+    assert 0 < profile.time_per_iter_s < 1.0 and profile.peak_memory_gb > 0
