@@ -16,10 +16,10 @@ from typing import Any, Mapping
 from hypersack.core.algorithms.base import register_algorithm
 from hypersack.core.algorithms.hyperband import Hyperband
 from hypersack.core.algorithms.sha import check_int
-from hypersack.core.algorithms.tpe import _distribution
+from hypersack.core.algorithms.tpe import _distribution, _import_optuna as _import_tpe_optuna
 from hypersack.core.objective import Objective
 from hypersack.core.space import Constant, SearchSpace
-from hypersack.errors import ConfigError, MissingDependencyError
+from hypersack.errors import ConfigError
 
 __all__ = ["BOHB"]
 
@@ -27,12 +27,7 @@ _DEFAULT_SAMPLER = {"n_startup_trials": 0, "multivariate": True}
 
 
 def _import_optuna():
-    try:
-        import optuna
-    except ImportError:
-        raise MissingDependencyError("The BOHB algorithm", "optuna", "tpe") from None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna
+    return _import_tpe_optuna("The BOHB algorithm")
 
 
 @register_algorithm("bohb")

@@ -16,11 +16,12 @@ from hypersack.core.space import Categorical, Constant, Domain, Float, Int, Sear
 from hypersack.errors import MissingDependencyError
 
 
-def _import_optuna():
+def _import_optuna(feature: str = "The TPE algorithm"):
+    """Optuna, quietened; MissingDependencyError naming ``feature`` and the `tpe` extra."""
     try:
         import optuna
     except ImportError:
-        raise MissingDependencyError("The TPE algorithm", "optuna", "tpe") from None
+        raise MissingDependencyError(feature, "optuna", "tpe") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna
 
