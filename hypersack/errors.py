@@ -32,6 +32,10 @@ class SpaceError(ConfigError):
     """A search-space domain that cannot be sampled as declared."""
 
 
+class PlacementError(HyperSackError):
+    """A placement breaks the GAP constraints (Eq. 1-4) or names devices the cluster lacks."""
+
+
 class StorageError(HyperSackError):
     """The study store cannot do what was asked (missing study, name clash, bad file)."""
 

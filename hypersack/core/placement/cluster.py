@@ -16,15 +16,12 @@ from types import MappingProxyType
 from typing import Any, Hashable, Iterator, Mapping, NamedTuple, Sequence
 
 from hypersack.core.placement.model import GPU, Job, Node
-from hypersack.errors import ConfigError, HyperSackError
+from hypersack.errors import ConfigError, PlacementError
 
 __all__ = ["Cluster", "Running", "Device", "PlacementError", "as_devices"]
 
 Device = tuple  # (node_id, gpu_id)
 
-
-class PlacementError(HyperSackError):
-    """A placement breaks the GAP constraints (Eq. 1-4) or names devices the cluster lacks."""
 
 
 class Running(NamedTuple):
