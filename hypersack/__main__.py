@@ -1,5 +1,6 @@
+"""``python -m hypersack``: the command line (see ``hypersack._entry``)."""
 import sys
 
-from hypersack.cli import main
+from hypersack._entry import main
 
 sys.exit(main())

@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except HyperSackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt:      # Ctrl-C outside a study's loop (set-up, a read command)
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _progress(args: argparse.Namespace) -> Any:
@@ -62,7 +65,7 @@ def _progress(args: argparse.Namespace) -> Any:
 
 
 def _finish(run, storage: str) -> int:
-    with Storage(storage) as store:
+    with Storage(storage, readonly=True) as store:
         best = queries.best_trial(store, run.name)
     if run.status == "interrupted":
         print(f"Study {run.name!r} interrupted; continue it with: hypersack resume {run.name}"
@@ -96,7 +99,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    with Storage(args.storage or DEFAULT_STORAGE) as store:
+    with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
         best = queries.best_trial(store, args.name)
     if args.json:
         print(json.dumps(best))
@@ -106,7 +109,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with Storage(args.storage or DEFAULT_STORAGE) as store:
+    with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
         info = queries.status(store, args.name)
     if args.json:
         print(json.dumps(info))
@@ -134,13 +137,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with Storage(args.storage or DEFAULT_STORAGE) as store:
+    with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
         sys.stdout.write(queries.export(store, args.name, args.format))
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with Storage(args.storage or DEFAULT_STORAGE) as store:
+    with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
         studies = store.list_studies()
     if args.json:
         print(json.dumps(studies))

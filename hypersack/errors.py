@@ -68,3 +68,31 @@ class TrialStopped(BaseException):
     A ``BaseException`` so that a trainable's ``except Exception`` does not swallow it.
     The worker treats it as a clean stop, not a failure.
     """
+
+
+class CheckpointError(HyperSackError):
+    """A checkpoint cannot be written or read as the checkpoint contract requires."""
+
+
+class UnsafePathError(HyperSackError):
+    """A run folder or file is a symbolic link, or belongs to another user."""
+
+    def __init__(self, path: Any, problem: str):
+        self.path = str(path)
+        super().__init__(f"{self.path!r} {problem}")
+
+
+class StudyBusyError(StorageError):
+    """Another live driver holds the study (its lease names host, pid and last heartbeat)."""
+
+
+class LeaseLostError(StorageError):
+    """This driver no longer holds its study's lease (another driver took it over)."""
+
+
+class StorageFullError(StorageError):
+    """The disk under the study store is full; nothing stored was lost."""
+
+
+class StorageCorruptError(StorageError):
+    """The study store's file is damaged or is not a HyperSack store."""

@@ -31,7 +31,8 @@ from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import StudyRun, build_controller, run_loop
 from hypersack.runtime.pack_worker import plan_execution
 from hypersack.runtime.progress import make_progress
-from hypersack.runtime.storage import DEFAULT_STORAGE, Storage
+from hypersack.runtime.checkpoints import ensure_private_dir
+from hypersack.runtime.storage import DEFAULT_STORAGE, Storage, StudyRow
 from hypersack.runtime.trainable import TrainableRef
 
 __all__ = ["Study"]
@@ -48,7 +49,7 @@ class Study:
                  trainable: Trainable | None = None, placement: str = "wfd",
                  oversubscription: float | Mapping[str, float] | None = None,
                  resources: Mapping[str, Any] | None = None, execution: str = "separate",
-                 pack: Mapping[str, Any] | None = None):
+                 pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -64,7 +65,7 @@ class Study:
             placement=placement,
             oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
             resources=Resources.from_dict(resources), execution=execution,
-            pack=PackOptions.from_dict(pack))
+            pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints)
         self.storage_path = Path(storage)
         self._trainable = trainable
 
@@ -85,7 +86,7 @@ class Study:
     @classmethod
     def load(cls, name: str, storage: str | Path = DEFAULT_STORAGE) -> "Study":
         """The stored study ``name`` (to resume it or read its results)."""
-        with Storage(storage) as store:
+        with Storage(storage, readonly=True) as store:
             row = store.get_study(name)
         return cls.from_spec(StudySpec.from_dict(row.spec), storage)
 
@@ -105,8 +106,9 @@ class Study:
         with Storage(self.storage_path) as store:
             exists = store.has_study(self.name)
             if exists and if_exists == "replace":
-                store.delete_study(self.name)
-                shutil.rmtree(store.artifacts_root / self.name, ignore_errors=True)
+                old = store.get_study(self.name)
+                store.delete_study(self.name)        # refused while a live driver runs it
+                _remove_run_folder(store.study_dir(old))
             resume = exists and if_exists == "resume"
             return self._run(store, trainable, resume=resume, progress=progress, slots=slots)
 
@@ -126,23 +128,35 @@ class Study:
         # Built before the study is stored, so a bad algorithm option fails before anything runs.
         algorithm = make_algorithm(self._algorithm_instance or self.spec.algorithm,
                                    self.spec.space, self.spec.objective, self.spec.seed)
-        row = store.get_study(self.name) if resume else store.create_study(self.name, self.spec.to_dict())
         if resume:
+            row = store.get_study(self.name)
             # JSON round trip: the stored spec is JSON, so compare like with like.
             new_spec = json.loads(json.dumps(self.spec.to_dict()))
             check_resumable(row.spec, new_spec)
+            store.acquire_lease(row)           # one driver per study: refused while one runs
             store.update_spec(row.study_id, new_spec)
             store.set_status(row.study_id, "running")
+        else:
+            row = store.create_study(self.name, self.spec.to_dict())
+            store.acquire_lease(row)
+        try:
+            return self._drive(store, row, ref, plan, algorithm, resume, progress, slots)
+        finally:
+            store.release_lease(row.study_id)
+
+    def _drive(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any, algorithm: Any,
+               resume: bool, progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
-        study_dir = store.artifacts_root / self.name
+        study_dir = ensure_private_dir(store.study_dir(row), root=store.artifacts_root)
         with prepare_machine(self.spec, study_dir, self.storage_path, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
             executor = LocalExecutor(
-                machine.slots, ref, trial_dir=lambda trial_id: store.trial_dir(self.name, trial_id),
+                machine.slots, ref, trial_dir=lambda trial_id: store.trial_dir(row, trial_id),
                 metric=self.spec.objective.metric, steps_for=self.spec.steps_for,
                 trial_timeout_s=self.spec.executor.trial_timeout_s, cluster=machine.cluster,
                 share_env=machine.share_env, profile=machine.profile,
-                device_events=machine.device_events, packs=plan)
+                device_events=machine.device_events, packs=plan,
+                unsafe_checkpoints=self.spec.unsafe_checkpoints)
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
             return run_loop(controller, executor, store, row, observers=machine.observers,
                             progress=make_progress(self.name, self.spec.steps_for, progress))
@@ -158,14 +172,21 @@ class Study:
     # ---- results ---------------------------------------------------------------------------
 
     def best_trial(self) -> dict[str, Any] | None:
-        with Storage(self.storage_path) as store:
+        with Storage(self.storage_path, readonly=True) as store:
             return queries.best_trial(store, self.name)
 
     def status(self) -> dict[str, Any]:
-        with Storage(self.storage_path) as store:
+        with Storage(self.storage_path, readonly=True) as store:
             return queries.status(store, self.name)
 
     def results(self, trial_id: int | None = None) -> list[dict[str, Any]]:
-        with Storage(self.storage_path) as store:
+        with Storage(self.storage_path, readonly=True) as store:
             return store.load_results(store.get_study(self.name).study_id, trial_id)
 
+
+def _remove_run_folder(folder: Path) -> None:
+    """Delete a replaced study's run folder; a symbolic link is unlinked, never followed."""
+    if folder.is_symlink():
+        folder.unlink()
+    elif folder.is_dir():
+        shutil.rmtree(folder, ignore_errors=True)

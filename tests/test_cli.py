@@ -75,6 +75,11 @@ def test_run_existing_study_needs_resume_or_replace(ran, subprocess_env):
 
 def test_unknown_study_is_an_error(tmp_path, subprocess_env):
     out = hs(tmp_path, subprocess_env, "best", "nope", check=False)
+    assert out.returncode == 2 and "No study store at" in out.stderr
+    assert not (tmp_path / "s.db").exists()          # a read command never creates the file
+    from hypersack.runtime.storage import Storage
+    Storage(tmp_path / "s.db").close()
+    out = hs(tmp_path, subprocess_env, "best", "nope", check=False)
     assert out.returncode == 2 and "No study named 'nope'" in out.stderr
 
 
@@ -108,8 +113,7 @@ def test_bad_field_fails_before_anything_runs(tmp_path, subprocess_env):
     (tmp_path / "s.yaml").write_text(QUICK + "surprise: 1\n")
     out = hs(tmp_path, subprocess_env, "run", str(tmp_path / "s.yaml"), check=False)
     assert out.returncode == 2 and "surprise" in out.stderr and "is not a known field" in out.stderr
-    listed = hs(tmp_path, subprocess_env, "list", "--json")
-    assert json.loads(listed.stdout) == []
+    assert not (tmp_path / "s.db").exists()          # nothing stored, no file made
 
 
 def test_digits_builtin_workload_from_yaml(tmp_path, subprocess_env):

@@ -13,9 +13,9 @@ from typing import Any, Iterable, Mapping
 from hypersack.core.algorithms.base import Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.objective import Objective
-from hypersack.core.trial import (CheckpointSaved, Command, DeviceAdded, DeviceLost, Event, Launch,
-                                  ResultReported, Stop, TrialFailed, TrialFinished, TrialRecord,
-                                  TrialStarted, TrialState)
+from hypersack.core.trial import (Command, DeviceAdded, DeviceLost, Event, Launch, ResultReported,
+                                  Stop, TrialFailed, TrialFinished, TrialRecord, TrialStarted,
+                                  TrialState)
 from hypersack.errors import ConfigError
 
 __all__ = ["Budget", "Controller"]
@@ -74,6 +74,8 @@ class Controller:
         self.allocator: Allocator | None = None  # None: plain slot counting, no placement
         self._device_lost: set[int] = set()    # trials whose device vanished (no retry charged)
         self._running_ids: set[int] = set()
+        self._results: list[tuple[int, int, dict[str, Any]]] = []   # accepted, not yet stored
+        self.halt_reason: str | None = None    # why the study stopped itself (e.g. disk full)
 
     def set_inventory(self, cluster: Any, policy: str = "wfd", demand=None) -> None:
         """Place trials on ``cluster``'s devices with ``policy``; ``demand(record) -> Job``."""
@@ -252,15 +254,21 @@ class Controller:
             record.device = event.device
         elif isinstance(event, ResultReported):
             return self._on_result(record, event, now)
-        elif isinstance(event, CheckpointSaved):
-            record.checkpoint, record.checkpoint_step = event.path, event.step
         elif isinstance(event, TrialFinished):
             self._on_finished(record, now)
         elif isinstance(event, TrialFailed):
-            self._on_failed(record, event, now)
+            return self._on_failed(record, event, now)
         return []
 
     def _on_result(self, record: TrialRecord, event: ResultReported, now: float) -> list[Command]:
+        """Accept a step's result (to be stored with the trial's change, in one transaction),
+        and its checkpoint as the trial's. A step at or before the last stored one is a replay
+        (recomputed after a restart from an older checkpoint): acknowledged, not stored again."""
+        if record.last_step is not None and event.step <= record.last_step:
+            return [Stop(record.trial_id, record.stop_reason)] if record.stop_reason else []
+        self._results.append((record.trial_id, event.step, dict(event.metrics)))
+        if event.checkpoint is not None:
+            record.checkpoint, record.checkpoint_step = event.checkpoint, event.step
         bad = _first_bad_metric(event.metrics)
         if bad is not None:
             name, value = bad
@@ -311,28 +319,34 @@ class Controller:
         state = TrialState.PRUNED if record.stop_reason == _PRUNED else TrialState.COMPLETE
         self._finish(record, state, now)
 
-    def _on_failed(self, record: TrialRecord, event: TrialFailed, now: float) -> None:
+    def _on_failed(self, record: TrialRecord, event: TrialFailed, now: float) -> list[Command]:
         self._release(record)
+        if event.disk_full:
+            # Not the trial's fault: it waits for a resume; the study stops (nothing stored is lost).
+            record.state, record.stop_reason, record.error = TrialState.PENDING, None, event.reason
+            self._queue.appendleft(record.trial_id)
+            return self.halt(f"the disk is full (trial {record.trial_id}: {event.reason})")
         if record.stop_reason == _INTERRUPTED or record.trial_id in self._device_lost:
             # Interrupted, or its device vanished: not the trial's fault, no retry is charged.
             self._device_lost.discard(record.trial_id)
             record.state, record.stop_reason = TrialState.PENDING, None
             record.error = event.reason
             self._queue.appendleft(record.trial_id)
-            return
+            return []
         if event.retryable and record.stop_reason == _TIME_BUDGET and record.value is not None:
             self._finish(record, TrialState.COMPLETE, now)   # it was ending anyway: keep its result
-            return
+            return []
         if event.retryable and record.retries < self.max_retries:
             record.retries += 1
             record.state = TrialState.PENDING
             record.error = event.reason
             self._queue.appendleft(record.trial_id)
-            return
+            return []
         reason = event.reason
         if event.retryable:
             reason += f" (gave up after {record.retries} retries)"
         self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback)
+        return []
 
     def _release(self, record: TrialRecord) -> None:
         self._running_ids.discard(record.trial_id)
@@ -362,8 +376,19 @@ class Controller:
 
     def interrupt(self) -> list[Command]:
         """Ctrl-C: launch nothing more; running trials stop at their next report and stay resumable."""
+        if self._interrupted:
+            return []
         self._interrupted = True
         return self._stop_running(_INTERRUPTED)
+
+    def halt(self, reason: str) -> list[Command]:
+        """Stop the study as an interrupt does, because of ``reason`` (kept in ``halt_reason``)."""
+        self.halt_reason = self.halt_reason or reason
+        return self.interrupt()
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interrupted
 
     def _stop_running(self, reason: str) -> list[Command]:
         out: list[Command] = []
@@ -394,6 +419,12 @@ class Controller:
         for record in self.trials.values():
             if record.state is TrialState.PAUSED:
                 self._finish(record, TrialState.PRUNED, now)
+
+    def take_results(self) -> list[tuple[int, int, dict[str, Any]]]:
+        """Results ``(trial_id, step, metrics)`` accepted since the last call, to be stored in
+        the same transaction as ``take_changes()`` (their trials' checkpoints ride with them)."""
+        results, self._results = self._results, []
+        return results
 
     def take_changes(self) -> list[TrialRecord]:
         """Trials changed since the last call, for the loop to persist."""

@@ -165,10 +165,13 @@ class StudySpec:
     # the trials the task accepts fuse, the others run separately.
     execution: str = "separate"
     pack: PackOptions = PackOptions()
+    # Read checkpoints with full pickle (arbitrary objects): only for run folders no one else can
+    # write. Default: safe loading of plain data (see hypersack.runtime.checkpoints).
+    unsafe_checkpoints: bool = False
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
                "max_steps", "description", "storage", "placement", "oversubscription", "resources",
-               "execution", "pack"}
+               "execution", "pack", "unsafe_checkpoints"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -185,6 +188,8 @@ class StudySpec:
         _check_placement(self.placement)
         _check_oversubscription(self.oversubscription)
         _check_execution(self.execution)
+        if not isinstance(self.unsafe_checkpoints, bool):
+            raise ConfigError("unsafe_checkpoints", self.unsafe_checkpoints, "must be true or false")
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -214,7 +219,8 @@ class StudySpec:
                    max_steps=d.get("max_steps"), description=d.get("description", ""),
                    placement=d.get("placement", "wfd"), oversubscription=d.get("oversubscription"),
                    resources=Resources.from_dict(d.get("resources")),
-                   execution=d.get("execution", "separate"), pack=PackOptions.from_dict(d.get("pack")))
+                   execution=d.get("execution", "separate"), pack=PackOptions.from_dict(d.get("pack")),
+                   unsafe_checkpoints=d.get("unsafe_checkpoints", False))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "trainable": self.trainable, "space": self.space.to_dict(),
@@ -226,12 +232,13 @@ class StudySpec:
                 "oversubscription": (dict(self.oversubscription) if isinstance(self.oversubscription, Mapping)
                                      else self.oversubscription),
                 "resources": self.resources.to_dict(), "execution": self.execution,
-                "pack": self.pack.to_dict()}
+                "pack": self.pack.to_dict(), "unsafe_checkpoints": self.unsafe_checkpoints}
 
 
 # Fields a resumed study may change: how much to run and how, not what is searched.
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
-                               "oversubscription", "resources", "execution", "pack"})
+                               "oversubscription", "resources", "execution", "pack",
+                               "unsafe_checkpoints"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

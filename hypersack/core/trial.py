@@ -58,16 +58,12 @@ class TrialStarted:
 
 @dataclass(frozen=True)
 class ResultReported:
+    """A step's result; ``checkpoint`` names the state after the step that rides with it (a
+    file name in the trial's folder): it is the trial's checkpoint once the result is durable."""
     trial_id: int
     step: int
     metrics: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class CheckpointSaved:
-    trial_id: int
-    path: str
-    step: int | None
+    checkpoint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +80,7 @@ class TrialFailed:
     traceback: str | None = None
     retryable: bool = False
     oom: bool = False        # it ran out of device memory (retried alone, profile corrected)
+    disk_full: bool = False  # a write failed with ENOSPC: the study stops, the trial is kept
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,7 @@ class DeviceLost:
     trial_id: None = None
 
 
-Event = (TrialStarted | ResultReported | CheckpointSaved | TrialFinished | TrialFailed
+Event = (TrialStarted | ResultReported | TrialFinished | TrialFailed
          | TrialProfiled | DeviceAdded | DeviceLost)
 
 

@@ -1,16 +1,29 @@
 """The object a trainable receives: ``train(config, ctx)``.
 
 Contract for trainables:
-- ``ctx.report(step, **metrics)``: one result per step (an epoch, an iteration...). Metrics are
-  numbers (tensors and numpy scalars are converted). Returns once the result is durable in the
-  study store. Once the study has asked the trial to stop, the next ``report`` raises
-  ``TrialStopped`` (a BaseException: let it propagate) and the worker ends the trial cleanly.
-  A stop decided on a report (the algorithm pauses or prunes the trial at this step) is raised by
-  that very report, once the result is durable: no work is wasted past it.
-- ``ctx.checkpoint(state)``: saves ``state`` (anything ``torch.save`` or pickle can write)
-  atomically as the trial's latest checkpoint. Call it before the ``report`` of the same step.
-- ``ctx.restore()``: the latest checkpoint of this trial, or None on a first start. A trial that is
-  retried after its worker died, or resumed after the driver died, starts from here.
+- ``ctx.report(step, checkpoint=state, **metrics)``: one result per step (an epoch, an
+  iteration...), steps increasing. Metrics are numbers (tensors and numpy scalars are
+  converted). ``checkpoint`` (optional) is the trial's state after this step; the result and the
+  checkpoint become durable together, in one transaction of the study store, before ``report``
+  returns. A restore returns the checkpoint of the last durable report, never a newer one, so a
+  trial killed anywhere resumes from a state whose step is stored, recomputes the next step
+  from it, and no step is skipped. A step reported again after such a restart (a trainable that
+  checkpoints less often than it reports) is acknowledged and ignored: the first value stands.
+  Once the study has asked the trial to stop, ``report`` still stores its result and then raises
+  ``TrialStopped`` (a BaseException: let it propagate); the worker ends the trial cleanly. A stop
+  decided on a report (the algorithm pauses or prunes the trial at this step) is raised by that
+  very report, once the result is durable: no work is wasted past it.
+- ``ctx.checkpoint(state)``: for trainables that checkpoint between reports. The state is
+  written at once (a new private file) and rides with the *next* ``report``: it becomes the
+  trial's checkpoint when that report is durable, labelled with that report's step. So call it
+  after a step's work and before that step's ``report`` (the order the digits trainables use).
+- ``ctx.restore()``: the checkpoint of this trial's last durable report, or None on a first
+  start. A trial that is retried after its worker died, or resumed after the driver died, starts
+  from here. Only the file the study store names is read; any other file in the folder is
+  ignored. Checkpoints are read safely (``torch.load(weights_only=True)``, or a plain-data
+  unpickler): tensors, numbers, strings, lists, dicts and numpy arrays, plus the classes
+  registered with ``hypersack.allow_checkpoint_types``; a study with ``unsafe_checkpoints:
+  true`` reads any pickle.
 - ``ctx.should_stop()``: True once a stop was asked; long steps may poll it.
 - ``ctx.sampler``: wrap training iterations in ``with ctx.sampler.iteration():`` so the Sampler
   measures the trial's first iterations (time, memory, GPU utilisation) for the job history.
@@ -18,20 +31,18 @@ Contract for trainables:
   ``ctx.trial_id``, ``ctx.attempt`` (1 on first launch), ``ctx.trial_dir``, ``ctx.max_steps``
   (the study's planned steps per trial, or None), ``ctx.world`` (rank and size).
 - Data-parallel trials (``ctx.world.size > 1``): every rank calls ``report`` at the same steps
-  (only rank 0's result is sent; all ranks stop together); only rank 0's ``checkpoint`` is
-  written; every rank may ``restore``. The torch.distributed process group is initialised
-  before ``train`` is called (gloo on CPU, NCCL on GPU).
+  (only rank 0's result and checkpoint are sent; all ranks stop together); only rank 0's
+  checkpoint is written; every rank may ``restore``. The torch.distributed process group is
+  initialised before ``train`` is called (gloo on CPU, NCCL on GPU).
 """
 from __future__ import annotations
 
-import os
-import pickle
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from hypersack.errors import TrialStopped
+from hypersack.runtime import checkpoints
 
 __all__ = ["TrialContext", "World", "to_number"]
 
@@ -64,7 +75,8 @@ def to_number(value: Any) -> Any:
 class TrialContext:
     def __init__(self, *, trial_id: int, seed: int, device: str, attempt: int, trial_dir: Path,
                  channel: Channel, max_steps: int | None = None, world: World = World(),
-                 sync_stop: Callable[[bool], bool] | None = None, meter: Any = None):
+                 sync_stop: Callable[[bool], bool] | None = None, meter: Any = None,
+                 committed_checkpoint: str | None = None, unsafe_checkpoints: bool = False):
         self.trial_id = trial_id
         self.seed = seed
         self.device = device
@@ -79,6 +91,10 @@ class TrialContext:
         self._sampler_override: Any = None
         self._last_step: int | None = None
         self._stopped = False
+        self._committed = committed_checkpoint   # the file the store names (last durable report)
+        self._pending: str | None = None         # written, rides with the next report
+        self._writes = 0
+        self._unsafe = unsafe_checkpoints
 
     @property
     def sampler(self) -> Any:
@@ -103,77 +119,58 @@ class TrialContext:
     def last_step(self) -> int | None:
         return self._last_step
 
-    def report(self, step: int, **metrics: Any) -> None:
-        if self._stopped or self._stop_now(before=True):
-            self._stopped = True
+    def report(self, step: int, checkpoint: Any = None, **metrics: Any) -> None:
+        """Store this step's result (and ``checkpoint``, the state after it) durably; see the
+        module contract. Raises ``TrialStopped`` once the study asked the trial to stop."""
+        if self._stopped:
             raise TrialStopped()
         if not metrics:
             raise TypeError("ctx.report() needs at least one metric, e.g. ctx.report(step, loss=0.1)")
         clean = {name: to_number(v) for name, v in metrics.items()}
+        if checkpoint is not None:
+            self.checkpoint(checkpoint)
         if self._meter is not None and not self._fine_grained:
             self._meter.mark()
         self._last_step = int(step)
         if self.world.rank == 0:
-            self._channel.request(("report", self.trial_id, int(step), clean))
-        if self._stop_now(before=False):
+            self._channel.request(("report", self.trial_id, int(step), clean, self._pending))
+            if self._pending is not None:
+                self._commit(self._pending)
+        if self._stop_now():
             self._stopped = True
             raise TrialStopped()
 
-    def _stop_now(self, before: bool) -> bool:
-        """Whether to stop; with several ranks, only after a report and as rank 0 says."""
+    def _commit(self, name: str) -> None:
+        """``name`` rode with a durable report: it is the trial's checkpoint now."""
+        self._committed, self._pending = name, None
+        checkpoints.remove_other_checkpoints(self.trial_dir, [name])
+
+    def _stop_now(self) -> bool:
+        """Whether to stop after a report; with several ranks, as rank 0 says."""
         if self._sync_stop is None:
             return self._channel.stop_requested()
-        if before:
-            return False
         return self._sync_stop(self.world.rank == 0 and self._channel.stop_requested())
 
     def should_stop(self) -> bool:
         """True once a stop was asked. With several ranks, only the stop agreed at the last
         report counts (every rank must take the same path)."""
         if self._sync_stop is None:
-            self._stopped = self._stopped or self._channel.stop_requested()
+            return self._stopped or self._channel.stop_requested()
         return self._stopped
 
     def checkpoint(self, state: Any) -> Path:
-        """Atomically replace the trial's checkpoint with ``state``; returns its path.
-        Ranks other than 0 write nothing."""
+        """Write ``state`` now; it becomes the trial's checkpoint with the next durable report
+        (see the module contract). Returns the file's path. Ranks other than 0 write nothing."""
         if self.world.rank != 0:
-            return self.trial_dir / "checkpoint.pt"
-        self.trial_dir.mkdir(parents=True, exist_ok=True)
-        save, suffix = _serializer()
-        path = self.trial_dir / f"checkpoint{suffix}"
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        for stale in self.trial_dir.glob("checkpoint.*"):
-            if stale != path and not stale.name.endswith(".tmp"):
-                stale.unlink(missing_ok=True)
-        self._channel.send(("checkpoint", self.trial_id, str(path), self._last_step))
-        return path
+            return self.trial_dir / (self._pending or self._committed or "")
+        self._writes += 1
+        name = checkpoints.write_checkpoint(self.trial_dir, state, attempt=self.attempt,
+                                            sequence=self._writes)
+        if self._pending is not None and self._pending != name:
+            checkpoints.remove_other_checkpoints(self.trial_dir, [self._committed, name])
+        self._pending = name
+        return self.trial_dir / name
 
     def restore(self) -> Any:
-        """The latest checkpoint, or None if this trial never saved one."""
-        for suffix, load in _loaders():
-            path = self.trial_dir / f"checkpoint{suffix}"
-            if path.exists():
-                with open(path, "rb") as f:
-                    return load(f)
-        return None
-
-
-def _serializer() -> tuple[Callable[[Any, Any], None], str]:
-    if "torch" in sys.modules:
-        import torch
-        return torch.save, ".pt"
-    return (lambda obj, f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)), ".pkl"
-
-
-def _loaders():
-    def torch_load(f):
-        import torch
-        return torch.load(f, map_location="cpu", weights_only=False)
-    yield ".pt", torch_load
-    yield ".pkl", pickle.load
+        """The checkpoint of this trial's last durable report, or None if it has none."""
+        return checkpoints.read_checkpoint(self.trial_dir, self._committed, unsafe=self._unsafe)

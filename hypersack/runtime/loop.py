@@ -1,9 +1,11 @@
 """The study loop: the only while-loop. Events in, decisions from the controller, commands out.
 
 Each turn: poll the executor; hand events to the controller; launch what fits; write every change
-in one durable transaction; only then acknowledge results to workers and send commands.
+(trials, accepted results and the checkpoints that rode with them, the controller's state) in one
+durable transaction; only then acknowledge results to workers and send commands.
 Ctrl-C (or SIGTERM) once: running trials stop at their next report, stay resumable, and the study
-is marked interrupted; twice: workers are killed at once (their trials restart on resume).
+is marked interrupted; twice: workers are killed at once (their trials restart on resume from the
+checkpoint of their last durable report).
 """
 from __future__ import annotations
 
@@ -16,14 +18,17 @@ from typing import Callable, Sequence
 from hypersack.core.algorithms import Algorithm
 from hypersack.core.controller import Controller
 from hypersack.core.spec import StudySpec
-from hypersack.core.trial import Command, Event, Launch, ResultReported
+from hypersack.core.trial import Command, Event, Launch
+from hypersack.errors import StorageError, StorageFullError
 from hypersack.runtime.executors.base import Executor
 from hypersack.runtime.progress import Progress, NullProgress
 from hypersack.runtime.storage import Storage, StudyRow
+from hypersack.runtime.store import Store
 
 __all__ = ["StudyRun", "run_loop"]
 
 POLL_INTERVAL_S = 0.1
+HEARTBEAT_S = 5.0       # the driver's lease is renewed at least this often (seconds)
 
 
 @dataclass
@@ -46,7 +51,11 @@ def build_controller(spec: StudySpec, algorithm: Algorithm, row: StudyRow, stora
 
 
 class _Interrupts:
-    """Counts SIGINT/SIGTERM while installed; restores the previous handlers on exit."""
+    """Counts SIGINT/SIGTERM while installed; restores the previous handlers on exit.
+
+    The first signal only counts (the loop stops trials gracefully); the second raises
+    KeyboardInterrupt once (workers are killed); later ones are ignored, so shutdown finishes.
+    """
 
     def __init__(self) -> None:
         self.count = 0
@@ -60,7 +69,7 @@ class _Interrupts:
 
     def _handle(self, signum, frame) -> None:
         self.count += 1
-        if self.count >= 2:
+        if self.count == 2:
             raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
@@ -68,43 +77,79 @@ class _Interrupts:
             signal.signal(sig, handler)
 
 
-def run_loop(controller: Controller, executor: Executor, storage: Storage, row: StudyRow, *,
+def run_loop(controller: Controller, executor: Executor, storage: Store, row: StudyRow, *,
              progress: Progress | None = None, clock: Callable[[], float] = time.time,
              observers: Sequence[Callable[[Event], None]] = ()) -> StudyRun:
     """Run the study to its end. ``observers`` see every event before the controller does
-    (profiles into the job history, OOM corrections...)."""
+    (profiles into the job history, OOM corrections...).
+
+    Ctrl-C handling covers the whole run, shutdown included: a run interrupted once or twice
+    returns status "interrupted". A storage fault (disk full, lease lost, damaged file) kills
+    the workers, keeps what is stored, marks the study interrupted where the store still allows
+    it and raises the StorageError with the command that resumes the study.
+    """
     progress = progress or NullProgress()
-    executor.start()
-    killed = False
-    try:
-        with _Interrupts() as interrupts:
+    failure: StorageError | None = None
+    with _Interrupts() as interrupts:
+        try:
+            executor.start()
             _turns(controller, executor, storage, row, progress, clock, interrupts, observers)
-        status = "interrupted" if interrupts.count else "complete"
-    except KeyboardInterrupt:
-        killed, status = True, "interrupted"
-    finally:
-        executor.shutdown(kill=killed)
-        progress.close()
-    storage.set_status(row.study_id, status)
+        except KeyboardInterrupt:
+            pass
+        except StorageError as exc:
+            failure = exc
+        finally:
+            _shutdown(executor, kill=interrupts.count >= 2 or failure is not None)
+            progress.close()
+        halted = controller.halt_reason
+        status = "interrupted" if (interrupts.count or failure or halted
+                                   or controller.interrupted) else "complete"
+        _set_status(storage, row, status, quiet=failure is not None)
+    if failure is not None:
+        raise _with_resume_hint(failure, row.name) from None
+    if halted:
+        raise StorageFullError(f"Study {row.name!r} stopped: {halted}. Nothing stored was lost; "
+                               f"free some space, then continue with: hypersack resume {row.name}")
     return StudyRun(row.name, status)
 
 
-def _turns(controller: Controller, executor: Executor, storage: Storage, row: StudyRow,
+def _with_resume_hint(exc: StorageError, name: str) -> StorageError:
+    message = f"{exc}; once fixed, continue the study with: hypersack resume {name}"
+    try:
+        return type(exc)(message)
+    except TypeError:              # an error class with its own arguments
+        return StorageError(message)
+
+
+def _shutdown(executor: Executor, kill: bool) -> None:
+    try:
+        executor.shutdown(kill=kill)
+    except KeyboardInterrupt:        # the second Ctrl-C came during a graceful shutdown
+        executor.shutdown(kill=True)
+
+
+def _set_status(storage: Store, row: StudyRow, status: str, quiet: bool) -> None:
+    try:
+        storage.set_status(row.study_id, status)
+    except StorageError:
+        if not quiet:
+            raise
+
+
+def _turns(controller: Controller, executor: Executor, storage: Store, row: StudyRow,
            progress: Progress, clock: Callable[[], float], interrupts: _Interrupts,
            observers: Sequence[Callable[[Event], None]] = ()) -> None:
     interrupted = False
     first = True
+    last_beat = clock()
     while True:
         events = [] if first else executor.poll(POLL_INTERVAL_S)
         first = False
         now = clock()
         commands: list[Command] = []
-        results = []
         for event in events:
             for observe in observers:
                 observe(event)
-            if isinstance(event, ResultReported):
-                results.append((event.trial_id, event.step, event.metrics))
             commands += controller.handle(event, now)
         commands += controller.tick(now)
         if interrupts.count and not interrupted:
@@ -112,9 +157,13 @@ def _turns(controller: Controller, executor: Executor, storage: Storage, row: St
             commands += controller.interrupt()
         free = None if controller.allocator is not None else executor.free_slots()
         launches: list[Launch] = controller.launches(free, now)
-        changes = controller.take_changes()
+        changes, results = controller.take_changes(), controller.take_results()
         if changes or results:
             storage.save_batch(row.study_id, changes, results, lambda: controller.state_dict(now))
+            last_beat = now
+        elif now - last_beat >= HEARTBEAT_S:
+            storage.heartbeat(row.study_id)
+            last_beat = now
         for command in commands:
             executor.submit(command)
         executor.acknowledge()
@@ -122,7 +171,7 @@ def _turns(controller: Controller, executor: Executor, storage: Storage, row: St
             executor.submit(launch)
         progress.update(controller, now)
         if controller.done(now):
-            if not interrupted:
+            if not controller.interrupted:
                 controller.finalize(now)
                 changes = controller.take_changes()
                 if changes:

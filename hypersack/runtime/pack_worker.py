@@ -14,16 +14,18 @@ the worker's pipe, on top of the plain one (``hypersack.runtime.worker``):
 - driver -> worker: ("member", member) loads a trial into a free slot without restarting the pack;
   ("stop", trial_id), ("ack", trial_id) as for plain trials; ("end_pack",) once the pack is
   empty and nothing is routed to it (the process goes back to the idle pool); ("shutdown",).
-- worker -> driver: per member, the plain messages ("started", "report" [then its ack],
-  "checkpoint", "done", "error"); ("pack_cap", n) when a measured memory cap (CUDA) is below
+- worker -> driver: per member, the plain messages ("started", "report" [with its checkpoint,
+  then its ack], "done", "error"); ("pack_cap", n) when a measured memory cap (CUDA) is below
   ``max_members``; ("pack_error", reason, traceback, oom) when the pack as a whole failed (every
   member in it failed with it).
 
-Each member keeps its own checkpoint file, ``trial_dir/checkpoint.pt`` (atomic write, like
-``TrialContext.checkpoint``), written at every epoch end before its report, and loaded as
+Each member follows the checkpoint contract of plain trials (``hypersack.runtime.checkpoints``):
+at every epoch end a new private checkpoint file is written and rides with that epoch's report;
+it is the member's checkpoint once the report is durable, and the one loaded as
 ``Member.checkpoint`` when the trial is launched again (retry, promotion, resume). A member
-asked to stop before its report is freed without reporting (as ``ctx.report`` would raise);
-one whose stop comes with the ack of its report is freed right after it. Reports of members
+asked to stop (cancelled, timed out) before its report is freed without reporting: its epoch is
+recomputed from its committed checkpoint if it runs again. One whose stop comes with the ack of
+its report is freed right after it. Reports of members
 whose epochs end on the same iteration go out together and their acks are awaited together.
 """
 from __future__ import annotations
@@ -40,11 +42,12 @@ from typing import Any, Mapping
 
 from hypersack.core.spec import EXECUTION_MODES
 from hypersack.errors import ConfigError
+from hypersack.runtime import checkpoints
 from hypersack.runtime.trainable import TrainableRef
 from hypersack.workloads import FUSED_BUILTINS
 
 __all__ = ["EXECUTION_MODES", "PackPlan", "plan_execution", "run_pack_task", "TaskTrainable",
-           "is_task", "write_checkpoint", "read_checkpoint"]
+           "is_task"]
 
 _SHUTDOWN = "shutdown"
 
@@ -217,34 +220,25 @@ def _load_task(spec: tuple, cache: dict[str, Any]) -> Any:
     return cache[key]
 
 
-def write_checkpoint(trial_dir: Path, state: Any) -> Path:
-    """Atomically replace ``trial_dir/checkpoint.pt`` with ``state`` (torch.save)."""
-    import torch
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    path = trial_dir / "checkpoint.pt"
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
-
-
-def read_checkpoint(trial_dir: Path) -> Any:
-    """The trial's checkpoint (the same files ``TrialContext.restore`` reads), or None."""
-    from hypersack.runtime.context import TrialContext
-    ctx = TrialContext(trial_id=-1, seed=0, device="cpu", attempt=0, trial_dir=trial_dir,
-                       channel=None)  # type: ignore[arg-type]
-    return ctx.restore()
-
-
 @dataclass
 class _Seat:
-    """A loaded member, as the pack worker knows it."""
+    """A loaded member, as the pack worker knows it: its attempt and checkpoint files."""
     trial_id: int
     trial_dir: Path
     max_steps: int
+    attempt: int = 1
+    writes: int = 0
+    committed: str | None = None
+
+    def write(self, state: Any) -> str:
+        """A new checkpoint file of this member (rides with its next report)."""
+        self.writes += 1
+        return checkpoints.write_checkpoint(self.trial_dir, state, attempt=self.attempt,
+                                            sequence=self.writes)
+
+    def commit(self, name: str) -> None:
+        self.committed = name
+        checkpoints.remove_other_checkpoints(self.trial_dir, [name])
 
 
 class _PackSession:
@@ -315,14 +309,19 @@ class _PackSession:
         try:
             config = dict(m["config"])
             max_steps = self.task.max_steps(config, m.get("max_steps"))
-            member = Member(trial_id, config, m["seed"], read_checkpoint(trial_dir), max_steps)
+            checkpoints.ensure_private_dir(trial_dir)
+            checkpoints.remove_other_checkpoints(trial_dir, [m.get("checkpoint")])
+            state = checkpoints.read_checkpoint(trial_dir, m.get("checkpoint"),
+                                                unsafe=bool(m.get("unsafe_checkpoints")))
+            member = Member(trial_id, config, m["seed"], state, max_steps)
             kind, row = self.pack.load(member)
         except Exception as exc:
             text = traceback.format_exc()
             _log(trial_dir, text)
             self.conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text, False))
             return
-        self.seats[trial_id] = _Seat(trial_id, trial_dir, max_steps)
+        self.seats[trial_id] = _Seat(trial_id, trial_dir, max_steps, int(m["attempt"]),
+                                     committed=m.get("checkpoint"))
         if self.pack.stacks[kind].epoch(row) >= max_steps:      # resumed with nothing left
             self._free(kind, [row])
 
@@ -331,20 +330,21 @@ class _PackSession:
         leaving, reported = [], []
         for row, metrics in zip(rows, stack.evaluate(rows)):
             seat, epoch = self.seats[stack.slots[row].member.trial_id], stack.epoch(row)
-            path = write_checkpoint(seat.trial_dir, stack.member_state(row))
-            self.conn.send(("checkpoint", seat.trial_id, str(path), epoch))
             self.receive(block=False)
             if seat.trial_id in self.stops:
-                leaving.append(row)        # stopped before this report: not reported
+                leaving.append(row)        # cancelled before this report: not reported
                 continue
-            self.conn.send(("report", seat.trial_id, epoch, metrics))
+            name = seat.write(stack.member_state(row))
+            self.conn.send(("report", seat.trial_id, epoch, metrics, name))
             self.awaiting.add(seat.trial_id)
-            reported.append((row, seat, epoch))
+            reported.append((row, seat, epoch, name))
         while self.awaiting and not self.shutdown:
             self.receive(block=True)
         if self.shutdown:
             return _SHUTDOWN
-        leaving += [row for row, seat, epoch in reported
+        for row, seat, epoch, name in reported:
+            seat.commit(name)
+        leaving += [row for row, seat, epoch, _ in reported
                     if seat.trial_id in self.stops or epoch >= seat.max_steps]
         if leaving:
             self._free(kind, sorted(leaving))
@@ -366,8 +366,8 @@ class _PackSession:
 
 
 def _log(trial_dir: Path, text: str) -> None:
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    with open(trial_dir / "trial.log", "a") as f:
+    checkpoints.ensure_private_dir(trial_dir)
+    with open(checkpoints.open_private(trial_dir / "trial.log", append=True), "a") as f:
         f.write(text.rstrip("\n") + "\n")
 
 
@@ -395,9 +395,10 @@ def run_pack_task(conn, spec: dict[str, Any], cache: dict[str, Any]) -> str | No
     member's trial.log gets its load line and any error). Members arrive as ("member", ...) messages.
     """
     log_path = Path(spec["log"])
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    checkpoints.ensure_private_dir(log_path.parent)
     from hypersack.runtime.worker import redirected
-    with open(log_path, "ab", buffering=0) as log, redirected(log):
+    with open(checkpoints.open_private(log_path, append=True), "ab", buffering=0) as log, \
+            redirected(log):
         print(f"--- pack {spec['pack_id']} (pid {os.getpid()}) on {spec['device']} ---", flush=True)
         return _run_session(conn, spec, cache)
 

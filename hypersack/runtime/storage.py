@@ -1,26 +1,46 @@
 """Embedded SQLite study store (WAL, synchronous=FULL): studies, trials, every reported result.
 
-One file holds many studies. The driver is the only writer; ``save_batch`` writes one batch of
-changes in one transaction, and returns only once it is durable on disk, so a result that was
-acknowledged to a worker survives a kill -9 or a power loss. Readers (``hypersack status``) can
-read while a study runs.
+One file holds many studies. ``save_batch`` writes one batch of changes in one transaction, and
+returns only once it is durable on disk, so a result that was acknowledged to a worker survives
+a kill -9 or a power loss. Readers (``hypersack status``) open the file read-only
+(``Storage(path, readonly=True)``) and can read while a study runs; they never create a file.
+
+Identity: each study has a uuid; its run folder (logs, checkpoints) is
+``hypersack-runs/<name>-<uuid12>/`` beside the database, so two stores in one folder, or a study
+replaced by another of the same name, never share checkpoint files.
+
+One driver per study: a driver takes the study's lease (``acquire_lease``: driver id, host,
+pid, heartbeat) before it runs, renews it with every batch and ``heartbeat``, and gives it back
+at the end. A second driver is refused with ``StudyBusyError`` naming the holder; a lease whose
+driver died (its pid is gone on this host, or its heartbeat is older than ``LEASE_TTL_S``) is
+taken over. A driver whose lease was taken over fails its next write (``LeaseLostError``)
+instead of writing beside the new one.
+
+Faults are errors, not tracebacks: a full disk raises ``StorageFullError`` (with the free
+space), a damaged file ``StorageCorruptError`` (naming the file and how to recover it).
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
 import sqlite3
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hypersack.core.trial import TrialRecord, TrialState
-from hypersack.errors import StorageError, StudyNotFoundError
+from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
+                              StudyBusyError, StudyNotFoundError)
 
-__all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE"]
+__all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "LEASE_TTL_S"]
 
 DEFAULT_STORAGE = "hypersack.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a dead driver
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -31,7 +51,13 @@ CREATE TABLE IF NOT EXISTS studies (
     status TEXT NOT NULL,
     controller_state TEXT,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    uuid TEXT,
+    lease_owner TEXT,
+    lease_host TEXT,
+    lease_pid INTEGER,
+    lease_process_start TEXT,
+    lease_heartbeat REAL
 );
 CREATE TABLE IF NOT EXISTS trials (
     study_id INTEGER NOT NULL REFERENCES studies(study_id) ON DELETE CASCADE,
@@ -78,25 +104,78 @@ class StudyRow:
     controller_state: dict[str, Any] | None
     created_at: float
     updated_at: float
+    uuid: str = ""         # the study's identity: keys its run folder
+
+
+_STUDY_COLUMNS = "study_id, name, spec, status, controller_state, created_at, updated_at, uuid"
+_MIGRATIONS = ("uuid TEXT", "lease_owner TEXT", "lease_host TEXT", "lease_pid INTEGER",
+               "lease_process_start TEXT", "lease_heartbeat REAL")
 
 
 class Storage:
-    """A study store in one SQLite file. Not thread-safe: use it from one thread."""
+    """A study store in one SQLite file. Not thread-safe: use it from one thread.
 
-    def __init__(self, path: str | Path = DEFAULT_STORAGE):
+    ``readonly``: open an existing file for reading only (status, best, export); a missing file
+    is a ``StorageError`` and is not created.
+    """
+
+    def __init__(self, path: str | Path = DEFAULT_STORAGE, *, readonly: bool = False):
         self.path = Path(path)
+        self.readonly = readonly
+        self._lease: str | None = None
         if self.path.is_dir():
             raise StorageError(f"The storage path {str(self.path)!r} is a directory, not a database file")
+        if readonly and not self.path.exists():
+            raise StorageError(f"No study store at {str(self.path)!r} (check the path, or pass "
+                               "--storage FILE)")
         try:
-            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(_SCHEMA)
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                             (str(SCHEMA_VERSION),))
-        except sqlite3.DatabaseError as exc:
-            raise StorageError(f"Cannot open the study store {str(self.path)!r}: {exc}") from None
+            self._db = _connect(self.path, readonly)
+            if not readonly:
+                self._prepare()
+            else:
+                self._db.execute("SELECT 1 FROM studies LIMIT 1").fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "open") from None
+
+    def _prepare(self) -> None:
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(studies)")}
+        for column in _MIGRATIONS:          # stores written by schema 1
+            if column.split()[0] not in columns:
+                self._db.execute(f"ALTER TABLE studies ADD COLUMN {column}")
+        for (study_id,) in self._db.execute("SELECT study_id FROM studies WHERE uuid IS NULL").fetchall():
+            self._db.execute("UPDATE studies SET uuid = ? WHERE study_id = ?", (uuid.uuid4().hex, study_id))
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                         (str(SCHEMA_VERSION),))
+
+    def _error(self, exc: sqlite3.Error, doing: str) -> StorageError:
+        """The StorageError that says what ``exc`` means for this file."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        where = str(self.path)
+        if code == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
+            free = _free_space(self.path)
+            return StorageFullError(f"The disk holding the study store {where!r} is full "
+                                    f"({free} free) while trying to {doing}: nothing stored was lost")
+        if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in str(exc) \
+                or "not a database" in str(exc):
+            return StorageCorruptError(
+                f"The study store {where!r} is damaged or is not a HyperSack store ({exc}). Recover "
+                f"what it holds with: sqlite3 {where} .recover | sqlite3 recovered.db")
+        if code == sqlite3.SQLITE_READONLY or "readonly" in str(exc):
+            return StorageError(f"The study store {where!r} is read-only: cannot {doing}")
+        if code == sqlite3.SQLITE_BUSY or "locked" in str(exc):
+            return StorageError(f"The study store {where!r} stayed locked by another process "
+                                f"for 30 s: cannot {doing}")
+        return StorageError(f"The study store {where!r}: cannot {doing} ({exc})")
+
+    def _run(self, doing: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except sqlite3.Error as exc:
+            raise self._error(exc, doing) from None
 
     def close(self) -> None:
         self._db.close()
@@ -112,8 +191,12 @@ class Storage:
         """Folder for trial logs and checkpoints: ``hypersack-runs/`` beside the database file."""
         return self.path.resolve().parent / "hypersack-runs"
 
-    def trial_dir(self, study: str, trial_id: int) -> Path:
-        return self.artifacts_root / study / f"trial-{trial_id:05d}"
+    def study_dir(self, study: StudyRow) -> Path:
+        """The study's run folder, keyed by its identity."""
+        return self.artifacts_root / f"{study.name}-{study.uuid[:12]}"
+
+    def trial_dir(self, study: StudyRow, trial_id: int) -> Path:
+        return self.study_dir(study) / f"trial-{trial_id:05d}"
 
     # ---- studies ---------------------------------------------------------------------------
 
@@ -121,56 +204,132 @@ class Storage:
         now = time.time()
         try:
             self._db.execute(
-                "INSERT INTO studies (name, spec, status, created_at, updated_at) VALUES (?,?,?,?,?)",
-                (name, json.dumps(spec), "running", now, now))
+                "INSERT INTO studies (name, spec, status, created_at, updated_at, uuid) "
+                "VALUES (?,?,?,?,?,?)", (name, json.dumps(spec), "running", now, now, uuid.uuid4().hex))
         except sqlite3.IntegrityError:
             raise StorageError(
                 f"A study named {name!r} already exists in {self.path}: resume it with "
                 f"'hypersack resume {name}', or pick another name") from None
+        except sqlite3.Error as exc:
+            raise self._error(exc, f"create study {name!r}") from None
         return self.get_study(name)
 
     def get_study(self, name: str) -> StudyRow:
-        row = self._db.execute(
-            "SELECT study_id, name, spec, status, controller_state, created_at, updated_at "
-            "FROM studies WHERE name = ?", (name,)).fetchone()
+        row = self._run("read the studies", lambda: self._db.execute(
+            f"SELECT {_STUDY_COLUMNS} FROM studies WHERE name = ?", (name,)).fetchone())
         if row is None:
             raise StudyNotFoundError(name, str(self.path))
         return StudyRow(row[0], row[1], json.loads(row[2]), row[3],
-                        json.loads(row[4]) if row[4] else None, row[5], row[6])
+                        json.loads(row[4]) if row[4] else None, row[5], row[6], row[7] or "")
 
     def has_study(self, name: str) -> bool:
-        return self._db.execute("SELECT 1 FROM studies WHERE name = ?", (name,)).fetchone() is not None
+        return self._run("read the studies", lambda: self._db.execute(
+            "SELECT 1 FROM studies WHERE name = ?", (name,)).fetchone()) is not None
+
+    # ---- the driver's lease ----------------------------------------------------------------
+
+    def acquire_lease(self, study: StudyRow) -> None:
+        """Hold ``study`` for this driver; ``StudyBusyError`` if a live driver holds it."""
+        me = _Holder.current()
+        owner = uuid.uuid4().hex
+
+        def take() -> None:
+            with self._transaction():
+                self._refuse_if_held(study)
+                self._db.execute(
+                    "UPDATE studies SET lease_owner = ?, lease_host = ?, lease_pid = ?, "
+                    "lease_process_start = ?, lease_heartbeat = ? WHERE study_id = ?",
+                    (owner, me.host, me.pid, me.process_start, time.time(), study.study_id))
+        self._run(f"take the lease of study {study.name!r}", take)
+        self._lease = owner
+
+    def check_not_held(self, study: StudyRow) -> None:
+        """``StudyBusyError`` if a live driver holds ``study`` (before replacing it, say)."""
+        self._run(f"read the lease of study {study.name!r}", lambda: self._refuse_if_held(study))
+
+    def _refuse_if_held(self, study: StudyRow) -> None:
+        row = self._db.execute(
+            "SELECT lease_owner, lease_host, lease_pid, lease_process_start, lease_heartbeat "
+            "FROM studies WHERE study_id = ?", (study.study_id,)).fetchone()
+        if row is None:
+            raise StudyNotFoundError(study.name, str(self.path))
+        owner, host, pid, start, beat = row
+        if owner is None or owner == self._lease:
+            return
+        holder = _Holder(host or "", int(pid or 0), start)
+        age = time.time() - float(beat or 0.0)
+        if holder.alive(age):
+            raise StudyBusyError(
+                f"Study {study.name!r} in {self.path} is being run by another driver (pid {pid} on "
+                f"{host}, last heartbeat {age:.0f} s ago). Stop that driver first (Ctrl-C); a driver "
+                f"that died is taken over at once on this host, or after {LEASE_TTL_S:.0f} s "
+                "from another")
+
+    def heartbeat(self, study_id: int) -> None:
+        """Renew this driver's lease; ``LeaseLostError`` if another driver took it over."""
+        if self._lease is None:
+            return
+        self._run("renew the study's lease", lambda: self._renew(study_id, time.time()))
+
+    def _renew(self, study_id: int, now: float) -> None:
+        cursor = self._db.execute(
+            "UPDATE studies SET lease_heartbeat = ? WHERE study_id = ? AND lease_owner = ?",
+            (now, study_id, self._lease))
+        if cursor.rowcount != 1:
+            raise LeaseLostError(
+                f"This driver lost its hold on the study in {self.path}: another driver took it "
+                "over (or the study was deleted); stopping without writing")
+
+    def release_lease(self, study_id: int) -> None:
+        """Give the lease back (at the end of a run); never raises for a lost lease."""
+        if self._lease is None:
+            return
+        owner, self._lease = self._lease, None
+        try:
+            self._db.execute("UPDATE studies SET lease_owner = NULL, lease_heartbeat = NULL "
+                             "WHERE study_id = ? AND lease_owner = ?", (study_id, owner))
+        except sqlite3.Error:
+            pass
 
     def list_studies(self) -> list[dict[str, Any]]:
         """Every study with its status and trial counts by state."""
-        rows = self._db.execute("SELECT study_id, name, status, created_at FROM studies ORDER BY study_id")
+        rows = self._run("list the studies", lambda: self._db.execute(
+            "SELECT study_id, name, status, created_at FROM studies ORDER BY study_id").fetchall())
         out = []
-        for study_id, name, status, created in rows.fetchall():
+        for study_id, name, status, created in rows:
             out.append({"name": name, "status": status, "created_at": created,
                         "counts": self.counts(study_id)})
         return out
 
     def counts(self, study_id: int) -> dict[str, int]:
         counts = {s.value: 0 for s in TrialState}
-        for state, n in self._db.execute(
-                "SELECT state, COUNT(*) FROM trials WHERE study_id = ? GROUP BY state", (study_id,)):
+        rows = self._run("count the trials", lambda: self._db.execute(
+            "SELECT state, COUNT(*) FROM trials WHERE study_id = ? GROUP BY state", (study_id,)).fetchall())
+        for state, n in rows:
             counts[state] = n
         return counts
 
     def update_spec(self, study_id: int, spec: dict[str, Any]) -> None:
-        self._db.execute("UPDATE studies SET spec = ?, updated_at = ? WHERE study_id = ?",
-                         (json.dumps(spec), time.time(), study_id))
+        self._run("update the study's spec", lambda: self._db.execute(
+            "UPDATE studies SET spec = ?, updated_at = ? WHERE study_id = ?",
+            (json.dumps(spec), time.time(), study_id)))
 
     def set_status(self, study_id: int, status: str) -> None:
-        self._db.execute("UPDATE studies SET status = ?, updated_at = ? WHERE study_id = ?",
-                         (status, time.time(), study_id))
+        self._run(f"mark the study {status}", lambda: self._db.execute(
+            "UPDATE studies SET status = ?, updated_at = ? WHERE study_id = ?",
+            (status, time.time(), study_id)))
 
     def delete_study(self, name: str) -> None:
+        """Delete the study's rows (not its run folder); refused while a live driver runs it."""
         study = self.get_study(name)
-        with self._transaction():
-            self._db.execute("DELETE FROM results WHERE study_id = ?", (study.study_id,))
-            self._db.execute("DELETE FROM trials WHERE study_id = ?", (study.study_id,))
-            self._db.execute("DELETE FROM studies WHERE study_id = ?", (study.study_id,))
+
+        def delete() -> None:
+            with self._transaction():
+                self._refuse_if_held(study)
+                self._db.execute("DELETE FROM results WHERE study_id = ?", (study.study_id,))
+                self._db.execute("DELETE FROM trials WHERE study_id = ?", (study.study_id,))
+                self._db.execute("DELETE FROM studies WHERE study_id = ?", (study.study_id,))
+        self._run(f"delete study {name!r}", delete)
 
     # ---- the journal -----------------------------------------------------------------------
 
@@ -182,8 +341,16 @@ class Storage:
         state (or a function that makes it) in one durable transaction."""
         if callable(controller_state):
             controller_state = controller_state()
+        self._run("store the study's progress",
+                  lambda: self._write_batch(study_id, trials, results, controller_state))
+
+    def _write_batch(self, study_id: int, trials: Iterable[TrialRecord],
+                     results: Iterable[tuple[int, int, dict[str, Any]]],
+                     controller_state: dict[str, Any] | None) -> None:
         now = time.time()
         with self._transaction():
+            if self._lease is not None:
+                self._renew(study_id, now)
             self._db.executemany(
                 f"INSERT OR REPLACE INTO trials (study_id, {', '.join(_TRIAL_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * (len(_TRIAL_COLUMNS) + 1))})",
@@ -204,14 +371,22 @@ class Storage:
                 db.execute("BEGIN IMMEDIATE")
 
             def __exit__(self, exc_type, exc, tb):
-                db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+                if exc_type is not None:
+                    db.execute("ROLLBACK")
+                    return False
+                try:
+                    db.execute("COMMIT")
+                except sqlite3.Error:
+                    if db.in_transaction:     # a failed COMMIT (disk full) leaves it open
+                        db.execute("ROLLBACK")
+                    raise
                 return False
         return _Tx()
 
     def load_trials(self, study_id: int) -> list[TrialRecord]:
-        rows = self._db.execute(
+        rows = self._run("read the trials", lambda: self._db.execute(
             f"SELECT {', '.join(_TRIAL_COLUMNS)} FROM trials WHERE study_id = ? ORDER BY trial_id",
-            (study_id,)).fetchall()
+            (study_id,)).fetchall())
         return [_trial_from_row(r) for r in rows]
 
     def load_results(self, study_id: int, trial_id: int | None = None) -> list[dict[str, Any]]:
@@ -221,8 +396,70 @@ class Storage:
         if trial_id is not None:
             query += " AND trial_id = ?"
             args += (trial_id,)
-        rows = self._db.execute(query + " ORDER BY trial_id, step", args).fetchall()
+        rows = self._run("read the results", lambda: self._db.execute(
+            query + " ORDER BY trial_id, step", args).fetchall())
         return [{"trial_id": t, "step": s, **json.loads(m)} for t, s, m in rows]
+
+
+def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
+    if not readonly:
+        return sqlite3.connect(str(path), timeout=30, isolation_level=None)
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.OperationalError as exc:
+        if "unable to open" not in str(exc):
+            raise
+    # A WAL store in a folder we cannot write (no -shm file to create): read it as it is on disk.
+    return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=30, isolation_level=None)
+
+
+def _free_space(path: Path) -> str:
+    try:
+        free = shutil.disk_usage(path.resolve().parent).free
+    except OSError:
+        return "unknown space"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if free < 1024 or unit == "TiB":
+            return f"{free:.0f} {unit}" if unit == "bytes" else f"{free:.1f} {unit}"
+        free /= 1024
+    return "unknown space"
+
+
+@dataclass(frozen=True)
+class _Holder:
+    """A driver process: host, pid and the process's start time (to see through pid reuse)."""
+    host: str
+    pid: int
+    process_start: str | None
+
+    @classmethod
+    def current(cls) -> "_Holder":
+        return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()))
+
+    def alive(self, heartbeat_age_s: float) -> bool:
+        """On this host: the process still runs. Elsewhere: its heartbeat is recent."""
+        if self.host != socket.gethostname():
+            return heartbeat_age_s < LEASE_TTL_S
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        start = _process_start(self.pid)
+        return self.process_start is None or start is None or start == self.process_start
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), or None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 def _trial_row(t: TrialRecord) -> tuple:

@@ -2,14 +2,18 @@
 
 Protocol over one duplex pipe. Driver -> worker: ("run", task), ("stop", trial_id),
 ("ack", trial_id), ("shutdown",). Worker -> driver: ("started", trial_id), ("report", trial_id,
-step, metrics) [then waits for its ack], ("checkpoint", trial_id, path, step), ("done", trial_id),
-("error", trial_id, reason, traceback). Stops and acks name their trial, so a stale one is ignored.
+step, metrics, checkpoint) [then waits for its ack; ``checkpoint`` is the file name of the state
+that rides with this report, or None], ("profile", trial_id, profile), ("done", trial_id),
+("error", trial_id, reason, traceback, oom). Stops and acks name their trial, so a stale one is
+ignored. A task names the trial's committed checkpoint (``task["checkpoint"]``): the only file a
+restore reads; other checkpoint files in the folder (left by killed attempts) are deleted.
 ("pack", spec) turns the worker into a fused pack until the driver ends it (protocol in
 ``hypersack.runtime.pack_worker``); it then takes plain trials or packs again.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 import signal
@@ -18,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from hypersack.errors import TrialStopped
+from hypersack.errors import HyperSackError, TrialStopped
 
 _SHUTDOWN = object()
 
@@ -69,10 +73,18 @@ def _die_with_parent() -> None:
 
 
 def worker_main(conn, env: dict[str, str]) -> None:
-    """Entry point of a worker process."""
+    """Entry point of a worker process. It ends quietly when the driver goes away (a broken
+    pipe): the driver's death is reported by the driver's successor, not by its workers."""
     _die_with_parent()
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the driver decides what Ctrl-C means
+    try:
+        _serve(conn)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return
+
+
+def _serve(conn) -> None:
     trainables: dict[str, Callable[..., Any]] = {}
     while True:
         try:
@@ -94,11 +106,22 @@ def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any
     """Run one trial, with stdout and stderr appended to its log file."""
     from hypersack.runtime.context import TrialContext
 
+    from hypersack.runtime import checkpoints
+
     trial_id = task["trial_id"]
     trial_dir = Path(task["trial_dir"])
-    trial_dir.mkdir(parents=True, exist_ok=True)
     channel = PipeChannel(conn, trial_id)
-    with open(trial_dir / "trial.log", "ab", buffering=0) as log, redirected(log):
+    try:
+        checkpoints.ensure_private_dir(trial_dir)
+        log_fd = checkpoints.open_private(trial_dir / "trial.log", append=True)
+    except (OSError, HyperSackError) as exc:
+        conn.send(("started", trial_id))
+        conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", None, False))
+        return None
+    rank = int((task.get("world") or {}).get("rank") or 0)
+    if rank == 0:
+        checkpoints.remove_other_checkpoints(trial_dir, [task.get("checkpoint")])
+    with open(log_fd, "ab", buffering=0) as log, redirected(log):
         print(f"--- trial {trial_id} attempt {task['attempt']} on {task['device']} ---", flush=True)
         conn.send(("started", trial_id))
         try:
@@ -109,7 +132,8 @@ def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any
             ctx = TrialContext(trial_id=trial_id, seed=task["seed"], device=task["device"],
                                attempt=task["attempt"], trial_dir=trial_dir, channel=channel,
                                max_steps=task.get("max_steps"), world=world, sync_stop=sync,
-                               meter=meter)
+                               meter=meter, committed_checkpoint=task.get("checkpoint"),
+                               unsafe_checkpoints=bool(task.get("unsafe_checkpoints")))
             try:
                 returned = train(dict(task["config"]), ctx)
                 _report_returned(ctx, returned, task["metric"])
@@ -122,7 +146,8 @@ def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any
         except (Exception, SystemExit) as exc:   # a trainable's sys.exit() ends its trial, not the worker
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
-            conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text, is_oom(exc)))
+            conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text, is_oom(exc),
+                       is_disk_full(exc)))
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -156,6 +181,16 @@ def is_oom(exc: BaseException) -> bool:
     torch = sys.modules.get("torch")
     oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
     return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """The trial failed because the disk is full (ENOSPC anywhere in the exception's chain)."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _join_world(world: dict[str, Any], device: str):

@@ -25,7 +25,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from hypersack.core.trial import (Cancel, CheckpointSaved, Command, DeviceAdded, DeviceLost, Event,
+from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event,
                                   Launch, ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialStarted)
 from hypersack.sim.clock import SimClock, SimulationStalled
@@ -276,8 +276,7 @@ class SimExecutor:
         run.work_left, run.updated_at = 0.0, t
         path = f"sim://trial-{run.trial_id}/step-{run.step}"
         self._checkpoints[path] = run.step
-        events: list[Event] = [CheckpointSaved(run.trial_id, path, run.step),
-                               ResultReported(run.trial_id, run.step, run.curve.at(run.step))]
+        events: list[Event] = [ResultReported(run.trial_id, run.step, run.curve.at(run.step), path)]
         last = run.max_steps is not None and run.step >= run.max_steps
         if last or run.stop_requested:
             self._end_run(run.trial_id, t, "finished" if last else "stopped")
@@ -399,13 +398,12 @@ def _label(devices: tuple[Key, ...] | None) -> str:
 
 def _detail(event: Event) -> Any:
     if isinstance(event, ResultReported):
-        return (event.step, tuple(sorted((k, round(v, 9)) for k, v in event.metrics.items())))
+        return (event.step, tuple(sorted((k, round(v, 9)) for k, v in event.metrics.items())),
+                event.checkpoint)
     if isinstance(event, TrialStarted):
         return event.device
     if isinstance(event, TrialFailed):
         return (event.reason, event.retryable)
-    if isinstance(event, CheckpointSaved):
-        return event.step
     if isinstance(event, (DeviceLost,)):
         return (event.node_id, event.gpu_id)
     if isinstance(event, DeviceAdded):

@@ -1,6 +1,7 @@
 """An in-memory study store for simulations: what ``run_loop`` writes, kept in dicts.
 
-It implements the two methods the loop calls (``save_batch``, ``set_status``). A simulation of
+It implements the ``Store`` protocol the loop writes to (``save_batch``, ``set_status``,
+``heartbeat``). A simulation of
 10,000 trials writes hundreds of thousands of results; SQLite with a durable commit per batch
 would cost more than the simulation itself, and nothing here needs to survive the process.
 ``results`` keeps every reported result only when ``keep_results`` is set (the loop hands the
@@ -53,3 +54,6 @@ class MemoryStore:
 
     def set_status(self, study_id: int, status: str) -> None:
         self.status[study_id] = status
+
+    def heartbeat(self, study_id: int) -> None:
+        """A simulation has no other driver to keep out."""

@@ -7,6 +7,7 @@ References are strings so that naming a workload never imports torch in the driv
 BUILTINS: dict[str, str] = {
     "digits_mlp": "hypersack.workloads.digits:train_mlp",
     "digits_cnn": "hypersack.workloads.digits:train_cnn",
+    "synthetic_chain": "hypersack.workloads.synthetic:chain",
 }
 
 FUSED_BUILTINS: dict[str, str] = {

@@ -1,7 +1,7 @@
 """Built-in trainables on scikit-learn's bundled digits (1797 images of 8x8 pixels, 10 classes).
 
 ``train_mlp`` (``digits_mlp``) and ``train_cnn`` (``digits_cnn``) follow the contract of
-``hypersack.runtime.context``: one step per epoch, a checkpoint before every report, and a resume
+``hypersack.runtime.context``: one step per epoch, a checkpoint with every report, and a resume
 from ``ctx.restore()`` that continues exactly as an uninterrupted run would.
 
 The data never needs a download: the last 20% (360 samples) of a fixed permutation (numpy
@@ -275,10 +275,10 @@ def _fit(build: Callable[[], nn.Module], settings: Settings, ctx: Any) -> None:
                                          getattr(ctx, "sampler", None))
         steps += taken
         accuracy, loss = _evaluate(model, x_val, y_val)
-        ctx.checkpoint({"epoch": epoch, "model": model.state_dict(), "steps": steps,
-                        "optimizer": optimizer.state_dict(), "workers": workers, "since": since})
-        ctx.report(epoch, accuracy=accuracy, loss=loss, train_loss=train_loss, steps=steps,
-                   workers=workers)
+        state = {"epoch": epoch, "model": model.state_dict(), "steps": steps,
+                 "optimizer": optimizer.state_dict(), "workers": workers, "since": since}
+        ctx.report(epoch, checkpoint=state, accuracy=accuracy, loss=loss, train_loss=train_loss,
+                   steps=steps, workers=workers)
 
 
 def _data_parallel(model: nn.Module, ctx: Any) -> nn.Module:

@@ -10,7 +10,7 @@ from hypersack.core.algorithms import Algorithm, Decision, GridSearch, RandomSea
 from hypersack.core.controller import Budget, Controller, trial_seed
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.core.trial import (CheckpointSaved, Launch, ResultReported, Stop, TrialFailed,
+from hypersack.core.trial import (Launch, ResultReported, Stop, TrialFailed,
                                   TrialFinished, TrialRecord, TrialStarted, TrialState)
 from hypersack.errors import ConfigError
 
@@ -91,8 +91,36 @@ def test_events_update_the_record():
     c.launches(1, 0.0)
     assert c.handle(TrialStarted(0, "cuda:1"), 0.5) == []
     assert c.trials[0].device == "cuda:1"
-    assert c.handle(CheckpointSaved(0, "/ck/0/step3", 3), 1.0) == []
-    assert (c.trials[0].checkpoint, c.trials[0].checkpoint_step) == ("/ck/0/step3", 3)
+    assert c.handle(ResultReported(0, 3, {"acc": 0.5}, "ck-a1-1.pkl"), 1.0) == []
+    assert (c.trials[0].checkpoint, c.trials[0].checkpoint_step) == ("ck-a1-1.pkl", 3)
+    assert c.take_results() == [(0, 3, {"acc": 0.5})]
+    assert c.handle(ResultReported(0, 4, {"acc": 0.6}), 1.5) == []   # no checkpoint with it
+    assert (c.trials[0].checkpoint, c.trials[0].checkpoint_step) == ("ck-a1-1.pkl", 3)
+
+
+def test_a_replayed_step_is_acknowledged_but_neither_stored_nor_decided_again():
+    alg = Scripted(decisions={(0, 2): Decision.STOP})
+    c = make(trials=1, algorithm=alg)
+    c.launches(1, 0.0)
+    c.handle(ResultReported(0, 1, {"acc": 0.1}, "a1-1"), 1.0)
+    c.handle(ResultReported(0, 2, {"acc": 0.2}, "a1-2"), 2.0)
+    c.take_results()
+    seen = list(alg.results)
+    # A restart from the step-1 checkpoint recomputes step 2 and reports it again.
+    assert c.handle(ResultReported(0, 2, {"acc": 0.9}, "a2-1"), 3.0) == [Stop(0, "pruned")]
+    assert c.take_results() == [] and alg.results == seen
+    assert (c.trials[0].value, c.trials[0].checkpoint) == (0.2, "a1-2")
+
+
+def test_a_full_disk_requeues_the_trial_without_a_retry_and_halts_the_study():
+    c = make(trials=3)
+    c.launches(2, 0.0)
+    commands = c.handle(TrialFailed(0, "OSError: [Errno 28] No space left", disk_full=True), 1.0)
+    assert commands == [Stop(1, "interrupted")]
+    r = c.trials[0]
+    assert r.state is TrialState.PENDING and r.retries == 0
+    assert c.interrupted and "disk is full" in c.halt_reason
+    assert c.launches(1, 2.0) == []
 
 
 def test_events_for_unknown_or_finished_trials_are_ignored():
@@ -250,8 +278,7 @@ def test_retryable_failure_relaunches_first_with_checkpoint_then_gives_up():
     c = make(trials=10, algorithm=alg, max_retries=2, seed=9)
     (launch,) = c.launches(1, 0.0)
     config, seed = launch.config, launch.seed
-    c.handle(CheckpointSaved(0, "/ck/0/a", 3), 1.0)
-    report(c, 0, 3, 1.0, acc=0.3)
+    c.handle(ResultReported(0, 3, {"acc": 0.3}, "/ck/0/a"), 1.0)
     c.handle(TrialFailed(0, "worker 2 died (signal 9)", retryable=True), 2.0)
     r = c.trials[0]
     assert r.state is TrialState.PENDING and r.retries == 1 and r.error == "worker 2 died (signal 9)"
@@ -263,7 +290,7 @@ def test_retryable_failure_relaunches_first_with_checkpoint_then_gives_up():
     assert launches[1].trial_id == 1 and launches[1].attempt == 1
     assert r.state is TrialState.RUNNING and r.error is None
 
-    c.handle(CheckpointSaved(0, "/ck/0/b", 5), 4.0)
+    c.handle(ResultReported(0, 5, {"acc": 0.4}, "/ck/0/b"), 4.0)
     c.handle(TrialFailed(0, "worker died again", retryable=True), 5.0)
     assert c.launches(1, 6.0) == [Launch(0, config, seed, 3, "/ck/0/b")]
     assert r.retries == 2

@@ -32,8 +32,18 @@ def _needs_torch():
 
 
 def _trial_dir(store_path: Path, study: str, trial_id: int) -> Path:
-    with Storage(store_path) as store:
-        return store.trial_dir(study, trial_id)
+    with Storage(store_path, readonly=True) as store:
+        return store.trial_dir(store.get_study(study), trial_id)
+
+
+def _committed_checkpoint(store_path: Path, study: str, trial_id: int) -> Path | None:
+    """The checkpoint file the store names for the trial (None before its first durable one)."""
+    with Storage(store_path, readonly=True) as store:
+        row = store.get_study(study)
+        trial = {t.trial_id: t for t in store.load_trials(row.study_id)}.get(trial_id)
+        if trial is None or trial.checkpoint is None:
+            return None
+        return store.trial_dir(row, trial_id) / trial.checkpoint
 
 
 def _joins(store_path: Path, study: str, trial_id: int) -> list[tuple[int, int, list[int]]]:
@@ -89,7 +99,7 @@ def test_fused_study_completes_and_each_trial_trains_as_in_an_in_process_pack(st
     for trial in status["trials"]:
         tid = trial["trial_id"]
         assert [r["step"] for r in study.results(tid)] == [1, 2]
-        assert (_trial_dir(store_path, "fused", tid) / "checkpoint.pt").exists()
+        assert _committed_checkpoint(store_path, "fused", tid).exists()
         step, alone = source.last[tid]
         assert step == 2
         assert trial["metrics"]["accuracy"] == pytest.approx(alone["accuracy"], abs=1e-6)
@@ -136,8 +146,7 @@ def _kill_first_pack_once(store_path: Path, study: str, done: threading.Event) -
     """SIGKILL the pack process of trial 0 once it has written a checkpoint."""
     while not done.is_set():
         try:
-            trial_dir = _trial_dir(store_path, study, 0)
-            if (trial_dir / "checkpoint.pt").exists():
+            if _committed_checkpoint(store_path, study, 0) is not None:
                 _, pid, _ = _joins(store_path, study, 0)[0]
                 os.kill(pid, signal.SIGKILL)
                 return

@@ -72,7 +72,7 @@ def test_store_is_wal_and_fully_synchronous(store_path):
 def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
     bad = tmp_path / "notes.txt"
     bad.write_text("not sqlite " * 100)
-    with pytest.raises(StorageError, match="Cannot open the study store"):
+    with pytest.raises(StorageError, match="is damaged or is not a HyperSack store"):
         Storage(bad)
     with pytest.raises(StorageError, match="is a directory"):
         Storage(tmp_path)

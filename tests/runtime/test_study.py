@@ -137,7 +137,8 @@ def test_trial_over_its_timeout_is_killed_and_failed(store_path):
 def test_trial_output_goes_to_its_log_file(store_path):
     study = make_study(store_path, n_trials=1, workers=1)
     study.run("trainables:chatty", progress=False)
-    log = (store_path.parent / "hypersack-runs" / "t" / "trial-00000" / "trial.log").read_text()
+    (folder,) = (store_path.parent / "hypersack-runs").glob("t-*")     # keyed by the study's uuid
+    log = (folder / "trial-00000" / "trial.log").read_text()
     assert "hello from trial 0" in log and "raw stderr line" in log
 
 

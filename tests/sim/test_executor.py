@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from hypersack.core.placement import GPU, Cluster, Node
-from hypersack.core.trial import (CheckpointSaved, DeviceAdded, DeviceLost, Launch, ResultReported,
+from hypersack.core.trial import (DeviceAdded, DeviceLost, Launch, ResultReported,
                                   Stop, TrialFailed, TrialFinished, TrialStarted)
 from hypersack.sim.clock import SimulationStalled
 from hypersack.sim.curves import CurveParams, ParametricCurves
@@ -52,7 +52,8 @@ def test_a_lone_trial_takes_startup_plus_its_steps():
     reports = [(t, e.step) for t, e in events if isinstance(e, ResultReported)]
     assert reports == [(12.0, 1), (22.0, 2), (32.0, 3)]
     assert isinstance(events[0][1], TrialStarted) and events[0][0] == 0.0
-    assert [type(e) for t, e in events if t == 32.0] == [CheckpointSaved, ResultReported, TrialFinished]
+    assert [type(e) for t, e in events if t == 32.0] == [ResultReported, TrialFinished]
+    assert all(e.checkpoint for _, e in events if isinstance(e, ResultReported))
 
 
 def test_sharing_a_gpu_slows_both_by_the_formula():
@@ -87,7 +88,7 @@ def test_a_stop_mid_step_is_honoured_at_the_next_report():
     ex.submit(Stop(0, "time budget"))
     events = _drain(ex)
     assert [(t, type(e).__name__) for t, e in events] == [
-        (12.0, "CheckpointSaved"), (12.0, "ResultReported"), (12.0, "TrialFinished")]
+        (12.0, "ResultReported"), (12.0, "TrialFinished")]
 
 
 def test_a_failed_gpu_fails_its_trials_retryably_and_a_relaunch_resumes_from_the_checkpoint():
@@ -97,10 +98,10 @@ def test_a_failed_gpu_fails_its_trials_retryably_and_a_relaunch_resumes_from_the
     at15 = [e for t, e in events if t == 15.0]
     assert isinstance(at15[0], DeviceLost) and at15[0].gpu_id == "0"
     assert isinstance(at15[1], TrialFailed) and at15[1].retryable
-    checkpoint = [e for _, e in events if isinstance(e, CheckpointSaved)][-1]
+    checkpoint = [e for _, e in events if isinstance(e, ResultReported)][-1]
     assert checkpoint.step == 1
     assert ("n0", "0") not in {(n.id, g.id) for n in ex.inventory().nodes for g in n.gpus}
-    ex.submit(_launch(0, gpu="1", checkpoint=checkpoint.path, attempt=2))
+    ex.submit(_launch(0, gpu="1", checkpoint=checkpoint.checkpoint, attempt=2))
     again = _drain(ex)
     steps = [(t, e.step) for t, e in again if isinstance(e, ResultReported)]
     assert steps == [(15.0 + 2.0 + 1.0 + 10.0, 2), (38.0, 3)]   # startup + restore, then step 2

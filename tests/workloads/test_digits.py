@@ -31,12 +31,19 @@ class FakeChannel:
 
     @property
     def reports(self) -> list[tuple[int, dict]]:
-        return [(step, metrics) for kind, _, step, metrics in self.requests if kind == "report"]
+        return [(step, metrics) for kind, _, step, metrics, _ in self.requests if kind == "report"]
+
+    @property
+    def committed(self) -> str | None:
+        """The checkpoint of the last report that carried one (what the store would name)."""
+        names = [m[4] for m in self.requests if m[0] == "report" and m[4] is not None]
+        return names[-1] if names else None
 
 
-def make_ctx(trial_dir, channel, seed=7, max_steps=None, attempt=1):
+def make_ctx(trial_dir, channel, seed=7, max_steps=None, attempt=1, committed=None):
     return TrialContext(trial_id=1, seed=seed, device="cpu", attempt=attempt,
-                        trial_dir=trial_dir, channel=channel, max_steps=max_steps)
+                        trial_dir=trial_dir, channel=channel, max_steps=max_steps,
+                        committed_checkpoint=committed)
 
 
 def test_builtins_point_here():
@@ -62,7 +69,7 @@ def test_mlp_learns_digits(tmp_path):
                for _, m in channel.reports)
     assert [m["steps"] for _, m in channel.reports][-1] == 15 * 45   # ceil(1437 / 32) per epoch
     assert channel.reports[-1][1]["accuracy"] >= 0.95
-    checkpoints = [m for m in channel.sent if m[0] == "checkpoint"]
+    checkpoints = [m for m in channel.requests if m[4] is not None]
     assert len(checkpoints) == 15
 
 
@@ -93,16 +100,18 @@ def test_resume_matches_uninterrupted_run(tmp_path, train):
     assert [step for step, _ in interrupted.reports] == [1, 2]
 
     resumed = FakeChannel()
-    train(config, make_ctx(tmp_path / "resumed", resumed, attempt=2))
+    train(config, make_ctx(tmp_path / "resumed", resumed, attempt=2, committed=interrupted.committed))
     assert [step for step, _ in resumed.reports] == [3, 4]
     for (step, got), (_, want) in zip(resumed.reports, straight.reports[2:]):
         assert got == pytest.approx(want, abs=1e-6), f"epoch {step}"
 
 
 def test_finished_checkpoint_reports_nothing_more(tmp_path):
-    digits.train_mlp({"epochs": 2, "hidden": 8}, make_ctx(tmp_path, FakeChannel()))
+    first = FakeChannel()
+    digits.train_mlp({"epochs": 2, "hidden": 8}, make_ctx(tmp_path, first))
     again = FakeChannel()
-    digits.train_mlp({"epochs": 2, "hidden": 8}, make_ctx(tmp_path, again))
+    digits.train_mlp({"epochs": 2, "hidden": 8}, make_ctx(tmp_path, again, attempt=2,
+                                                           committed=first.committed))
     assert again.reports == []
 
 

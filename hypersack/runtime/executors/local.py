@@ -29,9 +29,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from hypersack.core.trial import (Cancel, CheckpointSaved, Command, DeviceLost, Event, Launch,
-                                  ResultReported, Stop, TrialFailed, TrialFinished, TrialProfiled,
-                                  TrialStarted)
+from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, Launch, ResultReported,
+                                  Stop, TrialFailed, TrialFinished, TrialProfiled, TrialStarted)
 from hypersack.runtime.devices import Slot, slots_cluster
 from hypersack.runtime.trainable import TrainableRef
 from hypersack.runtime.worker import worker_main
@@ -87,7 +86,7 @@ class LocalExecutor:
                  cluster: Any = None, share_env: Callable[[Slot, float | None], dict] | None = None,
                  profile: Callable[[dict], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
-                 packs: "PackPlan | None" = None):
+                 packs: "PackPlan | None" = None, unsafe_checkpoints: bool = False):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
@@ -104,6 +103,7 @@ class LocalExecutor:
         self._jobs: dict[int, _Job] = {}
         self._pending: list[Event] = []     # events made by commands, handed out by the next poll
         self._plan = packs
+        self._unsafe_checkpoints = unsafe_checkpoints
         self._packs: list[_Pack] = []
         self._pack_count = 0
 
@@ -231,7 +231,8 @@ class LocalExecutor:
         self._send(pack.worker, ("member", {
             "trial_id": launch.trial_id, "config": launch.config, "seed": launch.seed,
             "attempt": launch.attempt, "trial_dir": str(self._trial_dir(launch.trial_id)),
-            "max_steps": self._steps_for(launch.config)}))
+            "max_steps": self._steps_for(launch.config), "checkpoint": launch.checkpoint,
+            "unsafe_checkpoints": self._unsafe_checkpoints}))
 
     def _start_pack(self, slot: Slot, fkey: tuple, launch: Launch) -> _Pack:
         assert self._plan is not None
@@ -275,16 +276,13 @@ class LocalExecutor:
             return [TrialStarted(trial_id, pack.worker.slot.label)]
         if kind == "report":
             job.awaiting_ack = True
-            return [ResultReported(trial_id, message[2], message[3])]
-        if kind == "checkpoint":
-            return [CheckpointSaved(trial_id, message[2], message[3])]
+            return [ResultReported(trial_id, message[2], message[3], message[4])]
         if kind == "done":
             del self._jobs[trial_id]
             return [TrialFinished(trial_id)]
         if kind == "error":
             del self._jobs[trial_id]
-            oom = len(message) > 4 and bool(message[4])
-            return [TrialFailed(trial_id, message[2], message[3], retryable=oom, oom=oom)]
+            return [_failure(trial_id, message)]
         return []
 
     def _fail_members(self, pack: _Pack, reason: str, text: str | None, *, retryable: bool,
@@ -320,6 +318,7 @@ class LocalExecutor:
             "trial_dir": str(self._trial_dir(launch.trial_id)), "metric": self._metric,
             "max_steps": self._steps_for(launch.config), "world": world,
             "profile": bool(self._profile(launch.config)),
+            "checkpoint": launch.checkpoint, "unsafe_checkpoints": self._unsafe_checkpoints,
             "trainable": (ref.key, None, None) if worker.has_trainable else (ref.key, ref.reference, ref.payload),
         }
 
@@ -413,9 +412,7 @@ class LocalExecutor:
                                 else "+".join(x.slot.label for x in job.workers))
         if kind == "report":
             job.awaiting_ack = True
-            return ResultReported(trial_id, message[2], message[3])
-        if kind == "checkpoint":
-            return CheckpointSaved(trial_id, message[2], message[3])
+            return ResultReported(trial_id, message[2], message[3], message[4])
         if kind == "profile":
             return TrialProfiled(trial_id, message[2])
         return None
@@ -424,8 +421,7 @@ class LocalExecutor:
         if message[0] == "error":
             # One rank failed: the others would hang in their collectives.
             self._end_job(job.trial_id, kill=len(job.workers) > 1, keep=w)
-            oom = len(message) > 4 and bool(message[4])
-            return TrialFailed(job.trial_id, message[2], message[3], retryable=oom, oom=oom)
+            return _failure(job.trial_id, message)
         job.finished_ranks.add(w.rank)
         if w.rank == 0:
             job.rank0_done_at = self._clock()
@@ -504,6 +500,14 @@ class LocalExecutor:
                 self._end_job(job.trial_id, kill=True)      # stragglers after rank 0 finished
                 events.append(TrialFinished(job.trial_id))
         return events
+
+
+def _failure(trial_id: int, message: tuple) -> TrialFailed:
+    """The TrialFailed of an ("error", trial_id, reason, traceback, oom, disk_full) message."""
+    oom = len(message) > 4 and bool(message[4])
+    disk_full = len(message) > 5 and bool(message[5])
+    return TrialFailed(trial_id, message[2], message[3], retryable=oom, oom=oom,
+                       disk_full=disk_full)
 
 
 def _free_port() -> int:

@@ -1,0 +1,30 @@
+"""The store interface the study loop writes to (SQLite ``runtime.storage``; ``sim.store`` in memory)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Protocol
+
+from hypersack.core.trial import TrialRecord
+
+__all__ = ["Store"]
+
+
+class Store(Protocol):
+    """Where a running study's journal goes. One driver writes a study at a time.
+
+    ``save_batch`` is the durability point: changed trials (with the checkpoints named in them),
+    the results ``(trial_id, step, metrics)`` accepted with them and the controller state are
+    written in one transaction that is durable when the call returns; the loop acknowledges
+    results to workers only after it. A store that cannot write raises ``StorageError`` and has
+    written nothing of the batch.
+    """
+
+    def save_batch(self, study_id: int, trials: Iterable[TrialRecord],
+                   results: Iterable[tuple[int, int, dict[str, Any]]],
+                   controller_state: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+                   ) -> None: ...
+
+    def set_status(self, study_id: int, status: str) -> None:
+        """``status``: running | complete | interrupted."""
+
+    def heartbeat(self, study_id: int) -> None:
+        """Renew this driver's hold on the study (no-op for a store without leases)."""
