@@ -153,7 +153,7 @@ class Study:
             executor = LocalExecutor(
                 machine.slots, ref, trial_dir=lambda trial_id: store.trial_dir(row, trial_id),
                 metric=self.spec.objective.metric, steps_for=self.spec.steps_for,
-                trial_timeout_s=self.spec.executor.trial_timeout_s, cluster=machine.cluster,
+                cluster=machine.cluster,
                 share_env=machine.share_env, profile=machine.profile,
                 device_events=machine.device_events, packs=plan,
                 unsafe_checkpoints=self.spec.unsafe_checkpoints)

@@ -13,9 +13,9 @@ from typing import Any, Iterable, Mapping
 from hypersack.core.algorithms.base import Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.objective import Objective
-from hypersack.core.trial import (Command, DeviceAdded, DeviceLost, Event, Launch, ResultReported,
-                                  Stop, TrialFailed, TrialFinished, TrialRecord, TrialStarted,
-                                  TrialState)
+from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
+                                  Launch, ResultReported, Stop, TrialFailed, TrialFinished,
+                                  TrialRecord, TrialStarted, TrialState)
 from hypersack.errors import ConfigError
 
 __all__ = ["Budget", "Controller"]
@@ -55,7 +55,8 @@ def trial_seed(study_seed: int, trial_id: int) -> int:
 
 class Controller:
     def __init__(self, algorithm: Algorithm, objective: Objective, budget: Budget, *,
-                 seed: int = 0, max_retries: int = 2, now: float = 0.0):
+                 seed: int = 0, max_retries: int = 2, now: float = 0.0,
+                 trial_timeout_s: float | None = None):
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigError("max_retries", max_retries, "must be an integer >= 0")
         self.algorithm = algorithm
@@ -63,6 +64,7 @@ class Controller:
         self.budget = budget
         self.seed = seed
         self.max_retries = max_retries
+        self.trial_timeout_s = trial_timeout_s
         self.trials: dict[int, TrialRecord] = {}
         self._queue: deque[int] = deque()      # PENDING trials waiting for a slot, in launch order
         self._changed: set[int] = set()
@@ -320,33 +322,36 @@ class Controller:
         self._finish(record, state, now)
 
     def _on_failed(self, record: TrialRecord, event: TrialFailed, now: float) -> list[Command]:
+        """Decide what a failure means, from its cause (the executor reports facts only)."""
         self._release(record)
-        if event.disk_full:
+        cause = event.cause
+        if cause is FailureCause.DISK_FULL:
             # Not the trial's fault: it waits for a resume; the study stops (nothing stored is lost).
-            record.state, record.stop_reason, record.error = TrialState.PENDING, None, event.reason
-            self._queue.appendleft(record.trial_id)
+            self._requeue(record, event.reason)
             return self.halt(f"the disk is full (trial {record.trial_id}: {event.reason})")
-        if record.stop_reason == _INTERRUPTED or record.trial_id in self._device_lost:
+        lost = cause is FailureCause.DEVICE_LOST or record.trial_id in self._device_lost
+        if record.stop_reason == _INTERRUPTED or lost:
             # Interrupted, or its device vanished: not the trial's fault, no retry is charged.
             self._device_lost.discard(record.trial_id)
-            record.state, record.stop_reason = TrialState.PENDING, None
-            record.error = event.reason
-            self._queue.appendleft(record.trial_id)
+            self._requeue(record, event.reason)
             return []
-        if event.retryable and record.stop_reason == _TIME_BUDGET and record.value is not None:
+        retryable = cause in (FailureCause.WORKER_DIED, FailureCause.OOM)
+        if retryable and record.stop_reason == _TIME_BUDGET and record.value is not None:
             self._finish(record, TrialState.COMPLETE, now)   # it was ending anyway: keep its result
             return []
-        if event.retryable and record.retries < self.max_retries:
+        if retryable and record.retries < self.max_retries:
             record.retries += 1
-            record.state = TrialState.PENDING
-            record.error = event.reason
-            self._queue.appendleft(record.trial_id)
+            self._requeue(record, event.reason)
             return []
         reason = event.reason
-        if event.retryable:
+        if retryable:
             reason += f" (gave up after {record.retries} retries)"
         self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback)
         return []
+
+    def _requeue(self, record: TrialRecord, reason: str) -> None:
+        record.state, record.stop_reason, record.error = TrialState.PENDING, None, reason
+        self._queue.appendleft(record.trial_id)
 
     def _release(self, record: TrialRecord) -> None:
         self._running_ids.discard(record.trial_id)
@@ -368,11 +373,26 @@ class Controller:
     # ---- study-wide ------------------------------------------------------------------------
 
     def tick(self, now: float) -> list[Command]:
-        """Once the time budget is spent, ask every running trial to stop (once)."""
+        """Time-driven decisions: trials past ``trial_timeout_s`` (since their launch) fail and
+        are cancelled; once the time budget is spent, every running trial is asked to stop."""
+        commands = self._time_out(now)
         if self._time_up or not self._out_of_time(now):
-            return []
+            return commands
         self._time_up = True
-        return self._stop_running(_TIME_BUDGET)
+        return commands + self._stop_running(_TIME_BUDGET)
+
+    def _time_out(self, now: float) -> list[Command]:
+        limit = self.trial_timeout_s
+        if limit is None:
+            return []
+        out: list[Command] = []
+        for trial_id in sorted(self._running_ids):
+            record = self.trials[trial_id]
+            if record.started_at is not None and now - record.started_at > limit:
+                reason = f"timed out after {limit:g} s (executor.trial_timeout_s)"
+                self._finish(record, TrialState.FAILED, now, error=reason)
+                out.append(Cancel(trial_id, reason))
+        return out
 
     def interrupt(self) -> list[Command]:
         """Ctrl-C: launch nothing more; running trials stop at their next report and stay resumable."""

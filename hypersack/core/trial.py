@@ -72,15 +72,32 @@ class TrialFinished:
     trial_id: int
 
 
+class FailureCause(str, enum.Enum):
+    """What an executor saw when a trial ended badly: facts, not decisions. The controller
+    decides what each means (``Controller._on_failed``): a trial's own ERROR or TIMEOUT fails
+    it; WORKER_DIED and OOM retry it (OOM alone, once its profile is corrected); DEVICE_LOST and
+    CANCELLED of an interrupted study requeue it without charging a retry; DISK_FULL stops the
+    study and keeps the trial for a resume."""
+    ERROR = "error"                # the trainable raised (or reported a bad metric)
+    OOM = "oom"                    # out of device memory
+    WORKER_DIED = "worker_died"    # its process died under it (a signal, a crash)
+    DEVICE_LOST = "device_lost"    # its device failed or vanished
+    TIMEOUT = "timeout"            # it ran past its time limit and was ended
+    CANCELLED = "cancelled"        # the controller ended it (Cancel)
+    DISK_FULL = "disk_full"        # a write failed with ENOSPC
+
+
 @dataclass(frozen=True)
 class TrialFailed:
-    """``retryable``: the worker died under the trial (not the trial's own error)."""
+    """A trial ended badly; ``cause`` says how (see FailureCause)."""
     trial_id: int
     reason: str
     traceback: str | None = None
-    retryable: bool = False
-    oom: bool = False        # it ran out of device memory (retried alone, profile corrected)
-    disk_full: bool = False  # a write failed with ENOSPC: the study stops, the trial is kept
+    cause: FailureCause = FailureCause.ERROR
+
+    @property
+    def oom(self) -> bool:
+        return self.cause is FailureCause.OOM
 
 
 @dataclass(frozen=True)
@@ -100,7 +117,7 @@ class DeviceAdded:
 
 @dataclass(frozen=True)
 class DeviceLost:
-    """A device failed or disappeared; its trials are reported TrialFailed(retryable) separately."""
+    """A device failed or disappeared; its trials are reported TrialFailed(DEVICE_LOST) separately."""
     node_id: str
     gpu_id: str
     trial_id: None = None

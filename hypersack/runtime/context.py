@@ -43,16 +43,18 @@ from typing import Any, Callable, Protocol
 
 from hypersack.errors import TrialStopped
 from hypersack.runtime import checkpoints
+from hypersack.runtime.messages import Reported
 
 __all__ = ["TrialContext", "World", "to_number"]
 
 
 class Channel(Protocol):
     """How a context talks to the driver. ``send`` is fire-and-forget; ``request`` waits for the
-    driver's acknowledgement; ``stop_requested`` polls for a stop without blocking."""
+    driver's acknowledgement; ``stop_requested`` polls for a stop without blocking. Messages
+    are those of ``hypersack.runtime.messages`` (a context sends ``Reported``)."""
 
-    def send(self, message: tuple) -> None: ...
-    def request(self, message: tuple) -> None: ...
+    def send(self, message: Reported) -> None: ...
+    def request(self, message: Reported) -> None: ...
     def stop_requested(self) -> bool: ...
 
 
@@ -133,7 +135,7 @@ class TrialContext:
             self._meter.mark()
         self._last_step = int(step)
         if self.world.rank == 0:
-            self._channel.request(("report", self.trial_id, int(step), clean, self._pending))
+            self._channel.request(Reported(self.trial_id, int(step), clean, self._pending))
             if self._pending is not None:
                 self._commit(self._pending)
         if self._stop_now():

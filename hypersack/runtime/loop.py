@@ -42,7 +42,8 @@ def build_controller(spec: StudySpec, algorithm: Algorithm, row: StudyRow, stora
                      now: float, resume: bool) -> Controller:
     """A controller for ``spec``; on resume it takes back the stored trials and algorithm state."""
     controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
-                            max_retries=spec.executor.max_retries, now=now)
+                            max_retries=spec.executor.max_retries, now=now,
+                            trial_timeout_s=spec.executor.trial_timeout_s)
     if resume:
         state = row.controller_state or {}
         controller.restore(storage.load_trials(row.study_id), state.get("algorithm"),

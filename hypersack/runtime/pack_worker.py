@@ -8,16 +8,15 @@ executor and the demand ask per trial. ``auto`` fuses a trial when the trainable
 task and the task accepts its config (optimizer, schedule, batch size...); the others run as
 ordinary trials. ``fused`` sends every trial to a pack (a config the task refuses fails).
 
-Worker side: ``run_pack_task`` is what a worker process runs on ``("pack", spec)``. Protocol on
-the worker's pipe, on top of the plain one (``hypersack.runtime.worker``):
+Worker side: ``run_pack_task`` is what a worker process runs on ``StartPack``. Protocol on the
+worker's pipe (``hypersack.runtime.messages``), on top of the plain one:
 
-- driver -> worker: ("member", member) loads a trial into a free slot without restarting the pack;
-  ("stop", trial_id), ("ack", trial_id) as for plain trials; ("end_pack",) once the pack is
-  empty and nothing is routed to it (the process goes back to the idle pool); ("shutdown",).
-- worker -> driver: per member, the plain messages ("started", "report" [with its checkpoint,
-  then its ack], "done", "error"); ("pack_cap", n) when a measured memory cap (CUDA) is below
-  ``max_members``; ("pack_error", reason, traceback, oom) when the pack as a whole failed (every
-  member in it failed with it).
+- driver -> worker: AddMember loads a trial into a free slot without restarting the pack;
+  StopTrial and Ack as for plain trials; EndPack once the pack is empty and nothing is routed to
+  it (the process goes back to the idle pool); Shutdown.
+- worker -> driver: per member, the plain messages (Started, Reported [with its checkpoint, then
+  its Ack], Done, Failed); PackCap when a measured memory cap (CUDA) is below ``max_members``;
+  PackFailed when the pack as a whole failed (every member in it failed with it).
 
 Each member follows the checkpoint contract of plain trials (``hypersack.runtime.checkpoints``):
 at every epoch end a new private checkpoint file is written and rides with that epoch's report;
@@ -43,6 +42,9 @@ from typing import Any, Mapping
 from hypersack.core.spec import EXECUTION_MODES
 from hypersack.errors import ConfigError
 from hypersack.runtime import checkpoints
+from hypersack.runtime.messages import (Ack, AddMember, Done, EndPack, Failed, MemberTask, Message,
+                                        PackCap, PackFailed, PackSpec, Pipe, Reported, Shutdown,
+                                        Started, StopTrial)
 from hypersack.runtime.trainable import TrainableRef
 from hypersack.workloads import FUSED_BUILTINS
 
@@ -244,11 +246,11 @@ class _Seat:
 class _PackSession:
     """One pack in a worker process: its members, their stops and acks (see module doc)."""
 
-    def __init__(self, conn, spec: dict[str, Any], task: Any):
+    def __init__(self, pipe: Pipe, spec: PackSpec, task: Any):
         from hypersack.fusion.runner import Pack
-        self.conn, self.spec, self.task = conn, spec, task
-        self.pack = Pack(task, spec["device"])
-        self.queue: list[dict[str, Any]] = []
+        self.pipe, self.spec, self.task = pipe, spec, task
+        self.pack = Pack(task, spec.device)
+        self.queue: list[MemberTask] = []
         self.seats: dict[int, _Seat] = {}
         self.stops: set[int] = set()
         self.awaiting: set[int] = set()
@@ -258,28 +260,27 @@ class _PackSession:
 
     def receive(self, block: bool) -> None:
         """Apply pending driver messages; with ``block``, wait for at least one."""
-        while block or self.conn.poll():
+        while block or self.pipe.poll():
             block = False
             try:
-                message = self.conn.recv()
+                message = self.pipe.recv()
             except (EOFError, OSError):
                 self.shutdown = True
                 return
             self._apply(message)
 
-    def _apply(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == "member":
+    def _apply(self, message: Message) -> None:
+        if isinstance(message, AddMember):
             # A stop sent before this launch was meant for the trial's previous run.
-            self.stops.discard(message[1]["trial_id"])
-            self.queue.append(message[1])
-        elif kind == "stop":
-            self.stops.add(message[1])
-        elif kind == "ack":
-            self.awaiting.discard(message[1])
-        elif kind == "end_pack":
+            self.stops.discard(message.member.trial_id)
+            self.queue.append(message.member)
+        elif isinstance(message, StopTrial):
+            self.stops.add(message.trial_id)
+        elif isinstance(message, Ack):
+            self.awaiting.discard(message.trial_id)
+        elif isinstance(message, EndPack):
             self.ended = True
-        elif kind == "shutdown":
+        elif isinstance(message, Shutdown):
             self.shutdown = True
 
     # -- the loop --
@@ -299,29 +300,26 @@ class _PackSession:
                 if rows and self._end_epochs(kind, rows) is _SHUTDOWN:
                     return _SHUTDOWN
 
-    def _load(self, m: dict[str, Any]) -> None:
+    def _load(self, m: MemberTask) -> None:
         from hypersack.fusion.task import Member
-        trial_id, trial_dir = m["trial_id"], Path(m["trial_dir"])
-        _log(trial_dir, f"--- trial {trial_id} attempt {m['attempt']} on {self.spec['device']}: "
-                        f"pack {self.spec['pack_id']} (pid {os.getpid()}), with members "
+        trial_id, trial_dir = m.trial_id, Path(m.trial_dir)
+        _log(trial_dir, f"--- trial {trial_id} attempt {m.attempt} on {self.spec.device}: "
+                        f"pack {self.spec.pack_id} (pid {os.getpid()}), with members "
                         f"{sorted(self.seats)} ---")
-        self.conn.send(("started", trial_id))
+        self.pipe.send(Started(trial_id))
         try:
-            config = dict(m["config"])
-            max_steps = self.task.max_steps(config, m.get("max_steps"))
-            checkpoints.ensure_private_dir(trial_dir)
-            checkpoints.remove_other_checkpoints(trial_dir, [m.get("checkpoint")])
-            state = checkpoints.read_checkpoint(trial_dir, m.get("checkpoint"),
-                                                unsafe=bool(m.get("unsafe_checkpoints")))
-            member = Member(trial_id, config, m["seed"], state, max_steps)
+            config = dict(m.config)
+            max_steps = self.task.max_steps(config, m.max_steps)
+            checkpoints.remove_other_checkpoints(trial_dir, [m.checkpoint])
+            state = checkpoints.read_checkpoint(trial_dir, m.checkpoint, unsafe=m.unsafe_checkpoints)
+            member = Member(trial_id, config, m.seed, state, max_steps)
             kind, row = self.pack.load(member)
         except Exception as exc:
             text = traceback.format_exc()
             _log(trial_dir, text)
-            self.conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text, False))
+            self.pipe.send(Failed(trial_id, f"{type(exc).__name__}: {exc}", text))
             return
-        self.seats[trial_id] = _Seat(trial_id, trial_dir, max_steps, int(m["attempt"]),
-                                     committed=m.get("checkpoint"))
+        self.seats[trial_id] = _Seat(trial_id, trial_dir, max_steps, m.attempt, committed=m.checkpoint)
         if self.pack.stacks[kind].epoch(row) >= max_steps:      # resumed with nothing left
             self._free(kind, [row])
 
@@ -335,7 +333,7 @@ class _PackSession:
                 leaving.append(row)        # cancelled before this report: not reported
                 continue
             name = seat.write(stack.member_state(row))
-            self.conn.send(("report", seat.trial_id, epoch, metrics, name))
+            self.pipe.send(Reported(seat.trial_id, epoch, metrics, name))
             self.awaiting.add(seat.trial_id)
             reported.append((row, seat, epoch, name))
         while self.awaiting and not self.shutdown:
@@ -357,12 +355,12 @@ class _PackSession:
         for trial_id in trial_ids:
             self.seats.pop(trial_id, None)
             self.stops.discard(trial_id)
-            self.conn.send(("done", trial_id))
+            self.pipe.send(Done(trial_id))
 
     def fail_all(self, exc: BaseException, text: str, oom: bool) -> None:
         for seat in self.seats.values():
             _log(seat.trial_dir, text)
-        self.conn.send(("pack_error", f"{type(exc).__name__}: {exc}", text, oom))
+        self.pipe.send(PackFailed(f"{type(exc).__name__}: {exc}", text, oom))
 
 
 def _log(trial_dir: Path, text: str) -> None:
@@ -387,31 +385,30 @@ def _memory_cap(task: Any, config: Mapping[str, Any], device: str, max_members: 
     return min(max_members, member_cap(0.9 * free, profile.per_member_bytes, profile.base_bytes))
 
 
-def run_pack_task(conn, spec: dict[str, Any], cache: dict[str, Any]) -> str | None:
+def run_pack_task(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | None:
     """Run one pack until the driver ends it; "shutdown" when the worker must exit.
 
-    ``spec``: pack_id, task (key, reference, payload), device, max_members, first (the first
-    member's config, for the memory measure), log (the pack process's own log file; each
-    member's trial.log gets its load line and any error). Members arrive as ("member", ...) messages.
+    The pack process writes its own log (``spec.log``); each member's trial.log gets its load
+    line and any error. Members arrive as AddMember messages.
     """
-    log_path = Path(spec["log"])
+    log_path = Path(spec.log)
     checkpoints.ensure_private_dir(log_path.parent)
     from hypersack.runtime.worker import redirected
     with open(checkpoints.open_private(log_path, append=True), "ab", buffering=0) as log, \
             redirected(log):
-        print(f"--- pack {spec['pack_id']} (pid {os.getpid()}) on {spec['device']} ---", flush=True)
-        return _run_session(conn, spec, cache)
+        print(f"--- pack {spec.pack_id} (pid {os.getpid()}) on {spec.device} ---", flush=True)
+        return _run_session(pipe, spec, cache)
 
 
-def _run_session(conn, spec: dict[str, Any], cache: dict[str, Any]) -> str | None:
+def _run_session(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | None:
     from hypersack.runtime.worker import is_oom
     session = None
     try:
-        task = _load_task(spec["task"], cache)
-        cap = _memory_cap(task, spec["first"], spec["device"], spec["max_members"])
-        if cap < spec["max_members"]:
-            conn.send(("pack_cap", cap))
-        session = _PackSession(conn, spec, task)
+        task = _load_task(spec.task, cache)
+        cap = _memory_cap(task, spec.first, spec.device, spec.max_members)
+        if cap < spec.max_members:
+            pipe.send(PackCap(cap))
+        session = _PackSession(pipe, spec, task)
         return session.run()
     except Exception as exc:
         text = traceback.format_exc()
@@ -419,19 +416,19 @@ def _run_session(conn, spec: dict[str, Any], cache: dict[str, Any]) -> str | Non
         if session is not None:
             session.fail_all(exc, text, is_oom(exc))
         else:
-            conn.send(("pack_error", f"{type(exc).__name__}: {exc}", text, is_oom(exc)))
-        return _drain_until_end(conn)
+            pipe.send(PackFailed(f"{type(exc).__name__}: {exc}", text, is_oom(exc)))
+        return _drain_until_end(pipe)
 
 
-def _drain_until_end(conn) -> str | None:
+def _drain_until_end(pipe: Pipe) -> str | None:
     """After a pack failed: ignore its members' messages until the driver ends the pack."""
     while True:
         try:
-            message = conn.recv()
+            message = pipe.recv()
         except (EOFError, OSError):
             return _SHUTDOWN
-        if message[0] == "shutdown":
+        if isinstance(message, Shutdown):
             return _SHUTDOWN
-        if message[0] == "end_pack":
+        if isinstance(message, EndPack):
             return None
 

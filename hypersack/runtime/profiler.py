@@ -322,12 +322,13 @@ class _ProfilingChannel:
         self._sampler = sampler
         self._owner = owner      # [context], filled once the context exists
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: Any) -> None:
         pass
 
-    def request(self, message: tuple) -> None:
+    def request(self, message: Any) -> None:
+        from hypersack.runtime.messages import Reported
         ctx = self._owner[0]
-        if message[0] == "report" and not ctx.sampler_used:
+        if isinstance(message, Reported) and not ctx.sampler_used:
             self._sampler.mark()
 
     def stop_requested(self) -> bool:

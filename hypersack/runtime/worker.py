@@ -1,12 +1,11 @@
 """The worker process: started once, runs trials one after another.
 
-Protocol over one duplex pipe. Driver -> worker: ("run", task), ("stop", trial_id),
-("ack", trial_id), ("shutdown",). Worker -> driver: ("started", trial_id), ("report", trial_id,
-step, metrics, checkpoint) [then waits for its ack; ``checkpoint`` is the file name of the state
-that rides with this report, or None], ("profile", trial_id, profile), ("done", trial_id),
-("error", trial_id, reason, traceback, oom). Stops and acks name their trial, so a stale one is
-ignored. A task names the trial's committed checkpoint (``task["checkpoint"]``): the only file a
-restore reads; other checkpoint files in the folder (left by killed attempts) are deleted.
+Protocol over one duplex pipe, in the messages of ``hypersack.runtime.messages``: the driver
+sends RunTrial / StopTrial / Ack / Shutdown (and StartPack, which turns the worker into a fused
+pack until EndPack); the worker answers Started, Reported (then waits for its Ack; a report
+carries the file name of the checkpoint that rides with it), Profiled, Done, Failed. A task
+names the trial's committed checkpoint: the only file a restore reads; other checkpoint files in
+the folder (left by killed attempts) are deleted.
 ("pack", spec) turns the worker into a fused pack until the driver ends it (protocol in
 ``hypersack.runtime.pack_worker``); it then takes plain trials or packs again.
 """
@@ -23,6 +22,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hypersack.errors import HyperSackError, TrialStopped
+from hypersack.runtime.messages import (Ack, Done, Failed, Message, Pipe, Profiled, RunTrial,
+                                        Shutdown, StartPack, Started, StopTrial, TrialTask,
+                                        WorldSpec)
 
 _SHUTDOWN = object()
 
@@ -30,33 +32,32 @@ _SHUTDOWN = object()
 class PipeChannel:
     """The context's channel to the driver, for one trial."""
 
-    def __init__(self, conn, trial_id: int):
-        self._conn = conn
+    def __init__(self, pipe: Pipe, trial_id: int):
+        self._pipe = pipe
         self._trial_id = trial_id
         self._stop = False
         self.shutdown = False
 
-    def send(self, message: tuple) -> None:
-        self._conn.send(message)
+    def send(self, message: Message) -> None:
+        self._pipe.send(message)
 
-    def request(self, message: tuple) -> None:
-        self._conn.send(message)
-        while not self._handle(self._conn.recv()):
+    def request(self, message: Message) -> None:
+        self._pipe.send(message)
+        while not self._handle(self._pipe.recv()):
             pass
 
     def stop_requested(self) -> bool:
-        while self._conn.poll():
-            self._handle(self._conn.recv())
+        while self._pipe.poll():
+            self._handle(self._pipe.recv())
         return self._stop
 
-    def _handle(self, message: tuple) -> bool:
+    def _handle(self, message: Message) -> bool:
         """Apply a driver message; True when it is the awaited ack."""
-        kind = message[0]
-        if kind == "stop" and message[1] == self._trial_id:
+        if isinstance(message, StopTrial) and message.trial_id == self._trial_id:
             self._stop = True
-        elif kind == "shutdown":
+        elif isinstance(message, Shutdown):
             self._stop = self.shutdown = True
-        return kind == "ack" and message[1] == self._trial_id
+        return isinstance(message, Ack) and message.trial_id == self._trial_id
 
 
 def _die_with_parent() -> None:
@@ -79,99 +80,97 @@ def worker_main(conn, env: dict[str, str]) -> None:
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the driver decides what Ctrl-C means
     try:
-        _serve(conn)
+        _serve(Pipe(conn))
     except (BrokenPipeError, ConnectionResetError, EOFError):
         return
 
 
-def _serve(conn) -> None:
+def _serve(pipe: Pipe) -> None:
     trainables: dict[str, Callable[..., Any]] = {}
     while True:
         try:
-            message = conn.recv()
+            message = pipe.recv()
         except (EOFError, OSError):
             return
-        if message[0] == "shutdown":
+        if isinstance(message, Shutdown):
             return
-        if message[0] == "run":
-            if run_task(conn, message[1], trainables) is _SHUTDOWN:
+        if isinstance(message, RunTrial):
+            if run_task(pipe, message.task, trainables) is _SHUTDOWN:
                 return
-        elif message[0] == "pack":
+        elif isinstance(message, StartPack):
             from hypersack.runtime.pack_worker import run_pack_task
-            if run_pack_task(conn, message[1], trainables) == "shutdown":
+            if run_pack_task(pipe, message.spec, trainables) == "shutdown":
                 return
 
 
-def run_task(conn, task: dict[str, Any], trainables: dict[str, Callable[..., Any]]):
+def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]]):
     """Run one trial, with stdout and stderr appended to its log file."""
+    from hypersack.runtime import checkpoints
     from hypersack.runtime.context import TrialContext
 
-    from hypersack.runtime import checkpoints
-
-    trial_id = task["trial_id"]
-    trial_dir = Path(task["trial_dir"])
-    channel = PipeChannel(conn, trial_id)
+    trial_id = task.trial_id
+    trial_dir = Path(task.trial_dir)
+    channel = PipeChannel(pipe, trial_id)
     try:
         checkpoints.ensure_private_dir(trial_dir)
         log_fd = checkpoints.open_private(trial_dir / "trial.log", append=True)
     except (OSError, HyperSackError) as exc:
-        conn.send(("started", trial_id))
-        conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", None, False))
+        pipe.send(Started(trial_id))
+        pipe.send(Failed(trial_id, f"{type(exc).__name__}: {exc}"))
         return None
-    rank = int((task.get("world") or {}).get("rank") or 0)
-    if rank == 0:
-        checkpoints.remove_other_checkpoints(trial_dir, [task.get("checkpoint")])
+    if task.world.rank == 0:
+        checkpoints.remove_other_checkpoints(trial_dir, [task.checkpoint])
     with open(log_fd, "ab", buffering=0) as log, redirected(log):
-        print(f"--- trial {trial_id} attempt {task['attempt']} on {task['device']} ---", flush=True)
-        conn.send(("started", trial_id))
+        print(f"--- trial {trial_id} attempt {task.attempt} on {task.device} ---", flush=True)
+        pipe.send(Started(trial_id))
         try:
-            train = _trainable(task["trainable"], trainables)
-            _seed_everything(task["seed"])
-            world, sync = _join_world(task.get("world") or {}, task["device"])
+            train = _trainable(task.trainable, trainables)
+            _seed_everything(task.seed)
+            world, sync = _join_world(task.world, task.device)
             meter = _sampler(task) if world.rank == 0 else None
-            ctx = TrialContext(trial_id=trial_id, seed=task["seed"], device=task["device"],
-                               attempt=task["attempt"], trial_dir=trial_dir, channel=channel,
-                               max_steps=task.get("max_steps"), world=world, sync_stop=sync,
-                               meter=meter, committed_checkpoint=task.get("checkpoint"),
-                               unsafe_checkpoints=bool(task.get("unsafe_checkpoints")))
+            ctx = TrialContext(trial_id=trial_id, seed=task.seed, device=task.device,
+                               attempt=task.attempt, trial_dir=trial_dir, channel=channel,
+                               max_steps=task.max_steps, world=world, sync_stop=sync,
+                               meter=meter, committed_checkpoint=task.checkpoint,
+                               unsafe_checkpoints=task.unsafe_checkpoints)
             try:
-                returned = train(dict(task["config"]), ctx)
-                _report_returned(ctx, returned, task["metric"])
+                returned = train(dict(task.config), ctx)
+                _report_returned(ctx, returned, task.metric)
             finally:
                 _leave_world(world)
-                _send_profile(conn, trial_id, meter)
-            conn.send(("done", trial_id))
+                _send_profile(pipe, trial_id, meter)
+            pipe.send(Done(trial_id))
         except TrialStopped:
-            conn.send(("done", trial_id))
+            pipe.send(Done(trial_id))
         except (Exception, SystemExit) as exc:   # a trainable's sys.exit() ends its trial, not the worker
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
-            conn.send(("error", trial_id, f"{type(exc).__name__}: {exc}", text, is_oom(exc),
-                       is_disk_full(exc)))
+            pipe.send(Failed(trial_id, f"{type(exc).__name__}: {exc}", text, is_oom(exc),
+                             is_disk_full(exc)))
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
     return _SHUTDOWN if channel.shutdown else None
 
 
-def _sampler(task: dict[str, Any]):
+def _sampler(task: TrialTask):
     """A Sampler measuring the trial's first steps (each report ends one), or None."""
-    if not task.get("profile"):
+    if not task.profile:
         return None
     from hypersack.runtime.profiler import Sampler
     try:
-        sampler = Sampler(iterations=10, warmup=1, device=task["device"])
+        sampler = Sampler(iterations=10, warmup=1, device=task.device)
         sampler.mark()      # the first step (set-up included) runs from here to the first report
         return sampler
     except Exception:       # profiling must never cost a trial
         return None
 
 
-def _send_profile(conn, trial_id: int, meter) -> None:
+def _send_profile(pipe: Pipe, trial_id: int, meter) -> None:
     if meter is None or not meter.measured:
         return
     try:
-        conn.send(("profile", trial_id, meter.profile().to_dict()))
+        pipe.send(Profiled(trial_id, meter.profile().to_dict()))
     except Exception:
         pass
 
@@ -193,23 +192,23 @@ def is_disk_full(exc: BaseException | None) -> bool:
     return False
 
 
-def _join_world(world: dict[str, Any], device: str):
+def _join_world(world: WorldSpec, device: str):
     """Join the trial's torch.distributed group when it spans several workers.
 
     Returns the World and a ``sync(flag) -> bool`` that makes every rank agree with rank 0 (used
     by ``ctx.report`` so all ranks stop at the same step), or None for a single worker.
     """
     from hypersack.runtime.context import World
-    size = int(world.get("size") or 1)
+    size = world.size
     if size <= 1:
         return World(), None
     import datetime
 
     import torch.distributed as dist
-    rank = int(world["rank"])
+    rank = world.rank
     backend = "nccl" if device.startswith("cuda") else "gloo"
     timeout = datetime.timedelta(seconds=300)
-    store = dist.TCPStore("127.0.0.1", int(world["port"]), size, is_master=rank == 0,
+    store = dist.TCPStore("127.0.0.1", int(world.port or 0), size, is_master=rank == 0,
                           timeout=timeout)
     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
     calls = [0]

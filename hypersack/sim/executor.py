@@ -13,7 +13,7 @@ Contract, mirroring the local executor:
   time passes). A ``Stop`` that arrives while a trial waits there ends it at that report's time;
   one that arrives mid-step ends it at its next report.
 * A trial that reports its last step (``steps_for(config)``) ends with ``TrialFinished`` at once.
-* Scheduled device failures emit ``DeviceLost`` then ``TrialFailed(retryable=True)`` for each trial
+* Scheduled device failures emit ``DeviceLost`` then ``TrialFailed(DEVICE_LOST)`` for each trial
   that held it; a relaunch from a checkpoint resumes after that checkpoint's step and pays
   ``restore_s``. Scheduled additions emit ``DeviceAdded``.
 * ``log`` lists every event returned, as ``(time, kind, trial_id, detail)``: two runs with the
@@ -25,7 +25,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event,
+from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
                                   Launch, ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialStarted)
 from hypersack.sim.clock import SimClock, SimulationStalled
@@ -152,7 +152,8 @@ class SimExecutor:
             if command.trial_id in self._runs:
                 self._end_run(command.trial_id, self.clock.now, "failed")
                 self._push(self.clock.now, "event", command.trial_id,
-                           TrialFailed(command.trial_id, command.reason))
+                           TrialFailed(command.trial_id, command.reason,
+                                       cause=FailureCause.CANCELLED))
 
     def acknowledge(self) -> None:
         now = self.clock.now
@@ -218,13 +219,15 @@ class SimExecutor:
         self._push(now, "event", launch.trial_id, TrialStarted(launch.trial_id, _label(devices)))
         if devices is None:
             self._push(now, "event", launch.trial_id, TrialFailed(
-                launch.trial_id, f"device(s) {list(launch.devices)} not available", retryable=True))
+                launch.trial_id, f"device(s) {list(launch.devices)} not available",
+                cause=FailureCause.DEVICE_LOST))
             return
         run = self._new_run(launch, devices, now)
         if self._out_of_memory(run):
             self.oom_failures += 1
             self._push(now, "event", launch.trial_id, TrialFailed(
-                launch.trial_id, "CUDA out of memory (simulated: the device's memory is full)"))
+                launch.trial_id, "CUDA out of memory (simulated: the device's memory is full)",
+                cause=FailureCause.OOM))
             return
         self._runs[run.trial_id] = run
         for key in devices:
@@ -378,7 +381,7 @@ class SimExecutor:
         for trial_id in list(device.runs):
             self._end_run(trial_id, t, "lost")
             events.append(TrialFailed(trial_id, f"device {key[0]}/{key[1]} failed (simulated)",
-                                      retryable=True))
+                                      cause=FailureCause.DEVICE_LOST))
         device.alive = False
         self.timeline.remove_device(key, t)
         self._inventory = None
@@ -403,7 +406,7 @@ def _detail(event: Event) -> Any:
     if isinstance(event, TrialStarted):
         return event.device
     if isinstance(event, TrialFailed):
-        return (event.reason, event.retryable)
+        return (event.reason, event.cause.value)
     if isinstance(event, (DeviceLost,)):
         return (event.node_id, event.gpu_id)
     if isinstance(event, DeviceAdded):

@@ -63,7 +63,8 @@ def simulate(scenario: Scenario, policy: str | None = None, *, keep_log: bool = 
                            steps_for=spec.steps_for, changes=scenario.changes, keep_log=keep_log)
     algorithm = make_algorithm(dict(spec.algorithm), spec.space, spec.objective, seed=spec.seed)
     controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
-                            max_retries=scenario.max_retries, now=executor.clock.now)
+                            max_retries=scenario.max_retries, now=executor.clock.now,
+                            trial_timeout_s=spec.executor.trial_timeout_s)
     controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
     store = MemoryStore()
     started = time.perf_counter()

@@ -10,7 +10,7 @@ from hypersack.core.algorithms import Algorithm, Decision, GridSearch, RandomSea
 from hypersack.core.controller import Budget, Controller, trial_seed
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.core.trial import (Launch, ResultReported, Stop, TrialFailed,
+from hypersack.core.trial import (FailureCause, Launch, ResultReported, Stop, TrialFailed,
                                   TrialFinished, TrialRecord, TrialStarted, TrialState)
 from hypersack.errors import ConfigError
 
@@ -115,7 +115,7 @@ def test_a_replayed_step_is_acknowledged_but_neither_stored_nor_decided_again():
 def test_a_full_disk_requeues_the_trial_without_a_retry_and_halts_the_study():
     c = make(trials=3)
     c.launches(2, 0.0)
-    commands = c.handle(TrialFailed(0, "OSError: [Errno 28] No space left", disk_full=True), 1.0)
+    commands = c.handle(TrialFailed(0, "OSError: [Errno 28] No space left", cause=FailureCause.DISK_FULL), 1.0)
     assert commands == [Stop(1, "interrupted")]
     r = c.trials[0]
     assert r.state is TrialState.PENDING and r.retries == 0
@@ -161,7 +161,7 @@ def test_trial_crashing_after_the_time_budget_ends_complete_with_its_last_value(
     c.launches(1, 0.0)
     report(c, 0, 1, 5.0, acc=0.2)
     assert c.tick(10.0) == [Stop(0, "time budget")]
-    c.handle(TrialFailed(0, "worker died", retryable=True), 11.0)
+    c.handle(TrialFailed(0, "worker died", cause=FailureCause.WORKER_DIED), 11.0)
     assert c.launches(1, 11.0) == []              # nothing starts once the time is spent
     assert c.trials[0].state is TrialState.COMPLETE and c.trials[0].value == 0.2
     assert c.done(11.0)
@@ -171,7 +171,7 @@ def test_trial_retried_before_the_time_budget_is_asked_again_to_stop_after_relau
     c = make(time_s=10.0)
     c.launches(1, 0.0)
     report(c, 0, 1, 5.0, acc=0.2)
-    c.handle(TrialFailed(0, "worker died", retryable=True), 6.0)
+    c.handle(TrialFailed(0, "worker died", cause=FailureCause.WORKER_DIED), 6.0)
     (relaunch,) = c.launches(1, 6.0)
     assert relaunch.trial_id == 0 and relaunch.attempt == 2
     assert c.tick(10.0) == [Stop(0, "time budget")]
@@ -184,7 +184,7 @@ def test_trial_retried_before_the_time_budget_is_asked_again_to_stop_after_relau
 def test_queued_trials_wait_for_a_resume_once_the_time_is_spent():
     c = make(time_s=10.0)
     c.launches(1, 0.0)
-    c.handle(TrialFailed(0, "worker died", retryable=True), 10.5)   # before any result
+    c.handle(TrialFailed(0, "worker died", cause=FailureCause.WORKER_DIED), 10.5)   # before any result
     assert c.launches(1, 11.0) == []
     assert c.trials[0].state is TrialState.PENDING
     assert c.done(11.0)
@@ -279,7 +279,7 @@ def test_retryable_failure_relaunches_first_with_checkpoint_then_gives_up():
     (launch,) = c.launches(1, 0.0)
     config, seed = launch.config, launch.seed
     c.handle(ResultReported(0, 3, {"acc": 0.3}, "/ck/0/a"), 1.0)
-    c.handle(TrialFailed(0, "worker 2 died (signal 9)", retryable=True), 2.0)
+    c.handle(TrialFailed(0, "worker 2 died (signal 9)", cause=FailureCause.WORKER_DIED), 2.0)
     r = c.trials[0]
     assert r.state is TrialState.PENDING and r.retries == 1 and r.error == "worker 2 died (signal 9)"
     assert alg.completed == []
@@ -291,11 +291,11 @@ def test_retryable_failure_relaunches_first_with_checkpoint_then_gives_up():
     assert r.state is TrialState.RUNNING and r.error is None
 
     c.handle(ResultReported(0, 5, {"acc": 0.4}, "/ck/0/b"), 4.0)
-    c.handle(TrialFailed(0, "worker died again", retryable=True), 5.0)
+    c.handle(TrialFailed(0, "worker died again", cause=FailureCause.WORKER_DIED), 5.0)
     assert c.launches(1, 6.0) == [Launch(0, config, seed, 3, "/ck/0/b")]
     assert r.retries == 2
 
-    c.handle(TrialFailed(0, "worker died a third time", retryable=True), 7.0)
+    c.handle(TrialFailed(0, "worker died a third time", cause=FailureCause.WORKER_DIED), 7.0)
     assert r.state is TrialState.FAILED and r.attempts == 3
     assert r.error.startswith("worker died a third time") and "gave up" in r.error
     assert "2 retries" in r.error
@@ -306,7 +306,7 @@ def test_retryable_failure_relaunches_first_with_checkpoint_then_gives_up():
 def test_zero_retries_means_the_first_worker_death_is_final():
     c = make(trials=3, max_retries=0)
     c.launches(1, 0.0)
-    c.handle(TrialFailed(0, "oom-killed", retryable=True), 1.0)
+    c.handle(TrialFailed(0, "oom-killed", cause=FailureCause.WORKER_DIED), 1.0)
     assert c.trials[0].state is TrialState.FAILED and "gave up" in c.trials[0].error
 
 
@@ -344,7 +344,7 @@ def test_interrupt_stops_running_trials_and_keeps_them_resumable():
     assert c.launches(5, 1.0) == []
     assert not c.done(1.0)
     finish(c, 0, 2.0)
-    c.handle(TrialFailed(1, "stopped while loading", retryable=False), 2.0)
+    c.handle(TrialFailed(1, "stopped while loading", cause=FailureCause.ERROR), 2.0)
     assert c.trials[0].state is TrialState.PENDING and c.trials[1].state is TrialState.PENDING
     assert c.trials[0].stop_reason is None and c.trials[0].value == 0.5
     assert c.trials[2].state is TrialState.FAILED
@@ -536,7 +536,7 @@ def test_done_when_the_algorithm_has_nothing_more_to_suggest():
 def test_not_done_while_a_retry_is_queued():
     c = make(trials=1)
     c.launches(1, 0.0)
-    c.handle(TrialFailed(0, "died", retryable=True), 0.0)
+    c.handle(TrialFailed(0, "died", cause=FailureCause.WORKER_DIED), 0.0)
     assert c.running() == 0 and not c.done(0.0)
     assert c.launches(1, 0.0)[0].attempt == 2
 
@@ -596,3 +596,18 @@ def test_launch_config_is_a_copy():
     (launch,) = c.launches(1, 0.0)
     launch.config["x"] = math.pi
     assert c.trials[0].config == {"x": 0.0}
+
+
+def test_a_trial_past_its_time_limit_fails_and_is_cancelled_by_the_controller():
+    c = Controller(Scripted(), OBJ, Budget(trials=3), trial_timeout_s=10.0)
+    c.launches(1, 0.0)
+    c.launches(1, 5.0)
+    assert c.tick(9.0) == []
+    from hypersack.core.trial import Cancel
+    (cancel,) = c.tick(10.5)
+    assert cancel == Cancel(0, "timed out after 10 s (executor.trial_timeout_s)")
+    assert c.trials[0].state is TrialState.FAILED and "timed out" in c.trials[0].error
+    # The executor's late news of the killed worker changes nothing.
+    c.handle(TrialFailed(0, "cancelled", cause=FailureCause.CANCELLED), 11.0)
+    assert c.trials[0].state is TrialState.FAILED and c.trials[0].retries == 0
+    assert [x.trial_id for x in c.tick(15.5)] == [1]

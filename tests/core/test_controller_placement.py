@@ -6,7 +6,7 @@ from hypersack.core.allocator import Demand
 from hypersack.core.controller import Budget, Controller
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.core.trial import (DeviceAdded, DeviceLost, ResultReported, Stop, TrialFailed,
+from hypersack.core.trial import (FailureCause, DeviceAdded, DeviceLost, ResultReported, Stop, TrialFailed,
                                   TrialFinished, TrialState)
 from hypersack.placement import GPU, Cluster, Node
 
@@ -173,7 +173,7 @@ def test_lost_device_requeues_its_trial_without_charging_a_retry_and_a_new_one_g
     launches = c.launches(now=0.0)
     on_g0 = next(l.trial_id for l in launches if l.devices == (("n0", "g0"),))
     c.handle(DeviceLost("n0", "g0"), 1.0)
-    c.handle(TrialFailed(on_g0, "device g0 was lost", retryable=True), 1.0)
+    c.handle(TrialFailed(on_g0, "device g0 was lost", cause=FailureCause.DEVICE_LOST), 1.0)
     assert c.trials[on_g0].state is TrialState.PENDING and c.trials[on_g0].retries == 0
     assert c.launches(now=1.0) == []                 # the other device is busy
     c.handle(DeviceAdded("n0", GPU("g2", "H100", 80.0)), 2.0)

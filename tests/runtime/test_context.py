@@ -9,6 +9,7 @@ import pytest
 
 from hypersack.errors import TrialStopped
 from hypersack.runtime.context import TrialContext
+from hypersack.runtime.messages import encode
 
 
 class FakeChannel:
@@ -23,7 +24,7 @@ class FakeChannel:
         self.sent.append(message)
 
     def request(self, message):
-        self.requests.append(message)
+        self.requests.append(encode(message))      # the wire form: (tag, fields...)
 
     def stop_requested(self):
         return self.stop_now or (self.stop_after is not None and len(self.requests) >= self.stop_after)

@@ -16,7 +16,8 @@ from hypersack.core.controller import Budget, Controller
 from hypersack.core.objective import Objective
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.space import SearchSpace
-from hypersack.core.trial import Launch, ResultReported, Stop, TrialFailed, TrialStarted
+from hypersack.core.trial import (FailureCause, Launch, ResultReported, Stop, TrialFailed,
+                                  TrialStarted)
 from hypersack.errors import StorageFullError
 from hypersack.runtime.loop import run_loop
 from hypersack.runtime.storage import Storage
@@ -189,7 +190,7 @@ def test_a_worker_that_hits_a_full_disk_halts_the_study_with_its_trial_kept(tmp_
         def poll(self, timeout):
             self.turn += 1
             return [TrialStarted(0, "cpu"), TrialFailed(0, "OSError: [Errno 28] No space left",
-                                                         disk_full=True)]
+                                                         cause=FailureCause.DISK_FULL)]
 
     with Storage(tmp_path / "s.db") as store:
         row = store.create_study("s", {})

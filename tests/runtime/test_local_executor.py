@@ -107,7 +107,7 @@ def test_a_lost_device_ends_its_trials_as_retryable_failures(tmp_path):
         events = collect(ex, lambda ev: any(isinstance(e, TrialFailed) for e in ev), timeout=10)
         assert any(isinstance(e, DeviceLost) for e in events)
         (failed,) = [e for e in events if isinstance(e, TrialFailed)]
-        assert failed.trial_id == 0 and failed.retryable and "cpu1" in failed.reason
+        assert failed.trial_id == 0 and failed.cause.value == "device_lost" and "cpu1" in failed.reason
         assert ex.free_slots() == 2
     finally:
         ex.shutdown(kill=True)

@@ -97,7 +97,7 @@ def test_a_failed_gpu_fails_its_trials_retryably_and_a_relaunch_resumes_from_the
     events = _drain(ex)
     at15 = [e for t, e in events if t == 15.0]
     assert isinstance(at15[0], DeviceLost) and at15[0].gpu_id == "0"
-    assert isinstance(at15[1], TrialFailed) and at15[1].retryable
+    assert isinstance(at15[1], TrialFailed) and at15[1].cause.value == "device_lost"
     checkpoint = [e for _, e in events if isinstance(e, ResultReported)][-1]
     assert checkpoint.step == 1
     assert ("n0", "0") not in {(n.id, g.id) for n in ex.inventory().nodes for g in n.gpus}
@@ -123,7 +123,7 @@ def test_a_launch_that_overflows_memory_fails_like_an_out_of_memory():
     ex.submit(_launch(1, bs=128))      # 30 more on a 40 GB device
     failed = [e for _, e in _drain(ex) if isinstance(e, TrialFailed)]
     assert [e.trial_id for e in failed] == [1] and "out of memory" in failed[0].reason
-    assert not failed[0].retryable
+    assert failed[0].cause.value == "oom"
 
 
 def test_waiting_with_nothing_to_wait_for_raises():

@@ -7,7 +7,8 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from hypersack.errors import ConfigError, TrialStopped  # noqa: E402
-from hypersack.runtime.context import TrialContext  # noqa: E402
+from hypersack.runtime.context import TrialContext
+from hypersack.runtime.messages import encode  # noqa: E402
 from hypersack.workloads import BUILTINS  # noqa: E402
 from hypersack.workloads import digits  # noqa: E402
 
@@ -23,8 +24,8 @@ class FakeChannel:
     def send(self, message: tuple) -> None:
         self.sent.append(message)
 
-    def request(self, message: tuple) -> None:
-        self.requests.append(message)
+    def request(self, message) -> None:
+        self.requests.append(encode(message))      # the wire form: (tag, fields...)
 
     def stop_requested(self) -> bool:
         return self.stop_after is not None and len(self.reports) >= self.stop_after

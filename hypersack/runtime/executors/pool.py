@@ -1,0 +1,118 @@
+"""Warm worker processes per device: spawned once, reused for trial after trial.
+
+Transport only: which device a worker serves and how many stay warm are decided elsewhere
+(``core.routing.warm_workers``, the controller's placement). A worker that dies while idle is
+replaced; a busy one is reported by its owner (the executor), which ends its job.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from hypersack.runtime.devices import Slot
+from hypersack.runtime.messages import Message, Pipe, Shutdown
+from hypersack.runtime.worker import worker_main
+
+__all__ = ["Worker", "WorkerPool"]
+
+
+@dataclass(eq=False)
+class Worker:
+    """A worker process serving ``slot`` (``env_key``: the slot and compute share it was
+    started with); ``trial_id`` and ``rank`` while it runs a trial."""
+    slot: Slot
+    env_key: tuple
+    process: Any
+    pipe: Pipe
+    trial_id: int | None = None
+    rank: int = 0
+    has_trainable: bool = False
+
+    def send(self, message: Message) -> None:
+        """Send, ignoring a dead worker (its sentinel tells the executor)."""
+        try:
+            self.pipe.send(message)
+        except (OSError, BrokenPipeError):
+            pass
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join()
+        self.pipe.close()
+
+
+class WorkerPool:
+    """Idle workers by slot; ``take`` one (spawning if none is warm), ``give_back`` it."""
+
+    def __init__(self, slots: dict[str, Slot],
+                 share_env: Callable[[Slot, float | None], dict] | None = None):
+        self._slots = slots
+        self._share_env = share_env
+        self._ctx = mp.get_context("spawn")
+        self.idle: list[Worker] = []
+
+    def start(self, warm: dict[str, int]) -> None:
+        """Spawn ``warm[key]`` idle workers for each slot key."""
+        self.idle = [self.spawn(slot, None) for key, slot in self._slots.items()
+                     for _ in range(warm.get(key, 1))]
+
+    def spawn(self, slot: Slot, share: float | None) -> Worker:
+        env = dict(slot.env)
+        if self._share_env is not None:
+            env.update(self._share_env(slot, share))
+        parent, child = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(target=worker_main, args=(child, env), daemon=True,
+                                    name=f"hypersack-worker-{slot.key}")
+        process.start()
+        child.close()
+        return Worker(slot, (slot.key, share), process, Pipe(parent))
+
+    def take(self, slot: Slot, share: float | None) -> Worker:
+        """A live idle worker started for (slot, share), or a new one."""
+        key = (slot.key, share)
+        for i, w in enumerate(self.idle):
+            if w.env_key == key and w.process.is_alive():
+                return self.idle.pop(i)
+        return self.spawn(slot, share)
+
+    def give_back(self, worker: Worker) -> None:
+        worker.trial_id = None
+        if worker.process.is_alive():
+            self.idle.append(worker)
+
+    def forget(self, worker: Worker) -> None:
+        self.idle = [w for w in self.idle if w is not worker]
+
+    def replace_dead_idle(self, busy_keys: set[str]) -> None:
+        """Keep one warm worker per slot that runs nothing: replace idle workers that died."""
+        alive = []
+        for w in self.idle:
+            if w.process.is_alive():
+                alive.append(w)
+            else:
+                w.pipe.close()
+        warm = {w.slot.key for w in alive}
+        for key, slot in self._slots.items():
+            if key not in warm and key not in busy_keys:
+                alive.append(self.spawn(slot, None))
+        self.idle = alive
+
+    def shutdown(self, busy: list[Worker], kill: bool) -> None:
+        """End every worker, idle or ``busy``: at once with ``kill``, else asked, then killed
+        after 5 s."""
+        workers = self.idle + busy
+        for w in workers:
+            if kill:
+                w.process.kill()
+            else:
+                w.send(Shutdown())
+        deadline = time.monotonic() + 5.0
+        for w in workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.pipe.close()
+        self.idle = []

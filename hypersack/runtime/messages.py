@@ -1,0 +1,250 @@
+"""Driver <-> worker messages: one frozen dataclass per kind, and one codec for the pipe.
+
+The wire form of a message is a tuple ``(tag, field, field, ...)`` in the dataclass's field
+order; fields that are themselves messages (a task inside ``RunTrial``) are encoded the same
+way, recursively. ``encode`` / ``decode`` are the only code that knows this form, and
+``Pipe`` wraps a ``multiprocessing`` connection so that the rest of the runtime sends and
+receives dataclasses. A stop or an ack names its trial, so a stale one is ignored.
+
+Driver -> worker: ``RunTrial``, ``StartPack``, ``AddMember``, ``StopTrial``, ``Ack``,
+``EndPack``, ``Shutdown``. Worker -> driver: ``Started``, ``Reported`` (then the worker waits
+for its ``Ack``), ``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and
+``PackFailed`` (the pack as a whole failed; every member with it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+__all__ = ["Ack", "AddMember", "Done", "EndPack", "Failed", "MemberTask", "Message",
+           "PackCap", "PackFailed", "PackSpec", "Pipe", "Profiled", "Reported", "RunTrial",
+           "Shutdown", "StartPack", "Started", "StopTrial", "TrialTask", "WorldSpec", "decode",
+           "encode"]
+
+_REGISTRY: dict[str, type] = {}
+
+
+class Message:
+    """Base of every message; subclasses set ``tag`` (unique) and are frozen dataclasses."""
+    tag: ClassVar[str] = ""
+    nested: ClassVar[dict[str, type]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.tag in _REGISTRY:
+            raise TypeError(f"message tag {cls.tag!r} is used twice")
+        _REGISTRY[cls.tag] = cls
+
+
+def encode(message: Message) -> tuple:
+    """The wire tuple of ``message``."""
+    cls = type(message)
+    values = []
+    for f in fields(message):  # type: ignore[arg-type]
+        value = getattr(message, f.name)
+        values.append(encode(value) if f.name in cls.nested and value is not None else value)
+    return (cls.tag, *values)
+
+
+def decode(wire: tuple) -> Message:
+    """The message a wire tuple encodes; ``ValueError`` for an unknown tag or arity."""
+    cls = _REGISTRY.get(wire[0]) if wire else None
+    if cls is None:
+        raise ValueError(f"unknown message {wire[:1]!r}")
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    if len(wire) - 1 != len(names):
+        raise ValueError(f"message {wire[0]!r} has {len(wire) - 1} fields, expected {len(names)}")
+    values = [decode(v) if name in cls.nested and v is not None else v
+              for name, v in zip(names, wire[1:])]
+    return cls(*values)
+
+
+class Pipe:
+    """A connection that sends and receives messages (``multiprocessing`` underneath)."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+
+    def send(self, message: Message) -> None:
+        self.conn.send(encode(message))
+
+    def recv(self) -> Message:
+        return decode(self.conn.recv())
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return bool(self.conn.poll(timeout))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def fileno(self) -> int:
+        return int(self.conn.fileno())
+
+
+# ---- tasks (payloads of driver messages) ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class WorldSpec(Message):
+    """A data-parallel trial's group: ``size`` ranks, this one ``rank``, rank 0's store ``port``."""
+    tag: ClassVar[str] = "world"
+    size: int = 1
+    rank: int = 0
+    port: int | None = None
+
+
+@dataclass(frozen=True)
+class TrialTask(Message):
+    """Everything a worker needs to run one attempt of a plain trial.
+
+    ``trainable``: (key, reference, payload); reference and payload are None when the worker
+    has this key loaded already. ``checkpoint``: the committed checkpoint file (the only one
+    a restore reads), or None."""
+    tag: ClassVar[str] = "trial-task"
+    nested: ClassVar[dict[str, type]] = {"world": WorldSpec}
+    trial_id: int
+    config: dict[str, Any]
+    seed: int
+    attempt: int
+    device: str
+    trial_dir: str
+    metric: str
+    max_steps: int | None
+    world: WorldSpec
+    profile: bool
+    checkpoint: str | None
+    unsafe_checkpoints: bool
+    trainable: tuple
+
+
+@dataclass(frozen=True)
+class MemberTask(Message):
+    """A trial loaded into a running pack (its seat is the pack's to choose)."""
+    tag: ClassVar[str] = "member-task"
+    trial_id: int
+    config: dict[str, Any]
+    seed: int
+    attempt: int
+    trial_dir: str
+    max_steps: int | None
+    checkpoint: str | None
+    unsafe_checkpoints: bool
+
+
+@dataclass(frozen=True)
+class PackSpec(Message):
+    """A pack to start: its task (key, reference, payload), device, seat limit, the first
+    member's config (for the memory measure) and the pack process's own log file."""
+    tag: ClassVar[str] = "pack-spec"
+    pack_id: int
+    task: tuple
+    device: str
+    max_members: int
+    first: dict[str, Any]
+    log: str
+
+
+# ---- driver -> worker ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunTrial(Message):
+    tag: ClassVar[str] = "run"
+    nested: ClassVar[dict[str, type]] = {"task": TrialTask}
+    task: TrialTask
+
+
+@dataclass(frozen=True)
+class StartPack(Message):
+    tag: ClassVar[str] = "pack"
+    nested: ClassVar[dict[str, type]] = {"spec": PackSpec}
+    spec: PackSpec
+
+
+@dataclass(frozen=True)
+class AddMember(Message):
+    tag: ClassVar[str] = "member"
+    nested: ClassVar[dict[str, type]] = {"member": MemberTask}
+    member: MemberTask
+
+
+@dataclass(frozen=True)
+class StopTrial(Message):
+    """Stop this trial at its next report (a pack member: free its seat)."""
+    tag: ClassVar[str] = "stop"
+    trial_id: int
+
+
+@dataclass(frozen=True)
+class Ack(Message):
+    """The trial's last report is durable: it may go on."""
+    tag: ClassVar[str] = "ack"
+    trial_id: int
+
+
+@dataclass(frozen=True)
+class EndPack(Message):
+    tag: ClassVar[str] = "end-pack"
+
+
+@dataclass(frozen=True)
+class Shutdown(Message):
+    tag: ClassVar[str] = "shutdown"
+
+
+# ---- worker -> driver ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Started(Message):
+    tag: ClassVar[str] = "started"
+    trial_id: int
+
+
+@dataclass(frozen=True)
+class Reported(Message):
+    """A step's result; ``checkpoint``: the file of the state after it that rides with it."""
+    tag: ClassVar[str] = "report"
+    trial_id: int
+    step: int
+    metrics: dict[str, Any]
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class Profiled(Message):
+    tag: ClassVar[str] = "profile"
+    trial_id: int
+    profile: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Done(Message):
+    """The trainable returned, or honoured a stop at a report."""
+    tag: ClassVar[str] = "done"
+    trial_id: int
+
+
+@dataclass(frozen=True)
+class Failed(Message):
+    """The trial raised; facts for the controller: ``oom``, ``disk_full``."""
+    tag: ClassVar[str] = "error"
+    trial_id: int
+    reason: str
+    traceback: str | None = None
+    oom: bool = False
+    disk_full: bool = False
+
+
+@dataclass(frozen=True)
+class PackCap(Message):
+    """The pack measured room for only ``cap`` members (CUDA memory)."""
+    tag: ClassVar[str] = "pack-cap"
+    cap: int
+
+
+@dataclass(frozen=True)
+class PackFailed(Message):
+    """The pack as a whole failed: every member with it."""
+    tag: ClassVar[str] = "pack-error"
+    reason: str
+    traceback: str | None = None
+    oom: bool = False
+
