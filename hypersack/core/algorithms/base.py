@@ -87,7 +87,7 @@ class Algorithm:
         once no new trial may be created (trial budget spent), so promotions are never starved."""
         return None
 
-    def use_background(self, runner: Any, wait_s: float = 0.005) -> None:
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
         """Offered by the study; the default ignores it (everything runs inline)."""
         return None
 

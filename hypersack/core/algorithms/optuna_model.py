@@ -27,7 +27,8 @@ returns a ``concurrent.futures.Future``; the study passes a one-thread pool) the
 The proposal for trial ``k`` is computed from exactly the results applied when ``k`` was first
 asked for (the cut-off): while the ask runs, the study is left to it and new results are queued,
 then applied in arrival order once the proposal is collected. ``propose(k, defer=True)`` waits at
-most ``wait_s`` and otherwise returns None ("ask again"); the queue, the cut-off and ``k`` are
+most ``wait_s`` (default 0: it only checks, since a wait hands the GIL to the fit and getting it
+back can take tens of ms on a busy machine) and otherwise returns None ("ask again"); the queue, the cut-off and ``k`` are
 part of the state, so a resume recomputes the same proposal. The *value* of a proposal therefore
 never depends on timing, only on the order of events; timing decides only when it is handed out.
 Without a runner (simulator, tests) the ask runs inline.
@@ -193,6 +194,9 @@ class _Done:
     def result(self, timeout: float | None = None) -> Any:
         return self._value
 
+    def done(self) -> bool:
+        return True
+
 
 # ---- the model -------------------------------------------------------------------------------
 
@@ -229,9 +233,9 @@ class OptunaModel:
 
     # ---- wiring --------------------------------------------------------------------------
 
-    def use_background(self, runner: Any, wait_s: float = 0.005) -> None:
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
         """Run asks with ``runner.submit(fn)`` (a Future); ``propose(defer=True)`` waits at
-        most ``wait_s`` seconds for one. None: inline."""
+        most ``wait_s`` seconds for one (0: it only checks). None: inline."""
         self._runner, self.wait_s = runner, float(wait_s)
 
     @property
@@ -286,6 +290,10 @@ class OptunaModel:
         return dict(trial.params), dict(attrs)
 
     def _collect(self, timeout: float | None) -> dict | None:
+        if timeout is not None and timeout <= 0:
+            if not self._future.done():         # no wait: waiting gives the GIL away
+                return None
+            timeout = None
         try:
             params, attrs = self._future.result(timeout=timeout)
         except TimeoutError:

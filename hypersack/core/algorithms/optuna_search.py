@@ -36,7 +36,7 @@ class OptunaSearch(Algorithm):
         self.model = OptunaModel(self.sampler, space, direction, seed, self._feature)
         self._live: set[int] = set()          # proposed, not ended
 
-    def use_background(self, runner: Any, wait_s: float = 0.005) -> None:
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
         self.model.use_background(runner, wait_s)
 
     def suggest(self, trial_id: int) -> Suggestion | None:

@@ -31,7 +31,7 @@ class RungModel:
         self.configs: dict[int, dict[str, Any]] = {}  # trial -> config
         self._plan: tuple[int, int | None] | None = None   # (trial, steps | None: random)
         self._runner: Any = None
-        self._wait_s = 0.005
+        self._wait_s = 0.0
         self._model(0)                                # fails fast on a bad sampler or options
 
     def _model(self, steps: int) -> OptunaModel:
@@ -42,7 +42,7 @@ class RungModel:
             self.models[steps] = model
         return model
 
-    def use_background(self, runner: Any, wait_s: float = 0.005) -> None:
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
         self._runner, self._wait_s = runner, wait_s
         for model in self.models.values():
             model.use_background(runner, wait_s)

@@ -210,7 +210,7 @@ class BracketSearch(Algorithm):
         self._rng = np.random.default_rng(seed)
         self._rung_model = rung_model         # a RungModel proposes new configs (BOHB), or None
 
-    def use_background(self, runner: Any, wait_s: float = 0.005) -> None:
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
         if self._rung_model is not None:
             self._rung_model.use_background(runner, wait_s)
 

@@ -129,14 +129,17 @@ class ManualRunner:
 
 class _Manual:
     def __init__(self, fn):
-        self.fn, self.done, self.value = fn, False, None
+        self.fn, self.finished, self.value = fn, False, None
 
     def run(self):
-        if not self.done:
-            self.value, self.done = self.fn(), True
+        if not self.finished:
+            self.value, self.finished = self.fn(), True
+
+    def done(self):
+        return self.finished
 
     def result(self, timeout=None):
-        if not self.done:
+        if not self.finished:
             if timeout is not None:
                 raise TimeoutError
             self.run()
