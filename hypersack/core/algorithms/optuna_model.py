@@ -212,6 +212,8 @@ class OptunaModel:
         self._optuna = import_optuna(feature)
         self.spec, self.space, self.direction, self.seed = sampler, space, direction, seed
         self._names = [n for n, d in space.items() if not isinstance(d, Constant)]
+        self._constants = {n: d.value for n, d in space.items() if isinstance(d, Constant)}
+        self._order = list(space)
         self._dists = {n: distribution(self._optuna, space[n]) for n in self._names}
         cls_name = sampler.resolve(self._optuna).__name__ if sampler.instance is None \
             else sampler.class_name
@@ -285,9 +287,8 @@ class OptunaModel:
         trial = study.ask(self._dists)
         if not keep:
             study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
-        storage = study._storage
-        attrs = storage.get_trial(trial._trial_id).system_attrs
-        return dict(trial.params), dict(attrs)
+        attrs = study._storage.get_trial(trial._trial_id).system_attrs
+        return trial.params, dict(attrs) if attrs else {}
 
     def _collect(self, timeout: float | None) -> dict | None:
         if timeout is not None and timeout <= 0:
@@ -307,12 +308,15 @@ class OptunaModel:
         if attrs:
             entry["a"] = attrs
         self._journal.append(entry)
-        self._study_attrs = dict(self._study._storage.get_study_system_attrs(self._study._study_id))
+        study_attrs = self._study._storage.get_study_system_attrs(self._study._study_id)
+        if study_attrs != self._study_attrs:
+            self._study_attrs = dict(study_attrs)
         queued, self._queue = self._queue, []
         for op in queued:
             self._apply(op)
-        return {name: (dom.value if isinstance(dom, Constant) else params[name])
-                for name, dom in self.space.items()}
+        constants = self._constants
+        return {name: constants[name] if name in constants else params[name]
+                for name in self._order}
 
     # ---- results -------------------------------------------------------------------------
 
