@@ -263,6 +263,24 @@ def test_tpe_state_round_trip_with_trials_still_running(optuna):
     assert [alg.suggest(t).config for t in range(8, 12)] == [fresh.suggest(t).config for t in range(8, 12)]
 
 
+def test_tpe_resumes_a_state_saved_before_the_incremental_model(optuna):
+    alg = tpe(seed=3, n_startup_trials=2)
+    configs = [alg.suggest(t).config for t in range(5)]
+    for t in (1, 0, 3):
+        alg.on_complete(t, loss(configs[t]) if t != 3 else None, "complete" if t != 3 else "failed")
+    old = {"journal": [{"config": configs[t], "value": None if t == 3 else loss(configs[t])}
+                       for t in (1, 0, 3)],
+           "running": {"2": configs[2], "4": configs[4]}}
+    legacy = tpe(seed=3, n_startup_trials=2)
+    legacy.load_state_dict(json_round_trip(old))
+    trials = legacy.model.trials()
+    assert [e["s"] for e in trials] == ["C", "C", "F", "R", "R"]   # the order the old code replayed
+    assert [e.get("t") for e in trials] == [None, None, None, 2, 4]
+    legacy.on_complete(2, loss(configs[2]), "complete")
+    assert legacy.model.trials()[3]["s"] == "C"
+    SPACE.validate(legacy.suggest(5).config)
+
+
 def test_tpe_is_deterministic_per_seed(optuna):
     def run(seed):
         alg = tpe(seed=seed, n_startup_trials=3)

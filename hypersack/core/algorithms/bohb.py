@@ -11,7 +11,7 @@ the studies are journalled, so a resumed study proposes exactly what the origina
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from hypersack.core.algorithms.base import register_algorithm
 from hypersack.core.algorithms.hyperband import Hyperband
@@ -53,3 +53,17 @@ class BOHB(Hyperband):
     def model_rung(self) -> int | None:
         """Steps of the rung the model would be fitted on now (None: not enough results)."""
         return self._rung_model.model_steps()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if "model" in state:
+            super().load_state_dict(state)
+            return
+        # Saved before the incremental models: refeed the recorded results (bracket by bracket,
+        # rung by rung, by trial id: the order the old code replayed them in).
+        empty = {"models": {}, "counts": {}, "configs": {}}
+        super().load_state_dict({**state, "model": empty})
+        self._rung_model.configs = {int(t): dict(c) for t, c in state["configs"].items()}
+        for bracket in self._brackets:
+            for (_, steps), records in zip(bracket.rungs, bracket.records):
+                for trial_id, value in sorted(records.items()):
+                    self._rung_model.observe(trial_id, steps, value)

@@ -16,6 +16,10 @@ params, state, value, intermediate values and the system attributes samplers sto
 (CMA-ES's optimizer, QMC's sequence index). ``load_state_dict`` rebuilds the study from it once,
 so a resumed model proposes exactly what the uninterrupted one would.
 
+Building GP afresh per proposal means its kernel fit starts cold each time (Optuna warm-starts
+from the previous fit, a cache kept in the sampler object); that costs about 1.2x Optuna's own
+GP ask (benchmarks/RESULTS.md) and is the price of exact resume.
+
 *Exception:* a sampler *object* (``Study(algorithm=optuna.samplers.GPSampler(seed=1))``) is used
 as given, never reseeded: its random state and caches live in the object, which a state dict
 cannot hold, so after a resume its proposals differ from the uninterrupted run's (all results
