@@ -40,3 +40,14 @@ def test_a_sampler_object_runs_and_is_stored_as_type_optuna(store_path):
     assert s.spec.algorithm == {"type": "optuna", "sampler": "RandomSampler"}
     s.run("trainables:quick", progress=False)
     assert s.status()["complete"] == 3
+
+
+def test_a_bad_sampler_in_a_study_file_fails_before_anything_is_stored(store_path):
+    spec = {"name": "bad", "space": SPACE, "objective": {"metric": "score", "mode": "max"},
+            "budget": {"trials": 2},
+            "algorithm": {"type": "optuna", "sampler": "GPSampler", "options": {"n_startup": 1}}}
+    with pytest.raises(hypersack.errors.ConfigError) as exc:
+        hypersack.Study.from_spec(spec, storage=store_path).run("trainables:quick", progress=False)
+    assert exc.value.field == "algorithm.options" and exc.value.value == {"n_startup": 1}
+    with pytest.raises(hypersack.errors.StudyNotFoundError):
+        hypersack.Study.load("bad", storage=store_path)
