@@ -2,7 +2,7 @@
 
 Every algorithm is also reachable by name from YAML or Python, e.g.
 ``algorithm: {type: asha, min_t: 1, max_t: 27, reduction_factor: 3}`` (names: grid, random, tpe,
-sha, hyperband, pack_hyperband, asha, bohb, rasda).
+optuna, sha, hyperband, pack_hyperband, asha, bohb, rasda).
 
 - :func:`hyperband_brackets` (R, eta): the (n_i, r_i) of every Hyperband bracket.
 - :func:`rasda_schedule`: RASDA's milestones and device allocations.
@@ -11,13 +11,14 @@ sha, hyperband, pack_hyperband, asha, bohb, rasda).
 """
 from hypersack.core.algorithms import (ASHA, BOHB, RASDA, Algorithm, Decision, GridSearch,
                                        Hyperband, PackHyperband, RandomSearch, Suggestion,
-                                       SuccessiveHalving, TPESearch, algorithm_names, hyperband_brackets,
+                                       SuccessiveHalving, TPESearch, OptunaSearch, algorithm_names,
+                                       hyperband_brackets,
                                        make_algorithm, register_algorithm)
 from hypersack.core.algorithms.rasda import (lr_rule, lr_scale, rasda_schedule, scaled_lr,
                                              warmup_factor)
 
 __all__ = ["Algorithm", "Decision", "Suggestion", "GridSearch", "RandomSearch", "TPESearch",
-           "SuccessiveHalving", "Hyperband", "PackHyperband", "ASHA", "BOHB", "RASDA",
+           "OptunaSearch", "SuccessiveHalving", "Hyperband", "PackHyperband", "ASHA", "BOHB", "RASDA",
            "hyperband_brackets",
            "rasda_schedule", "scaled_lr", "warmup_factor", "lr_scale", "lr_rule",
            "make_algorithm", "register_algorithm", "algorithm_names"]

@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hypersack.core.algorithms import make_algorithm
+from hypersack.core.algorithms.base import algorithm_spec as make_algorithm_spec
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
@@ -53,8 +55,7 @@ class Study:
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
-        algorithm_spec = {"type": algorithm} if isinstance(algorithm, str) else (
-            dict(algorithm) if isinstance(algorithm, Mapping) else {"type": type(algorithm).__name__})
+        algorithm_spec = make_algorithm_spec(algorithm)   # an Optuna sampler object: type optuna
         self.spec = StudySpec(
             name=name or time.strftime("study-%Y%m%d-%H%M%S"),
             space=space if isinstance(space, SearchSpace) else SearchSpace(space),
@@ -128,6 +129,9 @@ class Study:
         # Built before the study is stored, so a bad algorithm option fails before anything runs.
         algorithm = make_algorithm(self._algorithm_instance or self.spec.algorithm,
                                    self.spec.space, self.spec.objective, self.spec.seed)
+        # Model fits (Optuna samplers) run on this thread, off the loop's (see optuna_model);
+        # it ends when the algorithm is dropped.
+        algorithm.use_background(ThreadPoolExecutor(1, thread_name_prefix="hypersack-suggest"))
         if resume:
             row = store.get_study(self.name)
             # JSON round trip: the stored spec is JSON, so compare like with like.

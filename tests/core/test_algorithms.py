@@ -215,8 +215,10 @@ def test_tpe_handles_failed_trials(optuna):
         value = None if t % 3 == 0 else (float("nan") if t % 3 == 1 else loss(config))
         alg.on_complete(t, value, "failed" if value is None else "complete")
     state = alg.state_dict()
-    assert len(state["journal"]) == 12
-    assert [e["value"] is None for e in state["journal"]] == [t % 3 != 2 for t in range(12)]
+    trials = state["model"]["trials"]
+    assert [e["t"] for e in trials] == list(range(12))
+    assert [e["s"] == "F" for e in trials] == [t % 3 != 2 for t in range(12)]
+    assert all(("v" in e) == (e["s"] == "C") for e in trials)
     json.dumps(state)
     SPACE.validate(alg.suggest(12).config)
 
@@ -224,7 +226,7 @@ def test_tpe_handles_failed_trials(optuna):
 def test_tpe_ignores_completion_of_unknown_trials(optuna):
     alg = tpe()
     alg.on_complete(42, 1.0, "complete")
-    assert alg.state_dict()["journal"] == []
+    assert alg.state_dict()["model"]["trials"] == []
 
 
 def test_tpe_state_round_trip_continues_identically(optuna):
@@ -250,7 +252,8 @@ def test_tpe_state_round_trip_with_trials_still_running(optuna):
         alg.on_complete(t, loss(config), "complete")
     running = {t: alg.suggest(t).config for t in (6, 7)}
     state = json_round_trip(alg.state_dict())
-    assert set(state["running"]) == {"6", "7"}
+    assert state["live"] == [6, 7]
+    assert [e["s"] for e in state["model"]["trials"]] == ["C"] * 6 + ["R", "R"]
     fresh = tpe(seed=2, n_startup_trials=3)
     fresh.load_state_dict(state)
     for alg_ in (alg, fresh):       # completed out of order, after the save
@@ -258,6 +261,24 @@ def test_tpe_state_round_trip_with_trials_still_running(optuna):
         alg_.on_complete(6, None, "failed")
     assert alg.state_dict() == fresh.state_dict()
     assert [alg.suggest(t).config for t in range(8, 12)] == [fresh.suggest(t).config for t in range(8, 12)]
+
+
+def test_tpe_resumes_a_state_saved_before_the_incremental_model(optuna):
+    alg = tpe(seed=3, n_startup_trials=2)
+    configs = [alg.suggest(t).config for t in range(5)]
+    for t in (1, 0, 3):
+        alg.on_complete(t, loss(configs[t]) if t != 3 else None, "complete" if t != 3 else "failed")
+    old = {"journal": [{"config": configs[t], "value": None if t == 3 else loss(configs[t])}
+                       for t in (1, 0, 3)],
+           "running": {"2": configs[2], "4": configs[4]}}
+    legacy = tpe(seed=3, n_startup_trials=2)
+    legacy.load_state_dict(json_round_trip(old))
+    trials = legacy.model.trials()
+    assert [e["s"] for e in trials] == ["C", "C", "F", "R", "R"]   # the order the old code replayed
+    assert [e.get("t") for e in trials] == [None, None, None, 2, 4]
+    legacy.on_complete(2, loss(configs[2]), "complete")
+    assert legacy.model.trials()[3]["s"] == "C"
+    SPACE.validate(legacy.suggest(5).config)
 
 
 def test_tpe_is_deterministic_per_seed(optuna):

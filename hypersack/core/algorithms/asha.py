@@ -27,6 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from hypersack.core.algorithms.base import Algorithm, Decision, Suggestion, register_algorithm
+from hypersack.core.algorithms.rung_model import build_rung_model
 from hypersack.core.algorithms.sha import (DONE, PAUSED, RUNNING, check_horizon, check_int,
                                            objective_value)
 from hypersack.core.objective import Objective
@@ -94,12 +95,20 @@ class Rung:
 class ASHA(Algorithm):
     """Options: ``min_t`` (grace period, steps), ``max_t`` (steps), ``reduction_factor`` (rf,
     integer >= 2), ``mode`` ("pause" or "stop"), ``num_samples`` (most new configs; None:
-    unbounded, the study's budget decides)."""
+    unbounded, the study's budget decides); ``sampler`` (+ ``options``, ``min_points_in_model``,
+    ``random_fraction``: see :class:`~hypersack.core.algorithms.hyperband.Hyperband`): new
+    configs come from that Optuna sampler fitted on the largest rung with enough results."""
+
+    _feature = "ASHA with a sampler"
 
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, min_t: int = 1,
                  max_t: int = 81, reduction_factor: int = 3, mode: str = "pause",
-                 num_samples: int | None = None):
+                 num_samples: int | None = None, sampler: Any = None,
+                 options: Mapping[str, Any] | None = None, min_points_in_model: int | None = None,
+                 random_fraction: float = 0.0):
         super().__init__(space, objective, seed)
+        self._rung_model = build_rung_model(sampler, options, space, seed, min_points_in_model,
+                                            random_fraction, self._feature)
         self.min_t, self.max_t = check_horizon(min_t, max_t)
         self.rf = check_int("reduction_factor", reduction_factor, 2)
         if mode not in MODES:
@@ -159,6 +168,8 @@ class ASHA(Algorithm):
         while entry[0] < len(self.milestones) and step >= self.milestones[entry[0]]:
             rung = self._rungs[entry[0]]
             passes = self._passes(trial_id, rung, value)
+            if self._rung_model is not None and trial_id not in rung.values:
+                self._rung_model.observe(trial_id, self.milestones[entry[0]], value)
             rung.add(trial_id, value)
             if not passes:
                 return self._cut(trial_id, entry)
@@ -232,10 +243,21 @@ class ASHA(Algorithm):
             return Suggestion(info={"rung": self._trials[resumed][0]}, resume=resumed)
         if self.num_samples is not None and self._created >= self.num_samples:
             return None
-        config = self.space.sample(self._rng)
+        config = self._new_config(trial_id)
+        if config is None:
+            return None               # a model proposal still being computed
         self._put(trial_id, 0, RUNNING)
         self._created += 1
         return Suggestion(config, {"rung": 0})
+
+    def _new_config(self, trial_id: int) -> dict[str, Any] | None:
+        if self._rung_model is None:
+            return self.space.sample(self._rng)
+        return self._rung_model.propose(trial_id, self._rng, defer=self._running > 0)
+
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
+        if self._rung_model is not None:
+            self._rung_model.use_background(runner, wait_s)
 
     @property
     def exhausted(self) -> bool:
@@ -247,9 +269,12 @@ class ASHA(Algorithm):
     # ---- state -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self._rng.bit_generator.state, "created": self._created,
-                "trials": {str(t): list(e) for t, e in self._trials.items()},
-                "records": [{str(t): v for t, v in r.values.items()} for r in self._rungs]}
+        state = {"rng": self._rng.bit_generator.state, "created": self._created,
+                 "trials": {str(t): list(e) for t, e in self._trials.items()},
+                 "records": [{str(t): v for t, v in r.values.items()} for r in self._rungs]}
+        if self._rung_model is not None:
+            state["model"] = self._rung_model.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._rng.bit_generator.state = dict(state["rng"])
@@ -263,3 +288,5 @@ class ASHA(Algorithm):
             if status == PAUSED:
                 self._rungs[index].pause(trial_id)
         self._recount()
+        if self._rung_model is not None:
+            self._rung_model.load_state_dict(state["model"])

@@ -18,10 +18,14 @@ Contract:
   objective value (None for a failed trial).
 - ``state_dict()`` is JSON-serialisable; ``load_state_dict(sd)`` on a freshly built algorithm of
   the same arguments continues exactly where the saved one stood (used by resume).
+- ``use_background(runner)``: the study offers a runner (``runner.submit(fn)`` returns a
+  ``concurrent.futures.Future``) for slow, deterministic work such as model fits; an algorithm
+  may then return None from ``suggest`` while another of its trials runs ("ask again").
 """
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -30,7 +34,7 @@ from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 
 __all__ = ["Algorithm", "Decision", "Suggestion", "register_algorithm", "make_algorithm",
-           "algorithm_names"]
+           "algorithm_names", "algorithm_spec"]
 
 
 class Decision(enum.Enum):
@@ -83,6 +87,10 @@ class Algorithm:
         once no new trial may be created (trial budget spent), so promotions are never starved."""
         return None
 
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
+        """Offered by the study; the default ignores it (everything runs inline)."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 
@@ -107,11 +115,32 @@ def algorithm_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _is_optuna_sampler(obj: Any) -> bool:
+    # Without importing optuna: an object of one of its samplers has it imported already.
+    optuna = sys.modules.get("optuna")
+    return optuna is not None and isinstance(obj, optuna.samplers.BaseSampler)
+
+
+def algorithm_spec(algorithm: Any) -> dict[str, Any]:
+    """The JSON spec stored for ``algorithm`` (a name, a mapping, an Algorithm or an Optuna
+    sampler object; objects are stored by class name, for the record)."""
+    if isinstance(algorithm, str):
+        return {"type": algorithm}
+    if isinstance(algorithm, Mapping):
+        return dict(algorithm)
+    if _is_optuna_sampler(algorithm):
+        return {"type": "optuna", "sampler": type(algorithm).__name__}
+    return {"type": type(algorithm).__name__}
+
+
 def make_algorithm(spec: Any, space: SearchSpace, objective: Objective, seed: int = 0) -> Algorithm:
-    """Build an algorithm from an instance, a name, or ``{"type": name, **options}``."""
+    """Build an algorithm from an instance, an Optuna sampler object, a name, or
+    ``{"type": name, **options}``."""
     if isinstance(spec, Algorithm):
         return spec
     _load_builtins()
+    if _is_optuna_sampler(spec):
+        return _REGISTRY["optuna"](space, objective, seed=seed, sampler=spec)
     if isinstance(spec, str):
         spec = {"type": spec}
     if not isinstance(spec, Mapping) or "type" not in spec:
@@ -131,4 +160,4 @@ def _load_builtins() -> None:
     # Imported for their registration side effect; kept lazy to avoid an import cycle.
     from hypersack.core.algorithms import grid, random_search, tpe  # noqa: F401
     from hypersack.core.algorithms import asha, bohb, hyperband, rasda, sha  # noqa: F401
-    from hypersack.core.algorithms import pack_hyperband  # noqa: F401
+    from hypersack.core.algorithms import optuna_search, pack_hyperband  # noqa: F401

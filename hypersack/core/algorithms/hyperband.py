@@ -12,9 +12,10 @@ each bracket is synchronous, and a later one starts while earlier ones wait on r
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
+from typing import Any, Mapping
 
 from hypersack.core.algorithms.base import register_algorithm
+from hypersack.core.algorithms.rung_model import build_rung_model
 from hypersack.core.algorithms.sha import (BracketSearch, check_horizon, check_int, floor_log,
                                            round_steps)
 from hypersack.core.objective import Objective
@@ -65,11 +66,22 @@ class Hyperband(BracketSearch):
     Options: ``min_t`` (steps per resource unit, >= 1), ``max_t`` (steps a config trains at most,
     R = max_t / min_t), ``reduction_factor`` (eta, integer >= 2), ``repeat`` (how many times the
     whole set of brackets runs, >= 1). Exhausted once every bracket has finished.
+
+    ``sampler`` (an Optuna sampler name or ``{type: name, options: {...}}``, see
+    ``optuna_search``; ``options`` go with a bare name): new configs come from that sampler fitted
+    as BOHB does, on the largest rung with ``min_points_in_model`` results (default: searched
+    parameters + 1), random until then (``rung_model``).
     """
 
+    _feature = "Hyperband with a sampler"
+
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, min_t: int = 1,
-                 max_t: int = 81, reduction_factor: int = 3, repeat: int = 1):
+                 max_t: int = 81, reduction_factor: int = 3, repeat: int = 1,
+                 sampler: Any = None, options: Mapping[str, Any] | None = None,
+                 min_points_in_model: int | None = None, random_fraction: float = 0.0):
         min_t, max_t = check_horizon(min_t, max_t)
         eta = check_int("reduction_factor", reduction_factor, 2)
         repeat = check_int("repeat", repeat, 1)
-        super().__init__(space, objective, seed, hyperband_steps(min_t, max_t, eta) * repeat)
+        model = build_rung_model(sampler, options, space, seed, min_points_in_model,
+                                 random_fraction, self._feature)
+        super().__init__(space, objective, seed, hyperband_steps(min_t, max_t, eta) * repeat, model)

@@ -203,11 +203,16 @@ class BracketSearch(Algorithm):
     """
 
     def __init__(self, space: SearchSpace, objective: Objective, seed: int,
-                 brackets: list[list[tuple[int, int]]]):
+                 brackets: list[list[tuple[int, int]]], rung_model: Any = None):
         super().__init__(space, objective, seed)
         self._brackets = [SHBracket(rungs) for rungs in brackets]
         self._home: dict[int, int] = {}       # trial id -> bracket index
         self._rng = np.random.default_rng(seed)
+        self._rung_model = rung_model         # a RungModel proposes new configs (BOHB), or None
+
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
+        if self._rung_model is not None:
+            self._rung_model.use_background(runner, wait_s)
 
     @property
     def brackets(self) -> list[list[tuple[int, int]]]:
@@ -235,34 +240,50 @@ class BracketSearch(Algorithm):
         for index, bracket in enumerate(self._brackets):
             if bracket.wants_new():
                 config = self._new_config(trial_id, index)
+                if config is None:
+                    return None               # a model proposal still being computed
                 bracket.add(trial_id)
                 self._home[trial_id] = index
                 return Suggestion(config, {"bracket": index, "rung": 0})
         return None
 
-    def _new_config(self, trial_id: int, bracket: int) -> dict[str, Any]:
-        return self.space.sample(self._rng)
+    def _new_config(self, trial_id: int, bracket: int) -> dict[str, Any] | None:
+        if self._rung_model is None:
+            return self.space.sample(self._rng)
+        busy = any(s in (RUNNING, QUEUED) for b in self._brackets for _, s in b.trials.values())
+        return self._rung_model.propose(trial_id, self._rng, defer=busy)
 
     def on_result(self, trial_id: int, step: int, metrics: Mapping[str, float]) -> Decision:
         if trial_id not in self._home:
             return Decision.CONTINUE
         value = objective_value(self.objective, metrics)
-        return self._brackets[self._home[trial_id]].on_result(trial_id, step, value)
+        bracket = self._brackets[self._home[trial_id]]
+        rung = bracket.trials[trial_id][0]
+        recorded = trial_id in bracket.records[rung]
+        decision = bracket.on_result(trial_id, step, value)
+        if self._rung_model is not None and not recorded and trial_id in bracket.records[rung]:
+            self._rung_model.observe(trial_id, bracket.rungs[rung][1], bracket.records[rung][trial_id])
+        return decision
 
     def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
         if trial_id in self._home:
             self._brackets[self._home[trial_id]].on_complete(trial_id)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": self._rng.bit_generator.state,
-                "home": {str(t): b for t, b in self._home.items()},
-                "brackets": [b.state_dict() for b in self._brackets]}
+        state = {"rng": self._rng.bit_generator.state,
+                 "home": {str(t): b for t, b in self._home.items()},
+                 "brackets": [b.state_dict() for b in self._brackets]}
+        if self._rung_model is not None:
+            state["model"] = self._rung_model.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._rng.bit_generator.state = dict(state["rng"])
         self._home = {int(t): int(b) for t, b in state["home"].items()}
         for bracket, saved in zip(self._brackets, state["brackets"], strict=True):
             bracket.load_state_dict(saved)
+        if self._rung_model is not None:
+            self._rung_model.load_state_dict(state["model"])
 
 
 @register_algorithm("sha")

@@ -98,3 +98,20 @@ def test_bad_options(options, field):
     with pytest.raises(ConfigError) as exc:
         make_algorithm({"type": "bohb", **options}, SPACE, OBJ)
     assert exc.value.field == field
+
+
+def test_a_state_saved_before_the_incremental_models_still_resumes():
+    alg = bohb(random_fraction=0.0)
+    first = [alg.suggest(t).config for t in range(9)]
+    for t, config in enumerate(first):
+        alg.on_result(t, 1, {"loss": curve(config, 1)})
+    state = alg.state_dict()
+    old = {k: v for k, v in state.items() if k != "model"}
+    old["configs"] = {str(t): c for t, c in enumerate(first)}    # the old format
+    legacy = bohb(random_fraction=0.0)
+    legacy.load_state_dict(json.loads(json.dumps(old)))
+    assert legacy.model_rung() == alg.model_rung() == 1
+    assert legacy._rung_model.counts == {1: 9}
+    promoted = [alg.suggest(9).resume for _ in range(3)]
+    assert [legacy.suggest(9).resume for _ in range(3)] == promoted
+    assert legacy.suggest(9).config == alg.suggest(9).config   # same results, same order

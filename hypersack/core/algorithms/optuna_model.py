@@ -1,0 +1,422 @@
+"""An Optuna sampler behind HyperSack's algorithms: one study per model, fed incrementally.
+
+Optuna is imported on first use (extra ``[tpe]``, alias ``[optuna]``).
+
+**Incremental.** An :class:`OptunaModel` owns one in-memory Optuna study for its whole life. Each
+proposal is one ``study.ask``; results are told as they arrive (``finish``), or added as
+observations (``observe``, BOHB's per-rung models). Nothing is replayed per proposal, so a
+proposal costs what Optuna's own ask costs (O(n) for TPE), not O(n) *extra* copies of the journal.
+
+**Deterministic.** Before the ask for trial ``k`` the sampler's random state is set from
+``(seed, k)`` (:func:`trial_sampler_seed`): a sampler whose caches are pure functions of the
+study (TPE, Random, CMA-ES, QMC: ``REUSED``) is kept and reseeded; any other sampler (GP keeps
+the previous fit's kernel parameters) is built afresh per proposal with that seed. The study
+itself is mirrored in a JSON journal (``state_dict``): every trial in study order with its
+params, state, value, intermediate values and the system attributes samplers store there
+(CMA-ES's optimizer, QMC's sequence index). ``load_state_dict`` rebuilds the study from it once,
+so a resumed model proposes exactly what the uninterrupted one would.
+
+Building GP afresh per proposal means its kernel fit starts cold each time (Optuna warm-starts
+from the previous fit, a cache kept in the sampler object); that costs about 1.2x Optuna's own
+GP ask (benchmarks/RESULTS.md) and is the price of exact resume.
+
+*Exception:* a sampler *object* (``Study(algorithm=optuna.samplers.GPSampler(seed=1))``) is used
+as given, never reseeded: its random state and caches live in the object, which a state dict
+cannot hold, so after a resume its proposals differ from the uninterrupted run's (all results
+are still restored). Name the sampler (``{type: optuna, sampler: GPSampler, options: {...}}``)
+for exact resume.
+
+**Off the loop's thread.** With a runner (``use_background``: anything whose ``submit(fn)``
+returns a ``concurrent.futures.Future``; the study passes a one-thread pool) the ask runs there.
+The proposal for trial ``k`` is computed from exactly the results applied when ``k`` was first
+asked for (the cut-off): while the ask runs, the study is left to it and new results are queued,
+then applied in arrival order once the proposal is collected. ``propose(k, defer=True)`` waits at
+most ``wait_s`` (default 0: it only checks, since a wait hands the GIL to the fit and getting it
+back can take tens of ms on a busy machine) and otherwise returns None ("ask again"); the queue, the cut-off and ``k`` are
+part of the state, so a resume recomputes the same proposal. The *value* of a proposal therefore
+never depends on timing, only on the order of events; timing decides only when it is handed out.
+Without a runner (simulator, tests) the ask runs inline.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from hypersack.core.space import Categorical, Constant, Domain, Float, Int, SearchSpace
+from hypersack.errors import ConfigError, MissingDependencyError
+
+__all__ = ["OptunaModel", "SamplerSpec", "import_optuna", "distribution", "parse_sampler",
+           "sampler_names", "trial_sampler_seed", "REUSED"]
+
+# Samplers whose per-instance caches are pure functions of the study: kept and reseeded.
+REUSED = frozenset({"TPESampler", "RandomSampler", "CmaEsSampler", "QMCSampler"})
+# Samplers whose seed fixes a study-wide structure (QMC's scrambling): built with the study seed.
+_STUDY_SEEDED = frozenset({"QMCSampler", "GridSampler"})
+_NOT_NAMEABLE = frozenset({"BaseSampler", "BaseGASampler", "PartialFixedSampler"})
+_STATES = {"R": "RUNNING", "C": "COMPLETE", "P": "PRUNED", "F": "FAIL"}
+_CODES = {v: k for k, v in _STATES.items()}
+
+
+def import_optuna(feature: str = "The TPE algorithm"):
+    """Optuna, quietened; MissingDependencyError naming ``feature`` and the `tpe` extra."""
+    try:
+        import optuna
+    except ImportError:
+        raise MissingDependencyError(feature, "optuna", "tpe") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def distribution(optuna, domain: Domain):
+    d = optuna.distributions
+    if isinstance(domain, Float):
+        return d.FloatDistribution(domain.low, domain.high, log=domain.log)
+    if isinstance(domain, Int):
+        return d.IntDistribution(domain.low, domain.high, log=domain.log, step=domain.step)
+    if isinstance(domain, Categorical):
+        return d.CategoricalDistribution(domain.choices)
+    raise TypeError(domain)
+
+
+def trial_sampler_seed(seed: int, trial_id: int) -> int:
+    """The sampler seed of the proposal for ``trial_id`` (depends on nothing else)."""
+    return (seed * 1_000_003 + trial_id) % 2**32
+
+
+# ---- naming and validating a sampler ---------------------------------------------------------
+
+def _sampler_classes(optuna) -> dict[str, type]:
+    base = optuna.samplers.BaseSampler
+    return {name: cls for name, cls in vars(optuna.samplers).items()
+            if isinstance(cls, type) and issubclass(cls, base) and name not in _NOT_NAMEABLE}
+
+
+def _key(name: str) -> str:
+    return name.lower().removesuffix("sampler").replace("_", "").replace("-", "")
+
+
+def sampler_names(optuna=None) -> list[str]:
+    """Class names of the samplers that can be named (``TPESampler``, ``GPSampler``, ...)."""
+    return sorted(_sampler_classes(optuna or import_optuna("Optuna samplers")))
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """A sampler by ``name`` (a class of ``optuna.samplers``, or its short form: ``tpe``,
+    ``gp``, ``cmaes``, ``qmc``, ``random``...) with constructor ``options``, or an ``instance``.
+    ``field`` is the dotted path errors name (``algorithm.sampler``)."""
+    name: str = "TPESampler"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    instance: Any = None
+    field: str = "algorithm"
+    options_field: str = "algorithm.options"
+
+    def resolve(self, optuna) -> type:
+        classes = _sampler_classes(optuna)
+        by_key = {_key(n): c for n, c in classes.items()}
+        if not isinstance(self.name, str) or _key(self.name) not in by_key:
+            raise ConfigError(f"{self.field}.sampler" if self.field else "sampler", self.name,
+                              f"must be one of {', '.join(sorted(classes))}")
+        return by_key[_key(self.name)]
+
+    def build(self, optuna, seed: int | None):
+        """A new sampler; ConfigError naming the options when the class refuses them."""
+        if self.instance is not None:
+            return self.instance
+        cls = self.resolve(optuna)
+        options = dict(self.options)
+        if "seed" in options:
+            raise ConfigError(f"{self.options_field}.seed", options["seed"],
+                              "is set by the study's seed (set `seed` there)")
+        if seed is not None and "seed" in inspect.signature(cls).parameters:
+            options["seed"] = seed
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # experimental / deprecated arguments
+            try:
+                return cls(**options)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(self.options_field, dict(self.options),
+                                  f"are not accepted by {cls.__name__} ({exc})") from None
+
+    @property
+    def class_name(self) -> str:
+        return type(self.instance).__name__ if self.instance is not None else str(self.name)
+
+
+def parse_sampler(sampler: Any, options: Any = None, field: str = "algorithm") -> SamplerSpec:
+    """``sampler`` as written in a spec: a name, ``{type: name, options: {...}}``, a
+    SamplerSpec or an Optuna sampler object; ``options`` goes with a bare name."""
+    if isinstance(sampler, SamplerSpec):
+        return sampler
+    if isinstance(sampler, Mapping):
+        unknown = set(sampler) - {"type", "options"}
+        if "type" not in sampler or unknown:
+            raise ConfigError(f"{field}.sampler", dict(sampler),
+                              "must be a sampler name or {type: <name>, options: {...}}")
+        if options:
+            raise ConfigError(f"{field}.options", options,
+                              f"must not be given beside {field}.sampler.options")
+        return parse_sampler(sampler["type"], sampler.get("options"), f"{field}.sampler")
+    if options is None:
+        options = {}
+    opt_field = f"{field}.options"
+    if not isinstance(options, Mapping):
+        raise ConfigError(opt_field, options, "must be a mapping of sampler options")
+    if isinstance(sampler, str):
+        parent = field.removesuffix(".sampler")
+        return SamplerSpec(sampler, dict(options), field=parent, options_field=opt_field)
+    if hasattr(sampler, "sample_relative") and hasattr(sampler, "sample_independent"):
+        if options:
+            raise ConfigError(opt_field, options, "must be empty for a sampler object")
+        return SamplerSpec(type(sampler).__name__, {}, sampler, field, opt_field)
+    raise ConfigError(f"{field}.sampler", sampler,
+                      "must be a sampler name (e.g. TPESampler) or an optuna sampler object")
+
+
+def _reseed(sampler: Any, seed: int, depth: int = 0) -> None:
+    """Set every random state of ``sampler`` (and of the samplers it holds) from ``seed``, as
+    constructing it with ``seed`` would."""
+    for value in vars(sampler).values():
+        kind = type(value).__name__
+        if kind == "RandomState":                   # numpy's legacy generator, held by samplers
+            value.seed(seed)
+        elif kind == "LazyRandomState":
+            value.rng.seed(seed)
+        elif depth < 3 and hasattr(value, "sample_relative") and hasattr(value, "__dict__"):
+            _reseed(value, seed, depth + 1)
+
+
+class _Done:
+    """A finished computation with the ``Future.result`` interface (inline mode)."""
+
+    def __init__(self, value: Any):
+        self._value = value
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._value
+
+    def done(self) -> bool:
+        return True
+
+
+# ---- the model -------------------------------------------------------------------------------
+
+class OptunaModel:
+    """One Optuna study fed incrementally (see the module docstring for the contract).
+
+    ``direction``: "minimize" or "maximize" (values are told as given). Trials are HyperSack
+    trial ids; ``observe`` adds results that belong to no proposal (BOHB's rung models).
+    """
+
+    def __init__(self, sampler: SamplerSpec, space: SearchSpace, direction: str, seed: int = 0,
+                 feature: str = "Optuna samplers"):
+        self._optuna = import_optuna(feature)
+        self.spec, self.space, self.direction, self.seed = sampler, space, direction, seed
+        self._names = [n for n, d in space.items() if not isinstance(d, Constant)]
+        self._constants = {n: d.value for n, d in space.items() if isinstance(d, Constant)}
+        self._order = list(space)
+        self._dists = {n: distribution(self._optuna, space[n]) for n in self._names}
+        cls_name = sampler.resolve(self._optuna).__name__ if sampler.instance is None \
+            else sampler.class_name
+        self._reused = sampler.instance is None and cls_name in REUSED
+        build_seed = seed if cls_name in _STUDY_SEEDED else trial_sampler_seed(seed, 0)
+        self._sampler = sampler.build(self._optuna, build_seed)   # fails fast on bad options
+        self._study_seeded = cls_name in _STUDY_SEEDED
+        self._study = None
+        self._journal: list[dict[str, Any]] = []   # study trials, in study order
+        self._number: dict[int, int] = {}          # HyperSack trial -> Optuna trial number
+        self._study_attrs: dict[str, Any] = {}
+        self._queue: list[list] = []               # results waiting while an ask runs
+        self._inflight: int | None = None          # trial whose proposal is being computed
+        self._keep = True                          # keep the asked trial (else: fail it)
+        self._future: Any = None
+        self._runner: Any = None
+        self.wait_s = 0.0
+        self.told = 0                              # COMPLETE/PRUNED trials
+
+    # ---- wiring --------------------------------------------------------------------------
+
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
+        """Run asks with ``runner.submit(fn)`` (a Future); ``propose(defer=True)`` waits at
+        most ``wait_s`` seconds for one (0: it only checks). None: inline."""
+        self._runner, self.wait_s = runner, float(wait_s)
+
+    @property
+    def pending(self) -> int | None:
+        """The trial whose proposal is being computed, or None."""
+        return self._inflight
+
+    # ---- proposals -----------------------------------------------------------------------
+
+    def propose(self, trial_id: int, defer: bool = False, keep: bool = True) -> dict | None:
+        """The config for ``trial_id``; None when ``defer`` and it is still being computed.
+        ``keep=False``: the asked trial is failed at once (it is no observation of this model).
+        """
+        if self._inflight is not None and self._inflight != trial_id:
+            self._settle()                        # another trial took its place
+        if self._inflight is None:
+            self._inflight, self._keep, self._future = trial_id, keep, None
+        if self._future is None:
+            self._future = self._start(trial_id, self._keep)
+        return self._collect(self.wait_s if defer else None)
+
+    def _settle(self) -> None:
+        """Finish the proposal in flight and drop it (its trial was never created)."""
+        dropped, kept = self._inflight, self._keep
+        if self._future is None:
+            self._future = self._start(dropped, kept)
+        self._collect(None)
+        if kept:
+            self.finish(dropped, None, "failed")
+
+    def _start(self, trial_id: int, keep: bool) -> Any:
+        study = self._ensure_study()
+        seed = trial_sampler_seed(self.seed, trial_id)
+        if self.spec.instance is not None:
+            sampler = self._sampler
+        elif self._reused:
+            sampler = self._sampler
+            _reseed(sampler, seed)
+        else:
+            sampler = self.spec.build(self._optuna, self.seed if self._study_seeded else seed)
+        study.sampler = sampler
+        job: Callable[[], Any] = lambda: self._ask(study, keep)   # noqa: E731
+        return self._runner.submit(job) if self._runner is not None else _Done(job())
+
+    def _ask(self, study, keep: bool) -> tuple[dict, dict]:
+        """Runs off the loop's thread with a runner: touches only the study and sampler."""
+        trial = study.ask(self._dists)
+        if not keep:
+            study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+        attrs = study._storage.get_trial(trial._trial_id).system_attrs
+        return trial.params, dict(attrs) if attrs else {}
+
+    def _collect(self, timeout: float | None) -> dict | None:
+        if timeout is not None and timeout <= 0:
+            if not self._future.done():         # no wait: waiting gives the GIL away
+                return None
+            timeout = None
+        try:
+            params, attrs = self._future.result(timeout=timeout)
+        except TimeoutError:
+            return None
+        trial_id, keep = self._inflight, self._keep
+        self._inflight = self._future = None
+        entry: dict[str, Any] = {"p": [params[n] for n in self._names], "s": "R" if keep else "F"}
+        if keep:
+            entry["t"] = trial_id
+            self._number[trial_id] = len(self._journal)
+        if attrs:
+            entry["a"] = attrs
+        self._journal.append(entry)
+        study_attrs = self._study._storage.get_study_system_attrs(self._study._study_id)
+        if study_attrs != self._study_attrs:
+            self._study_attrs = dict(study_attrs)
+        queued, self._queue = self._queue, []
+        for op in queued:
+            self._apply(op)
+        constants = self._constants
+        return {name: constants[name] if name in constants else params[name]
+                for name in self._order}
+
+    # ---- results -------------------------------------------------------------------------
+
+    def report(self, trial_id: int, step: int, value: float) -> None:
+        """An intermediate result of a kept trial (the first value of a step counts)."""
+        self._submit(["report", trial_id, int(step), float(value)])
+
+    def finish(self, trial_id: int, value: float | None, state: str) -> None:
+        """``state``: complete, pruned or failed; a missing or non-finite value fails it."""
+        ok = value is not None and math.isfinite(value)
+        code = "F" if not ok or state == "failed" else ("P" if state == "pruned" else "C")
+        self._submit(["finish", trial_id, float(value) if ok else None, code])
+
+    def observe(self, config: Mapping[str, Any], value: float) -> None:
+        """A finished result that belongs to no proposal of this model."""
+        self._submit(["observe", [config[n] for n in self._names], float(value)])
+
+    def _submit(self, op: list) -> None:
+        if self._inflight is not None:
+            self._queue.append(op)
+        else:
+            self._apply(op)
+
+    def _apply(self, op: list) -> None:
+        study = self._ensure_study()
+        TrialState = self._optuna.trial.TrialState
+        kind = op[0]
+        if kind == "observe":
+            self._add(study, {"p": op[1], "s": "C", "v": op[2]})
+            self.told += 1
+            return
+        number = self._number.get(op[1])
+        if number is None or self._journal[number]["s"] != "R":
+            return                                   # unknown, or already finished
+        entry = self._journal[number]
+        tid = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+        if kind == "report":
+            steps = entry.setdefault("i", {})
+            if str(op[2]) not in steps:
+                steps[str(op[2])] = op[3]
+                study._storage.set_trial_intermediate_value(tid, op[2], op[3])
+            return
+        state = TrialState[_STATES[op[3]]]
+        study.tell(number, op[2] if state == TrialState.COMPLETE else None, state=state)
+        frozen = study._storage.get_trial(tid)
+        entry["s"] = op[3]
+        if frozen.value is not None:
+            entry["v"] = frozen.value
+        if frozen.system_attrs:
+            entry["a"] = dict(frozen.system_attrs)
+        self.told += op[3] in "CP"
+
+    # ---- the study and its journal ------------------------------------------------------
+
+    def _ensure_study(self):
+        if self._study is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._study = self._optuna.create_study(sampler=self._sampler,
+                                                        direction=self.direction)
+            for entry in self._journal:
+                self._add(self._study, entry, journal=False)
+            for key, value in self._study_attrs.items():
+                self._study._storage.set_study_system_attr(self._study._study_id, key, value)
+        return self._study
+
+    def _add(self, study, entry: dict[str, Any], journal: bool = True) -> None:
+        state = self._optuna.trial.TrialState[_STATES[entry["s"]]]
+        steps = {int(s): v for s, v in entry.get("i", {}).items()}
+        study.add_trial(self._optuna.trial.create_trial(
+            params=dict(zip(self._names, entry["p"])), distributions=self._dists,
+            value=entry.get("v"), state=state, intermediate_values=steps,
+            system_attrs=dict(entry.get("a", {}))))
+        if journal:
+            self._journal.append(entry)
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON: the journal, the study's system attributes, queued results, the proposal in
+        flight. Entries are shared, not copied: serialise before the next call."""
+        return {"trials": list(self._journal), "study_attrs": dict(self._study_attrs),
+                "queue": [list(op) for op in self._queue], "inflight": self._inflight,
+                "keep": self._keep}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state``; the study is rebuilt from the journal on first use."""
+        self._journal = [dict(e) for e in state["trials"]]
+        self._number = {int(e["t"]): i for i, e in enumerate(self._journal) if "t" in e}
+        self._study_attrs = dict(state.get("study_attrs", {}))
+        self._queue = [list(op) for op in state.get("queue", [])]
+        self._inflight = state.get("inflight")
+        self._keep = bool(state.get("keep", True))
+        self._future, self._study = None, None
+        self.told = sum(e["s"] in "CP" for e in self._journal)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def trials(self) -> list[dict[str, Any]]:
+        """The journal (study order): ``t`` trial, ``p`` params, ``s`` R/C/P/F, ``v`` value."""
+        return [dict(e) for e in self._journal]

@@ -1,0 +1,61 @@
+"""Any Optuna sampler as a HyperSack algorithm: ``{type: optuna, sampler: GPSampler, options: {...}}``.
+
+Every new trial is one proposal of an :class:`~hypersack.core.algorithms.optuna_model.OptunaModel`
+(one study, fed each trial's final value when it ends); see that module for exact resume, the
+one exception (sampler objects) and the off-thread proposals. Intermediate results are not fed:
+no trial of this algorithm is pruned, and samplers read a finished trial's final value. For
+early stopping with a sampler, combine it with a multi-fidelity algorithm
+(``{type: asha, sampler: ...}``, ``{type: hyperband, sampler: ...}``, ``bohb``).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hypersack.core.algorithms.base import Algorithm, Suggestion, register_algorithm
+from hypersack.core.algorithms.optuna_model import OptunaModel, parse_sampler
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+
+__all__ = ["OptunaSearch"]
+
+
+@register_algorithm("optuna")
+class OptunaSearch(Algorithm):
+    """Options: ``sampler`` (a name of ``optuna.samplers``: TPESampler, GPSampler, CmaEsSampler,
+    QMCSampler, RandomSampler, NSGAIISampler, BruteForceSampler, GridSampler..., or a short
+    form: tpe, gp, cmaes, qmc...; or ``{type: name, options: {...}}``; or a sampler object) and
+    ``options`` (its constructor arguments except ``seed``, which the study's seed sets)."""
+
+    _feature = "The optuna algorithm"
+
+    def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0,
+                 sampler: Any = "TPESampler", options: Mapping[str, Any] | None = None):
+        super().__init__(space, objective, seed)
+        self.sampler = parse_sampler(sampler, options)
+        direction = "maximize" if objective.mode == "max" else "minimize"
+        self.model = OptunaModel(self.sampler, space, direction, seed, self._feature)
+        self._live: set[int] = set()          # proposed, not ended
+
+    def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
+        self.model.use_background(runner, wait_s)
+
+    def suggest(self, trial_id: int) -> Suggestion | None:
+        # Defer (return None, "ask again") only while another trial runs: with none running
+        # the study would read None as "nothing more to propose".
+        config = self.model.propose(trial_id, defer=bool(self._live - {trial_id}))
+        if config is None:
+            return None
+        self._live.add(trial_id)
+        return Suggestion(config)
+
+    def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
+        self._live.discard(trial_id)
+        self.model.finish(trial_id, value, state)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "live": sorted(self._live)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self._live = {int(t) for t in state.get("live", [])}
+

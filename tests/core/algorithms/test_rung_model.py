@@ -1,0 +1,87 @@
+"""A sampler behind ASHA and Hyperband (BOHB's rung model): the sampler proposes, the
+multi-fidelity algorithm stops and promotes; a killed driver resumes the same run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hypersack.core.algorithms import ASHA, BOHB, Hyperband, make_algorithm
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+from hypersack.errors import ConfigError
+
+from mf_driver import Driver
+
+pytest.importorskip("optuna")
+
+OBJ = Objective("loss", "min")
+SPACE = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0},
+                     "opt": ["sgd", "adam"], "epochs": 9})
+
+
+def curve(config, step):
+    return (config["x"] - 0.3) ** 2 + (0.0 if config["opt"] == "adam" else 0.2) + 1.0 / step
+
+
+def asha(sampler="TPESampler", **kw):
+    return make_algorithm({"type": "asha", "min_t": 1, "max_t": 9, "num_samples": 40,
+                           "sampler": sampler, "seed": 2, **kw}, SPACE, OBJ)
+
+
+def hyperband(sampler="QMCSampler", **kw):
+    return make_algorithm({"type": "hyperband", "min_t": 1, "max_t": 9, "sampler": sampler,
+                           "seed": 2, **kw}, SPACE, OBJ)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: asha(), lambda: asha({"type": "RandomSampler"}), lambda: asha(mode="stop"),
+    lambda: hyperband(), lambda: hyperband("CmaEsSampler"),
+    pytest.param(lambda: make_algorithm({"type": "bohb", "min_t": 1, "max_t": 9, "seed": 5,
+                                         "sampler": "GPSampler", "options": {"n_startup_trials": 2}},
+                                        SPACE, OBJ), marks=pytest.mark.slow),
+], ids=["asha-tpe", "asha-random", "asha-stop-tpe", "hyperband-qmc", "hyperband-cmaes", "bohb-gp"])
+def test_a_killed_driver_resumes_the_same_run(build):
+    whole = Driver(build(), curve, max_steps=9, devices=3).run()
+    killed = Driver(build(), curve, max_steps=9, devices=3, kill_at=30, rebuild=build).run()
+    assert killed.log == whole.log
+    state = killed.alg.state_dict()
+    assert json.loads(json.dumps(state)) == state
+    assert state["model"]["counts"]               # rung results reached the model
+
+
+def test_the_sampler_proposes_once_a_rung_has_enough_results():
+    alg = asha(min_points_in_model=4)
+    random_twin = make_algorithm({"type": "asha", "min_t": 1, "max_t": 9, "num_samples": 40,
+                                  "seed": 2}, SPACE, OBJ)
+    first = [alg.suggest(t).config for t in range(4)]
+    assert first == [random_twin.suggest(t).config for t in range(4)]   # no model yet: random
+    for t, config in enumerate(first):
+        alg.on_result(t, 1, {"loss": curve(config, 1)})
+    assert alg._rung_model.model_steps() == 1
+    proposed = alg.suggest(4).config
+    assert proposed != random_twin.suggest(4).config
+    assert alg._rung_model.models[1].trials()[-1]["s"] == "F"   # the ask is no observation
+
+
+def test_existing_yaml_is_unchanged_and_bohb_keeps_its_options():
+    assert type(make_algorithm({"type": "asha"}, SPACE, OBJ)) is ASHA
+    assert make_algorithm({"type": "asha"}, SPACE, OBJ)._rung_model is None
+    assert make_algorithm({"type": "hyperband"}, SPACE, OBJ)._rung_model is None
+    bohb = make_algorithm({"type": "bohb", "n_startup_trials": 0}, SPACE, OBJ)
+    assert isinstance(bohb, Hyperband) and isinstance(bohb, BOHB)
+    assert bohb._rung_model.sampler.options == {"n_startup_trials": 0, "multivariate": True}
+
+
+@pytest.mark.parametrize("spec, field", [
+    ({"type": "asha", "sampler": "Nope"}, "algorithm.sampler"),
+    ({"type": "hyperband", "sampler": "tpe", "options": {"bad": 1}}, "algorithm.options"),
+    ({"type": "asha", "sampler": {"type": "tpe", "options": {"bad": 1}}}, "algorithm.sampler.options"),
+    ({"type": "asha", "sampler": "tpe", "random_fraction": 2}, "algorithm.random_fraction"),
+    ({"type": "hyperband", "sampler": "tpe", "min_points_in_model": 0}, "algorithm.min_points_in_model"),
+    ({"type": "bohb", "sampler": "Nope"}, "algorithm.sampler"),
+])
+def test_bad_samplers_name_the_field(spec, field):
+    with pytest.raises(ConfigError) as exc:
+        make_algorithm(spec, SPACE, OBJ)
+    assert exc.value.field == field
