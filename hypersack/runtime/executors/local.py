@@ -20,7 +20,6 @@ is cancelled or times out is asked to stop (its pack keeps running) and reported
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import signal
 import socket
 import time
@@ -34,7 +33,7 @@ from hypersack.core.trial import (Cancel, CheckpointSaved, Command, DeviceLost, 
                                   TrialStarted)
 from hypersack.runtime.devices import Slot, slots_cluster
 from hypersack.runtime.trainable import TrainableRef
-from hypersack.runtime.worker import worker_main
+from hypersack.runtime.worker_entry import WorkerProcess
 
 if TYPE_CHECKING:
     from hypersack.runtime.pack_worker import PackPlan
@@ -99,7 +98,6 @@ class LocalExecutor:
         self._share_env = share_env
         self._profile = profile
         self._device_events = device_events
-        self._ctx = mp.get_context("spawn")
         self._idle: list[_Worker] = []
         self._jobs: dict[int, _Job] = {}
         self._pending: list[Event] = []     # events made by commands, handed out by the next poll
@@ -130,12 +128,9 @@ class LocalExecutor:
         env = dict(slot.env)
         if self._share_env is not None:
             env.update(self._share_env(slot, share))
-        parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=worker_main, args=(child, env), daemon=True,
-                                    name=f"hypersack-worker-{slot.key}")
-        process.start()
-        child.close()
-        return _Worker(slot, (slot.key, share), process, parent)
+        # Its own program (hypersack.runtime.worker_entry): never a re-run of the user's script.
+        process = WorkerProcess(env, name=f"hypersack-worker-{slot.key}")
+        return _Worker(slot, (slot.key, share), process, process.conn)
 
     def _busy_workers(self) -> list[_Worker]:
         """Workers running a plain trial or a pack, each once."""
