@@ -92,6 +92,7 @@ def test_malformed_yaml_names_file_and_line(tmp_path, subprocess_env):
     (("low: 0.0, high: 1.0", "low: 2.0, high: 1.0"), "space.x.low", 6),
     (("type: float", "type: real"), "space.x.type", 6),
     (("mode: max", "mode: up"), "objective.mode", 4),
+    ((", mode: max", ""), "objective.mode", 4),            # no default: the mode is required
     (("budget: {trials: 4}", "budget: {trials: 0}"), "budget.trials", 7),
 ])
 def test_bad_field_names_file_line_and_field(tmp_path, edit, field, line):
