@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -89,7 +90,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from hypersack.study import Study
+    from hypersack.study import Study, extend_sys_path
+    extend_sys_path(os.getcwd())      # as `python -m`: a module:function in the working directory
     storage = args.storage or DEFAULT_STORAGE
     run = Study.load(args.name, storage).resume(progress=_progress(args))
     return _finish(run, storage)

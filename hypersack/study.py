@@ -12,7 +12,9 @@ built-in with a fusable task), or ``.run(task)`` / ``.run("module:TASK")`` with 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -39,7 +41,53 @@ __all__ = ["Study"]
 Trainable = Callable[..., Any] | str
 
 
+def extend_sys_path(*folders: str | Path) -> None:
+    """Put ``folders`` (absolute) at the front of sys.path, as ``python -m`` puts the working
+    directory there, so a ``module:function`` next to a study file imports in the driver and, as
+    workers get the driver's sys.path, in every worker."""
+    for folder in reversed([os.path.abspath(f) for f in folders]):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
 class Study:
+    """A hyperparameter study: a search space, an objective, an algorithm and a budget.
+
+    Parameters (a bad value raises ConfigError naming the parameter):
+
+    - ``space``: parameter name -> domain: ``hypersack.Float(low, high, log=False)``,
+      ``Int(low, high, step=1, log=False)``, ``Categorical([...])``, a YAML-style dict
+      (``{"type": "float", "low": ..., "high": ...}``), or a bare value (a constant).
+    - ``objective``: ``(metric, mode)`` or ``{"metric": ..., "mode": ...}``; ``mode`` is "min" or
+      "max" and is required. ``metric`` is a name the trainable reports.
+    - ``name``: the study's name in the store (letters, digits, ``_ . -``); None: a timestamped
+      name ("study-YYYYmmdd-HHMMSS"). An empty string is an error.
+    - ``algorithm``: "random", "grid", "tpe", or ``{"type": "sha"|"hyperband"|"asha"|"bohb"|
+      "rasda"|"pack_hyperband", **options}`` (README "Algorithms"), or an ``Algorithm`` instance.
+    - ``n_trials``: most trials created; ``time_budget_s``: wall seconds of running, summed over
+      resumes. At least one is required; when time runs out, running trials stop at their next
+      report and keep their last result.
+    - ``storage``: the SQLite file (default ``hypersack.db`` in the working directory); trial logs
+      and checkpoints go to ``hypersack-runs/<name>/`` beside it.
+    - ``seed``: seeds the algorithm and each trial (``ctx.seed``).
+    - ``workers``: worker processes; None: one per GPU, else one per CPU core.
+    - ``max_retries``: restarts of a trial whose worker process died (from its checkpoint).
+    - ``trial_timeout_s``: a trial running longer is killed and FAILED; None: no limit.
+    - ``max_steps``: steps per trial, for progress bars and ETA: a number, or the name of a
+      space parameter holding it (``"epochs"``).
+    - ``trainable``: the default for ``run()``: a callable ``train(config, ctx)``,
+      ``"module:function"``, or a built-in (``"digits_mlp"``, ``"digits_cnn"``).
+    - ``placement``: how trials share devices: "wfd" (default), "ff", "ffd", "wf", "wfd-ls",
+      "mip", or "exclusive" (one trial per device).
+    - ``oversubscription``: ratio r, a device takes trials up to r x 100% compute; a number or
+      per architecture (``{"A100": 3}``); None: the inventory's defaults.
+    - ``resources``: a trial's demand until it is profiled: ``{"compute": percent,
+      "memory_gb": ..., "cpus": ...}``.
+    - ``execution``: "separate" (a process per trial), "fused" (trials of one architecture
+      trained as one model, needs a ``FusableTask``), or "auto".
+    - ``pack``: options of fused packs, ``{"max_members": 16}``.
+    """
+
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
                  name: str | None = None, algorithm: Any = "random", n_trials: int | None = None,
                  time_budget_s: float | None = None, storage: str | Path = DEFAULT_STORAGE,
@@ -55,7 +103,7 @@ class Study:
         algorithm_spec = {"type": algorithm} if isinstance(algorithm, str) else (
             dict(algorithm) if isinstance(algorithm, Mapping) else {"type": type(algorithm).__name__})
         self.spec = StudySpec(
-            name=name or time.strftime("study-%Y%m%d-%H%M%S"),
+            name=time.strftime("study-%Y%m%d-%H%M%S") if name is None else name,
             space=space if isinstance(space, SearchSpace) else SearchSpace(space),
             objective=Objective.parse(objective), budget=Budget(n_trials, time_budget_s),
             trainable=TrainableRef.storable_name(trainable) if trainable is not None else None,
@@ -80,6 +128,7 @@ class Study:
     def from_yaml(cls, path: str | Path, storage: str | Path | None = None) -> "Study":
         from hypersack.config import load_study_file
         data = load_study_file(path)
+        extend_sys_path(Path(path).parent, os.getcwd())
         return cls.from_spec(data, storage or data.get("storage") or DEFAULT_STORAGE)
 
     @classmethod

@@ -131,3 +131,37 @@ max_steps: epochs
     hs(tmp_path, subprocess_env, "run", str(tmp_path / "d.yaml"), "--progress", "none")
     best = json.loads(hs(tmp_path, subprocess_env, "best", "d", "--json").stdout)
     assert best["metric"] == "accuracy" and best["value"] > 0.9
+
+
+# ---- finding the trainable's module (issue 12, items 2 and 8) ------------------------------------
+
+MODULE = "def train(config, ctx):\n    ctx.report(1, score=config['x'])\n"
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI with only the repository on PYTHONPATH (not tests/), run from ``cwd``."""
+    import os
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "hypersack", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("module_in", ["study_folder", "working_directory"])
+def test_yaml_trainable_imports_from_study_folder_and_working_directory(tmp_path, module_in):
+    study_dir = tmp_path / "configs"
+    study_dir.mkdir()
+    module_dir = study_dir if module_in == "study_folder" else tmp_path
+    (module_dir / "mymodule.py").write_text(MODULE)
+    (study_dir / "s.yaml").write_text(QUICK.replace("trainables:quick", "mymodule:train"))
+    out = _cli(tmp_path, "run", "configs/s.yaml", "--progress", "none")
+    assert out.returncode == 0, out.stderr
+    assert "Best trial of 'q'" in out.stdout
+
+
+def test_missing_function_is_reported_before_anything_runs(tmp_path):
+    (tmp_path / "mymodule.py").write_text(MODULE)
+    (tmp_path / "s.yaml").write_text(QUICK.replace("trainables:quick", "mymodule:trian"))
+    out = _cli(tmp_path, "run", "s.yaml")
+    assert out.returncode == 2
+    assert "'mymodule:trian'" in out.stderr and "defines no 'trian'" in out.stderr
+    assert not (tmp_path / "hypersack-runs").exists()
