@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -48,6 +49,17 @@ def extend_sys_path(*folders: str | Path) -> None:
     for folder in reversed([os.path.abspath(f) for f in folders]):
         if folder not in sys.path:
             sys.path.insert(0, folder)
+
+
+def _warn_without_result(store: Storage, ended: StudyRun) -> None:
+    """Say so when a study ended with no complete trial (every trial failed, most often)."""
+    if ended.status != "complete":
+        return
+    counts = store.counts(store.get_study(ended.name).study_id)
+    if not counts["complete"]:
+        warnings.warn(f"Study {ended.name!r}: no trial completed ({counts['failed']} failed, "
+                      f"{counts['pruned']} pruned); see Study.status() for errors and tracebacks",
+                      RuntimeWarning, stacklevel=3)
 
 
 class Study:
@@ -157,7 +169,9 @@ class Study:
                 store.delete_study(self.name)
                 shutil.rmtree(store.artifacts_root / self.name, ignore_errors=True)
             resume = exists and if_exists == "resume"
-            return self._run(store, trainable, resume=resume, progress=progress, slots=slots)
+            ended = self._run(store, trainable, resume=resume, progress=progress, slots=slots)
+            _warn_without_result(store, ended)
+            return ended
 
     def resume(self, trainable: Trainable | None = None, *, progress: str | bool | None = None,
                slots: list[Slot] | None = None) -> StudyRun:
@@ -165,7 +179,9 @@ class Study:
         last checkpoint, the algorithm continues from its saved state."""
         with Storage(self.storage_path) as store:
             store.get_study(self.name)   # raises StudyNotFoundError with the file's name
-            return self._run(store, trainable, resume=True, progress=progress, slots=slots)
+            ended = self._run(store, trainable, resume=True, progress=progress, slots=slots)
+            _warn_without_result(store, ended)
+            return ended
 
     def _run(self, store: Storage, trainable: Trainable | None, *, resume: bool,
              progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
