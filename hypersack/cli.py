@@ -146,8 +146,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     states = ("complete", "running", "paused", "pending", "pruned", "failed")
-    counts = ", ".join(f"{info[s]} {s}" for s in states if s != "paused" or info.get(s))
-    console.print(f"[bold]{info['name']}[/bold] ({info['status']}): {info['total']} trials: {counts}")
+    counts = ", ".join(f"{info[s]} {s}" for s in states if s == "complete" or info.get(s))
+    console.print(f"[bold]{info['name']}[/bold] ({info['status']}): {info['total']} trials: {counts}",
+                  no_wrap=True, overflow="ellipsis")
     console.print(_trials_table(info["trials"], console.width))
     for t in info["trials"]:
         if t["state"] == "failed":

@@ -130,8 +130,10 @@ class LineProgress:
         self._said: dict[int, tuple] = {}       # trial -> (state, last step) last printed
         self._last_line = -float("inf")
         self._started = False
+        self._last: tuple[Controller, float] | None = None
 
     def update(self, controller: Controller, now: float) -> None:
+        self._last = (controller, now)
         lines = []
         for r in controller.trials.values():
             if not (r.state.finished or r.state is TrialState.PAUSED):
@@ -144,8 +146,8 @@ class LineProgress:
         running = any(r.state is TrialState.RUNNING for r in controller.trials.values())
         if not self._started and running:
             self._started = True
-            lines.append("starting workers: each imports the trainable (torch included) before "
-                         "its first report")
+            lines.append("starting workers: each imports the trainable (and torch, if it uses "
+                         "it) before its first report")
         if lines or (running and wall - self._last_line >= self._heartbeat_s):
             self._last_line = wall
             for line in lines:
@@ -154,7 +156,9 @@ class LineProgress:
                   flush=True)
 
     def close(self) -> None:
-        pass
+        """Print what the study's end changed (paused trials never promoted end pruned)."""
+        if self._last is not None:
+            self.update(*self._last)
 
 
 def _trial_line(r: TrialRecord, metric: str) -> str:

@@ -86,3 +86,20 @@ def test_lines_print_pauses_and_prunes_and_a_heartbeat():
     progress.update(c, 31.5)
     assert out.getvalue().count("\n") == before.count("\n") + 1
     assert "elapsed 32s" in out.getvalue().splitlines()[-1]
+
+
+def test_lines_close_prints_what_the_end_of_the_study_changed():
+    c = controller({(0, 1): Decision.PAUSE}, trials=2)
+    out = io.StringIO()
+    progress = LineProgress("s", out, steps_for=steps)
+    c.launches(2, 0.0)
+    c.handle(ResultReported(0, 1, {"acc": 0.5}), 1.0)
+    c.handle(TrialFinished(0), 1.0)
+    c.handle(ResultReported(1, 4, {"acc": 0.25}), 1.0)
+    c.handle(TrialFinished(1), 1.0)
+    progress.update(c, 1.0)
+    assert "trial 0 paused at step 1" in out.getvalue()
+    c.finalize(1.0)                                 # a completed trial: no end-game, 0 is pruned
+    progress.close()
+    assert "trial 0 pruned at step 1: acc=0.5" in out.getvalue()
+    assert out.getvalue().splitlines()[-1].startswith("  s: 2 of 2 finished")
