@@ -461,16 +461,16 @@ class Controller:
 
     def best(self) -> TrialRecord | None:
         """The trial with the best objective value, as Ray Tune reports it: each trial's last
-        reported value (at ``last_step``), over COMPLETE, PAUSED and PRUNED trials (a trial
-        stopped early counts with the value it reached). Running, pending and failed trials do
-        not count. Ties: the lower trial id."""
+        reported value (at ``last_step``), over every trial that is not FAILED: complete, paused
+        and pruned ones (a trial stopped early counts with the value it reached), and running or
+        pending ones with a report (so the best so far never jumps back when a paused trial is
+        resumed). Ties: the lower trial id."""
         return best_record(self.trials.values(), self.objective)
 
     def state_dict(self, now: float) -> dict[str, Any]:
         return {"algorithm": self.algorithm.state_dict(), "elapsed_s": self.elapsed(now)}
 
 
-BEST_STATES = frozenset({TrialState.COMPLETE, TrialState.PAUSED, TrialState.PRUNED})
 
 
 def best_record(records: Iterable[TrialRecord], objective: Objective) -> TrialRecord | None:
@@ -478,7 +478,7 @@ def best_record(records: Iterable[TrialRecord], objective: Objective) -> TrialRe
     the read side of stored studies."""
     best: TrialRecord | None = None
     for r in records:
-        if r.state in BEST_STATES and r.value is not None:
+        if r.value is not None and r.state is not TrialState.FAILED:
             if best is None or objective.better(r.value, best.value):
                 best = r
     return best

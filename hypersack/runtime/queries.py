@@ -21,7 +21,7 @@ def _objective(storage: Storage, name: str) -> tuple[int, Objective]:
 
 def best_trial(storage: Storage, name: str) -> dict[str, Any] | None:
     """``{"trial_id", "config", "metric", "value", "step", "state"}`` of the best trial, or None:
-    the best last reported value over complete, paused and pruned trials (``Controller.best``);
+    the best last reported value of any trial that did not fail (``Controller.best``);
     ``step`` is the step of that value, ``state`` the trial's state."""
     study_id, objective = _objective(storage, name)
     best = best_record(sorted(storage.load_trials(study_id), key=lambda t: t.trial_id), objective)

@@ -455,7 +455,7 @@ def test_best_respects_the_objective_mode(mode, expected_id):
     finish(c, 1)
     c.handle(TrialFailed(2, "crash"), 0.0)                      # best raw value, but failed
     finish(c, 3)
-    # trial 4 still running: not counted
+    # trial 4 still running (0.7): neither the best nor the worst
     assert c.best().trial_id == expected_id
     assert c.best().value == values[expected_id]
 

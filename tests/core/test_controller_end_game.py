@@ -24,9 +24,10 @@ def run_to_pauses(c, values):
         finish(c, t)
 
 
-def test_best_is_over_complete_paused_and_pruned_but_not_running_or_failed():
-    c = make(trials=4, algorithm=Scripted(decisions={(1, 2): Decision.PAUSE, (2, 1): Decision.STOP}))
-    c.launches(4, 0.0)
+def test_best_is_any_reported_value_of_a_trial_that_did_not_fail():
+    from hypersack.core.trial import TrialFailed
+    c = make(trials=5, algorithm=Scripted(decisions={(1, 2): Decision.PAUSE, (2, 1): Decision.STOP}))
+    c.launches(5, 0.0)
     report(c, 0, 3, acc=0.6)
     finish(c, 0)                                   # complete 0.6
     report(c, 1, 2, acc=0.7)
@@ -34,8 +35,12 @@ def test_best_is_over_complete_paused_and_pruned_but_not_running_or_failed():
     assert c.best().trial_id == 1 and c.trials[1].state is TrialState.PAUSED
     report(c, 2, 1, acc=0.8)
     finish(c, 2)                                   # pruned 0.8
-    report(c, 3, 1, acc=0.99)                      # running: not counted
     assert c.best().trial_id == 2 and c.best().last_step == 1
+    report(c, 3, 1, acc=0.99)
+    c.handle(TrialFailed(3, "crash"), 0.0)         # failed: its 0.99 does not count
+    assert c.trials[3].state is TrialState.FAILED and c.best().trial_id == 2
+    report(c, 4, 1, acc=0.9)                       # running: counts, the best so far
+    assert c.best().trial_id == 4
 
 
 def test_end_game_finishes_the_most_advanced_best_paused_trial():
