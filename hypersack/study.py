@@ -158,9 +158,16 @@ class Study:
 
     def run(self, trainable: Trainable | None = None, *, if_exists: str = "error",
             progress: str | bool | None = None, slots: list[Slot] | None = None) -> StudyRun:
-        """Run the study to its budget. ``if_exists``: "error", "resume" or "replace" when a study
-        of this name is already stored. ``progress``: "live", "lines", False, or None (live on a
-        terminal). Returns how the run ended (complete or interrupted)."""
+        """Run the study to its budget and return how it ended (``status``: "complete" or
+        "interrupted"); warns (RuntimeWarning) when it ended with no complete trial.
+
+        ``trainable``: a callable ``train(config, ctx)`` (shipped to workers by value when it is
+        defined in a script or notebook), ``"module:function"``, a built-in name, a
+        ``FusableTask`` or ``"module:TASK"``; None: the one given to the constructor or YAML.
+        ``if_exists``: "error", "resume" or "replace" when a study of this name is already
+        stored. ``progress``: "live", "lines", False, or None (live on a terminal, lines
+        otherwise). ``slots``: the devices to run on (default: this machine's GPUs, else its CPU
+        cores)."""
         if if_exists not in ("error", "resume", "replace"):
             raise ConfigError("if_exists", if_exists, "must be 'error', 'resume' or 'replace'")
         with Storage(self.storage_path) as store:
