@@ -180,12 +180,12 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("module_in", ["study_folder", "working_directory"])
-def test_yaml_trainable_imports_from_study_folder_and_working_directory(tmp_path, module_in):
+def test_yaml_trainable_imports_from_the_study_folder(tmp_path):
+    """`hypersack run configs/s.yaml` with mymodule.py beside it, no PYTHONPATH for it (the
+    working directory is covered in tests/test_study_api.py, in process)."""
     study_dir = tmp_path / "configs"
     study_dir.mkdir()
-    module_dir = study_dir if module_in == "study_folder" else tmp_path
-    (module_dir / "mymodule.py").write_text(MODULE)
+    (study_dir / "mymodule.py").write_text(MODULE)
     (study_dir / "s.yaml").write_text(QUICK.replace("trainables:quick", "mymodule:train"))
     out = _cli(tmp_path, "run", "configs/s.yaml", "--progress", "none")
     assert out.returncode == 0, out.stderr

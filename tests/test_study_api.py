@@ -33,3 +33,22 @@ def test_a_study_without_a_complete_trial_warns(tmp_path):
                             workers=1, storage=tmp_path / "s.db")
     with pytest.warns(RuntimeWarning, match=r"no trial completed \(2 failed"):
         study.run("trainables:raises_for_negative", progress=False)
+
+
+def test_from_yaml_puts_the_study_folder_and_working_directory_on_sys_path(tmp_path, monkeypatch):
+    import sys
+    from hypersack.runtime.trainable import TrainableRef
+    study_dir, cwd = tmp_path / "configs", tmp_path / "work"
+    study_dir.mkdir()
+    cwd.mkdir()
+    (study_dir / "beside_study.py").write_text("def train(config, ctx): pass\n")
+    (cwd / "in_cwd.py").write_text("def train(config, ctx): pass\n")
+    (study_dir / "s.yaml").write_text(
+        "name: s\ntrainable: beside_study:train\nobjective: {metric: y, mode: max}\n"
+        "space: {x: 1}\nbudget: {trials: 1}\n")
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    hypersack.Study.from_yaml(study_dir / "s.yaml")
+    assert sys.path[:2] == [str(study_dir), str(cwd)]
+    TrainableRef.of("beside_study:train")          # found by the driver (workers get sys.path)
+    TrainableRef.of("in_cwd:train")
