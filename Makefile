@@ -8,18 +8,26 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test venv bench clean
 
+# pip's own progress is shown (a first install takes minutes: torch alone is large);
+# --no-warn-script-location and --disable-pip-version-check only trim noise.
+PIP := $(BIN)/pip install --disable-pip-version-check --no-warn-script-location
+
 $(STAMP): pyproject.toml Makefile
+	@echo "==> [1/3] creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
-	# torch first and pinned: here it resolves to the ready CPU build, never the CUDA wheels.
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[dev]"
+	@echo "==> [2/3] installing torch==2.13.0 (pinned: here the ready CPU build, never the CUDA wheels; the longest step)"
+	$(PIP) torch==2.13.0
+	@echo "==> [3/3] installing hypersack and its dependencies (-e .[dev])"
+	$(PIP) -e ".[dev]"
 	touch $(STAMP)
+	@echo "==> $(VENV) is ready"
 
 venv: $(STAMP)
 
 # Runs the study afresh each time (--replace); a killed demo continues with
 # `.venv/bin/hypersack resume digits`.
 demo: $(STAMP)
+	@echo "==> running examples/digits.yaml (32 trials; workers first import torch, then report each epoch)"
 	$(BIN)/hypersack run examples/digits.yaml --replace
 	$(BIN)/hypersack best digits --json
 

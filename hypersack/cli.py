@@ -1,8 +1,16 @@
-"""Command line: run, resume, status, best, export, list."""
+"""Command line: run, resume, status, best, export, list, simulate.
+
+Exit codes: 0 success; 1 the study ended but no trial completed (``run``/``resume``), or it has
+no result yet (``best``); 2 an error (bad study file or option, unknown study, missing
+trainable); 130 interrupted (Ctrl-C; continue with ``hypersack resume NAME``). A closed output
+pipe (``hypersack status NAME | head``) ends the command quietly (exit 1, as rich and the Python
+docs do).
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -13,16 +21,25 @@ from hypersack.errors import HyperSackError
 from hypersack.runtime import queries
 from hypersack.runtime.storage import DEFAULT_STORAGE, Storage
 
+EXIT_NO_RESULT = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
+_EXIT_CODES = ("exit codes: 0 done; 1 no trial completed (run, resume) or no result yet (best); "
+               "2 error; 130 interrupted (continue with: hypersack resume NAME)")
+_PROGRESS_HELP = ("live: a display with a bar per running trial (default on a terminal); lines: "
+                  "one line per finished, paused or pruned trial (default when piped); none: quiet")
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hypersack", description="Hyperparameter optimization that packs trials onto GPUs")
+    from hypersack import __version__
+    p = argparse.ArgumentParser(prog="hypersack", description="Hyperparameter optimization that packs trials onto GPUs",
+                                epilog=_EXIT_CODES)
+    p.add_argument("--version", action="version", version=f"hypersack {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def add(name: str, help: str, *, json_flag: bool = False, study: bool = True) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help)
+        sp = sub.add_parser(name, help=help, description=help, epilog=_EXIT_CODES)
         if study:
             sp.add_argument("name", help="study name")
         sp.add_argument("--storage", default=None, help=f"SQLite file (default: {DEFAULT_STORAGE})")
@@ -35,9 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     group = run.add_mutually_exclusive_group()
     group.add_argument("--resume", action="store_true", help="continue the study if it already exists")
     group.add_argument("--replace", action="store_true", help="delete an existing study of that name first")
-    run.add_argument("--progress", choices=["live", "lines", "none"], default=None)
+    run.add_argument("--progress", choices=["live", "lines", "none"], default=None, help=_PROGRESS_HELP)
     resume = add("resume", "continue an interrupted study")
-    resume.add_argument("--progress", choices=["live", "lines", "none"], default=None)
+    resume.add_argument("--progress", choices=["live", "lines", "none"], default=None, help=_PROGRESS_HELP)
     add("status", "trial counts, best trial, failures", json_flag=True)
     add("best", "the best trial", json_flag=True)
     export = add("export", "every trial and result")
@@ -58,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:      # Ctrl-C outside a study's loop (set-up, a read command)
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`| head`): no traceback, and none at exit either (Python docs).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 def _progress(args: argparse.Namespace) -> Any:
@@ -66,21 +88,31 @@ def _progress(args: argparse.Namespace) -> Any:
 
 def _finish(run, storage: str) -> int:
     with Storage(storage, readonly=True) as store:
-        best = queries.best_trial(store, run.name)
+        info = queries.status(store, run.name)
+    suffix = f" --storage {storage}" if storage != DEFAULT_STORAGE else ""
     if run.status == "interrupted":
-        print(f"Study {run.name!r} interrupted; continue it with: hypersack resume {run.name}"
-              + (f" --storage {storage}" if storage != DEFAULT_STORAGE else ""), file=sys.stderr)
+        print(f"Study {run.name!r} interrupted; continue it with: hypersack resume {run.name}{suffix}",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
-    _print_best(run.name, best)
+    _print_best(run.name, info["best"])
+    if not info["complete"]:
+        print(f"Study {run.name!r}: no trial completed ({info['failed']} failed, {info['pruned']} "
+              f"pruned of {info['total']}); see: hypersack status {run.name}{suffix}", file=sys.stderr)
+        return EXIT_NO_RESULT
     return 0
 
 
-def _print_best(name: str, best: dict | None) -> None:
+def _print_best(name: str, best: dict | None, width: int | None = None) -> None:
+    """The best trial and its config (cut to ``width`` columns when given)."""
     if best is None:
-        print(f"Study {name!r}: no complete trial")
+        print(f"Study {name!r}: no result (no trial reported its objective)")
         return
-    print(f"Best trial of {name!r}: trial {best['trial_id']}, {best['metric']} = {best['value']:.6g}")
-    print(f"  config: {json.dumps(best['config'])}")
+    where = f"trial {best['trial_id']} at step {best['step']}"
+    if best.get("state", "complete") != "complete":
+        where += f" ({best['state']})"
+    print(f"Best trial of {name!r}: {where}, {best['metric']} = {best['value']:.6g}")
+    config = f"  config: {json.dumps(best['config'])}"
+    print(config if width is None or len(config) <= width else config[:width - 1] + "…")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -92,7 +124,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from hypersack.study import Study
+    from hypersack.study import Study, extend_sys_path
+    extend_sys_path(os.getcwd())      # as `python -m`: a module:function in the working directory
     storage = args.storage or DEFAULT_STORAGE
     run = Study.load(args.name, storage).resume(progress=_progress(args))
     return _finish(run, storage)
@@ -105,7 +138,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         print(json.dumps(best))
     else:
         _print_best(args.name, best)
-    return 0
+    return 0 if best is not None else EXIT_NO_RESULT
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -116,24 +149,44 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     console = Console()
     states = ("complete", "running", "paused", "pending", "pruned", "failed")
-    counts = ", ".join(f"{info[s]} {s}" for s in states if s != "paused" or info.get(s))
-    console.print(f"[bold]{info['name']}[/bold] ({info['status']}): {info['total']} trials: {counts}")
-    table = Table(box=None)
-    for column in ("trial", "state", "value", "step", "attempts", "config"):
-        table.add_column(column)
-    for t in info["trials"]:
-        value = "-" if t["value"] is None else f"{t['value']:.4g}"
-        table.add_row(str(t["trial_id"]), t["state"], value, str(t["last_step"]), str(t["attempts"]),
-                      json.dumps(t["config"]))
-    console.print(table)
+    counts = ", ".join(f"{info[s]} {s}" for s in states if s == "complete" or info.get(s))
+    console.print(f"[bold]{info['name']}[/bold] ({info['status']}): {info['total']} trials: {counts}",
+                  no_wrap=True, overflow="ellipsis")
+    console.print(_trials_table(info["trials"], console.width))
     for t in info["trials"]:
         if t["state"] == "failed":
             console.print(f"[red]trial {t['trial_id']} failed:[/red] {t['error']}", markup=True)
             if t["traceback"]:
                 console.print(t["traceback"], markup=False, highlight=False)
     if info["best"]:
-        _print_best(args.name, info["best"])
+        _print_best(args.name, info["best"], console.width)
     return 0
+
+
+def _trials_table(trials: list[dict], width: int) -> Table:
+    """One row per trial in ``width`` columns (the console's: 80 when piped); the config is cut
+    with an ellipsis, never wrapped (``hypersack export`` has it whole)."""
+    rows = []
+    for t in trials:
+        value = "-" if t["value"] is None else f"{t['value']:.4g}"
+        step = "-" if t["last_step"] is None else str(t["last_step"])
+        config = ", ".join(f"{k}={_short(v)}" for k, v in t["config"].items())
+        rows.append((str(t["trial_id"]), t["state"], value, step, str(t["attempts"]), config))
+    heads = ("trial", "state", "value", "step", "tries")
+    fixed = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    padding = 2 * (len(heads) + 1)                     # box-less table: one space each side
+    table = Table(box=None)
+    for head, w in zip(heads, fixed):
+        table.add_column(head, no_wrap=True, width=w)
+    table.add_column("config", no_wrap=True, overflow="ellipsis",
+                     width=max(10, width - sum(fixed) - padding))
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -149,12 +202,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(json.dumps(studies))
         return 0
     table = Table(box=None)
-    for column in ("study", "status", "complete", "running", "pending", "failed"):
+    columns = ("complete", "running", "paused", "pending", "pruned", "failed")
+    for column in ("study", "status", *columns):
         table.add_column(column)
     for s in studies:
         c = s["counts"]
-        table.add_row(s["name"], s["status"], str(c["complete"]), str(c["running"]), str(c["pending"]),
-                      str(c["failed"]))
+        table.add_row(s["name"], s["status"], *(str(c.get(k, 0)) for k in columns))
     Console().print(table)
     return 0
 

@@ -12,8 +12,11 @@ built-in with a fusable task), or ``.run(task)`` / ``.run("module:TASK")`` with 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -42,7 +45,64 @@ __all__ = ["Study"]
 Trainable = Callable[..., Any] | str
 
 
+def extend_sys_path(*folders: str | Path) -> None:
+    """Put ``folders`` (absolute) at the front of sys.path, as ``python -m`` puts the working
+    directory there, so a ``module:function`` next to a study file imports in the driver and, as
+    workers get the driver's sys.path, in every worker."""
+    for folder in reversed([os.path.abspath(f) for f in folders]):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+def _warn_without_result(store: Storage, ended: StudyRun) -> None:
+    """Say so when a study ended with no complete trial (every trial failed, most often)."""
+    if ended.status != "complete":
+        return
+    counts = store.counts(store.get_study(ended.name).study_id)
+    if not counts["complete"]:
+        warnings.warn(f"Study {ended.name!r}: no trial completed ({counts['failed']} failed, "
+                      f"{counts['pruned']} pruned); see Study.status() for errors and tracebacks",
+                      RuntimeWarning, stacklevel=3)
+
+
 class Study:
+    """A hyperparameter study: a search space, an objective, an algorithm and a budget.
+
+    Parameters (a bad value raises ConfigError naming the parameter):
+
+    - ``space``: parameter name -> domain: ``hypersack.Float(low, high, log=False)``,
+      ``Int(low, high, step=1, log=False)``, ``Categorical([...])``, a YAML-style dict
+      (``{"type": "float", "low": ..., "high": ...}``), or a bare value (a constant).
+    - ``objective``: ``(metric, mode)`` or ``{"metric": ..., "mode": ...}``; ``mode`` is "min" or
+      "max" and is required. ``metric`` is a name the trainable reports.
+    - ``name``: the study's name in the store (letters, digits, ``_ . -``); None: a timestamped
+      name ("study-YYYYmmdd-HHMMSS"). An empty string is an error.
+    - ``algorithm``: "random", "grid", "tpe", or ``{"type": "sha"|"hyperband"|"asha"|"bohb"|
+      "rasda"|"pack_hyperband", **options}`` (README "Algorithms"), or an ``Algorithm`` instance.
+    - ``n_trials``: most trials created; ``time_budget_s``: wall seconds of running, summed over
+      resumes. At least one is required; when time runs out, running trials stop at their next
+      report and keep their last result.
+    - ``storage``: the SQLite file (default ``hypersack.db`` in the working directory); trial logs
+      and checkpoints go to ``hypersack-runs/<name>/`` beside it.
+    - ``seed``: seeds the algorithm and each trial (``ctx.seed``).
+    - ``workers``: worker processes; None: one per GPU, else one per CPU core.
+    - ``max_retries``: restarts of a trial whose worker process died (from its checkpoint).
+    - ``trial_timeout_s``: a trial running longer is killed and FAILED; None: no limit.
+    - ``max_steps``: steps per trial, for progress bars and ETA: a number, or the name of a
+      space parameter holding it (``"epochs"``).
+    - ``trainable``: the default for ``run()``: a callable ``train(config, ctx)``,
+      ``"module:function"``, or a built-in (``"digits_mlp"``, ``"digits_cnn"``).
+    - ``placement``: how trials share devices: "wfd" (default), "ff", "ffd", "wf", "wfd-ls",
+      "mip", or "exclusive" (one trial per device).
+    - ``oversubscription``: ratio r, a device takes trials up to r x 100% compute; a number or
+      per architecture (``{"A100": 3}``); None: the inventory's defaults.
+    - ``resources``: a trial's demand until it is profiled: ``{"compute": percent,
+      "memory_gb": ..., "cpus": ...}``.
+    - ``execution``: "separate" (a process per trial), "fused" (trials of one architecture
+      trained as one model, needs a ``FusableTask``), or "auto".
+    - ``pack``: options of fused packs, ``{"max_members": 16}``.
+    """
+
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
                  name: str | None = None, algorithm: Any = "random", n_trials: int | None = None,
                  time_budget_s: float | None = None, storage: str | Path = DEFAULT_STORAGE,
@@ -57,7 +117,7 @@ class Study:
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
         algorithm_spec = make_algorithm_spec(algorithm)   # an Optuna sampler object: type optuna
         self.spec = StudySpec(
-            name=name or time.strftime("study-%Y%m%d-%H%M%S"),
+            name=time.strftime("study-%Y%m%d-%H%M%S") if name is None else name,
             space=space if isinstance(space, SearchSpace) else SearchSpace(space),
             objective=Objective.parse(objective), budget=Budget(n_trials, time_budget_s),
             trainable=TrainableRef.storable_name(trainable) if trainable is not None else None,
@@ -82,6 +142,7 @@ class Study:
     def from_yaml(cls, path: str | Path, storage: str | Path | None = None) -> "Study":
         from hypersack.config import load_study_file
         data = load_study_file(path)
+        extend_sys_path(Path(path).parent, os.getcwd())
         return cls.from_spec(data, storage or data.get("storage") or DEFAULT_STORAGE)
 
     @classmethod
@@ -99,9 +160,16 @@ class Study:
 
     def run(self, trainable: Trainable | None = None, *, if_exists: str = "error",
             progress: str | bool | None = None, slots: list[Slot] | None = None) -> StudyRun:
-        """Run the study to its budget. ``if_exists``: "error", "resume" or "replace" when a study
-        of this name is already stored. ``progress``: "live", "lines", False, or None (live on a
-        terminal). Returns how the run ended (complete or interrupted)."""
+        """Run the study to its budget and return how it ended (``status``: "complete" or
+        "interrupted"); warns (RuntimeWarning) when it ended with no complete trial.
+
+        ``trainable``: a callable ``train(config, ctx)`` (shipped to workers by value when it is
+        defined in a script or notebook), ``"module:function"``, a built-in name, a
+        ``FusableTask`` or ``"module:TASK"``; None: the one given to the constructor or YAML.
+        ``if_exists``: "error", "resume" or "replace" when a study of this name is already
+        stored. ``progress``: "live", "lines", False, or None (live on a terminal, lines
+        otherwise). ``slots``: the devices to run on (default: this machine's GPUs, else its CPU
+        cores)."""
         if if_exists not in ("error", "resume", "replace"):
             raise ConfigError("if_exists", if_exists, "must be 'error', 'resume' or 'replace'")
         with Storage(self.storage_path) as store:
@@ -111,7 +179,9 @@ class Study:
                 store.delete_study(self.name)        # refused while a live driver runs it
                 _remove_run_folder(store.study_dir(old))
             resume = exists and if_exists == "resume"
-            return self._run(store, trainable, resume=resume, progress=progress, slots=slots)
+            ended = self._run(store, trainable, resume=resume, progress=progress, slots=slots)
+            _warn_without_result(store, ended)
+            return ended
 
     def resume(self, trainable: Trainable | None = None, *, progress: str | bool | None = None,
                slots: list[Slot] | None = None) -> StudyRun:
@@ -119,7 +189,9 @@ class Study:
         last checkpoint, the algorithm continues from its saved state."""
         with Storage(self.storage_path) as store:
             store.get_study(self.name)   # raises StudyNotFoundError with the file's name
-            return self._run(store, trainable, resume=True, progress=progress, slots=slots)
+            ended = self._run(store, trainable, resume=True, progress=progress, slots=slots)
+            _warn_without_result(store, ended)
+            return ended
 
     def _run(self, store: Storage, trainable: Trainable | None, *, resume: bool,
              progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:

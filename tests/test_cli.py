@@ -42,7 +42,8 @@ def ran(tmp_path, subprocess_env):
 
 def test_best_status_export_list(ran, subprocess_env):
     best = json.loads(hs(ran, subprocess_env, "best", "q", "--json").stdout)
-    assert set(best) == {"trial_id", "config", "metric", "value"} and best["metric"] == "score"
+    assert set(best) == {"trial_id", "config", "metric", "value", "step", "state"}
+    assert best["metric"] == "score" and best["step"] == 5 and best["state"] == "complete"
     status = json.loads(hs(ran, subprocess_env, "status", "q", "--json").stdout)
     assert status["complete"] == 4 and status["failed"] == 0 and len(status["trials"]) == 4
     assert best["value"] == max(t["value"] for t in status["trials"])
@@ -54,15 +55,48 @@ def test_best_status_export_list(ran, subprocess_env):
     assert [s["name"] for s in studies] == ["q"] and studies[0]["counts"]["complete"] == 4
     human = hs(ran, subprocess_env, "status", "q").stdout
     assert "4 complete" in human
+    header = hs(ran, subprocess_env, "list").stdout.splitlines()[0].split()
+    assert header == ["study", "status", "complete", "running", "paused", "pending", "pruned", "failed"]
 
 
 def test_status_shows_failed_trial_traceback(tmp_path, subprocess_env):
     (tmp_path / "f.yaml").write_text(QUICK.replace("name: q", "name: f").replace(
         "trainables:quick", "trainables:raises_for_negative").replace(
         "x: {type: float, low: 0.0, high: 1.0}", "x: -1.0"))
-    hs(tmp_path, subprocess_env, "run", str(tmp_path / "f.yaml"), "--progress", "none")
+    ran = hs(tmp_path, subprocess_env, "run", str(tmp_path / "f.yaml"), "--progress", "none", check=False)
+    assert ran.returncode == 1                      # every trial failed: not a success
+    assert "no trial completed (4 failed, 0 pruned of 4)" in ran.stderr and "hypersack status f" in ran.stderr
     out = hs(tmp_path, subprocess_env, "status", "f").stdout
     assert "failed" in out and "ValueError: negative x" in out and "Traceback" in out
+    assert hs(tmp_path, subprocess_env, "best", "f", check=False).returncode == 1
+
+
+def test_version_and_help_texts(tmp_path, subprocess_env):
+    from hypersack import __version__
+    assert hs(tmp_path, subprocess_env, "--version").stdout.strip() == f"hypersack {__version__}"
+    helped = subprocess.run([sys.executable, "-m", "hypersack", "run", "--help"], env=subprocess_env,
+                            capture_output=True, text=True, timeout=60).stdout
+    helped = " ".join(helped.split())
+    assert "one line per finished, paused or pruned trial" in helped and "130 interrupted" in helped
+
+
+def test_status_fits_80_columns_and_survives_a_closed_pipe(tmp_path, subprocess_env):
+    wide = QUICK.replace("name: q", "name: w").replace(
+        "x: {type: float, low: 0.0, high: 1.0}",
+        "x: {type: float, low: 0.0, high: 1.0}\n  note: " + "a-very-long-constant-" * 6 + "\n  lr: 0.001")
+    (tmp_path / "w.yaml").write_text(wide)
+    hs(tmp_path, subprocess_env, "run", str(tmp_path / "w.yaml"), "--progress", "none")
+    env = {**subprocess_env, "COLUMNS": "80"}
+    lines = hs(tmp_path, env, "status", "w").stdout.splitlines()
+    assert len(lines) >= 6 and max(len(line) for line in lines) <= 80
+    assert sum(1 for line in lines if "…" in line and "note=" in line) == 4   # 4 trials: cut rows
+    # A reader that has gone (`| head`): the read end is closed before the command writes.
+    proc = subprocess.Popen([sys.executable, "-m", "hypersack", "status", "w", "--storage",
+                             str(tmp_path / "s.db")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(60) == 1 and "Traceback" not in stderr and "BrokenPipe" not in stderr
 
 
 def test_run_existing_study_needs_resume_or_replace(ran, subprocess_env):
@@ -97,6 +131,7 @@ def test_malformed_yaml_names_file_and_line(tmp_path, subprocess_env):
     (("low: 0.0, high: 1.0", "low: 2.0, high: 1.0"), "space.x.low", 6),
     (("type: float", "type: real"), "space.x.type", 6),
     (("mode: max", "mode: up"), "objective.mode", 4),
+    ((", mode: max", ""), "objective.mode", 4),            # no default: the mode is required
     (("budget: {trials: 4}", "budget: {trials: 0}"), "budget.trials", 7),
 ])
 def test_bad_field_names_file_line_and_field(tmp_path, edit, field, line):
@@ -134,3 +169,37 @@ max_steps: epochs
     hs(tmp_path, subprocess_env, "run", str(tmp_path / "d.yaml"), "--progress", "none")
     best = json.loads(hs(tmp_path, subprocess_env, "best", "d", "--json").stdout)
     assert best["metric"] == "accuracy" and best["value"] > 0.9
+
+
+# ---- finding the trainable's module (issue 12, items 2 and 8) ------------------------------------
+
+MODULE = "def train(config, ctx):\n    ctx.report(1, score=config['x'])\n"
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI with only the repository on PYTHONPATH (not tests/), run from ``cwd``."""
+    import os
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "hypersack", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_yaml_trainable_imports_from_the_study_folder(tmp_path):
+    """`hypersack run configs/s.yaml` with mymodule.py beside it, no PYTHONPATH for it (the
+    working directory is covered in tests/test_study_api.py, in process)."""
+    study_dir = tmp_path / "configs"
+    study_dir.mkdir()
+    (study_dir / "mymodule.py").write_text(MODULE)
+    (study_dir / "s.yaml").write_text(QUICK.replace("trainables:quick", "mymodule:train"))
+    out = _cli(tmp_path, "run", "configs/s.yaml", "--progress", "none")
+    assert out.returncode == 0, out.stderr
+    assert "Best trial of 'q'" in out.stdout
+
+
+def test_missing_function_is_reported_before_anything_runs(tmp_path):
+    (tmp_path / "mymodule.py").write_text(MODULE)
+    (tmp_path / "s.yaml").write_text(QUICK.replace("trainables:quick", "mymodule:trian"))
+    out = _cli(tmp_path, "run", "s.yaml")
+    assert out.returncode == 2
+    assert "'mymodule:trian'" in out.stderr and "defines no 'trian'" in out.stderr
+    assert not (tmp_path / "hypersack-runs").exists()

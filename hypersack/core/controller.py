@@ -18,13 +18,14 @@ from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Even
                                   TrialRecord, TrialStarted, TrialState)
 from hypersack.errors import ConfigError
 
-__all__ = ["Budget", "Controller"]
+__all__ = ["Budget", "Controller", "best_record"]
 
 _INTERRUPTED = "interrupted"
 _TIME_BUDGET = "time budget"
 _PRUNED = "pruned"
 _PAUSED = "paused"
 _RESIZE = "resize"
+_END_GAME = "end_game"      # info key of a trial resumed by the end-game (stored with the trial)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,12 @@ class Controller:
         if self._interrupted or self._out_of_time(now):
             return []
         self._take_promotions(now)
+        out = self._launch_any(free_slots, now)
+        if not out and self._take_end_game(now):
+            out = self._launch_any(free_slots, now)
+        return out
+
+    def _launch_any(self, free_slots: int | None, now: float) -> list[Launch]:
         if self.allocator is None:
             return self._launch_counted(free_slots or 0, now)
         return self._launch_placed(now)
@@ -284,6 +291,8 @@ class Controller:
         if record.stop_reason is not None:
             # Asked already; ask again: a worker relaunched after a crash never got the request.
             return [Stop(record.trial_id, record.stop_reason)]
+        if record.info.get(_END_GAME):
+            return []        # finishing in the end-game: the algorithm has nothing left to decide
         decision = self.algorithm.on_result(record.trial_id, event.step, event.metrics)
         reason = {Decision.STOP: _PRUNED, Decision.PAUSE: _PAUSED, Decision.GROW: _RESIZE}.get(decision)
         if reason is None:
@@ -429,11 +438,60 @@ class Controller:
             return True
         if self._queue:
             return self._out_of_time(now)     # they wait for a resume with more time
-        # With nothing running, an algorithm that just suggested nothing never will: done.
-        return not self._may_create(now) or self._suggest_idle
+        # With nothing running, an algorithm that just suggested nothing never will: done,
+        # unless the end-game has paused trials to finish.
+        if self._may_create(now) and not self._suggest_idle:
+            return False
+        return self._out_of_time(now) or not self._end_game_picks()
+
+    # ---- the end-game -----------------------------------------------------------------------
+    #
+    # Successive halving promises that each bracket ends with its best configs trained to the
+    # end (SHA/Hyperband: the last rung holds >= 1 config; ASHA: the top of the highest rung is
+    # the answer). A trial budget can cut a bracket short: its first rung never fills (SHA,
+    # Hyperband, BOHB wait for configs that are never created), or floor(n / rf) rounds to 0
+    # (ASHA), and every trial stays PAUSED. The rule: once nothing runs, nothing is queued and no
+    # trial will be created, for each group (the algorithm's ``info["bracket"]``, else the whole
+    # study) with PAUSED trials and no COMPLETE one, the controller resumes the group's most
+    # advanced paused trial (highest last step; then best last value; then lowest id) and lets it
+    # train to its end without asking the algorithm again. It repeats for a group whose end-game
+    # trial failed. Time budget permitting: a study out of time, or interrupted, has no end-game.
+
+    def _take_end_game(self, now: float) -> bool:
+        """Queue the end-game trials (see above); True when any was queued."""
+        if self._interrupted or self._out_of_time(now) or self.running() or self._queue:
+            return False
+        if self._may_create(now) and not self._suggest_idle:
+            return False
+        picks = self._end_game_picks()
+        for record in picks:
+            record.info[_END_GAME] = True
+            record.state = TrialState.PENDING
+            record.resources = self._clamp_resources(self.algorithm.resources(record.trial_id))
+            self._queue.append(record.trial_id)
+            self._changed.add(record.trial_id)
+        return bool(picks)
+
+    def _end_game_picks(self) -> list[TrialRecord]:
+        """Per group with paused trials and none complete: its most advanced paused trial."""
+        paused: dict[Any, list[TrialRecord]] = {}
+        complete: set[Any] = set()
+        for r in self.trials.values():
+            group = r.info.get("bracket")
+            if r.state is TrialState.COMPLETE:
+                complete.add(group)
+            elif r.state is TrialState.PAUSED:
+                paused.setdefault(group, []).append(r)
+        sign = self.objective.sign()
+        return [max(records, key=lambda r: (r.last_step or 0,
+                                            -math.inf if r.value is None else sign * r.value,
+                                            -r.trial_id))
+                for group, records in sorted(paused.items(), key=lambda kv: str(kv[0]))
+                if group not in complete]
 
     def finalize(self, now: float) -> None:
-        """The study ended (not interrupted): PAUSED trials that were never promoted end PRUNED."""
+        """The study ended (not interrupted): PAUSED trials that were never promoted (nor finished
+        by the end-game) end PRUNED, with their last reported value."""
         if self._interrupted:
             return
         for record in self.trials.values():
@@ -453,15 +511,28 @@ class Controller:
         return changed
 
     def best(self) -> TrialRecord | None:
-        best: TrialRecord | None = None
-        for r in self.trials.values():
-            if r.state is TrialState.COMPLETE and r.value is not None:
-                if best is None or self.objective.better(r.value, best.value):
-                    best = r
-        return best
+        """The trial with the best objective value, as Ray Tune reports it: each trial's last
+        reported value (at ``last_step``), over every trial that is not FAILED: complete, paused
+        and pruned ones (a trial stopped early counts with the value it reached), and running or
+        pending ones with a report (so the best so far never jumps back when a paused trial is
+        resumed). Ties: the lower trial id."""
+        return best_record(self.trials.values(), self.objective)
 
     def state_dict(self, now: float) -> dict[str, Any]:
         return {"algorithm": self.algorithm.state_dict(), "elapsed_s": self.elapsed(now)}
+
+
+
+
+def best_record(records: Iterable[TrialRecord], objective: Objective) -> TrialRecord | None:
+    """The best of ``records`` (in trial id order) by :meth:`Controller.best`'s rule; shared with
+    the read side of stored studies."""
+    best: TrialRecord | None = None
+    for r in records:
+        if r.value is not None and r.state is not TrialState.FAILED:
+            if best is None or objective.better(r.value, best.value):
+                best = r
+    return best
 
 
 def _first_bad_metric(metrics: Mapping[str, Any]) -> tuple[str, Any] | None:

@@ -1,4 +1,8 @@
-"""The study's objective: one metric, minimised or maximised."""
+"""The study's objective: one metric, minimised or maximised.
+
+The mode is required, as in Ray Tune: HyperSack never guesses whether a metric (``val_mse``,
+``accuracy``) is better high or low.
+"""
 from __future__ import annotations
 
 import math
@@ -10,20 +14,28 @@ from hypersack.errors import ConfigError
 __all__ = ["Objective"]
 
 
+_MODE_MISSING = ("must be 'min' or 'max': set it, e.g. objective: {metric: val_loss, mode: min} "
+                 "in YAML or objective=(\"val_loss\", \"min\") in Python")
+
+
 @dataclass(frozen=True)
 class Objective:
+    """``metric``: the reported metric to optimise; ``mode``: "min" or "max" (required)."""
     metric: str
-    mode: str = "max"
+    mode: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not self.metric:
             raise ConfigError("objective.metric", self.metric, "must be a non-empty metric name")
+        if self.mode is None:
+            raise ConfigError("objective.mode", None, _MODE_MISSING)
         if self.mode not in ("min", "max"):
             raise ConfigError("objective.mode", self.mode, "must be 'min' or 'max'")
 
     @classmethod
     def parse(cls, spec: Any) -> "Objective":
-        """From ``("accuracy", "max")``, ``{"metric": ..., "mode": ...}`` or an Objective."""
+        """From ``("accuracy", "max")``, ``{"metric": ..., "mode": ...}`` or an Objective; a bare
+        metric name or a missing mode is a ConfigError naming ``objective.mode``."""
         if isinstance(spec, Objective):
             return spec
         if isinstance(spec, dict):
@@ -31,11 +43,11 @@ class Objective:
             if unknown:
                 field = sorted(unknown)[0]
                 raise ConfigError(f"objective.{field}", spec[field], "is not a field (metric, mode)")
-            return cls(spec.get("metric"), spec.get("mode", "max"))
+            return cls(spec.get("metric"), spec.get("mode"))
         if isinstance(spec, (tuple, list)) and len(spec) == 2:
             return cls(spec[0], spec[1])
         if isinstance(spec, str):
-            return cls(spec)
+            return cls(spec)          # raises: the mode is missing
         raise ConfigError("objective", spec, "must be (metric, 'min'|'max') or {metric, mode}")
 
     def better(self, a: float, b: float) -> bool:

@@ -110,6 +110,23 @@ class Float(Domain):
         return out
 
 
+INT_GRID_LIMIT = 100       # an Int axis with at most this many values is gridded whole by default
+FLOAT_GRID_POINTS = 3      # points of a Float axis when points_per_axis is not set
+
+
+def _default_points(name: str, domain: "Domain") -> int:
+    """Grid points of an axis when ``points_per_axis`` is not set (see ``SearchSpace.grid``)."""
+    if isinstance(domain, Int) and domain.values is None:
+        count = (domain._top - domain.low) // domain.step + 1
+        if count > INT_GRID_LIMIT:
+            raise SpaceError("points_per_axis", None, (
+                f"must be set: space.{name} has {count} integer values, more than a grid takes "
+                f"whole ({INT_GRID_LIMIT}); set points_per_axis, or list the grid's values "
+                f"(space.{name}.values)"))
+        return count
+    return FLOAT_GRID_POINTS
+
+
 def _mid(low: float, high: float, log: bool) -> float:
     return float(math.sqrt(low * high)) if log else (low + high) / 2
 
@@ -298,13 +315,18 @@ class SearchSpace(Mapping[str, Domain]):
         """One configuration; parameters are drawn in declaration order from ``rng``."""
         return {name: d.sample(rng) for name, d in self._domains.items()}
 
-    def grid(self, points_per_axis: int = 3) -> list[dict[str, Any]]:
-        """The Cartesian product of every domain's grid, first parameter varying slowest."""
-        if not isinstance(points_per_axis, int) or points_per_axis < 1:
+    def grid(self, points_per_axis: int | None = 3) -> list[dict[str, Any]]:
+        """The Cartesian product of every domain's grid, first parameter varying slowest.
+
+        ``points_per_axis=None``: every value of an Int axis (a SpaceError naming the axis when it
+        has more than ``INT_GRID_LIMIT``), ``FLOAT_GRID_POINTS`` points of a Float axis.
+        """
+        if points_per_axis is not None and (not isinstance(points_per_axis, int) or points_per_axis < 1):
             raise SpaceError("points_per_axis", points_per_axis, "must be an integer >= 1")
         configs: list[dict[str, Any]] = [{}]
         for name, domain in self._domains.items():
-            configs = [{**c, name: v} for c in configs for v in domain.grid(points_per_axis)]
+            points = points_per_axis if points_per_axis is not None else _default_points(name, domain)
+            configs = [{**c, name: v} for c in configs for v in domain.grid(points)]
         return configs
 
     def validate(self, config: Mapping[str, Any]) -> None:

@@ -1,4 +1,15 @@
-"""Live progress of a study: a rich display on a terminal, one line per finished trial elsewhere."""
+"""Live progress of a study: a rich display on a terminal, plain lines elsewhere (logs, pipes).
+
+Both say the same things: trials finished out of the budget ("5 of 32 finished"), running ones
+(and how many are still starting: a fresh worker process starting Python and importing the
+trainable, torch included, takes seconds to tens of seconds before the first report), paused,
+pending and failed ones, the best result so far (trial and step), elapsed time and an ETA.
+
+ETA (``eta_s``): with a trial budget, elapsed x (1 - f) / f where f is the fraction done: each
+finished trial counts 1, a running or paused one its last step over its planned steps (when
+``max_steps`` is known); with a time budget, at most the time left. None until something is
+done. A rough guide (early-stopping algorithms finish later trials faster), never a promise.
+"""
 from __future__ import annotations
 
 import sys
@@ -14,7 +25,11 @@ from rich.text import Text
 from hypersack.core.controller import Controller
 from hypersack.core.trial import TrialRecord, TrialState
 
-__all__ = ["Progress", "NullProgress", "LineProgress", "LiveProgress", "make_progress"]
+__all__ = ["Progress", "NullProgress", "LineProgress", "LiveProgress", "make_progress", "summary",
+           "eta_s"]
+
+StepsFor = Callable[[dict], "int | None"]
+HEARTBEAT_S = 30.0      # lines mode: a summary at least this often while trials run
 
 
 class Progress(Protocol):
@@ -30,50 +45,133 @@ class NullProgress:
         pass
 
 
-def summary(name: str, controller: Controller) -> str:
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def eta_s(controller: Controller, now: float, steps_for: StepsFor = lambda config: None) -> float | None:
+    """Seconds left, estimated (see the module docstring), or None when unknown."""
+    elapsed = controller.elapsed(now)
+    budget = controller.budget
+    left_by_time = None if budget.time_s is None else max(0.0, budget.time_s - elapsed)
+    left_by_trials = None
+    if budget.trials is not None:
+        done = sum(_fraction_done(r, steps_for) for r in controller.trials.values())
+        fraction = min(1.0, done / budget.trials)
+        if fraction > 0:
+            left_by_trials = elapsed * (1 - fraction) / fraction
+    known = [t for t in (left_by_time, left_by_trials) if t is not None]
+    return min(known) if known else None
+
+
+def _fraction_done(r: TrialRecord, steps_for: StepsFor) -> float:
+    if r.state.finished:
+        return 1.0
+    total = steps_for(r.config)
+    if not total or r.last_step is None:
+        return 0.0
+    return min(1.0, r.last_step / total)
+
+
+def starting(r: TrialRecord) -> str | None:
+    """What a running trial without a report is waiting for, or None once it has reported."""
+    if r.state is not TrialState.RUNNING or r.last_step is not None:
+        return None
+    return "starting worker" if r.device is None else "importing, first step"
+
+
+def summary(name: str, controller: Controller, now: float | None = None,
+            steps_for: StepsFor = lambda config: None) -> str:
+    """One line: counts against the budget, the best so far, elapsed time and ETA."""
     counts = {s: 0 for s in TrialState}
+    starting_now, any_report = 0, False
     for r in controller.trials.values():
         counts[r.state] += 1
+        starting_now += starting(r) is not None
+        any_report = any_report or r.last_step is not None
+    finished = counts[TrialState.COMPLETE] + counts[TrialState.PRUNED] + counts[TrialState.FAILED]
+    total = controller.budget.trials
+    text = f"{name}: {finished} of {total} finished" if total else f"{name}: {finished} finished"
+    text += f", {counts[TrialState.RUNNING]} running"
+    if starting_now:
+        text += (f" ({starting_now} before their first report)" if any_report else
+                 f" ({starting_now} starting: worker start-up and imports)")
+    for state in (TrialState.PAUSED, TrialState.PENDING, TrialState.FAILED):
+        if counts[state]:
+            text += f", {counts[state]} {state.value}"
     best = controller.best()
     metric = controller.objective.metric
-    best_text = f"best {metric} {best.value:.4g} (trial {best.trial_id})" if best else "no result yet"
-    done = counts[TrialState.COMPLETE] + counts[TrialState.PRUNED]
-    paused = f"{counts[TrialState.PAUSED]} paused, " if counts[TrialState.PAUSED] else ""
-    return (f"{name}: {done} done, {counts[TrialState.RUNNING]} running, {paused}"
-            f"{counts[TrialState.PENDING]} pending, {counts[TrialState.FAILED]} failed; {best_text}")
+    text += (f"; best {metric} {best.value:.4g} (trial {best.trial_id}, step {best.last_step})"
+             if best else "; no result yet")
+    if now is not None:
+        text += f"; elapsed {_duration(controller.elapsed(now))}"
+        eta = eta_s(controller, now, steps_for)
+        if eta is not None and not controller.done(now):
+            text += f", ETA ~{_duration(eta)}"
+    return text
 
 
 class LineProgress:
-    """Prints one line when a trial finishes: for logs and pipes."""
+    """Plain lines for logs and pipes: one per trial that finishes, pauses or is pruned, a
+    summary after them, and a summary at least every ``heartbeat_s`` while trials run."""
 
-    def __init__(self, name: str, stream=None):
+    def __init__(self, name: str, stream=None, steps_for: StepsFor = lambda config: None,
+                 heartbeat_s: float = HEARTBEAT_S, clock: Callable[[], float] = time.monotonic):
         self._name = name
         self._stream = stream or sys.stdout
-        self._reported: set[int] = set()
+        self._steps_for = steps_for
+        self._heartbeat_s = heartbeat_s
+        self._clock = clock
+        self._said: dict[int, tuple] = {}       # trial -> (state, last step) last printed
+        self._last_line = -float("inf")
+        self._started = False
+        self._last: tuple[Controller, float] | None = None
 
     def update(self, controller: Controller, now: float) -> None:
-        fresh = [r for r in controller.trials.values()
-                 if r.state.finished and r.trial_id not in self._reported]
-        for r in fresh:
-            self._reported.add(r.trial_id)
-            print(_trial_line(r, controller.objective.metric), file=self._stream)
-        if fresh:
-            print("  " + summary(self._name, controller), file=self._stream, flush=True)
+        self._last = (controller, now)
+        lines = []
+        for r in controller.trials.values():
+            if not (r.state.finished or r.state is TrialState.PAUSED):
+                continue
+            key = (r.state, r.last_step)
+            if self._said.get(r.trial_id) != key:
+                self._said[r.trial_id] = key
+                lines.append(_trial_line(r, controller.objective.metric))
+        wall = self._clock()
+        running = any(r.state is TrialState.RUNNING for r in controller.trials.values())
+        if not self._started and running:
+            self._started = True
+            lines.append("starting workers: each imports the trainable (and torch, if it uses "
+                         "it) before its first report")
+        if lines or (running and wall - self._last_line >= self._heartbeat_s):
+            self._last_line = wall
+            for line in lines:
+                print(line, file=self._stream)
+            print("  " + summary(self._name, controller, now, self._steps_for), file=self._stream,
+                  flush=True)
 
     def close(self) -> None:
-        pass
+        """Print what the study's end changed (paused trials never promoted end pruned)."""
+        if self._last is not None:
+            self.update(*self._last)
 
 
 def _trial_line(r: TrialRecord, metric: str) -> str:
     if r.state is TrialState.FAILED:
         return f"trial {r.trial_id} failed: {r.error}"
-    return f"trial {r.trial_id} {r.state.value}: {metric}={r.value:.4g} config={r.config}"
+    value = "-" if r.value is None else f"{r.value:.4g}"
+    return f"trial {r.trial_id} {r.state.value} at step {r.last_step}: {metric}={value} config={r.config}"
 
 
 class LiveProgress:
     """A rich live view: study counts, best so far, one progress bar per running trial."""
 
-    def __init__(self, name: str, steps_for: Callable[[dict], int | None], console: Console | None = None,
+    def __init__(self, name: str, steps_for: StepsFor, console: Console | None = None,
                  refresh_s: float = 0.25):
         self._name = name
         self._steps_for = steps_for
@@ -82,16 +180,17 @@ class LiveProgress:
         self._refresh_s = refresh_s
         self._last = 0.0
         self._controller: Controller | None = None
+        self._now: float | None = None
 
     def update(self, controller: Controller, now: float) -> None:
-        self._controller = controller
+        self._controller, self._now = controller, now
         wall = time.monotonic()
         if wall - self._last < self._refresh_s:
             return
         self._last = wall
-        self._live.update(self._render(controller), refresh=True)
+        self._live.update(self._render(controller, now), refresh=True)
 
-    def _render(self, controller: Controller) -> Group:
+    def _render(self, controller: Controller, now: float | None) -> Group:
         table = Table(box=None, show_header=True, header_style="bold")
         for column in ("trial", "device", "progress", "step", controller.objective.metric):
             table.add_column(column)
@@ -100,24 +199,33 @@ class LiveProgress:
                 continue
             total = self._steps_for(r.config)
             step = r.last_step or 0
-            bar = ProgressBar(total=total, completed=min(step, total or step), width=30) if total \
-                else Text("...")
+            waiting = starting(r)
+            bar = Text(waiting, style="dim") if waiting else (
+                ProgressBar(total=total, completed=min(step, total or step), width=30) if total
+                else Text("..."))
             value = "-" if r.value is None else f"{r.value:.4g}"
-            table.add_row(str(r.trial_id), r.device or "-", bar, str(r.last_step or "-"), value)
-        return Group(Text(summary(self._name, controller), style="bold"), table)
+            step_text = "-" if r.last_step is None else str(r.last_step)
+            if total and r.last_step is not None:
+                step_text += f"/{total}"
+            table.add_row(str(r.trial_id), r.device or "-", bar, step_text, value)
+        line = Text(summary(self._name, controller, now, self._steps_for), style="bold")
+        return Group(line, table) if table.row_count else Group(line)
 
     def close(self) -> None:
         if self._controller is not None:
-            self._live.update(self._render(self._controller), refresh=True)
+            self._live.update(self._render(self._controller, self._now), refresh=True)
         self._live.stop()
+        if not self._live.console.is_terminal:
+            self._live.console.line()     # rich ends a non-terminal live view without a newline
 
 
-def make_progress(name: str, steps_for: Callable[[dict], int | None], mode: str | bool | None) -> Progress:
-    """``mode``: True/"live" for the rich view, "lines" for plain lines, False/None-on-no-tty for quiet."""
+def make_progress(name: str, steps_for: StepsFor, mode: str | bool | None) -> Progress:
+    """``mode``: True/"live" for the rich view, "lines" for plain lines, False/"none" for quiet;
+    None: live on a terminal, lines otherwise."""
     if mode is False or mode == "none":
         return NullProgress()
     if mode == "lines":
-        return LineProgress(name)
+        return LineProgress(name, steps_for=steps_for)
     if mode is True or mode == "live" or (mode is None and sys.stdout.isatty()):
         return LiveProgress(name, steps_for)
-    return LineProgress(name)
+    return LineProgress(name, steps_for=steps_for)

@@ -6,8 +6,9 @@ import io
 import json
 from typing import Any
 
+from hypersack.core.controller import best_record
 from hypersack.core.objective import Objective
-from hypersack.core.trial import TrialRecord, TrialState
+from hypersack.core.trial import TrialRecord
 from hypersack.runtime.storage import Storage
 
 __all__ = ["best_trial", "status", "export"]
@@ -19,17 +20,15 @@ def _objective(storage: Storage, name: str) -> tuple[int, Objective]:
 
 
 def best_trial(storage: Storage, name: str) -> dict[str, Any] | None:
-    """``{"trial_id", "config", "metric", "value"}`` of the best complete trial, or None."""
+    """``{"trial_id", "config", "metric", "value", "step", "state"}`` of the best trial, or None:
+    the best last reported value of any trial that did not fail (``Controller.best``);
+    ``step`` is the step of that value, ``state`` the trial's state."""
     study_id, objective = _objective(storage, name)
-    best: TrialRecord | None = None
-    for t in storage.load_trials(study_id):
-        if t.state is TrialState.COMPLETE and t.value is not None:
-            if best is None or objective.better(t.value, best.value):
-                best = t
+    best = best_record(sorted(storage.load_trials(study_id), key=lambda t: t.trial_id), objective)
     if best is None:
         return None
     return {"trial_id": best.trial_id, "config": best.config, "metric": objective.metric,
-            "value": best.value}
+            "value": best.value, "step": best.last_step, "state": best.state.value}
 
 
 def trial_dict(t: TrialRecord) -> dict[str, Any]:

@@ -6,6 +6,7 @@ A trainable is ``train(config, ctx)``. It is named by a built-in name (``digits_
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
@@ -44,19 +45,55 @@ def resolve_reference(reference: str) -> Callable[..., Any]:
 
 
 def _check_module_exists(reference: str) -> None:
-    """Fail in the driver, before anything runs, when a reference cannot resolve; the module
-    itself is imported only by the workers (it may import torch)."""
+    """Fail in the driver, before anything runs, when a reference cannot resolve: its module
+    must be on sys.path and, when its source can be read, define the name at top level. The
+    module itself is imported only by the workers (it may import torch: seconds in the driver)."""
     target = BUILTINS.get(reference.removeprefix("builtin:"), reference)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         resolve_reference(reference)   # raises the explanatory error
     try:
-        found = importlib.util.find_spec(module_name) is not None
+        spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise TrainableError(f"The value of trainable is {reference!r}, but its module "
-                             f"{module_name!r} cannot be imported (not found on sys.path)")
+        spec = None
+    if spec is None:
+        raise TrainableError(
+            f"The value of trainable is {reference!r}, but its module {module_name!r} cannot be "
+            "imported (not found on sys.path; the study file's folder and the working directory "
+            "are searched, then PYTHONPATH)")
+    names = _top_level_names(spec.origin)
+    first = attr.split(".")[0]
+    if names is not None and first not in names:
+        raise TrainableError(
+            f"The value of trainable is {reference!r}, but module {module_name!r} "
+            f"({spec.origin}) defines no {first!r} at top level")
+
+
+def _top_level_names(origin: str | None) -> set[str] | None:
+    """Names a Python source file binds at top level (def, class, assignment, import), or None
+    when that cannot be known without running it (no source, syntax error, ``import *``,
+    a module ``__getattr__``)."""
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        with open(origin, "rb") as f:
+            tree = ast.parse(f.read(), filename=origin)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Global):
+            names.update(node.names)
+    return None if "__getattr__" in names else names
 
 
 @dataclass(frozen=True)

@@ -222,14 +222,44 @@ def _join_world(world: WorldSpec, device: str):
             store.set(key, "1" if flag else "0")
             return flag
         return store.get(key) == b"1"
+    _WORLD_STORE["store"] = store
     return World(rank, size), sync
 
 
+# The trial's rendezvous store while it runs (rank 0 hosts it: it must outlive the other ranks'
+# last use of it, see _leave_world).
+_WORLD_STORE: dict[str, Any] = {}
+LEAVE_TIMEOUT_S = 60.0       # as the executor's RANK_GRACE_S: ranks that take longer are killed
+_LEAVE_KEY = "hypersack/left"
+
+
 def _leave_world(world) -> None:
-    if world.size > 1:
-        import torch.distributed as dist
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    """Leave the trial's process group. On a clean end every rank first checks in at a barrier
+    through the store and rank 0 (the store's host) leaves last: otherwise rank 0 could free the
+    store while another rank still reads the last stop agreement from it (DistNetworkError:
+    "Failed to recv, got 0 bytes"). On an error no barrier: the executor kills the other ranks."""
+    store = _WORLD_STORE.pop("store", None)
+    if world.size <= 1:
+        return
+    import torch.distributed as dist
+    failing = sys.exc_info()[0]
+    if store is not None and (failing is None or issubclass(failing, TrialStopped)):
+        _barrier(store, world.rank, world.size)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _barrier(store, rank: int, size: int) -> None:
+    """Every rank adds itself; rank 0 waits (up to LEAVE_TIMEOUT_S) until all have."""
+    import time
+    try:
+        arrived = store.add(_LEAVE_KEY, 1)
+        deadline = time.monotonic() + LEAVE_TIMEOUT_S
+        while rank == 0 and arrived < size and time.monotonic() < deadline:
+            time.sleep(0.01)
+            arrived = store.add(_LEAVE_KEY, 0)
+    except Exception:       # a rank that cannot reach the store anymore has nothing left to wait for
+        pass
 
 
 def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..., Any]:

@@ -125,9 +125,9 @@ BLOCKED_IMPORT = textwrap.dedent("""
     leaked = sorted(n for n in sys.modules if n.split(".")[0] in BLOCKED)
     assert not leaked, leaked
     space = SearchSpace({"x": [1, 2]})
-    assert make_algorithm("random", space, Objective("y")).suggest(0).config["x"] in (1, 2)
+    assert make_algorithm("random", space, Objective("y", "max")).suggest(0).config["x"] in (1, 2)
     try:
-        make_algorithm("tpe", space, Objective("y"))
+        make_algorithm("tpe", space, Objective("y", "max"))
     except MissingDependencyError as exc:
         assert "pip install 'hypersack[tpe]'" in str(exc), exc
     else:

@@ -482,12 +482,12 @@ def test_best_respects_the_objective_mode(mode, expected_id):
     finish(c, 1)
     c.handle(TrialFailed(2, "crash"), 0.0)                      # best raw value, but failed
     finish(c, 3)
-    # trial 4 still running: not counted
+    # trial 4 still running (0.7): neither the best nor the worst
     assert c.best().trial_id == expected_id
     assert c.best().value == values[expected_id]
 
 
-def test_best_ignores_pruned_trials():
+def test_best_counts_pruned_trials_with_the_value_they_reached():
     alg = Scripted(decisions={(0, 1): Decision.STOP})
     c = make(trials=2, algorithm=alg)
     c.launches(2, 0.0)
@@ -496,7 +496,7 @@ def test_best_ignores_pruned_trials():
     finish(c, 0)
     finish(c, 1)
     assert c.trials[0].state is TrialState.PRUNED
-    assert c.best().trial_id == 1
+    assert c.best().trial_id == 0 and c.best().last_step == 1
 
 
 def test_done_when_the_grid_is_exhausted():

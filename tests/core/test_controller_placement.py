@@ -121,11 +121,14 @@ def test_pause_then_promotion_resumes_from_the_checkpoint_without_a_new_trial():
 
 
 def test_paused_trials_never_promoted_end_pruned_when_the_study_ends():
-    algo = Scripted(decisions={(0, 1): Decision.PAUSE}, limit=1)
-    c = make(algo, n=1, trials=1)
+    algo = Scripted(decisions={(0, 1): Decision.PAUSE}, limit=2)
+    c = make(algo, n=1, trials=2)
     c.launches(now=0.0)
     c.handle(ResultReported(0, 1, {"acc": 0.3}), 1.0)
     c.handle(TrialFinished(0), 1.0)
+    (other,) = c.launches(now=1.0)
+    c.handle(ResultReported(other.trial_id, 1, {"acc": 0.1}), 1.0)
+    c.handle(TrialFinished(other.trial_id), 1.0)     # it completes: no end-game is needed
     assert c.launches(now=1.0) == [] and c.done(1.0)
     c.finalize(1.0)
     assert c.trials[0].state is TrialState.PRUNED and c.trials[0].value == 0.3

@@ -462,3 +462,20 @@ def test_validate_rejects_a_missing_parameter():
         SearchSpace({"a": [1, 2], "b": 3}).validate({"a": 1})
     assert exc.value.field == "config.b"
     assert "missing" in str(exc.value)
+
+
+def test_default_grid_takes_every_integer_up_to_the_limit_and_says_so_beyond():
+    from hypersack.core.space import INT_GRID_LIMIT
+    space = SearchSpace({"n": {"type": "int", "low": 1, "high": 10}, "x": {"type": "float", "low": 0, "high": 1}})
+    grid = space.grid(None)
+    assert sorted({c["n"] for c in grid}) == list(range(1, 11)) and len(grid) == 10 * 3
+    big = SearchSpace({"n": {"type": "int", "low": 1, "high": 1000}})
+    with pytest.raises(SpaceError, match=r"space.n has 1000 integer values.*set points_per_axis") as err:
+        big.grid(None)
+    assert err.value.field == "points_per_axis" and INT_GRID_LIMIT < 1000
+    assert len(big.grid(5)) == 5                 # an explicit count applies to every axis
+    from hypersack.core.algorithms import GridSearch
+    from hypersack.core.objective import Objective
+    with pytest.raises(ConfigError, match="algorithm.points_per_axis is None, but must be set: space.n"):
+        GridSearch(big, Objective("y", "max"))
+    assert GridSearch(space, Objective("y", "max")).size == 30

@@ -31,7 +31,7 @@ FULL = {
     "storage": "studies.db",
 }
 
-MINIMAL = {"name": "s", "space": {"x": [1, 2]}, "objective": "loss", "budget": {"trials": 1}}
+MINIMAL = {"name": "s", "space": {"x": [1, 2]}, "objective": {"metric": "loss", "mode": "min"}, "budget": {"trials": 1}}
 
 
 def spec_error(d):
@@ -71,7 +71,7 @@ def test_from_dict_full():
 
 def test_from_dict_minimal_uses_defaults():
     spec = StudySpec.from_dict(MINIMAL)
-    assert spec.objective == Objective("loss", "max")
+    assert spec.objective == Objective("loss", "min")
     assert spec.budget == Budget(trials=1)
     assert spec.algorithm == {"type": "random"}
     assert spec.seed == 0 and spec.trainable is None and spec.max_steps is None
@@ -200,6 +200,15 @@ def test_space_errors_keep_their_field():
     assert spec_error(with_(MINIMAL, space={})).field == "space"
 
 
+@pytest.mark.parametrize("objective", ["val_mse", {"metric": "val_mse"}, ("val_mse", None)])
+def test_objective_without_mode_is_refused(objective):
+    """No silent default: a minimised metric must not be maximised because the mode was left out."""
+    err = spec_error(with_(MINIMAL, objective=objective))
+    assert err.field == "objective.mode" and "'min' or 'max'" in str(err)
+    with pytest.raises(ConfigError, match="objective.mode"):
+        Objective.parse(objective)
+
+
 def test_objective_errors_keep_their_field():
     assert spec_error(with_(MINIMAL, objective=("acc", "up"))).field == "objective.mode"
     assert spec_error(with_(MINIMAL, objective={"metric": "acc", "goal": "max"})).field == "objective.goal"
@@ -248,8 +257,6 @@ def test_executor_options_round_trip():
     (("loss", "min"), Objective("loss", "min")),
     (["acc", "max"], Objective("acc", "max")),
     ({"metric": "loss", "mode": "min"}, Objective("loss", "min")),
-    ({"metric": "acc"}, Objective("acc", "max")),
-    ("acc", Objective("acc", "max")),
 ])
 def test_objective_parse_variants(given, expected):
     assert Objective.parse(given) == expected

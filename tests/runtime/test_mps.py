@@ -206,7 +206,7 @@ def test_env_for_validates_the_share(share, tmp_path):
 
 def _spec(**extra):
     from hypersack.core.spec import StudySpec
-    return StudySpec.from_dict({"name": "s", "space": {"x": 1.0}, "objective": "score",
+    return StudySpec.from_dict({"name": "s", "space": {"x": 1.0}, "objective": {"metric": "score", "mode": "max"},
                                 "budget": {"trials": 1}, **extra})
 
 

@@ -33,7 +33,8 @@ def test_study_completes_and_stores_every_result(store_path):
         assert t["last_step"] == 5
     best = study.best_trial()
     assert best["value"] == max(t["value"] for t in status["trials"])
-    assert set(best) == {"trial_id", "config", "metric", "value"}
+    assert set(best) == {"trial_id", "config", "metric", "value", "step", "state"}
+    assert best["step"] == 5 and best["state"] == "complete"
 
 
 def test_callable_trainable_is_shipped_to_workers(store_path):

@@ -11,10 +11,12 @@ from hypersack.errors import ConfigError
 
 @register_algorithm("grid")
 class GridSearch(Algorithm):
-    """Visits ``space.grid(points_per_axis)`` in order; ``repeat`` runs each point that many times."""
+    """Visits ``space.grid(points_per_axis)`` in order; ``repeat`` runs each point that many times.
+    ``points_per_axis`` unset: every value of an Int axis (up to ``INT_GRID_LIMIT`` = 100, else a
+    ConfigError asking for it), 3 points of a Float axis; set: that many points on every axis."""
 
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0,
-                 points_per_axis: int = 3, repeat: int = 1):
+                 points_per_axis: int | None = None, repeat: int = 1):
         super().__init__(space, objective, seed)
         if not isinstance(repeat, int) or repeat < 1:
             raise ConfigError("algorithm.repeat", repeat, "must be an integer >= 1")

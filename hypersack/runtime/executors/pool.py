@@ -6,14 +6,13 @@ replaced; a busy one is reported by its owner (the executor), which ends its job
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.messages import Message, Pipe, Shutdown
-from hypersack.runtime.worker import worker_main
+from hypersack.runtime.worker_entry import WorkerProcess
 
 __all__ = ["Worker", "WorkerPool"]
 
@@ -50,7 +49,6 @@ class WorkerPool:
                  share_env: Callable[[Slot, float | None], dict] | None = None):
         self._slots = slots
         self._share_env = share_env
-        self._ctx = mp.get_context("spawn")
         self.idle: list[Worker] = []
 
     def start(self, warm: dict[str, int]) -> None:
@@ -62,12 +60,9 @@ class WorkerPool:
         env = dict(slot.env)
         if self._share_env is not None:
             env.update(self._share_env(slot, share))
-        parent, child = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=worker_main, args=(child, env), daemon=True,
-                                    name=f"hypersack-worker-{slot.key}")
-        process.start()
-        child.close()
-        return Worker(slot, (slot.key, share), process, Pipe(parent))
+        # Its own program (hypersack.runtime.worker_entry): never a re-run of the user's script.
+        process = WorkerProcess(env, name=f"hypersack-worker-{slot.key}")
+        return Worker(slot, (slot.key, share), process, Pipe(process.conn))
 
     def take(self, slot: Slot, share: float | None) -> Worker:
         """A live idle worker started for (slot, share), or a new one."""

@@ -1,0 +1,72 @@
+"""The README's quick start, run verbatim: every code block of its "Quick start" section.
+
+Blocks whose first line is ``# NAME`` (python, yaml) are written to NAME in a fresh folder; each
+line of a bash block is then run there as a newcomer would type it (``python`` and ``hypersack``
+are this interpreter and ``python -m hypersack``), with only the repository on PYTHONPATH.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
+
+
+def section(title: str) -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else None]
+
+
+def blocks(title: str) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in FENCE.finditer(section(title))]
+
+
+def command(line: str) -> list[str]:
+    words = shlex.split(line)
+    if words[0] == "python":
+        return [sys.executable, *words[1:]]
+    if words[0] == "hypersack":
+        return [sys.executable, "-m", "hypersack", *words[1:]]
+    raise AssertionError(f"the quick start runs an unexpected command: {line!r}")
+
+
+def test_quick_start_blocks_are_files_and_commands():
+    kinds = [kind for kind, _ in blocks("Quick start")]
+    assert kinds == ["python", "python", "yaml", "bash"]
+    names = [body.splitlines()[0] for kind, body in blocks("Quick start") if kind != "bash"]
+    assert names == ["# quickstart.py", "# mymodel.py", "# study.yaml"]
+
+
+@pytest.mark.slow
+def test_quick_start_runs_verbatim(tmp_path):
+    for kind, body in blocks("Quick start"):
+        if kind != "bash":
+            (tmp_path / body.splitlines()[0].removeprefix("# ").strip()).write_text(body)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    outputs = {}
+    for kind, body in blocks("Quick start"):
+        if kind != "bash":
+            continue
+        for line in filter(None, (raw.strip() for raw in body.splitlines())):
+            done = subprocess.run(command(line), cwd=tmp_path, env=env, capture_output=True,
+                                  text=True, timeout=300)
+            assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+            outputs[line] = done.stdout
+    best = outputs["python quickstart.py"].strip().splitlines()[-1]
+    assert best.startswith("{'trial_id': ") and "'metric': 'loss'" in best
+    assert "Best trial of 'yaml-quickstart'" in outputs["hypersack best yaml-quickstart"]
+    status = subprocess.run(command("hypersack status yaml-quickstart --json"), cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    info = json.loads(status.stdout)
+    assert info["total"] == 8 and info["complete"] >= 1      # ASHA's best trial trains to the end
+    assert info["best"]["metric"] == "loss"

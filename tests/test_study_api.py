@@ -1,0 +1,54 @@
+"""What a newcomer meets first in the Python API (issue 12): documented parameters, clear errors."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import hypersack
+from hypersack.errors import ConfigError
+
+
+def test_help_documents_every_parameter():
+    doc = hypersack.Study.__doc__
+    params = [p for p in inspect.signature(hypersack.Study.__init__).parameters if p != "self"]
+    assert len(params) >= 18
+    assert [p for p in params if f"``{p}``" not in doc] == []
+
+
+def test_an_empty_name_is_an_error_not_a_timestamp():
+    with pytest.raises(ConfigError) as err:
+        hypersack.Study(name="", space={"x": 1}, objective=("y", "max"), n_trials=1)
+    assert err.value.field == "name" and err.value.value == ""
+    assert hypersack.Study(space={"x": 1}, objective=("y", "max"), n_trials=1).name.startswith("study-")
+
+
+def test_objective_without_mode_is_refused_in_python():
+    with pytest.raises(ConfigError, match="objective.mode"):
+        hypersack.Study(name="s", space={"x": 1}, objective="val_mse", n_trials=1)
+
+
+def test_a_study_without_a_complete_trial_warns(tmp_path):
+    study = hypersack.Study(name="f", space={"x": -1.0}, objective=("score", "max"), n_trials=2,
+                            workers=1, storage=tmp_path / "s.db")
+    with pytest.warns(RuntimeWarning, match=r"no trial completed \(2 failed"):
+        study.run("trainables:raises_for_negative", progress=False)
+
+
+def test_from_yaml_puts_the_study_folder_and_working_directory_on_sys_path(tmp_path, monkeypatch):
+    import sys
+    from hypersack.runtime.trainable import TrainableRef
+    study_dir, cwd = tmp_path / "configs", tmp_path / "work"
+    study_dir.mkdir()
+    cwd.mkdir()
+    (study_dir / "beside_study.py").write_text("def train(config, ctx): pass\n")
+    (cwd / "in_cwd.py").write_text("def train(config, ctx): pass\n")
+    (study_dir / "s.yaml").write_text(
+        "name: s\ntrainable: beside_study:train\nobjective: {metric: y, mode: max}\n"
+        "space: {x: 1}\nbudget: {trials: 1}\n")
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    hypersack.Study.from_yaml(study_dir / "s.yaml")
+    assert sys.path[:2] == [str(study_dir), str(cwd)]
+    TrainableRef.of("beside_study:train")          # found by the driver (workers get sys.path)
+    TrainableRef.of("in_cwd:train")
