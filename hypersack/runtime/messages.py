@@ -48,9 +48,9 @@ def encode(message: Message) -> tuple:
 
 def decode(wire: tuple) -> Message:
     """The message a wire tuple encodes; ``ValueError`` for an unknown tag or arity."""
-    cls = _REGISTRY.get(wire[0]) if wire else None
+    cls = _REGISTRY.get(wire[0]) if isinstance(wire, tuple) and wire else None
     if cls is None:
-        raise ValueError(f"unknown message {wire[:1]!r}")
+        raise ValueError(f"not a HyperSack message: {str(wire)[:80]}")
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
     if len(wire) - 1 != len(names):
         raise ValueError(f"message {wire[0]!r} has {len(wire) - 1} fields, expected {len(names)}")
