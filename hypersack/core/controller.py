@@ -14,17 +14,17 @@ from hypersack.core.algorithms.base import Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.objective import Objective
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
-                                  Launch, ResultReported, Stop, TrialFailed, TrialFinished,
-                                  TrialRecord, TrialStarted, TrialState)
+                                  Launch, ResultReported, Stop, StopReason, TrialFailed,
+                                  TrialFinished, TrialRecord, TrialStarted, TrialState)
 from hypersack.errors import ConfigError
 
 __all__ = ["Budget", "Controller", "best_record"]
 
-_INTERRUPTED = "interrupted"
-_TIME_BUDGET = "time budget"
-_PRUNED = "pruned"
-_PAUSED = "paused"
-_RESIZE = "resize"
+_INTERRUPTED = StopReason.INTERRUPTED
+_TIME_BUDGET = StopReason.TIME_BUDGET
+_PRUNED = StopReason.PRUNED
+_PAUSED = StopReason.PAUSED
+_RESIZE = StopReason.RESIZE
 _END_GAME = "end_game"      # info key of a trial resumed by the end-game (stored with the trial)
 
 
@@ -283,7 +283,7 @@ class Controller:
             name, value = bad
             self._finish(record, TrialState.FAILED, now, error=(
                 f"metric {name!r} is {value!r} at step {event.step}"))
-            return [Stop(record.trial_id, "failed")]
+            return [Stop(record.trial_id, StopReason.FAILED)]
         record.last_step = event.step
         record.metrics = dict(event.metrics)
         if self.objective.metric in event.metrics:

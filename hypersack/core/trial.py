@@ -45,7 +45,7 @@ class TrialRecord:
     devices: list[tuple[str, str]] = field(default_factory=list)  # (node_id, gpu_id) while running
     started_at: float | None = None
     finished_at: float | None = None
-    stop_reason: str | None = None   # set while a stop has been asked and not yet honoured
+    stop_reason: StopReason | None = None   # set while a stop was asked and not yet honoured
 
 
 # ---- events: executor -> controller ---------------------------------------------------------
@@ -144,11 +144,24 @@ class Launch:
     group: Any = None
 
 
+class StopReason(str, enum.Enum):
+    """Why the controller asks a trial to stop at its next report. Executors treat every reason
+    alike (stop at the next report, or the next ``should_stop()`` check); the controller decides
+    what the trial becomes once it has stopped."""
+    PAUSED = "paused"              # the algorithm pauses it at a rung (checkpoint kept)
+    PRUNED = "pruned"              # the algorithm stops it for good
+    RESIZE = "resize"              # relaunched at once on another number of devices (GROW)
+    PREEMPTED = "preempted"        # time-sharing gives its device to another trial
+    INTERRUPTED = "interrupted"    # Ctrl-C or a halted study: back to pending, resumable
+    TIME_BUDGET = "time budget"    # the study's time is spent: it ends with its last value
+    FAILED = "failed"              # it reported a bad metric and is failed already
+
+
 @dataclass(frozen=True)
 class Stop:
     """Ask a running trial to stop at its next report (or ``should_stop()`` check)."""
     trial_id: int
-    reason: str
+    reason: StopReason
 
 
 @dataclass(frozen=True)

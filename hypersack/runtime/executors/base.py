@@ -1,7 +1,12 @@
-"""The executor interface the study loop drives (local pool here; Ray and the simulator later)."""
+"""The executor interface the study loop drives: local processes, the simulator (Ray next).
+
+Executors are transport: they carry trials to devices and report facts back as events. Every
+decision (placement, retries, timeouts, routing rules) is the controller's (``hypersack.core``).
+The contract is tested against every executor in ``tests/contracts/test_executor_contract.py``.
+"""
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from hypersack.core.trial import Command, Event
 
@@ -10,14 +15,19 @@ class Executor(Protocol):
     def start(self) -> None:
         """Acquire workers. Called once before the first submit."""
 
+    def inventory(self) -> Any:
+        """The devices trials may be placed on, as a ``hypersack.placement.Cluster``."""
+
     def free_slots(self) -> int:
-        """How many more trials could start now."""
+        """How many more trials could start now (for a controller without placement)."""
 
     def submit(self, command: Command) -> None:
-        """Launch a trial on a free slot, or ask a running one to stop."""
+        """Launch a trial on the devices its Launch names; Stop: end it at its next report;
+        Cancel: end it now and report TrialFailed(CANCELLED)."""
 
     def poll(self, timeout: float) -> list[Event]:
-        """Events since the last poll; waits up to ``timeout`` seconds when there are none."""
+        """Events since the last poll; waits up to ``timeout`` seconds when there are none. A
+        trial that reported waits, and reports nothing more, until ``acknowledge``."""
 
     def acknowledge(self) -> None:
         """The results returned by the last poll are durable: let their trials go on."""

@@ -1,0 +1,152 @@
+"""The Executor contract, run against every executor (local processes, the simulator; Ray
+joins later): what the loop may rely on, whatever carries the trials."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+
+from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.core.trial import (Cancel, Event, FailureCause, Launch, ResultReported, Stop,
+                                  TrialFailed, TrialFinished, TrialStarted)
+
+
+@dataclass
+class Backend:
+    make: Callable[[], Any]
+    config: dict
+    steps: int
+
+    def poll(self, ex: Any, ack: bool = True) -> list[Event]:
+        from hypersack.sim.clock import SimulationStalled
+        try:
+            events = ex.poll(0.05)
+        except SimulationStalled:
+            events = []
+        if ack:
+            ex.acknowledge()
+        return events
+
+    def until(self, ex: Any, done: Callable[[list[Event]], bool], ack: bool = True,
+              timeout: float = 60.0) -> list[Event]:
+        events: list[Event] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            events += self.poll(ex, ack)
+            if done(events):
+                return events
+        raise AssertionError(f"timed out; events so far: {events}")
+
+
+def _local(tmp_path) -> Backend:
+    from hypersack.runtime.devices import default_slots
+    from hypersack.runtime.executors.local import LocalExecutor
+    from hypersack.runtime.trainable import TrainableRef
+
+    def make() -> Any:
+        return LocalExecutor(default_slots(2, gpus=[]), TrainableRef.of("trainables:checkpointing"),
+                             trial_dir=lambda t: tmp_path / f"trial-{t}", metric="score")
+    return Backend(make, {"x": 0.5, "steps": 4, "sleep": 0.05}, 4)
+
+
+def _sim(tmp_path) -> Backend:
+    from hypersack.sim.curves import CurveParams, ParametricCurves
+    from hypersack.sim.executor import SimExecutor
+    from hypersack.sim.perf import PerfModel, PerfParams, ProfileTable, WorkloadKeys
+
+    table = ProfileTable.from_list([{"arch": "A100", "batch_size": 64, "step_time_s": 10,
+                                     "utilization": 60, "memory_gb": 4, "cpus": 2}])
+    perf = PerfModel(table, WorkloadKeys(batch_size_key="bs"),
+                     PerfParams.from_dict({"startup_s": 2.0, "checkpoint_s": 0.0}), ["A100"],
+                     steps_for=lambda c: 4)
+
+    def make() -> Any:
+        cluster = Cluster([Node("n0", 16, tuple(GPU(str(i), "A100", 40) for i in range(2)))])
+        return SimExecutor(cluster, perf, ParametricCurves("score", CurveParams(), noise=0.0),
+                           steps_for=lambda c: 4)
+    return Backend(make, {"bs": 64, "lr": 0.01}, 4)
+
+
+@pytest.fixture(params=["local", "sim"])
+def backend(request, tmp_path):
+    made: list[Any] = []
+    factory = {"local": _local, "sim": _sim}[request.param](tmp_path)
+    original = factory.make
+
+    def make() -> Any:
+        ex = original()
+        ex.start()
+        made.append(ex)
+        return ex
+    factory.make = make
+    yield factory
+    for ex in made:
+        ex.shutdown(kill=True)
+
+
+def _device(ex: Any, i: int = 0) -> tuple[str, str]:
+    node, gpu = list(ex.inventory().gpus())[i]
+    return (node.id if hasattr(node, "id") else node, gpu.id)
+
+
+def _of(events: list[Event], trial_id: int, kind: type) -> list[Any]:
+    return [e for e in events if isinstance(e, kind) and e.trial_id == trial_id]
+
+
+def test_a_trial_starts_reports_increasing_steps_and_finishes(backend):
+    ex = backend.make()
+    ex.submit(Launch(0, backend.config, seed=1, attempt=1, devices=(_device(ex),)))
+    events = backend.until(ex, lambda ev: bool(_of(ev, 0, TrialFinished)))
+    mine = [e for e in events if getattr(e, "trial_id", None) == 0]
+    assert isinstance(mine[0], TrialStarted) and isinstance(mine[-1], TrialFinished)
+    steps = [e.step for e in mine if isinstance(e, ResultReported)]
+    assert steps == list(range(1, backend.steps + 1))
+    assert not _of(events, 0, TrialFailed)
+
+
+def test_a_report_waits_for_its_acknowledgement(backend):
+    ex = backend.make()
+    ex.submit(Launch(0, backend.config, seed=1, attempt=1, devices=(_device(ex),)))
+    events = backend.until(ex, lambda ev: bool(_of(ev, 0, ResultReported)), ack=False)
+    for _ in range(10):
+        events += backend.poll(ex, ack=False)
+    assert len(_of(events, 0, ResultReported)) == 1       # blocked until acknowledged
+    ex.acknowledge()
+    events = backend.until(ex, lambda ev: len(_of(ev, 0, ResultReported)) >= 1, ack=False)
+    assert _of(events, 0, ResultReported)[0].step == 2
+
+
+def test_a_stop_ends_the_trial_at_its_next_report(backend):
+    ex = backend.make()
+    ex.submit(Launch(0, backend.config, seed=1, attempt=1, devices=(_device(ex),)))
+    backend.until(ex, lambda ev: bool(_of(ev, 0, ResultReported)), ack=False)
+    ex.submit(Stop(0, "paused"))
+    ex.acknowledge()
+    events = backend.until(ex, lambda ev: bool(_of(ev, 0, TrialFinished)))
+    assert len(_of(events, 0, ResultReported)) <= 1 and not _of(events, 0, TrialFailed)
+
+
+def test_a_cancel_fails_the_trial_as_cancelled_and_frees_its_device(backend):
+    ex = backend.make()
+    device = _device(ex)
+    ex.submit(Launch(0, backend.config, seed=1, attempt=1, devices=(device,)))
+    backend.until(ex, lambda ev: bool(_of(ev, 0, TrialStarted)))
+    ex.submit(Cancel(0, "timed out"))
+    events = backend.until(ex, lambda ev: bool(_of(ev, 0, TrialFailed)))
+    (failed,) = _of(events, 0, TrialFailed)
+    assert failed.cause is FailureCause.CANCELLED and failed.reason == "timed out"
+    ex.submit(Launch(1, backend.config, seed=2, attempt=1, devices=(device,)))
+    events = backend.until(ex, lambda ev: bool(_of(ev, 1, TrialFinished)))
+    assert not _of(events, 1, TrialFailed) and not _of(events, 0, TrialFinished)
+
+
+def test_the_inventory_names_the_devices_a_launch_may_use(backend):
+    ex = backend.make()
+    devices = [_device(ex, i) for i in range(2)]
+    assert len(set(devices)) == 2
+    for trial_id, device in enumerate(devices):
+        ex.submit(Launch(trial_id, backend.config, seed=trial_id, attempt=1, devices=(device,)))
+    events = backend.until(ex, lambda ev: all(_of(ev, t, TrialFinished) for t in (0, 1)))
+    assert {_of(events, t, TrialStarted)[0].trial_id for t in (0, 1)} == {0, 1}
