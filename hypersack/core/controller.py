@@ -135,16 +135,22 @@ class Controller:
             out.append(self._launch(record, now))
         return out
 
+    def _placer(self) -> Allocator:
+        if self.allocator is None:      # a loop bug: placed launches need an inventory
+            raise RuntimeError("the controller has no inventory (set_inventory)")
+        return self.allocator
+
     def _launch_placed(self, now: float) -> list[Launch]:
+        allocator = self._placer()
         queued = [self.trials[t] for t in self._queue]
-        placed = self.allocator.place(queued)
+        placed = allocator.place(queued)
         out = [self._launch(r, now, placed[r.trial_id]) for r in queued if r.trial_id in placed]
         self._queue = deque(t for t in self._queue if t not in placed)
-        while not self._queue and self.allocator.has_room(self._latest()):
+        while not self._queue and allocator.has_room(self._latest()):
             record = self._create(now)
             if record is None:
                 break
-            spot = self.allocator.place([record])
+            spot = allocator.place([record])
             if not spot:
                 self._queue.append(record.trial_id)
                 break
@@ -167,7 +173,7 @@ class Controller:
         """With every device idle, a queued trial that still does not fit never will: fail it."""
         for trial_id in list(self._queue):
             record = self.trials[trial_id]
-            why = self.allocator.unplaceable(record)
+            why = self._placer().unplaceable(record)
             if why is not None:
                 self._queue.remove(trial_id)
                 self._finish(record, TrialState.FAILED, now, error=f"no device can run this trial: {why}")
@@ -235,7 +241,7 @@ class Controller:
         record.attempts += 1
         record.started_at = now
         record.error = record.traceback = None
-        record.devices = [tuple(d) for d in devices]
+        record.devices = [(str(node), str(gpu)) for node, gpu in devices]
         record.info.update(self.algorithm.trial_info(record.trial_id))
         self._changed.add(record.trial_id)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
@@ -419,7 +425,7 @@ class Controller:
     def interrupted(self) -> bool:
         return self._interrupted
 
-    def _stop_running(self, reason: str) -> list[Command]:
+    def _stop_running(self, reason: StopReason) -> list[Command]:
         out: list[Command] = []
         for record in self.trials.values():
             if record.state is TrialState.RUNNING and record.stop_reason in (None, _TIME_BUDGET):
@@ -530,7 +536,7 @@ def best_record(records: Iterable[TrialRecord], objective: Objective) -> TrialRe
     best: TrialRecord | None = None
     for r in records:
         if r.value is not None and r.state is not TrialState.FAILED:
-            if best is None or objective.better(r.value, best.value):
+            if best is None or best.value is None or objective.better(r.value, best.value):
                 best = r
     return best
 

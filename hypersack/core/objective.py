@@ -43,7 +43,7 @@ class Objective:
             if unknown:
                 field = sorted(unknown)[0]
                 raise ConfigError(f"objective.{field}", spec[field], "is not a field (metric, mode)")
-            return cls(spec.get("metric"), spec.get("mode"))
+            return cls(spec.get("metric"), spec.get("mode"))  # type: ignore[arg-type]  # checked by __post_init__
         if isinstance(spec, (tuple, list)) and len(spec) == 2:
             return cls(spec[0], spec[1])
         if isinstance(spec, str):
@@ -65,4 +65,4 @@ class Objective:
         return max(finite) if self.mode == "max" else min(finite)
 
     def to_dict(self) -> dict[str, str]:
-        return {"metric": self.metric, "mode": self.mode}
+        return {"metric": self.metric, "mode": str(self.mode)}

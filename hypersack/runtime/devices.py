@@ -60,7 +60,7 @@ def slots_cluster(slots: list[Slot], node_id: str = "local", oversubscription: f
             for key, slot in seen.items()]
     if cpus is None:
         cpus = len(gpus) * max(1, math.ceil(oversubscription))
-    return Cluster([Node(node_id, cpus, gpus)])
+    return Cluster([Node(node_id, cpus, tuple(gpus))])
 
 
 def detect_gpus() -> list[int]:

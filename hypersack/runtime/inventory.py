@@ -26,7 +26,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 from hypersack.errors import ConfigError, MissingDependencyError
 from hypersack.runtime.nvml import DeviceInfo, NvmlSource, NvmlUnavailable
@@ -121,11 +121,11 @@ def _match_entry(devices: list[DeviceInfo], entry: str) -> DeviceInfo | None:
 
 def _placement() -> Any:
     """The public placement API (``hypersack.placement``, else its home in core)."""
+    import importlib
     try:
-        import hypersack.placement as placement
+        return importlib.import_module("hypersack.placement")
     except ImportError:
-        import hypersack.core.placement as placement
-    return placement
+        return importlib.import_module("hypersack.core.placement")
 
 
 def gpu_from_device(device: DeviceInfo, overrides: Mapping[str, float] | None = None) -> Any:
@@ -147,7 +147,8 @@ def cluster_from_nvml(source: NvmlSource, *, node_id: str | None = None, cpus: i
     overrides = _check_overrides(oversubscription)
     if cuda_visible is ...:
         cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    devices = [d for d in visible_devices(source.snapshot(), cuda_visible) if not d.lost]
+    devices = [d for d in visible_devices(source.snapshot(), cast("str | None", cuda_visible))
+               if not d.lost]
     p = _placement()
     node = p.Node(id=node_id or socket.gethostname(), cpus=cpus or os.cpu_count() or 1,
                   gpus=[gpu_from_device(d, overrides) for d in devices])

@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from hypersack.core.algorithms import Algorithm
 from hypersack.core.controller import Controller
@@ -60,7 +60,7 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.count = 0
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_Interrupts":
         if threading.current_thread() is threading.main_thread():

@@ -99,7 +99,7 @@ def _gpu_cluster(nvml: Any, oversubscription: Any) -> Any | None:
 
 def _with_ratio(cluster: Any, ratio: float) -> Any:
     from hypersack.core.placement import Cluster, Node
-    return Cluster([Node(n.id, n.cpus, [dataclasses.replace(g, oversubscription=ratio) for g in n.gpus])
+    return Cluster([Node(n.id, n.cpus, tuple(dataclasses.replace(g, oversubscription=ratio) for g in n.gpus))
                     for n in cluster.nodes])
 
 

@@ -48,7 +48,7 @@ def encode(message: Message) -> tuple:
 
 def decode(wire: tuple) -> Message:
     """The message a wire tuple encodes; ``ValueError`` for an unknown tag or arity."""
-    cls = _REGISTRY.get(wire[0]) if isinstance(wire, tuple) and wire else None
+    cls: Any = _REGISTRY.get(wire[0]) if isinstance(wire, tuple) and wire else None
     if cls is None:
         raise ValueError(f"not a HyperSack message: {str(wire)[:80]}")
     names = [f.name for f in fields(cls)]  # type: ignore[arg-type]

@@ -303,7 +303,7 @@ def _nvml_reader(nvml: Any = None,
         source = NvmlSource(nvml).open()
         if cuda_visible is ...:
             cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        devices = visible_devices(source.snapshot(), cuda_visible)
+        devices = visible_devices(source.snapshot(), cuda_visible if isinstance(cuda_visible, str) else None)
     except (MissingDependencyError, NvmlUnavailable):
         return None
     if not devices:
@@ -352,7 +352,7 @@ def profile_trainable(fn: Callable[[dict, Any], Any], config: dict[str, Any], n_
         ctx = TrialContext(trial_id=0, seed=0, device=device, attempt=1, trial_dir=Path(tmp),
                            channel=_ProfilingChannel(sampler, owner))
         ctx.sampler = _TrackedSampler(sampler, ctx)
-        ctx.sampler_used = False
+        ctx.sampler_used = False  # type: ignore[attr-defined]  # read by _ProfilingChannel
         owner.append(ctx)
         sampler.mark()
         try:

@@ -142,7 +142,8 @@ class ProfileStore:
             "memory_floor_gb = MAX(COALESCE(memory_floor_gb, 0), excluded.memory_floor_gb), "
             "ooms = ooms + 1, updated_at = excluded.updated_at",
             (key.signature, key.batch_size, key.arch, float(device_memory_gb), time.time()))
-        return float(self._row(key)[1])
+        row = self._row(key)
+        return float(row[1]) if row is not None else float(device_memory_gb)
 
     def memory_floor(self, key: ProfileKey) -> float | None:
         """The OOM-corrected memory floor of ``key`` in GiB, None if it never ran out of memory."""

@@ -418,7 +418,7 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
 
 def _free_space(path: Path) -> str:
     try:
-        free = shutil.disk_usage(path.resolve().parent).free
+        free = float(shutil.disk_usage(path.resolve().parent).free)
     except OSError:
         return "unknown space"
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):

@@ -49,7 +49,8 @@ class WorkerProcess:
         parent, child = mp.Pipe(duplex=True)      # a socket pair on POSIX
         child_fd = child.fileno()
         environ = {**os.environ, **env, SYS_PATH_VAR: json.dumps([_absolute(p) for p in sys.path])}
-        command = [sys.executable, *subprocess._args_from_interpreter_flags(), "-c", BOOTSTRAP,
+        flags = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
+        command = [sys.executable, *flags, "-c", BOOTSTRAP,
                    str(child_fd)]
         exit_r, exit_w = os.pipe()                # fallback sentinel: EOF once the child is gone
         try:

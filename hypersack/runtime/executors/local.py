@@ -151,7 +151,8 @@ class LocalExecutor:
     def _launch_member(self, launch: Launch) -> None:
         """A fusing trial joins a pack on its placed device (without placement: any pack's),
         or starts one there (without placement: on a free device)."""
-        assert self._packs is not None
+        if self._packs is None:         # a loop bug: only fusing launches come here
+            raise RuntimeError(f"trial {launch.trial_id} fuses, but the study has no pack plan")
         if launch.devices:
             slot = self._slot(launch.devices[0][1], launch.trial_id)
             self._packs.launch(launch, [slot.key], lambda: slot)
@@ -207,11 +208,12 @@ class LocalExecutor:
         busy = self._busy_workers()
         waitables = [w.pipe.conn for w in busy] + [w.process.sentinel for w in busy + self._pool.idle]
         wait(waitables, timeout=0 if events else timeout)
-        pack_of = {id(p.worker): p for p in self._packs.packs} if self._packs else {}
+        host = self._packs
+        pack_of = {id(p.worker): p for p in host.packs} if host is not None else {}
         for w in busy:
             pack = pack_of.get(id(w))
-            if pack is not None:
-                events.extend(self._watch(self._packs.drain(pack)))
+            if pack is not None and host is not None:
+                events.extend(self._watch(host.drain(pack)))
                 continue
             job = self._jobs.get(w.trial_id) if w.trial_id is not None else None
             if job is None or w not in job.workers:

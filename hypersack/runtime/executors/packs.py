@@ -138,7 +138,7 @@ class PackHost:
             pack.failed = True
             cause = FailureCause.OOM if message.oom else FailureCause.ERROR
             return self._fail_members(pack, message.reason, message.traceback, cause)
-        trial_id = getattr(message, "trial_id", None)
+        trial_id: int = getattr(message, "trial_id", -1)
         if isinstance(message, (Done, Failed)):
             pack.members.discard(trial_id)
         if self.members.get(trial_id) is not pack:
