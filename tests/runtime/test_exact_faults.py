@@ -107,6 +107,7 @@ def _assert_exact(db: Path) -> None:
 def test_random_driver_and_worker_kills_leave_exact_results(tmp_path):
     spec = importlib.util.spec_from_file_location("fault_injection", ROOT / "benchmarks" / "fault_injection.py")
     faults = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = faults           # dataclasses look their module up while defined
     spec.loader.exec_module(faults)
     outcome = faults.run_faults(driver_kills=3, worker_kills=3, seed=5, trials=4, steps=8,
                                 sleep_s=0.05, folder=tmp_path)
