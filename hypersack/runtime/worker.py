@@ -172,7 +172,9 @@ def _join_world(world: dict[str, Any], device: str):
 
     import torch.distributed as dist
     rank = int(world["rank"])
-    backend = "nccl" if device.startswith("cuda") else "gloo"
+    # HYPERSACK_DIST_BACKEND (a slot's env) overrides: gloo lets two ranks share one GPU.
+    backend = os.environ.get("HYPERSACK_DIST_BACKEND") or ("nccl" if device.startswith("cuda")
+                                                           else "gloo")
     timeout = datetime.timedelta(seconds=300)
     store = dist.TCPStore("127.0.0.1", int(world["port"]), size, is_master=rank == 0,
                           timeout=timeout)
