@@ -119,9 +119,10 @@ def make_plan(mode: str, device: str) -> dict[str, Any]:
     }
     if tiny:
         plan["workloads"]["resnet18_cifar"]["train_size"] = 16
+    # Hard caps: their sum bounds the whole run (full < 20 min, quick < 8 min on one GPU).
     limits = {"tiny": {0: 60, 1: 60, 2: 60, 3: 90, 4: 180, 5: 240, 6: 120, 7: 120},
-              "quick": {0: 60, 1: 60, 2: 60, 3: 90, 4: 150, 5: 180, 6: 60, 7: 60},
-              "full": {0: 60, 1: 60, 2: 90, 3: 120, 4: 420, 5: 420, 6: 90, 7: 90}}[mode]
+              "quick": {0: 45, 1: 45, 2: 45, 3: 60, 4: 120, 5: 90, 6: 40, 7: 30},
+              "full": {0: 45, 1: 60, 2: 60, 3: 120, 4: 390, 5: 390, 6: 60, 7: 60}}[mode]
     plan["limits"] = {str(k): v for k, v in limits.items()}
     return plan
 
@@ -384,7 +385,9 @@ def _refused(work: Path) -> dict:
     refusing.write_text("#!/bin/sh\necho 'Insufficient Permissions' >&2\nexit 1\n")
     refusing.chmod(0o755)
     daemon = MpsDaemon(work / "refused", binary=str(refusing), timeout_s=5)
-    started = daemon.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        started = daemon.start()
     return {"ok": started is False and daemon.env_for(50.0) == {} and bool(daemon.reason),
             "reason": daemon.reason}
 
@@ -733,12 +736,11 @@ def hold_memory(config: dict, ctx: Any) -> None:
     error text a CUDA OOM has."""
     import fcntl
     import time as _time
-
-    import torch
     start = _time.time()
     fraction = float(config["fraction"])
     held = None
     if ctx.device.startswith("cuda"):
+        import torch
         total = torch.cuda.mem_get_info()[1]
         held = torch.empty(int(total * fraction), dtype=torch.uint8, device=ctx.device)
     else:
@@ -891,23 +893,29 @@ def run_check(number: int, plan: dict, out: Path, env: dict[str, str]) -> dict[s
 
 
 def _wait_or_stop(proc: subprocess.Popen, limit: float) -> bool:
-    """Wait up to ``limit`` s; then SIGINT the group (context managers stop MPS), then SIGKILL."""
+    """Wait up to ``limit`` s; True if it had to be stopped: SIGINT to the group first (context
+    managers stop MPS, studies end their workers), SIGKILL 15 s later. Whatever is left of the
+    group afterwards (orphaned workers) is killed either way."""
+    timed_out = False
     try:
         proc.wait(timeout=limit)
-        return False
     except subprocess.TimeoutExpired:
-        pass
-    for sig, grace in ((signal.SIGINT, 15.0), (signal.SIGKILL, 5.0)):
+        timed_out = True
+        _signal_group(proc.pid, signal.SIGINT)
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=grace)
-            break
+            proc.wait(timeout=15.0)
         except subprocess.TimeoutExpired:
-            continue
-    return True
+            pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return timed_out
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 # ---- the report --------------------------------------------------------------------------------
