@@ -481,7 +481,8 @@ def check_makespan(plan: dict, work: Path) -> dict:
     for r in sp3["ratios"]:
         row = run_study(f"wfd-mps-r{r:g}", work, space, sp3["trials"], "resnet18_cifar",
                         placement="wfd", oversubscription=r, **common)
-        rows.append(dict(row, ratio=r, mps=row["mps_fallback"] is None and r > 1))
+        uses_mps = plan["device"] == "cuda" and row["mps_fallback"] is None and r > 1
+        rows.append(dict(row, ratio=r, mps=uses_mps))
     saved = os.environ.get("PATH", "")
     os.environ["PATH"] = _without_mps_on_path()
     try:
