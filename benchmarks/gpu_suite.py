@@ -100,14 +100,15 @@ def make_plan(mode: str, device: str) -> dict[str, Any]:
         "profile_iters": 3 if tiny else 10,
         "sp3": {"trials": 2 if tiny else (8 if mode == "quick" else 16),
                 "epochs": 1 if tiny else 2,
-                "trial_s": 0 if tiny else (4.0 if mode == "quick" else 6.0),
+                "trial_s": 0 if tiny else (3.0 if mode == "quick" else 6.0),
                 "ratios": [2.0] if tiny else ([2.5, 4.0] if mode == "quick"
                                              else [1.0, 2.0, 2.5, 3.0, 4.0]),
                 "time_slicing_ratio": 2.0 if tiny else 2.5,
                 "workers": 1 if device == "cpu" else None},
-        "fusion": {"workloads": ["gpt_lm"] if tiny else list(WORKLOADS),
-                   "n": [1, 2] if tiny else ([1, 32] if mode == "quick" else [1, 4, 16, 32, 64]),
-                   "steps": 2 if tiny else (10 if mode == "quick" else 20),
+        "fusion": {"workloads": ["gpt_lm"] if tiny else (list(SMALL_MODELS) if mode == "quick"
+                                                         else list(WORKLOADS)),
+                   "n": [1, 2] if tiny else ([32] if mode == "quick" else [1, 8, 32, 64]),
+                   "steps": 2 if tiny else (10 if mode == "quick" else 15),
                    "warmup": 1 if tiny else 3, "procs_max_n": 2 if tiny else 32,
                    "memory_fraction": 0.85,
                    "study": {"trials": 2 if tiny else (16 if mode == "quick" else 32),
@@ -121,8 +122,8 @@ def make_plan(mode: str, device: str) -> dict[str, Any]:
         plan["workloads"]["resnet18_cifar"]["train_size"] = 16
     # Hard caps: their sum bounds the whole run (full < 20 min, quick < 8 min on one GPU).
     limits = {"tiny": {0: 60, 1: 60, 2: 60, 3: 90, 4: 180, 5: 240, 6: 120, 7: 120},
-              "quick": {0: 45, 1: 45, 2: 45, 3: 60, 4: 120, 5: 90, 6: 40, 7: 30},
-              "full": {0: 45, 1: 60, 2: 60, 3: 120, 4: 390, 5: 390, 6: 60, 7: 60}}[mode]
+              "quick": {0: 30, 1: 35, 2: 40, 3: 45, 4: 120, 5: 150, 6: 30, 7: 25},
+              "full": {0: 40, 1: 50, 2: 50, 3: 90, 4: 380, 5: 480, 6: 45, 7: 50}}[mode]
     plan["limits"] = {str(k): v for k, v in limits.items()}
     return plan
 
@@ -989,6 +990,8 @@ def run_suite(args: argparse.Namespace) -> int:
     plan = make_plan(mode, "cpu" if device == "none" else device)
     for key, value in (args.limit or []):
         plan["limits"][str(key)] = value
+    if args.fusion_n:
+        plan["fusion"]["n"] = args.fusion_n
     (out / "work" / "plan.json").write_text(json.dumps(plan, indent=2))
     wanted = [0] + [n for n in range(1, 8) if not args.only or n in args.only]
     checks = []
@@ -1001,6 +1004,8 @@ def run_suite(args: argparse.Namespace) -> int:
                            "figures": {}, "goals": {}})
             continue
         env = python_env()
+        if device == "cpu":
+            env.setdefault("OMP_NUM_THREADS", "1")   # CPU mode: no thread-pool contention
         if number != 7 and device == "cuda" and "CUDA_VISIBLE_DEVICES" not in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = "0"     # one GPU for every check but the two ranks
         print(f"[gpu_suite] check {number} {CHECK_NAMES[number]} (limit "
@@ -1054,6 +1059,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated check numbers (1-7); detection always runs")
     p.add_argument("--limit", type=_limit, action="append",
                    help="override a check's time limit: N=SECONDS (repeatable)")
+    p.add_argument("--fusion-n", type=lambda s: [int(x) for x in s.split(",") if x],
+                   help="check 5's pack sizes, e.g. 1,2,4,8,16,32,64 (default: by mode)")
     p.add_argument("--save-results", action="store_true",
                    help="also copy the JSON to benchmarks/results/gpu-<device>-<date>.json")
     p.add_argument("--run-check", type=int, help=argparse.SUPPRESS)
