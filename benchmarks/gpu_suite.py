@@ -1030,8 +1030,21 @@ def run_suite(args: argparse.Namespace) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / "gpu_results.json", target)
         print(f"[gpu_suite] saved {target}")
+    _print_failed_logs(checks)
     print(table)
     return 0 if results["passed"] else 1
+
+
+def _print_failed_logs(checks: list[dict], lines: int = 12) -> None:
+    """The end of each failed check's log (before the table, which stays last): on a leased
+    machine the printed output may be all that comes back."""
+    for check in checks:
+        log = check.get("log")
+        if check["status"] != "fail" or not log or not Path(log).exists():
+            continue
+        tail = Path(log).read_text(errors="replace").strip().splitlines()[-lines:]
+        print(f"--- check {check['id']} {check['name']}: last {len(tail)} lines of {log}")
+        print("\n".join(tail))
 
 
 def _cuda_available() -> bool:
