@@ -41,6 +41,7 @@ No network is needed: the data is synthetic.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -54,7 +55,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -163,20 +164,16 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def in_dir(path: Path):
-    """Context manager: run with ``path`` as the working directory (studies put trials there)."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def cd():
-        path.mkdir(parents=True, exist_ok=True)
-        old = os.getcwd()
-        os.chdir(path)
-        try:
-            yield path
-        finally:
-            os.chdir(old)
-    return cd()
+@contextlib.contextmanager
+def in_dir(path: Path) -> Iterator[Path]:
+    """Run with ``path`` (created) as the working directory: studies put their trials there."""
+    path.mkdir(parents=True, exist_ok=True)
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield path
+    finally:
+        os.chdir(old)
 
 
 # ---- check 0: what is here ---------------------------------------------------------------------
