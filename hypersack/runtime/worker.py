@@ -172,9 +172,7 @@ def _join_world(world: dict[str, Any], device: str):
 
     import torch.distributed as dist
     rank = int(world["rank"])
-    # HYPERSACK_DIST_BACKEND (a slot's env) overrides: gloo lets two ranks share one GPU.
-    backend = os.environ.get("HYPERSACK_DIST_BACKEND") or ("nccl" if device.startswith("cuda")
-                                                           else "gloo")
+    backend = dist_backend(device)
     timeout = datetime.timedelta(seconds=300)
     store = dist.TCPStore("127.0.0.1", int(world["port"]), size, is_master=rank == 0,
                           timeout=timeout)
@@ -191,6 +189,13 @@ def _join_world(world: dict[str, Any], device: str):
             return flag
         return store.get(key) == b"1"
     return World(rank, size), sync
+
+
+def dist_backend(device: str) -> str:
+    """NCCL on a GPU, gloo on the CPU; ``HYPERSACK_DIST_BACKEND`` (set in a slot's env)
+    overrides it: gloo lets two ranks share one GPU, which NCCL refuses."""
+    return os.environ.get("HYPERSACK_DIST_BACKEND") or ("nccl" if device.startswith("cuda")
+                                                        else "gloo")
 
 
 def _leave_world(world) -> None:
