@@ -427,14 +427,21 @@ def sp3_space(plan: dict, train_size: int) -> dict[str, Any]:
 
 
 def calibrate_train_size(plan: dict) -> int:
-    """Training samples for one SP3 trial to last about ``trial_s`` seconds alone (batch 64)."""
+    """Training samples for one SP3 trial to last about ``trial_s`` seconds alone (batch 64).
+
+    Profiled in a child process: this process must hold no CUDA context of its own while the
+    studies' MPS daemons serve their trials."""
     if not plan["sp3"]["trial_s"]:
         return plan["workloads"]["resnet18_cifar"]["train_size"]
-    from hypersack.runtime.profiler import profile_trainable
-    from hypersack.workloads.vision import train_resnet18
     config = dict(plan["workloads"]["resnet18_cifar"], batch_size=64, epochs=10**6)
-    profile = profile_trainable(train_resnet18, config, n_iters=10, device=torch_device(plan))
-    steps = plan["sp3"]["trial_s"] / max(profile.time_per_iter_s, 1e-4) / plan["sp3"]["epochs"]
+    seconds = run_python(
+        "import json\n"
+        "from hypersack.runtime.profiler import profile_trainable\n"
+        "from hypersack.workloads.vision import train_resnet18\n"
+        f"p = profile_trainable(train_resnet18, {config!r}, n_iters=10, "
+        f"device={torch_device(plan)!r})\n"
+        "print(json.dumps(p.time_per_iter_s))\n", timeout=120)
+    steps = plan["sp3"]["trial_s"] / max(float(seconds), 1e-4) / plan["sp3"]["epochs"]
     return int(min(50_000, max(512, steps * 64)))
 
 
@@ -673,6 +680,8 @@ def measure(job: dict) -> dict:
     if job["what"] == "memory":
         from hypersack.fusion.memory import measure_member_memory
         profile = measure_member_memory(task, job["config"], device)
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()      # the probe packs' cached blocks are not "used"
         free = torch.cuda.mem_get_info()[0] if device.startswith("cuda") else 0
         return {"measured": profile.measured, "base_bytes": profile.base_bytes,
                 "per_member_bytes": profile.per_member_bytes, "free_bytes": free}
