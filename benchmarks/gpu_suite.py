@@ -60,13 +60,11 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_checks_device import (_refused, _stale_recovery, check_detect, check_mps,  # noqa: E402,F401
-                               check_nvml_monitor, check_profiles)
-from gpu_checks_fusion import (_fusion_goals, _ratios, _too_big, check_fusion,  # noqa: E402,F401
-                               measure)
-from gpu_checks_studies import (_without_mps_on_path, check_data_parallel,  # noqa: E402,F401
-                                check_makespan, check_oom, hold_memory, sp3_space)
-from gpu_common import (ROOT, SMALL_MODELS, WORKLOADS, CheckFailed, _last_line,  # noqa: E402,F401
+from gpu_checks_device import (check_detect, check_mps, check_nvml_monitor,  # noqa: E402
+                               check_profiles)
+from gpu_checks_fusion import check_fusion, measure  # noqa: E402
+from gpu_checks_studies import check_data_parallel, check_makespan, check_oom  # noqa: E402
+from gpu_common import (ROOT, SMALL_MODELS, WORKLOADS, CheckFailed, _last_line,  # noqa: E402
                         python_env, run_python)
 
 SCHEMA = "hypersack.gpu_suite/1"

@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests" / "runtime"))
 
+import gpu_checks_device  # noqa: E402
+import gpu_checks_fusion  # noqa: E402
+import gpu_checks_studies  # noqa: E402
 import gpu_suite  # noqa: E402
 from test_mps import FAKE  # noqa: E402  (the fake nvidia-cuda-mps-control of the MPS tests)
 
@@ -145,40 +148,40 @@ def test_fusion_ratios_goals_and_memory_skips():
         rows += [{"workload": name, "n": 32, "mode": "fused", "model_steps_per_s": 120.0},
                  {"workload": name, "n": 32, "mode": "procs", "model_steps_per_s": procs},
                  {"workload": name, "n": 32, "mode": "loop", "model_steps_per_s": 60.0}]
-    gpu_suite._ratios(rows)
+    gpu_checks_fusion._ratios(rows)
     assert [r.get("fused_speedup") for r in rows] == [None, 15.0, 2.0, None, 10.0, 2.0]
-    goal = gpu_suite._fusion_goals(rows)["fused_vs_procs_at_n32"]
+    goal = gpu_checks_fusion._fusion_goals(rows)["fused_vs_procs_at_n32"]
     assert goal["value"] == {"resnet18_cifar": 15.0, "mobilenet_v3_small": 10.0}
     assert goal["met"] is True
     rows[1]["fused_speedup"] = 9.9
-    assert gpu_suite._fusion_goals(rows)["fused_vs_procs_at_n32"]["met"] is False
+    assert gpu_checks_fusion._fusion_goals(rows)["fused_vs_procs_at_n32"]["met"] is False
     memory = {"measured": True, "base_bytes": 2**30, "per_member_bytes": 2**30,
               "free_bytes": 40 * 2**30}
-    assert gpu_suite._too_big(memory, 30, 0.85) is None
-    assert gpu_suite._too_big(memory, 40, 0.85) == "needs 41.0 GiB, 34.0 GiB usable"
-    assert gpu_suite._too_big({"measured": False}, 10**6, 0.85) is None
+    assert gpu_checks_fusion._too_big(memory, 30, 0.85) is None
+    assert gpu_checks_fusion._too_big(memory, 40, 0.85) == "needs 41.0 GiB, 34.0 GiB usable"
+    assert gpu_checks_fusion._too_big({"measured": False}, 10**6, 0.85) is None
 
 
 def test_mps_check_fails_clearly_without_the_control_program(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(gpu_suite.CheckFailed, match="nvidia-cuda-mps-control is not on PATH"):
-        gpu_suite.check_mps(gpu_suite.make_plan("tiny", "cpu"), tmp_path)
+        gpu_checks_device.check_mps(gpu_suite.make_plan("tiny", "cpu"), tmp_path)
 
 
 def test_refused_mps_falls_back_to_time_slicing(tmp_path):
-    got = gpu_suite._refused(tmp_path)
+    got = gpu_checks_device._refused(tmp_path)
     assert got["ok"] is True and "Insufficient Permissions" in got["reason"]
 
 
 def test_stale_daemon_is_recovered_with_the_fake_control(fake_mps, tmp_path):
-    assert gpu_suite._stale_recovery(tmp_path / "crashed") is True
+    assert gpu_checks_device._stale_recovery(tmp_path / "crashed") is True
     assert [c["what"] for c in fake_mps()] == ["start", "quit", "start", "quit"]
 
 
 def test_path_without_mps_forces_time_slicing(fake_mps):
     from hypersack.runtime.mps import MPS_CONTROL
     assert any((Path(d) / MPS_CONTROL).exists() for d in os.environ["PATH"].split(os.pathsep))
-    stripped = gpu_suite._without_mps_on_path()
+    stripped = gpu_checks_studies._without_mps_on_path()
     assert not any((Path(d) / MPS_CONTROL).exists() for d in stripped.split(os.pathsep))
 
 
@@ -190,7 +193,7 @@ def test_the_cpu_memory_holder_fails_like_a_cuda_oom(tmp_path):
     class Ctx:
         device, attempt = "cpu", 1
     with pytest.raises(RuntimeError) as info:
-        gpu_suite.hold_memory({"fraction": 0.6, "ledger": str(ledger), "steps": 1,
+        gpu_checks_studies.hold_memory({"fraction": 0.6, "ledger": str(ledger), "steps": 1,
                                "step_s": 0.0}, Ctx())
     assert is_oom(info.value)
     assert ledger.read_text() == "0.5"                  # nothing was taken
@@ -198,7 +201,7 @@ def test_the_cpu_memory_holder_fails_like_a_cuda_oom(tmp_path):
 
 def test_sp3_space_is_a_resnet_study():
     plan = gpu_suite.make_plan("full", "cuda")
-    space = gpu_suite.sp3_space(plan, 8192)
+    space = gpu_checks_studies.sp3_space(plan, 8192)
     assert space["train_size"] == 8192 and space["width"] == 64
     assert space["batch_size"]["choices"] == [32, 64, 128]
     assert space["optimizer"]["choices"] == ["sgd", "adam"]
