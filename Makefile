@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test venv bench clean gpu-check
 
 # pip's own progress is shown (a first install takes minutes: torch alone is large);
 # --no-warn-script-location and --disable-pip-version-check only trim noise.
@@ -36,6 +36,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+
+# Every GPU path and the headline figures (README "GPU check"); needs a CUDA build of torch.
+# GPU_FLAGS=--quick for the short run; results in $(GPU_OUT) and benchmarks/results/.
+GPU_OUT ?= gpu-check-results
+GPU_FLAGS ?=
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_suite.py --out $(GPU_OUT) --save-results $(GPU_FLAGS)
 
 clean:
 	rm -rf $(VENV) hypersack.db hypersack.db-wal hypersack.db-shm hypersack-runs

@@ -199,7 +199,7 @@ class Harness:
             raise RuntimeError(f"the driver failed (exit code {proc.returncode}): {text[-2000:]}")
 
     def _check(self) -> None:
-        from hypersack.workloads.synthetic import chain_values
+        from hypersack.workloads.chain import chain_values
         o = self.outcome
         time.sleep(0.5)
         o.orphans = sum(1 for pid in self.known_workers if _alive(pid))

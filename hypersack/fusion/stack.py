@@ -100,6 +100,9 @@ class FusedStack:
         self._dropouts = [m for _, m in dropout_layers(self.base)]
         self._norms = [m for _, m in batchnorm_layers(self.base)]
         self._drop_shapes = dropout_feature_shapes(template, data.x_train[0])
+        # The pack's floating type: the parameters', since inputs may be integers (token ids).
+        self.dtype = next((p.dtype for p in template.parameters() if p.is_floating_point()),
+                          data.x_train.dtype)
         self.rows: dict[str, torch.Tensor] = {}
         self.host: dict[str, np.ndarray] = {}
         self.slots: list[Slot] = []
@@ -140,7 +143,7 @@ class FusedStack:
     def _member_rows(self, member: Member, model: nn.Module, optimizer: OptimizerConfig,
                      batch_size: int) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
         state = model.state_dict()
-        device, dtype = self._arange.device, self.data.x_train.dtype
+        device, dtype = self._arange.device, self.dtype
         params = {n: state[n].detach().clone() for n in self.param_names}
         ckpt = _checked_checkpoint(member, self.kind, self.param_names)
         opt_state = init_state(optimizer, params) if ckpt is None else ckpt["optimizer"]["state"]
@@ -190,7 +193,7 @@ class FusedStack:
         counts = torch.as_tensor(counts_h, device=device)
         span = self._arange[:width]
         idx = rows["order"].gather(1, (pos[:, None] + span[None]).clamp(max=n - 1))
-        valid = (span[None] < counts[:, None]).to(self.data.x_train.dtype)
+        valid = (span[None] < counts[:, None]).to(self.dtype)
         outputs = self._forward(self.data.x_train[idx], self._dropout_masks(width), valid)
         per_sample = self.task.loss(outputs.flatten(0, 1), self.data.y_train[idx].flatten(0, 1))
         member_loss = (per_sample.view(len(self), width) * valid).sum(1) / counts.to(valid.dtype)
@@ -221,7 +224,7 @@ class FusedStack:
     def _dropout_masks(self, width: int) -> dict[int, torch.Tensor]:
         """Scaled keep-masks ``[N, width, *features]`` per dropout layer some member uses."""
         masks = {}
-        dtype = self.data.x_train.dtype
+        dtype = self.dtype
         for i, shape in enumerate(self._drop_shapes):
             if shape is None or not np.any(self.host[f"drop.{i}"] > 0):
                 continue

@@ -206,7 +206,7 @@ def _join_world(world: WorldSpec, device: str):
 
     import torch.distributed as dist
     rank = world.rank
-    backend = "nccl" if device.startswith("cuda") else "gloo"
+    backend = dist_backend(device)
     timeout = datetime.timedelta(seconds=300)
     store = dist.TCPStore("127.0.0.1", int(world.port or 0), size, is_master=rank == 0,
                           timeout=timeout)
@@ -224,6 +224,13 @@ def _join_world(world: WorldSpec, device: str):
         return store.get(key) == b"1"
     _WORLD_STORE["store"] = store
     return World(rank, size), sync
+
+
+def dist_backend(device: str) -> str:
+    """NCCL on a GPU, gloo on the CPU; ``HYPERSACK_DIST_BACKEND`` (set in a slot's env)
+    overrides it: gloo lets two ranks share one GPU, which NCCL refuses."""
+    return os.environ.get("HYPERSACK_DIST_BACKEND") or ("nccl" if device.startswith("cuda")
+                                                        else "gloo")
 
 
 # The trial's rendezvous store while it runs (rank 0 hosts it: it must outlive the other ranks'

@@ -89,7 +89,7 @@ def test_a_second_driver_is_refused_then_double_ctrl_c_exits_130_and_resume_is_e
 def _assert_exact(db: Path) -> None:
     import json
     import sqlite3
-    from hypersack.workloads.synthetic import chain_values
+    from hypersack.workloads.chain import chain_values
     con = sqlite3.connect(db)
     trials = con.execute("SELECT trial_id, state, config, seed FROM trials").fetchall()
     assert trials

@@ -1,0 +1,237 @@
+"""Check 5 of the GPU suite: fused packs against a Python loop and against one process per
+model, and a fused study against a separate one; ``measure`` is the measuring child's side
+(``gpu_suite.py --measure JOB``)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from gpu_common import SMALL_MODELS, CheckFailed, _last_line, python_env, run_study, torch_device
+
+SUITE = Path(__file__).resolve().with_name("gpu_suite.py")
+
+# ---- check 5: fused packs against a loop and against processes ---------------------------------
+
+def check_fusion(plan: dict, work: Path) -> dict:
+    fusion = plan["fusion"]
+    rows, errors, memories = [], [], {}
+    for name in fusion["workloads"]:
+        config = plan["workloads"][name]
+        memory = measure_in_child(plan, {"what": "memory", "workload": name, "config": config})
+        memories[name] = {"measured": memory["measured"],
+                          "per_member_gb": round(memory["per_member_bytes"] / 2**30, 3),
+                          "base_gb": round(memory["base_bytes"] / 2**30, 3),
+                          "free_gb": round(memory["free_bytes"] / 2**30, 1)}
+        for n in fusion["n"]:
+            skip = _too_big(memory, n, fusion["memory_fraction"])
+            for mode in ("fused", "loop", "procs"):
+                if mode == "procs" and n > fusion["procs_max_n"]:
+                    continue
+                row = {"workload": name, "n": n, "mode": mode}
+                if skip:
+                    rows.append(dict(row, skipped=skip))
+                    continue
+                try:
+                    got = run_procs(plan, name, config, n) if mode == "procs" else \
+                        measure_in_child(plan, {"what": mode, "workload": name,
+                                                "config": config, "n": n})
+                except CheckFailed as exc:
+                    errors.append(f"{name} N={n} {mode}: {exc}")
+                    rows.append(dict(row, error=str(exc)))
+                    continue
+                rows.append(dict(row, model_steps_per_s=round(n * got["steps"] / got["seconds"],
+                                                              2),
+                                 peak_memory_mb=round(got["peak_mb"], 1)))
+    _ratios(rows)
+    figures: dict[str, Any] = {"rows": rows, "memory": memories,
+                               "study": _fused_study(plan, work)}
+    goals = _fusion_goals(rows)
+    if errors:
+        raise CheckFailed("; ".join(errors)[:600], figures, goals)
+    return {"figures": figures, "goals": goals}
+
+
+def _too_big(memory: dict, n: int, fraction: float) -> str | None:
+    if not memory.get("measured"):
+        return None
+    need = memory["base_bytes"] + n * memory["per_member_bytes"]
+    room = memory["free_bytes"] * fraction
+    if need <= room:
+        return None
+    return f"needs {need / 2**30:.1f} GiB, {room / 2**30:.1f} GiB usable"
+
+
+def _ratios(rows: list[dict]) -> None:
+    fused = {(r["workload"], r["n"]): r.get("model_steps_per_s") for r in rows
+             if r["mode"] == "fused"}
+    for r in rows:
+        base = fused.get((r["workload"], r["n"]))
+        if r["mode"] != "fused" and base and r.get("model_steps_per_s"):
+            r["fused_speedup"] = round(base / r["model_steps_per_s"], 2)
+
+
+def _fusion_goals(rows: list[dict]) -> dict:
+    best: dict[str, float] = {}
+    for r in rows:
+        if r["mode"] == "procs" and r["n"] >= 32 and "fused_speedup" in r:
+            best[r["workload"]] = max(best.get(r["workload"], 0.0), r["fused_speedup"])
+    met = bool(best) and all(best.get(name, 0.0) >= 10 for name in SMALL_MODELS)
+    return {"fused_vs_procs_at_n32": {"target": 10.0, "value": best or None, "met": met}}
+
+
+def measure_in_child(plan: dict, job: dict) -> dict:
+    """One measurement in a fresh process (its own peak memory); ``--measure JOB``."""
+    job = dict(job, device=torch_device(plan), steps=plan["fusion"]["steps"],
+               warmup=plan["fusion"]["warmup"])
+    done = subprocess.run([sys.executable, str(SUITE), "--measure",
+                           json.dumps(job)], capture_output=True, text=True, env=python_env(),
+                          timeout=600)
+    if done.returncode != 0:
+        raise CheckFailed(_last_line(done.stderr))
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_procs(plan: dict, name: str, config: dict, n: int) -> dict:
+    """N processes, one model each, started together behind a file barrier; the time from the
+    first one's timed start to the last one's end."""
+    with tempfile.TemporaryDirectory() as barrier:
+        job = {"what": "loop", "workload": name, "config": config, "n": 1,
+               "device": torch_device(plan), "steps": plan["fusion"]["steps"],
+               "warmup": plan["fusion"]["warmup"], "barrier": barrier}
+        procs = [subprocess.Popen([sys.executable, str(SUITE), "--measure",
+                                   json.dumps(dict(job, rank=i))], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=python_env())
+                 for i in range(n)]
+        deadline = time.monotonic() + 300
+        while len(list(Path(barrier).glob("ready-*"))) < n:
+            if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                bad = next((p for p in procs if p.poll() not in (None, 0)), procs[0])
+                raise CheckFailed(f"a process did not get ready: {_last_line(bad.stderr.read())}")
+            time.sleep(0.05)
+        (Path(barrier) / "go").touch()
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            if p.returncode != 0:
+                raise CheckFailed(_last_line(err))
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
+    return {"seconds": seconds, "steps": plan["fusion"]["steps"],
+            "peak_mb": sum(r["peak_mb"] for r in results)}
+
+
+def _fused_study(plan: dict, work: Path) -> dict:
+    """The same MobileNet study with ``execution: separate`` and ``fused`` (fixed width)."""
+    from hypersack.workloads.synthetic import SyntheticTask
+    from hypersack.workloads.vision import MOBILENET_WORKLOAD
+    spec = plan["fusion"]["study"]
+    config = dict(plan["workloads"]["mobilenet_v3_small"], epochs=spec["epochs"])
+    data = {k: config[k] for k in MOBILENET_WORKLOAD.data_keys if k in config}
+    task = SyntheticTask(MOBILENET_WORKLOAD, **data)
+    space = dict(config, lr={"type": "float", "low": 1e-3, "high": 3e-2, "log": True})
+    rows = []
+    for execution, trainable in (("separate", "mobilenet_v3_small"), ("fused", task)):
+        row = run_study(f"study-{execution}", work, space, spec["trials"], trainable,
+                        execution=execution, pack={"max_members": spec["max_members"]},
+                        workers=spec["workers"])
+        row.pop("results")
+        rows.append(dict(row, execution=execution))
+    speedup = round(rows[0]["makespan_s"] / rows[1]["makespan_s"], 2)
+    return {"rows": rows, "fused_speedup": speedup}
+
+
+# ---- the measuring child (``--measure``) -------------------------------------------------------
+
+def _sync(device: str) -> None:
+    import torch
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _peak_mb(device: str) -> float:
+    import resource
+
+    import torch
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _task(job: dict) -> Any:
+    from hypersack.workloads import lm, vision
+    from hypersack.workloads.synthetic import SyntheticTask
+    workload = {"resnet18_cifar": vision.RESNET18_WORKLOAD, "gpt_lm": lm.GPT_WORKLOAD,
+                "mobilenet_v3_small": vision.MOBILENET_WORKLOAD}[job["workload"]]
+    data = {k: job["config"][k] for k in workload.data_keys if k in job["config"]}
+    return workload, SyntheticTask(workload, **data)
+
+
+def measure(job: dict) -> dict:
+    import torch
+    from hypersack.fusion.task import Member
+    device, steps, warmup = job["device"], job["steps"], job["warmup"]
+    workload, task = _task(job)
+    if job["what"] == "memory":
+        from hypersack.fusion.memory import measure_member_memory
+        profile = measure_member_memory(task, job["config"], device)
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()      # the probe packs' cached blocks are not "used"
+        free = torch.cuda.mem_get_info()[0] if device.startswith("cuda") else 0
+        return {"measured": profile.measured, "base_bytes": profile.base_bytes,
+                "per_member_bytes": profile.per_member_bytes, "free_bytes": free}
+    configs = [dict(job["config"], lr=1e-3 * (1 + i % 7), optimizer="adam")
+               for i in range(job["n"])]
+    if job["what"] == "fused":
+        from hypersack.fusion.runner import Pack
+        pack = Pack(task, device)
+        for i, config in enumerate(configs):
+            pack.load(Member(trial_id=i, config=config, seed=i))
+        step: Callable[[int], None] = lambda k: pack.train_iteration()  # noqa: E731
+    else:
+        step = _loop_step(workload, task, configs, device)
+    for k in range(warmup):
+        step(k)
+    _sync(device)
+    if "barrier" in job:
+        (Path(job["barrier"]) / f"ready-{job['rank']}").touch()
+        while not (Path(job["barrier"]) / "go").exists():
+            time.sleep(0.01)
+    start, t0 = time.time(), time.perf_counter()
+    for k in range(steps):
+        step(warmup + k)
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "steps": steps, "peak_mb": _peak_mb(device), "start": start,
+            "end": start + seconds}
+
+
+def _loop_step(workload: Any, task: Any, configs: list[dict], device: str) -> Callable[[int], None]:
+    """N plain models with torch.optim.Adam, trained one after the other at every step."""
+    import torch
+    x, y = (t.to(device) for t in task.train_data())
+    models, optimizers = [], []
+    for i, config in enumerate(configs):
+        torch.manual_seed(i)
+        model = workload.build(workload.with_defaults(config)).to(device).train()
+        models.append(model)
+        optimizers.append(torch.optim.Adam(model.parameters(), lr=config["lr"]))
+    b = int(workload.with_defaults(configs[0])["batch_size"])
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0)).to(device)
+
+    def step(k: int) -> None:
+        start = (k * b) % max(len(y) - b, 1)
+        idx = order[start:start + b]
+        for model, optimizer in zip(models, optimizers):
+            optimizer.zero_grad(set_to_none=True)
+            workload.per_sample_loss(model(x[idx]), y[idx]).mean().backward()
+            optimizer.step()
+    return step
+
+

@@ -1,0 +1,239 @@
+"""benchmarks/gpu_suite.py without a GPU: plans and hard limits, failure reasons, the JSON and
+the table, the MPS parts against the fake ``nvidia-cuda-mps-control`` of tests/runtime/test_mps.py,
+and (slow) whole checks on the CPU with FakeNvml and tiny shapes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+
+import gpu_checks_device  # noqa: E402
+import gpu_checks_fusion  # noqa: E402
+import gpu_checks_studies  # noqa: E402
+import gpu_suite  # noqa: E402
+from test_mps import FAKE  # noqa: E402  (the fake nvidia-cuda-mps-control of the MPS tests)
+
+from hypersack.runtime import mps as mps_module  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux-only suite")
+
+
+@pytest.fixture
+def fake_mps(tmp_path, monkeypatch):
+    """The MPS tests' fake control program first on PATH; returns its recorded calls."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "nvidia-cuda-mps-control"
+    script.write_text(FAKE.format(python=sys.executable))
+    script.chmod(0o755)
+    record = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_MPS_RECORD", str(record))
+    monkeypatch.setattr(mps_module, "_warned", set())
+    return lambda: [json.loads(line) for line in record.read_text().splitlines()] \
+        if record.exists() else []
+
+
+CHECK_KEYS = {"id", "name", "status", "reason", "seconds", "limit_s", "figures", "goals"}
+
+
+def test_hard_limits_bound_the_whole_run():
+    full, quick = gpu_suite.make_plan("full", "cuda"), gpu_suite.make_plan("quick", "cuda")
+    assert sum(full["limits"].values()) < 20 * 60
+    assert sum(quick["limits"].values()) < 8 * 60
+    assert set(full["limits"]) == {str(n) for n in gpu_suite.CHECK_NAMES}
+    assert full["sp3"]["trials"] >= 16 and full["sp3"]["ratios"] == [1.0, 2.0, 2.5, 3.0, 4.0]
+    assert max(full["fusion"]["n"]) == 64 and 32 in quick["fusion"]["n"]
+    assert set(gpu_suite.SMALL_MODELS) <= set(quick["fusion"]["workloads"])
+    tiny = gpu_suite.make_plan("tiny", "cpu")
+    assert tiny["fake_nvml"] and not full["fake_nvml"]
+    assert tiny["workloads"]["gpt_lm"]["vocab"] < 100
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
+
+
+def test_an_overrunning_process_group_is_stopped():
+    """The check's whole group goes, orphans included (a background child ignores SIGINT)."""
+    proc = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; sleep 30"], start_new_session=True,
+                            stdout=subprocess.PIPE, text=True)
+    orphan = int(proc.stdout.readline())
+    start = time.monotonic()
+    assert gpu_suite._wait_or_stop(proc, 0.2) is True
+    assert proc.poll() is not None and time.monotonic() - start < 20
+    deadline = time.monotonic() + 5
+    while not _gone(orphan) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(orphan)
+
+
+def test_a_check_over_its_limit_fails_with_the_reason(tmp_path):
+    plan = gpu_suite.make_plan("tiny", "cpu")
+    plan["limits"]["0"] = 0.3
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "plan.json").write_text(json.dumps(plan))
+    entry = gpu_suite.run_check(0, plan, tmp_path, gpu_suite.python_env())
+    assert entry["status"] == "fail"
+    assert entry["reason"].startswith("timed out after 0.3 s (hard limit)")
+    assert CHECK_KEYS <= set(entry)
+
+
+def test_crashes_and_check_failures_become_reasons(tmp_path, monkeypatch):
+    def crash(plan, work):
+        return 1 / 0
+
+    def refuse(plan, work):
+        raise gpu_suite.CheckFailed("the monitor took 0 samples", {"samples": 0},
+                                    {"g": {"target": 1, "value": 0, "met": False}})
+    monkeypatch.setitem(gpu_suite.CHECKS, 1, crash)
+    monkeypatch.setitem(gpu_suite.CHECKS, 2, refuse)
+    plan = gpu_suite.make_plan("tiny", "cpu")
+    assert gpu_suite.run_check_here(1, plan, tmp_path / "w1", tmp_path / "1.json") == 1
+    crashed = json.loads((tmp_path / "1.json").read_text())
+    assert crashed["status"] == "fail" and crashed["reason"].startswith("ZeroDivisionError")
+    assert gpu_suite.run_check_here(2, plan, tmp_path / "w2", tmp_path / "2.json") == 1
+    refused = json.loads((tmp_path / "2.json").read_text())
+    assert refused["reason"] == "the monitor took 0 samples"
+    assert refused["figures"] == {"samples": 0} and refused["goals"]["g"]["met"] is False
+
+
+def test_without_a_gpu_every_check_is_skipped_with_a_reason(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gpu_suite, "_cuda_available", lambda: False)
+    assert gpu_suite.main(["--out", str(tmp_path), "--only", "1,5"]) == 1
+    results = json.loads((tmp_path / "gpu_results.json").read_text())
+    assert results["schema"] == gpu_suite.SCHEMA and results["passed"] is False
+    assert {"date", "device_name", "driver", "mode", "checks", "goals"} <= set(results)
+    assert [c["id"] for c in results["checks"]] == [0, 1, 5]
+    for check in results["checks"]:
+        assert CHECK_KEYS <= set(check)
+        assert check["status"] == "skipped" and "no CUDA GPU" in check["reason"]
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1].startswith("| 5 | fusion | SKIPPED")          # the table comes last
+    assert (tmp_path / "gpu_results.md").read_text().strip().endswith(printed[-1])
+
+
+def test_table_shows_figures_goals_and_escapes_pipes():
+    results = {"mode": "quick", "device_name": "NVIDIA H100 80GB HBM3", "driver": "560.1",
+               "date": "2026-11-22",
+               "checks": [{"id": 4, "name": "sp3_makespan", "status": "fail", "seconds": 3.0,
+                           "reason": "a | b", "goals": {},
+                           "figures": {"rows": [{"study": "exclusive", "makespan_s": 100.0,
+                                                 "speedup_vs_exclusive": 1.0},
+                                                {"study": "wfd-mps-r4", "makespan_s": 20.0,
+                                                 "speedup_vs_exclusive": 5.0}]}}],
+               "goals": {"wfd_mps_vs_exclusive": {"target": 4.0, "value": 5.0, "met": True}}}
+    table = gpu_suite.markdown(results)
+    assert "| 4 | sp3_makespan | FAIL | 3.0 | exclusive 100.0 s (1.0x); wfd-mps-r4 20.0 s (5.0x) " \
+           "| a / b |" in table
+    assert table.splitlines()[-1] == "- goal wfd_mps_vs_exclusive: target 4.0, measured 5.0, met"
+
+
+def test_fusion_ratios_goals_and_memory_skips():
+    rows = []
+    for name, procs in (("resnet18_cifar", 8.0), ("mobilenet_v3_small", 12.0)):
+        rows += [{"workload": name, "n": 32, "mode": "fused", "model_steps_per_s": 120.0},
+                 {"workload": name, "n": 32, "mode": "procs", "model_steps_per_s": procs},
+                 {"workload": name, "n": 32, "mode": "loop", "model_steps_per_s": 60.0}]
+    gpu_checks_fusion._ratios(rows)
+    assert [r.get("fused_speedup") for r in rows] == [None, 15.0, 2.0, None, 10.0, 2.0]
+    goal = gpu_checks_fusion._fusion_goals(rows)["fused_vs_procs_at_n32"]
+    assert goal["value"] == {"resnet18_cifar": 15.0, "mobilenet_v3_small": 10.0}
+    assert goal["met"] is True
+    rows[1]["fused_speedup"] = 9.9
+    assert gpu_checks_fusion._fusion_goals(rows)["fused_vs_procs_at_n32"]["met"] is False
+    memory = {"measured": True, "base_bytes": 2**30, "per_member_bytes": 2**30,
+              "free_bytes": 40 * 2**30}
+    assert gpu_checks_fusion._too_big(memory, 30, 0.85) is None
+    assert gpu_checks_fusion._too_big(memory, 40, 0.85) == "needs 41.0 GiB, 34.0 GiB usable"
+    assert gpu_checks_fusion._too_big({"measured": False}, 10**6, 0.85) is None
+
+
+def test_mps_check_fails_clearly_without_the_control_program(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(gpu_suite.CheckFailed, match="nvidia-cuda-mps-control is not on PATH"):
+        gpu_checks_device.check_mps(gpu_suite.make_plan("tiny", "cpu"), tmp_path)
+
+
+def test_refused_mps_falls_back_to_time_slicing(tmp_path):
+    got = gpu_checks_device._refused(tmp_path)
+    assert got["ok"] is True and "Insufficient Permissions" in got["reason"]
+
+
+def test_stale_daemon_is_recovered_with_the_fake_control(fake_mps, tmp_path):
+    assert gpu_checks_device._stale_recovery(tmp_path / "crashed") is True
+    assert [c["what"] for c in fake_mps()] == ["start", "quit", "start", "quit"]
+
+
+def test_path_without_mps_forces_time_slicing(fake_mps):
+    from hypersack.runtime.mps import MPS_CONTROL
+    assert any((Path(d) / MPS_CONTROL).exists() for d in os.environ["PATH"].split(os.pathsep))
+    stripped = gpu_checks_studies._without_mps_on_path()
+    assert not any((Path(d) / MPS_CONTROL).exists() for d in stripped.split(os.pathsep))
+
+
+def test_the_cpu_memory_holder_fails_like_a_cuda_oom(tmp_path):
+    from hypersack.runtime.worker import is_oom
+    ledger = tmp_path / "ledger"
+    ledger.write_text("0.5")
+
+    class Ctx:
+        device, attempt = "cpu", 1
+    with pytest.raises(RuntimeError) as info:
+        gpu_checks_studies.hold_memory({"fraction": 0.6, "ledger": str(ledger), "steps": 1,
+                               "step_s": 0.0}, Ctx())
+    assert is_oom(info.value)
+    assert ledger.read_text() == "0.5"                  # nothing was taken
+
+
+def test_sp3_space_is_a_resnet_study():
+    plan = gpu_suite.make_plan("full", "cuda")
+    space = gpu_checks_studies.sp3_space(plan, 8192)
+    assert space["train_size"] == 8192 and space["width"] == 64
+    assert space["batch_size"]["choices"] == [32, 64, 128]
+    assert space["optimizer"]["choices"] == ["sgd", "adam"]
+
+
+# ---- whole checks on the CPU (worker processes: slow) ------------------------------------------
+
+def _suite(tmp_path, *args, env=None):
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py"), "--out", str(tmp_path),
+           "--device", "cpu", "--tiny", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env or gpu_suite.python_env(),
+                          timeout=900)
+    return done, json.loads((tmp_path / "gpu_results.json").read_text())
+
+
+@pytest.mark.slow
+def test_cpu_suite_runs_the_monitor_mps_and_oom_checks(tmp_path, fake_mps):
+    done, results = _suite(tmp_path, "--only", "1,2,6")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert results["device_name"] == "NVIDIA H100 80GB HBM3 (FakeNvml)" and results["fake_nvml"]
+    by_name = {c["name"]: c for c in results["checks"]}
+    assert all(c["status"] == "pass" for c in results["checks"]), by_name
+    assert by_name["nvml_monitor"]["figures"]["samples"] >= 3
+    assert sorted(t["share"] for t in by_name["mps"]["figures"]["trials"]) == ["50", "50"]
+    assert sorted(by_name["oom_retry"]["figures"]["attempts"].values()) == [1, 2]
+    assert by_name["oom_retry"]["figures"]["retry_ran_alone"] is True
+    assert done.stdout.strip().splitlines()[-1].startswith("| 6 | oom_retry | PASS")
+
+
+@pytest.mark.slow
+def test_cpu_suite_runs_two_gloo_ranks(tmp_path):
+    done, results = _suite(tmp_path, "--only", "7")
+    check = results["checks"][-1]
+    assert check["status"] == "pass", check
+    assert check["figures"]["backend"] == "gloo" and check["figures"]["workers_reported"][-1] == 2
