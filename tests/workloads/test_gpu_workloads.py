@@ -108,10 +108,9 @@ def test_checkpoint_before_report_and_resume_continues_exactly(tmp_path):
     with pytest.raises(BaseException) as stopped:
         lm.train_gpt(config, make_ctx(tmp_path / "b", first))
     assert type(stopped.value).__name__ == "TrialStopped"
-    kinds = [m[0] for m in first.sent]
-    assert kinds == ["checkpoint"]                        # written before its report
+    assert first.committed is not None                    # the checkpoint rode with its report
     resumed = FakeChannel()
-    lm.train_gpt(config, make_ctx(tmp_path / "b", resumed, attempt=2))
+    lm.train_gpt(config, make_ctx(tmp_path / "b", resumed, attempt=2, committed=first.committed))
     assert [s for s, _ in resumed.reports] == [2, 3]
     assert resumed.reports[-1][1] == pytest.approx(straight.reports[-1][1])
 
@@ -120,13 +119,10 @@ def test_save_and_report_is_the_one_place_that_pairs_them():
     calls = []
 
     class Ctx:
-        def checkpoint(self, state):
-            calls.append(("checkpoint", state))
-
-        def report(self, step, **metrics):
-            calls.append(("report", step, metrics))
+        def report(self, step, checkpoint=None, **metrics):
+            calls.append(("report", step, checkpoint, metrics))
     synthetic.save_and_report(Ctx(), 4, {"epoch": 4}, loss=0.5)
-    assert calls == [("checkpoint", {"epoch": 4}), ("report", 4, {"loss": 0.5})]
+    assert calls == [("report", 4, {"epoch": 4}, {"loss": 0.5})]     # durable together
 
 
 @pytest.mark.parametrize("name", ["resnet18_cifar", "gpt_lm"])
