@@ -37,25 +37,16 @@ class _LimitError(yaml.MarkedYAMLError):
     """A limit of the loader, raised at the node that breaks it."""
 
 
-class _PlainLoader(yaml.SafeLoader):
-    """SafeLoader that composes at most ``MAX_DEPTH`` levels and builds only plain types."""
+def _too_deep(mark: Any) -> _LimitError:
+    return _LimitError(None, None, f"nests deeper than {MAX_DEPTH} levels", mark)
+
+
+class _PlainConstructor(yaml.constructor.SafeConstructor):
+    """Builds only plain types; a constructor's own failure (``!!float abc``, an int of more
+    digits than Python converts) is a ConstructorError at the node."""
 
     yaml_constructors = {_TAG + t: yaml.SafeLoader.yaml_constructors[_TAG + t] for t in _PLAIN_TAGS}
     yaml_multi_constructors: dict = {}
-
-    def __init__(self, stream: str):
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise _LimitError(None, None, f"nests deeper than {MAX_DEPTH} levels",
-                                  self.peek_event().start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
 
     def construct_undefined(self, node: yaml.Node) -> Any:
         raise yaml.constructor.ConstructorError(
@@ -68,13 +59,59 @@ class _PlainLoader(yaml.SafeLoader):
         except yaml.YAMLError:
             raise
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
-            # e.g. `!!float abc`, an int of more digits than Python converts
             raise yaml.constructor.ConstructorError(
                 None, None, f"cannot be read as {node.tag.removeprefix(_TAG)} ({exc})",
                 node.start_mark) from None
 
 
-_PlainLoader.add_constructor(None, _PlainLoader.construct_undefined)
+_PlainConstructor.add_constructor(None, _PlainConstructor.construct_undefined)
+
+
+class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
+                yaml.composer.Composer, _PlainConstructor, yaml.resolver.Resolver):
+    """The pure-Python loader (where libyaml is missing): it composes at most MAX_DEPTH levels."""
+
+    def __init__(self, stream: str):
+        yaml.SafeLoader.__init__(self, stream)   # type: ignore[arg-type]
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _too_deep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+if yaml.__with_libyaml__:
+    class _CLoader(yaml.CSafeLoader, _PlainConstructor):   # type: ignore[misc]
+        """libyaml's parser and composer (8x faster) with the plain constructor; its composer
+        recurses in C, so ``_check_depth`` reads the events first."""
+    _Loader: Any = _CLoader
+else:  # pragma: no cover - libyaml is part of PyYAML's wheels
+    _Loader = _PyLoader
+
+
+def _check_depth(text: str) -> None:
+    """_LimitError when the YAML events of ``text`` nest deeper than MAX_DEPTH (libyaml path:
+    its parser is iterative, its composer is not)."""
+    if _Loader is _PyLoader:
+        return
+    parser = yaml.CSafeLoader(text)
+    depth = 0
+    try:
+        while parser.check_event():
+            event = parser.get_event()
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise _too_deep(event.start_mark)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    finally:
+        parser.dispose()
 
 
 def _measure(root: yaml.Node) -> None:
@@ -135,8 +172,10 @@ def _read_text(path: Path, what: str) -> str:
 def parse_yaml(text: str, source: str = "<string>") -> tuple[Any, yaml.Node | None]:
     """The data in the YAML ``text`` and its node tree, within the loader's limits; ConfigError
     with ``location = "source:line"`` otherwise (``source`` names the text in messages)."""
-    loader = _PlainLoader(text)
+    loader = None
     try:
+        _check_depth(text)
+        loader = _Loader(text)
         node = loader.get_single_node()
         if node is None:
             return None, None
@@ -156,7 +195,8 @@ def parse_yaml(text: str, source: str = "<string>") -> tuple[Any, yaml.Node | No
                           f"contains the character {chr(exc.character)!r}, which YAML does not allow",
                           location=f"{source}:{line}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:

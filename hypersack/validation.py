@@ -18,10 +18,15 @@ from hypersack.errors import ConfigError
 
 __all__ = ["is_number", "is_integer", "is_finite", "check_number", "check_integer",
            "check_choice", "check_name", "check_text", "check_plain_data", "check_workers_fit",
-           "INT53", "MAX_LOCAL_WORKERS_PER_CPU", "MAX_LOCAL_WORKERS_PER_GPU"]
+           "INT53", "MAX_OVERSUBSCRIPTION", "MAX_DEVICES_PER_NODE", "MAX_LOCAL_WORKERS_PER_CPU", "MAX_LOCAL_WORKERS_PER_GPU"]
 
 #: The largest integer a float holds exactly: integer domains stay within +/- this.
 INT53 = 2**53
+
+#: Largest oversubscription ratio r (jobs on a device may ask for r x its compute).
+MAX_OVERSUBSCRIPTION = 100.0
+#: Most devices one node may declare (a cluster file's ``count``).
+MAX_DEVICES_PER_NODE = 1024
 
 #: Local worker slots at most per CPU core and per GPU (``check_workers_fit``): more processes
 #: than that only thrash the machine.

@@ -271,6 +271,10 @@ def domain_from_dict(name: str, spec: Any) -> Domain:
     if not isinstance(kind, str) or kind not in _DOMAIN_TYPES:
         raise SpaceError(f"space.{name}.type", kind, f"must be one of {sorted(_DOMAIN_TYPES)}")
     cls, required, optional = _DOMAIN_TYPES[kind]
+    for key in spec:
+        if not isinstance(key, str):
+            raise SpaceError(f"space.{name}", key, f"is not a field of a {kind} domain "
+                             f"(fields: {sorted(required | optional)})")
     keys = set(spec) - {"type"}
     for missing in sorted(required - keys):
         raise SpaceError(f"space.{name}.{missing}", None, f"is required for a {kind} domain")

@@ -13,8 +13,8 @@ from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.errors import ConfigError
-from hypersack.validation import (check_integer, check_name, check_number, check_plain_data,
-                                  check_text, is_integer)
+from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_integer, check_name, check_number,
+                                  check_plain_data, check_text, is_integer)
 
 __all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTION_MODES",
            "check_resumable"]
@@ -33,7 +33,6 @@ MAX_COMPUTE = 10_000.0          # percent of one device
 MAX_MEMORY_GB = 1e6
 MAX_CPUS = 4096
 MAX_PACK_MEMBERS = 1024
-MAX_OVERSUBSCRIPTION = 100.0
 
 
 def check_fields(section: str, given: Mapping[str, Any], allowed: set[str],
@@ -251,6 +250,8 @@ class StudySpec:
                 raise ConfigError(required, None, "is required")
         budget = d["budget"]
         _check_budget(budget)
+        if isinstance(d["objective"], Mapping):    # keys of any type, before Objective sorts them
+            check_fields("objective", d["objective"], {"metric", "mode"})
         if d.get("storage") is not None:
             check_name("storage", d["storage"], max_len=4096)
         algorithm = d.get("algorithm", {"type": "random"})
