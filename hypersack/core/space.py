@@ -314,7 +314,10 @@ class SearchSpace(Mapping[str, Domain]):
         if not domains:
             raise SpaceError("space", {}, "must declare at least one parameter")
         for key in domains:
-            check_name("space (a parameter name)", key)
+            try:
+                check_name("space (a parameter name)", key)
+            except ConfigError as exc:
+                raise SpaceError(exc.field, exc.value, exc.problem) from None
         self._domains = {str(k): domain_from_dict(str(k), v) for k, v in domains.items()}
 
     def __getitem__(self, key: str) -> Domain:

@@ -228,6 +228,7 @@ class StudySpec:
         if self.trainable is not None:
             check_name("trainable", self.trainable, max_len=1024)
         check_text("description", self.description)
+        _check_budget({"trials": self.budget.trials, "time_s": self.budget.time_s})
         _check_algorithm(self.algorithm)
         _check_max_steps(self.max_steps, self.space)
         _check_placement(self.placement)
