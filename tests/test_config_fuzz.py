@@ -6,27 +6,33 @@ by values of every type (huge and tiny numbers, NaN, infinities, dates, lists, m
 with control characters, deep nesting), keys deleted, renamed or added, subtrees shared (aliases),
 and the text itself damaged (NUL and other control bytes, bad UTF-8, cut files, anchors, alias
 bombs, self references, deep brackets). Each file goes through ``load_study_file``; when accepted,
-its spec must round-trip through strict JSON (the study store keeps JSON).
+its spec must round-trip through strict JSON (the study store keeps JSON) and its algorithm
+must build or be refused with a HyperSackError.
 
-Only the spec is parsed (no study runs), so thousands of files take seconds. A per-file limit of
+Only the spec is parsed and the algorithm built, as `run` does before it stores the study
+(no study runs), so thousands of files take seconds. A per-file limit of
 ``LIMIT_S`` seconds (SIGALRM) turns a hang into a failure; it is far above the milliseconds a file
 takes, so a slow machine does not fail the test.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import json
+import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypersack.config import load_study_file
+from hypersack.core.algorithms import make_algorithm
 from hypersack.core.spec import StudySpec
 from hypersack.errors import HyperSackError
 
@@ -47,7 +53,7 @@ BUILT = [
      "max_steps": "steps", "placement": "ff", "oversubscription": {"A100": 2, "H100": 1.5},
      "resources": {"compute": 50, "memory_gb": 4.5, "cpus": 2}, "description": "a\nb"},
     {"name": "hb", "objective": ["val", "max"], "space": {"a": [1, 2, 3], "epochs": 9},
-     "algorithm": {"type": "hyperband", "max_t": 9, "eta": 3}, "budget": {"trials": 30},
+     "algorithm": {"type": "hyperband", "max_t": 9, "reduction_factor": 3}, "budget": {"trials": 30},
      "execution": "auto", "pack": {"max_members": 4}, "oversubscription": 3, "max_steps": 9,
      "storage": "runs/hb.db"},
 ]
@@ -69,8 +75,8 @@ scalars = st.one_of(
                      "wfd", ".inf", "1e308", "0x10", "~", "yes"]),
 )
 values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=5), scalars), inner,
-                                                 max_size=4)), max_leaves=12)
+    st.lists(inner, max_size=3), st.dictionaries(st.one_of(st.text(max_size=5), scalars), inner,
+                                                 max_size=3)), max_leaves=6)
 
 
 def _deep(depth: int, kind: str) -> Any:
@@ -105,11 +111,21 @@ def _get(node: Any, path: tuple) -> Any:
 
 
 @st.composite
+def _a_path(draw: st.DrawFn, data: Any) -> tuple:
+    """A path into ``data``: a top-level section first (each equally likely, so ``budget`` is
+    mutated as often as the larger ``space``), then any path inside it."""
+    if not isinstance(data, dict) or not data or draw(st.integers(0, 9)) == 0:
+        return draw(st.sampled_from(_paths(data)))
+    key = draw(st.sampled_from(list(data)))
+    return draw(st.sampled_from(_paths(data[key], (key,))))
+
+
+@st.composite
 def mutated(draw: st.DrawFn) -> Any:
     """A study declaration (a dict, or what replaced it) after 1-4 mutations."""
     data = copy.deepcopy(draw(st.sampled_from(SEEDS)))
     for _ in range(draw(st.integers(1, 4))):
-        path = draw(st.sampled_from(_paths(data)))
+        path = draw(_a_path(data))
         op = draw(st.sampled_from(["replace", "replace", "replace", "delete", "add", "rename", "share"]))
         if not path:
             if op == "replace":
@@ -175,25 +191,46 @@ def _alarm(signum: int, frame: Any) -> None:
     raise _Hang(f"a study file took more than {LIMIT_S} s")
 
 
-def check_loads_or_refuses(path: Path, raw: bytes) -> None:
-    path.write_bytes(raw)
+@contextlib.contextmanager
+def _limit() -> Iterator[None]:
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(LIMIT_S)
     try:
-        data = load_study_file(path)
-    except HyperSackError as exc:
-        assert str(exc)          # a message, and one that can be printed
-        return
+        yield
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def check_loads_or_refuses(path: Path, raw: bytes) -> None:
+    """``raw`` as a study file is refused with a HyperSackError, or accepted with a spec the
+    store can keep and an algorithm that can be built; nothing else, and within LIMIT_S."""
+    path.write_bytes(raw)
+    try:
+        with _limit():
+            data = load_study_file(path)
+    except HyperSackError as exc:
+        assert str(exc)          # a message, and one that can be printed
+        return
     spec = StudySpec.from_dict(data)
     # What the store keeps: strict JSON, and the same spec when read back.
     stored = json.loads(json.dumps(spec.to_dict(), allow_nan=False))
     assert StudySpec.from_dict(stored).to_dict() == stored
+    # A first configuration, as a trial would get it.
+    config = spec.space.sample(np.random.default_rng(0))
+    spec.space.validate(config)
+    assert spec.steps_for(config) is None or spec.steps_for(config) >= 1
+    # What `run` builds before the study is stored (a grid is listed here).
+    try:
+        with _limit():
+            make_algorithm(spec.algorithm, spec.space, spec.objective, spec.seed)
+    except HyperSackError as exc:
+        assert str(exc)
 
 
-FUZZ = settings(max_examples=1000, deadline=None, derandomize=True, database=None,
+# 500 + 500 files: ~15 s on an idle 2-core machine. HYPERSACK_FUZZ_EXAMPLES=20000 for a deeper run.
+EXAMPLES_PER_TEST = int(os.environ.get("HYPERSACK_FUZZ_EXAMPLES", "500"))
+FUZZ = settings(max_examples=EXAMPLES_PER_TEST, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 
 
@@ -208,7 +245,8 @@ def test_examples_and_built_seeds_are_valid(scratch: Path) -> None:
         load_study_file(p)
     for d in BUILT:
         scratch.write_text(_dump(d))
-        load_study_file(scratch)
+        spec = StudySpec.from_dict(load_study_file(scratch))
+        make_algorithm(spec.algorithm, spec.space, spec.objective, spec.seed)
 
 
 @FUZZ
