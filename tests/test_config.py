@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from hypersack import config
+from hypersack import yaml_input
 from hypersack.config import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, load_study_file, parse_yaml
 from hypersack.errors import ConfigError
 
@@ -35,8 +35,8 @@ def no_hang(seconds: int = 30) -> Iterator[None]:
 def loader(request, monkeypatch):
     """Every loader test runs with libyaml's parser and with the pure-Python fallback."""
     if request.param == "python":
-        monkeypatch.setattr(config, "_Loader", config._PyLoader)
-    elif not config.yaml.__with_libyaml__:
+        monkeypatch.setattr(yaml_input, "_Loader", yaml_input._PyLoader)
+    elif not yaml_input.yaml.__with_libyaml__:
         pytest.skip("PyYAML without libyaml")
     return request.param
 

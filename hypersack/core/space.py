@@ -384,5 +384,6 @@ class SearchSpace(Mapping[str, Domain]):
 
     @classmethod
     def from_yaml(cls, text: str) -> "SearchSpace":
-        import yaml
-        return cls(yaml.safe_load(text))
+        """The space in the YAML ``text``, read within the loader's limits (hypersack.yaml_input)."""
+        from hypersack.yaml_input import parse_yaml   # PyYAML stays unimported until needed
+        return cls(parse_yaml(text, "space YAML")[0])

@@ -9,7 +9,7 @@ import pytest
 
 from hypersack.core.space import (MAX_GRID_POINTS, Categorical, Constant, Float, Int, SearchSpace,
                                   domain_from_dict)
-from hypersack.errors import SpaceError
+from hypersack.errors import ConfigError, SpaceError
 from hypersack.validation import INT53
 
 
@@ -136,3 +136,13 @@ def test_points_per_axis_must_be_a_positive_integer(points):
         return
     with pytest.raises(SpaceError):
         space.grid(points)
+
+
+def test_from_yaml_reads_within_the_loader_limits():
+    bomb = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    with pytest.raises(ConfigError, match="expands to more than"):
+        SearchSpace.from_yaml(bomb)
+    with pytest.raises(ConfigError, match="tag"):
+        SearchSpace.from_yaml("x: !!python/object/apply:os.system [true]\n")
+    assert SearchSpace.from_yaml("x: [1, 2]\n")["x"] == Categorical((1, 2), name="x")
