@@ -54,7 +54,7 @@ class _PlainConstructor(yaml.constructor.SafeConstructor):
             return super().construct_object(node, deep)
         except yaml.YAMLError:
             raise
-        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        except (ValueError, TypeError, AttributeError, LookupError, ArithmeticError) as exc:
             raise yaml.constructor.ConstructorError(
                 None, None, f"cannot be read as {node.tag.removeprefix(_TAG)} ({exc})",
                 node.start_mark) from None
@@ -83,7 +83,7 @@ class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
 
 if yaml.__with_libyaml__:
     class _CLoader(yaml.CSafeLoader, _PlainConstructor):   # type: ignore[misc]
-        """libyaml's parser and composer (10x faster: benchmarks/loader_limits.py) with the plain
+        """libyaml's parser and composer (3-12x faster, benchmarks/loader_limits.py) with the plain
         constructor; its composer recurses in C, so ``_check_depth`` reads the events first."""
     _Loader: Any = _CLoader
 else:  # pragma: no cover - libyaml is part of PyYAML's wheels

@@ -171,6 +171,10 @@ def test_shared_definitions_by_alias_make_a_valid_study(tmp_path, loader):
     ("!!int abc", "cannot be read as int"),
     ("!!timestamp yesterday", "cannot be read as timestamp"),
     ("1" * 5000, "cannot be read as int"),
+    ("!!int", "cannot be read as int"),
+    ("!!bool maybe", "cannot be read as bool"),
+    ("!!bool", "cannot be read as bool"),
+    ("!!timestamp", "cannot be read as timestamp"),
 ])
 def test_only_plain_values_are_built(tmp_path, loader, value, text):
     exc = refused(write(tmp_path, f"name: x\nseed: {value}\n"))

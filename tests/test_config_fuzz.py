@@ -158,7 +158,7 @@ BOMB = "l0: &l0 [a, a, a, a, a, a, a, a, a]\n" + "".join(
     f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 10))
 SNIPPETS = ["\x00", "\x01", "\x1b[2J", "\t", "\r", "\ufeff", "&a ", "*a", "*undefined", "&x [*x]",
             "<<: *a\n", "!!python/object/apply:os.system [echo hi]", "!!binary aGk=", "!!set {a}",
-            "!!float abc", "!!int 1_000", "!!timestamp x", "? [a, b]\n: 1\n", "[" * 3000,
+            "!!float abc", "!!int 1_000", "!!int", "!!bool", "!!timestamp x", "? [a, b]\n: 1\n", "[" * 3000,
             "{" * 3000, "---\n", "...\n", "%YAML 1.1\n", "'unterminated", '"\\x"', "#", "- ",
             ": ", "1" * 5000, "-.inf", ".NaN", "2020-01-01", "2020-01-01T00:00:00Z", BOMB,
             "a: &a\n  b: *a\n"]
