@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from hypersack.core.algorithms import make_algorithm
 from hypersack.core.spec import StudySpec
 from hypersack.errors import ConfigError
 from hypersack.yaml_input import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, parse_yaml, read_yaml_text
@@ -59,9 +60,13 @@ def load_yaml_mapping(path: str | Path, what: str, shape: str) -> tuple[dict[str
 
 
 def load_study_file(path: str | Path) -> dict[str, Any]:
+    """The study declaration in ``path``, checked as ``run`` would before storing anything: the
+    spec, and the algorithm built from it (so a bad option, or a grid too large to list, names
+    its line too)."""
     data, lines = load_yaml_mapping(path, "study file", "a mapping of fields")
     try:
-        StudySpec.from_dict(data)
+        spec = StudySpec.from_dict(data)
+        make_algorithm(spec.algorithm, spec.space, spec.objective, spec.seed)
     except ConfigError as exc:
         line = _line_of(exc.field.removeprefix("config."), lines)
         exc.location = f"{path}:{line}" if line else str(path)

@@ -250,12 +250,18 @@ def test_bad_numbers_and_names_are_errors_naming_field_and_line(tmp_path, old, n
 
 
 def test_a_grid_too_large_is_refused_before_it_is_listed(tmp_path):
-    from hypersack.core.algorithms import make_algorithm
-    from hypersack.core.spec import StudySpec
     text = digits_with("algorithm: {type: asha, min_t: 1, max_t: 12, reduction_factor: 3, "
                        "num_samples: 32, mode: stop}", "algorithm: {type: grid, points_per_axis: 1000}")
-    spec = StudySpec.from_dict(load_study_file(write(tmp_path, text)))
-    with no_hang(), pytest.raises(ConfigError) as exc:
-        make_algorithm(spec.algorithm, spec.space, spec.objective, spec.seed)
-    assert exc.value.field == "algorithm.points_per_axis"
-    assert "at most 100000" in str(exc.value)
+    exc = refused(write(tmp_path, text))
+    assert exc.field == "algorithm.points_per_axis"
+    assert "at most 100000" in str(exc)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("algorithm:"))
+    assert exc.location.endswith(f"study.yaml:{line}")
+
+
+def test_a_bad_algorithm_option_names_its_line(tmp_path):
+    text = digits_with("reduction_factor: 3", "reduction_factor: 1")
+    exc = refused(write(tmp_path, text))
+    assert exc.field.startswith("algorithm")
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("algorithm:"))
+    assert exc.location.endswith(f"study.yaml:{line}")

@@ -203,8 +203,9 @@ def _limit() -> Iterator[None]:
 
 
 def check_loads_or_refuses(path: Path, raw: bytes) -> None:
-    """``raw`` as a study file is refused with a HyperSackError, or accepted with a spec the
-    store can keep and an algorithm that can be built; nothing else, and within LIMIT_S."""
+    """``raw`` as a study file is refused with a HyperSackError, or accepted (load_study_file
+    has built the algorithm, as ``run`` does) with a spec the store can keep and a space that
+    samples a valid config; nothing else, and within LIMIT_S."""
     path.write_bytes(raw)
     try:
         with _limit():
@@ -220,12 +221,7 @@ def check_loads_or_refuses(path: Path, raw: bytes) -> None:
     config = spec.space.sample(np.random.default_rng(0))
     spec.space.validate(config)
     assert spec.steps_for(config) is None or spec.steps_for(config) >= 1
-    # What `run` builds before the study is stored (a grid is listed here).
-    try:
-        with _limit():
-            make_algorithm(spec.algorithm, spec.space, spec.objective, spec.seed)
-    except HyperSackError as exc:
-        assert str(exc)
+
 
 
 # 500 + 500 files: ~15 s on an idle 2-core machine. HYPERSACK_FUZZ_EXAMPLES=20000 for a deeper run.
