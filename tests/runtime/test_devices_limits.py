@@ -4,11 +4,15 @@ from __future__ import annotations
 import pytest
 
 from hypersack.errors import ConfigError
+from hypersack.runtime import devices
 from hypersack.runtime.devices import default_slots
 from hypersack.validation import MAX_LOCAL_WORKERS_PER_CPU, MAX_LOCAL_WORKERS_PER_GPU
 
 
-def test_a_billion_workers_is_refused_naming_the_limit():
+def test_a_billion_workers_is_refused_naming_the_limit(monkeypatch):
+    def no_slot(*args):
+        pytest.fail("a slot was built before the worker count was checked")
+    monkeypatch.setattr(devices, "Slot", no_slot)
     with pytest.raises(ConfigError) as exc:
         default_slots(1_000_000_000, gpus=[], cpu_count=2)
     assert exc.value.field == "executor.workers"
