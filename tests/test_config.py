@@ -249,7 +249,10 @@ def test_bad_numbers_and_names_are_errors_naming_field_and_line(tmp_path, old, n
     assert any(part in text.splitlines()[line - 1] for part in field.split(".") if part != "value")
 
 
-def test_a_grid_too_large_is_refused_before_it_is_listed(tmp_path):
+def test_a_grid_too_large_is_refused_before_it_is_listed(tmp_path, monkeypatch):
+    from hypersack.core import space
+    for cls in (space.Float, space.Int, space.Categorical, space.Constant):
+        monkeypatch.setattr(cls, "grid", lambda self, points: pytest.fail("grid listed"))
     text = digits_with("algorithm: {type: asha, min_t: 1, max_t: 12, reduction_factor: 3, "
                        "num_samples: 32, mode: stop}", "algorithm: {type: grid, points_per_axis: 1000}")
     exc = refused(write(tmp_path, text))
