@@ -1,7 +1,8 @@
-"""Study files: YAML read with line numbers, so every error names the file, line and field.
+"""Study files: YAML read with limits and line numbers, so every error names the file, line and field.
 
 ``load_study_file(path)`` returns the validated study declaration as a dict (StudySpec.from_dict
-accepts it), or raises ConfigError with ``location = "path:line"``.
+accepts it), or raises ConfigError with ``location = "path:line"``. The file is read by
+``hypersack.yaml_input`` (size, bytes, nesting, alias and tag limits).
 """
 from __future__ import annotations
 
@@ -10,18 +11,21 @@ from typing import Any
 
 import yaml
 
+from hypersack.core.algorithms import make_algorithm
 from hypersack.core.spec import StudySpec
 from hypersack.errors import ConfigError
+from hypersack.yaml_input import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, parse_yaml, read_yaml_text
 
-__all__ = ["load_study_file"]
+__all__ = ["load_study_file", "load_yaml_mapping", "parse_yaml", "MAX_FILE_BYTES", "MAX_DEPTH",
+           "MAX_NODES"]
 
 
 def _key_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
-    """Record the 1-based line of every mapping key, by dotted path."""
+    """Record the 1-based line of every mapping key, by dotted path (the first occurrence)."""
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             path = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
-            lines[path] = key_node.start_mark.line + 1
+            lines.setdefault(path, key_node.start_mark.line + 1)
             _key_lines(value_node, path, lines)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
@@ -42,21 +46,11 @@ def _line_of(field: str, lines: dict[str, int]) -> int | None:
 
 def load_yaml_mapping(path: str | Path, what: str, shape: str) -> tuple[dict[str, Any], dict[str, int]]:
     """The mapping in the YAML file ``path`` and the 1-based line of each key (dotted paths).
-    ConfigError with ``location = "path:line"`` when the file cannot be read, is malformed, or is
-    not a mapping (``what``: "study file"; ``shape``: what the mapping must hold)."""
+    ConfigError with ``location = "path:line"`` when the file cannot be read, breaks a limit of
+    the loader, is malformed, or is not a mapping (``what``: "study file"; ``shape``: what the
+    mapping must hold)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(what, str(path), f"cannot be read ({exc.strerror})") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line = mark.line + 1 if mark else "?"
-        raise ConfigError("the YAML", f"{path}:{line}", f"is malformed: {exc.problem}",
-                          location=f"{path}:{line}") from None
+    data, node = parse_yaml(read_yaml_text(path, what), str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"the {what}", type(data).__name__, f"must be {shape}",
                           location=f"{path}:1")
@@ -66,9 +60,13 @@ def load_yaml_mapping(path: str | Path, what: str, shape: str) -> tuple[dict[str
 
 
 def load_study_file(path: str | Path) -> dict[str, Any]:
+    """The study declaration in ``path``, checked as ``run`` would before storing anything: the
+    spec, and the algorithm built from it (so a bad option, or a grid too large to list, names
+    its line too)."""
     data, lines = load_yaml_mapping(path, "study file", "a mapping of fields")
     try:
-        StudySpec.from_dict(data)
+        spec = StudySpec.from_dict(data)
+        make_algorithm(spec.algorithm, spec.space, spec.objective, spec.seed)
     except ConfigError as exc:
         line = _line_of(exc.field.removeprefix("config."), lines)
         exc.location = f"{path}:{line}" if line else str(path)

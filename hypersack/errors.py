@@ -25,7 +25,18 @@ class ConfigError(HyperSackError, ValueError):
         self.problem = problem
         self.location = location
         where = f"{location}: " if location else ""
-        super().__init__(f"{where}The value of {field} is {value!r}, but {problem}")
+        super().__init__(f"{where}The value of {field} is {_short_repr(value)}, but {problem}")
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters; never raises (an int of more digits than
+    Python prints, a recursive or huge structure)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        bits = value.bit_length() if isinstance(value, int) else None
+        return f"<int of {bits} bits>" if bits else f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class SpaceError(ConfigError):

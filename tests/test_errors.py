@@ -54,3 +54,12 @@ def test_trainable_error_and_trial_stopped():
     assert issubclass(TrainableError, HyperSackError)
     # A trainable's `except Exception` must not swallow a stop request.
     assert issubclass(TrialStopped, BaseException) and not issubclass(TrialStopped, Exception)
+
+
+def test_config_error_message_never_fails_on_its_value():
+    huge = 10**5000                       # more digits than Python's int -> str allows
+    exc = ConfigError("budget.trials", huge, "must be an integer in [1, 1000000000]")
+    assert "<int of 16610 bits>" in str(exc)
+    assert exc.value is huge
+    long = ConfigError("space.k.value", list(range(10_000)), "is too long")
+    assert len(str(long)) < 400 and "characters)" in str(long)

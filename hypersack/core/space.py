@@ -12,13 +12,14 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from hypersack.errors import SpaceError
+from hypersack.errors import ConfigError, SpaceError
+from hypersack.validation import INT53, check_name, check_plain_data, is_finite, is_integer, is_number
 
-__all__ = ["Float", "Int", "Categorical", "Constant", "Domain", "SearchSpace", "domain_from_dict"]
+__all__ = ["Float", "Int", "Categorical", "Constant", "Domain", "SearchSpace", "domain_from_dict",
+           "MAX_GRID_POINTS"]
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+#: Most configurations a grid may list (a grid is materialised before the study starts).
+MAX_GRID_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -73,10 +74,13 @@ class Float(Domain):
     def __post_init__(self) -> None:
         for attr in ("low", "high"):
             v = getattr(self, attr)
-            if not _is_number(v) or not math.isfinite(v):
+            if not is_finite(v):
                 raise self._fail(attr, v, "must be a finite number")
         if self.low > self.high:
             raise self._fail("low", self.low, f"must be <= high ({self.high})")
+        if not math.isfinite(float(self.high) - float(self.low)):
+            raise self._fail("high", self.high, f"is too far from low ({self.low}): the width "
+                             "high - low must be a finite float (below 1.8e308)")
         if self.log and self.low <= 0:
             raise self._fail("low", self.low, "must be > 0 for a log domain")
         values = _check_values(self, self.values)
@@ -99,7 +103,7 @@ class Float(Domain):
         return [float(v) for v in space(self.low, self.high, points)]
 
     def contains(self, value: Any) -> bool:
-        return _is_number(value) and self.low <= value <= self.high
+        return is_finite(value) and self.low <= value <= self.high
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "float", "low": self.low, "high": self.high}
@@ -127,6 +131,11 @@ def _default_points(name: str, domain: "Domain") -> int:
     return FLOAT_GRID_POINTS
 
 
+def _storable_number(value: Any) -> bool:
+    """An int, or a float that is finite (JSON, and so the study store, has no NaN or inf)."""
+    return is_integer(value) or is_finite(value)
+
+
 def _mid(low: float, high: float, log: bool) -> float:
     return float(math.sqrt(low * high)) if log else (low + high) / 2
 
@@ -144,8 +153,11 @@ class Int(Domain):
     def __post_init__(self) -> None:
         for attr in ("low", "high", "step"):
             v = getattr(self, attr)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            if not is_integer(v):
                 raise self._fail(attr, v, "must be an integer")
+            if not -INT53 <= v <= INT53:
+                raise self._fail(attr, v, f"must be within +/- 2**53 ({INT53}), the integers a "
+                                 "float holds exactly")
         if self.low > self.high:
             raise self._fail("low", self.low, f"must be <= high ({self.high})")
         if self.step < 1:
@@ -185,7 +197,7 @@ class Int(Domain):
         return sorted(set(min(max(v, self.low), self._top) for v in snapped))
 
     def contains(self, value: Any) -> bool:
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        if not is_integer(value):
             return False
         return self.low <= value <= self.high and (value - self.low) % self.step == 0
 
@@ -213,8 +225,9 @@ class Categorical(Domain):
         if not self.choices:
             raise self._fail("choices", [], "must list at least one choice")
         for c in self.choices:
-            if not isinstance(c, (str, int, float, bool, type(None))):
-                raise self._fail("choices", c, "must be a number, string, boolean or null")
+            if not isinstance(c, (str, int, float, bool, type(None))) \
+                    or (is_number(c) and not _storable_number(c)):
+                raise self._fail("choices", c, "must be a finite number, a string, a boolean or null")
 
     def sample(self, rng: np.random.Generator) -> Any:
         return self.choices[int(rng.integers(len(self.choices)))]
@@ -234,6 +247,12 @@ class Constant(Domain):
     """A fixed value passed to every trial (epochs, a model name...)."""
 
     value: Any
+
+    def __post_init__(self) -> None:
+        try:
+            check_plain_data(f"space.{self.name}", self.value)
+        except ConfigError as exc:
+            raise self._fail("value", exc.value, exc.problem) from None
 
     def sample(self, rng: np.random.Generator) -> Any:
         return self.value
@@ -269,6 +288,10 @@ def domain_from_dict(name: str, spec: Any) -> Domain:
     if not isinstance(kind, str) or kind not in _DOMAIN_TYPES:
         raise SpaceError(f"space.{name}.type", kind, f"must be one of {sorted(_DOMAIN_TYPES)}")
     cls, required, optional = _DOMAIN_TYPES[kind]
+    for key in spec:
+        if not isinstance(key, str):
+            raise SpaceError(f"space.{name}", key, f"is not a field of a {kind} domain "
+                             f"(fields: {sorted(required | optional)})")
     keys = set(spec) - {"type"}
     for missing in sorted(required - keys):
         raise SpaceError(f"space.{name}.{missing}", None, f"is required for a {kind} domain")
@@ -279,6 +302,19 @@ def domain_from_dict(name: str, spec: Any) -> Domain:
     if "log" in kwargs and not isinstance(kwargs["log"], bool):
         raise SpaceError(f"space.{name}.log", kwargs["log"], "must be true or false")
     return cls(**kwargs, name=name)
+
+
+def _axis_size(domain: Domain, points: int) -> int:
+    """How many values ``domain.grid(points)`` lists, at most."""
+    if isinstance(domain, (Float, Int)) and domain.values is not None:
+        return len(domain.values)
+    if isinstance(domain, Float):
+        return 1 if domain.low == domain.high else points
+    if isinstance(domain, Int):
+        return min(points, (domain._top - domain.low) // domain.step + 1)
+    if isinstance(domain, Categorical):
+        return len(domain.choices)
+    return 1
 
 
 def _renamed(domain: Domain, name: str) -> Domain:
@@ -294,6 +330,11 @@ class SearchSpace(Mapping[str, Domain]):
             raise SpaceError("space", domains, "must be a mapping of parameter names to domains")
         if not domains:
             raise SpaceError("space", {}, "must declare at least one parameter")
+        for key in domains:
+            try:
+                check_name("space (a parameter name)", key)
+            except ConfigError as exc:
+                raise SpaceError(exc.field, exc.value, exc.problem) from None
         self._domains = {str(k): domain_from_dict(str(k), v) for k, v in domains.items()}
 
     def __getitem__(self, key: str) -> Domain:
@@ -315,17 +356,35 @@ class SearchSpace(Mapping[str, Domain]):
         """One configuration; parameters are drawn in declaration order from ``rng``."""
         return {name: d.sample(rng) for name, d in self._domains.items()}
 
+    def grid_size(self, points_per_axis: int | None = 3) -> int:
+        """An upper bound on ``len(self.grid(points_per_axis))``, computed without listing it."""
+        if points_per_axis is not None and (not is_integer(points_per_axis) or points_per_axis < 1):
+            raise SpaceError("points_per_axis", points_per_axis, "must be an integer >= 1")
+        size = 1
+        for name, domain in self._domains.items():
+            size *= _axis_size(domain, self._points(name, domain, points_per_axis))
+        return size
+
+    @staticmethod
+    def _points(name: str, domain: "Domain", points_per_axis: int | None) -> int:
+        return int(points_per_axis) if points_per_axis is not None else _default_points(name, domain)
+
     def grid(self, points_per_axis: int | None = 3) -> list[dict[str, Any]]:
         """The Cartesian product of every domain's grid, first parameter varying slowest.
 
         ``points_per_axis=None``: every value of an Int axis (a SpaceError naming the axis when it
         has more than ``INT_GRID_LIMIT``), ``FLOAT_GRID_POINTS`` points of a Float axis.
+        SpaceError when the grid would hold more than MAX_GRID_POINTS configurations.
         """
-        if points_per_axis is not None and (not isinstance(points_per_axis, int) or points_per_axis < 1):
-            raise SpaceError("points_per_axis", points_per_axis, "must be an integer >= 1")
+        size = self.grid_size(points_per_axis)
+        if size > MAX_GRID_POINTS:
+            raise SpaceError("points_per_axis", points_per_axis,
+                             f"gives a grid of up to {size} configurations over {len(self)} "
+                             f"parameters; at most {MAX_GRID_POINTS} are allowed (lower "
+                             "points_per_axis, or list fewer grid values)")
         configs: list[dict[str, Any]] = [{}]
         for name, domain in self._domains.items():
-            points = points_per_axis if points_per_axis is not None else _default_points(name, domain)
+            points = self._points(name, domain, points_per_axis)
             configs = [{**c, name: v} for c in configs for v in domain.grid(points)]
         return configs
 
@@ -350,5 +409,6 @@ class SearchSpace(Mapping[str, Domain]):
 
     @classmethod
     def from_yaml(cls, text: str) -> "SearchSpace":
-        import yaml
-        return cls(yaml.safe_load(text))
+        """The space in the YAML ``text``, read within the loader's limits (hypersack.yaml_input)."""
+        from hypersack.yaml_input import parse_yaml   # PyYAML stays unimported until needed
+        return cls(parse_yaml(text, "space YAML")[0])

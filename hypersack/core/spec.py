@@ -5,20 +5,34 @@ value; ``to_dict`` is the JSON form kept in the study store (resume rebuilds the
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
-from hypersack.core.space import SearchSpace
+from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.errors import ConfigError
+from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_integer, check_name, check_number,
+                                  check_plain_data, check_text, is_integer)
 
 __all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTION_MODES",
            "check_resumable"]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")   # fullmatch: no trailing newline
+
+# Upper bounds of the study's numbers: each far above any real use, low enough that the study
+# never allocates, sums or sleeps on an absurd value (a worker list of 10**9 slots...).
+MAX_WORKERS = 1024              # the machine's own limit is checked when its slots are built
+MAX_RETRIES = 100
+MAX_SECONDS = 366 * 24 * 3600.0  # a timeout or time budget of a year
+MAX_TRIALS = 10**9
+MAX_SEED = 2**32 - 1            # numpy's legacy RandomState (used by Optuna) takes 32 bits
+MAX_STEPS = 10**9
+MAX_COMPUTE = 10_000.0          # percent of one device
+MAX_MEMORY_GB = 1e6
+MAX_CPUS = 4096
+MAX_PACK_MEMBERS = 1024
 
 
 def check_fields(section: str, given: Mapping[str, Any], allowed: set[str],
@@ -46,14 +60,12 @@ class ExecutorOptions:
     _FIELDS = {"workers", "max_retries", "trial_timeout_s"}
 
     def __post_init__(self) -> None:
-        if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
-                                         or self.workers < 1):
-            raise ConfigError("executor.workers", self.workers, "must be an integer >= 1")
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ConfigError("executor.max_retries", self.max_retries, "must be an integer >= 0")
-        t = self.trial_timeout_s
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0):
-            raise ConfigError("executor.trial_timeout_s", t, "must be a number of seconds > 0")
+        if self.workers is not None:
+            check_integer("executor.workers", self.workers, low=1, high=MAX_WORKERS)
+        check_integer("executor.max_retries", self.max_retries, low=0, high=MAX_RETRIES)
+        if self.trial_timeout_s is not None:
+            check_number("executor.trial_timeout_s", self.trial_timeout_s, low=0.0, low_open=True,
+                         high=MAX_SECONDS, hint="(seconds)")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "ExecutorOptions":
@@ -77,14 +89,10 @@ class Resources:
     _FIELDS = {"compute", "memory_gb", "cpus"}
 
     def __post_init__(self) -> None:
-        for name, low in (("compute", 0.0), ("memory_gb", 0.0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
-                raise ConfigError(f"resources.{name}", v, f"must be a finite number >= {low:g}")
-        if self.compute <= 0:
-            raise ConfigError("resources.compute", self.compute, "must be > 0 (percent of a device)")
-        if isinstance(self.cpus, bool) or not isinstance(self.cpus, int) or self.cpus < 0:
-            raise ConfigError("resources.cpus", self.cpus, "must be an integer >= 0")
+        check_number("resources.compute", self.compute, low=0.0, low_open=True, high=MAX_COMPUTE,
+                     hint="(percent of a device)")
+        check_number("resources.memory_gb", self.memory_gb, low=0.0, high=MAX_MEMORY_GB)
+        check_integer("resources.cpus", self.cpus, low=0, high=MAX_CPUS)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "Resources":
@@ -109,9 +117,7 @@ class PackOptions:
     _FIELDS = {"max_members"}
 
     def __post_init__(self) -> None:
-        m = self.max_members
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise ConfigError("pack.max_members", m, "must be an integer >= 1")
+        check_integer("pack.max_members", self.max_members, low=1, high=MAX_PACK_MEMBERS)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "PackOptions":
@@ -133,9 +139,53 @@ def _check_oversubscription(value: Any) -> None:
         return
     items = value.items() if isinstance(value, Mapping) else [(None, value)]
     for arch, r in items:
+        if arch is not None:
+            check_name("oversubscription (an architecture name)", arch)
         field_name = "oversubscription" if arch is None else f"oversubscription.{arch}"
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 1:
-            raise ConfigError(field_name, r, "must be a number >= 1 (1: no oversubscription)")
+        check_number(field_name, r, low=1.0, high=MAX_OVERSUBSCRIPTION, hint="(1: no oversubscription)")
+
+
+def _check_algorithm(algorithm: Any) -> None:
+    """A mapping whose ``type`` is a name and whose options are plain (JSON) data: the study
+    store keeps it as JSON, and the algorithm registry looks the type up by name."""
+    if not isinstance(algorithm, Mapping) or "type" not in algorithm:
+        raise ConfigError("algorithm", algorithm, "must be a name or a mapping with a 'type'")
+    if not isinstance(algorithm["type"], str):
+        raise ConfigError("algorithm.type", algorithm["type"], "must be the name of an algorithm")
+    for key, option in algorithm.items():
+        if not isinstance(key, str):
+            raise ConfigError("algorithm", key, "must have option names that are strings")
+        check_plain_data(f"algorithm.{key}", option)
+
+
+def _check_max_steps(max_steps: Any, space: SearchSpace) -> None:
+    """An integer >= 1, or the name of a space parameter whose every value is one."""
+    if max_steps is None:
+        return
+    if not isinstance(max_steps, str):
+        check_integer("max_steps", max_steps, low=1, high=MAX_STEPS,
+                      hint="or the name of a space parameter")
+        return
+    if max_steps not in space:
+        raise ConfigError("max_steps", max_steps, "must be an integer >= 1 or the name of a space parameter")
+    domain = space[max_steps]
+    values = (list(domain.choices) if isinstance(domain, Categorical)
+              else [domain.value] if isinstance(domain, Constant)
+              else [domain.low, domain.high] if isinstance(domain, Int) else None)
+    if values is None or not all(is_integer(v) and 1 <= v <= MAX_STEPS for v in values):
+        raise ConfigError(f"space.{max_steps}", domain.to_dict(),
+                          f"must give integers in [1, {MAX_STEPS}]: max_steps names it as the "
+                          "steps of a trial")
+
+
+def _check_budget(budget: Any) -> None:
+    """The YAML form of the budget, before Budget() sees it."""
+    check_fields("budget", budget, {"trials", "time_s"})
+    if budget.get("trials") is not None:
+        check_integer("budget.trials", budget["trials"], low=1, high=MAX_TRIALS)
+    if budget.get("time_s") is not None:
+        check_number("budget.time_s", budget["time_s"], low=0.0, low_open=True, high=MAX_SECONDS,
+                     hint="(seconds)")
 
 
 def _check_placement(name: Any) -> None:
@@ -174,17 +224,16 @@ class StudySpec:
                "execution", "pack", "unsafe_checkpoints"}
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ConfigError("name", self.name,
                               "must be 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError("seed", self.seed, "must be an integer >= 0")
-        if self.trainable is not None and not isinstance(self.trainable, str):
-            raise ConfigError("trainable", self.trainable, "must be 'module:function' or a built-in name")
-        ms = self.max_steps
-        if ms is not None and not ((isinstance(ms, int) and not isinstance(ms, bool) and ms >= 1)
-                                   or (isinstance(ms, str) and ms in self.space)):
-            raise ConfigError("max_steps", ms, "must be an integer >= 1 or the name of a space parameter")
+        check_integer("seed", self.seed, low=0, high=MAX_SEED)
+        if self.trainable is not None:
+            check_name("trainable", self.trainable, max_len=1024)
+        check_text("description", self.description)
+        _check_budget({"trials": self.budget.trials, "time_s": self.budget.time_s})
+        _check_algorithm(self.algorithm)
+        _check_max_steps(self.max_steps, self.space)
         _check_placement(self.placement)
         _check_oversubscription(self.oversubscription)
         _check_execution(self.execution)
@@ -206,7 +255,11 @@ class StudySpec:
             if required not in d:
                 raise ConfigError(required, None, "is required")
         budget = d["budget"]
-        check_fields("budget", budget, {"trials", "time_s"})
+        _check_budget(budget)
+        if isinstance(d["objective"], Mapping):    # keys of any type, before Objective sorts them
+            check_fields("objective", d["objective"], {"metric", "mode"})
+        if d.get("storage") is not None:
+            check_name("storage", d["storage"], max_len=4096)
         algorithm = d.get("algorithm", {"type": "random"})
         if isinstance(algorithm, str):
             algorithm = {"type": algorithm}

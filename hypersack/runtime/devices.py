@@ -8,6 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from hypersack.validation import check_workers_fit
+
 __all__ = ["Slot", "detect_gpus", "default_slots", "slots_cluster"]
 
 
@@ -92,6 +94,8 @@ def default_slots(workers: int | None = None, gpus: list[int] | None = None,
     when there are more workers than GPUs; CPU slots split the cores for torch's thread pools."""
     gpus = detect_gpus() if gpus is None else gpus
     cores = cpu_count or os.cpu_count() or 1
+    if workers is not None:   # before a list of 10**9 slots is built
+        check_workers_fit("executor.workers", workers, cores, len(gpus))
     n = workers or (len(gpus) if gpus else cores)
     if gpus:
         threads = max(1, cores // n)

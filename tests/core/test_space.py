@@ -104,7 +104,8 @@ def test_categorical_sampling_reaches_every_choice():
 
 
 @FAST
-@given(value=st.one_of(st.integers(), st.text(max_size=5), st.floats(allow_nan=False)), seed=seeds)
+@given(value=st.one_of(st.integers(), st.text(max_size=5),
+                       st.floats(allow_nan=False, allow_infinity=False)), seed=seeds)
 def test_constant_always_samples_its_value(value, seed):
     assert draws(Constant(value, name="k"), seed, n=5) == [value] * 5
 

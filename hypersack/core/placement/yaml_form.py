@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hypersack.core.placement.model import GPU, Node, check_id, check_number
+from hypersack.core.placement.model import GPU, Node, check_id
 from hypersack.errors import ConfigError
+from hypersack.validation import MAX_DEVICES_PER_NODE, MAX_OVERSUBSCRIPTION, check_integer
+from hypersack.validation import check_number as check_bounded
 
 __all__ = ["cluster_nodes_from_dict"]
 
@@ -34,7 +36,8 @@ def _ratios(d: Mapping[str, Any], where: str) -> dict[str, float]:
     if not isinstance(ratios, Mapping):
         raise ConfigError(f"{where}.oversubscription", ratios,
                           "must map an architecture name to its ratio, e.g. {A100: 3}")
-    return {str(arch): check_number(f"{where}.oversubscription.{arch}", r, positive=True)
+    return {str(arch): check_bounded(f"{where}.oversubscription.{arch}", r, low=0.0, low_open=True,
+                                     high=MAX_OVERSUBSCRIPTION)
             for arch, r in ratios.items()}
 
 
@@ -44,6 +47,7 @@ def _gpu(spec: Mapping[str, Any], gpu_id: Any, ratios: Mapping[str, float], wher
             raise ConfigError(f"{where}.{key}", None, "is required")
     arch = spec["arch"]
     ratio = spec.get("oversubscription", ratios.get(arch, 1.0) if isinstance(arch, str) else 1.0)
+    check_bounded(f"{where}.oversubscription", ratio, low=0.0, low_open=True, high=MAX_OVERSUBSCRIPTION)
     try:
         return GPU(gpu_id, arch, spec["memory_gb"], spec.get("compute", 100.0), ratio)
     except ConfigError as exc:
@@ -59,9 +63,7 @@ def _gpus(spec: Any, ratios: Mapping[str, float], where: str) -> list[GPU]:
         here = where if isinstance(spec, Mapping) else f"{where}[{i}]"
         if isinstance(entry, Mapping) and "count" in entry:
             _check_keys(here, entry, _TEMPLATE_KEYS)
-            count = entry["count"]
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise ConfigError(f"{here}.count", count, "must be an integer >= 0")
+            count = check_integer(f"{here}.count", entry["count"], low=0, high=MAX_DEVICES_PER_NODE)
             start = len(out)
             out.extend(_gpu(entry, start + k, ratios, here) for k in range(count))
         else:

@@ -1,0 +1,160 @@
+"""Shared validators for user input: numbers, integer ranges, choices, names, plain data.
+
+Every ``check_*`` returns the value (converted where it says so) or raises ConfigError naming
+the field and the value, with the allowed range in the message:
+``The value of pack.max_members is 10000, but must be an integer in [1, 1024]``.
+The ``is_*`` predicates never raise, whatever they are given (``10**400``, NaN, a list).
+
+A *number* is a real number that is not a bool (numpy scalars included); a *finite* number is
+one whose float is finite, so ``10**400`` (which no float holds) is not finite.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Collection, Mapping
+
+from hypersack.errors import ConfigError
+
+__all__ = ["is_number", "is_integer", "is_finite", "check_number", "check_integer",
+           "check_choice", "check_name", "check_text", "check_plain_data", "check_workers_fit",
+           "INT53", "MAX_OVERSUBSCRIPTION", "MAX_DEVICES_PER_NODE", "MAX_LOCAL_WORKERS_PER_CPU", "MAX_LOCAL_WORKERS_PER_GPU"]
+
+#: The largest integer a float holds exactly: integer domains stay within +/- this.
+INT53 = 2**53
+
+#: Largest oversubscription ratio r (jobs on a device may ask for r x its compute).
+MAX_OVERSUBSCRIPTION = 100.0
+#: Most devices one node may declare (a cluster file's ``count``).
+MAX_DEVICES_PER_NODE = 1024
+
+#: Local worker slots at most per CPU core and per GPU (``check_workers_fit``): more processes
+#: than that only thrash the machine.
+MAX_LOCAL_WORKERS_PER_CPU = 4
+MAX_LOCAL_WORKERS_PER_GPU = 16
+
+
+def is_number(value: Any) -> bool:
+    """True for a real number that is not a bool (int, float, numpy scalars)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_integer(value: Any) -> bool:
+    """True for an integer that is not a bool (int, numpy integers)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_finite(value: Any) -> bool:
+    """True for a number whose float is finite (False for NaN, +/-inf and ints beyond floats)."""
+    if not is_number(value):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except (OverflowError, ValueError):
+        return False
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _range_text(low: float | None, high: float | None, low_open: bool) -> str:
+    """`` in [1, 8]``, `` > 0``, `` >= 1``, `` <= 10`` or ``""``."""
+    if low is not None and high is not None and not low_open:
+        return f" in [{_fmt(low)}, {_fmt(high)}]"
+    parts = [f"{'>' if low_open else '>='} {_fmt(low)}"] if low is not None else []
+    parts += [f"<= {_fmt(high)}"] if high is not None else []
+    return (" " + " and ".join(parts)) if parts else ""
+
+
+def check_number(field: str, value: Any, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, hint: str = "") -> float:
+    """``value`` as a float when it is a finite number in the range (``low`` excluded when
+    ``low_open``); ``hint`` is added to the message (``"seconds"``, ``"(1: none)"``)."""
+    ok = is_finite(value)
+    if ok:
+        x = float(value)
+        ok = ((low is None or (x > low if low_open else x >= low))
+              and (high is None or x <= high))
+    if not ok:
+        extra = f" {hint}" if hint else ""
+        raise ConfigError(field, value,
+                          f"must be a finite number{_range_text(low, high, low_open)}{extra}")
+    return float(value)
+
+
+def check_integer(field: str, value: Any, *, low: int | None = None, high: int | None = None,
+                  hint: str = "") -> int:
+    """``value`` as an int when it is an integer (not a bool) in ``[low, high]``."""
+    if not is_integer(value) or (low is not None and value < low) \
+            or (high is not None and value > high):
+        extra = f" {hint}" if hint else ""
+        raise ConfigError(field, value, f"must be an integer{_range_text(low, high, False)}{extra}")
+    return int(value)
+
+
+def check_choice(field: str, value: Any, choices: Collection[Any]) -> Any:
+    """``value`` when it equals one of ``choices`` (a list or a dict is never one: no hashing)."""
+    if isinstance(value, (list, dict, set)) or not any(
+            type(value) is type(c) and value == c for c in choices):
+        raise ConfigError(field, value, f"must be one of {', '.join(map(str, choices))}")
+    return value
+
+
+def _has_control(text: str) -> bool:
+    return any(not ch.isprintable() for ch in text)
+
+
+def check_name(field: str, value: Any, *, max_len: int = 128) -> str:
+    """A name shown in tables and used in keys: a non-empty string of at most ``max_len``
+    printable characters (no newline, tab, NUL or other control character)."""
+    if not isinstance(value, str) or not value or len(value) > max_len or _has_control(value):
+        raise ConfigError(field, value, f"must be 1-{max_len} printable characters "
+                          "(no newline, tab or other control character)")
+    return value
+
+
+def check_text(field: str, value: Any, *, max_len: int = 10_000) -> str:
+    """Free text (a description): a string of at most ``max_len`` characters with no NUL."""
+    if not isinstance(value, str) or len(value) > max_len or "\x00" in value:
+        raise ConfigError(field, value, f"must be a text of at most {max_len} characters without NUL")
+    return value
+
+
+def check_plain_data(field: str, value: Any, *, depth: int = 32) -> Any:
+    """``value`` when it is JSON data: null, a bool, a string, an int, a finite float, or lists and string-keyed mappings of those, nested at most ``depth`` deep.
+    Dates, sets, bytes, NaN and infinities are refused (the study store keeps JSON)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if level > depth:
+            raise ConfigError(field, value, f"must nest at most {depth} levels")
+        if item is None or isinstance(item, (bool, str)):
+            continue
+        if is_integer(item) or is_finite(item):
+            continue
+        elif isinstance(item, list):
+            stack.extend((x, level + 1) for x in item)
+            continue
+        elif isinstance(item, Mapping) and all(isinstance(k, str) for k in item):
+            stack.extend((x, level + 1) for x in item.values())
+            continue
+        raise ConfigError(field, item, "must be null, true/false, a string, a finite number, "
+                          "or lists and string-keyed mappings of those"
+                          + (" (quote a date to pass it as text)" if _is_date(item) else ""))
+    return value
+
+
+def _is_date(value: Any) -> bool:
+    import datetime
+    return isinstance(value, (datetime.date, datetime.time))
+
+
+def check_workers_fit(field: str, workers: int, cpus: int, gpus: int) -> int:
+    """``workers`` when this machine can hold that many local worker slots: at most
+    ``MAX_LOCAL_WORKERS_PER_CPU`` per CPU core plus ``MAX_LOCAL_WORKERS_PER_GPU`` per GPU."""
+    limit = MAX_LOCAL_WORKERS_PER_CPU * max(cpus, 1) + MAX_LOCAL_WORKERS_PER_GPU * max(gpus, 0)
+    return check_integer(field, workers, low=1, high=limit,
+                         hint=f"(this machine has {cpus} CPU cores and {gpus} GPUs: at most "
+                              f"{MAX_LOCAL_WORKERS_PER_CPU} workers per core and "
+                              f"{MAX_LOCAL_WORKERS_PER_GPU} per GPU)")
