@@ -4,9 +4,8 @@
 Each leaf is one GPU with three numbers read from caller-owned arrays: compute ``c[i]``, memory
 ``m[i]`` (per GPU) and cores ``q[node[i]]`` (per node). Each inner node holds the maxima of its
 subtree, so a subtree where no GPU has enough of one of them is skipped whole (branch and bound).
-A GPU "fits" a demand (c, m, q) in the comparisons the policies use: memory ``m[i] + EPS >= m``,
-cores ``q + EPS >= q``, and compute ``c[i] + EPS >= c`` (``worst``, ``first_with_slack``) or
-``c[i] >= c - EPS`` (``first``, as first-fit's segment tree compares).
+A GPU "fits" a demand (c, m, q) in ``Load.fits``'s comparisons: compute ``c[i] + EPS >= c``,
+memory ``m[i] + EPS >= m``, cores ``q[node[i]] + EPS >= q``.
 
 The owner changes the arrays and then calls ``refresh`` with the positions of the GPUs it touched
 (a node's cores touch all of its GPUs); queries never change anything. ``fitting_in_order``
@@ -82,21 +81,7 @@ class FitTree:
         return None if best_p is None else self.members[best_p]
 
     def first(self, c: float, m: float, q: float) -> int | None:
-        """The first fitting GPU, compute compared as ``c[i] >= c - EPS``; or None."""
-        tc, tm, tq, size = self.c, self.m, self.q, self.size
-        x = c - EPS
-        stack = [1]
-        while stack:
-            k = stack.pop()
-            if tc[k] < x or tm[k] + EPS < m or tq[k] + EPS < q:
-                continue
-            if k >= size:
-                return self.members[k - size]
-            stack += (2 * k + 1, 2 * k)
-        return None
-
-    def first_with_slack(self, c: float, m: float, q: float) -> int | None:
-        """The first fitting GPU, compute compared as ``c[i] + EPS >= c``; or None."""
+        """The first fitting GPU (lowest position), or None."""
         tc, tm, tq, size = self.c, self.m, self.q, self.size
         stack = [1]
         while stack:
