@@ -11,6 +11,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from hypersack.core.placement.check import check_placement
 from hypersack.core.placement.cluster import Cluster, as_devices
+from hypersack.core.placement.fill import fill
 from hypersack.core.placement.improve import worst_fit_decreasing_local_search
 from hypersack.core.placement.model import Job
 from hypersack.core.placement.live import POLICIES, check_options
@@ -30,7 +31,7 @@ def _mip(jobs: Sequence[Job], cluster: Cluster, **options: Any) -> Mapping[Hasha
 
 _TRUSTED: dict[str, Policy] = {**{k: BUILTIN[k] for k in ("ff", "ffd", "wf", "wfd", "exclusive")},
                                "wfd-ls": worst_fit_decreasing_local_search, "mip": _mip,
-                               "hay": BUILTIN["hay"], "ray": BUILTIN["ray"]}
+                               "hay": BUILTIN["hay"], "ray": BUILTIN["ray"], "fill": fill}
 _POLICIES: dict[str, Policy] = dict(_TRUSTED)
 
 

@@ -52,7 +52,7 @@ __all__ = ["hay", "gpu_state", "gpu_states", "node_score", "W_FRAG", "W_ENTIRE",
 #: Default weights of Eq. 1 (see benchmarks/RESULTS.md, "Hay weights"): whole GPUs weigh more
 #: than the same capacity in fragments, so a node keeps its whole GPUs for whole-GPU requests.
 W_FRAG = 1.0
-W_ENTIRE = 2.0
+W_ENTIRE = 4.0
 DEACTIVATED, ACTIVATED, UNAVAILABLE = "deactivated", "activated", "unavailable"
 
 

@@ -13,7 +13,7 @@ from placement_reference import reference
 from hypersack.placement import (GPU, Cluster, Job, Node, PlacementError, assign, check_placement,
                                  placed_compute)
 
-HEURISTICS = ["ff", "ffd", "wf", "wfd", "exclusive", "wfd-ls", "hay", "ray"]
+HEURISTICS = ["ff", "ffd", "wf", "wfd", "exclusive", "wfd-ls", "hay", "ray", "fill"]
 ARCHS = ["A100", "H100", "V100"]
 # Round numbers on purpose: GPUs filled exactly to the brim are where off-by-epsilon bugs live.
 COMPUTE = st.sampled_from([0, 3, 5, 10, 20, 25, 30, 40, 50, 60, 75, 97, 100, 120, 33.3])
@@ -176,4 +176,6 @@ def test_local_search_only_raises_placed_compute_and_keeps_data_parallel_jobs(cl
         multi = {jid: devs for jid, devs in start.items() if len(devs) > 1}
         assert {jid: better[jid] for jid in multi} == multi
     wfd = placed_compute(new_jobs, cluster, assign(new_jobs, cluster, "wfd"))
-    assert placed_compute(new_jobs, cluster, assign(new_jobs, cluster, "wfd-ls")) >= wfd - 1e-6
+    wfd_ls = placed_compute(new_jobs, cluster, assign(new_jobs, cluster, "wfd-ls", rounds=2))
+    assert wfd_ls >= wfd - 1e-6
+    assert placed_compute(new_jobs, cluster, assign(new_jobs, cluster, "fill")) >= wfd_ls - 1e-6
