@@ -40,23 +40,28 @@ class FitTree:
         self.refresh(range(len(self.members)))
 
     def refresh(self, positions: Sequence[int]) -> None:
-        """Re-read the GPUs at ``positions`` from the arrays and fix the maxima above them."""
+        """Re-read the GPUs at ``positions`` from the arrays and fix the maxima above them (a
+        parent whose maxima did not change stops the climb on its branch)."""
         size, members = self.size, self.members
         c, m, q = self.c, self.m, self.q
         src_c, src_m, src_q, node = self._src
-        parents = set()
         for p in positions:
             i, k = members[p], p + size
             c[k], m[k], q[k] = src_c[i], src_m[i], src_q[node[i]]
-            parents.add(k >> 1)
-        parents.discard(0)
-        while parents:
-            for k in parents:
+        level = sorted({(p + size) >> 1 for p in positions})
+        while level:
+            up: list[int] = []
+            for k in level:
                 a, b = 2 * k, 2 * k + 1
-                c[k] = c[a] if c[a] >= c[b] else c[b]
-                m[k] = m[a] if m[a] >= m[b] else m[b]
-                q[k] = q[a] if q[a] >= q[b] else q[b]
-            parents = {k >> 1 for k in parents if k > 1}
+                nc = c[a] if c[a] >= c[b] else c[b]
+                nm = m[a] if m[a] >= m[b] else m[b]
+                nq = q[a] if q[a] >= q[b] else q[b]
+                if nc == c[k] and nm == m[k] and nq == q[k]:
+                    continue
+                c[k], m[k], q[k] = nc, nm, nq
+                if k > 1 and (not up or up[-1] != k >> 1):
+                    up.append(k >> 1)
+            level = up
 
     def worst(self, c: float, m: float, q: float) -> int | None:
         """The fitting GPU with the most compute (ties: the first), or None."""

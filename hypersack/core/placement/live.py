@@ -266,9 +266,14 @@ class LiveCluster:
         absent. The load is left as it was."""
         if policy not in POLICIES:
             raise ConfigError("placement", policy, f"must be one of {', '.join(POLICIES)}")
-        options = check_options(policy, options)
-        jobs = self._check_jobs(jobs)
-        journal: Journal = []
+        return self.assign_checked(self._check_jobs(jobs), policy, check_options(policy, options))
+
+    def assign_checked(self, jobs: list[Job], policy: str, options: dict,
+                       keep: bool = True) -> dict[Hashable, tuple]:
+        """``assign`` for jobs and options already checked (``placement.assign`` checks them).
+        ``keep=False``: this LiveCluster is thrown away after the call, so its load is not
+        restored (no journal is kept) and must not be used again."""
+        journal: Journal = [] if keep else _NoJournal()
         try:
             placed = self._run(policy, jobs, journal, options)
         finally:
@@ -295,10 +300,15 @@ class LiveCluster:
         return check_job_list(jobs, self._jobs)
 
     def _greedy(self, jobs: list[Job], worst: bool, journal: Journal) -> dict:
-        """Algorithm 1 (first-fit) or 2 (worst-fit) on the live trees; takes go to ``journal``."""
+        """Algorithm 1 (first-fit) or 2 (worst-fit) on the live trees; takes go to ``journal``.
+        With several jobs, GPUs that can take none of them any more leave the trees (``_bury``)."""
         load, placed = self.load, {}
         last = len(jobs) - 1
-        for p, (job, demand) in enumerate(zip(jobs, demands(jobs, list(load.by_arch)))):
+        asks = demands(jobs, list(load.by_arch))
+        floor = _Floor(jobs, asks) if len(jobs) > 1 else None
+        if floor is not None:
+            self._bury(floor, range(len(load.keys)), journal)
+        for p, (job, demand) in enumerate(zip(jobs, asks)):
             q = job.cpus
             if job.gpus == 1:
                 chosen = self._pick_single(demand, q, worst)
@@ -309,8 +319,26 @@ class LiveCluster:
                 continue
             placed[job.id] = chosen
             if p < last:                          # the last job's take changes no answer
-                self.take(journal, chosen, demand, q)
+                self.take(journal, chosen, demand, q, refresh=floor is None)
+                if floor is not None:
+                    touched = self._touched(chosen)
+                    self._bury(floor, touched, journal)
+                    self._refresh(touched)
         return placed
+
+    def _bury(self, floor: "_Floor", gpus: Any, journal: Journal) -> None:
+        """Hide from the trees, for the rest of this call, the GPUs of ``gpus`` that cannot take
+        even the smallest demand of the call (``floor``): compute left set to -inf, journalled.
+        No answer changes (no job of the call fits them); searches skip them."""
+        load = self.load
+        free_c, free_m, free_q, arch, node = load.free_c, load.free_m, load.free_q, load.arch, load.node
+        buried = []
+        for i in gpus:
+            if free_c[i] != _NEG and floor.dead(free_c[i], free_m[i], free_q[node[i]], arch[i]):
+                self._write(journal, free_c, i, _NEG)
+                buried.append(i)
+        if buried and gpus is not None and not isinstance(gpus, set):
+            self._refresh(buried)
 
     def take(self, journal: Journal, gpus: Sequence[int], demand: dict, q: float,
              refresh: bool = True) -> None:
@@ -384,12 +412,17 @@ class LiveCluster:
         if self._alone is None:
             self._alone = self._build_trees(self._idle_c, self._idle_m)
         load, placed = self.load, {}
+        idle = sum(1 for c in self._idle_c if c != _NEG)
+        archs = list(load.by_arch)
         for job in jobs:
+            if idle == 0:
+                break
+            demand = demands((job,), archs)[0]
             if job.gpus == 1:
                 chosen = None
                 for arch, tree in self._alone.items():
-                    demand = job.demand(arch)
-                    i = tree.first(demand.compute, demand.memory_gb, job.cpus)
+                    c, m = demand[arch]
+                    i = tree.first(c, m, job.cpus)
                     if i is not None and (chosen is None or i < chosen[0]):
                         chosen = (i,)
             else:
@@ -397,6 +430,7 @@ class LiveCluster:
             if chosen is None:
                 continue
             placed[job.id] = chosen
+            idle -= len(chosen)
             for i in chosen:
                 self._write(journal, self._idle_c, i, _NEG)
                 self._write(journal, self._idle_m, i, _NEG)
@@ -441,3 +475,25 @@ class LiveCluster:
             array[index] = old
             touched.update(node_gpus[index] if array is free_q else (index,))
         self._refresh(touched)
+
+
+class _NoJournal(list):
+    """A journal that keeps nothing (for a LiveCluster used once and dropped)."""
+
+    def append(self, entry: Any) -> None:
+        pass
+
+
+class _Floor:
+    """The smallest demand of one call's jobs, per architecture: a GPU with less compute or
+    memory left than every job asks on its architecture, or whose node has fewer cores left than
+    every job asks, can take none of them."""
+
+    def __init__(self, jobs: Sequence[Job], asks: Sequence[dict]):
+        archs = asks[0].keys() if asks else ()
+        self.c = {a: min(d[a][0] for d in asks) for a in archs}
+        self.m = {a: min(d[a][1] for d in asks) for a in archs}
+        self.q = min(job.cpus for job in jobs)
+
+    def dead(self, c: float, m: float, q: float, arch: str) -> bool:
+        return c + EPS < self.c[arch] or m + EPS < self.m[arch] or q + EPS < self.q

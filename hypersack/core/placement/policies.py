@@ -1,5 +1,6 @@
 """The built-in policies as functions ``policy(jobs, cluster, **options) -> {job_id: devices}``:
-each is ``LiveCluster(cluster).assign(jobs, name, **options)``, the one implementation (see
+each is ``LiveCluster(cluster).assign(jobs, name, **options)``, the one implementation, without
+re-checking the jobs (``placement.assign`` checks them before calling a policy; see
 ``live`` for what each policy does, ``hay`` and ``ray_default`` for those two).
 
 * ``ff``, ``ffd``, ``wf``, ``wfd``: HyperSack's Algorithms 1 and 2 (decreasing: longest expected
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from hypersack.core.placement.cluster import Cluster
-from hypersack.core.placement.live import POLICIES, LiveCluster
+from hypersack.core.placement.live import POLICIES, LiveCluster, check_options
 from hypersack.core.placement.model import Job
 
 __all__ = ["BUILTIN", "Assignment", "first_fit", "first_fit_decreasing", "worst_fit",
@@ -25,7 +26,7 @@ Assignment = dict  # job id -> tuple of (node_id, gpu_id)
 
 def _by_name(name: str) -> Callable[..., Assignment]:
     def policy(jobs: Sequence[Job], cluster: Cluster, **options: Any) -> Assignment:
-        return LiveCluster(cluster).assign(jobs, name, **options)
+        return LiveCluster(cluster).assign_checked(list(jobs), name, check_options(name, options), keep=False)
     policy.__name__ = policy.__qualname__ = name.replace("-", "_")
     policy.__doc__ = f"The ``{name}`` policy: ``LiveCluster(cluster).assign(jobs, {name!r}, **options)``."
     return policy
