@@ -321,12 +321,11 @@ class LiveCluster:
             if p < last:                          # the last job's take changes no answer
                 self.take(journal, chosen, demand, q, refresh=floor is None)
                 if floor is not None:
-                    touched = self._touched(chosen)
-                    self._bury(floor, touched, journal)
-                    self._refresh(touched)
+                    self._refresh(chosen)
+                    self._bury(floor, chosen, journal)
         return placed
 
-    def _bury(self, floor: "_Floor", gpus: Any, journal: Journal) -> None:
+    def _bury(self, floor: "_Floor", gpus: Any, journal: Journal, refresh: bool = True) -> None:
         """Hide from the trees, for the rest of this call, the GPUs of ``gpus`` that cannot take
         even the smallest demand of the call (``floor``): compute left set to -inf, journalled.
         No answer changes (no job of the call fits them); searches skip them."""
@@ -337,13 +336,20 @@ class LiveCluster:
             if free_c[i] != _NEG and floor.dead(free_c[i], free_m[i], free_q[node[i]], arch[i]):
                 self._write(journal, free_c, i, _NEG)
                 buried.append(i)
-        if buried and gpus is not None and not isinstance(gpus, set):
+        for n in {node[i] for i in buried if free_q[node[i]] + EPS < floor.q}:
+            for i in load.node_gpus[n]:               # the node has too few cores: all its GPUs
+                if free_c[i] != _NEG:
+                    self._write(journal, free_c, i, _NEG)
+                    buried.append(i)
+        if buried and refresh:
             self._refresh(buried)
 
     def take(self, journal: Journal, gpus: Sequence[int], demand: dict, q: float,
              refresh: bool = True) -> None:
         """Tentatively count a job of per-GPU ``demand`` and ``q`` cores per GPU on ``gpus``,
-        journalled; ``refresh`` re-indexes the trees (policies that scan the arrays skip it)."""
+        journalled; ``refresh`` re-indexes ``gpus`` in the trees (policies that scan the arrays
+        skip it). The other GPUs of their nodes keep stale-high cores in the trees: within one
+        call cores only go down, and the trees check a leaf's cores in the array."""
         load = self.load
         for i in gpus:
             c, m = demand[load.arch[i]]
@@ -355,7 +361,7 @@ class LiveCluster:
                 self._write(journal, self._idle_c, i, _NEG)
                 self._write(journal, self._idle_m, i, _NEG)
         if refresh:
-            self._refresh(self._touched(gpus))
+            self._refresh(gpus)
 
     def idle(self, i: int) -> bool:
         """Whether GPU ``i`` holds no job (recorded, or taken earlier in this ``assign``)."""
@@ -435,7 +441,7 @@ class LiveCluster:
                 self._write(journal, self._idle_c, i, _NEG)
                 self._write(journal, self._idle_m, i, _NEG)
                 self._write(journal, load.free_q, load.node[i], load.free_q[load.node[i]] - job.cpus)
-            self._refresh(self._touched(chosen))
+            self._refresh(chosen)             # stale-high cores elsewhere on the node: fine
         return placed
 
     def _exclusive_multi(self, job: Job) -> tuple[int, ...] | None:
