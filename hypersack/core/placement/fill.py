@@ -106,7 +106,7 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2,
     best: Any = None
     best_value = -_INF
     for order in (density_order(jobs, cluster), by_runtime(jobs, cluster.architectures)):
-        start = live.assign(order, "wf")
+        start = live.assign_checked(order, "wf", {})
         search = _Search(_Given(order, cluster, start), min_gain)
         search.run(rounds)
         _refill(search, rounds)

@@ -150,6 +150,6 @@ def worst_fit_decreasing_local_search(jobs: Sequence[Job], cluster: Cluster, rou
     """The ``wfd-ls`` policy: worst-fit decreasing, then ``improve`` from where it stopped
     (options ``rounds`` and ``min_gain`` as for ``improve``)."""
     min_gain = _check_options(rounds, min_gain)
-    start = LiveCluster(cluster).assign(jobs, "wfd")
+    start = LiveCluster(cluster).assign_checked(list(jobs), "wfd", {}, keep=False)
     ordered = by_runtime(jobs, cluster.architectures)         # WFD's order: its tie-breaks
     return _Search(_Given(ordered, cluster, start), min_gain).run(rounds)
