@@ -7,14 +7,18 @@
 
 Policies by name: ``ff``, ``ffd``, ``wf``, ``wfd`` (default, the paper's choice), ``exclusive`` (one
 job per GPU: the baseline), ``wfd-ls`` (WFD, then swaps that raise occupancy), ``mip`` (exact,
-CP-SAT; needs ``pip install 'hypersack[mip]'``), plus any registered with ``register_policy``.
+CP-SAT; needs ``pip install 'hypersack[mip]'``), ``hay`` (Hay's node score and GPU states;
+options ``w_frag``, ``w_entire``), ``ray`` (Ray's default scheduler, a baseline), plus any
+registered with ``register_policy``. In a study YAML: ``placement: wfd`` or
+``placement: {policy: hay, w_frag: 1, w_entire: 2}`` (``parse_placement``).
 """
 from hypersack.core.placement import (GPU, ArchDemand, Cluster, Job, Node, PlacementError, Running,
-                                      assign, check_placement, get_policy, improve, occupancy, place,
-                                      placed_compute, policy_names, register_policy,
-                                      unregister_policy)
+                                      assign, check_placement, get_policy, improve, occupancy,
+                                      parse_placement, place, placed_compute, policy_names,
+                                      register_policy, unregister_policy)
 from hypersack.core.placement.mip import MipResult, solve_mip
 
 __all__ = ["GPU", "Node", "Cluster", "Job", "ArchDemand", "Running", "PlacementError",
            "assign", "place", "register_policy", "unregister_policy", "policy_names", "get_policy",
-           "check_placement", "occupancy", "placed_compute", "improve", "solve_mip", "MipResult"]
+           "parse_placement", "check_placement", "occupancy", "placed_compute", "improve",
+           "solve_mip", "MipResult"]

@@ -5,10 +5,13 @@ DeviceAdded / DeviceLost events) with the load of every running trial, and asks 
 (``hypersack.core.placement``) where waiting trials fit. A trial's demand comes from ``demand``:
 a function of the trial's record (profiles, user-declared resources) returning a placement Job.
 
-Speed: for ff, ffd, wf, wfd and exclusive the load is a ``LiveCluster``: occupying and releasing
-a trial cost O(its devices) and placing one costs about O(log G), with the very answers
-``assign`` gives on the equivalent ``Cluster``. Other policies (wfd-ls, mip, user policies) get
-an immutable ``Cluster``, updated copy-on-write, and run as they are.
+``policy`` is a name or the study YAML's mapping ``{policy: hay, w_frag: 1, w_entire: 2}``
+(``placement.parse_placement``); ``self.policy`` is the name, ``self.options`` the rest.
+
+Speed: for the policies of ``live.POLICIES`` (ff, ffd, wf, wfd, exclusive, hay, ray) the load is a
+``LiveCluster``, the policies' one implementation: occupying and releasing a trial cost O(its
+devices) and placing one about O(log G) (O(G) for hay and ray). Other policies (wfd-ls, mip, user
+policies) get an immutable ``Cluster``, updated copy-on-write, and run as they are.
 """
 from __future__ import annotations
 
@@ -41,22 +44,19 @@ def default_demand(record: TrialRecord) -> Any:
 
 
 class Allocator:
-    def __init__(self, cluster: Any, policy: str = "wfd",
+    def __init__(self, cluster: Any, policy: str | Mapping[str, Any] = "wfd",
                  demand: Callable[[TrialRecord], Any] = default_demand):
-        from hypersack.core.placement import policy_names
-        if policy not in policy_names():
-            from hypersack.errors import ConfigError
-            raise ConfigError("placement", policy, f"must be one of {policy_names()}")
+        from hypersack.core.placement import parse_placement
+        self.policy, self.options = parse_placement(policy)
         self.inventory = cluster          # devices without load
-        self.policy = policy
         self.demand = demand
         self._running: dict[int, tuple[Any, Devices]] = {}
         self._set_load(cluster)
 
     def _set_load(self, cluster: Any) -> None:
         """Hold ``cluster`` (devices with the running trials' load) in the form the policy uses."""
-        from hypersack.core.placement.live import INCREMENTAL_POLICIES, LiveCluster
-        self._live = LiveCluster(cluster) if self.policy in INCREMENTAL_POLICIES else None
+        from hypersack.core.placement.live import POLICIES, LiveCluster
+        self._live = LiveCluster(cluster) if self.policy in POLICIES else None
         self._cluster = None if self._live is not None else cluster
         self._devices = sum(1 for _ in self.inventory.gpus())
 
@@ -67,9 +67,9 @@ class Allocator:
 
     def _assign(self, jobs: list[Any]) -> dict:
         if self._live is not None:
-            return self._live.assign(jobs, self.policy)
+            return self._live.assign(jobs, self.policy, **self.options)
         from hypersack.core.placement import assign
-        return assign(jobs, self._cluster, self.policy)
+        return assign(jobs, self._cluster, self.policy, **self.options)
 
     # ---- placing ----------------------------------------------------------------------------
 
@@ -120,7 +120,7 @@ class Allocator:
         """Why ``record`` can never run on this inventory (even with every device idle), or None."""
         from hypersack.core.placement import assign
         job = self.demand(record)
-        if assign([job], self.inventory, self.policy):
+        if assign([job], self.inventory, self.policy, **self.options):
             return None
         return (f"it needs {job.gpus} device(s) with {job.compute:g}% compute, "
                 f"{job.memory_gb:g} GB memory and {job.cpus} CPU core(s) each, more than any "

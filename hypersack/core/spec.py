@@ -188,10 +188,10 @@ def _check_budget(budget: Any) -> None:
                      hint="(seconds)")
 
 
-def _check_placement(name: Any) -> None:
-    from hypersack.core.placement import policy_names
-    if not isinstance(name, str) or name not in policy_names():
-        raise ConfigError("placement", name, f"must be one of {', '.join(policy_names())}")
+def _check_placement(value: Any) -> None:
+    """A policy name, or ``{policy: NAME, OPTION: VALUE}`` (``placement.parse_placement``)."""
+    from hypersack.core.placement import parse_placement
+    parse_placement(value)
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ class StudySpec:
     executor: ExecutorOptions = ExecutorOptions()
     max_steps: int | str | None = None    # steps per trial (int) or the config key holding it
     description: str = ""
-    placement: str = "wfd"                # placement policy (hypersack.placement.policy_names())
+    placement: Any = "wfd"                # policy name, or {policy: hay, w_frag: .., w_entire: ..}
     # Oversubscription ratio r: one number for every device, or per architecture ({A100: 3}).
     # None: the inventory's defaults (profiled per GPU architecture; 1 for CPU slots).
     oversubscription: float | dict[str, float] | None = None

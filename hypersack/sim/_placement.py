@@ -3,14 +3,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-__all__ = ["make_job", "cluster_from_dict", "policy_names"]
+__all__ = ["make_job", "cluster_from_dict", "policy_names", "check_policy", "policy_label"]
 
 
 def make_job(perf: Any, record: Any) -> Any:
     """A placement Job for ``record``: per-device demand from the profiles of every architecture
-    the scenario's cluster has (``perf.archs``), ``gpus`` = the trial's data-parallel world size."""
+    the scenario's cluster has (``perf.archs``), ``gpus`` = the trial's data-parallel world size
+    (its ``resources``, at least the profile's ``gpus``: a model always trained on k devices)."""
     from hypersack.core.placement import Job
-    k = max(1, int(getattr(record, "resources", 1) or 1))
+    k = max(1, int(getattr(record, "resources", 1) or 1),
+            int(perf.profile(record.config, perf.reference_arch).gpus))
     per_arch: dict[str, dict[str, float]] = {}
     for arch in perf.archs:
         p = perf.profile(record.config, arch)
@@ -35,3 +37,20 @@ def cluster_from_dict(d: Mapping[str, Any]) -> Any:
 def policy_names() -> list[str]:
     from hypersack.core.placement import policy_names as names
     return list(names())
+
+
+def check_policy(value: Any, field: str) -> Any:
+    """A scenario's placement: a policy name or ``{policy: hay, w_frag: .., w_entire: ..}``
+    (ConfigError naming ``field`` otherwise); returned as given."""
+    from hypersack.core.placement import parse_placement
+    parse_placement(value, field)
+    return value
+
+
+def policy_label(value: Any) -> str:
+    """``hay`` for a name, ``hay(w_frag=1,w_entire=2)`` for a mapping with options."""
+    from hypersack.core.placement import parse_placement
+    name, options = parse_placement(value)
+    if not options:
+        return name
+    return f"{name}({','.join(f'{k}={v:g}' for k, v in options.items())})"

@@ -56,12 +56,14 @@ class Profile:
     utilization: float
     memory_gb: float
     cpus: int = 1
+    gpus: int = 1          # devices a trial of this model always takes (data-parallel, e.g. DDP)
 
     def __post_init__(self) -> None:
         checks = (("step_time_s", self.step_time_s, lambda v: v > 0, "must be a number > 0"),
                   ("utilization", self.utilization, lambda v: 0 < v <= 100, "must be in (0, 100]"),
                   ("memory_gb", self.memory_gb, lambda v: v >= 0, "must be a number >= 0"),
-                  ("cpus", self.cpus, lambda v: v >= 0, "must be a number >= 0"))
+                  ("cpus", self.cpus, lambda v: v >= 0, "must be a number >= 0"),
+                  ("gpus", self.gpus, lambda v: v >= 1 and v == int(v), "must be an integer >= 1"))
         for name, value, ok, problem in checks:
             if not _is_number(value) or not ok(value):
                 raise ConfigError(f"profiles.{name}", value, problem)
@@ -92,7 +94,7 @@ class ProfileTable:
         if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)) or not rows:
             raise ConfigError(field_name, rows, "must be a non-empty list of profile rows")
         table: dict[tuple[str, Any, str], Profile] = {}
-        allowed = {"model", "batch_size", "arch", "step_time_s", "utilization", "memory_gb", "cpus"}
+        allowed = {"model", "batch_size", "arch", "step_time_s", "utilization", "memory_gb", "cpus", "gpus"}
         for i, row in enumerate(rows):
             where = f"{field_name}[{i}]"
             if not isinstance(row, Mapping):
@@ -106,7 +108,8 @@ class ProfileTable:
                     raise ConfigError(f"{where}.{required}", None, "is required")
             try:
                 profile = Profile(float(row["step_time_s"]) if _is_number(row["step_time_s"]) else row["step_time_s"],
-                                  row["utilization"], row.get("memory_gb", 0.0), row.get("cpus", 1))
+                                  row["utilization"], row.get("memory_gb", 0.0), row.get("cpus", 1),
+                                  row.get("gpus", 1))
             except ConfigError as exc:
                 raise ConfigError(f"{where}.{exc.field.split('.')[-1]}", exc.value, exc.problem) from None
             key = (str(row.get("model", ANY)), row.get("batch_size", ANY), str(row["arch"]))

@@ -14,6 +14,7 @@ from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Controller
 from hypersack.core.trial import TrialState
 from hypersack.runtime.loop import run_loop
+from hypersack.sim._placement import policy_label
 from hypersack.sim.executor import SimExecutor
 from hypersack.sim.scenario import Scenario
 from hypersack.sim.store import MemoryStore, SimStudyRow
@@ -55,8 +56,9 @@ class SimResult:
             "device_failures", "wall_s", "unvalidated")} | {"sim_per_wall": self.sim_per_wall}
 
 
-def simulate(scenario: Scenario, policy: str | None = None, *, keep_log: bool = True) -> SimResult:
-    """Run ``scenario`` once with placement ``policy`` (default: the scenario's)."""
+def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -> SimResult:
+    """Run ``scenario`` once with placement ``policy`` (a name or ``{policy: hay, w_frag: ..}``;
+    default: the scenario's)."""
     policy = policy or scenario.policy
     spec = scenario.study
     executor = SimExecutor(scenario.cluster, scenario.perf, scenario.curves,
@@ -73,7 +75,7 @@ def simulate(scenario: Scenario, policy: str | None = None, *, keep_log: bool = 
     return _result(scenario, policy, executor, controller, store, wall)
 
 
-def _result(scenario: Scenario, policy: str, executor: SimExecutor, controller: Controller,
+def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: Controller,
             store: MemoryStore, wall: float) -> SimResult:
     makespan = _makespan(executor)
     stats = executor.timeline.summary(makespan)
@@ -85,7 +87,7 @@ def _result(scenario: Scenario, policy: str, executor: SimExecutor, controller: 
     if not scenario.profiles_validated:
         unvalidated.insert(0, "workload.profiles")
     return SimResult(
-        scenario=scenario.name, policy=policy, algorithm=str(scenario.study.algorithm.get("type")),
+        scenario=scenario.name, policy=policy_label(policy), algorithm=str(scenario.study.algorithm.get("type")),
         makespan_s=makespan, occupancy=stats["occupancy"], utilization=stats["utilization"],
         busy=stats["busy"], time_to_best_s=best.finished_at if best else None,
         best_value=best.value if best else None, best_trial=best.trial_id if best else None,

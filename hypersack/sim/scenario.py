@@ -6,7 +6,7 @@ Schema (every error is a ConfigError naming the dotted field)::
     description: free text
     seed: 0                          # seeds the study (configs) and the curve noise
     cluster: {...}                   # the placement cluster YAML form (Cluster.from_dict)
-    policy: wfd                      # placement policy of a plain run (default wfd)
+    policy: wfd                      # placement of a plain run (default wfd), or {policy: hay, w_frag: 1}
     study:                           # a study spec without name/trainable: space, objective,
       space: {...}                   #   algorithm, budget, max_steps (int or config key; default
       objective: {metric: accuracy, mode: max}     # the algorithm's max_t), max_retries
@@ -15,7 +15,7 @@ Schema (every error is a ConfigError naming the dotted field)::
     workload:
       model_key: model | model: resnet18           # config key naming the model, or a fixed model
       batch_size_key: batch_size | batch_size: 64
-      profiles: [{model, batch_size, arch, step_time_s, utilization, memory_gb, cpus}, ...]
+      profiles: [{model, batch_size, arch, step_time_s, utilization, memory_gb, cpus, gpus}, ...]
       source: "where the profiles come from (measured / estimated)"
       validated: false               # whether the profiles were measured on that hardware
     perf: {interference, saturation: {A100: 2.0}, dp_beta, startup_s, ...}   # see perf.PerfParams
@@ -58,7 +58,7 @@ class Scenario:
     description: str
     seed: int
     cluster: Any
-    policy: str
+    policy: Any                      # a policy name or {policy: NAME, OPTION: VALUE}
     study: StudySpec
     max_retries: int
     perf: PerfModel
@@ -99,11 +99,9 @@ def scenario_from_dict(d: Any, base_dir: Path = Path(".")) -> Scenario:
     seed = d.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError("seed", seed, "must be an integer >= 0")
-    from hypersack.sim._placement import cluster_from_dict, policy_names
+    from hypersack.sim._placement import check_policy, cluster_from_dict
     cluster = cluster_from_dict(d["cluster"])   # its errors already name cluster.<field>
-    policy = d.get("policy", "wfd")
-    if policy not in policy_names():
-        raise ConfigError("policy", policy, f"must be one of {list(policy_names())}")
+    policy = check_policy(d.get("policy", "wfd"), "policy")
     study, max_retries = _study(d["name"], d["study"], seed)
     changes = _events(d.get("events") or [])
     _check_added_nodes(changes, cluster)
@@ -117,8 +115,7 @@ def scenario_from_dict(d: Any, base_dir: Path = Path(".")) -> Scenario:
     _check_keys("compare", compare, _COMPARE)
     policies = list(compare.get("policies") or [])
     for i, p in enumerate(policies):
-        if p not in policy_names():
-            raise ConfigError(f"compare.policies[{i}]", p, f"must be one of {list(policy_names())}")
+        check_policy(p, f"compare.policies[{i}]")
     algorithms = compare.get("algorithms") or {}
     if not isinstance(algorithms, Mapping) or not all(isinstance(v, Mapping) and "type" in v
                                                       for v in algorithms.values()):

@@ -11,13 +11,15 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from hypersack.core.placement.check import check_placement
 from hypersack.core.placement.cluster import Cluster, as_devices
+from hypersack.core.placement.fill import fill
 from hypersack.core.placement.improve import worst_fit_decreasing_local_search
 from hypersack.core.placement.model import Job
+from hypersack.core.placement.live import POLICIES, check_options
 from hypersack.core.placement.policies import BUILTIN
 from hypersack.errors import ConfigError
 
 __all__ = ["assign", "place", "register_policy", "unregister_policy", "policy_names", "get_policy",
-           "Policy"]
+           "parse_placement", "Policy"]
 
 Policy = Callable[..., Mapping[Hashable, Any]]
 
@@ -27,7 +29,9 @@ def _mip(jobs: Sequence[Job], cluster: Cluster, **options: Any) -> Mapping[Hasha
     return mip(jobs, cluster, **options)
 
 
-_TRUSTED: dict[str, Policy] = {**BUILTIN, "wfd-ls": worst_fit_decreasing_local_search, "mip": _mip}
+_TRUSTED: dict[str, Policy] = {**{k: BUILTIN[k] for k in ("ff", "ffd", "wf", "wfd", "exclusive")},
+                               "wfd-ls": worst_fit_decreasing_local_search, "mip": _mip,
+                               "hay": BUILTIN["hay"], "ray": BUILTIN["ray"], "fill": fill}
 _POLICIES: dict[str, Policy] = dict(_TRUSTED)
 
 
@@ -55,6 +59,27 @@ def unregister_policy(name: str) -> None:
     if name in _TRUSTED or name not in _POLICIES:
         raise ConfigError("placement", name, "must name a registered user policy")
     del _POLICIES[name]
+
+
+def parse_placement(value: Any, field: str = "placement") -> tuple[str, dict[str, Any]]:
+    """The study YAML's ``placement``: a policy name (``wfd``) or a mapping ``{policy: hay,
+    w_frag: 1, w_entire: 2}``; returns (name, options), options checked for the built-ins."""
+    if isinstance(value, Mapping):
+        options = dict(value)
+        name = options.pop("policy", None)
+        if not isinstance(name, str) or name not in _POLICIES:
+            raise ConfigError(f"{field}.policy", name, f"must be one of {', '.join(_POLICIES)}")
+    else:
+        name, options = value, {}
+        if not isinstance(name, str) or name not in _POLICIES:
+            raise ConfigError(field, name, f"must be a policy name ({', '.join(_POLICIES)}) or "
+                              "a mapping {policy: NAME, OPTION: VALUE}")
+    if name in POLICIES:
+        try:
+            check_options(name, options)
+        except ConfigError as exc:
+            raise ConfigError(exc.field.replace("placement", field, 1), exc.value, exc.problem) from None
+    return name, options
 
 
 def get_policy(policy: str | Policy) -> Policy:

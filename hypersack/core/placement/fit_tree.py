@@ -4,12 +4,14 @@
 Each leaf is one GPU with three numbers read from caller-owned arrays: compute ``c[i]``, memory
 ``m[i]`` (per GPU) and cores ``q[node[i]]`` (per node). Each inner node holds the maxima of its
 subtree, so a subtree where no GPU has enough of one of them is skipped whole (branch and bound).
-A GPU "fits" a demand (c, m, q) in the comparisons the policies use: memory ``m[i] + EPS >= m``,
-cores ``q + EPS >= q``, and compute ``c[i] + EPS >= c`` (``worst``, ``first_with_slack``) or
-``c[i] >= c - EPS`` (``first``, as first-fit's segment tree compares).
+A GPU "fits" a demand (c, m, q) in ``Load.fits``'s comparisons: compute ``c[i] + EPS >= c``,
+memory ``m[i] + EPS >= m``, cores ``q[node[i]] + EPS >= q``.
 
 The owner changes the arrays and then calls ``refresh`` with the positions of the GPUs it touched
-(a node's cores touch all of its GPUs); queries never change anything. ``fitting_in_order``
+(a node's cores touch all of its GPUs); queries never change anything. Cores may be left
+*stale-high* in the tree (a node's cores went down and only some of its GPUs were refreshed):
+the maxima are then still upper bounds, so no fitting GPU is pruned, and the queries check a
+leaf's cores in the array itself (``fitting_in_order`` leaves that check to its caller). ``fitting_in_order``
 lists the fitting GPUs of several trees lazily, best first, for data-parallel jobs.
 """
 from __future__ import annotations
@@ -41,27 +43,56 @@ class FitTree:
         self.refresh(range(len(self.members)))
 
     def refresh(self, positions: Sequence[int]) -> None:
-        """Re-read the GPUs at ``positions`` from the arrays and fix the maxima above them."""
+        """Re-read the GPUs at ``positions`` from the arrays and fix the maxima above them (a
+        parent whose maxima did not change stops the climb on its branch)."""
         size, members = self.size, self.members
         c, m, q = self.c, self.m, self.q
         src_c, src_m, src_q, node = self._src
-        parents = set()
+        if len(positions) == 1:                   # one GPU (a take): climb one path
+            for p in positions:
+                i, k = members[p], p + size
+                c[k], m[k], q[k] = src_c[i], src_m[i], src_q[node[i]]
+                k >>= 1
+                while k:
+                    a, b = 2 * k, 2 * k + 1
+                    nc = c[a] if c[a] >= c[b] else c[b]
+                    nm = m[a] if m[a] >= m[b] else m[b]
+                    nq = q[a] if q[a] >= q[b] else q[b]
+                    if nc == c[k] and nm == m[k] and nq == q[k]:
+                        return
+                    c[k], m[k], q[k] = nc, nm, nq
+                    k >>= 1
+            return
         for p in positions:
             i, k = members[p], p + size
             c[k], m[k], q[k] = src_c[i], src_m[i], src_q[node[i]]
-            parents.add(k >> 1)
-        parents.discard(0)
-        while parents:
-            for k in parents:
+        level = sorted({(p + size) >> 1 for p in positions})
+        while level:
+            up: list[int] = []
+            for k in level:
                 a, b = 2 * k, 2 * k + 1
-                c[k] = c[a] if c[a] >= c[b] else c[b]
-                m[k] = m[a] if m[a] >= m[b] else m[b]
-                q[k] = q[a] if q[a] >= q[b] else q[b]
-            parents = {k >> 1 for k in parents if k > 1}
+                nc = c[a] if c[a] >= c[b] else c[b]
+                nm = m[a] if m[a] >= m[b] else m[b]
+                nq = q[a] if q[a] >= q[b] else q[b]
+                if nc == c[k] and nm == m[k] and nq == q[k]:
+                    continue
+                c[k], m[k], q[k] = nc, nm, nq
+                if k > 1 and (not up or up[-1] != k >> 1):
+                    up.append(k >> 1)
+            level = up
 
     def worst(self, c: float, m: float, q: float) -> int | None:
         """The fitting GPU with the most compute (ties: the first), or None."""
         tc, tm, tq, lo, size = self.c, self.m, self.q, self.lo, self.size
+        _, _, src_q, node = self._src
+        if tc[1] + EPS < c or tm[1] + EPS < m or tq[1] + EPS < q:
+            return None
+        k = 1                                     # fast path: the GPU with the most compute
+        while k < size:
+            k = 2 * k if tc[2 * k] >= tc[2 * k + 1] else 2 * k + 1
+        i = self.members[k - size]
+        if tm[k] + EPS >= m and src_q[node[i]] + EPS >= q:
+            return i                              # (the leftmost of the maxima: ties go left)
         best_v, best_p = _NEG, None
         stack = [1]
         while stack:
@@ -72,6 +103,9 @@ class FitTree:
             if best_p is not None and (v < best_v or (v == best_v and lo[k] > best_p)):
                 continue
             if k >= size:
+                i = self.members[k - size]
+                if src_q[node[i]] + EPS < q:      # the leaf's cores may be stale-high (see doc)
+                    continue
                 best_v, best_p = v, k - size
                 continue
             a, b = 2 * k, 2 * k + 1
@@ -82,29 +116,19 @@ class FitTree:
         return None if best_p is None else self.members[best_p]
 
     def first(self, c: float, m: float, q: float) -> int | None:
-        """The first fitting GPU, compute compared as ``c[i] >= c - EPS``; or None."""
+        """The first fitting GPU (lowest position), or None."""
         tc, tm, tq, size = self.c, self.m, self.q, self.size
-        x = c - EPS
-        stack = [1]
-        while stack:
-            k = stack.pop()
-            if tc[k] < x or tm[k] + EPS < m or tq[k] + EPS < q:
-                continue
-            if k >= size:
-                return self.members[k - size]
-            stack += (2 * k + 1, 2 * k)
-        return None
-
-    def first_with_slack(self, c: float, m: float, q: float) -> int | None:
-        """The first fitting GPU, compute compared as ``c[i] + EPS >= c``; or None."""
-        tc, tm, tq, size = self.c, self.m, self.q, self.size
+        _, _, src_q, node = self._src
         stack = [1]
         while stack:
             k = stack.pop()
             if tc[k] + EPS < c or tm[k] + EPS < m or tq[k] + EPS < q:
                 continue
             if k >= size:
-                return self.members[k - size]
+                i = self.members[k - size]
+                if src_q[node[i]] + EPS < q:      # the leaf's cores may be stale-high (see doc)
+                    continue
+                return i
             stack += (2 * k + 1, 2 * k)
         return None
 

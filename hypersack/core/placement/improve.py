@@ -20,7 +20,8 @@ from typing import Any, Hashable
 from hypersack.core.placement.check import check_placement
 from hypersack.core.placement.cluster import Cluster, as_devices
 from hypersack.core.placement.model import EPS, Job, check_number
-from hypersack.core.placement.policies import _demands, _Greedy, _Load, _WorstFitIndex
+from hypersack.core.placement.live import LiveCluster
+from hypersack.core.placement.load import Load, by_runtime, demands
 from hypersack.errors import ConfigError
 
 __all__ = ["improve", "worst_fit_decreasing_local_search"]
@@ -33,11 +34,13 @@ MIN_GAIN = 0.25
 
 
 class _Given:
-    """A feasible assignment in the form ``_Greedy`` leaves behind (load, jobs, demands, placed)."""
+    """A feasible assignment as the search reads it: the load with it taken, the jobs (in the
+    order given: ties between equal candidates go to the earlier job), their demands, and
+    ``placed``: job position -> GPU numbers."""
 
     def __init__(self, jobs: Sequence[Job], cluster: Cluster, assignment: Mapping[Hashable, Any]):
-        self.jobs, self.load = list(jobs), _Load(cluster)
-        self.demands = _demands(self.jobs, list(self.load.by_arch))
+        self.jobs, self.load = list(jobs), Load(cluster)
+        self.demands = demands(self.jobs, list(self.load.by_arch))
         position = {key: i for i, key in enumerate(self.load.keys)}
         index = {job.id: p for p, job in enumerate(self.jobs)}
         self.placed: dict[int, tuple[int, ...]] = {}
@@ -147,4 +150,6 @@ def worst_fit_decreasing_local_search(jobs: Sequence[Job], cluster: Cluster, rou
     """The ``wfd-ls`` policy: worst-fit decreasing, then ``improve`` from where it stopped
     (options ``rounds`` and ``min_gain`` as for ``improve``)."""
     min_gain = _check_options(rounds, min_gain)
-    return _Search(_Greedy(jobs, cluster, _WorstFitIndex, decreasing=True), min_gain).run(rounds)
+    start = LiveCluster(cluster).assign_checked(list(jobs), "wfd", {}, keep=False)
+    ordered = by_runtime(jobs, cluster.architectures)         # WFD's order: its tie-breaks
+    return _Search(_Given(ordered, cluster, start), min_gain).run(rounds)

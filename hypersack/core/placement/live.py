@@ -1,54 +1,71 @@
-"""A mutable cluster load for a long-lived owner (the study's allocator), with a placement index
-that survives between calls.
+"""The one implementation of every built-in greedy policy: a mutable cluster load with a
+placement index that survives between calls (HyperSack Sec. IV-B, Algorithms 1 and 2; Hay; Ray).
 
-``Cluster`` is immutable, and the greedy policies rebuild their load table and index from it on
-every call: O(G) per call, so a study that places one trial at a time on G GPUs pays O(G) per
-trial. ``LiveCluster`` keeps both up to date instead:
+``LiveCluster`` holds the nodes of a ``Cluster`` and its running jobs as a mutable ``Load``:
 
-* ``occupy``/``release`` cost O(devices of the job x jobs on those devices and nodes);
-* ``assign(jobs, policy)`` for ``ff``/``ffd``/``wf``/``wfd``/``exclusive`` costs about O(log G)
-  per job, using one ``FitTree`` per architecture over (compute left, memory left, node cores
-  left), searched branch and bound: worst-fit takes the fitting GPU with the most compute left
-  (ties: first in node/GPU order), first-fit the first fitting GPU; ``exclusive`` searches a
-  second family of trees over idle GPUs (C and D when idle, else -inf), built on first use. A
-  data-parallel job (``gpus`` > 1) takes the policies' own O(G) path.
+* ``occupy``/``release`` cost O(devices of the job x jobs on those devices and nodes); ``occupy``
+  with ``strict`` checks Eq. 1-4 with ``check.check_fits``, the one checker;
+* ``assign(jobs, policy, **options)`` places jobs on what is left and leaves the load as it was
+  (its tentative takes are journalled and undone). ``placement.assign`` on a ``Cluster`` is
+  ``LiveCluster(cluster).assign(...)``; the study's allocator keeps one LiveCluster alive.
 
-Contract: ``assign`` returns exactly what ``placement.assign(jobs, self.snapshot(), policy)``
-returns (same devices, same order) and leaves the load unchanged: its takes within one call are
-journalled and undone. Loads are summed like ``Cluster`` sums them (each GPU's and node's jobs in
-the order they were added, from 0), so ``free``/``free_cpus`` equal the snapshot's bit for bit,
-and so do the policies' tie-breaks. Property-tested in tests/core/placement/test_placement_live.py.
+Policies (``POLICIES``):
+
+* ``ff``/``ffd``: first-fit (decreasing): each job, in the given order (longest expected runtime
+  first), to the first GPU in node/GPU order where it fits;
+* ``wf``/``wfd``: worst-fit (decreasing): to the fitting GPU with the most compute left (ties: the
+  earlier GPU; the paper's Algorithm 2 as printed keeps the later of equal GPUs, ``>=``);
+* ``exclusive``: one job per idle GPU, first-fit, without oversubscription (compute <= C);
+* ``hay`` and ``ray``: see ``hay`` and ``ray_default`` (O(G) per job, no index).
+
+For ff/ffd/wf/wfd/exclusive a job costs about O(log G): one ``FitTree`` per architecture over
+(compute left, memory left, node cores left), searched branch and bound; ``exclusive`` searches a
+second family over idle GPUs (C and D when idle, else -inf), built on first use. A data-parallel
+job (``gpus`` = k > 1) takes k GPUs of one node when a node has them (the first such node for
+first-fit, the one whose k best GPUs have the most compute left for worst-fit), else the first k
+fitting GPUs across nodes in the policy's order, each node's cores shared by its chosen GPUs.
+Loads are summed like ``Cluster`` sums them (each GPU's and node's jobs in the order they were
+added, from 0), so ``free``/``free_cpus`` equal the snapshot's bit for bit. The policies are
+tested against a literal O(jobs x GPUs) reading of Algorithms 1-2 in
+tests/core/placement/reference.py.
 """
 from __future__ import annotations
 
 from typing import Any, Hashable, Mapping, Sequence
 
+from hypersack.core.placement.check import check_fits
 from hypersack.core.placement.cluster import Cluster, PlacementError, Running, as_devices
-from hypersack.core.placement.exclusive import _exclusive_choice
 from hypersack.core.placement.fit_tree import FitTree, fitting_in_order
-from hypersack.core.placement.model import EPS, Job
-from hypersack.core.placement.policies import _by_runtime, _demands, _Load, _pick_one_node
+from hypersack.core.placement.load import Load, by_runtime, demands, pick_k_in_order, pick_one_node
+from hypersack.core.placement.model import EPS, GPU, Job, Node
 from hypersack.errors import ConfigError
 
-__all__ = ["LiveCluster", "INCREMENTAL_POLICIES"]
+__all__ = ["LiveCluster", "POLICIES", "INCREMENTAL_POLICIES", "check_options"]
 
-#: Policies ``LiveCluster.assign`` answers: name -> (worst-fit, decreasing); ``exclusive`` is
-#: first-fit over idle GPUs, each compared with its own C and D (no oversubscription).
-INCREMENTAL_POLICIES: Mapping[str, tuple[bool, bool]] = {
+#: The greedy index policies: name -> (worst-fit, decreasing); ``exclusive`` is first-fit over
+#: idle GPUs, each compared with its own C and D (no oversubscription).
+_GREEDY: Mapping[str, tuple[bool, bool]] = {
     "ff": (False, False), "ffd": (False, True), "wf": (True, False), "wfd": (True, True),
     "exclusive": (False, False)}
+#: Every policy ``LiveCluster.assign`` answers, with the options each takes.
+POLICIES: Mapping[str, tuple[str, ...]] = {**{name: () for name in _GREEDY},
+                                           "hay": ("w_frag", "w_entire"), "ray": ()}
+INCREMENTAL_POLICIES = POLICIES            # the name the allocator knew them by
 _NEG = float("-inf")
 Journal = list   # of (array, index, old value): tentative writes of one ``assign``, for ``_undo``
 
 
-class _Keys:
-    """The GPU order ``_pick_multi`` sorts by: compute left then number (worst), number (first)."""
-
-    def __init__(self, load: _Load, worst: bool):
-        self.load, self.worst = load, worst
-
-    def gpu_key(self, i: int) -> tuple:
-        return (-self.load.free_c[i], i) if self.worst else (i,)
+def check_options(policy: str, options: Mapping[str, Any]) -> dict[str, float]:
+    """``options`` of ``policy`` checked (known names, numbers >= 0), as floats."""
+    from hypersack.core.placement.model import check_number
+    known = POLICIES[policy]
+    out = {}
+    for name, value in options.items():
+        if name not in known:
+            raise ConfigError(f"placement.{name}", value, f"is not an option of policy {policy!r}"
+                              f" (options: {', '.join(known) or 'none'})")
+        out[name] = check_number(f"placement.{name}", value)
+    return out
 
 
 class LiveCluster:
@@ -58,7 +75,7 @@ class LiveCluster:
         if not isinstance(cluster, Cluster):
             raise ConfigError("cluster", cluster, "must be a Cluster")
         self.nodes = cluster.nodes
-        load = self.load = _Load(cluster)
+        load = self.load = Load(cluster)
         self._index = {key: i for i, key in enumerate(load.keys)}
         self._node_index = {node.id: n for n, node in enumerate(cluster.nodes)}
         gpus = self._gpus = [gpu for _, gpu in cluster.gpus()]
@@ -106,6 +123,22 @@ class LiveCluster:
             raise ConfigError("node_id", node_id, "must name a node of the cluster")
         return self.load.free_q[n]
 
+    def node(self, node_id: Hashable) -> Node:
+        """The node ``node_id`` (ConfigError when there is none), as ``Cluster.node``."""
+        n = self._node_index.get(node_id)
+        if n is None:
+            raise ConfigError("node_id", node_id, "must name a node of the cluster")
+        return self.nodes[n]
+
+    def gpu(self, node_id: Hashable, gpu_id: Hashable) -> GPU:
+        """The GPU at (node_id, gpu_id), as ``Cluster.gpu``."""
+        return self._gpus[self._gpu_number((node_id, gpu_id))]
+
+    def used(self, node_id: Hashable, gpu_id: Hashable) -> tuple[float, float]:
+        """(compute, memory_gb) the running jobs use on that GPU, as ``Cluster.used``."""
+        i = self._gpu_number((node_id, gpu_id))
+        return self._used_c[i], self._used_m[i]
+
     def snapshot(self) -> Cluster:
         """The equivalent immutable Cluster (built on first use after a change; O(jobs))."""
         if self._snapshot is None:
@@ -132,10 +165,8 @@ class LiveCluster:
             if dev not in self._index:
                 raise PlacementError(f"Job {job.id!r}: the cluster has no GPU {dev!r}")
         gpus = tuple(self._index[dev] for dev in devices)
-        if strict and not self._fits(job, gpus):
-            from hypersack.core.placement.check import check_fits
-            check_fits(self.snapshot(), [(job, devices)])    # raises the canonical message
-            raise PlacementError(f"Job {job.id!r} does not fit on {devices}")
+        if strict:
+            check_fits(self, [(job, devices)])       # Eq. 1-4, the one checker
         self._record(job, gpus)
         self._add_load(job, gpus)
 
@@ -161,17 +192,6 @@ class LiveCluster:
             self._on_gpu[i].append(job.id)
             self._on_node[self.load.node[i]].append(job.id)
             self._idle_c[i] = self._idle_m[i] = _NEG
-
-    def _fits(self, job: Job, gpus: tuple[int, ...]) -> bool:
-        """Eq. 2-4 for ``job`` on ``gpus``, in ``check_fits``'s arithmetic."""
-        load, cores = self.load, {}
-        for i in gpus:
-            demand = job.demand(load.arch[i])
-            if (self._used_c[i] + demand.compute > self._cap_c[i] + EPS
-                    or self._used_m[i] + demand.memory_gb > self._cap_m[i] + EPS):
-                return False
-            cores[load.node[i]] = cores.get(load.node[i], 0.0) + job.cpus
-        return all(added <= load.free_q[n] + EPS for n, added in cores.items())
 
     def _add_load(self, job: Job, gpus: tuple[int, ...]) -> None:
         """Add ``job`` (just recorded, so last on its GPUs and nodes) to the load: the same sums
@@ -240,25 +260,39 @@ class LiveCluster:
 
     # ---- placing ------------------------------------------------------------------------------
 
-    def assign(self, jobs: Sequence[Job], policy: str = "wfd") -> dict[Hashable, tuple]:
-        """``placement.assign(jobs, self.snapshot(), policy)`` for a policy of
-        ``INCREMENTAL_POLICIES``: ``{job_id: ((node_id, gpu_id), ...)}`` in the order of ``jobs``,
-        unplaced jobs absent. The load is left as it was."""
-        if policy not in INCREMENTAL_POLICIES:
-            raise ConfigError("placement", policy, f"must be one of {', '.join(INCREMENTAL_POLICIES)}")
-        jobs = self._check_jobs(jobs)
-        journal: Journal = []
+    def assign(self, jobs: Sequence[Job], policy: str = "wfd", **options: Any) -> dict[Hashable, tuple]:
+        """Where ``policy`` (a name of ``POLICIES``, with its ``options``) puts ``jobs`` on what is
+        left: ``{job_id: ((node_id, gpu_id), ...)}`` in the order of ``jobs``, unplaced jobs
+        absent. The load is left as it was."""
+        if policy not in POLICIES:
+            raise ConfigError("placement", policy, f"must be one of {', '.join(POLICIES)}")
+        return self.assign_checked(self._check_jobs(jobs), policy, check_options(policy, options))
+
+    def assign_checked(self, jobs: list[Job], policy: str, options: dict,
+                       keep: bool = True) -> dict[Hashable, tuple]:
+        """``assign`` for jobs and options already checked (``placement.assign`` checks them).
+        ``keep=False``: this LiveCluster is thrown away after the call, so its load is not
+        restored (no journal is kept) and must not be used again."""
+        journal: Journal = [] if keep else _NoJournal()
         try:
-            if policy == "exclusive":
-                placed = self._exclusive(jobs, journal)
-            else:
-                worst, decreasing = INCREMENTAL_POLICIES[policy]
-                order = _by_runtime(jobs, list(self.load.by_arch)) if decreasing and len(jobs) > 1 else jobs
-                placed = self._greedy(order, worst, journal)
+            placed = self._run(policy, jobs, journal, options)
         finally:
             self._undo(journal)
         keys = self.load.keys
         return {job.id: tuple(keys[i] for i in placed[job.id]) for job in jobs if job.id in placed}
+
+    def _run(self, policy: str, jobs: list[Job], journal: Journal, options: dict) -> dict:
+        if policy == "exclusive":
+            return self._exclusive(jobs, journal)
+        if policy == "hay":
+            from hypersack.core.placement.hay import hay
+            return hay(self, jobs, journal, **options)
+        if policy == "ray":
+            from hypersack.core.placement.ray_default import ray_default
+            return ray_default(self, jobs, journal)
+        worst, decreasing = _GREEDY[policy]
+        order = by_runtime(jobs, list(self.load.by_arch)) if decreasing and len(jobs) > 1 else jobs
+        return self._greedy(order, worst, journal)
 
     def _check_jobs(self, jobs: Any) -> list[Job]:
         """``placement.assign``'s checks of ``jobs``, with its messages."""
@@ -266,12 +300,15 @@ class LiveCluster:
         return check_job_list(jobs, self._jobs)
 
     def _greedy(self, jobs: list[Job], worst: bool, journal: Journal) -> dict:
-        """The policies' greedy loop (``policies._Greedy``) on the live trees; takes go to
-        ``journal``."""
+        """Algorithm 1 (first-fit) or 2 (worst-fit) on the live trees; takes go to ``journal``.
+        With several jobs, GPUs that can take none of them any more leave the trees (``_bury``)."""
         load, placed = self.load, {}
-        demands = _demands(jobs, list(load.by_arch))
         last = len(jobs) - 1
-        for p, (job, demand) in enumerate(zip(jobs, demands)):
+        asks = demands(jobs, list(load.by_arch))
+        floor = _Floor(jobs, asks) if len(jobs) > 1 else None
+        if floor is not None:
+            self._bury(floor, range(len(load.keys)), journal)
+        for p, (job, demand) in enumerate(zip(jobs, asks)):
             q = job.cpus
             if job.gpus == 1:
                 chosen = self._pick_single(demand, q, worst)
@@ -282,40 +319,88 @@ class LiveCluster:
                 continue
             placed[job.id] = chosen
             if p < last:                          # the last job's take changes no answer
-                for i in chosen:
-                    c, m = demand[load.arch[i]]
-                    self._write(journal, load.free_c, i, load.free_c[i] - c)
-                    self._write(journal, load.free_m, i, load.free_m[i] - m)
-                    self._write(journal, load.free_q, load.node[i], load.free_q[load.node[i]] - q)
-                self._refresh(self._touched(chosen))
+                self.take(journal, chosen, demand, q, refresh=floor is None)
+                if floor is not None:
+                    self._refresh(chosen)
+                    self._bury(floor, chosen, journal)
         return placed
 
+    def _bury(self, floor: "_Floor", gpus: Any, journal: Journal, refresh: bool = True) -> None:
+        """Hide from the trees, for the rest of this call, the GPUs of ``gpus`` that cannot take
+        even the smallest demand of the call (``floor``): compute left set to -inf, journalled.
+        No answer changes (no job of the call fits them); searches skip them."""
+        load = self.load
+        free_c, free_m, free_q, arch, node = load.free_c, load.free_m, load.free_q, load.arch, load.node
+        buried = []
+        for i in gpus:
+            if free_c[i] != _NEG and floor.dead(free_c[i], free_m[i], free_q[node[i]], arch[i]):
+                self._write(journal, free_c, i, _NEG)
+                buried.append(i)
+        for n in {node[i] for i in buried if free_q[node[i]] + EPS < floor.q}:
+            for i in load.node_gpus[n]:               # the node has too few cores: all its GPUs
+                if free_c[i] != _NEG:
+                    self._write(journal, free_c, i, _NEG)
+                    buried.append(i)
+        if buried and refresh:
+            self._refresh(buried)
+
+    def take(self, journal: Journal, gpus: Sequence[int], demand: dict, q: float,
+             refresh: bool = True) -> None:
+        """Tentatively count a job of per-GPU ``demand`` and ``q`` cores per GPU on ``gpus``,
+        journalled; ``refresh`` re-indexes ``gpus`` in the trees (policies that scan the arrays
+        skip it). The other GPUs of their nodes keep stale-high cores in the trees: within one
+        call cores only go down, and the trees check a leaf's cores in the array."""
+        load = self.load
+        for i in gpus:
+            c, m = demand[load.arch[i]]
+            n = load.node[i]
+            self._write(journal, load.free_c, i, load.free_c[i] - c)
+            self._write(journal, load.free_m, i, load.free_m[i] - m)
+            self._write(journal, load.free_q, n, load.free_q[n] - q)
+            if self._idle_c[i] != _NEG:
+                self._write(journal, self._idle_c, i, _NEG)
+                self._write(journal, self._idle_m, i, _NEG)
+        if refresh:
+            self._refresh(gpus)
+
+    def idle(self, i: int) -> bool:
+        """Whether GPU ``i`` holds no job (recorded, or taken earlier in this ``assign``)."""
+        return self._idle_c[i] != _NEG
+
+    def capacity(self, i: int) -> float:
+        """r x C of GPU ``i``."""
+        return self._cap_c[i]
+
+    def whole(self, i: int) -> float:
+        """C of GPU ``i``: what a job asking for the whole GPU asks for."""
+        return self._gpus[i].compute
+
     def _pick_multi(self, job: Job, demand: dict, worst: bool, journal: Journal) -> tuple | None:
-        """``policies._pick_multi``. A data-parallel job that found no k GPUs finds none until
-        some load is released (more load never helps), so that answer is kept until then: a
-        queued job asked again on every turn costs O(1), not O(nodes)."""
+        """k GPUs for a data-parallel job: one node if one has them, else across nodes. A job
+        that found no k GPUs finds none until some load is released (more load never helps), so
+        that answer is kept until then: a queued job asked again on every turn costs O(1)."""
         q, k, load = job.cpus, job.gpus, self.load
         sig = (worst, k, q, tuple(demand.items()))
         if not journal and self._hopeless.get(sig) == self._releases:
             return None
-        chosen = (_pick_one_node(load, demand, q, k, _Keys(load, worst).gpu_key, worst)
-                  or self._pick_across(demand, q, k, worst))
+        free_c = load.free_c
+        key = (lambda i: (-free_c[i], i)) if worst else (lambda i: i)
+        parts = [(self._trees[a], c, m) for a, (c, m) in demand.items()]
+        chosen = (pick_one_node(load, demand, q, k, key, worst)
+                  or pick_k_in_order(fitting_in_order(parts, q, worst), load.node, load.free_q, q, k))
         if chosen is None and not journal:       # on the recorded load, not a tentative one
             if len(self._hopeless) >= 256:
                 self._hopeless.clear()
             self._hopeless[sig] = self._releases
         return None if chosen is None else tuple(chosen)
 
-    def _pick_single(self, demand: dict, q: float, worst: bool, slack: bool = False) -> int | None:
-        """The best fitting GPU over the job's architectures (``policies._pick_single``);
-        ``slack``: first-fit compares compute as ``load.fits`` does (``free + EPS >= c``)."""
+    def _pick_single(self, demand: dict, q: float, worst: bool) -> int | None:
+        """The best fitting GPU over the job's architectures: the most compute left, ties the
+        lower number (worst-fit), or the lowest number (first-fit)."""
         best, free_c = None, self.load.free_c
         for arch, (c, m) in demand.items():
             tree = self._trees[arch]
-            if worst:
-                i = tree.worst(c, m, q)
-            else:
-                i = tree.first_with_slack(c, m, q) if slack else tree.first(c, m, q)
+            i = tree.worst(c, m, q) if worst else tree.first(c, m, q)
             if i is None:
                 continue
             if best is None:
@@ -327,34 +412,23 @@ class LiveCluster:
                 best = i
         return best
 
-    def _pick_across(self, demand: dict, q: float, k: int, worst: bool) -> list[int] | None:
-        """``policies._pick_across_nodes`` on the trees: the first k fitting GPUs in key order,
-        each node's cores shared by its chosen GPUs."""
-        parts = [(self._trees[arch], c, m) for arch, (c, m) in demand.items()]
-        node, free_q = self.load.node, self.load.free_q
-        cores: dict[int, float] = {}
-        chosen = []
-        for i in fitting_in_order(parts, q, worst):
-            left = cores.get(node[i], free_q[node[i]])
-            if left + EPS >= q:
-                chosen.append(i)
-                cores[node[i]] = left - q
-                if len(chosen) == k:
-                    return chosen
-        return None
-
     def _exclusive(self, jobs: list[Job], journal: Journal) -> dict:
-        """``exclusive.exclusive`` on the live state: the first idle GPU(s) where the job fits
+        """The baseline: each job, in the given order, on the first idle GPU(s) where it fits
         alone (compute <= C, memory <= D) with the node's cores; takes go to ``journal``."""
         if self._alone is None:
             self._alone = self._build_trees(self._idle_c, self._idle_m)
         load, placed = self.load, {}
+        idle = sum(1 for c in self._idle_c if c != _NEG)
+        archs = list(load.by_arch)
         for job in jobs:
+            if idle == 0:
+                break
+            demand = demands((job,), archs)[0]
             if job.gpus == 1:
                 chosen = None
                 for arch, tree in self._alone.items():
-                    demand = job.demand(arch)
-                    i = tree.first_with_slack(demand.compute, demand.memory_gb, job.cpus)
+                    c, m = demand[arch]
+                    i = tree.first(c, m, job.cpus)
                     if i is not None and (chosen is None or i < chosen[0]):
                         chosen = (i,)
             else:
@@ -362,23 +436,29 @@ class LiveCluster:
             if chosen is None:
                 continue
             placed[job.id] = chosen
+            idle -= len(chosen)
             for i in chosen:
                 self._write(journal, self._idle_c, i, _NEG)
                 self._write(journal, self._idle_m, i, _NEG)
                 self._write(journal, load.free_q, load.node[i], load.free_q[load.node[i]] - job.cpus)
-            self._refresh(self._touched(chosen))
+            self._refresh(chosen)             # stale-high cores elsewhere on the node: fine
         return placed
 
     def _exclusive_multi(self, job: Job) -> tuple[int, ...] | None:
-        """k idle GPUs for a data-parallel job, as ``exclusive`` chooses them (O(G))."""
-        load, fitting = self.load, []
-        for i, gpu in enumerate(self._gpus):
-            demand = job.demand(gpu.arch)
-            if (self._idle_c[i] != _NEG and demand.compute <= gpu.compute + EPS
-                    and demand.memory_gb <= gpu.memory_gb + EPS):
-                fitting.append((load.node[i], None, gpu, i))
-        chosen = _exclusive_choice(fitting, list(load.free_q), job)
-        return None if chosen is None else tuple(slot[3] for slot in chosen)
+        """k idle GPUs where the job fits alone: the first node with k of them and the cores,
+        else the first k across nodes (O(G))."""
+        load, k, q = self.load, job.gpus, job.cpus
+        fitting = [i for i, gpu in enumerate(self._gpus) if self._idle_c[i] != _NEG
+                   and job.demand(gpu.arch).compute <= gpu.compute + EPS
+                   and job.demand(gpu.arch).memory_gb <= gpu.memory_gb + EPS]
+        by_node: dict[int, list[int]] = {}
+        for i in fitting:
+            by_node.setdefault(load.node[i], []).append(i)
+        for n, gpus in by_node.items():
+            if len(gpus) >= k and load.free_q[n] + EPS >= k * q:
+                return tuple(gpus[:k])
+        chosen = pick_k_in_order(fitting, load.node, load.free_q, q, k)
+        return None if chosen is None else tuple(chosen)
 
     def _touched(self, gpus: Sequence[int]) -> set[int]:
         """``gpus`` and every GPU on their nodes (whose cores changed)."""
@@ -401,3 +481,25 @@ class LiveCluster:
             array[index] = old
             touched.update(node_gpus[index] if array is free_q else (index,))
         self._refresh(touched)
+
+
+class _NoJournal(list):
+    """A journal that keeps nothing (for a LiveCluster used once and dropped)."""
+
+    def append(self, entry: Any) -> None:
+        pass
+
+
+class _Floor:
+    """The smallest demand of one call's jobs, per architecture: a GPU with less compute or
+    memory left than every job asks on its architecture, or whose node has fewer cores left than
+    every job asks, can take none of them."""
+
+    def __init__(self, jobs: Sequence[Job], asks: Sequence[dict]):
+        archs = asks[0].keys() if asks else ()
+        self.c = {a: min(d[a][0] for d in asks) for a in archs}
+        self.m = {a: min(d[a][1] for d in asks) for a in archs}
+        self.q = min(job.cpus for job in jobs)
+
+    def dead(self, c: float, m: float, q: float, arch: str) -> bool:
+        return c + EPS < self.c[arch] or m + EPS < self.m[arch] or q + EPS < self.q

@@ -21,7 +21,8 @@ from typing import Any, Hashable, Sequence
 
 from hypersack.core.placement.cluster import Cluster
 from hypersack.core.placement.model import Job, check_number
-from hypersack.core.placement.policies import _demands, _Load, worst_fit_decreasing
+from hypersack.core.placement.load import Load, demands as job_demands
+from hypersack.core.placement.policies import worst_fit_decreasing
 from hypersack.errors import ConfigError, MissingDependencyError
 
 __all__ = ["MipResult", "solve_mip", "mip"]
@@ -61,12 +62,12 @@ class _Model:
     """The CP-SAT model of one GAP instance."""
 
     def __init__(self, cp_model: Any, jobs: Sequence[Job], cluster: Cluster, scale: int):
-        self.jobs, self.load = list(jobs), _Load(cluster)
+        self.jobs, self.load = list(jobs), Load(cluster)
         self.model = cp_model.CpModel()
         load, s = self.load, scale
         self.down = lambda v: max(0, math.floor(v * s + 1e-6))
         self.up = lambda v: math.ceil(v * s - 1e-6)
-        demands = _demands(self.jobs, list(load.by_arch))
+        demands = job_demands(self.jobs, list(load.by_arch))
         self.x: dict[tuple[int, int], Any] = {}
         self.gain: dict[tuple[int, int], int] = {}
         gpu_c = [[] for _ in load.keys]

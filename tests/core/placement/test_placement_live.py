@@ -1,13 +1,15 @@
 """LiveCluster (the mutable load with a persistent index) and the copy-on-write Cluster against a
 Cluster built from scratch: same free compute/memory/cores bit for bit after any sequence of
-occupy/release, and the same answers as ``assign`` for ff/ffd/wf/wfd."""
+occupy/release; ``assign`` answers from the live load equal those from a fresh one and, for
+the greedy policies, the literal Algorithms 1-2 (placement_reference.py)."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hypersack.core.placement.live import INCREMENTAL_POLICIES, LiveCluster
+from hypersack.core.placement.live import POLICIES, LiveCluster
+from placement_reference import reference
 from hypersack.errors import ConfigError
 from hypersack.placement import GPU, Cluster, Job, Node, PlacementError, assign
 
@@ -106,8 +108,11 @@ def test_incremental_load_equals_a_cluster_built_from_scratch(history):
 def test_live_assign_equals_assign_on_the_snapshot_and_changes_nothing(history, seeds, data):
     live, scratch = replay(*history)
     new_jobs = [data.draw(a_job(f"new{k}")) for k in range(len(seeds))]
-    for policy in INCREMENTAL_POLICIES:
-        assert live.assign(new_jobs, policy) == assign(new_jobs, scratch, policy), policy
+    for policy in POLICIES:
+        answer = live.assign(new_jobs, policy)
+        assert answer == assign(new_jobs, scratch, policy), policy
+        if policy not in ("hay", "ray"):
+            assert answer == reference(new_jobs, scratch, policy), policy
         same_load(live, scratch)
         assert live.assign(new_jobs[:1], policy) == assign(new_jobs[:1], scratch, policy), policy
 
@@ -148,6 +153,10 @@ def test_live_cluster_checks_its_input_like_assign_and_with_running():
         LiveCluster("not a cluster")
     with pytest.raises(ConfigError, match="placement"):
         live.assign([], "wfd-ls")
+    with pytest.raises(ConfigError, match="placement.w_frag"):
+        live.assign([], "wfd", w_frag=1)
+    with pytest.raises(ConfigError, match="placement.w_entire"):
+        live.assign([], "hay", w_entire=-1)
     with pytest.raises(ConfigError, match=r"jobs\[0\]"):
         live.assign(["job"], "wfd")
     with pytest.raises(ConfigError, match="already running"):
@@ -173,34 +182,6 @@ def test_renamed_job_equals_one_built_anew_and_checks_the_id():
     assert job.id == "a"
     with pytest.raises(ConfigError, match="job.id"):
         job.renamed(True)
-
-
-def literal_across_nodes(load, demand, q, k, key):
-    """The cross-node choice as first written: every GPU sorted by ``key``, then scanned."""
-    from hypersack.core.placement.model import EPS
-    cores, chosen = list(load.free_q), []
-    for i in sorted(range(len(load.keys)), key=key):
-        n = load.node[i]
-        if cores[n] + EPS >= q and load.fits(i, *demand[load.arch[i]], 0.0):
-            chosen.append(i)
-            cores[n] -= q
-            if len(chosen) == k:
-                return chosen
-    return None
-
-
-@SETTINGS
-@given(histories(), st.data())
-def test_the_prefiltered_cross_node_choice_equals_the_literal_one(history, data):
-    from hypersack.core.placement.policies import _demands, _Load, _pick_across_nodes
-    _, scratch = replay(*history)
-    load = _Load(scratch)
-    job = data.draw(a_job("dp", max_gpus=3))
-    demand = _demands([job], list(load.by_arch))[0]
-    for key in (lambda i: (-load.free_c[i], i), lambda i: (i,)):
-        for k in (1, 2, 3):
-            assert (_pick_across_nodes(load, demand, job.cpus, k, key)
-                    == literal_across_nodes(load, demand, job.cpus, k, key))
 
 
 def test_a_data_parallel_job_that_found_no_gpus_is_asked_again_after_a_release():

@@ -214,3 +214,13 @@ def test_local_search_options_and_input_are_validated():
     with pytest.raises(PlacementError, match="Eq. 2"):
         improve(jobs, one_node(), {"a": ("n0", 0), "b": ("n0", 0)})
     assert improve(jobs, one_node(), {"a": ("n0", 0)}, rounds=0) == {"a": (("n0", 0),)}
+
+
+def test_fill_trades_one_large_job_for_several_small_ones_where_memory_binds():
+    from hypersack.core.placement.fill import density_order
+    cluster = one_node(1, memory=40)
+    jobs = [Job("big", 60, 36, runtime=9), Job("a", 30, 10, runtime=1), Job("b", 30, 10, runtime=1),
+            Job("c", 30, 10, runtime=1)]
+    assert place(jobs, cluster, "wfd") == {"big": ("n0", 0)}            # longest first: 60 placed
+    assert place(jobs, cluster, "fill") == {"a": ("n0", 0), "b": ("n0", 0), "c": ("n0", 0)}   # 90
+    assert [j.id for j in density_order(jobs, cluster)][0] == "a"        # memory binds: dense ones first

@@ -1,0 +1,70 @@
+"""Mutants of placement's shared helpers: each must fail the placement tests.
+
+    python benchmarks/placement_mutants.py            # all mutants (minutes each on 2 busy CPUs)
+    python benchmarks/placement_mutants.py k_cores    # one by name
+
+Each mutant is one textual edit, applied to a copy of ``hypersack/`` and ``tests/`` in a
+temporary folder; the placement tests run there; KILLED = they failed (good), SURVIVED = a test
+is missing. Prints one line per mutant and exits 1 if any survived.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+P = "hypersack/core/placement/"
+MUTANTS = {
+    "one_node_tie": (P + "load.py", "score > best_score + EPS", "score >= best_score - EPS"),
+    "k_cores": (P + "load.py", "cores[node[i]] = left - q", "cores[node[i]] = left"),
+    "by_runtime": (P + "load.py", "return sorted(jobs, key=key, reverse=True)", "return sorted(jobs, key=key)"),
+    "demands": (P + "load.py", "out.append({a: (per_arch[a].compute, per_arch[a].memory_gb) if a in per_arch else own",
+                "out.append({a: own"),
+    "fits_mem": (P + "load.py", "return (self.free_c[i] + EPS >= c and self.free_m[i] + EPS >= m",
+                 "return (self.free_c[i] + EPS >= c"),
+    "eq4": (P + "check.py", "        if added > left + EPS:", "        if added > left + 1e9:"),
+    "tree_first": (P + "fit_tree.py", "            stack += (2 * k + 1, 2 * k)\n        return None",
+                   "            stack += (2 * k, 2 * k + 1)\n        return None"),
+    "hay_best": (P + "hay.py", "if best is None or free_c[i] > free_c[best]:", "if best is None or free_c[i] < free_c[best]:"),
+    "hay_active_first": (P + "hay.py", "_best(live, active) if active else _best(live, idle)",
+                         "_best(live, idle) if idle else _best(live, active)"),
+    "live_take_q": (P + "live.py", "self._write(journal, load.free_q, n, load.free_q[n] - q)",
+                    "self._write(journal, load.free_q, n, load.free_q[n])"),
+}
+TESTS = ["tests/core/placement/test_placement_properties.py", "tests/core/placement/test_placement_live.py",
+         "tests/core/placement/test_placement_hay.py", "tests/core/placement/test_placement_policies.py"]
+
+
+def run(name: str) -> bool:
+    """True when the mutant is killed."""
+    path, old, new = MUTANTS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        for part in ("hypersack", "tests", "pyproject.toml"):
+            src = ROOT / part
+            (shutil.copytree if src.is_dir() else shutil.copy)(src, Path(tmp) / part)
+        target = Path(tmp) / path
+        text = target.read_text()
+        if old not in text:
+            raise SystemExit(f"{name}: the text to mutate is not in {path}")
+        target.write_text(text.replace(old, new, 1))
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *TESTS],
+                              cwd=tmp, env={"PYTHONPATH": tmp, "PATH": "/usr/bin:/bin"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return proc.returncode != 0
+
+
+def main() -> None:
+    names = sys.argv[1:] or list(MUTANTS)
+    survived = 0
+    for name in names:
+        killed = run(name)
+        survived += not killed
+        print(f"{name}: {'KILLED' if killed else 'SURVIVED'}", flush=True)
+    sys.exit(1 if survived else 0)
+
+
+if __name__ == "__main__":
+    main()
