@@ -66,7 +66,7 @@ objective: {{metric: loss, mode: min}}
 budget: {{trials: {trials}}}
 algorithm: random
 seed: 7
-executor: {{workers: {workers}, max_retries: 1000}}
+executor: {{workers: {workers}, max_retries: 100}}
 """
 
 

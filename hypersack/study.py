@@ -101,6 +101,8 @@ class Study:
     - ``execution``: "separate" (a process per trial), "fused" (trials of one architecture
       trained as one model, needs a ``FusableTask``), or "auto".
     - ``pack``: options of fused packs, ``{"max_members": 16}``.
+    - ``unsafe_checkpoints``: read checkpoints with full pickle (any object; runs code). Default
+      False: safe loading of plain data (see README "Checkpoints, faults and trust").
     """
 
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,

@@ -17,6 +17,7 @@ Contract (the driver side is ``core/controller.py``, the trainable side ``runtim
 """
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import pickle
@@ -231,7 +232,8 @@ def _load(data: bytes, name: str, unsafe: bool) -> Any:
     if name.endswith(".pt"):
         import torch
         try:
-            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=not unsafe)
+            with torch.serialization.safe_globals(_numpy_globals()):
+                return torch.load(io.BytesIO(data), map_location="cpu", weights_only=not unsafe)
         except pickle.UnpicklingError as exc:
             raise CheckpointError(
                 f"checkpoint {name!r} holds objects a safe load refuses ({_first_line(exc)}); "
@@ -243,6 +245,26 @@ def _load(data: bytes, name: str, unsafe: bool) -> Any:
         return _SafeUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"checkpoint {name!r}: {exc}") from None
+
+
+def _numpy_globals() -> list[Any]:
+    """The numpy functions and classes that rebuild arrays and scalars (plain data), for
+    ``torch.load(weights_only=True)``; empty without numpy."""
+    try:
+        import numpy as np
+    except ImportError:
+        return []
+    found: list[Any] = [np.ndarray, np.dtype]
+    for module, name in _SAFE_GLOBALS:
+        if module.startswith("numpy.") and module.count(".") == 2:
+            try:
+                found.append(getattr(importlib.import_module(module), name))
+            except (ImportError, AttributeError):
+                pass
+    dtypes = getattr(np, "dtypes", None)
+    if dtypes is not None:
+        found += [getattr(dtypes, n) for n in dir(dtypes) if n.endswith("DType")]
+    return found
 
 
 def _first_line(exc: BaseException) -> str:

@@ -59,9 +59,12 @@ def test_plain_data_and_numpy_round_trip_and_allowed_classes_load(tmp_path):
 
 def test_torch_checkpoints_load_with_weights_only(tmp_path):
     torch = pytest.importorskip("torch")
-    name = write_checkpoint(tmp_path, {"w": torch.ones(2), "epoch": 1}, attempt=2, sequence=1)
+    np = pytest.importorskip("numpy")
+    state = {"w": torch.ones(2), "epoch": 1, "rng": np.arange(3), "lr": np.float64(0.1)}
+    name = write_checkpoint(tmp_path, state, attempt=2, sequence=1)
     assert name.endswith(".pt")
-    assert read_checkpoint(tmp_path, name)["w"].tolist() == [1.0, 1.0]
+    got = read_checkpoint(tmp_path, name)
+    assert got["w"].tolist() == [1.0, 1.0] and list(got["rng"]) == [0, 1, 2] and got["lr"] == 0.1
     evil = write_checkpoint(tmp_path, {"x": Evil()}, attempt=2, sequence=2)
     with pytest.raises(CheckpointError, match="safe load refuses"):
         read_checkpoint(tmp_path, evil)

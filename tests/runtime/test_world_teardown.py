@@ -15,9 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 RANK = textwrap.dedent('''
     import gc, sys, time
+    from hypersack.runtime.messages import WorldSpec
     from hypersack.runtime.worker import _join_world, _leave_world
     rank, port, syncs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    world, sync = _join_world({"size": 2, "rank": rank, "port": port}, "cpu")
+    world, sync = _join_world(WorldSpec(2, rank, port), "cpu")
     for i in range(syncs):
         if rank == 1 and i == syncs - 1:
             time.sleep(1.0)            # the other rank is slower to its last report
