@@ -174,6 +174,7 @@ class Study:
         cores)."""
         if if_exists not in ("error", "resume", "replace"):
             raise ConfigError("if_exists", if_exists, "must be 'error', 'resume' or 'replace'")
+        prepared = self._prepare(trainable)     # bad input fails here, before any file is made
         with Storage(self.storage_path) as store:
             exists = store.has_study(self.name)
             if exists and if_exists == "replace":
@@ -181,7 +182,7 @@ class Study:
                 store.delete_study(self.name)        # refused while a live driver runs it
                 _remove_run_folder(store.study_dir(old))
             resume = exists and if_exists == "resume"
-            ended = self._run(store, trainable, resume=resume, progress=progress, slots=slots)
+            ended = self._run(store, prepared, resume=resume, progress=progress, slots=slots)
             _warn_without_result(store, ended)
             return ended
 
@@ -189,20 +190,27 @@ class Study:
                slots: list[Slot] | None = None) -> StudyRun:
         """Continue a stored study: finished trials are kept, unfinished ones restart from their
         last checkpoint, the algorithm continues from its saved state."""
+        prepared = self._prepare(trainable)
+        with Storage(self.storage_path, readonly=True) as store:
+            store.get_study(self.name)   # a missing file or study: an error, and no file made
         with Storage(self.storage_path) as store:
-            store.get_study(self.name)   # raises StudyNotFoundError with the file's name
-            ended = self._run(store, trainable, resume=True, progress=progress, slots=slots)
+            ended = self._run(store, prepared, resume=True, progress=progress, slots=slots)
             _warn_without_result(store, ended)
             return ended
 
-    def _run(self, store: Storage, trainable: Trainable | None, *, resume: bool,
-             progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
+    def _prepare(self, trainable: Trainable | None) -> tuple[TrainableRef, Any, Any]:
+        """The trainable's reference, the pack plan and the algorithm: built before the store is
+        opened, so a bad trainable or algorithm option fails before anything is stored."""
         plain, plan = plan_execution(self.spec.execution, self._pick_trainable(trainable),
                                      self.spec.pack.max_members)
         ref = TrainableRef.of(plain)
-        # Built before the study is stored, so a bad algorithm option fails before anything runs.
         algorithm = make_algorithm(self._algorithm_instance or self.spec.algorithm,
                                    self.spec.space, self.spec.objective, self.spec.seed)
+        return ref, plan, algorithm
+
+    def _run(self, store: Storage, prepared: tuple[TrainableRef, Any, Any], *, resume: bool,
+             progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
+        ref, plan, algorithm = prepared
         # Model fits (Optuna samplers) run on this thread, off the loop's (see optuna_model);
         # it ends when the algorithm is dropped.
         algorithm.use_background(ThreadPoolExecutor(1, thread_name_prefix="hypersack-suggest"))
