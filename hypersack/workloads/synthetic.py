@@ -48,7 +48,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from hypersack.fusion.optim import OptimizerConfig
 from hypersack.fusion.task import FusableTask
-from hypersack.workloads.digits import OPTIMIZERS, _choice, _count, _epoch_seed, _number
+from hypersack.workloads.digits import (_choice, _count, _epoch_seed, _number,
+                                        _optimizer_name)
 
 __all__ = ["Workload", "Settings", "SyntheticTask", "fit", "parse_settings", "save_and_report",
            "train_epoch", "evaluate", "build_optimizer", "DATA_SEED"]
@@ -96,13 +97,6 @@ class Workload:
 
 
 # ---- config ------------------------------------------------------------------------------------
-
-def _optimizer_name(config: Mapping[str, Any]) -> str:
-    value = config.get("optimizer", "adam")
-    if not isinstance(value, str) or value.lower() not in OPTIMIZERS:
-        raise ConfigError("config.optimizer", value, f"must be one of {list(OPTIMIZERS)}")
-    return value.lower()
-
 
 def parse_settings(config: Mapping[str, Any], max_steps: int | None) -> Settings:
     """Validate the shared keys of a config that already carries the workload's defaults."""
