@@ -225,7 +225,8 @@ def test_gpus_sharing_a_study_get_one_mps_daemon_and_thread_percentages(fake_mps
         assert ratios == {"H100": 2.5, "A100": 3.0}          # the paper's profiled defaults
         env = machine.share_env(machine.slots[0], 30.0)
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
-        assert env["CUDA_MPS_PIPE_DIRECTORY"].endswith("pipe")
+        pipe = env["CUDA_MPS_PIPE_DIRECTORY"]      # short fallback when tmp_path is too long
+        assert pipe.endswith("mps/pipe") or "/hs-mps-" in pipe
         assert machine.device_events is not None and machine.device_events() == []
     assert [c["what"] for c in fake_mps()] == ["start", "quit"]
 

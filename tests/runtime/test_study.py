@@ -148,9 +148,14 @@ def test_time_budget_stops_running_trials_at_their_next_report(store_path):
                             storage=store_path, workers=2)
     study.run("trainables:ignores_stop", progress=False)
     status = study.status()
-    assert status["running"] == 0 and status["pending"] == 0
-    assert status["complete"] >= 2
-    assert all(t["last_step"] and t["last_step"] > 1 for t in status["trials"])
+    # Load-independent: however slowly workers start, each trial that ran ended COMPLETE with
+    # its last report (stored once, gap-free); none is left running, pending or failed. The
+    # decision itself (when time is up, stop at the next report) is tested in core.
+    assert status["running"] == 0 and status["pending"] == 0 and status["failed"] == 0
+    for t in status["trials"]:
+        steps = [r["step"] for r in study.results(t["trial_id"])]
+        assert t["state"] == "complete" and steps == list(range(1, t["last_step"] + 1))
+        assert t["value"] == float(t["last_step"])
 
 
 def test_grid_study_ends_when_the_grid_is_exhausted(store_path):
