@@ -137,8 +137,10 @@ def _cpu_ratio(oversubscription: Any, slots: list[Slot]) -> float:
 
 
 def _shares_gpus(spec: StudySpec, machine: Machine) -> bool:
+    from hypersack.core.placement import parse_placement
     gpus = [g for _, g in machine.cluster.gpus() if g.arch != "cpu"]
-    return spec.placement != "exclusive" and any(g.oversubscription > 1 for g in gpus) \
+    policy, _ = parse_placement(spec.placement)
+    return policy != "exclusive" and any(g.oversubscription > 1 for g in gpus) \
         and any(s.gpu is not None for s in machine.slots)
 
 

@@ -231,10 +231,12 @@ def test_gpus_sharing_a_study_get_one_mps_daemon_and_thread_percentages(fake_mps
     assert [c["what"] for c in fake_mps()] == ["start", "quit"]
 
 
-def test_exclusive_placement_starts_no_mps_and_a_ratio_applies_to_every_gpu(fake_mps, tmp_path, monkeypatch):
+@pytest.mark.parametrize("placement", ["exclusive", {"policy": "exclusive"}])
+def test_exclusive_placement_starts_no_mps_and_a_ratio_applies_to_every_gpu(fake_mps, tmp_path,
+                                                                            monkeypatch, placement):
     from hypersack.runtime.machine import prepare_machine
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    with prepare_machine(_spec(placement="exclusive", oversubscription=2), tmp_path / "runs" / "s",
+    with prepare_machine(_spec(placement=placement, oversubscription=2), tmp_path / "runs" / "s",
                          tmp_path / "s.db", trainable_name="t", nvml=_nvml()) as machine:
         assert {g.oversubscription for _, g in machine.cluster.gpus()} == {2.0}
         assert machine.share_env is None
