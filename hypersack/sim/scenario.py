@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
 from hypersack.core.spec import StudySpec, check_fields
 from hypersack.errors import ConfigError
@@ -81,13 +80,10 @@ class Scenario:
 
 
 def load_scenario(path: str | Path) -> Scenario:
+    """The scenario in a YAML file, read with the study loader's limits (size, depth, aliases)."""
+    from hypersack.config import load_yaml_mapping
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError("scenario", str(path), f"must be a readable file ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError("scenario", str(path), f"must be valid YAML ({exc})") from None
+    data, _ = load_yaml_mapping(path, "scenario file", "a mapping (name, cluster, study, ...)")
     return scenario_from_dict(data, path.parent)
 
 

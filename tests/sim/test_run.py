@@ -101,3 +101,15 @@ def test_every_example_scenario_runs(path):
     result = simulate(load_scenario(path), keep_log=False)
     assert result.makespan_s > 0 and result.states["running"] == 0 and result.states["pending"] == 0
     assert result.best_value is not None
+
+
+def test_a_scenario_file_is_read_with_the_loader_limits(tmp_path):
+    from hypersack.errors import ConfigError
+    bomb = tmp_path / "bomb.yaml"
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8)]
+    bomb.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match="bomb.yaml"):
+        load_scenario(bomb)
+    with pytest.raises(ConfigError, match="missing.yaml"):
+        load_scenario(tmp_path / "missing.yaml")
