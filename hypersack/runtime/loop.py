@@ -23,7 +23,7 @@ from hypersack.errors import StorageError, StorageFullError
 from hypersack.runtime.executors.base import Executor
 from hypersack.runtime.progress import Progress, NullProgress
 from hypersack.runtime.storage import Storage, StudyRow
-from hypersack.runtime.store import Store
+from hypersack.runtime.store import Store, StudyRef
 
 __all__ = ["StudyRun", "run_loop"]
 
@@ -78,7 +78,7 @@ class _Interrupts:
             signal.signal(sig, handler)
 
 
-def run_loop(controller: Controller, executor: Executor, storage: Store, row: StudyRow, *,
+def run_loop(controller: Controller, executor: Executor, storage: Store, row: StudyRef, *,
              progress: Progress | None = None, clock: Callable[[], float] = time.time,
              observers: Sequence[Callable[[Event], None]] = ()) -> StudyRun:
     """Run the study to its end. ``observers`` see every event before the controller does
@@ -129,7 +129,7 @@ def _shutdown(executor: Executor, kill: bool) -> None:
         executor.shutdown(kill=True)
 
 
-def _set_status(storage: Store, row: StudyRow, status: str, quiet: bool) -> None:
+def _set_status(storage: Store, row: StudyRef, status: str, quiet: bool) -> None:
     try:
         storage.set_status(row.study_id, status)
     except StorageError:
@@ -137,7 +137,7 @@ def _set_status(storage: Store, row: StudyRow, status: str, quiet: bool) -> None
             raise
 
 
-def _turns(controller: Controller, executor: Executor, storage: Store, row: StudyRow,
+def _turns(controller: Controller, executor: Executor, storage: Store, row: StudyRef,
            progress: Progress, clock: Callable[[], float], interrupts: _Interrupts,
            observers: Sequence[Callable[[Event], None]] = ()) -> None:
     interrupted = False

@@ -5,7 +5,17 @@ from typing import Any, Callable, Iterable, Protocol
 
 from hypersack.core.trial import TrialRecord
 
-__all__ = ["Store"]
+__all__ = ["Store", "StudyRef"]
+
+
+class StudyRef(Protocol):
+    """What the loop needs of a stored study: its id in the store and its name."""
+
+    @property
+    def study_id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
 
 
 class Store(Protocol):

@@ -42,8 +42,8 @@ class SimResult:
     device_failures: int
     wall_s: float
     unvalidated: list[str]
-    executor: SimExecutor = field(repr=False, default=None)
-    controller: Controller = field(repr=False, default=None)
+    executor: SimExecutor | None = field(repr=False, default=None)
+    controller: Controller | None = field(repr=False, default=None)
 
     @property
     def sim_per_wall(self) -> float:
