@@ -29,7 +29,13 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+_SUBMODULES = {"errors", "placement", "algorithms", "study", "config", "validation", "core",
+               "runtime", "fusion", "sim", "workloads", "cli"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:                 # ``hypersack.errors.X`` works without an import
+        return importlib.import_module(f"hypersack.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'hypersack' has no attribute {name!r}")

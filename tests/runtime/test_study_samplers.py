@@ -49,5 +49,6 @@ def test_a_bad_sampler_in_a_study_file_fails_before_anything_is_stored(store_pat
     with pytest.raises(hypersack.errors.ConfigError) as exc:
         hypersack.Study.from_spec(spec, storage=store_path).run("trainables:quick", progress=False)
     assert exc.value.field == "algorithm.options" and exc.value.value == {"n_startup": 1}
-    with pytest.raises(hypersack.errors.StudyNotFoundError):
+    assert not store_path.exists()                 # nothing stored: not even an empty file
+    with pytest.raises(hypersack.errors.StorageError, match="No study store"):
         hypersack.Study.load("bad", storage=store_path)
