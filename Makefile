@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test venv bench clean gpu-check
 
+# Test processes (pytest-xdist); a test file stays in one process. 2 matches CI's two cores.
+TEST_WORKERS ?= 2
+
 # pip's own progress is shown (a first install takes minutes: torch alone is large);
 # --no-warn-script-location and --disable-pip-version-check only trim noise.
 PIP := $(BIN)/pip install --disable-pip-version-check --no-warn-script-location
@@ -32,7 +35,7 @@ demo: $(STAMP)
 	$(BIN)/hypersack best digits --json
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
