@@ -128,3 +128,17 @@ def test_check_workers_fit_names_the_machine_limit():
     assert "2 CPU cores and 0 GPUs" in str(exc.value)
     with pytest.raises(ConfigError, match=r"in \[1, 36\]"):   # 4 x 5 cores + 16 x 1 GPU
         check_workers_fit("executor.workers", 10**9, cpus=5, gpus=1)
+
+
+def test_numbers_beyond_floats_are_clear_errors_in_placement_and_packing():
+    from hypersack.core.packing import member_cap
+    from hypersack.errors import ConfigError
+    from hypersack.placement import GPU, Node
+    for make in (lambda: GPU("g", "A100", 10**400), lambda: Node("n", 10**400, ()),
+                 lambda: member_cap(10**400, 1.0)):
+        try:
+            make()
+        except ConfigError as exc:
+            assert "10000000" in str(exc)
+        else:
+            raise AssertionError("a number beyond floats was accepted")

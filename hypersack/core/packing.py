@@ -29,6 +29,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import numpy as np
 
 from hypersack.errors import ConfigError
+from hypersack.validation import is_finite, is_number
 
 __all__ = ["fusibility_key", "group_by_key", "member_cap", "encode_configs", "distance_matrix",
            "pack_opt", "random_packs", "batch_size_packs", "METRICS"]
@@ -73,7 +74,7 @@ def member_cap(capacity_bytes: float, per_member_bytes: float, base_bytes: float
     """
     for name, value in (("capacity_bytes", capacity_bytes), ("per_member_bytes", per_member_bytes),
                         ("base_bytes", base_bytes)):
-        if not _is_number(value) or not math.isfinite(value) or value < 0:
+        if not is_finite(value) or value < 0:
             raise ConfigError(f"packing.{name}", value, "must be a finite number >= 0")
     if per_member_bytes <= 0:
         raise ConfigError("packing.per_member_bytes", per_member_bytes, "must be > 0")
@@ -81,9 +82,6 @@ def member_cap(capacity_bytes: float, per_member_bytes: float, base_bytes: float
 
 
 # ---- distance ----------------------------------------------------------------------------------
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _default_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -94,7 +92,7 @@ def _column(configs: Sequence[Mapping[str, Any]], key: str,
             levels: Sequence[Any] | None) -> tuple[np.ndarray, bool]:
     """``(values, numeric)``: level indices for a numeric key, else category codes."""
     values = [config.get(key) for config in configs]
-    if all(_is_number(v) for v in values) and (levels is None or all(_is_number(v) for v in levels)):
+    if all(is_number(v) for v in values) and (levels is None or all(is_number(v) for v in levels)):
         grid = np.unique(np.asarray(levels if levels is not None else values, dtype=float))
         x = np.asarray(values, dtype=float)
         pos = np.clip(np.searchsorted(grid, x), 0, len(grid) - 1)
@@ -153,10 +151,10 @@ class _Cap:
             if len(member_memory) != n:
                 raise ConfigError("packing.member_memory", list(member_memory),
                                   f"must hold one number per config ({n})")
-            if not all(_is_number(m) and m >= 0 for m in member_memory):
+            if not all(is_number(m) and m >= 0 for m in member_memory):
                 raise ConfigError("packing.member_memory", list(member_memory),
                                   "must hold numbers >= 0")
-            if not _is_number(capacity) or capacity <= 0:
+            if not is_number(capacity) or capacity <= 0:
                 raise ConfigError("packing.capacity", capacity, "must be a number > 0")
         self.max_members = max_members
         self.memory = member_memory
@@ -183,7 +181,7 @@ def _fill(order: Sequence[int], cap: _Cap) -> list[list[int]]:
 
 
 def _check_threshold(threshold: float) -> None:
-    if not _is_number(threshold) or math.isnan(threshold) or threshold < 0:
+    if not is_number(threshold) or math.isnan(threshold) or threshold < 0:
         raise ConfigError("packing.threshold", threshold, "must be a number >= 0 (inf: no limit)")
 
 
@@ -260,4 +258,3 @@ def batch_size_packs(configs: Sequence[Mapping[str, Any]], *,
     for group in group_by_key(configs, keys):
         packs.extend(_fill(group, cap))
     return packs
-

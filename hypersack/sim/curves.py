@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hypersack.errors import ConfigError
+from hypersack.validation import is_finite
 
 __all__ = ["Curve", "CurveModel", "ParametricCurves", "ReplayCurves", "curves_from_dict"]
 
@@ -95,12 +96,12 @@ class CurveParams:
     def __post_init__(self) -> None:
         for name in ("lr_optimum", "lr_width", "tau", "rate"):
             value = getattr(self, name)
-            if not _is_number(value) or value <= 0:
+            if not is_finite(value) or value <= 0:
                 raise ConfigError(f"curves.{name}", value, "must be a number > 0")
         for name in ("start", "best", "worst", "config_spread"):
-            if not _is_number(getattr(self, name)):
+            if not is_finite(getattr(self, name)):
                 raise ConfigError(f"curves.{name}", getattr(self, name), "must be a finite number")
-        if self.batch_ref is not None and (not _is_number(self.batch_ref) or self.batch_ref <= 0):
+        if self.batch_ref is not None and (not is_finite(self.batch_ref) or self.batch_ref <= 0):
             raise ConfigError("curves.batch_ref", self.batch_ref, "must be a number > 0")
 
 
@@ -114,7 +115,7 @@ class ParametricCurves(CurveModel):
                  models: Mapping[str, CurveParams] | None = None):
         if family not in ("power_law", "exponential"):
             raise ConfigError("curves.family", family, "must be 'power_law' or 'exponential'")
-        if not _is_number(noise) or noise < 0:
+        if not is_finite(noise) or noise < 0:
             raise ConfigError("curves.noise", noise, "must be a number >= 0")
         self.metric, self.params, self.family, self.noise = metric, params, family, float(noise)
         self.clip, self.seed, self.lr_key = clip, seed, lr_key
@@ -131,14 +132,14 @@ class ParametricCurves(CurveModel):
         p = self.params_for(config)
         lr = config.get(self.lr_key)
         quality = 1.0
-        if _is_number(lr) and lr > 0:
+        if is_finite(lr) and lr > 0:
             distance = math.log10(lr / self._lr_star(config, p)) / p.lr_width
             quality = math.exp(-0.5 * distance * distance)
         return p.worst + (p.best - p.worst) * quality + p.config_spread * _config_offset(config, self.lr_key)
 
     def _lr_star(self, config: Mapping[str, Any], p: CurveParams) -> float:
         batch = config.get(self.batch_size_key) if self.batch_size_key else None
-        if p.batch_ref is not None and _is_number(batch) and batch > 0:
+        if p.batch_ref is not None and is_finite(batch) and batch > 0:
             return p.lr_optimum * batch / p.batch_ref
         return p.lr_optimum
 
@@ -146,7 +147,7 @@ class ParametricCurves(CurveModel):
         p = self.params_for(config)
         a_inf = self.asymptote(config)
         lr = config.get(self.lr_key)
-        slow = math.sqrt(self._lr_star(config, p) / lr) if _is_number(lr) and lr > 0 else 1.0
+        slow = math.sqrt(self._lr_star(config, p) / lr) if is_finite(lr) and lr > 0 else 1.0
         tau = p.tau * min(10.0, max(0.5, slow))
         if self.family == "power_law":
             def values(t: int) -> float:
@@ -229,7 +230,7 @@ def _key_scales(configs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[bool, f
     keys = set().union(*(c.keys() for c in configs))
     for key in keys:
         values = [c.get(key) for c in configs]
-        if all(_is_number(v) for v in values):
+        if all(is_finite(v) for v in values):
             log = all(v > 0 for v in values)
             xs = [math.log(v) if log else float(v) for v in values]
             scales[key] = (log, (max(xs) - min(xs)) or 1.0)
@@ -240,7 +241,7 @@ def _distance(a: Mapping[str, Any], b: Mapping[str, Any], scales: Mapping[str, t
     total = 0.0
     for key, vb in b.items():
         va = a.get(key)
-        if key in scales and _is_number(va):
+        if key in scales and is_finite(va):
             log, span = scales[key]
             xa = math.log(va) if log and va > 0 else float(va)
             xb = math.log(vb) if log else float(vb)
@@ -284,14 +285,10 @@ def curves_from_dict(d: Mapping[str, Any], *, base_dir: Path = Path("."), seed: 
         models[str(name)] = replace(base, **overrides)
     clip = d.get("clip")
     if clip is not None and (not isinstance(clip, (list, tuple)) or len(clip) != 2
-                             or not all(_is_number(c) for c in clip) or clip[0] >= clip[1]):
+                             or not all(is_finite(c) for c in clip) or clip[0] >= clip[1]):
         raise ConfigError("curves.clip", clip, "must be [low, high] with low < high")
     return ParametricCurves(d.get("metric", "accuracy"), base, family=d.get("family", "power_law"),
                             noise=d.get("noise", 0.0), clip=tuple(clip) if clip else None, seed=seed,
                             lr_key=d.get("lr_key", "lr"),
                             batch_size_key=d.get("batch_size_key", batch_size_key),
                             model_key=model_key, models=models)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from hypersack.errors import ConfigError
+from hypersack.validation import is_finite
 
 __all__ = ["Profile", "ProfileTable", "PerfParams", "PerfModel", "WorkloadKeys"]
 
@@ -65,7 +66,7 @@ class Profile:
                   ("cpus", self.cpus, lambda v: v >= 0, "must be a number >= 0"),
                   ("gpus", self.gpus, lambda v: v >= 1 and v == int(v), "must be an integer >= 1"))
         for name, value, ok, problem in checks:
-            if not _is_number(value) or not ok(value):
+            if not is_finite(value) or not ok(value):
                 raise ConfigError(f"profiles.{name}", value, problem)
 
 
@@ -107,7 +108,7 @@ class ProfileTable:
                 if required not in row:
                     raise ConfigError(f"{where}.{required}", None, "is required")
             try:
-                profile = Profile(float(row["step_time_s"]) if _is_number(row["step_time_s"]) else row["step_time_s"],
+                profile = Profile(float(row["step_time_s"]) if is_finite(row["step_time_s"]) else row["step_time_s"],
                                   row["utilization"], row.get("memory_gb", 0.0), row.get("cpus", 1),
                                   row.get("gpus", 1))
             except ConfigError as exc:
@@ -150,16 +151,16 @@ class PerfParams:
     def __post_init__(self) -> None:
         for name in ("interference", "dp_beta", "startup_s", "warmup_s", "restore_s", "checkpoint_s"):
             value = getattr(self, name)
-            if not _is_number(value) or value < 0:
+            if not is_finite(value) or value < 0:
                 raise ConfigError(f"perf.{name}", value, "must be a number >= 0")
-        if not _is_number(self.cross_node_efficiency) or not 0 < self.cross_node_efficiency <= 1:
+        if not is_finite(self.cross_node_efficiency) or not 0 < self.cross_node_efficiency <= 1:
             raise ConfigError("perf.cross_node_efficiency", self.cross_node_efficiency, "must be in (0, 1]")
-        if not _is_number(self.default_saturation) or self.default_saturation <= 0:
+        if not is_finite(self.default_saturation) or self.default_saturation <= 0:
             raise ConfigError("perf.default_saturation", self.default_saturation, "must be a number > 0")
         if not isinstance(self.saturation, Mapping):
             raise ConfigError("perf.saturation", self.saturation, "must map an architecture to a number > 0")
         for arch, value in self.saturation.items():
-            if not _is_number(value) or value <= 0:
+            if not is_finite(value) or value <= 0:
                 raise ConfigError(f"perf.saturation.{arch}", value, "must be a number > 0")
         unknown = sorted(set(self.calibrated) - (self._FIELDS - {"calibrated"}))
         if unknown:
@@ -282,7 +283,3 @@ class PerfModel:
                 self._demands.pop(next(iter(self._demands)))
             self._demands[key] = hit
         return hit if hit.id == record.trial_id else hit.renamed(record.trial_id)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -13,12 +13,12 @@ Every value validates itself on construction and raises ``ConfigError`` naming t
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Hashable, Iterable, Mapping
 
 from hypersack.errors import ConfigError
+from hypersack.validation import is_finite
 
 __all__ = ["GPU", "Node", "Job", "ArchDemand", "EPS"]
 
@@ -27,15 +27,11 @@ __all__ = ["GPU", "Node", "Job", "ArchDemand", "EPS"]
 EPS = 1e-9
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def check_number(field_name: str, value: Any, *, positive: bool = False) -> float:
     """``value`` as a float when it is a finite number >= 0 (> 0 when ``positive``)."""
     if hasattr(value, "item") and not isinstance(value, (int, float)):   # numpy scalars
         value = value.item()
-    if not _is_number(value) or value < 0 or (positive and value == 0):
+    if not is_finite(value) or value < 0 or (positive and value == 0):
         bound = "> 0" if positive else ">= 0"
         raise ConfigError(field_name, value, f"must be a finite number {bound}")
     return float(value)
