@@ -25,3 +25,29 @@ def subprocess_env() -> dict[str, str]:
     root = str(TESTS_DIR.parent)
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), root, env.get("PYTHONPATH", "")])
     return env
+
+
+@pytest.fixture
+def fake_mps(tmp_path, monkeypatch):
+    """The MPS tests' fake ``nvidia-cuda-mps-control`` first on PATH (tests/runtime/test_mps.py
+    has the program); returns a function giving its recorded calls."""
+    import json
+
+    from hypersack.runtime import mps as mps_module
+    if str(TESTS_DIR / "runtime") not in sys.path:
+        sys.path.insert(0, str(TESTS_DIR / "runtime"))
+    from test_mps import FAKE
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "nvidia-cuda-mps-control"
+    script.write_text(FAKE.format(python=sys.executable))
+    script.chmod(0o755)
+    record = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_MPS_RECORD", str(record))
+    monkeypatch.setattr(mps_module, "_warned", set())
+
+    def calls() -> list[dict]:
+        return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    return calls

@@ -175,7 +175,9 @@ def build_cnn(channels: int, hidden: int, dropout: float) -> nn.Module:
     )
 
 
-def build_optimizer(model: nn.Module, settings: Settings) -> torch.optim.Optimizer:
+def build_optimizer(model: nn.Module, settings: Any) -> torch.optim.Optimizer:
+    """The torch optimizer ``settings`` names (anything with ``optimizer``, ``lr``,
+    ``weight_decay`` and ``momentum``: the digits and GPU workloads' settings alike)."""
     params, lr, wd = model.parameters(), settings.lr, settings.weight_decay
     if settings.optimizer == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=wd)

@@ -48,7 +48,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from hypersack.fusion.optim import OptimizerConfig
 from hypersack.fusion.task import FusableTask
-from hypersack.workloads.digits import (_choice, _count, _epoch_seed, _number,
+from hypersack.workloads.digits import (_choice, _count, _epoch_seed, _number, build_optimizer,
                                         _optimizer_name)
 
 __all__ = ["Workload", "Settings", "SyntheticTask", "fit", "parse_settings", "save_and_report",
@@ -127,17 +127,6 @@ def choice(config: Mapping[str, Any], key: str, default: str, allowed: tuple[str
 
 
 # ---- the plain trainable -----------------------------------------------------------------------
-
-def build_optimizer(model: nn.Module, s: Settings) -> torch.optim.Optimizer:
-    params, lr, wd = model.parameters(), s.lr, s.weight_decay
-    if s.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
-    if s.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
-    if s.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=s.momentum, weight_decay=wd)
-    return torch.optim.RMSprop(params, lr=lr, weight_decay=wd)
-
 
 def save_and_report(ctx: Any, step: int, state: Mapping[str, Any], **metrics: Any) -> None:
     """The one place the GPU workloads pair a step's checkpoint with its report: both become

@@ -14,33 +14,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests" / "runtime"))
 
 import gpu_checks_device  # noqa: E402
 import gpu_checks_fusion  # noqa: E402
 import gpu_checks_studies  # noqa: E402
 import gpu_suite  # noqa: E402
-from test_mps import FAKE  # noqa: E402  (the fake nvidia-cuda-mps-control of the MPS tests)
-
-from hypersack.runtime import mps as mps_module  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux-only suite")
-
-
-@pytest.fixture
-def fake_mps(tmp_path, monkeypatch):
-    """The MPS tests' fake control program first on PATH; returns its recorded calls."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    script = bindir / "nvidia-cuda-mps-control"
-    script.write_text(FAKE.format(python=sys.executable))
-    script.chmod(0o755)
-    record = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_MPS_RECORD", str(record))
-    monkeypatch.setattr(mps_module, "_warned", set())
-    return lambda: [json.loads(line) for line in record.read_text().splitlines()] \
-        if record.exists() else []
 
 
 CHECK_KEYS = {"id", "name", "status", "reason", "seconds", "limit_s", "figures", "goals"}

@@ -67,23 +67,6 @@ FAKE = textwrap.dedent("""\
 """)
 
 
-@pytest.fixture
-def fake_mps(tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    script = bindir / "nvidia-cuda-mps-control"
-    script.write_text(FAKE.format(python=sys.executable))
-    script.chmod(0o755)
-    record = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_MPS_RECORD", str(record))
-    monkeypatch.setattr(mps_module, "_warned", set())
-
-    def calls() -> list[dict]:
-        return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
-    return calls
-
-
 def wait_until(predicate, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while not predicate():
