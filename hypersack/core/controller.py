@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 from hypersack.core.algorithms.base import Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.objective import Objective
+from hypersack.core.timeouts import timed_out
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
                                   Launch, ResultReported, Stop, StopReason, TrialFailed,
                                   TrialFinished, TrialRecord, TrialStarted, TrialState)
@@ -403,7 +404,7 @@ class Controller:
         out: list[Command] = []
         for trial_id in sorted(self._running_ids):
             record = self.trials[trial_id]
-            if record.started_at is not None and now - record.started_at > limit:
+            if timed_out(record.started_at, now, limit):
                 reason = f"timed out after {limit:g} s (executor.trial_timeout_s)"
                 self._finish(record, TrialState.FAILED, now, error=reason)
                 out.append(Cancel(trial_id, reason))

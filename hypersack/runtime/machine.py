@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from hypersack.core.allocator import Demand
+from hypersack.core.demand import member_demand as core_member_demand
+from hypersack.core.demand import needs_mps, with_history
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event, TrialFailed, TrialProfiled, TrialRecord
 from hypersack.runtime.devices import Slot, default_slots, slots_cluster
@@ -138,10 +140,9 @@ def _cpu_ratio(oversubscription: Any, slots: list[Slot]) -> float:
 
 def _shares_gpus(spec: StudySpec, machine: Machine) -> bool:
     from hypersack.core.placement import parse_placement
-    gpus = [g for _, g in machine.cluster.gpus() if g.arch != "cpu"]
     policy, _ = parse_placement(spec.placement)
-    return policy != "exclusive" and any(g.oversubscription > 1 for g in gpus) \
-        and any(s.gpu is not None for s in machine.slots)
+    return needs_mps(policy, [g.oversubscription for _, g in machine.cluster.gpus() if g.arch != "cpu"],
+                     any(s.gpu is not None for s in machine.slots))
 
 
 # ---- services --------------------------------------------------------------------------------
@@ -188,11 +189,9 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
     records: dict[int, TrialRecord] = {}
 
     def demand(record: TrialRecord) -> Any:
-        if record.trial_id >= 0:
-            records[record.trial_id] = record
+        records[record.trial_id] = record
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache)
-        job = default.job(record)
-        return job if not per_arch else dataclasses.replace(job, per_arch=per_arch)
+        return with_history(default.job(record), per_arch)
 
     def observe(event: Event) -> None:
         record = records.get(event.trial_id) if event.trial_id is not None else None
@@ -217,10 +216,9 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
 
 
 def member_demand(spec: StudySpec) -> Demand:
-    """A pack member's demand on its device (see the module docstring)."""
-    r, n = spec.resources, spec.pack.max_members
-    compute = r.compute if r.compute != 100.0 else 100.0 / n
-    return Demand(compute, r.memory_gb, r.cpus / n)
+    """A pack member's demand on its device (``core.demand.member_demand``)."""
+    r = spec.resources
+    return core_member_demand(Demand(r.compute, r.memory_gb, r.cpus), spec.pack.max_members)
 
 
 def _fused_demand(machine: Machine, spec: StudySpec, fuses: Callable[[dict], bool]) -> None:

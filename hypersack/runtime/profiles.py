@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sqlite3
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from hypersack.core.demand import DEFAULT_CONTEXT_GB, history_demand, memory_floor_after_oom
 from hypersack.errors import ConfigError, StorageError
 from hypersack.runtime.profiler import Profile
 
 __all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB"]
-
-#: GiB a CUDA context takes per process beyond what torch's allocator reports.
-DEFAULT_CONTEXT_GB = 0.5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS profiles (
@@ -133,17 +130,15 @@ class ProfileStore:
     def correct_after_oom(self, key: ProfileKey, device_memory_gb: float) -> float:
         """Raise ``key``'s memory estimate to at least ``device_memory_gb`` (GiB) after an
         out-of-memory while co-located; returns the new estimate. Works before any profile."""
-        if isinstance(device_memory_gb, bool) or not isinstance(device_memory_gb, (int, float)) \
-                or not math.isfinite(device_memory_gb) or device_memory_gb <= 0:
-            raise ConfigError("device_memory_gb", device_memory_gb, "must be a positive number of GiB")
+        floor = memory_floor_after_oom(self.memory_floor(key), device_memory_gb)
         self._db.execute(
             "INSERT INTO profiles (signature, batch_size, arch, memory_floor_gb, ooms, updated_at) "
             "VALUES (?,?,?,?,1,?) ON CONFLICT (signature, batch_size, arch) DO UPDATE SET "
             "memory_floor_gb = MAX(COALESCE(memory_floor_gb, 0), excluded.memory_floor_gb), "
             "ooms = ooms + 1, updated_at = excluded.updated_at",
-            (key.signature, key.batch_size, key.arch, float(device_memory_gb), time.time()))
+            (key.signature, key.batch_size, key.arch, floor, time.time()))
         row = self._row(key)
-        return float(row[1]) if row is not None else float(device_memory_gb)
+        return float(row[1]) if row is not None else floor
 
     def memory_floor(self, key: ProfileKey) -> float | None:
         """The OOM-corrected memory floor of ``key`` in GiB, None if it never ran out of memory."""
@@ -167,19 +162,8 @@ class ProfileStore:
         ``(100, floor, 1.0)``: the job is then placed alone.
         """
         key = profile_key(trainable, config, model_keys, arch, batch_key)
-        profile = self._measured(key)
-        if profile is None:
-            floor = self.memory_floor(key)
-            return None if floor is None else (100.0, floor, 1.0)
-        compute = profile.gpu_util_percent if profile.gpu_util_percent is not None else 100.0
-        runtime = profile.time_per_iter_s * (iterations if iterations is not None else 1)
-        if context_gb is None:
-            context_gb = 0.0 if arch == "cpu" else DEFAULT_CONTEXT_GB
-        memory = profile.peak_memory_gb + context_gb
-        floor = self.memory_floor(key)
-        if floor is not None:       # exactly the device's memory after an OOM: fits alone
-            memory = max(memory, floor)
-        return (max(1.0, float(compute)), float(memory), float(runtime))
+        return history_demand(self._measured(key), self.memory_floor(key), arch,
+                              iterations=iterations, context_gb=context_gb)
 
     def _row(self, key: ProfileKey) -> tuple | None:
         return self._db.execute(

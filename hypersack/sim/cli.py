@@ -4,6 +4,7 @@
     hypersack simulate examples/sim/sp1_4xa100.yaml --compare      # exclusive, ff, ffd, wf, wfd
     hypersack simulate examples/sim/rasda_cv_64xa100.yaml --compare   # ASHA against RASDA
     hypersack simulate SCENARIO --timeline run.csv                 # + run.png when matplotlib is there
+    hypersack simulate examples/sim/pack_hyperband_mlp3.yaml --compare --execution separate
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="run the scenario's comparison: its policies and/or its algorithms")
     p.add_argument("--timeline", metavar="FILE", default=None,
                    help="write the per-GPU occupancy timeline CSV to FILE and a Gantt PNG beside it")
+    p.add_argument("--execution", choices=["separate", "fused", "auto"], default=None,
+                   help="run the study's trials separately or in fused packs (default: the scenario's)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=main)
     return p
@@ -41,6 +44,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     try:
         scenario = load_scenario(args.scenario)
+        if getattr(args, "execution", None):
+            scenario = scenario.with_execution(args.execution)
         if args.compare:
             out = _compare(scenario, args.policy)
         else:

@@ -16,6 +16,14 @@ Contract, mirroring the local executor:
 * Scheduled device failures emit ``DeviceLost`` then ``TrialFailed(DEVICE_LOST)`` for each trial
   that held it; a relaunch from a checkpoint resumes after that checkpoint's step and pays
   ``restore_s``. Scheduled additions emit ``DeviceAdded``.
+* Fused packs (``perf.fusion`` set, ``sim.packs``): a launch that fuses joins a pack on its
+  first placed device, or starts one there, by the same core decisions as the local executor's;
+  its steps take the time the fused model says (``perf.FusedModel``).
+* With ``trial_timeout_s`` the clock also stops at each trial's timeout deadline
+  (``core.timeouts.deadline``): ``poll`` returns no event then, so the loop's ``tick`` lets the
+  controller time the trial out on time; what a timeout means is the controller's.
+* A launch without devices (no placement) takes a pack with its key and a seat (fusing), else
+  the first idle device (``core.routing.first_free_device``).
 * ``log`` lists every event returned, as ``(time, kind, trial_id, detail)``: two runs with the
   same seed and scenario give the same log.
 """
@@ -25,11 +33,14 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from hypersack.core.routing import first_free_device
+from hypersack.core.timeouts import deadline
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
                                   Launch, ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialStarted)
 from hypersack.sim.clock import SimClock, SimulationStalled
 from hypersack.sim.curves import Curve, CurveModel
+from hypersack.sim.packs import PackBook, SimPack
 from hypersack.sim.perf import PerfModel
 from hypersack.sim.timeline import Interval, Timeline
 
@@ -88,13 +99,14 @@ class _Run:
     waiting_ack: bool = False
     stop_requested: bool = False
     intervals: list[Interval] = field(default_factory=list)
+    pack: SimPack | None = None
 
 
 class SimExecutor:
     def __init__(self, cluster: Any, perf: PerfModel, curves: CurveModel, *,
                  steps_for: Callable[[Mapping[str, Any]], int | None],
                  clock: SimClock | None = None, changes: Sequence[DeviceChange] = (),
-                 keep_log: bool = True):
+                 keep_log: bool = True, trial_timeout_s: float | None = None):
         self.clock = clock or SimClock()
         self.perf = perf
         self.curves = curves
@@ -112,6 +124,9 @@ class SimExecutor:
         self._empty_polls = 0
         self._inventory: Any = None
         self.oom_failures = 0
+        self._timeout = trial_timeout_s
+        fusion = getattr(perf, "fusion", None)
+        self.packs: PackBook | None = PackBook(fusion) if fusion is not None else None
         for node in cluster.nodes:
             self._add_node(str(node.id), node.cpus)
             for gpu in node.gpus:
@@ -168,15 +183,19 @@ class SimExecutor:
     def poll(self, timeout: float = 0.0) -> list[Event]:
         """Every event of the next event time (the clock moves there); ``timeout`` is ignored."""
         events: list[Event] = []
-        while self._heap and not events:
+        if self.packs is not None:
+            self.packs.end_empty()
+        woke = False
+        while self._heap and not events and not woke:
             t = self._heap[0][0]
             while self._heap and self._heap[0][0] == t:
                 _, _, kind, trial_id, payload = heapq.heappop(self._heap)
                 if self._stale(kind, trial_id, payload):
                     continue        # a step superseded by a rate change, or of an ended trial
                 self.clock.advance_to(t)
+                woke = woke or kind == "wake"
                 events.extend(self._fire(kind, trial_id, payload, t))
-        if not events:
+        if not events and not woke:
             self._stalled()
         else:
             self._empty_polls = 0
@@ -196,13 +215,18 @@ class SimExecutor:
             return [payload]
         if kind == "step":
             return self._step_done(self._runs[trial_id], t)
+        if kind == "wake":
+            return []       # a timeout deadline: the loop's tick decides
         return self._change(payload, t)
 
     def _stale(self, kind: str, trial_id: int | None, payload: Any) -> bool:
-        if kind != "step":
-            return False
-        run = self._runs.get(trial_id)
-        return run is None or run.version != payload
+        if kind == "step":
+            run = self._runs.get(trial_id)
+            return run is None or run.version != payload
+        if kind == "wake":
+            run = self._runs.get(trial_id)
+            return run is None or run.attempt != payload
+        return False
 
     def _stalled(self) -> None:
         self._empty_polls += 1
@@ -215,36 +239,61 @@ class SimExecutor:
 
     def _launch(self, launch: Launch) -> None:
         now = self.clock.now
-        devices = self._devices_for(launch)
+        fused = self.packs is not None and self.packs.fusion.fuses(launch.config)
+        devices = self._devices_for(launch, fused)
         self._push(now, "event", launch.trial_id, TrialStarted(launch.trial_id, _label(devices)))
         if devices is None:
             self._push(now, "event", launch.trial_id, TrialFailed(
                 launch.trial_id, f"device(s) {list(launch.devices)} not available",
                 cause=FailureCause.DEVICE_LOST))
             return
-        run = self._new_run(launch, devices, now)
+        run = self._new_run(launch, devices, now, fused)
         if self._out_of_memory(run):
             self.oom_failures += 1
             self._push(now, "event", launch.trial_id, TrialFailed(
                 launch.trial_id, "CUDA out of memory (simulated: the device's memory is full)",
                 cause=FailureCause.OOM))
             return
+        if fused:
+            self._seat(run, launch)
         self._runs[run.trial_id] = run
         for key in devices:
             self._devices[key].runs.append(run.trial_id)
             run.intervals.append(Interval(run.trial_id, run.attempt, key[0], key[1], now, None,
                                           run.utilization[key], run.memory[key]))
         self._reprice(devices, now)
+        limit = deadline(now, self._timeout)
+        if limit is not None:
+            self._push(limit, "wake", run.trial_id, run.attempt)
 
-    def _devices_for(self, launch: Launch) -> tuple[Key, ...] | None:
+    def _devices_for(self, launch: Launch, fused: bool) -> tuple[Key, ...] | None:
+        """The devices a launch runs on: the placed ones (a pack member: the first), else a
+        pack's with a seat (fusing), else the first idle one; None when one is not alive."""
         if launch.devices:
             keys = tuple((str(n), str(g)) for n, g in launch.devices)
             ok = all(k in self._devices and self._devices[k].alive for k in keys)
-            return keys if ok else None
-        free = next((d.key for d in self._devices.values() if d.alive and not d.runs), None)
-        return (free,) if free is not None else None
+            return (keys[:1] if fused else keys) if ok else None
+        if fused and self.packs is not None:
+            seated = self.packs.devices_with_seats(self.packs.fusion.key(launch.config, launch.group))
+            if seated:
+                return (seated[0],)
+        alive = {f"{k[0]}/{k[1]}": k for k, d in self._devices.items() if d.alive}
+        busy = [label for label, k in alive.items() if self._devices[k].runs]
+        free = first_free_device(list(alive), busy)
+        return (alive[free],) if free is not None else None
 
-    def _new_run(self, launch: Launch, devices: tuple[Key, ...], now: float) -> _Run:
+    def _seat(self, run: _Run, launch: Launch) -> None:
+        """Seat a fusing trial in a pack on its device (``PackBook.join``)."""
+        if self.packs is None:      # a bug: only fusing launches come here
+            raise RuntimeError(f"trial {run.trial_id} fuses, but the simulation has no fusion plan")
+        device = run.devices[0]
+        used = sum(self._runs[t].memory[device] for t in self._devices[device].runs)
+        key = self.packs.fusion.key(launch.config, launch.group)
+        run.pack = self.packs.join(run.trial_id, key, device,
+                                   self._devices[device].gpu.memory_gb - used, run.memory[device])
+
+    def _new_run(self, launch: Launch, devices: tuple[Key, ...], now: float,
+                 fused: bool = False) -> _Run:
         archs = [self._devices[k].gpu.arch for k in devices]
         profiles = [self.perf.profile(launch.config, a) for a in archs]
         resumed_step = self._checkpoints.get(launch.checkpoint, 0) if launch.checkpoint else 0
@@ -253,12 +302,15 @@ class SimExecutor:
         cold = any(k not in self._warm for k in devices)
         self._warm.update(devices)
         first = step_work + self.perf.launch_work(resumed=resumed_step > 0, cold=cold)
+        cpus = max(p.cpus for p in profiles)
+        if fused and self.packs is not None:
+            cpus = cpus / self.packs.fusion.max_members     # a member's share of its pack's
         return _Run(launch.trial_id, launch.attempt, launch.config, devices,
                     self.curves.curve(launch.config, launch.seed), self._steps_for(launch.config),
                     resumed_step, step_work, first,
                     {k: p.utilization for k, p in zip(devices, profiles)},
                     {k: p.memory_gb for k, p in zip(devices, profiles)},
-                    max(p.cpus for p in profiles), updated_at=now)
+                    cpus, updated_at=now)
 
     def _out_of_memory(self, run: _Run) -> bool:
         for key in run.devices:
@@ -302,6 +354,8 @@ class SimExecutor:
 
     def _end_run(self, trial_id: int, now: float, outcome: str) -> None:
         run = self._runs.pop(trial_id)
+        if run.pack is not None and self.packs is not None:
+            self.packs.leave(trial_id)
         for key in run.devices:
             self._devices[key].runs.remove(trial_id)
         for iv in run.intervals:
@@ -316,8 +370,9 @@ class SimExecutor:
         hit: set[int] = set()
         for key in keys:
             device = self._devices[key]
-            device.factor = self.perf.gpu_factor(
-                device.gpu.arch, device.gpu.compute, [self._runs[t].utilization[key] for t in device.runs])
+            demands = ([d for d, _ in self._loads(key)] if self._has_packs(key)
+                       else [self._runs[t].utilization[key] for t in device.runs])
+            device.factor = self.perf.gpu_factor(device.gpu.arch, device.gpu.compute, demands)
             hit.update(device.runs)
         for node_id in {k[0] for k in keys}:
             node = self._nodes[node_id]
@@ -331,8 +386,36 @@ class SimExecutor:
             self._set_rate(self._runs[trial_id], now)
         self._account({k for t in hit for k in self._runs[t].devices} | set(keys), now)
 
+    def _has_packs(self, key: Key) -> bool:
+        return self.packs is not None and key in self.packs.on
+
+    def _loads(self, key: Key) -> list[tuple[float, float]]:
+        """``(compute demand, delivered share)`` of each process on device ``key`` (which holds
+        packs): a plain trial's, or a pack's (counted once: its members' demand times
+        speedup(k) / k, at most 100); the share is the rate of its work (a pack's before its
+        fused efficiency)."""
+        runs = self._runs
+        device = self._devices[key]
+        if self.packs is None:
+            return []
+        out = [(runs[t].utilization[key], runs[t].rate) for t in device.runs if runs[t].pack is None]
+        for pack in self.packs.on[key]:
+            if pack.members:
+                eff = self._pack_efficiency(pack)
+                demand = min(100.0, eff * sum(runs[t].utilization[key] for t in pack.members))
+                out.append((demand, runs[pack.members[0]].rate / eff))
+        return out
+
+    def _pack_efficiency(self, pack: SimPack) -> float:
+        """speedup(k) / k of the fused model: a member's step rate in a pack of k, alone on
+        its device, over its rate as a trial alone."""
+        k = len(pack.members)
+        return self.perf.params.fused_model.speedup(k) / k
+
     def _set_rate(self, run: _Run, now: float) -> None:
         rate = min(self._devices[k].factor * self._nodes[k[0]].factor for k in run.devices)
+        if run.pack is not None:
+            rate *= self._pack_efficiency(run.pack)
         if run.waiting_ack:
             run.rate = rate
             return
@@ -349,8 +432,13 @@ class SimExecutor:
             if not device.alive:
                 continue
             c = device.gpu.compute
-            demand = sum(self._runs[t].utilization[key] for t in device.runs)
-            used = sum(self._runs[t].utilization[key] * self._runs[t].rate for t in device.runs)
+            if self._has_packs(key):
+                loads = self._loads(key)
+                demand = sum(d for d, _ in loads)
+                used = sum(d * rate for d, rate in loads)
+            else:
+                demand = sum(self._runs[t].utilization[key] for t in device.runs)
+                used = sum(self._runs[t].utilization[key] * self._runs[t].rate for t in device.runs)
             self.timeline.account(key, now, min(1.0, demand / device.gpu.capacity), min(1.0, used / c),
                                   1.0 if device.runs else 0.0)
 

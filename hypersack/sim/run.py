@@ -12,7 +12,7 @@ from typing import Any
 
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Controller
-from hypersack.core.trial import TrialState
+from hypersack.core.trial import TrialFailed, TrialState
 from hypersack.runtime.loop import run_loop
 from hypersack.sim._placement import policy_label
 from hypersack.sim.executor import SimExecutor
@@ -61,8 +61,10 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -
     default: the scenario's)."""
     policy = policy or scenario.policy
     spec = scenario.study
+    scenario.perf.forget_ooms()
     executor = SimExecutor(scenario.cluster, scenario.perf, scenario.curves,
-                           steps_for=spec.steps_for, changes=scenario.changes, keep_log=keep_log)
+                           steps_for=spec.steps_for, changes=scenario.changes, keep_log=keep_log,
+                           trial_timeout_s=spec.executor.trial_timeout_s)
     algorithm = make_algorithm(dict(spec.algorithm), spec.space, spec.objective, seed=spec.seed)
     controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
                             max_retries=scenario.max_retries, now=executor.clock.now,
@@ -70,9 +72,24 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -
     controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
     store = MemoryStore()
     started = time.perf_counter()
-    run_loop(controller, executor, store, SimStudyRow(1, scenario.name), clock=executor.clock)
+    run_loop(controller, executor, store, SimStudyRow(1, scenario.name), clock=executor.clock,
+             observers=[_oom_history(controller, scenario.perf, executor)])
     wall = time.perf_counter() - started
     return _result(scenario, policy, executor, controller, store, wall)
+
+
+def _oom_history(controller: Controller, perf: Any, executor: SimExecutor) -> Any:
+    """The simulated job history, as the local machine's (``runtime/machine.py``): a trial that
+    ran out of memory gets its model's memory floor raised to each architecture's device memory
+    (``PerfModel.note_oom``), so the controller's retry is placed alone."""
+    memory = {gpu.arch: gpu.memory_gb for _, gpu in executor.inventory().gpus()}
+
+    def observe(event: Any) -> None:
+        if isinstance(event, TrialFailed) and event.oom:
+            record = controller.trials.get(event.trial_id)
+            if record is not None:
+                perf.note_oom(record.config, memory)
+    return observe
 
 
 def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: Controller,
@@ -83,7 +100,8 @@ def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: 
     states = {s.value: 0 for s in TrialState}
     for record in controller.trials.values():
         states[record.state.value] += 1
-    unvalidated = [f"perf.{p}" for p in scenario.perf.params.unvalidated()]
+    fused = scenario.perf.fusion is not None
+    unvalidated = [f"perf.{p}" for p in scenario.perf.params.unvalidated(fused)]
     if not scenario.profiles_validated:
         unvalidated.insert(0, "workload.profiles")
     return SimResult(
