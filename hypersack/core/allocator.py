@@ -15,6 +15,7 @@ policies) get an immutable ``Cluster``, updated copy-on-write, and run as they a
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -23,6 +24,7 @@ from hypersack.core.trial import TrialRecord
 __all__ = ["Allocator", "Demand", "default_demand"]
 
 Devices = tuple[tuple[str, str], ...]
+_NEW_TRIAL = "new trial"     # the id of the Job that ``has_room_for`` asks about (never a trial's)
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,25 @@ class Allocator:
         if like is None:
             return True
         return bool(self._assign([self.demand(like)]))
+
+    def has_room_for(self, like: TrialRecord, resources: int) -> bool:
+        """Whether a new trial would fit now: one with ``like``'s config (a real trial, e.g. the
+        latest) on ``resources`` devices. Nothing is placed and no trial is made up: the
+        demand of ``like`` is asked, then given the new trial's device count (a demand's
+        ``gpus`` is its record's ``resources``, or a floor of its own above them, which is
+        kept)."""
+        job = self.demand(like)
+        gpus = max(1, int(resources))
+        if job.gpus > like.resources:          # the demand's own floor (a model on k devices)
+            gpus = max(gpus, job.gpus)
+        if gpus != job.gpus:
+            job = dataclasses.replace(job, gpus=gpus)
+        return self.fits(job.renamed(_NEW_TRIAL))
+
+    def fits(self, job: Any) -> bool:
+        """Whether ``job`` (a placement Job whose id is no running trial's) fits now, per the
+        policy; nothing is placed."""
+        return bool(self._assign([job]))
 
     def occupy(self, record: TrialRecord, devices: Sequence[Sequence[str]]) -> None:
         """Count ``record`` as running on ``devices`` (a restored or externally placed trial)."""

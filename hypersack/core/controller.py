@@ -147,7 +147,7 @@ class Controller:
         placed = allocator.place(queued)
         out = [self._launch(r, now, placed[r.trial_id]) for r in queued if r.trial_id in placed]
         self._queue = deque(t for t in self._queue if t not in placed)
-        while not self._queue and allocator.has_room(self._latest()):
+        while not self._queue and self._room_for_new(allocator):
             record = self._create(now)
             if record is None:
                 break
@@ -160,15 +160,15 @@ class Controller:
             self._fail_unplaceable(now)
         return out
 
-    def _latest(self) -> TrialRecord | None:
+    def _room_for_new(self, allocator: Allocator) -> bool:
+        """Whether a new trial would fit now: asked before one is created, so trials are not
+        made long before a device can take them. It is judged like the latest trial, on the
+        devices the algorithm gives a new one (yes when there is no trial yet)."""
         if not self.trials:
-            return None
-        record = self.trials[len(self.trials) - 1]
-        resources = self._clamp_resources(self.algorithm.resources(-1))
-        probe = object.__new__(TrialRecord)          # dataclasses.replace, without its cost
-        probe.__dict__.update(record.__dict__)
-        probe.trial_id, probe.resources = -1, resources
-        return probe
+            return True
+        next_id = len(self.trials)
+        resources = self._clamp_resources(self.algorithm.resources(next_id))
+        return allocator.has_room_for(self.trials[next_id - 1], resources)
 
     def _fail_unplaceable(self, now: float) -> None:
         """With every device idle, a queued trial that still does not fit never will: fail it."""

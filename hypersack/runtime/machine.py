@@ -7,11 +7,13 @@ GPUs, and the NVML state monitor; on exit (normal, Ctrl-C or error) it stops bot
 learns from this run's (Sampler) profiles and out-of-memory failures.
 
 Fused packs (``fuses``: the executor's routing predicate): a trial that runs in a pack demands
-the pack's per-member share of its device: ``compute`` = 100 / ``pack.max_members`` percent
-(or ``resources.compute`` when the study sets it), ``memory_gb`` = ``resources.memory_gb`` and
-``cpus`` = ``resources.cpus`` / ``max_members``, so placement puts up to ``max_members``
-members on one device and oversubscription (MPS) still applies across packs. Profiles of plain
-trials do not describe members, so the job history is not used for them.
+the pack's per-member share of its device (``core.demand.member_demand``: ``compute`` = 100 /
+``pack.max_members`` percent, or ``resources.compute`` when the study sets it, ``memory_gb`` =
+``resources.memory_gb``, ``cpus`` = ``resources.cpus`` / ``max_members``), so placement puts up
+to ``max_members`` members on one device and oversubscription (MPS) still applies across packs.
+Profiles of plain trials do not describe members, so the job history is not used for them.
+Whether MPS starts is ``core.demand.needs_mps``; the history's demand is
+``core.demand.history_demand`` (through ``ProfileStore.demand_for``).
 """
 from __future__ import annotations
 

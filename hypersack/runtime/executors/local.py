@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from hypersack.core.routing import first_free_device, warm_workers
+from hypersack.core.timeouts import straggling
 from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCause, Launch,
                                   ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialProfiled, TrialStarted)
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["LocalExecutor"]
 
 NODE_ID = "local"
-RANK_GRACE_S = 60.0     # other ranks must finish this soon after rank 0 is done
 
 
 @dataclass(eq=False)
@@ -311,11 +311,12 @@ class LocalExecutor:
         return events
 
     def _stragglers(self) -> list[Event]:
-        """Ranks still running ``RANK_GRACE_S`` after rank 0 finished are ended: the trial is."""
+        """Ranks still running ``RANK_GRACE_S`` after rank 0 finished are ended: the trial is
+        finished (``core.timeouts.straggling``)."""
         events: list[Event] = []
         now = self._clock()
         for job in list(self._jobs.values()):
-            if job.rank0_done_at is not None and now - job.rank0_done_at > RANK_GRACE_S:
+            if straggling(job.rank0_done_at, now):
                 self._end_job(job.trial_id, kill=True)
                 events.append(TrialFinished(job.trial_id))
         return events
