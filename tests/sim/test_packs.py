@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hypersack.core.placement import GPU, Cluster, Node
-from hypersack.core.trial import Launch, ResultReported, Stop, TrialFailed, TrialFinished
+from hypersack.core.trial import Launch, ResultReported, Stop
 from hypersack.errors import ConfigError
 from hypersack.sim.curves import CurveParams, ParametricCurves
 from hypersack.sim.executor import SimExecutor
