@@ -57,7 +57,7 @@ class Allocator:
         """Hold ``cluster`` (devices with the running trials' load) in the form the policy uses."""
         from hypersack.core.placement.live import POLICIES, LiveCluster
         self._live = LiveCluster(cluster) if self.policy in POLICIES else None
-        self._cluster = None if self._live is not None else cluster
+        self._cluster: Any = None if self._live is not None else cluster
         self._devices = sum(1 for _ in self.inventory.gpus())
 
     @property

@@ -237,12 +237,12 @@ class BracketSearch(Algorithm):
             return Suggestion(info={"bracket": bracket,
                                     "rung": self._brackets[bracket].trials[resumed][0]},
                               resume=resumed)
-        for index, bracket in enumerate(self._brackets):
-            if bracket.wants_new():
+        for index, open_bracket in enumerate(self._brackets):
+            if open_bracket.wants_new():
                 config = self._new_config(trial_id, index)
                 if config is None:
                     return None               # a model proposal still being computed
-                bracket.add(trial_id)
+                open_bracket.add(trial_id)
                 self._home[trial_id] = index
                 return Suggestion(config, {"bracket": index, "rung": 0})
         return None

@@ -101,7 +101,7 @@ class LiveCluster:
         for run in cluster.running.values():
             self._record(run.job, tuple(self._index[dev] for dev in run.devices))
         self._recount(range(len(gpus)), range(len(cluster.nodes)))
-        self._snapshot = cluster
+        self._snapshot: Cluster | None = cluster
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -311,8 +311,8 @@ class LiveCluster:
         for p, (job, demand) in enumerate(zip(jobs, asks)):
             q = job.cpus
             if job.gpus == 1:
-                chosen = self._pick_single(demand, q, worst)
-                chosen = None if chosen is None else (chosen,)
+                single = self._pick_single(demand, q, worst)
+                chosen = None if single is None else (single,)
             else:
                 chosen = self._pick_multi(job, demand, worst, journal)
             if chosen is None:
@@ -424,6 +424,7 @@ class LiveCluster:
             if idle == 0:
                 break
             demand = demands((job,), archs)[0]
+            chosen: tuple[int, ...] | None
             if job.gpus == 1:
                 chosen = None
                 for arch, tree in self._alone.items():
@@ -476,7 +477,8 @@ class LiveCluster:
         """Restore what ``journal`` overwrote (newest first) and re-index those GPUs."""
         if not journal:
             return
-        touched, free_q, node_gpus = set(), self.load.free_q, self.load.node_gpus
+        touched: set[int] = set()
+        free_q, node_gpus = self.load.free_q, self.load.node_gpus
         for array, index, old in reversed(journal):
             array[index] = old
             touched.update(node_gpus[index] if array is free_q else (index,))

@@ -136,7 +136,7 @@ class Job:
     memory_gb: float
     cpus: float = 1
     runtime: float = 1.0
-    per_arch: Mapping[str, ArchDemand] | None = field(default=None, hash=False)
+    per_arch: Mapping[str, Any] | None = field(default=None, hash=False)   # ArchDemand values once built
     gpus: int = 1
 
     def __post_init__(self) -> None:
@@ -179,7 +179,7 @@ class Job:
 
     def demand(self, arch: str) -> ArchDemand:
         """The per-GPU demand on ``arch`` (the top-level values when ``arch`` is not in per_arch)."""
-        found = self.per_arch.get(arch)
+        found = self.per_arch.get(arch) if self.per_arch else None
         return found if found is not None else ArchDemand(self.compute, self.memory_gb, self.runtime)
 
     def expected_runtime(self, archs: Iterable[str] = ()) -> float:
