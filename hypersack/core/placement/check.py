@@ -10,13 +10,15 @@ exceed a capacity elsewhere, and that is not the new placement's fault.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Hashable, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Iterable, Mapping, Protocol, Sequence
 
-from hypersack.core.placement.cluster import Cluster, PlacementError, as_devices
-from hypersack.core.placement.model import EPS, GPU, Job, Node
-from hypersack.errors import ConfigError
+from hypersack.core.placement.model import EPS, GPU, Job, Node, as_devices
+from hypersack.errors import ConfigError, PlacementError
 
-__all__ = ["check_placement", "check_fits", "occupancy", "placed_compute", "PlacementError"]
+if TYPE_CHECKING:
+    from hypersack.core.placement.cluster import Cluster
+
+__all__ = ["check_placement", "check_fits", "check_job_list", "occupancy", "placed_compute", "PlacementError"]
 
 
 def _pairs(jobs: Sequence[Job], cluster: Cluster,
@@ -119,3 +121,20 @@ def occupancy(cluster: Cluster) -> float:
         return 0.0
     used = sum(cluster.used(node.id, gpu.id)[0] for node, gpu in cluster.gpus())
     return used / capacity
+
+
+def check_job_list(jobs: Any, running: Any) -> list[Job]:
+    """``jobs`` as a list, each a Job with an id unique among them and not in ``running``."""
+    if isinstance(jobs, (str, bytes, Mapping)) or not hasattr(jobs, "__iter__"):
+        raise ConfigError("jobs", jobs, "must be a sequence of Job")
+    jobs = list(jobs)
+    seen: set = set()
+    for i, job in enumerate(jobs):
+        if not isinstance(job, Job):
+            raise ConfigError(f"jobs[{i}]", job, "must be a Job")
+        if job.id in seen:
+            raise ConfigError(f"jobs[{i}].id", job.id, "must be unique among the jobs")
+        if job.id in running:
+            raise ConfigError(f"jobs[{i}].id", job.id, "is already running in the cluster")
+        seen.add(job.id)
+    return jobs

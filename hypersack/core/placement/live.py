@@ -33,11 +33,13 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Mapping, Sequence
 
-from hypersack.core.placement.check import check_fits
+from hypersack.core.placement.check import check_fits, check_job_list
 from hypersack.core.placement.cluster import Cluster, PlacementError, Running, as_devices
 from hypersack.core.placement.fit_tree import FitTree, fitting_in_order
+from hypersack.core.placement.hay import hay
 from hypersack.core.placement.load import Load, by_runtime, demands, pick_k_in_order, pick_one_node
 from hypersack.core.placement.model import EPS, GPU, Job, Node
+from hypersack.core.placement.ray_default import ray_default
 from hypersack.errors import ConfigError
 
 __all__ = ["LiveCluster", "POLICIES", "INCREMENTAL_POLICIES", "check_options"]
@@ -285,10 +287,8 @@ class LiveCluster:
         if policy == "exclusive":
             return self._exclusive(jobs, journal)
         if policy == "hay":
-            from hypersack.core.placement.hay import hay
             return hay(self, jobs, journal, **options)
         if policy == "ray":
-            from hypersack.core.placement.ray_default import ray_default
             return ray_default(self, jobs, journal)
         worst, decreasing = _GREEDY[policy]
         order = by_runtime(jobs, list(self.load.by_arch)) if decreasing and len(jobs) > 1 else jobs
@@ -296,7 +296,6 @@ class LiveCluster:
 
     def _check_jobs(self, jobs: Any) -> list[Job]:
         """``placement.assign``'s checks of ``jobs``, with its messages."""
-        from hypersack.core.placement.api import check_job_list
         return check_job_list(jobs, self._jobs)
 
     def _greedy(self, jobs: list[Job], worst: bool, journal: Journal) -> dict:
