@@ -40,12 +40,18 @@ DONE = "done"            # ended (complete, pruned or failed)
 
 # ---- shared validation and small helpers ------------------------------------------------------
 
+MAX_INT = 2 ** 53   # beyond, steps and counts are not exact as floats (and 10**400 took 30 s)
+
+
 def check_int(name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, else ConfigError naming ``algorithm.<name>``."""
+    """``value`` as an int in [``minimum``, 2**53], else ConfigError naming ``algorithm.<name>``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"algorithm.{name}", value, "must be an integer")
     if value < minimum:
         raise ConfigError(f"algorithm.{name}", value, f"must be >= {minimum}")
+    if value > MAX_INT:
+        raise ConfigError(f"algorithm.{name}", f"{value:.3g}" if value < 10 ** 300 else "an integer of "
+                          f"{len(str(value))} digits", f"must be <= 2**53 ({MAX_INT})")
     return int(value)
 
 
