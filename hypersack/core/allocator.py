@@ -31,7 +31,7 @@ class Demand:
     one device, ``memory_gb`` per device, ``cpus`` per device (host cores)."""
     compute: float = 100.0
     memory_gb: float = 0.0
-    cpus: int = 1
+    cpus: float = 1
 
     def job(self, record: TrialRecord) -> Any:
         from hypersack.core.placement import Job

@@ -194,14 +194,14 @@ class SimExecutor:
     def _fire(self, kind: str, trial_id: int | None, payload: Any, t: float) -> list[Event]:
         if kind == "event":
             return [payload]
-        if kind == "step":
+        if kind == "step" and trial_id is not None:
             return self._step_done(self._runs[trial_id], t)
         return self._change(payload, t)
 
     def _stale(self, kind: str, trial_id: int | None, payload: Any) -> bool:
         if kind != "step":
             return False
-        run = self._runs.get(trial_id)
+        run = self._runs.get(trial_id) if trial_id is not None else None
         return run is None or run.version != payload
 
     def _stalled(self) -> None:
