@@ -33,7 +33,7 @@ class Demand:
     one device, ``memory_gb`` per device, ``cpus`` per device (host cores)."""
     compute: float = 100.0
     memory_gb: float = 0.0
-    cpus: int = 1
+    cpus: float = 1
 
     def job(self, record: TrialRecord) -> Any:
         from hypersack.core.placement import Job
@@ -59,7 +59,7 @@ class Allocator:
         """Hold ``cluster`` (devices with the running trials' load) in the form the policy uses."""
         from hypersack.core.placement.live import POLICIES, LiveCluster
         self._live = LiveCluster(cluster) if self.policy in POLICIES else None
-        self._cluster = None if self._live is not None else cluster
+        self._cluster: Any = None if self._live is not None else cluster
         self._devices = sum(1 for _ in self.inventory.gpus())
 
     @property

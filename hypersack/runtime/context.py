@@ -44,6 +44,7 @@ from typing import Any, Callable, Protocol
 from hypersack.errors import TrialStopped
 from hypersack.runtime import checkpoints
 from hypersack.runtime.messages import Reported
+from hypersack.runtime.profiler import NullSampler
 
 __all__ = ["TrialContext", "World", "to_number"]
 
@@ -107,14 +108,13 @@ class TrialContext:
         if self._sampler_override is not None:
             return self._sampler_override
         if self._meter is None:
-            from hypersack.runtime.profiler import NullSampler
             return NullSampler()
         self._fine_grained = True
         return self._meter
 
     @sampler.setter
     def sampler(self, value: Any) -> None:
-        """A sampler of the caller's (``profiler.profile_trainable`` installs its own)."""
+        """A sampler of the caller's (``profile_offline.profile_trainable`` installs its own)."""
         self._sampler_override = value
 
     @property

@@ -51,7 +51,7 @@ def decode(wire: tuple) -> Message:
     cls: Any = _REGISTRY.get(wire[0]) if isinstance(wire, tuple) and wire else None
     if cls is None:
         raise ValueError(f"not a HyperSack message: {str(wire)[:80]}")
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    names = [f.name for f in fields(cls)]
     if len(wire) - 1 != len(names):
         raise ValueError(f"message {wire[0]!r} has {len(wire) - 1} fields, expected {len(names)}")
     values = [decode(v) if name in cls.nested and v is not None else v

@@ -43,6 +43,7 @@ from hypersack.core.fusing import pack_cap, runs_fused
 from hypersack.core.spec import EXECUTION_MODES
 from hypersack.errors import ConfigError
 from hypersack.runtime import checkpoints
+from hypersack.runtime.process_io import is_oom, redirected
 from hypersack.runtime.messages import (Ack, AddMember, Done, EndPack, Failed, MemberTask, Message,
                                         PackCap, PackFailed, PackSpec, Pipe, Reported, Shutdown,
                                         Started, StopTrial)
@@ -393,7 +394,6 @@ def run_pack_task(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | No
     """
     log_path = Path(spec.log)
     checkpoints.ensure_private_dir(log_path.parent)
-    from hypersack.runtime.worker import redirected
     with open(checkpoints.open_private(log_path, append=True), "ab", buffering=0) as log, \
             redirected(log):
         print(f"--- pack {spec.pack_id} (pid {os.getpid()}) on {spec.device} ---", flush=True)
@@ -401,7 +401,6 @@ def run_pack_task(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | No
 
 
 def _run_session(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | None:
-    from hypersack.runtime.worker import is_oom
     session = None
     try:
         task = _load_task(spec.task, cache)

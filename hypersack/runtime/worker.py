@@ -11,8 +11,6 @@ the folder (left by killed attempts) are deleted.
 """
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import random
 import signal
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hypersack.errors import HyperSackError, TrialStopped
+from hypersack.runtime.process_io import is_disk_full, is_oom, redirected
 from hypersack.runtime.messages import (Ack, Done, Failed, Message, Pipe, Profiled, RunTrial,
                                         Shutdown, StartPack, Started, StopTrial, TrialTask,
                                         WorldSpec)
@@ -175,23 +174,6 @@ def _send_profile(pipe: Pipe, trial_id: int, meter) -> None:
         pass
 
 
-def is_oom(exc: BaseException) -> bool:
-    """The trainable ran out of device memory (CUDA OOM)."""
-    torch = sys.modules.get("torch")
-    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
-
-
-def is_disk_full(exc: BaseException | None) -> bool:
-    """The trial failed because the disk is full (ENOSPC anywhere in the exception's chain)."""
-    seen = 0
-    while exc is not None and seen < 16:
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
-
-
 def _join_world(world: WorldSpec, device: str):
     """Join the trial's torch.distributed group when it spans several workers.
 
@@ -297,22 +279,3 @@ def _seed_everything(seed: int) -> None:
         pass
     if "torch" in sys.modules:
         sys.modules["torch"].manual_seed(seed)
-
-
-@contextlib.contextmanager
-def redirected(log):
-    """Point file descriptors 1 and 2 (so also C extensions' output) at ``log``."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])

@@ -111,8 +111,9 @@ def _write_timeline(result: SimResult, path: Path) -> dict[str, Any]:
     csv_path = path if path.suffix == ".csv" else path.with_suffix(".csv")
     png_path = csv_path.with_suffix(".png")
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    write_csv(result.executor.timeline.intervals, csv_path)
-    drew = write_gantt(result.executor.timeline.intervals, png_path,
+    intervals = result.executor.timeline.intervals if result.executor is not None else []
+    write_csv(intervals, csv_path)
+    drew = write_gantt(intervals, png_path,
                        f"{result.scenario} ({result.policy})")
     return {"csv": str(csv_path), "png": str(png_path) if drew else None,
             "note": None if drew else "matplotlib is not installed: CSV only (pip install matplotlib)"}

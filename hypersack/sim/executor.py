@@ -213,20 +213,19 @@ class SimExecutor:
     def _fire(self, kind: str, trial_id: int | None, payload: Any, t: float) -> list[Event]:
         if kind == "event":
             return [payload]
-        if kind == "step":
+        if kind == "step" and trial_id is not None:
             return self._step_done(self._runs[trial_id], t)
         if kind == "wake":
             return []       # a timeout deadline: the loop's tick decides
         return self._change(payload, t)
 
     def _stale(self, kind: str, trial_id: int | None, payload: Any) -> bool:
-        if kind == "step":
-            run = self._runs.get(trial_id)
-            return run is None or run.version != payload
+        if kind not in ("step", "wake"):
+            return False
+        run = self._runs.get(trial_id) if trial_id is not None else None
         if kind == "wake":
-            run = self._runs.get(trial_id)
             return run is None or run.attempt != payload
-        return False
+        return run is None or run.version != payload
 
     def _stalled(self) -> None:
         self._empty_polls += 1

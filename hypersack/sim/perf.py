@@ -407,7 +407,7 @@ class PerfModel:
         from hypersack.sim._placement import make_job
         try:
             key = (tuple(sorted((k, type(v), v) for k, v in record.config.items())),
-                   getattr(record, "resources", 1))       # type: 1, 1.0 and True stay apart
+                   getattr(record, "resources", 1))       # with the type, 1, 1.0 and True stay apart
             hit = self._demands.get(key)
         except TypeError:                      # an unhashable config value: no memo
             return make_job(self, record)

@@ -214,7 +214,7 @@ def _choices(study: StudySpec, key: str | None, fixed: Any) -> list[Any]:
         values = getattr(domain, attr, None)
         if values:
             return list(values)
-    if hasattr(domain, "value"):
+    if domain is not None and hasattr(domain, "value"):
         return [domain.value]
     return [ANY]
 

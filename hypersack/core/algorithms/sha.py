@@ -40,12 +40,18 @@ DONE = "done"            # ended (complete, pruned or failed)
 
 # ---- shared validation and small helpers ------------------------------------------------------
 
+MAX_INT = 2 ** 53   # beyond, steps and counts are not exact as floats (and 10**400 took 30 s)
+
+
 def check_int(name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, else ConfigError naming ``algorithm.<name>``."""
+    """``value`` as an int in [``minimum``, 2**53], else ConfigError naming ``algorithm.<name>``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"algorithm.{name}", value, "must be an integer")
     if value < minimum:
         raise ConfigError(f"algorithm.{name}", value, f"must be >= {minimum}")
+    if value > MAX_INT:
+        raise ConfigError(f"algorithm.{name}", f"{value:.3g}" if value < 10 ** 300 else "an integer of "
+                          f"{len(str(value))} digits", f"must be <= 2**53 ({MAX_INT})")
     return int(value)
 
 
@@ -237,12 +243,12 @@ class BracketSearch(Algorithm):
             return Suggestion(info={"bracket": bracket,
                                     "rung": self._brackets[bracket].trials[resumed][0]},
                               resume=resumed)
-        for index, bracket in enumerate(self._brackets):
-            if bracket.wants_new():
+        for index, open_bracket in enumerate(self._brackets):
+            if open_bracket.wants_new():
                 config = self._new_config(trial_id, index)
                 if config is None:
                     return None               # a model proposal still being computed
-                bracket.add(trial_id)
+                open_bracket.add(trial_id)
                 self._home[trial_id] = index
                 return Suggestion(config, {"bracket": index, "rung": 0})
         return None
