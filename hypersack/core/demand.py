@@ -30,14 +30,20 @@ def member_demand(resources: Demand, max_members: int) -> Demand:
         raise ConfigError("pack.max_members", max_members, "must be an integer >= 1")
     r = resources
     compute = r.compute if r.compute != 100.0 else 100.0 / max_members
-    return Demand(compute, r.memory_gb, r.cpus / max_members)  # type: ignore[arg-type]
+    return Demand(compute, r.memory_gb, r.cpus / max_members)
 
 
 class Measured(Protocol):
     """What the Sampler measured of a trial (``runtime.profiler.Profile`` has these)."""
-    gpu_util_percent: float | None
-    peak_memory_gb: float
-    time_per_iter_s: float
+
+    @property
+    def gpu_util_percent(self) -> float | None: ...
+
+    @property
+    def peak_memory_gb(self) -> float: ...
+
+    @property
+    def time_per_iter_s(self) -> float: ...
 
 
 def history_demand(measured: Measured | None, floor_gb: float | None, arch: str, *,

@@ -301,7 +301,7 @@ class SimExecutor:
         cold = any(k not in self._warm for k in devices)
         self._warm.update(devices)
         first = step_work + self.perf.launch_work(resumed=resumed_step > 0, cold=cold)
-        cpus = max(p.cpus for p in profiles)
+        cpus = float(max(p.cpus for p in profiles))
         if fused and self.packs is not None:
             cpus = cpus / self.packs.fusion.max_members     # a member's share of its pack's
         return _Run(launch.trial_id, launch.attempt, launch.config, devices,
