@@ -97,7 +97,8 @@ def _figures(r: SimResult) -> dict[str, Any]:
     return {"policy": r.policy, "algorithm": r.algorithm, "makespan_s": r.makespan_s,
             "occupancy": r.occupancy, "utilization": r.utilization, "busy": r.busy,
             "time_to_best_s": r.time_to_best_s, "best_value": r.best_value, "best_trial": r.best_trial,
-            "trials": r.trials, "states": r.states, "wall_s": r.wall_s,
+            "trials": r.trials, "states": r.states, "packs": r.packs,
+            "largest_pack": r.largest_pack, "wall_s": r.wall_s,
             "simulated_s_per_wall_s": r.sim_per_wall}
 
 
@@ -143,6 +144,8 @@ def _print_run(out: dict[str, Any]) -> None:
     print(f"  policy {run['policy']}, algorithm {run['algorithm']}, {run['trials']} trials "
           f"({', '.join(f'{k} {v}' for k, v in run['states'].items() if v)})")
     print(f"  makespan            {_dur(run['makespan_s'])}")
+    if run.get("packs"):
+        print(f"  fused packs         {run['packs']} (largest {run['largest_pack']} members)")
     print(f"  mean GPU occupancy  {_pct(run['occupancy'])}   (allocated compute / r x C)")
     print(f"  mean utilization    {_pct(run['utilization'])}   (delivered compute / C)")
     print(f"  time to best trial  {_dur(run['time_to_best_s'])}   (best {_num(run['best_value'])}, "

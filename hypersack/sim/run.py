@@ -42,6 +42,8 @@ class SimResult:
     device_failures: int
     wall_s: float
     unvalidated: list[str]
+    packs: int = 0                # fused packs started (0: trials ran separately)
+    largest_pack: int = 0         # most members a pack held at once
     executor: SimExecutor | None = field(repr=False, default=None)
     controller: Controller | None = field(repr=False, default=None)
 
@@ -53,7 +55,8 @@ class SimResult:
         return {k: getattr(self, k) for k in (
             "scenario", "policy", "algorithm", "makespan_s", "occupancy", "utilization", "busy",
             "time_to_best_s", "best_value", "best_trial", "trials", "states", "reports", "events",
-            "device_failures", "wall_s", "unvalidated")} | {"sim_per_wall": self.sim_per_wall}
+            "device_failures", "wall_s", "unvalidated", "packs", "largest_pack")} | {
+                "sim_per_wall": self.sim_per_wall}
 
 
 def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -> SimResult:
@@ -112,7 +115,10 @@ def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: 
         trials=len(controller.trials), states=states, reports=store.result_count,
         events=len(executor.log) if executor.log is not None else -1,
         device_failures=sum(1 for c in scenario.changes if c.gpu is None and c.at <= makespan),
-        wall_s=wall, unvalidated=unvalidated, executor=executor, controller=controller)
+        wall_s=wall, unvalidated=unvalidated,
+        packs=executor.packs.started if executor.packs is not None else 0,
+        largest_pack=executor.packs.largest if executor.packs is not None else 0,
+        executor=executor, controller=controller)
 
 
 def _makespan(executor: SimExecutor) -> float:

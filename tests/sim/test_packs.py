@@ -235,8 +235,9 @@ def test_a_fused_scenario_runs_packs_and_differs_from_its_separate_run():
     d["perf"]["fused"] = SPEEDUP
     fused = simulate(scenario_from_dict(d))
     separate = simulate(scenario_from_dict(d).with_execution("separate"))
-    assert fused.executor.packs.largest >= 2 and fused.executor.packs.started >= 2
-    assert separate.executor.packs is None
+    assert fused.largest_pack >= 2 and fused.packs >= 2
+    assert fused.packs == fused.executor.packs.started
+    assert separate.executor.packs is None and separate.packs == separate.largest_pack == 0
     assert fused.states["complete"] == separate.states["complete"] == 8
     assert fused.makespan_s != pytest.approx(separate.makespan_s)
     assert "perf.fused" in fused.unvalidated and "perf.fused" not in separate.unvalidated
