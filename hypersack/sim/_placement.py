@@ -19,9 +19,11 @@ def make_job(perf: Any, record: Any) -> Any:
     k = max(1, int(getattr(record, "resources", 1) or 1),
             int(perf.profile(record.config, perf.reference_arch).gpus))
     per_arch: dict[str, dict[str, float]] = {}
+    floors = perf.has_memory_floors()
     for arch in perf.archs:
         p = perf.profile(record.config, arch)
-        per_arch[arch] = {"compute": p.utilization, "memory_gb": perf.memory_gb(record.config, arch),
+        memory = perf.memory_gb(record.config, arch) if floors else p.memory_gb
+        per_arch[arch] = {"compute": p.utilization, "memory_gb": memory,
                           "runtime": perf.expected_runtime(record.config, arch) / (k * perf.dp_efficiency(k))}
     ref = per_arch[perf.reference_arch]
     cpus = perf.profile(record.config, perf.reference_arch).cpus

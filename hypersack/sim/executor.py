@@ -47,6 +47,7 @@ from hypersack.sim.timeline import Interval, Timeline
 __all__ = ["SimExecutor", "DeviceChange"]
 
 Key = tuple[str, str]
+_NONE: dict = {}          # no packs on any device
 
 
 @dataclass(frozen=True)
@@ -367,9 +368,10 @@ class SimExecutor:
     def _reprice(self, keys: Sequence[Key], now: float) -> None:
         """Recompute f_gpu of ``keys``, f_cpu of their nodes, and the rate of every trial hit."""
         hit: set[int] = set()
+        packed = self.packs.on if self.packs is not None else _NONE
         for key in keys:
             device = self._devices[key]
-            demands = ([d for d, _ in self._loads(key)] if self._has_packs(key)
+            demands = ([d for d, _ in self._loads(key)] if key in packed
                        else [self._runs[t].utilization[key] for t in device.runs])
             device.factor = self.perf.gpu_factor(device.gpu.arch, device.gpu.compute, demands)
             hit.update(device.runs)
@@ -384,9 +386,6 @@ class SimExecutor:
         for trial_id in sorted(hit):
             self._set_rate(self._runs[trial_id], now)
         self._account({k for t in hit for k in self._runs[t].devices} | set(keys), now)
-
-    def _has_packs(self, key: Key) -> bool:
-        return self.packs is not None and key in self.packs.on
 
     def _loads(self, key: Key) -> list[tuple[float, float]]:
         """``(compute demand, delivered share)`` of each process on device ``key`` (which holds
@@ -426,12 +425,13 @@ class SimExecutor:
             self._schedule_step(run, now)
 
     def _account(self, keys: set[Key], now: float) -> None:
+        packed = self.packs.on if self.packs is not None else _NONE
         for key in sorted(keys):
             device = self._devices[key]
             if not device.alive:
                 continue
             c = device.gpu.compute
-            if self._has_packs(key):
+            if key in packed:
                 loads = self._loads(key)
                 demand = sum(d for d, _ in loads)
                 used = sum(d * rate for d, rate in loads)

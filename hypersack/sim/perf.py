@@ -338,6 +338,10 @@ class PerfModel:
         demand = history_demand(measured, floor, arch, context_gb=0.0)
         return demand[1] if demand is not None else profile.memory_gb
 
+    def has_memory_floors(self) -> bool:
+        """Whether any trial ran out of memory (so ``memory_gb`` may differ from the profile)."""
+        return bool(self._floors)
+
     def note_oom(self, config: Mapping[str, Any], device_memory_gb: Mapping[str, float]) -> None:
         """A trial of ``config`` ran out of memory co-located: on every architecture its model's
         memory floor becomes that architecture's device memory

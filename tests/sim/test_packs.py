@@ -217,6 +217,7 @@ def test_an_out_of_memory_in_a_simulated_study_is_retried_alone(monkeypatch):
     # placement is told 1 GB (not 7) until an OOM raises the floor: both trials go to one GPU of
     # 10 GB, the second runs out of memory, the controller retries it and it runs alone
     monkeypatch.setattr(perf, "memory_gb", lambda config, arch: 1.0 if not perf._floors else honest(config, arch))
+    monkeypatch.setattr(perf, "has_memory_floors", lambda: True)
     scenario.cluster = Cluster([Node("n0", 16, (GPU("0", "A100", 10, oversubscription=2),))])
     result = simulate(scenario)
     records = sorted(result.controller.trials.values(), key=lambda r: r.trial_id)
