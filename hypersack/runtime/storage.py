@@ -1,8 +1,8 @@
-"""Embedded SQLite study store (WAL, synchronous=FULL): studies, trials, every reported result.
+"""Embedded SQLite study store (WAL): studies, trials, every reported result.
 
 One file holds many studies. ``save_batch`` writes one batch of changes in one transaction, and
-returns only once it is durable on disk, so a result that was acknowledged to a worker survives
-a kill -9 or a power loss. Readers (``hypersack status``) open the file read-only
+returns only once it is durable, so a result that was acknowledged to a worker survives a kill -9
+(and, with ``durability="power"``, a power loss). Readers (``hypersack status``) open the file read-only
 (``Storage(path, readonly=True)``) and can read while a study runs; they never create a file.
 
 Identity: each study has a uuid; its run folder (logs, checkpoints) is
@@ -15,6 +15,19 @@ at the end. A second driver is refused with ``StudyBusyError`` naming the holder
 driver died (its pid is gone on this host, or its heartbeat is older than ``LEASE_TTL_S``) is
 taken over. A driver whose lease was taken over fails its next write (``LeaseLostError``)
 instead of writing beside the new one.
+
+Durability (``Storage(path, durability=...)``, the study's ``durability:``): ``"power"`` (the
+default) commits with ``synchronous=FULL``: every commit is fsynced, so what was acknowledged
+survives a power loss or an OS crash. ``"process"`` commits with WAL ``synchronous=NORMAL``: the
+commit is in the operating system's page cache when ``save_batch`` returns (fsynced at
+checkpoints), so it survives any crash of this process (kill -9 included) but not a power loss
+or a kernel crash; commits cost no fsync.
+
+Group commit: ``transaction()`` opens one transaction that every write made inside it joins
+(``save_batch``, the job history's profiles, other tables written through ``connection``), with
+one commit (one fsync) at its end. The study loop holds one per turn: every report that arrived
+within the turn's window, the trials' changes, the controller's state and the profiles commit
+together, before any of them is acknowledged. ``commits`` counts durable commits (benchmarks).
 
 Faults are errors, not tracebacks: a full disk raises ``StorageFullError`` (with the free
 space), a damaged file ``StorageCorruptError`` (naming the file and how to recover it).
@@ -33,14 +46,24 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hypersack.core.trial import TrialRecord, TrialState
-from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
+from hypersack.errors import (ConfigError, LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
                               StudyBusyError, StudyNotFoundError)
 
-__all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "LEASE_TTL_S"]
+__all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S", "check_durability"]
 
 DEFAULT_STORAGE = "hypersack.db"
 SCHEMA_VERSION = 2
 LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a dead driver
+#: durability -> SQLite ``synchronous`` level (see the module docstring).
+DURABILITY = {"power": "FULL", "process": "NORMAL"}
+
+
+def check_durability(value: Any, field_name: str = "durability") -> str:
+    """``value`` when it is a durability level ("power" or "process"), else ConfigError."""
+    if not isinstance(value, str) or value not in DURABILITY:
+        raise ConfigError(field_name, value, "must be 'power' (survives a power loss: fsync at "
+                          "every commit) or 'process' (survives a crash of the process)")
+    return value
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -116,12 +139,17 @@ class Storage:
     """A study store in one SQLite file. Not thread-safe: use it from one thread.
 
     ``readonly``: open an existing file for reading only (status, best, export); a missing file
-    is a ``StorageError`` and is not created.
+    is a ``StorageError`` and is not created. ``durability``: "power" or "process" (see the
+    module docstring; ConfigError otherwise).
     """
 
-    def __init__(self, path: str | Path = DEFAULT_STORAGE, *, readonly: bool = False):
+    def __init__(self, path: str | Path = DEFAULT_STORAGE, *, readonly: bool = False,
+                 durability: str = "power"):
         self.path = Path(path)
         self.readonly = readonly
+        self.durability = check_durability(durability)
+        self.commits = 0                 # durable commits made by this connection
+        self._depth = 0                  # nesting of transaction()
         self._lease: str | None = None
         if self.path.is_dir():
             raise StorageError(f"The storage path {str(self.path)!r} is a directory, not a database file")
@@ -139,7 +167,7 @@ class Storage:
 
     def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self.set_durability(self.durability)
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(studies)")}
@@ -150,6 +178,17 @@ class Storage:
             self._db.execute("UPDATE studies SET uuid = ? WHERE study_id = ?", (uuid.uuid4().hex, study_id))
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                          (str(SCHEMA_VERSION),))
+
+    def set_durability(self, durability: str) -> None:
+        """Change the durability of later commits ("power" or "process")."""
+        self.durability = check_durability(durability)
+        self._db.execute(f"PRAGMA synchronous={DURABILITY[self.durability]}")
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The store's connection, for tables of other modules (the job history, ...): their
+        writes inside ``transaction()`` commit with it. Use it from the store's thread only."""
+        return self._db
 
     def _error(self, exc: sqlite3.Error, doing: str) -> StorageError:
         """The StorageError that says what ``exc`` means for this file."""
@@ -363,25 +402,16 @@ class Storage:
                     "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
                     (json.dumps(controller_state), now, study_id))
 
-    def _transaction(self):
-        db = self._db
+    def transaction(self, doing: str = "store the study's progress") -> "_Transaction":
+        """One transaction for every write made inside it (``with store.transaction(): ...``):
+        one commit, durable at the end of the outermost block (this store's durability). An
+        exception inside rolls everything back; a failed commit raises StorageError (``doing``
+        says what was being stored) and leaves nothing of the block written. Nested blocks join
+        the outer one."""
+        return _Transaction(self, doing)
 
-        class _Tx:
-            def __enter__(self):
-                db.execute("BEGIN IMMEDIATE")
-
-            def __exit__(self, exc_type, exc, tb):
-                if exc_type is not None:
-                    db.execute("ROLLBACK")
-                    return False
-                try:
-                    db.execute("COMMIT")
-                except sqlite3.Error:
-                    if db.in_transaction:     # a failed COMMIT (disk full) leaves it open
-                        db.execute("ROLLBACK")
-                    raise
-                return False
-        return _Tx()
+    def _transaction(self) -> "_Transaction":
+        return _Transaction(self, "store the study's progress", raw=True)
 
     def load_trials(self, study_id: int) -> list[TrialRecord]:
         rows = self._run("read the trials", lambda: self._db.execute(
@@ -399,6 +429,47 @@ class Storage:
         rows = self._run("read the results", lambda: self._db.execute(
             query + " ORDER BY trial_id, step", args).fetchall())
         return [{"trial_id": t, "step": s, **json.loads(m)} for t, s, m in rows]
+
+
+class _Transaction:
+    """See ``Storage.transaction``. ``raw``: sqlite3 errors pass through unmapped (for callers
+    that map them with ``Storage._run``)."""
+
+    def __init__(self, store: Storage, doing: str, raw: bool = False):
+        self._store, self._doing, self._raw = store, doing, raw
+
+    def __enter__(self) -> "_Transaction":
+        store = self._store
+        if store._depth == 0:
+            try:
+                store._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                if self._raw:
+                    raise
+                raise store._error(exc, self._doing) from None
+        store._depth += 1
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        store = self._store
+        store._depth -= 1
+        if store._depth > 0:
+            return False
+        db = store._db
+        if exc_type is not None:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            return False
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as error:
+            if db.in_transaction:     # a failed COMMIT (disk full) leaves it open
+                db.execute("ROLLBACK")
+            if self._raw:
+                raise
+            raise store._error(error, self._doing) from None
+        store.commits += 1
+        return False
 
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
