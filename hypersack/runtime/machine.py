@@ -187,12 +187,20 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
     cache: dict[str, Any] = {}
     records: dict[int, TrialRecord] = {}
 
+    jobs: dict[int, tuple[int, Any]] = {}     # trial -> (resources, Job): built once per trial
+
     def demand(record: TrialRecord) -> Any:
         if record.trial_id >= 0:
             records[record.trial_id] = record
+            hit = jobs.get(record.trial_id)
+            if hit is not None and hit[0] == record.resources:
+                return hit[1]
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache)
         job = default.job(record)
-        return job if not per_arch else dataclasses.replace(job, per_arch=per_arch)
+        job = job if not per_arch else dataclasses.replace(job, per_arch=per_arch)
+        if record.trial_id >= 0:
+            jobs[record.trial_id] = (record.resources, job)
+        return job
 
     def observe(event: Event) -> None:
         record = records.get(event.trial_id) if event.trial_id is not None else None
@@ -205,11 +213,13 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
                 store.put(profile_key(trainable_name, record.config, model_keys, profile.device_arch),
                           profile)
                 cache.clear()
+                jobs.clear()
             elif isinstance(event, TrialFailed) and event.oom:
                 for arch in archs:
                     store.correct_after_oom(profile_key(trainable_name, record.config, model_keys, arch),
                                             memory[arch])
                 cache.clear()
+                jobs.clear()
         except Exception as exc:   # the history is an optimisation: never fail the study on it
             log.warning("job history not updated for trial %s: %s", event.trial_id, exc)
     machine.demand, machine.observers = demand, [observe]

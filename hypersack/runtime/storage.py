@@ -150,6 +150,7 @@ class Storage:
         self.durability = check_durability(durability)
         self.commits = 0                 # durable commits made by this connection
         self._depth = 0                  # nesting of transaction()
+        self._configs: dict[tuple[int, int], tuple[dict, str]] = {}
         self._lease: str | None = None
         if self.path.is_dir():
             raise StorageError(f"The storage path {str(self.path)!r} is a directory, not a database file")
@@ -390,13 +391,17 @@ class Storage:
         with self._transaction():
             if self._lease is not None:
                 self._renew(study_id, now)
+            result_rows, last = [], {}
+            for tid, step, m in results:
+                text = json.dumps(m)
+                result_rows.append((study_id, tid, step, text, now))
+                last[tid] = (step, m, text)
             self._db.executemany(
                 f"INSERT OR REPLACE INTO trials (study_id, {', '.join(_TRIAL_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * (len(_TRIAL_COLUMNS) + 1))})",
-                [(study_id, *_trial_row(t)) for t in trials])
-            self._db.executemany(
-                "INSERT OR REPLACE INTO results VALUES (?,?,?,?,?)",
-                [(study_id, tid, step, json.dumps(m), now) for tid, step, m in results])
+                [(study_id, *_trial_row(t, self._config_json(study_id, t), _metrics_json(last, t)))
+                 for t in trials])
+            self._db.executemany("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?)", result_rows)
             if controller_state is not None:
                 self._db.execute(
                     "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
@@ -409,6 +414,15 @@ class Storage:
         says what was being stored) and leaves nothing of the block written. Nested blocks join
         the outer one."""
         return _Transaction(self, doing)
+
+    def _config_json(self, study_id: int, t: TrialRecord) -> str:
+        """``t.config`` as JSON, encoded once per config object (configs are never changed in
+        place: a trial's config is its identity)."""
+        key = (study_id, t.trial_id)
+        hit = self._configs.get(key)
+        if hit is None or hit[0] is not t.config:
+            hit = self._configs[key] = (t.config, json.dumps(t.config))
+        return hit[1]
 
     def _transaction(self) -> "_Transaction":
         return _Transaction(self, "store the study's progress", raw=True)
@@ -533,11 +547,19 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
-def _trial_row(t: TrialRecord) -> tuple:
-    return (t.trial_id, t.state.value, json.dumps(t.config), t.seed, t.attempts, t.retries,
-            t.last_step, json.dumps(t.metrics), t.value, t.error, t.traceback, t.checkpoint,
-            t.checkpoint_step, t.device, json.dumps(_info_with_resources(t)), t.started_at,
-            t.finished_at)
+def _metrics_json(last: dict[int, tuple[int, dict, str]], t: TrialRecord) -> str | None:
+    """The JSON of ``t.metrics`` when they are those of the trial's result in this batch."""
+    hit = last.get(t.trial_id)
+    return hit[2] if hit is not None and hit[0] == t.last_step and hit[1] == t.metrics else None
+
+
+def _trial_row(t: TrialRecord, config_json: str | None = None,
+               metrics_json: str | None = None) -> tuple:
+    info = _info_with_resources(t)
+    return (t.trial_id, t.state.value, config_json or json.dumps(t.config), t.seed, t.attempts,
+            t.retries, t.last_step, metrics_json or json.dumps(t.metrics), t.value, t.error, t.traceback,
+            t.checkpoint, t.checkpoint_step, t.device, json.dumps(info) if info else "{}",
+            t.started_at, t.finished_at)
 
 
 def _info_with_resources(t: TrialRecord) -> dict[str, Any]:
