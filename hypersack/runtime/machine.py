@@ -44,12 +44,14 @@ class Machine:
 
 
 @contextlib.contextmanager
-def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Path, *,
+def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Any, *,
                     trainable_name: str, slots: list[Slot] | None = None,
                     nvml: Any = None,
                     fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
     """Devices and services for one run of ``spec`` (see the module docstring). ``slots``
-    (tests) skips detection: the given slots become the inventory."""
+    (tests) skips detection: the given slots become the inventory. ``storage_path``: the study
+    store's file, or the open ``Storage`` itself (the job history then writes through its
+    connection, inside the loop's per-turn transaction)."""
     with contextlib.ExitStack() as stack:
         machine = _devices(spec, slots, nvml)
         if _shares_gpus(spec, machine):
@@ -174,7 +176,7 @@ def _start_monitor(machine: Machine, nvml: Any, stack: contextlib.ExitStack) -> 
     machine.device_events = monitor.drain
 
 
-def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, trainable_name: str,
+def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, trainable_name: str,
                     stack: contextlib.ExitStack) -> None:
     """Demand from the job history; profiles and OOM corrections written back to it."""
     from hypersack.runtime.profiles import ProfileStore, profile_key

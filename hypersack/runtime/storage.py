@@ -45,8 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from hypersack.core.spec import DURABILITY, check_durability
 from hypersack.core.trial import TrialRecord, TrialState
-from hypersack.errors import (ConfigError, LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
+from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
                               StudyBusyError, StudyNotFoundError)
 
 __all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S", "check_durability"]
@@ -54,17 +55,6 @@ __all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S"
 DEFAULT_STORAGE = "hypersack.db"
 SCHEMA_VERSION = 2
 LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a dead driver
-#: durability -> SQLite ``synchronous`` level (see the module docstring).
-DURABILITY = {"power": "FULL", "process": "NORMAL"}
-
-
-def check_durability(value: Any, field_name: str = "durability") -> str:
-    """``value`` when it is a durability level ("power" or "process"), else ConfigError."""
-    if not isinstance(value, str) or value not in DURABILITY:
-        raise ConfigError(field_name, value, "must be 'power' (survives a power loss: fsync at "
-                          "every commit) or 'process' (survives a crash of the process)")
-    return value
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS studies (
