@@ -80,6 +80,7 @@ class FeedExecutor:
         self.warm: tuple[float, float, float, int] | None = None   # cpu, wall, own cpu, commits
         self.store: Any = None
         self.polled = False
+        self.acked_warm = 0
 
     def start(self) -> None:
         self.t0 = time.perf_counter()
@@ -199,10 +200,14 @@ def cluster_for(gpus: int, per_gpu: int) -> Cluster:
 
 def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability: str,
                   measure: int, gpus: int, per_gpu: int, window: float,
-                  profile: int = 0) -> dict[str, Any]:
+                  profile: int = 0, algorithm: str = "random") -> dict[str, Any]:
     space = SearchSpace({"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True}})
     objective = Objective("loss", "min")
-    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0), objective,
+    spec: dict[str, Any] = {"type": "random"}
+    if algorithm == "asha":
+        spec = {"type": "asha", "min_t": 1, "max_t": max(1, reports), "reduction_factor": 3,
+                "mode": "stop"}
+    controller = Controller(make_algorithm(spec, space, objective, 0), objective,
                             Budget(trials=trials), max_retries=0)
     cluster = cluster_for(gpus, per_gpu)
     demand = Demand(100.0 / per_gpu, 1.0, 0)
@@ -224,8 +229,8 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
         end_cpu, end_wall = time.process_time(), executor.done_at or time.perf_counter()
         stored = store.connection.execute("SELECT COUNT(*) FROM results").fetchone()[0]
         save_s, tx_s = store.save_s, store.tx_s
-        if executor.warm is None:
-            raise RuntimeError("the run ended before its warm-up did")
+        if executor.warm is None or executor.acked_warm >= executor.acked:   # too short a run
+            executor.warm, executor.acked_warm = (c0, w0, 0.0, 0), 0
         warm_cpu, warm_wall, warm_own, warm_commits = executor.warm
         commits = store.commits - warm_commits
     total = executor.acked
@@ -233,7 +238,7 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
     cpu, wall = end_cpu - warm_cpu, end_wall - warm_wall
     lat = sorted(executor.latencies)
     driver_cpu = cpu - (executor.cpu_s - warm_own)
-    out = {"system": "hypersack", "durability": durability, "trials": trials, "reports": reports,
+    out = {"system": "hypersack", "algorithm": algorithm, "durability": durability, "trials": trials, "reports": reports,
            "rate": rate, "created": len(controller.trials), "acked": total, "measured": n, "stored": stored,
            "wall_s": round(wall, 3), "reports_per_s": round(n / wall, 1),
            "driver_cpu_us": round(1e6 * driver_cpu / max(1, n), 1),
@@ -284,10 +289,14 @@ def run_optuna(tmp: Path, trials: int, reports: int, concurrent: int, measure: i
             "driver_cpu_us": round(1e6 * cpu / max(1, done), 1)}
 
 
-SWEEP = [  # (trials, reports per trial, rate, durability)
-    (1000, 20, 0, "process"), (10000, 5, 0, "process"), (100000, 1, 0, "process"),
-    (1000, 20, 0, "power"), (10000, 5, 0, "power"), (100000, 1, 0, "power"),
-    (1000, 1000, 0, "process"), (10000, 5, 5000, "process"), (10000, 5, 5000, "power"),
+SWEEP = [  # (trials, reports per trial, rate (0: unlimited), durability, reports measured)
+    (1000, 5, 0, "process", 5000), (10000, 5, 0, "process", 50000),
+    (100000, 5, 0, "process", 500000),
+    (100000, 1, 0, "process", 100000), (1000, 100, 0, "process", 100000),
+    (1000, 1000, 0, "process", 100000),
+    (10000, 5, 0, "power", 50000), (1000, 100, 0, "power", 100000),
+    (10000, 5, 10000, "process", 50000), (10000, 5, 3000, "power", 30000),
+    (10000, 5, 5000, "process", 50000), (10000, 5, 5000, "power", 50000),
 ]
 
 
@@ -296,7 +305,8 @@ def print_row(r: dict[str, Any]) -> None:
         print(f"{r['system']:<24} {r['trials']:>7} {r['reports']:>5} {'-':>6} {r['acked']:>7} "
               f"{r['reports_per_s']:>9.0f} {r['driver_cpu_us']:>8.0f} {'-':>7} {'-':>6} {'-':>7} {'-':>7}")
         return
-    print(f"hypersack {r['durability']:<14} {r['trials']:>7} {r['reports']:>5} {r['rate']:>6.0f} "
+    label = r["durability"] + ("" if r["algorithm"] == "random" else f" {r['algorithm']}")
+    print(f"hypersack {label:<14} {r['trials']:>7} {r['reports']:>5} {r['rate']:>6.0f} "
           f"{r['acked']:>7} {r['reports_per_s']:>9.0f} {r['driver_cpu_us']:>8.1f} {r['commits']:>7} "
           f"{r['reports_per_commit']:>6.1f} {r['ack_p50_ms']:>7.2f} {r['ack_p99_ms']:>7.2f}"
           f"   (store {r['store_batch_us']:.0f} us/report, commits {r['commit_us']:.0f} us/report)")
@@ -316,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=1024)
     p.add_argument("--per-gpu", type=int, default=10, help="trials per device")
     p.add_argument("--window", type=float, default=GROUP_WINDOW_S, help="group window, seconds")
+    p.add_argument("--algorithm", choices=("random", "asha"), default="random",
+                   help="asha: min_t 1, max_t = --reports, rf 3, stop mode (its state is O(trials))")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest functions")
     p.add_argument("--optuna", action="store_true", help="run Optuna's SQLite storage instead")
     p.add_argument("--concurrent", type=int, default=100, help="open Optuna trials at once")
@@ -329,9 +341,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(name)
         print(HEADER)
         if args.sweep:
-            for trials, reports, rate, durability in SWEEP:
+            for trials, reports, rate, durability, measure in SWEEP:
                 rows.append(run_hypersack(tmp, trials, reports, rate, durability,
-                                          min(args.measure, trials * reports), args.gpus,
+                                          min(measure, trials * reports), args.gpus,
                                           args.per_gpu, args.window))
                 print_row(rows[-1])
             for trials, reports in ((300, 10), (3000, 1)):
@@ -343,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows.append(run_hypersack(tmp, args.trials, args.reports, args.rate, args.durability,
                                       min(args.measure, args.trials * args.reports), args.gpus,
-                                      args.per_gpu, args.window, args.profile))
+                                      args.per_gpu, args.window, args.profile, args.algorithm))
             print_row(rows[-1])
             if args.profile:
                 print(rows[-1].pop("profile"))

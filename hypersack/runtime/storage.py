@@ -454,16 +454,16 @@ class _Transaction:
         store._depth += 1
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         store = self._store
         store._depth -= 1
         if store._depth > 0:
-            return False
+            return
         db = store._db
         if exc_type is not None:
             if db.in_transaction:
                 db.execute("ROLLBACK")
-            return False
+            return
         try:
             db.execute("COMMIT")
         except sqlite3.Error as error:
@@ -473,7 +473,6 @@ class _Transaction:
                 raise
             raise store._error(error, self._doing) from None
         store.commits += 1
-        return False
 
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:

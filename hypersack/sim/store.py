@@ -48,11 +48,10 @@ class MemoryStore:
         self._depth += 1
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._depth -= 1
         if self._depth == 0 and exc_type is not None:
             self._roll_back()
-        return False
 
     def _roll_back(self) -> None:
         before, count, kept, state = self._undo[0]
