@@ -214,7 +214,7 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
     controller.set_inventory(cluster, "wfd", demand.job)
     executor = FeedExecutor(cluster, reports, rate, measure)
     executor.warmup = measure // 5
-    db = tmp / f"driver-{durability}-{trials}-{reports}-{rate:g}.db"
+    db = tmp / f"driver-{durability}-{trials}-{reports}-{rate:g}-{gpus * per_gpu}-{time.time_ns()}.db"
     with CountingStore(db, durability=durability) as store:
         row = store.create_study("scale", {})
         store.acquire_lease(row)
@@ -238,7 +238,8 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
     cpu, wall = end_cpu - warm_cpu, end_wall - warm_wall
     lat = sorted(executor.latencies)
     driver_cpu = cpu - (executor.cpu_s - warm_own)
-    out = {"system": "hypersack", "algorithm": algorithm, "durability": durability, "trials": trials, "reports": reports,
+    out = {"system": "hypersack", "algorithm": algorithm, "durability": durability,
+           "concurrent": gpus * per_gpu, "trials": trials, "reports": reports,
            "rate": rate, "created": len(controller.trials), "acked": total, "measured": n, "stored": stored,
            "wall_s": round(wall, 3), "reports_per_s": round(n / wall, 1),
            "driver_cpu_us": round(1e6 * driver_cpu / max(1, n), 1),
@@ -283,36 +284,42 @@ def run_optuna(tmp: Path, trials: int, reports: int, concurrent: int, measure: i
                 break
         open_trials = still
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    return {"system": f"optuna {optuna.__version__} (sqlite)", "trials": trials, "reports": reports,
+    return {"system": f"optuna {optuna.__version__} (sqlite)", "trials": trials,
+            "concurrent": concurrent, "reports": reports,
             "created": created, "acked": done, "wall_s": round(wall, 3),
             "reports_per_s": round(done / wall, 1),
             "driver_cpu_us": round(1e6 * cpu / max(1, done), 1)}
 
 
-SWEEP = [  # (trials, reports per trial, rate (0: unlimited), durability, reports measured)
-    (1000, 5, 0, "process", 5000), (10000, 5, 0, "process", 50000),
-    (100000, 5, 0, "process", 500000),
-    (100000, 1, 0, "process", 100000), (1000, 100, 0, "process", 100000),
-    (1000, 1000, 0, "process", 100000),
-    (10000, 5, 0, "power", 50000), (1000, 100, 0, "power", 100000),
-    (10000, 5, 10000, "process", 50000), (10000, 5, 3000, "power", 30000),
-    (10000, 5, 5000, "process", 50000), (10000, 5, 5000, "power", 50000),
+#: (trials, reports per trial, rate (0: unlimited), durability, reports measured, concurrent)
+SWEEP = [
+    # cost per report against the study's size: the same churn (512 trials at once, each
+    # created, placed, run for 5 reports, released) at 1,000 / 10,000 / 100,000 trials
+    (1000, 5, 0, "process", 5000, 512), (10000, 5, 0, "process", 50000, 512),
+    (100000, 5, 0, "process", 500000, 512),
+    # 10,240 trials at once (1,024 devices x 10): throughput, 1 to 1,000 reports per trial
+    (10000, 5, 0, "process", 50000, 10240), (10000, 5, 0, "power", 50000, 10240),
+    (100000, 1, 0, "process", 100000, 10240), (1000, 100, 0, "process", 100000, 10240),
+    (1000, 1000, 0, "process", 100000, 10240), (1000, 100, 0, "power", 100000, 10240),
+    # at a given rate: ack latency
+    (10000, 5, 10000, "process", 50000, 10240), (10000, 5, 3000, "power", 30000, 10240),
+    (10000, 5, 5000, "process", 50000, 10240), (10000, 5, 5000, "power", 50000, 10240),
 ]
 
 
 def print_row(r: dict[str, Any]) -> None:
     if r["system"] != "hypersack":
-        print(f"{r['system']:<24} {r['trials']:>7} {r['reports']:>5} {'-':>6} {r['acked']:>7} "
+        print(f"{r['system']:<24} {r['trials']:>7} {r.get('concurrent', '-'):>6} {r['reports']:>5} {'-':>6} {r['acked']:>7} "
               f"{r['reports_per_s']:>9.0f} {r['driver_cpu_us']:>8.0f} {'-':>7} {'-':>6} {'-':>7} {'-':>7}")
         return
     label = r["durability"] + ("" if r["algorithm"] == "random" else f" {r['algorithm']}")
-    print(f"hypersack {label:<14} {r['trials']:>7} {r['reports']:>5} {r['rate']:>6.0f} "
+    print(f"hypersack {label:<14} {r['trials']:>7} {r['concurrent']:>6} {r['reports']:>5} {r['rate']:>6.0f} "
           f"{r['acked']:>7} {r['reports_per_s']:>9.0f} {r['driver_cpu_us']:>8.1f} {r['commits']:>7} "
           f"{r['reports_per_commit']:>6.1f} {r['ack_p50_ms']:>7.2f} {r['ack_p99_ms']:>7.2f}"
           f"   (store {r['store_batch_us']:.0f} us/report, commits {r['commit_us']:.0f} us/report)")
 
 
-HEADER = (f"{'system':<24} {'trials':>7} {'rep/t':>5} {'rate':>6} {'acked':>7} {'reports/s':>9} "
+HEADER = (f"{'system':<24} {'trials':>7} {'conc':>6} {'rep/t':>5} {'rate':>6} {'acked':>7} {'reports/s':>9} "
           f"{'cpu us/r':>8} {'commits':>7} {'r/c':>6} {'p50 ms':>7} {'p99 ms':>7}")
 
 
@@ -332,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--optuna", action="store_true", help="run Optuna's SQLite storage instead")
     p.add_argument("--concurrent", type=int, default=100, help="open Optuna trials at once")
     p.add_argument("--sweep", action="store_true", help="the RESULTS.md table (+ Optuna)")
+    p.add_argument("--skip", type=int, default=0, help="--sweep: skip its first N runs")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     print(f"# driver scale, {platform.platform()}, Python {platform.python_version()}, "
@@ -341,10 +349,10 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(name)
         print(HEADER)
         if args.sweep:
-            for trials, reports, rate, durability, measure in SWEEP:
+            for trials, reports, rate, durability, measure, concurrent in SWEEP[args.skip:]:
                 rows.append(run_hypersack(tmp, trials, reports, rate, durability,
-                                          min(measure, trials * reports), args.gpus,
-                                          args.per_gpu, args.window))
+                                          min(measure, trials * reports), concurrent // 8, 8,
+                                          args.window))
                 print_row(rows[-1])
             for trials, reports in ((300, 10), (3000, 1)):
                 rows.append(run_optuna(tmp, trials, reports, args.concurrent, 3000))
