@@ -33,7 +33,7 @@ from hypersack.runtime import queries
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.machine import prepare_machine
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.loop import StudyRun, build_controller, run_loop
+from hypersack.runtime.loop import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
 from hypersack.runtime.pack_worker import plan_execution
 from hypersack.runtime.progress import make_progress
 from hypersack.runtime.checkpoints import ensure_private_dir
@@ -103,6 +103,9 @@ class Study:
     - ``pack``: options of fused packs, ``{"max_members": 16}``.
     - ``unsafe_checkpoints``: read checkpoints with full pickle (any object; runs code). Default
       False: safe loading of plain data (see README "Checkpoints, faults and trust").
+    - ``durability``: what an acknowledged report survives: "power" (default: a power loss; the
+      store fsyncs every commit) or "process" (a crash of this process, kill -9 included, not a
+      power loss; several times the report rate). See README "Durability".
     """
 
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
@@ -113,7 +116,8 @@ class Study:
                  trainable: Trainable | None = None, placement: str = "wfd",
                  oversubscription: float | Mapping[str, float] | None = None,
                  resources: Mapping[str, Any] | None = None, execution: str = "separate",
-                 pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False):
+                 pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False,
+                 durability: str = "power"):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -128,7 +132,8 @@ class Study:
             placement=placement,
             oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
             resources=Resources.from_dict(resources), execution=execution,
-            pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints)
+            pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints,
+            durability=durability)
         self.storage_path = Path(storage)
         self._trainable = trainable
 
@@ -234,7 +239,9 @@ class Study:
                resume: bool, progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
         study_dir = ensure_private_dir(store.study_dir(row), root=store.artifacts_root)
-        with prepare_machine(self.spec, study_dir, self.storage_path, trainable_name=ref.key,
+        store.set_durability(self.spec.durability)
+        # The job history shares the store's connection: its profiles join each turn's commit.
+        with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
             executor = LocalExecutor(
                 machine.slots, ref, trial_dir=lambda trial_id: store.trial_dir(row, trial_id),
@@ -242,10 +249,12 @@ class Study:
                 cluster=machine.cluster,
                 share_env=machine.share_env, profile=machine.profile,
                 device_events=machine.device_events, packs=plan,
-                unsafe_checkpoints=self.spec.unsafe_checkpoints)
+                unsafe_checkpoints=self.spec.unsafe_checkpoints,
+                decision_step=controller.next_decision_step)
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
             return run_loop(controller, executor, store, row, observers=machine.observers,
-                            progress=make_progress(self.name, self.spec.steps_for, progress))
+                            progress=make_progress(self.name, self.spec.steps_for, progress),
+                            group_window_s=GROUP_WINDOW_S)
 
     def _pick_trainable(self, trainable: Trainable | None) -> Trainable:
         chosen = trainable if trainable is not None else self._trainable

@@ -10,7 +10,12 @@ a function of the trial's record (profiles, user-declared resources) returning a
 
 Speed: for the policies of ``live.POLICIES`` (ff, ffd, wf, wfd, exclusive, hay, ray) the load is a
 ``LiveCluster``, the policies' one implementation: occupying and releasing a trial cost O(its
-devices) and placing one about O(log G) (O(G) for hay and ray). Other policies (wfd-ls, mip, user
+devices) and placing one about O(log G) (O(G) for hay and ray). Checks are made at the boundary,
+once: the policy's options when the allocator is built, each demand when its Job is built (a
+``Demand`` builds one Job per device count and renames it per trial); the jobs a demand function
+returns are trusted on the hot path (a Job checked itself when it was made; ids are trial ids,
+unique), and a built-in policy's answer is occupied without re-checking Eq. 1-4 (the policies are
+property-tested against the checker). Other policies (wfd-ls, mip, user
 policies) get an immutable ``Cluster``, updated copy-on-write, and run as they are.
 """
 from __future__ import annotations
@@ -36,9 +41,20 @@ class Demand:
     cpus: float = 1
 
     def job(self, record: TrialRecord) -> Any:
-        from hypersack.core.placement import Job
-        return Job(record.trial_id, self.compute, self.memory_gb, cpus=self.cpus,
-                   gpus=max(1, int(record.resources)))
+        """This demand as ``record``'s placement Job (checked once per device count, then
+        renamed: no per-call validation)."""
+        gpus = max(1, int(record.resources))
+        template = _TEMPLATES.get((self, gpus))
+        if template is None:
+            from hypersack.core.placement import Job
+            template = Job(0, self.compute, self.memory_gb, cpus=self.cpus, gpus=gpus)
+            if len(_TEMPLATES) > 1024:
+                _TEMPLATES.clear()
+            _TEMPLATES[(self, gpus)] = template
+        return template.renamed(record.trial_id)
+
+
+_TEMPLATES: dict[tuple[Demand, int], Any] = {}
 
 
 def default_demand(record: TrialRecord) -> Any:
@@ -50,6 +66,8 @@ class Allocator:
                  demand: Callable[[TrialRecord], Any] = default_demand):
         from hypersack.core.placement import parse_placement
         self.policy, self.options = parse_placement(policy)
+        from hypersack.core.placement.live import POLICIES, check_options
+        self._checked = check_options(self.policy, self.options) if self.policy in POLICIES else None
         self.inventory = cluster          # devices without load
         self.demand = demand
         self._running: dict[int, tuple[Any, Devices]] = {}
@@ -69,7 +87,7 @@ class Allocator:
 
     def _assign(self, jobs: list[Any]) -> dict:
         if self._live is not None:
-            return self._live.assign(jobs, self.policy, **self.options)
+            return self._live.assign_checked(jobs, self.policy, self._checked or {})
         from hypersack.core.placement import assign
         return assign(jobs, self._cluster, self.policy, **self.options)
 
@@ -87,7 +105,8 @@ class Allocator:
             devices = chosen.get(record.trial_id)
             if devices:
                 devices = tuple((n, g) for n, g in devices)
-                self._occupy(record.trial_id, jobs[record.trial_id], devices)
+                self._occupy(record.trial_id, jobs[record.trial_id], devices,
+                             strict=self._live is None)
                 placed[record.trial_id] = devices
         return placed
 

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from hypersack.core.algorithms.base import Algorithm, Decision
+from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.objective import Objective
 from hypersack.core.timeouts import timed_out
@@ -26,6 +26,7 @@ _TIME_BUDGET = StopReason.TIME_BUDGET
 _PRUNED = StopReason.PRUNED
 _PAUSED = StopReason.PAUSED
 _RESIZE = StopReason.RESIZE
+_STOPS = {Decision.STOP: _PRUNED, Decision.PAUSE: _PAUSED, Decision.GROW: _RESIZE}
 _END_GAME = "end_game"      # info key of a trial resumed by the end-game (stored with the trial)
 
 
@@ -301,7 +302,7 @@ class Controller:
         if record.info.get(_END_GAME):
             return []        # finishing in the end-game: the algorithm has nothing left to decide
         decision = self.algorithm.on_result(record.trial_id, event.step, event.metrics)
-        reason = {Decision.STOP: _PRUNED, Decision.PAUSE: _PAUSED, Decision.GROW: _RESIZE}.get(decision)
+        reason = _STOPS.get(decision)
         if reason is None:
             return []
         record.stop_reason = reason
@@ -516,6 +517,19 @@ class Controller:
         changed = [self.trials[t] for t in sorted(self._changed)]
         self._changed.clear()
         return changed
+
+    def next_decision_step(self, trial_id: int) -> int:
+        """The first step at which a report of ``trial_id`` may be answered with a stop: the
+        algorithm's next decision point (``Algorithm.next_decision_step``); 0 (every step) for a
+        trial that is not running or was asked to stop; ``NO_DECISION`` in the end-game. A
+        report below it stops the trial only if its metrics are not finite (the trial then
+        fails, one report later for a worker that went on)."""
+        record = self.trials.get(trial_id)
+        if record is None or record.state is not TrialState.RUNNING or record.stop_reason is not None:
+            return 0
+        if record.info.get(_END_GAME):
+            return NO_DECISION
+        return self.algorithm.next_decision_step(trial_id)
 
     def best(self) -> TrialRecord | None:
         """The trial with the best objective value, as Ray Tune reports it: each trial's last

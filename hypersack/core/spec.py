@@ -188,6 +188,18 @@ def _check_budget(budget: Any) -> None:
                      hint="(seconds)")
 
 
+#: ``durability`` -> the SQLite ``synchronous`` level the study store commits with.
+DURABILITY = {"power": "FULL", "process": "NORMAL"}
+
+
+def check_durability(value: Any, field_name: str = "durability") -> str:
+    """``value`` when it is a durability level ("power" or "process"), else ConfigError."""
+    if not isinstance(value, str) or value not in DURABILITY:
+        raise ConfigError(field_name, value, "must be 'power' (survives a power loss: fsync at "
+                          "every commit) or 'process' (survives a crash of the process)")
+    return value
+
+
 def _check_placement(value: Any) -> None:
     """A policy name, or ``{policy: NAME, OPTION: VALUE}`` (``placement.parse_placement``)."""
     from hypersack.core.placement import parse_placement
@@ -218,10 +230,13 @@ class StudySpec:
     # Read checkpoints with full pickle (arbitrary objects): only for run folders no one else can
     # write. Default: safe loading of plain data (see hypersack.runtime.checkpoints).
     unsafe_checkpoints: bool = False
+    # What an acknowledged report survives: "power" (fsync at every commit: a power loss) or
+    # "process" (a crash of the driver's process, kill -9 included; no fsync per commit).
+    durability: str = "power"
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
                "max_steps", "description", "storage", "placement", "oversubscription", "resources",
-               "execution", "pack", "unsafe_checkpoints"}
+               "execution", "pack", "unsafe_checkpoints", "durability"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -239,6 +254,7 @@ class StudySpec:
         _check_execution(self.execution)
         if not isinstance(self.unsafe_checkpoints, bool):
             raise ConfigError("unsafe_checkpoints", self.unsafe_checkpoints, "must be true or false")
+        check_durability(self.durability)
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -273,7 +289,8 @@ class StudySpec:
                    placement=d.get("placement", "wfd"), oversubscription=d.get("oversubscription"),
                    resources=Resources.from_dict(d.get("resources")),
                    execution=d.get("execution", "separate"), pack=PackOptions.from_dict(d.get("pack")),
-                   unsafe_checkpoints=d.get("unsafe_checkpoints", False))
+                   unsafe_checkpoints=d.get("unsafe_checkpoints", False),
+                   durability=d.get("durability", "power"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "trainable": self.trainable, "space": self.space.to_dict(),
@@ -285,13 +302,14 @@ class StudySpec:
                 "oversubscription": (dict(self.oversubscription) if isinstance(self.oversubscription, Mapping)
                                      else self.oversubscription),
                 "resources": self.resources.to_dict(), "execution": self.execution,
-                "pack": self.pack.to_dict(), "unsafe_checkpoints": self.unsafe_checkpoints}
+                "pack": self.pack.to_dict(), "unsafe_checkpoints": self.unsafe_checkpoints,
+                "durability": self.durability}
 
 
 # Fields a resumed study may change: how much to run and how, not what is searched.
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
                                "oversubscription", "resources", "execution", "pack",
-                               "unsafe_checkpoints"})
+                               "unsafe_checkpoints", "durability"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

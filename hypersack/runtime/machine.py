@@ -48,12 +48,14 @@ class Machine:
 
 
 @contextlib.contextmanager
-def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Path, *,
+def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Any, *,
                     trainable_name: str, slots: list[Slot] | None = None,
                     nvml: Any = None,
                     fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
     """Devices and services for one run of ``spec`` (see the module docstring). ``slots``
-    (tests) skips detection: the given slots become the inventory."""
+    (tests) skips detection: the given slots become the inventory. ``storage_path``: the study
+    store's file, or the open ``Storage`` itself (the job history then writes through its
+    connection, inside the loop's per-turn transaction)."""
     with contextlib.ExitStack() as stack:
         machine = _devices(spec, slots, nvml)
         if _shares_gpus(spec, machine):
@@ -177,7 +179,7 @@ def _start_monitor(machine: Machine, nvml: Any, stack: contextlib.ExitStack) -> 
     machine.device_events = monitor.drain
 
 
-def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, trainable_name: str,
+def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, trainable_name: str,
                     stack: contextlib.ExitStack) -> None:
     """Demand from the job history; profiles and OOM corrections written back to it."""
     from hypersack.runtime.profiles import ProfileStore, profile_key
@@ -190,10 +192,17 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
     cache: dict[str, Any] = {}
     records: dict[int, TrialRecord] = {}
 
+    jobs: dict[int, tuple[int, Any]] = {}     # trial -> (resources, Job): built once per trial
+
     def demand(record: TrialRecord) -> Any:
         records[record.trial_id] = record
+        hit = jobs.get(record.trial_id)
+        if hit is not None and hit[0] == record.resources:
+            return hit[1]
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache)
-        return with_history(default.job(record), per_arch)
+        job = with_history(default.job(record), per_arch)
+        jobs[record.trial_id] = (record.resources, job)
+        return job
 
     def observe(event: Event) -> None:
         record = records.get(event.trial_id) if event.trial_id is not None else None
@@ -206,11 +215,13 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
                 store.put(profile_key(trainable_name, record.config, model_keys, profile.device_arch),
                           profile)
                 cache.clear()
+                jobs.clear()
             elif isinstance(event, TrialFailed) and event.oom:
                 for arch in archs:
                     store.correct_after_oom(profile_key(trainable_name, record.config, model_keys, arch),
                                             memory[arch])
                 cache.clear()
+                jobs.clear()
         except Exception as exc:   # the history is an optimisation: never fail the study on it
             log.warning("job history not updated for trial %s: %s", event.trial_id, exc)
     machine.demand, machine.observers = demand, [observe]

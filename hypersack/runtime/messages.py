@@ -8,7 +8,8 @@ receives dataclasses. A stop or an ack names its trial, so a stale one is ignore
 
 Driver -> worker: ``RunTrial``, ``StartPack``, ``AddMember``, ``StopTrial``, ``Ack``,
 ``EndPack``, ``Shutdown``. Worker -> driver: ``Started``, ``Reported`` (then the worker waits
-for its ``Ack``), ``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and
+for its ``Ack``, or, for a report below the last ack's ``free_below`` that carries no
+checkpoint, goes on and waits for that ack before its next report or its end), ``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and
 ``PackFailed`` (the pack as a whole failed; every member with it).
 """
 from __future__ import annotations
@@ -175,9 +176,12 @@ class StopTrial(Message):
 
 @dataclass(frozen=True)
 class Ack(Message):
-    """The trial's last report is durable: it may go on."""
+    """The trial's last report is durable: it may go on. ``free_below``: its reports at steps
+    below this one (carrying no checkpoint) cannot be answered with a stop, so the worker need
+    not wait for their acks (pipelining; 0: wait for every report)."""
     tag: ClassVar[str] = "ack"
     trial_id: int
+    free_below: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """The job history (HyperSack Sec. IV-C1, Fig. 6): profiles kept in the study's SQLite file.
 
 One row per :class:`ProfileKey` ``(model signature, batch size, GPU architecture)`` in the table
-``profiles`` (created if missing), through this store's own connection, so a later study, in the
-same file, profiles only the models it has not seen. The signature hashes the trainable's name and
+``profiles`` (created if missing), so a later study, in the same file, profiles only the models it
+has not seen. Built on a path, the history opens its own connection (each write commits at once);
+built on an open study ``Storage``, it writes through the store's connection, so a profile
+written inside the store's ``transaction()`` (the loop's turn) commits with that turn's results,
+in the same commit and fsync. The signature hashes the trainable's name and
 the config values that define the model's shape (:func:`signature`); other hyperparameters (the
 learning rate...) do not change a job's demand and share the profile.
 
@@ -73,19 +76,28 @@ def profile_key(trainable_name: str, config: Mapping[str, Any], model_keys: Iter
 
 
 class ProfileStore:
-    """Profiles in a SQLite file (usually the study store's). Use from one thread."""
+    """Profiles in a SQLite file (usually the study store's): ``source`` is its path, or an open
+    ``Storage`` whose connection it shares (see the module docstring). Use from one thread."""
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
+    def __init__(self, source: Any):
+        shared = getattr(source, "connection", None)
+        self.path = Path(source.path) if shared is not None else Path(source)
+        self._owns = shared is None
         try:
-            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(_SCHEMA)
+            if shared is not None:
+                self._db = shared
+                self._db.execute(_SCHEMA)
+            else:
+                self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"Cannot open the profile history in {str(self.path)!r}: {exc}") from None
 
     def close(self) -> None:
-        self._db.close()
+        """Close the history's own connection (a shared one is the store's to close)."""
+        if self._owns:
+            self._db.close()
 
     def __enter__(self) -> "ProfileStore":
         return self

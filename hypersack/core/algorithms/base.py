@@ -15,6 +15,10 @@ Contract:
   devices (data-parallel); it waits PENDING until that many are free.
 - ``promote()`` names a PAUSED trial to resume now, or None; the study asks it before ``suggest``.
 - ``resources(trial_id)`` is the number of devices the trial's next launch needs (default 1).
+- ``next_decision_step(trial_id)``: the first step at which a report of the trial may get a
+  decision other than CONTINUE (its next decision point), from the algorithm's state now;
+  reports at lower steps surely CONTINUE, so the study may let the trial go on before they are
+  stored (pipelining). Default 0: every step is a decision point (always safe).
 - ``on_complete(trial_id, value, state)`` is called once per trial when it ends; ``value`` is the
   objective value (None for a failed trial).
 - ``state_dict()`` is JSON-serialisable; ``load_state_dict(sd)`` on a freshly built algorithm of
@@ -33,8 +37,12 @@ from typing import Any, Callable, Mapping
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 
-__all__ = ["Algorithm", "Decision", "Suggestion", "register_algorithm", "algorithm_spec",
-           "registered", "is_optuna_sampler"]
+__all__ = ["Algorithm", "Decision", "NO_DECISION", "Suggestion", "register_algorithm",
+           "algorithm_spec", "registered", "is_optuna_sampler"]
+
+
+#: ``next_decision_step`` of a trial no report can stop any more (past its last milestone).
+NO_DECISION = 2**62
 
 
 class Decision(enum.Enum):
@@ -76,6 +84,10 @@ class Algorithm:
 
     def resources(self, trial_id: int) -> int:
         return 1
+
+    def next_decision_step(self, trial_id: int) -> int:
+        """The trial's next decision point (see the module contract); 0: every step is one."""
+        return 0
 
     def trial_info(self, trial_id: int) -> Mapping[str, Any]:
         """Annotations for the trial's next launch (its rung, bracket, pack...), merged into its

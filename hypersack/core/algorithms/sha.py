@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hypersack.core.algorithms.base import Algorithm, Decision, Suggestion, register_algorithm
+from hypersack.core.algorithms.base import (NO_DECISION, Algorithm, Decision, Suggestion,
+                                            register_algorithm)
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
@@ -148,6 +149,16 @@ class SHBracket:
         self._close_ready()
         return Decision.PAUSE
 
+    def next_decision_step(self, trial_id: int) -> int:
+        """The step of the trial's rung (a report below it CONTINUEs); 0 unless it runs;
+        ``NO_DECISION`` in the last rung."""
+        entry = self.trials.get(trial_id)
+        if entry is None or entry[1] != RUNNING:
+            return 0 if entry is None or entry[1] != DONE else NO_DECISION
+        if entry[0] == len(self.rungs) - 1:
+            return NO_DECISION
+        return self.rungs[entry[0]][1]
+
     def on_complete(self, trial_id: int) -> None:
         entry = self.trials.get(trial_id)
         if entry is None:
@@ -270,6 +281,12 @@ class BracketSearch(Algorithm):
         if self._rung_model is not None and not recorded and trial_id in bracket.records[rung]:
             self._rung_model.observe(trial_id, bracket.rungs[rung][1], bracket.records[rung][trial_id])
         return decision
+
+    def next_decision_step(self, trial_id: int) -> int:
+        """The milestone of the trial's rung in its bracket (see ``SHBracket``)."""
+        if trial_id not in self._home:
+            return 0
+        return self._brackets[self._home[trial_id]].next_decision_step(trial_id)
 
     def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
         if trial_id in self._home:

@@ -55,7 +55,8 @@ class LocalExecutor:
                  cluster: Any = None, share_env: Callable[[Slot, float | None], dict] | None = None,
                  profile: Callable[[dict], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
-                 packs: "PackPlan | None" = None, unsafe_checkpoints: bool = False):
+                 packs: "PackPlan | None" = None, unsafe_checkpoints: bool = False,
+                 decision_step: Callable[[int], int] | None = None):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
@@ -66,6 +67,7 @@ class LocalExecutor:
         self._profile = profile
         self._device_events = device_events
         self._unsafe_checkpoints = unsafe_checkpoints
+        self._decision_step = decision_step    # the controller's next_decision_step
         self._pool = WorkerPool(self._slots, share_env)
         self._packs = PackHost(packs, self._pool, trial_dir=trial_dir, steps_for=steps_for,
                                unsafe_checkpoints=unsafe_checkpoints) if packs else None
@@ -194,8 +196,12 @@ class LocalExecutor:
         return key
 
     def acknowledge(self) -> None:
+        """Ack each waiting report; a plain trial's ack carries its next decision point (the
+        ``decision_step`` given), below which its worker need not wait (pipelining)."""
+        step = self._decision_step
         for trial_id, worker in self._awaiting.items():
-            worker.send(Ack(trial_id))
+            free = step(trial_id) if step is not None and trial_id in self._jobs else 0
+            worker.send(Ack(trial_id, free))
         self._awaiting = {}
 
     # ---- events ----------------------------------------------------------------------------
