@@ -26,6 +26,7 @@ from hypersack.core.algorithms.base import algorithm_spec as make_algorithm_spec
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
+from hypersack.core.timesharing import TimeSharing
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
 from hypersack.errors import ConfigError, TrainableError
@@ -103,6 +104,10 @@ class Study:
     - ``pack``: options of fused packs, ``{"max_members": 16}``.
     - ``unsafe_checkpoints``: read checkpoints with full pickle (any object; runs code). Default
       False: safe loading of plain data (see README "Checkpoints, faults and trust").
+    - ``time_sharing``: time-share devices among trials (Hermes): a policy name ("hermes",
+      "rr", "slaq", "fifo") or ``{"policy": ..., "quantum_s": ..., "growth": ...,
+      "max_quantum_s": ..., "max_jobs_per_device": ..., "metric": ...}``
+      (``hypersack.core.timesharing``). Trials must report with a checkpoint to be preempted.
     """
 
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
@@ -113,7 +118,8 @@ class Study:
                  trainable: Trainable | None = None, placement: str = "wfd",
                  oversubscription: float | Mapping[str, float] | None = None,
                  resources: Mapping[str, Any] | None = None, execution: str = "separate",
-                 pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False):
+                 pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False,
+                 time_sharing: str | Mapping[str, Any] | None = None):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -128,7 +134,8 @@ class Study:
             placement=placement,
             oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
             resources=Resources.from_dict(resources), execution=execution,
-            pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints)
+            pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints,
+            time_sharing=TimeSharing.parse(time_sharing))
         self.storage_path = Path(storage)
         self._trainable = trainable
 
@@ -244,6 +251,8 @@ class Study:
                 device_events=machine.device_events, packs=plan,
                 unsafe_checkpoints=self.spec.unsafe_checkpoints)
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
+            if self.spec.time_sharing is not None:
+                controller.set_time_sharing(self.spec.time_sharing)
             return run_loop(controller, executor, store, row, observers=machine.observers,
                             progress=make_progress(self.name, self.spec.steps_for, progress))
 

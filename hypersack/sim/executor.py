@@ -13,6 +13,8 @@ Contract, mirroring the local executor:
   time passes). A ``Stop`` that arrives while a trial waits there ends it at that report's time;
   one that arrives mid-step ends it at its next report.
 * A trial that reports its last step (``steps_for(config)``) ends with ``TrialFinished`` at once.
+* ``Preempt`` is a Stop whose trial then holds its devices ``perf.params.suspend_s`` seconds more
+  (saving its state) before ``TrialFinished``; its device stay ends with outcome "preempted".
 * Scheduled device failures emit ``DeviceLost`` then ``TrialFailed(DEVICE_LOST)`` for each trial
   that held it; a relaunch from a checkpoint resumes after that checkpoint's step and pays
   ``restore_s``. Scheduled additions emit ``DeviceAdded``.
@@ -26,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
-                                  Launch, ResultReported, Stop, TrialFailed, TrialFinished,
-                                  TrialStarted)
+                                  Launch, Preempt, ResultReported, Stop, TrialFailed,
+                                  TrialFinished, TrialStarted)
 from hypersack.sim.clock import SimClock, SimulationStalled
 from hypersack.sim.curves import Curve, CurveModel
 from hypersack.sim.perf import PerfModel
@@ -87,6 +89,8 @@ class _Run:
     version: int = 0
     waiting_ack: bool = False
     stop_requested: bool = False
+    preempted: bool = False
+    suspending: bool = False
     intervals: list[Interval] = field(default_factory=list)
 
 
@@ -147,7 +151,7 @@ class SimExecutor:
         if isinstance(command, Launch):
             self._launch(command)
         elif isinstance(command, Stop):
-            self._stop(command.trial_id)
+            self._stop(command.trial_id, isinstance(command, Preempt))
         elif isinstance(command, Cancel):
             if command.trial_id in self._runs:
                 self._end_run(command.trial_id, self.clock.now, "failed")
@@ -196,10 +200,13 @@ class SimExecutor:
             return [payload]
         if kind == "step":
             return self._step_done(self._runs[trial_id], t)
+        if kind == "suspended":
+            self._end_run(trial_id, t, "preempted")
+            return [TrialFinished(trial_id)]
         return self._change(payload, t)
 
     def _stale(self, kind: str, trial_id: int | None, payload: Any) -> bool:
-        if kind != "step":
+        if kind not in ("step", "suspended"):
             return False
         run = self._runs.get(trial_id)
         return run is None or run.version != payload
@@ -281,7 +288,9 @@ class SimExecutor:
         self._checkpoints[path] = run.step
         events: list[Event] = [ResultReported(run.trial_id, run.step, run.curve.at(run.step), path)]
         last = run.max_steps is not None and run.step >= run.max_steps
-        if last or run.stop_requested:
+        if run.preempted and not last:
+            self._suspend(run, t)
+        elif last or run.stop_requested:
             self._end_run(run.trial_id, t, "finished" if last else "stopped")
             events.append(TrialFinished(run.trial_id))
         else:
@@ -289,16 +298,28 @@ class SimExecutor:
             self._waiting.append(run.trial_id)
         return events
 
-    def _stop(self, trial_id: int) -> None:
+    def _stop(self, trial_id: int, preempt: bool = False) -> None:
         run = self._runs.get(trial_id)
         if run is None:
             return
+        if preempt and not run.stop_requested:
+            run.preempted = True
+            if run.waiting_ack:
+                self._suspend(run, self.clock.now)
+            return
+        run.preempted = False          # a plain Stop (pause, prune, interrupt) wins
         if run.waiting_ack:
             now = self.clock.now
             self._end_run(trial_id, now, "stopped")
             self._push(now, "event", trial_id, TrialFinished(trial_id))
         else:
             run.stop_requested = True
+
+    def _suspend(self, run: _Run, now: float) -> None:
+        """A preempted trial saves its state on its devices, then leaves (``suspended``)."""
+        run.waiting_ack, run.stop_requested, run.suspending = False, True, True
+        run.version += 1                       # no further step
+        self._push(now + self.perf.params.suspend_s, "suspended", run.trial_id, run.version)
 
     def _end_run(self, trial_id: int, now: float, outcome: str) -> None:
         run = self._runs.pop(trial_id)
@@ -333,7 +354,7 @@ class SimExecutor:
 
     def _set_rate(self, run: _Run, now: float) -> None:
         rate = min(self._devices[k].factor * self._nodes[k[0]].factor for k in run.devices)
-        if run.waiting_ack:
+        if run.waiting_ack or run.suspending:
             run.rate = rate
             return
         if run.rate > 0:

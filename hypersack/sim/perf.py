@@ -28,7 +28,8 @@ Profile of trial ``p`` on architecture ``a``: ``T(p, a)`` seconds per step run a
    adds ``startup_s`` (data, model set-up), ``restore_s`` when it resumes from a checkpoint, and
    ``warmup_s`` when it is the first trial ever launched on one of its devices (a persistent
    worker's process start and imports). Wall time is the integral: work advances at ``rate``
-   per second.
+   per second. A trial preempted by time-sharing holds its devices ``suspend_s`` more seconds
+   after its last step (saving its state; Hermes' Fig. 7) before it leaves.
 6. Delivered utilisation of ``g`` (reported, not used for timing): ``min(1, sum(c_j * rate_j) / C_g)``.
 
 Defaults of ``saturation``, ``interference``, ``beta`` and the costs are NOT validated against a
@@ -143,13 +144,15 @@ class PerfParams:
     restore_s: float = 2.0
     checkpoint_s: float = 0.5
     calibrated: tuple[str, ...] = ()
+    suspend_s: float = 0.0      # a preempted trial holds its devices this long to save its state
 
     _FIELDS = {"interference", "saturation", "default_saturation", "dp_beta",
                "cross_node_efficiency", "startup_s", "warmup_s", "restore_s", "checkpoint_s",
-               "calibrated"}
+               "calibrated", "suspend_s"}
 
     def __post_init__(self) -> None:
-        for name in ("interference", "dp_beta", "startup_s", "warmup_s", "restore_s", "checkpoint_s"):
+        for name in ("interference", "dp_beta", "startup_s", "warmup_s", "restore_s", "checkpoint_s",
+                     "suspend_s"):
             value = getattr(self, name)
             if not is_finite(value) or value < 0:
                 raise ConfigError(f"perf.{name}", value, "must be a number >= 0")
@@ -185,8 +188,9 @@ class PerfParams:
     def unvalidated(self) -> list[str]:
         """Parameters in use that were not calibrated from measurements."""
         names = ["interference", "saturation", "dp_beta", "cross_node_efficiency", "startup_s",
-                 "warmup_s", "restore_s", "checkpoint_s"]
-        return [n for n in names if n not in self.calibrated and (n != "warmup_s" or self.warmup_s)]
+                 "warmup_s", "restore_s", "checkpoint_s", "suspend_s"]
+        optional = {"warmup_s": self.warmup_s, "suspend_s": self.suspend_s}
+        return [n for n in names if n not in self.calibrated and optional.get(n, 1)]
 
 
 class PerfModel:
