@@ -188,12 +188,12 @@ class Controller:
                 shared.bind(record, running, pending)
         while (all(shared.share.device_of(t) is not None for t in self._queue)
                and shared.has_room(self._latest(), running, pending)):
-            record = self._create(now)
-            if record is None:
+            created = self._create(now)
+            if created is None:
                 break
-            self._queue.append(record.trial_id)
-            pending.append(record)
-            if shared.bind(record, running, pending) is None:
+            self._queue.append(created.trial_id)
+            pending.append(created)
+            if shared.bind(created, running, pending) is None:
                 break
         out = []
         for record, key in shared.starts(pending, running):

@@ -198,6 +198,8 @@ class SimExecutor:
     def _fire(self, kind: str, trial_id: int | None, payload: Any, t: float) -> list[Event]:
         if kind == "event":
             return [payload]
+        if trial_id is None:                  # an inventory change
+            return self._change(payload, t)
         if kind == "step":
             return self._step_done(self._runs[trial_id], t)
         if kind == "suspended":
@@ -206,7 +208,7 @@ class SimExecutor:
         return self._change(payload, t)
 
     def _stale(self, kind: str, trial_id: int | None, payload: Any) -> bool:
-        if kind not in ("step", "suspended"):
+        if kind not in ("step", "suspended") or trial_id is None:
             return False
         run = self._runs.get(trial_id)
         return run is None or run.version != payload
