@@ -87,6 +87,8 @@ def times_to_target(result: Any, measured: dict[float, int]) -> list[float]:
 
 
 def run(models: list[str], orders: int) -> dict[str, Any]:
+    """Per model: each policy's mean time to target (s), its speed-up against FIFO, the same per
+    bin, and how many relaunches (resumes after a preemption) it made."""
     base = load_scenario(SCENARIO)
     raw = base.raw
     bins = raw["reference"]["bins"]
@@ -94,8 +96,8 @@ def run(models: list[str], orders: int) -> dict[str, Any]:
     steps = int(raw["study"]["max_steps"])
     out: dict[str, Any] = {}
     for model in models:
-        per_policy: dict[str, list[float]] = {p: [] for p in POLICIES}
-        preemptions: dict[str, int] = {p: 0 for p in POLICIES}
+        times: dict[tuple[str, str], list[float]] = {}
+        relaunches: dict[str, int] = {p: 0 for p in POLICIES}
         for bin_name, spec in bins.items():
             good, bad = bin_jobs(int(spec["good"]), int(spec["bad"]))
             top = good[:int(spec["measured"])]
@@ -106,13 +108,20 @@ def run(models: list[str], orders: int) -> dict[str, Any]:
                 random.Random(f"{bin_name}-{order}").shuffle(lrs)
                 for policy in POLICIES:       # the policies alternate within one order
                     result = simulate(scenario_for(raw, model, lrs, policy))
-                    per_policy[policy].extend(times_to_target(result, measured))
-                    preemptions[policy] += sum(
-                        (t.attempts - 1) for t in result.controller.trials.values())
-        fifo = statistics.fmean(per_policy["fifo"])
-        out[model] = {p: {"mean_s": statistics.fmean(v), "speedup_vs_fifo": fifo / statistics.fmean(v),
-                          "relaunches": preemptions[p]} for p, v in per_policy.items()}
+                    times.setdefault((policy, bin_name), []).extend(times_to_target(result, measured))
+                    relaunches[policy] += sum(t.attempts - 1 for t in result.controller.trials.values())
+        out[model] = {p: _summary(times, p, list(bins), relaunches[p]) for p in POLICIES}
     return out
+
+
+def _summary(times: dict[tuple[str, str], list[float]], policy: str, bins: list[str],
+             relaunches: int) -> dict[str, Any]:
+    def mean(p: str, only: str | None = None) -> float:
+        return statistics.fmean(t for b in bins if only in (None, b) for t in times[(p, b)])
+    return {"mean_s": mean(policy), "speedup_vs_fifo": mean("fifo") / mean(policy),
+            "per_bin": {b: {"mean_s": mean(policy, b), "speedup_vs_fifo": mean("fifo", b) / mean(policy, b)}
+                        for b in bins},
+            "relaunches": relaunches}
 
 
 def table(results: dict[str, Any], paper: dict[str, float]) -> str:
@@ -121,6 +130,11 @@ def table(results: dict[str, Any], paper: dict[str, float]) -> str:
     for model, row in results.items():
         cells = [f"{row[p]['mean_s']:.1f} ({row[p]['speedup_vs_fifo']:.2f}x)" for p in POLICIES]
         lines.append(f"| {model} | " + " | ".join(cells) + f" | {paper.get(model, float('nan')):.2f}x |")
+    for model, row in results.items():
+        for b in row["fifo"]["per_bin"]:
+            cells = [f"{row[p]['per_bin'][b]['mean_s']:.1f} ({row[p]['per_bin'][b]['speedup_vs_fifo']:.2f}x)"
+                     for p in POLICIES]
+            lines.append(f"| {model}, bin {b} | " + " | ".join(cells) + " | |")
     means = {p: statistics.fmean(r[p]["speedup_vs_fifo"] for r in results.values()) for p in POLICIES}
     lines.append("| mean | " + " | ".join(f"({means[p]:.2f}x)" for p in POLICIES)
                  + f" | {statistics.fmean(paper[m] for m in results if m in paper):.2f}x |")
