@@ -232,6 +232,11 @@ class SimExecutor:
                 cause=FailureCause.DEVICE_LOST))
             return
         run = self._new_run(launch, devices, now)
+        if run.max_steps is not None and run.step >= run.max_steps:
+            # Resumed from its last step's checkpoint (e.g. preempted at its last report): a
+            # trainable has nothing left to do and returns at once.
+            self._push(now, "event", launch.trial_id, TrialFinished(launch.trial_id))
+            return
         if self._out_of_memory(run):
             self.oom_failures += 1
             self._push(now, "event", launch.trial_id, TrialFailed(

@@ -1,5 +1,5 @@
-"""What people see of a time-shared study: each trial's state (running / waiting) and priority
-in `hypersack status`, the live progress table and the summary line."""
+"""What people see of a time-shared study (each trial's state, running / waiting, and priority in
+`hypersack status`, the live progress table and the summary line), and what a resume takes back."""
 from __future__ import annotations
 
 import io
@@ -7,10 +7,14 @@ import io
 from rich.console import Console
 
 from hypersack import cli
+from hypersack.core.allocator import Demand
+from hypersack.core.spec import StudySpec
 from hypersack.core.trial import TrialFinished
+from hypersack.placement import GPU, Cluster, Node
+from hypersack.runtime.loop import build_controller
 from hypersack.runtime.progress import LiveProgress, shared_view, summary
 from hypersack.runtime.storage import Storage
-from tests.core.test_controller_timesharing import make, report
+from tests.core.test_controller_timesharing import Scripted, make, report
 
 
 def _preempted_study():
@@ -70,3 +74,20 @@ def test_a_finished_trial_drops_its_time_sharing_view():
     report(c, 1, 1, 1.0, 11.0)
     c.handle(TrialFinished(1), 12.0)
     assert "time_sharing" not in c.trials[1].info
+
+
+def test_a_resumed_study_takes_its_time_sharing_state_back_from_the_store(tmp_path):
+    c = _preempted_study()
+    spec = StudySpec.from_dict({"name": "s", "space": {"x": [1]}, "budget": {"trials": 3},
+                                "objective": {"metric": "loss", "mode": "min"},
+                                "time_sharing": {"policy": "hermes", "quantum_s": 10}})
+    with Storage(tmp_path / "s.db") as store:
+        row = store.create_study("s", spec.to_dict())
+        store.save_batch(row.study_id, c.take_changes(), c.take_results(), c.state_dict(10.0))
+        again = build_controller(spec, Scripted(), store.get_study("s"), store, 0.0, resume=True)
+    again.set_inventory(Cluster([Node("n0", 8, [GPU("g0", "A100", 16.0)])]), "wfd", Demand().job)
+    again.set_time_sharing(spec.time_sharing)
+    assert again.shared.state_dict() == c.shared.state_dict()
+    assert [t.trial_id for t in again.launches(None, 0.0)] == [1]   # new trials first, bind order
+    assert again.trials[0].info["time_sharing"]["priority"] == 0.5
+    assert again.trials[0].info["time_sharing"]["state"] == "waiting"

@@ -108,3 +108,20 @@ def test_any_search_algorithm_with_oversubscribed_devices(algorithm):
         assert 1 <= len(on) <= 2
     assert max(sum(1 for o in intervals if (o.node, o.gpu) == (iv.node, iv.gpu)
                    and o.start <= iv.start < o.end) for iv in intervals) == 2
+
+
+def test_a_trial_preempted_at_its_last_report_completes_without_another_step():
+    from hypersack.core.trial import Launch, ResultReported, TrialFinished
+    from hypersack.sim.executor import SimExecutor
+    s = scenario("hermes")
+    executor = SimExecutor(s.cluster, s.perf, s.curves, steps_for=lambda config: 2)
+    executor.submit(Launch(0, {"lr": 0.01}, 1, 1, None, (("n0", "0"),)))
+    events = []
+    while not any(isinstance(e, TrialFinished) for e in events):
+        events += executor.poll()
+        executor.acknowledge()
+    assert [e.step for e in events if isinstance(e, ResultReported)] == [1, 2]
+    checkpoint = [e.checkpoint for e in events if isinstance(e, ResultReported)][-1]
+    executor.submit(Launch(0, {"lr": 0.01}, 1, 2, checkpoint, (("n0", "0"),)))
+    again = executor.poll()
+    assert [type(e).__name__ for e in again] == ["TrialStarted", "TrialFinished"]
