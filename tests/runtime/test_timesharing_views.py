@@ -14,7 +14,7 @@ from hypersack.placement import GPU, Cluster, Node
 from hypersack.runtime.loop import build_controller
 from hypersack.runtime.progress import LiveProgress, shared_view, summary
 from hypersack.runtime.storage import Storage
-from tests.core.test_controller_timesharing import Scripted, make, report
+from timesharing_helpers import Scripted, make, report
 
 
 def _preempted_study():
