@@ -93,6 +93,9 @@ class Controller:
             self.shared = None
             return
         self.shared = SharedDevices(parsed, self._placer(), self.objective, self._shared_state)
+        for trial_id in self._queue:           # restored: every unfinished trial waits
+            self.shared.left(self.trials[trial_id])
+        self._changed.update(self.shared.take_touched())
 
     def set_inventory(self, cluster: Any, policy: str = "wfd", demand=None) -> None:
         """Place trials on ``cluster``'s devices with ``policy``; ``demand(record) -> Job``."""

@@ -88,6 +88,8 @@ def test_a_resumed_study_takes_its_time_sharing_state_back_from_the_store(tmp_pa
     again.set_inventory(Cluster([Node("n0", 8, [GPU("g0", "A100", 16.0)])]), "wfd", Demand().job)
     again.set_time_sharing(spec.time_sharing)
     assert again.shared.state_dict() == c.shared.state_dict()
+    assert again.trials[1].info["time_sharing"]["state"] == "waiting"    # ran when the driver died
     assert [t.trial_id for t in again.launches(None, 0.0)] == [1]   # new trials first, bind order
     assert again.trials[0].info["time_sharing"]["priority"] == 0.5
     assert again.trials[0].info["time_sharing"]["state"] == "waiting"
+    assert again.trials[2].info["time_sharing"]["state"] == "waiting"
