@@ -1,13 +1,18 @@
 """Hermes' time-sharing decisions (core/timesharing.py): Eq. 2-4 by hand, Algorithm 2's ties,
-Algorithm 3 per policy, quantum growth, options, and G_thres as properties."""
+Algorithm 3 per policy, quantum growth, options; G_thres and device capacity as properties."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypersack.core.allocator import Allocator
+from hypersack.core.objective import Objective
+from hypersack.core.placement import GPU, Cluster, Job, Node
+from hypersack.core.shared_devices import SharedDevices
 from hypersack.core.timesharing import (TimeShare, TimeSharing, convergence, find_device,
                                         quantum_length, representative_loss, slaq_priority)
+from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import ConfigError
 
 A, B, C = ("n0", "0"), ("n0", "1"), ("n1", "0")
@@ -300,3 +305,39 @@ def test_binding_from_empty_balances_devices(devices, limit, trials):
     counts = [n for _, n in share.load()]
     assert sum(b is not None for b in bound) == min(trials, devices * limit)
     assert max(counts) - min(counts) <= 1
+
+
+# ---- properties: capacity -------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(ratio=st.sampled_from([1.0, 1.5, 2.0, 3.0]),
+       demands=st.lists(st.sampled_from([20.0, 35.0, 50.0, 100.0]), min_size=1, max_size=12),
+       running=st.integers(0, 12), policy=st.sampled_from(["hermes", "rr", "slaq", "fifo"]))
+def test_started_trials_fit_r_times_c_and_are_the_best_waiting(ratio, demands, running, policy):
+
+    cluster = Cluster([Node("n", 64, tuple(GPU(str(i), "A100", 1000.0, oversubscription=ratio)
+                                           for i in range(2)))])
+    allocator = Allocator(cluster, "wfd", lambda r: Job(r.trial_id, demands[r.trial_id], 1.0))
+    shared = SharedDevices(TimeSharing(policy, max_jobs_per_device=6), allocator,
+                           Objective("loss", "min"))
+    records = [TrialRecord(t, {}, 0) for t in range(len(demands))]
+    for r in records:
+        shared.share.bind(r.trial_id)
+    runs = []
+    for r in records[:running]:             # start what fits, as the controller would
+        key = shared.share.device_of(r.trial_id)
+        on = [x for x in runs if shared.share.device_of(x.trial_id) == key]
+        if key is not None and shared.fits(key, on, r):
+            r.state = TrialState.RUNNING
+            runs.append(r)
+    pending = [r for r in records if r.state is TrialState.PENDING
+               and shared.share.device_of(r.trial_id) is not None]
+    starts = shared.starts(pending, runs)
+    for key in shared.share.devices:
+        on = [r for r in runs if shared.share.device_of(r.trial_id) == key]
+        new = [r for r, k in starts if k == key]
+        total = sum(demands[r.trial_id] for r in on + new)
+        assert total <= 100.0 * ratio + 1e-9 or (not on and len(new) == 1)
+        waiting = [r.trial_id for r in pending if shared.share.device_of(r.trial_id) == key]
+        ranked = shared.share.ranked(waiting)
+        assert [r.trial_id for r in new] == ranked[:len(new)]       # best first, no overtaking
