@@ -26,6 +26,7 @@ from hypersack.core.algorithms.base import algorithm_spec as make_algorithm_spec
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
+from hypersack.core.timesharing import TimeSharing
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
 from hypersack.errors import ConfigError, TrainableError
@@ -106,6 +107,10 @@ class Study:
     - ``durability``: what an acknowledged report survives: "power" (default: a power loss; the
       store fsyncs every commit) or "process" (a crash of this process, kill -9 included, not a
       power loss; several times the report rate). See README "Durability".
+    - ``time_sharing``: time-share devices among trials (Hermes): a policy name ("hermes",
+      "rr", "slaq", "fifo") or ``{"policy": ..., "quantum_s": ..., "growth": ...,
+      "max_quantum_s": ..., "max_jobs_per_device": ..., "metric": ...}``
+      (``hypersack.core.timesharing``). Trials must report with a checkpoint to be preempted.
     """
 
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
@@ -117,7 +122,8 @@ class Study:
                  oversubscription: float | Mapping[str, float] | None = None,
                  resources: Mapping[str, Any] | None = None, execution: str = "separate",
                  pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False,
-                 durability: str = "power"):
+                 durability: str = "power",
+                 time_sharing: str | Mapping[str, Any] | None = None):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -133,7 +139,8 @@ class Study:
             oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
             resources=Resources.from_dict(resources), execution=execution,
             pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints,
-            durability=durability)
+            durability=durability,
+            time_sharing=TimeSharing.parse(time_sharing))
         self.storage_path = Path(storage)
         self._trainable = trainable
 
@@ -252,6 +259,8 @@ class Study:
                 unsafe_checkpoints=self.spec.unsafe_checkpoints,
                 decision_step=controller.next_decision_step)
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
+            if self.spec.time_sharing is not None:
+                controller.set_time_sharing(self.spec.time_sharing)
             return run_loop(controller, executor, store, row, observers=machine.observers,
                             progress=make_progress(self.name, self.spec.steps_for, progress),
                             group_window_s=GROUP_WINDOW_S)

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
+from hypersack.core.timesharing import TimeSharing
 from hypersack.errors import ConfigError
 from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_integer, check_name, check_number,
                                   check_plain_data, check_text, is_integer)
@@ -233,10 +234,12 @@ class StudySpec:
     # What an acknowledged report survives: "power" (fsync at every commit: a power loss) or
     # "process" (a crash of the driver's process, kill -9 included; no fsync per commit).
     durability: str = "power"
+    # Time-sharing of devices among trials (Hermes and its baselines); None: none.
+    time_sharing: TimeSharing | None = None
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
                "max_steps", "description", "storage", "placement", "oversubscription", "resources",
-               "execution", "pack", "unsafe_checkpoints", "durability"}
+               "execution", "pack", "unsafe_checkpoints", "durability", "time_sharing"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -255,6 +258,7 @@ class StudySpec:
         if not isinstance(self.unsafe_checkpoints, bool):
             raise ConfigError("unsafe_checkpoints", self.unsafe_checkpoints, "must be true or false")
         check_durability(self.durability)
+        object.__setattr__(self, "time_sharing", TimeSharing.parse(self.time_sharing))
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -290,9 +294,17 @@ class StudySpec:
                    resources=Resources.from_dict(d.get("resources")),
                    execution=d.get("execution", "separate"), pack=PackOptions.from_dict(d.get("pack")),
                    unsafe_checkpoints=d.get("unsafe_checkpoints", False),
-                   durability=d.get("durability", "power"))
+                   durability=d.get("durability", "power"),
+                   time_sharing=TimeSharing.parse(d.get("time_sharing")))
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``time_sharing`` only when set, so older stored specs compare equal)."""
+        d = self._to_dict()
+        if self.time_sharing is not None:
+            d["time_sharing"] = self.time_sharing.to_dict()
+        return d
+
+    def _to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "trainable": self.trainable, "space": self.space.to_dict(),
                 "objective": self.objective.to_dict(),
                 "budget": {"trials": self.budget.trials, "time_s": self.budget.time_s},
@@ -309,7 +321,7 @@ class StudySpec:
 # Fields a resumed study may change: how much to run and how, not what is searched.
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
                                "oversubscription", "resources", "execution", "pack",
-                               "unsafe_checkpoints", "durability"})
+                               "unsafe_checkpoints", "durability", "time_sharing"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

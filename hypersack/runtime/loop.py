@@ -54,7 +54,8 @@ def build_controller(spec: StudySpec, algorithm: Algorithm, row: StudyRow, stora
     if resume:
         state = row.controller_state or {}
         controller.restore(storage.load_trials(row.study_id), state.get("algorithm"),
-                           elapsed_s=float(state.get("elapsed_s", 0.0)))
+                           elapsed_s=float(state.get("elapsed_s", 0.0)),
+                           time_sharing=state.get("time_sharing"))
     return controller
 
 

@@ -13,6 +13,8 @@ Contract, mirroring the local executor:
   time passes). A ``Stop`` that arrives while a trial waits there ends it at that report's time;
   one that arrives mid-step ends it at its next report.
 * A trial that reports its last step (``steps_for(config)``) ends with ``TrialFinished`` at once.
+* ``Preempt`` is a Stop whose trial then holds its devices ``perf.params.suspend_s`` seconds more
+  (saving its state) before ``TrialFinished``; its device stay ends with outcome "preempted".
 * Scheduled device failures emit ``DeviceLost`` then ``TrialFailed(DEVICE_LOST)`` for each trial
   that held it; a relaunch from a checkpoint resumes after that checkpoint's step and pays
   ``restore_s``. Scheduled additions emit ``DeviceAdded``.
@@ -36,8 +38,8 @@ from typing import Any, Callable, Mapping, Sequence
 from hypersack.core.routing import first_free_device
 from hypersack.core.timeouts import deadline
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
-                                  Launch, ResultReported, Stop, TrialFailed, TrialFinished,
-                                  TrialStarted)
+                                  Launch, Preempt, ResultReported, Stop, TrialFailed,
+                                  TrialFinished, TrialStarted)
 from hypersack.sim.clock import SimClock, SimulationStalled
 from hypersack.sim.curves import Curve, CurveModel
 from hypersack.sim.packs import PackBook, SimPack
@@ -99,6 +101,8 @@ class _Run:
     version: int = 0
     waiting_ack: bool = False
     stop_requested: bool = False
+    preempted: bool = False
+    suspending: bool = False
     intervals: list[Interval] = field(default_factory=list)
     pack: SimPack | None = None
 
@@ -163,7 +167,7 @@ class SimExecutor:
         if isinstance(command, Launch):
             self._launch(command)
         elif isinstance(command, Stop):
-            self._stop(command.trial_id)
+            self._stop(command.trial_id, isinstance(command, Preempt))
         elif isinstance(command, Cancel):
             if command.trial_id in self._runs:
                 self._end_run(command.trial_id, self.clock.now, "failed")
@@ -214,14 +218,19 @@ class SimExecutor:
     def _fire(self, kind: str, trial_id: int | None, payload: Any, t: float) -> list[Event]:
         if kind == "event":
             return [payload]
-        if kind == "step" and trial_id is not None:
+        if trial_id is None:                  # an inventory change
+            return self._change(payload, t)
+        if kind == "step":
             return self._step_done(self._runs[trial_id], t)
         if kind == "wake":
             return []       # a timeout deadline: the loop's tick decides
+        if kind == "suspended":
+            self._end_run(trial_id, t, "preempted")
+            return [TrialFinished(trial_id)]
         return self._change(payload, t)
 
     def _stale(self, kind: str, trial_id: int | None, payload: Any) -> bool:
-        if kind not in ("step", "wake"):
+        if kind not in ("step", "wake", "suspended") or trial_id is None:
             return False
         run = self._runs.get(trial_id) if trial_id is not None else None
         if kind == "wake":
@@ -248,6 +257,11 @@ class SimExecutor:
                 cause=FailureCause.DEVICE_LOST))
             return
         run = self._new_run(launch, devices, now, fused)
+        if run.max_steps is not None and run.step >= run.max_steps:
+            # Resumed from its last step's checkpoint (e.g. preempted at its last report): a
+            # trainable has nothing left to do and returns at once.
+            self._push(now, "event", launch.trial_id, TrialFinished(launch.trial_id))
+            return
         if self._out_of_memory(run):
             self.oom_failures += 1
             self._push(now, "event", launch.trial_id, TrialFailed(
@@ -333,7 +347,9 @@ class SimExecutor:
         self._checkpoints[path] = run.step
         events: list[Event] = [ResultReported(run.trial_id, run.step, run.curve.at(run.step), path)]
         last = run.max_steps is not None and run.step >= run.max_steps
-        if last or run.stop_requested:
+        if run.preempted and not last:
+            self._suspend(run, t)
+        elif last or run.stop_requested:
             self._end_run(run.trial_id, t, "finished" if last else "stopped")
             events.append(TrialFinished(run.trial_id))
         else:
@@ -341,16 +357,28 @@ class SimExecutor:
             self._waiting.append(run.trial_id)
         return events
 
-    def _stop(self, trial_id: int) -> None:
+    def _stop(self, trial_id: int, preempt: bool = False) -> None:
         run = self._runs.get(trial_id)
         if run is None:
             return
+        if preempt and not run.stop_requested:
+            run.preempted = True
+            if run.waiting_ack:
+                self._suspend(run, self.clock.now)
+            return
+        run.preempted = False          # a plain Stop (pause, prune, interrupt) wins
         if run.waiting_ack:
             now = self.clock.now
             self._end_run(trial_id, now, "stopped")
             self._push(now, "event", trial_id, TrialFinished(trial_id))
         else:
             run.stop_requested = True
+
+    def _suspend(self, run: _Run, now: float) -> None:
+        """A preempted trial saves its state on its devices, then leaves (``suspended``)."""
+        run.waiting_ack, run.stop_requested, run.suspending = False, True, True
+        run.version += 1                       # no further step
+        self._push(now + self.perf.params.suspend_s, "suspended", run.trial_id, run.version)
 
     def _end_run(self, trial_id: int, now: float, outcome: str) -> None:
         run = self._runs.pop(trial_id)
@@ -414,7 +442,7 @@ class SimExecutor:
         rate = min(self._devices[k].factor * self._nodes[k[0]].factor for k in run.devices)
         if run.pack is not None:
             rate *= self._pack_efficiency(run.pack)
-        if run.waiting_ack:
+        if run.waiting_ack or run.suspending:
             run.rate = rate
             return
         if run.rate > 0:

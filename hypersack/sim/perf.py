@@ -28,7 +28,8 @@ Profile of trial ``p`` on architecture ``a``: ``T(p, a)`` seconds per step run a
    adds ``startup_s`` (data, model set-up), ``restore_s`` when it resumes from a checkpoint, and
    ``warmup_s`` when it is the first trial ever launched on one of its devices (a persistent
    worker's process start and imports). Wall time is the integral: work advances at ``rate``
-   per second.
+   per second. A trial preempted by time-sharing holds its devices ``suspend_s`` more seconds
+   after its last step (saving its state; Hermes' Fig. 7) before it leaves.
 6. Delivered utilisation of ``g`` (reported, not used for timing): ``min(1, sum(c_j * rate_j) / C_g)``.
 
 7. Fused packs (``FusedModel``): a pack of ``k`` members is one process on its device. Each
@@ -242,14 +243,16 @@ class PerfParams:
     checkpoint_s: float = 0.5
     calibrated: tuple[str, ...] = ()
     fused: Any = "mlp_cpu"         # a FUSED_PRESETS name or [[members, speedup], ...]
+    suspend_s: float = 0.0      # a preempted trial holds its devices this long to save its state
     fused_model: FusedModel = field(init=False, repr=False, compare=False)
 
     _FIELDS = {"interference", "saturation", "default_saturation", "dp_beta",
                "cross_node_efficiency", "startup_s", "warmup_s", "restore_s", "checkpoint_s",
-               "calibrated", "fused"}
+               "calibrated", "fused", "suspend_s"}
 
     def __post_init__(self) -> None:
-        for name in ("interference", "dp_beta", "startup_s", "warmup_s", "restore_s", "checkpoint_s"):
+        for name in ("interference", "dp_beta", "startup_s", "warmup_s", "restore_s", "checkpoint_s",
+                     "suspend_s"):
             value = getattr(self, name)
             if not is_finite(value) or value < 0:
                 raise ConfigError(f"perf.{name}", value, "must be a number >= 0")
@@ -287,8 +290,9 @@ class PerfParams:
         """Parameters in use that were not calibrated from measurements (``fused``: whether
         the run fuses, so the fused model is in use)."""
         names = ["interference", "saturation", "dp_beta", "cross_node_efficiency", "startup_s",
-                 "warmup_s", "restore_s", "checkpoint_s"] + (["fused"] if fused else [])
-        return [n for n in names if n not in self.calibrated and (n != "warmup_s" or self.warmup_s)]
+                 "warmup_s", "restore_s", "checkpoint_s", "suspend_s"] + (["fused"] if fused else [])
+        optional = {"warmup_s": self.warmup_s, "suspend_s": self.suspend_s}
+        return [n for n in names if n not in self.calibrated and optional.get(n, 1)]
 
 
 class PerfModel:

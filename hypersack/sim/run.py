@@ -73,6 +73,8 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -
                             max_retries=scenario.max_retries, now=executor.clock.now,
                             trial_timeout_s=spec.executor.trial_timeout_s)
     controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
+    if spec.time_sharing is not None:
+        controller.set_time_sharing(spec.time_sharing)
     store = MemoryStore()
     started = time.perf_counter()
     run_loop(controller, executor, store, SimStudyRow(1, scenario.name), clock=executor.clock,

@@ -14,6 +14,7 @@ Schema (every error is a ConfigError naming the dotted field)::
       pack: {max_members: 16}        #   trial_timeout_s (a trial running longer fails)
       algorithm: {type: grid}
       budget: {trials: 96}
+      time_sharing: {policy: hermes}  # optional: devices time-shared among trials (Hermes)
     workload:
       model_key: model | model: resnet18           # config key naming the model, or a fixed model
       batch_size_key: batch_size | batch_size: 64
@@ -51,7 +52,7 @@ __all__ = ["Scenario", "load_scenario", "scenario_from_dict"]
 _TOP = {"name", "description", "seed", "cluster", "policy", "study", "workload", "perf", "curves",
         "events", "compare", "reference", "notes"}
 _STUDY = {"space", "objective", "algorithm", "budget", "max_steps", "max_retries", "execution",
-          "pack", "trial_timeout_s"}
+          "pack", "trial_timeout_s", "time_sharing"}
 _WORKLOAD = {"model_key", "model", "batch_size_key", "batch_size", "profiles", "source", "validated",
              "architecture_keys"}
 _COMPARE = {"policies", "algorithms"}

@@ -8,6 +8,8 @@ may share a device (placement with oversubscription): a device then keeps more w
 Fused packs are the ``PackHost``'s (``packs``). What a failure means, timeouts included, is the
 controller's to decide: this executor reports facts (a worker died, a device was lost, the
 trainable raised, ran out of memory or filled the disk) and ends trials it is told to cancel.
+A ``Preempt`` is a Stop; on a GPU the preempted trial's workers are then ended (not kept warm),
+so its process releases the device's memory, and a fresh warm worker takes its place.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from hypersack.core.routing import first_free_device, warm_workers
 from hypersack.core.timeouts import straggling
 from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCause, Launch,
-                                  ResultReported, Stop, TrialFailed, TrialFinished,
+                                  Preempt, ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialProfiled, TrialStarted)
 from hypersack.runtime.devices import Slot, slots_cluster
 from hypersack.runtime.executors.packs import PackHost, describe_exit, failure_event
@@ -45,6 +47,7 @@ class _Job:
     workers: list[Worker]
     finished_ranks: set[int] = field(default_factory=set)
     rank0_done_at: float | None = None
+    retire: bool = False        # preempted on a GPU: its workers end with it (memory freed)
 
 
 class LocalExecutor:
@@ -128,6 +131,9 @@ class LocalExecutor:
             else:
                 self._launch(command)
         elif isinstance(command, Stop):
+            job = self._jobs.get(command.trial_id)
+            if job is not None and isinstance(command, Preempt):
+                job.retire = any(w.slot.gpu is not None for w in job.workers)
             for w in self._job_workers(command.trial_id):
                 w.send(StopTrial(command.trial_id))
             if self._packs is not None:
@@ -274,7 +280,7 @@ class LocalExecutor:
         if w.rank == 0:
             job.rank0_done_at = self._clock()
         if len(job.finished_ranks) == len(job.workers):
-            self._end_job(job.trial_id, kill=False)
+            self._end_job(job.trial_id, kill=job.retire)
             return TrialFinished(job.trial_id)
         return None
 
