@@ -39,8 +39,8 @@ _SCAN = 24          # refill: unplaced candidates looked at per freed GPU
 _EVICT_IN = 8       # evict: unplaced candidates (largest first) tried per GPU
 _EVICT_OUT = 8      # evict: the smallest placed jobs of the GPU among which 2-3 are taken out
 _INF = float("inf")
-STEPS = 60          # subgradient steps of the price starts
-POLISH = 2          # greedy starts improved, besides WFD's
+STEPS = 120         # subgradient steps of the price starts
+POLISH = 4          # greedy starts improved, besides WFD's
 
 
 def density_order(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
@@ -67,6 +67,14 @@ def density_order(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
         cost = w_c * job.compute + w_q * job.cpus + w_m * job.memory_gb
         return (-(job.compute / cost) if cost > EPS else -_INF, -job.compute)
     return sorted(jobs, key=key)
+
+
+class _FillSearch(_Search):
+    """``improve``'s search with the evict moves' cache: GPU -> (its smallest jobs, their subsets)."""
+
+    def __init__(self, state: Any, min_gain: float):
+        super().__init__(state, min_gain)
+        self.subsets: dict[int, tuple[tuple, list]] = {}
 
 
 def _refill(search: _Search, rounds: int) -> bool:
@@ -111,7 +119,7 @@ def _best_refill(search: _Search, i: int) -> tuple[int, list[int]] | None:
     return None
 
 
-def _evict(search: _Search, rounds: int) -> bool:
+def _evict(search: _FillSearch, rounds: int) -> bool:
     """Evict moves on every GPU, up to ``rounds`` passes; whether any moved."""
     any_moved = False
     for _ in range(rounds):
@@ -128,7 +136,7 @@ def _evict(search: _Search, rounds: int) -> bool:
     return any_moved
 
 
-def _best_evict(search: _Search, i: int) -> tuple[list[int], int] | None:
+def _best_evict(search: _FillSearch, i: int) -> tuple[list[int], int] | None:
     """Two or three of the ``_EVICT_OUT`` smallest jobs on GPU ``i`` out, one unplaced job that
     did not fit in (among the ``_EVICT_IN`` largest that could fit then): the largest gain."""
     load, demands, jobs = search.load, search.demands, search.jobs
@@ -137,28 +145,43 @@ def _best_evict(search: _Search, i: int) -> tuple[list[int], int] | None:
     if not pool or len(placed) < 2:
         return None
     room_c, room_m, room_q = load.free_c[i], load.free_m[i], load.free_q[n]
-    out_c = [c for c, _ in placed]
-    out_m = [demands[p][arch][1] for _, p in placed]
-    out_q = [jobs[p].cpus for _, p in placed]
-    k = bisect_right(pool, (room_c + sum(out_c) + EPS, _INF)) - 1
+    k = bisect_right(pool, (room_c + sum(c for c, _ in placed) + EPS, _INF)) - 1
+    key = tuple(placed)
+    cached = search.subsets.get(i)
+    if cached is not None and cached[0] == key:
+        subsets = cached[1]
+    else:
+        subsets = _subsets(search, arch, placed)
+        search.subsets[i] = (key, subsets)
+    sums = [s[0] for s in subsets]
     best, best_gain = None, search.min_gain - EPS
     for k in range(k, max(-1, k - _EVICT_IN), -1):
         c_u, u = pool[k]
         if c_u <= best_gain:
             break
-        need_c, need_m = c_u - room_c, demands[u][arch][1] - room_m
-        need_q = jobs[u].cpus - room_q
+        need_c, need_m, need_q = c_u - room_c, demands[u][arch][1] - room_m, jobs[u].cpus - room_q
         if need_c <= EPS and need_m <= EPS and need_q <= EPS:
             continue                                  # an add: improve's move
-        for size in (2, 3):
-            for subset in combinations(range(len(placed)), size):
-                gone = sum(out_c[s] for s in subset)
-                if gone + EPS < need_c or c_u - gone <= best_gain:
-                    continue
-                if (sum(out_m[s] for s in subset) + EPS >= need_m
-                        and sum(out_q[s] for s in subset) + EPS >= need_q):
-                    best, best_gain = ([placed[s][1] for s in subset], u), c_u - gone
+        for s in range(bisect_right(sums, need_c - EPS), len(sums)):
+            gone, m_out, q_out, members = subsets[s]
+            if c_u - gone <= best_gain:
+                break
+            if m_out + EPS >= need_m and q_out + EPS >= need_q:
+                best, best_gain = ([placed[t][1] for t in members], u), c_u - gone
+                break
     return best
+
+
+def _subsets(search: _Search, arch: str, placed: list) -> list[tuple[float, float, float, tuple]]:
+    """(compute, memory, cores, members) of every 2 and 3 of ``placed``, by compute ascending."""
+    c = [v for v, _ in placed]
+    m = [search.demands[p][arch][1] for _, p in placed]
+    q = [search.jobs[p].cpus for _, p in placed]
+    out = [(c[a] + c[b], m[a] + m[b], q[a] + q[b], (a, b)) for a, b in combinations(range(len(placed)), 2)]
+    out += [(c[a] + c[b] + c[d], m[a] + m[b] + m[d], q[a] + q[b] + q[d], (a, b, d))
+            for a, b, d in combinations(range(len(placed)), 3)]
+    out.sort(key=lambda s: s[0])
+    return out
 
 
 def _unplace(search: _Search, i: int, p: int) -> None:
@@ -173,7 +196,7 @@ def _unplace(search: _Search, i: int, p: int) -> None:
 
 def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_gain: float) -> dict:
     """``start`` improved by add/swap, refill and evict moves while a pass of them gains."""
-    search = _Search(_Given(jobs, cluster, start), min_gain)
+    search = _FillSearch(_Given(jobs, cluster, start), min_gain)
     for _ in range(max(1, 2 * rounds)):
         search.run(rounds)
         refilled = _refill(search, rounds)
@@ -191,14 +214,14 @@ def _price_starts(jobs: list[Job], cluster: Cluster, fixed: dict, target: float,
     if not singles or not state.load.keys:
         return []
     groups = Groups(state.load, [jobs[p] for p in singles], [state.demands[p] for p in singles])
-    _, (pc, pm, pq) = prices(groups, target, steps)
-    r = reduced_profits(groups, pc, pm, pq)
     out = []
-    for order in ORDERS:
-        for within in WITHIN:
-            load = _copy(state.load)
-            placed = price_greedy(load, groups, singles, state.demands, jobs, r, order, within)
-            out.append({**fixed, **ids(jobs, load.keys, placed)})
+    for pc, pm, pq in prices(groups, target, steps, [steps * k // 4 for k in (1, 2)])[1]:
+        r = reduced_profits(groups, pc, pm, pq)
+        for order in ORDERS:
+            for within in WITHIN:
+                load = _copy(state.load)
+                placed = price_greedy(load, groups, singles, state.demands, jobs, r, order, within)
+                out.append({**fixed, **ids(jobs, load.keys, placed)})
     return out
 
 

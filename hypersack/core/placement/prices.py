@@ -34,6 +34,7 @@ __all__ = ["Groups", "prices", "reduced_profits", "price_greedy", "ORDERS", "WIT
 ORDERS = ("reduced", "regret")
 WITHIN = ("first", "balanced")
 _STALL = 5
+_INF = float("inf")
 
 
 class Groups:
@@ -78,19 +79,24 @@ def reduced_profits(groups: Groups, pc: np.ndarray, pm: np.ndarray, pq: np.ndarr
     return np.where(groups.fit, r, -np.inf)
 
 
-def prices(groups: Groups, target: float, steps: int) -> tuple[float, tuple[np.ndarray, ...]]:
-    """The dual bound L and the prices (pc, pm, pq) of the lowest L seen in ``steps`` subgradient
-    steps from zero prices (module doc); ``target``: a placed compute known to be feasible."""
+def prices(groups: Groups, target: float, steps: int,
+           checkpoints: Sequence[int] = ()) -> tuple[float, list[tuple[np.ndarray, ...]]]:
+    """The dual bound L (the lowest seen in ``steps`` subgradient steps from zero prices, module
+    doc) and the prices (pc, pm, pq) of the lowest L seen by each of ``checkpoints`` (steps) and
+    by the last step, without repeats; ``target``: a placed compute known to be feasible."""
     p_count, g_count = groups.c.shape
     n_count = len(groups.cap_q)
     pc, pm, pq = np.zeros(g_count), np.zeros(g_count), np.zeros(n_count)
     best_l, best = np.inf, (pc, pm, pq)
+    kept: list[tuple[np.ndarray, ...]] = []
     if p_count == 0 or g_count == 0:
-        return 0.0, best
+        return 0.0, [best]
     sc, sm, sq = groups.scaled()
     rows = np.arange(p_count)
     factor, stall = 2.0, 0
-    for _ in range(steps):
+    for step_no in range(steps):
+        if step_no in checkpoints and (not kept or kept[-1] is not best):
+            kept.append(best)
         r = np.where(groups.fit, groups.c - sc * pc - sm * pm - sq * pq[groups.node], -np.inf)
         top = r.argmax(axis=1)
         gain = r[rows, top]
@@ -114,7 +120,9 @@ def prices(groups: Groups, target: float, steps: int) -> tuple[float, tuple[np.n
         step = factor * (bound - target) / norm
         pc, pm, pq = (np.maximum(0.0, pc - step * g_c), np.maximum(0.0, pm - step * g_m),
                       np.maximum(0.0, pq - step * g_q))
-    return float(best_l), best
+    if not kept or kept[-1] is not best:
+        kept.append(best)
+    return float(best_l), kept
 
 
 def _order(r: np.ndarray, c_max: np.ndarray, order: str) -> np.ndarray:
@@ -136,20 +144,22 @@ def price_greedy(load: Load, groups: Groups, singles: Sequence[int], demands: Se
     free_c, free_m, free_q, arch_of = load.free_c, load.free_m, load.free_q, load.arch
     size_c = [max(c, EPS) for c in load.free_c]
     size_m = [max(m, EPS) for m in load.free_m]
-    prefs = np.argsort(-r, axis=1, kind="stable")
+    prefs = np.argsort(-r, axis=1, kind="stable").tolist()
+    fits = groups.fit.tolist()
+    node_of, members = groups.node.tolist(), groups.gpus
     out: dict[int, int] = {}
-    for k in _order(r, groups.c.max(axis=1, initial=0.0), order):
-        p, row = singles[k], r[k]
-        q = jobs[p].cpus
+    for k in _order(r, groups.c.max(axis=1, initial=0.0), order).tolist():
+        p, fit = singles[k], fits[k]
+        q, demand = jobs[p].cpus, demands[p]
         for g in prefs[k]:
-            if row[g] == -np.inf:
-                break
-            n = int(groups.node[g])
+            if not fit[g]:
+                break                                 # -inf: no later group fits either
+            n = node_of[g]
             if free_q[n] + EPS < q:
                 continue
-            chosen, score = None, np.inf
-            for i in groups.gpus[g]:
-                c, m = demands[p][arch_of[i]]
+            chosen, score = None, _INF
+            for i in members[g]:
+                c, m = demand[arch_of[i]]
                 if free_c[i] + EPS >= c and free_m[i] + EPS >= m:
                     if within == "first":
                         chosen = i
@@ -158,7 +168,7 @@ def price_greedy(load: Load, groups: Groups, singles: Sequence[int], demands: Se
                     if gap < score - EPS:
                         chosen, score = i, gap
             if chosen is not None:
-                load.take(chosen, *demands[p][arch_of[chosen]], q)
+                load.take(chosen, *demand[arch_of[chosen]], q)
                 out[p] = chosen
                 break
     return out
