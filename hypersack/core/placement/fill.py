@@ -10,7 +10,7 @@ ends with the most placed compute (Eq. 5) wins (ties: the earlier start):
    first, worst-fit in WFD's order, and stay where they are;
 2. worst-fit with jobs by *pressure-weighted density* (``density_order``);
 3. worst-fit in WFD's order (expected runtime, longest first), always improved: ``fill`` is never
-   worse than ``wfd-ls`` with the same ``rounds``.
+   worse than ``wfd-ls`` with the same ``rounds``. When it places every job it is the answer.
 
 The ``polish`` best starts by their greedy value, and start 3, are improved by ``improve``'s
 add/swap search, by *refill* moves (one placed job out, several unplaced in: where memory or cores
@@ -245,6 +245,8 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
     live = LiveCluster(cluster)
     wfd_order = by_runtime(jobs, cluster.architectures)
     wfd_start = live.assign_checked(wfd_order, "wf", {})
+    if len(wfd_start) == len(jobs):
+        return wfd_start                      # every job placed: no move of the search applies
     dense_order = density_order(jobs, cluster)
     starts = [(dense_order, live.assign_checked(dense_order, "wf", {}))]
     value = {id(a): placed_compute(jobs, cluster, a) for _, a in starts}

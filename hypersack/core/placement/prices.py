@@ -141,6 +141,8 @@ def price_greedy(load: Load, groups: Groups, singles: Sequence[int], demands: Se
     """Place the single-GPU jobs ``singles`` (positions in ``jobs``; row k of ``r`` and of
     ``groups`` is ``singles[k]``) on ``load``, which is updated: {job position: GPU number}.
     Every job placed fits (Eq. 2-4) on what ``load`` had left when it was placed."""
+    if r.size == 0:
+        return {}
     free_c, free_m, free_q, arch_of = load.free_c, load.free_m, load.free_q, load.arch
     size_c = [max(c, EPS) for c in load.free_c]
     size_m = [max(m, EPS) for m in load.free_m]
