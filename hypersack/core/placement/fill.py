@@ -172,12 +172,13 @@ def _best_evict(search: _FillSearch, i: int) -> tuple[list[int], int] | None:
     return best
 
 
-def _subsets(search: _Search, arch: str, placed: list) -> list[tuple[float, float, float, tuple]]:
+def _subsets(search: _Search, arch: str, placed: list) -> list[tuple[float, float, float, tuple[int, ...]]]:
     """(compute, memory, cores, members) of every 2 and 3 of ``placed``, by compute ascending."""
     c = [v for v, _ in placed]
     m = [search.demands[p][arch][1] for _, p in placed]
     q = [search.jobs[p].cpus for _, p in placed]
-    out = [(c[a] + c[b], m[a] + m[b], q[a] + q[b], (a, b)) for a, b in combinations(range(len(placed)), 2)]
+    out: list[tuple[float, float, float, tuple[int, ...]]] = [
+        (c[a] + c[b], m[a] + m[b], q[a] + q[b], (a, b)) for a, b in combinations(range(len(placed)), 2)]
     out += [(c[a] + c[b] + c[d], m[a] + m[b] + m[d], q[a] + q[b] + q[d], (a, b, d))
             for a, b, d in combinations(range(len(placed)), 3)]
     out.sort(key=lambda s: s[0])
@@ -238,9 +239,9 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
     ``steps``: subgradient steps of the price starts (0: no price starts); ``polish``: greedy
     starts improved besides WFD's."""
     min_gain = _check_options(rounds, min_gain)
-    for name, value in (("steps", steps), ("polish", polish)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"placement.{name}", value, "must be an integer >= 0")
+    for name, given in (("steps", steps), ("polish", polish)):
+        if isinstance(given, bool) or not isinstance(given, int) or given < 0:
+            raise ConfigError(f"placement.{name}", given, "must be an integer >= 0")
     jobs = list(jobs)
     live = LiveCluster(cluster)
     wfd_order = by_runtime(jobs, cluster.architectures)

@@ -170,7 +170,8 @@ def price_greedy(load: Load, groups: Groups, singles: Sequence[int], demands: Se
                     if gap < score - EPS:
                         chosen, score = i, gap
             if chosen is not None:
-                load.take(chosen, *demand[arch_of[chosen]], q)
+                c, m = demand[arch_of[chosen]]
+                load.take(chosen, c, m, q)
                 out[p] = chosen
                 break
     return out
