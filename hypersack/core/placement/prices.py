@@ -12,7 +12,8 @@ A job's *reduced profit* on group g is
 (-inf where no single GPU of the group could take it). ``prices`` minimises the dual
 ``L = sum(prices) + sum_p max(0, max_g R[p, g])`` (an upper bound on the placed compute) by
 subgradient steps with Polyak's step size towards a feasible value ``target``, the step factor
-halved after 5 steps without a lower ``L``; it returns the best prices seen and that ``L``.
+halved after 5 steps without a lower ``L`` (and the search stopped once it is below 1/64); it
+returns the best prices seen and that ``L``.
 
 ``price_greedy`` places single-GPU jobs in one of two orders: ``reduced`` (the largest best
 reduced profit first) or ``regret`` (the largest gap between the best group and the runner-up
@@ -34,6 +35,7 @@ __all__ = ["Groups", "prices", "reduced_profits", "price_greedy", "ORDERS", "WIT
 ORDERS = ("reduced", "regret")
 WITHIN = ("first", "balanced")
 _STALL = 5
+_SMALLEST = 2.0 ** -6    # a step factor this small no longer moves the prices much: stop
 _INF = float("inf")
 
 
@@ -115,7 +117,7 @@ def prices(groups: Groups, target: float, steps: int,
         for g, p in ((g_c, pc), (g_m, pm), (g_q, pq)):
             g[(p <= 0) & (g > 0)] = 0.0                 # a free, slack resource stays free
         norm = float((g_c ** 2).sum() + (g_m ** 2).sum() + (g_q ** 2).sum())
-        if norm < 1e-12 or bound - target <= EPS:
+        if norm < 1e-12 or bound - target <= EPS or factor < _SMALLEST:
             break
         step = factor * (bound - target) / norm
         pc, pm, pq = (np.maximum(0.0, pc - step * g_c), np.maximum(0.0, pm - step * g_m),
@@ -149,6 +151,9 @@ def price_greedy(load: Load, groups: Groups, singles: Sequence[int], demands: Se
     prefs = np.argsort(-r, axis=1, kind="stable").tolist()
     fits = groups.fit.tolist()
     node_of, members = groups.node.tolist(), groups.gpus
+    group_arch = [arch_of[g[0]] for g in members]
+    top_c = [max(free_c[i] for i in g) for g in members]       # per group: the most left on a GPU
+    top_m = [max(free_m[i] for i in g) for g in members]
     out: dict[int, int] = {}
     for k in _order(r, groups.c.max(axis=1, initial=0.0), order).tolist():
         p, fit = singles[k], fits[k]
@@ -156,12 +161,11 @@ def price_greedy(load: Load, groups: Groups, singles: Sequence[int], demands: Se
         for g in prefs[k]:
             if not fit[g]:
                 break                                 # -inf: no later group fits either
-            n = node_of[g]
-            if free_q[n] + EPS < q:
+            c, m = demand[group_arch[g]]
+            if free_q[node_of[g]] + EPS < q or top_c[g] + EPS < c or top_m[g] + EPS < m:
                 continue
             chosen, score = None, _INF
             for i in members[g]:
-                c, m = demand[arch_of[i]]
                 if free_c[i] + EPS >= c and free_m[i] + EPS >= m:
                     if within == "first":
                         chosen = i
@@ -170,8 +174,9 @@ def price_greedy(load: Load, groups: Groups, singles: Sequence[int], demands: Se
                     if gap < score - EPS:
                         chosen, score = i, gap
             if chosen is not None:
-                c, m = demand[arch_of[chosen]]
                 load.take(chosen, c, m, q)
+                top_c[g] = max(free_c[i] for i in members[g])
+                top_m[g] = max(free_m[i] for i in members[g])
                 out[p] = chosen
                 break
     return out
