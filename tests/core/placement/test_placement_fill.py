@@ -97,3 +97,16 @@ def test_auto_runs_fill_on_small_calls_and_wfd_ls_on_large_ones():
     assert err.value.field == "placement.pairs"
     assert parse_placement("auto") == ("auto", {})
     assert parse_placement({"policy": "auto", "pairs": 10}) == ("auto", {"pairs": 10})
+
+
+def test_the_dual_bound_comes_down_to_the_lp_bound():
+    # compute binds on "a" (LP: 100 of the 120 asked), memory on "b" (LP: 40 GB of jobs with
+    # 2.5 compute per GB: 100 of 150): L must come down from 270 to about 200
+    cluster = Cluster([Node("a", 8, [GPU(0, "A100", 80)]), Node("b", 8, [GPU(0, "H100", 40, oversubscription=3)])])
+    job_list = [Job("x", 60, 1, per_arch={"H100": {"memory_gb": 60}}),
+                Job("y", 60, 1, per_arch={"H100": {"memory_gb": 60}}),
+                Job("m1", 75, 30, per_arch={"A100": {"memory_gb": 90}}),
+                Job("m2", 75, 30, per_arch={"A100": {"memory_gb": 90}})]
+    load, singles, groups = _groups(job_list, cluster)
+    bound, _ = prices(groups, 0.0, 300)
+    assert 200 - 1e-6 <= bound <= 202
