@@ -3,6 +3,7 @@
     python benchmarks/hay_scenarios.py                 # the table: exclusive, ray, wfd, hay
     python benchmarks/hay_scenarios.py --sweep         # Hay's weights (w_frag, w_entire)
     python benchmarks/hay_scenarios.py --json out.json
+    python benchmarks/hay_scenarios.py --late          # the training trial arrives last
 
 Scenarios: examples/sim/hay_dp8_s{40,80,160}_2x8xa100.yaml (one 8-GPU data-parallel training
 trial plus 40/80/160 small trials on 2 x 8 A100; examples/sim/make_hay_scenarios.py documents
@@ -14,6 +15,9 @@ Figures, all simulated seconds:
   ``exclusive`` (Ray's default without sharing: every trial alone on its GPUs), minus 1;
 * small trials' makespan: when the last small trial ends; speed-up over ``ray`` = ray's makespan
   over the policy's (Hay's Figs. 5-8 normalise to Ray);
+* ``--late``: the same scenarios with the training trial last in the grid (it is placed after the
+  small trials already run: Hay must keep it to deactivated GPUs); ``train_start_s`` then says
+  how long it waited for them, and the slowdown compares run times from its start;
 * GROW wait (RASDA): for each relaunch on more GPUs than the trial's previous launch, the time
   between the end of the previous launch and the start of the new one; mean and max; and the
   study's makespan.
@@ -29,7 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import yaml  # noqa: E402
+
 from hypersack.sim import load_scenario, simulate  # noqa: E402
+from hypersack.sim.scenario import scenario_from_dict  # noqa: E402
 
 DP = [ROOT / f"examples/sim/hay_dp8_s{n}_2x8xa100.yaml" for n in (40, 80, 160)]
 RASDA = ROOT / "examples/sim/hay_rasda_2x8xa100.yaml"
@@ -52,7 +59,11 @@ def dp_figures(scenario, policy) -> dict:
     runs = launches(result)
     t_start, t_end, t_gpus = runs[train[0]][0]
     small_end = max(end for t, rs in runs.items() if t not in train for _, end, _ in rs)
-    return {"policy": result.policy, "train_s": t_end - t_start, "train_gpus": t_gpus,
+    devices = {(iv.node, iv.gpu) for iv in result.executor.timeline.intervals if iv.trial_id == train[0]}
+    shared = sum(1 for iv in result.executor.timeline.intervals if iv.trial_id != train[0]
+                 and (iv.node, iv.gpu) in devices and iv.start < t_end and iv.end > t_start)
+    return {"policy": result.policy, "train_start_s": t_start, "train_s": t_end - t_start, "train_gpus": t_gpus,
+            "small_on_train_gpus": shared,
             "small_makespan_s": small_end, "makespan_s": result.makespan_s, "trials": result.trials}
 
 
@@ -69,10 +80,19 @@ def rasda_figures(scenario, policy) -> dict:
             "best_value": result.best_value}
 
 
-def table(policies) -> dict:
+def late(path: Path):
+    """The scenario at ``path`` with the training trial last in the grid."""
+    d = yaml.safe_load(path.read_text())
+    choices = d["study"]["space"]["task"]["choices"]
+    d["study"]["space"]["task"]["choices"] = [c for c in choices if c != "train"] + ["train"]
+    d["name"] += "-late"
+    return scenario_from_dict(d, path.parent)
+
+
+def table(policies, train_last: bool = False) -> dict:
     out = {"dp": [], "rasda": []}
     for path in DP:
-        scenario = load_scenario(path)
+        scenario = late(path) if train_last else load_scenario(path)
         rows = {p if isinstance(p, str) else json.dumps(p): dp_figures(scenario, p) for p in policies}
         base = rows["exclusive"]["train_s"]
         ray = rows["ray"]["small_makespan_s"]
@@ -106,9 +126,10 @@ def sweep() -> list[dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sweep", action="store_true", help="sweep Hay's weights instead")
+    p.add_argument("--late", action="store_true", help="the training trial last in the grid")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    out = {"sweep": sweep()} if args.sweep else table(POLICIES)
+    out = {"sweep": sweep()} if args.sweep else table(POLICIES, args.late)
     for key, rows in out.items():
         print(f"== {key}")
         for row in rows:

@@ -33,9 +33,18 @@ MUTANTS = {
                          "_best(live, idle) if idle else _best(live, active)"),
     "live_take_q": (P + "live.py", "self._write(journal, load.free_q, n, load.free_q[n] - q)",
                     "self._write(journal, load.free_q, n, load.free_q[n])"),
+    "live_take_q_direct": (P + "live.py", "free_q[load.node[i]] -= q", "free_q[load.node[i]] -= 0"),
+    "evict_memory": (P + "fill.py", "if m_out + EPS >= need_m and q_out + EPS >= need_q:",
+                     "if q_out + EPS >= need_q:"),
+    "evict_cores": (P + "fill.py", "if m_out + EPS >= need_m and q_out + EPS >= need_q:",
+                    "if m_out + EPS >= need_m:"),
+    "price_greedy_cores": (P + "prices.py", "if free_q[node_of[g]] + EPS < q or top_c[g]", "if top_c[g]"),
+    "price_subgradient_sign": (P + "prices.py", "step = factor * (bound - target) / norm",
+                               "step = -factor * (bound - target) / norm"),
 }
 TESTS = ["tests/core/placement/test_placement_properties.py", "tests/core/placement/test_placement_live.py",
-         "tests/core/placement/test_placement_hay.py", "tests/core/placement/test_placement_policies.py"]
+         "tests/core/placement/test_placement_hay.py", "tests/core/placement/test_placement_policies.py",
+         "tests/core/placement/test_placement_fill.py"]
 
 
 def run(name: str) -> bool:

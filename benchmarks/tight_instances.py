@@ -17,8 +17,9 @@ small jobs and a few large ones, CPU limits binding:
 The ratio of a policy on an instance = its placed compute (Eq. 5) / CP-SAT's best solution
 (the optimum when CP-SAT proved it), and / CP-SAT's proven upper bound (a lower bound on the
 ratio to the true optimum). CP-SAT's results are stored in benchmarks/tight_optima.json with its
-status, so the ratios are reproducible without re-solving. ``--speed``: the best of 5 ``assign()`` calls on SP4-like 384 jobs x 16 GPUs
-and on 10,000 jobs x 1,024 GPUs with two architectures, tight instances of those sizes.
+status, so the ratios are reproducible without re-solving. ``--speed``: the best of 5 ``assign()``
+calls on SP4-like 384 jobs x 16 GPUs (of 2 at 10,000 jobs x 1,024 GPUs with two architectures),
+tight instances of those sizes.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from hypersack.placement import GPU, Cluster, Job, Node, assign, check_placement, placed_compute  # noqa: E402
 
 OPTIMA = Path(__file__).with_name("tight_optima.json")
-POLICIES = ["ff", "ffd", "wf", "wfd", "wfd-ls", "fill"]
+POLICIES = ["ff", "ffd", "wf", "wfd", "wfd-ls", "fill", "auto"]
 
 
 def make_instance(seed: int, nodes: int | None = None, gpus_per_node: int = 4) -> tuple[list[Job], Cluster]:
@@ -83,22 +84,23 @@ def solve(count: int, time_limit: float, workers: int) -> None:
         print(seed, out[str(seed)], flush=True)
 
 
-def ratios(policies: list[str]) -> dict:
-    """Per policy, over the stored instances: the worst and mean ratio to CP-SAT's best solution
-    (the optimum where proven) and to CP-SAT's proven upper bound (a lower bound on the ratio to
-    the true optimum)."""
-    optima = json.loads(OPTIMA.read_text())
-    rows: dict[str, dict[str, list[float]]] = {p: {"best": [], "bound": []} for p in policies}
+def ratios(policies: list[str], seeds: range | None = None) -> dict:
+    """Per policy, over the stored instances (those of ``seeds`` only, when given): the worst and
+    mean ratio to CP-SAT's best solution (the optimum where proven) and to CP-SAT's proven upper
+    bound (a lower bound on the ratio to the true optimum), and the seed of the worst."""
+    optima = {k: v for k, v in json.loads(OPTIMA.read_text()).items() if seeds is None or int(k) in seeds}
+    rows: dict[str, dict[str, list[float]]] = {p: {"best": [], "bound": [], "seed": []} for p in policies}
     for seed, opt in sorted(optima.items(), key=lambda kv: int(kv[0])):
         jobs, cluster = make_instance(int(seed))
         for p in policies:
             value = placed_compute(jobs, cluster, assign(jobs, cluster, p, check=True))
             rows[p]["best"].append(value / opt["objective"])
             rows[p]["bound"].append(value / opt["bound"])
+            rows[p]["seed"].append(int(seed))
     gaps = [(o["bound"] - o["objective"]) / o["bound"] for o in optima.values()]
     return {"instances": len(optima), "proven_optimal": sum(1 for o in optima.values() if o["optimal"]),
             "cp_sat_gap_max": max(gaps), "cp_sat_gap_mean": sum(gaps) / len(gaps),
-            "policies": {p: {"worst_vs_best": min(r["best"]), "mean_vs_best": sum(r["best"]) / len(r["best"]),
+            "policies": {p: {"worst_vs_best": min(r["best"]), "worst_seed": r["seed"][r["best"].index(min(r["best"]))], "mean_vs_best": sum(r["best"]) / len(r["best"]),
                              "worst_vs_bound": min(r["bound"]), "mean_vs_bound": sum(r["bound"]) / len(r["bound"])}
                          for p, r in rows.items()}}
 
@@ -119,7 +121,9 @@ def speed(policies: list[str]) -> dict:
         jobs = (jobs * (jobs_wanted // len(jobs) + 1))[:jobs_wanted]
         jobs = [job.renamed(f"x{i}") for i, job in enumerate(jobs)]
         archs = sorted({g.arch for n in cluster.nodes for g in n.gpus})
-        out[label] = {"archs": archs, **{p: round(_best_ms(lambda: assign(jobs, cluster, p)), 3) for p in policies}}
+        repeats = 5 if len(jobs) < 1000 else 2
+        out[label] = {"archs": archs, **{p: round(_best_ms(lambda: assign(jobs, cluster, p), repeats), 3)
+                                         for p in policies}}
     return out
 
 
@@ -130,11 +134,13 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--speed", action="store_true")
     p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--seeds", default=None, metavar="A:B", help="ratios over seeds A..B-1 only")
     args = p.parse_args()
     policies = args.policies.split(",")
     if args.solve:
         solve(args.solve, args.time_limit, args.workers)
-    out = speed(policies) if args.speed else ratios(policies)
+    seeds = None if args.seeds is None else range(*map(int, args.seeds.split(":")))
+    out = speed(policies) if args.speed else ratios(policies, seeds)
     print(json.dumps(out, indent=1))
 
 

@@ -6,7 +6,9 @@
     # {'t0': ('n0', 0), 't1': ('n0', 0)}
 
 Policies by name: ``ff``, ``ffd``, ``wf``, ``wfd`` (default, the paper's choice), ``exclusive`` (one
-job per GPU: the baseline), ``wfd-ls`` (WFD, then swaps that raise occupancy), ``mip`` (exact,
+job per GPU: the baseline), ``wfd-ls`` (WFD, then swaps that raise occupancy), ``fill`` (the packer
+for tight clusters: Lagrangian price starts and local search), ``auto`` (``fill`` on calls of up
+to 100,000 jobs x GPUs, else ``wfd-ls``), ``mip`` (exact,
 CP-SAT; needs ``pip install 'hypersack[mip]'``), ``hay`` (Hay's node score and GPU states;
 options ``w_frag``, ``w_entire``), ``ray`` (Ray's default scheduler, a baseline), plus any
 registered with ``register_policy``. In a study YAML: ``placement: wfd`` or

@@ -94,7 +94,7 @@ class Study:
     - ``trainable``: the default for ``run()``: a callable ``train(config, ctx)``,
       ``"module:function"``, or a built-in (``"digits_mlp"``, ``"digits_cnn"``).
     - ``placement``: how trials share devices: "wfd" (default), "ff", "ffd", "wf", "wfd-ls",
-      "mip", or "exclusive" (one trial per device).
+      "fill", "auto", "hay", "ray", "mip", or "exclusive" (one trial per device).
     - ``oversubscription``: ratio r, a device takes trials up to r x 100% compute; a number or
       per architecture (``{"A100": 3}``); None: the inventory's defaults.
     - ``resources``: a trial's demand until it is profiled: ``{"compute": percent,

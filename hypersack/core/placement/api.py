@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
+from hypersack.core.placement.auto import auto
 from hypersack.core.placement.check import check_job_list, check_placement
 from hypersack.core.placement.cluster import Cluster, as_devices
 from hypersack.core.placement.fill import fill
@@ -31,7 +32,8 @@ def _mip(jobs: Sequence[Job], cluster: Cluster, **options: Any) -> Mapping[Hasha
 
 _TRUSTED: dict[str, Policy] = {**{k: BUILTIN[k] for k in ("ff", "ffd", "wf", "wfd", "exclusive")},
                                "wfd-ls": worst_fit_decreasing_local_search, "mip": _mip,
-                               "hay": BUILTIN["hay"], "ray": BUILTIN["ray"], "fill": fill}
+                               "hay": BUILTIN["hay"], "ray": BUILTIN["ray"], "fill": fill,
+                               "auto": auto}
 _POLICIES: dict[str, Policy] = dict(_TRUSTED)
 
 

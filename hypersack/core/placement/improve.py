@@ -36,19 +36,25 @@ MIN_GAIN = 0.25
 class _Given:
     """A feasible assignment as the search reads it: the load with it taken, the jobs (in the
     order given: ties between equal candidates go to the earlier job), their demands, and
-    ``placed``: job position -> GPU numbers."""
+    ``placed``: job position -> GPU numbers. ``numbers``: the assignment gives GPU numbers
+    (``Load.keys`` positions, as ``LiveCluster.assign_checked(numbers=True)``), not devices."""
 
-    def __init__(self, jobs: Sequence[Job], cluster: Cluster, assignment: Mapping[Hashable, Any]):
+    def __init__(self, jobs: Sequence[Job], cluster: Cluster, assignment: Mapping[Hashable, Any],
+                 numbers: bool = False):
         self.jobs, self.load = list(jobs), Load(cluster)
         self.demands = demands(self.jobs, list(self.load.by_arch))
         position = {key: i for i, key in enumerate(self.load.keys)}
         index = {job.id: p for p, job in enumerate(self.jobs)}
         self.placed: dict[int, tuple[int, ...]] = {}
+        load, cpus = self.load, [job.cpus for job in self.jobs]
         for jid, devices in assignment.items():
             p = index[jid]
-            gpus = self.placed[p] = tuple(position[dev] for dev in as_devices(devices))
+            gpus = self.placed[p] = (tuple(devices) if numbers
+                                     else tuple(position[dev] for dev in as_devices(devices)))
+            demand = self.demands[p]
             for i in gpus:
-                self.load.take(i, *self.demands[p][self.load.arch[i]], self.jobs[p].cpus)
+                c, m = demand[load.arch[i]]
+                load.take(i, c, m, cpus[p])
 
 
 class _Search:
@@ -150,6 +156,6 @@ def worst_fit_decreasing_local_search(jobs: Sequence[Job], cluster: Cluster, rou
     """The ``wfd-ls`` policy: worst-fit decreasing, then ``improve`` from where it stopped
     (options ``rounds`` and ``min_gain`` as for ``improve``)."""
     min_gain = _check_options(rounds, min_gain)
-    start = LiveCluster(cluster).assign_checked(list(jobs), "wfd", {}, keep=False)
+    start = LiveCluster(cluster).assign_checked(list(jobs), "wfd", {}, keep=False, numbers=True)
     ordered = by_runtime(jobs, cluster.architectures)         # WFD's order: its tie-breaks
-    return _Search(_Given(ordered, cluster, start), min_gain).run(rounds)
+    return _Search(_Given(ordered, cluster, start, numbers=True), min_gain).run(rounds)

@@ -271,15 +271,18 @@ class LiveCluster:
         return self.assign_checked(self._check_jobs(jobs), policy, check_options(policy, options))
 
     def assign_checked(self, jobs: list[Job], policy: str, options: dict,
-                       keep: bool = True) -> dict[Hashable, tuple]:
+                       keep: bool = True, numbers: bool = False) -> dict[Hashable, tuple]:
         """``assign`` for jobs and options already checked (``placement.assign`` checks them).
         ``keep=False``: this LiveCluster is thrown away after the call, so its load is not
-        restored (no journal is kept) and must not be used again."""
+        restored (no journal is kept) and must not be used again. ``numbers``: the devices as
+        GPU numbers (positions in ``load.keys``), for a caller that indexes them anyway."""
         journal: Journal = [] if keep else _NoJournal()
         try:
             placed = self._run(policy, jobs, journal, options)
         finally:
             self._undo(journal)
+        if numbers:
+            return {job.id: tuple(placed[job.id]) for job in jobs if job.id in placed}
         keys = self.load.keys
         return {job.id: tuple(keys[i] for i in placed[job.id]) for job in jobs if job.id in placed}
 
@@ -350,6 +353,18 @@ class LiveCluster:
         skip it). The other GPUs of their nodes keep stale-high cores in the trees: within one
         call cores only go down, and the trees check a leaf's cores in the array."""
         load = self.load
+        if type(journal) is _NoJournal:           # nothing to undo: write the arrays directly
+            free_c, free_m, free_q, idle_c, idle_m = (load.free_c, load.free_m, load.free_q,
+                                                      self._idle_c, self._idle_m)
+            for i in gpus:
+                c, m = demand[load.arch[i]]
+                free_c[i] -= c
+                free_m[i] -= m
+                free_q[load.node[i]] -= q
+                idle_c[i] = idle_m[i] = _NEG
+            if refresh:
+                self._refresh(gpus)
+            return
         for i in gpus:
             c, m = demand[load.arch[i]]
             n = load.node[i]
