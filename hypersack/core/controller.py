@@ -310,7 +310,7 @@ class Controller:
         if self.allocator is None:
             return
         if isinstance(event, DeviceAdded):
-            self.allocator.add_device(event.node_id, event.gpu)
+            self.allocator.add_device(event.node_id, event.gpu, event.node_cpus)
         else:
             self._device_lost.update(self.allocator.lose_device(event.node_id, event.gpu_id))
 

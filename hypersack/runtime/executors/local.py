@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from hypersack.core.routing import first_free_device, warm_workers
 from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCause, Launch,
@@ -193,10 +193,12 @@ class LocalExecutor:
             raise RuntimeError(f"no free slot for trial {trial_id}")   # a loop bug, not user input
         return key
 
-    def acknowledge(self) -> None:
-        for trial_id, worker in self._awaiting.items():
-            worker.send(Ack(trial_id))
-        self._awaiting = {}
+    def acknowledge(self, trial_ids: Iterable[int] | None = None) -> None:
+        """Let the trials that reported go on; ``trial_ids``: only these (an executor that
+        relays this one's events acknowledges exactly the results it has seen)."""
+        chosen = set(self._awaiting) if trial_ids is None else set(trial_ids) & set(self._awaiting)
+        for trial_id in chosen:
+            self._awaiting.pop(trial_id).send(Ack(trial_id))
 
     # ---- events ----------------------------------------------------------------------------
 
