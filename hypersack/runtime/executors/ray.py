@@ -360,11 +360,11 @@ def ray_session(address: str | None, runtime_env: dict | None = None) -> Iterato
     (left running). A Ray the program already initialised is used as it is. ClusterError when
     the address is unreachable or Ray refuses (a version mismatch, ...), before any trial."""
     ray = require_ray()
+    if address not in (None, "auto"):
+        _check_reachable(address)
     if ray.is_initialized():
         yield ray
         return
-    if address not in (None, "auto"):
-        _check_reachable(address)
     try:
         ray.init(address=address or "local", runtime_env=runtime_env or None,
                  include_dashboard=False if address is None else None, log_to_driver=False,
@@ -402,3 +402,26 @@ def storage_check(study_dir: Path) -> tuple[str, str]:
 def driver_paths() -> tuple[tuple[str, ...], str]:
     """The driver's sys.path (absolute) and working directory, for the agents to adopt."""
     return tuple(os.path.abspath(p) for p in sys.path), os.getcwd()
+
+
+def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: Any, plan: Any,
+                 study_dir: Path, storage_path: Path, progress: Any) -> Any:
+    """Run one study on Ray (``Study.run``'s ``backend: ray`` branch): connect (or start a local
+    Ray), start the agents (errors before any trial), then the ordinary loop."""
+    from hypersack.runtime.loop import run_loop
+    from hypersack.runtime.machine import prepare_driver
+    with ray_session(spec.executor.address, spec.executor.runtime_env):
+        paths, cwd = driver_paths()
+        setup = AgentSetup(spec, str(study_dir), trainable, spec.objective.metric, packs=plan,
+                           unsafe_checkpoints=spec.unsafe_checkpoints, sys_path=paths, cwd=cwd,
+                           storage_check=storage_check(study_dir))
+        executor = RayExecutor(setup, trial_dir=lambda trial_id: store.trial_dir(row, trial_id))
+        try:
+            cluster = executor.inventory()
+            with prepare_driver(spec, cluster, storage_path, trainable_name=trainable.key,
+                                fuses=plan.fuses if plan else None) as machine:
+                controller.set_inventory(cluster, spec.placement, machine.demand)
+                return run_loop(controller, executor, store, row, observers=machine.observers,
+                                progress=progress)
+        finally:
+            executor.shutdown(kill=True)     # after run_loop's own shutdown: a no-op
