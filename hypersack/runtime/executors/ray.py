@@ -100,6 +100,7 @@ class RayExecutor:
         self._pending: list[Event] = []
         self._last_check = float("-inf")
         self._started = False
+        self._agent_class: Any = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -190,16 +191,18 @@ class RayExecutor:
     def _spawn(self, info: dict) -> _Node | None:
         """Start an agent on the node ``info`` (from ``ray.nodes()``) holding its GPUs and
         CPUs; None for a node with neither."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         ray_id = info["NodeID"]
         resources = info.get("Resources", {})
         gpus, cpus = resources.get("GPU", 0.0), resources.get("CPU", 0.0)
         if gpus < 1 and cpus < 1:
             self._ignored.add(ray_id)
             return None
-        agent = self._ray.remote(NodeAgent).options(
-            num_cpus=cpus, num_gpus=int(gpus), max_restarts=0, max_task_retries=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(ray_id, soft=False))
+        strategies = self._ray.util.scheduling_strategies
+        pinned = strategies.NodeAffinitySchedulingStrategy(ray_id, soft=False)
+        if self._agent_class is None:
+            self._agent_class = self._ray.remote(NodeAgent)
+        agent = self._agent_class.options(num_cpus=cpus, num_gpus=int(gpus), max_restarts=0,
+                                          max_task_retries=0, scheduling_strategy=pinned)
         node_id = ray_id[:12]
         actor = agent.remote(self._setup, node_id, list(range(int(gpus))), cpus)
         return _Node(ray_id, node_id, actor, ready=actor.describe.remote())
