@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hypersack.errors import ClusterError, ConfigError, MissingDependencyError
+from hypersack.errors import ConfigError, MissingDependencyError
 
 
 def _rows(db: Path, query: str) -> list[tuple]:
