@@ -120,3 +120,17 @@ def test_a_node_that_cannot_serve_is_a_cluster_error_naming_it(tmp_path):
         _check_storage((str(check), "token-b"))
     with pytest.raises(RuntimeError, match="shared file system"):
         _check_storage((str(tmp_path / "missing"), "token-a"))
+
+
+def test_a_study_file_names_the_line_of_a_bad_executor_option(tmp_path):
+    from hypersack.config import load_study_file
+    text = (Path(__file__).parents[2] / "examples" / "digits_ray.yaml").read_text()
+    good = tmp_path / "ray.yaml"
+    good.write_text(text)
+    assert load_study_file(good)["executor"]["backend"] == "ray"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("address: auto", "address: ray//head"))
+    line = text.splitlines().index("  address: auto") + 1
+    with pytest.raises(ConfigError, match=rf"bad.yaml:{line}: The value of executor.address is "
+                                          r"'ray//head'"):
+        load_study_file(bad)
