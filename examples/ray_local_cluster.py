@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"RAY_ADDRESS={cluster.address}", flush=True)
         print(f"{args.nodes} nodes up; Ctrl-C to stop them", file=sys.stderr, flush=True)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # also when started with &
         signal.pause()
     except KeyboardInterrupt:
         pass

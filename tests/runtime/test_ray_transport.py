@@ -11,7 +11,8 @@ import pytest
 
 from hypersack.core.placement import GPU, Cluster, Node
 from hypersack.core.trial import (Cancel, DeviceAdded, DeviceLost, FailureCause, Launch,
-                                  ResultReported, Stop, TrialFailed, TrialFinished)
+                                  ResultReported, Stop, TrialFailed, TrialFinished, TrialStarted)
+from hypersack.runtime.messages import WorldSpec
 from hypersack.errors import ClusterError
 from hypersack.runtime.executors.ray import NODE_CHECK_S, RayExecutor
 from hypersack.runtime.executors.ray_agent import AgentSetup
@@ -36,6 +37,9 @@ class FakeAgent:
                                                        for i in range(self.gpus)))])
         return {"node": self.node_id, "ip": "10.0.0.1", "pid": 1, "cluster": cluster,
                 "error": self.error}
+
+    def free_port(self) -> int:
+        return 4321
 
     def poll(self, timeout: float) -> list:
         events, self.events = self.events, []
@@ -88,7 +92,7 @@ class FakeRay:
                 return SimpleNamespace(remote=make)
         return Options()
 
-    def get(self, ref: Any) -> Any:
+    def get(self, ref: Any, timeout: float | None = None) -> Any:
         if isinstance(ref, list):
             return [self.get(r) for r in ref]
         if ref.error is not None:
@@ -190,13 +194,58 @@ def test_a_node_that_joins_gets_an_agent_and_brings_its_devices_and_cores():
     assert ray.agents["c" * 12].calls[-1][0] == "submit"
 
 
-def test_a_launch_across_nodes_fails_with_its_reason_and_runs_nowhere():
-    ex, ray, _ = _executor(TWO)
+def _spanning(ex: RayExecutor, ray: FakeRay) -> None:
     ex.start()
-    ex.submit(Launch(4, {}, seed=1, attempt=1, devices=((A, "gpu0"), (B, "gpu0"))))
+    ex.submit(Launch(4, {}, seed=1, attempt=1, devices=((A, "gpu1"), (B, "gpu0"), (A, "gpu0"))))
+
+
+def test_a_launch_across_nodes_starts_each_nodes_ranks_meeting_at_rank_zeros_node():
+    ex, ray, _ = _executor(TWO)
+    _spanning(ex, ray)
+    world = WorldSpec(3, 0, 4321, "10.0.0.1")
+    assert ray.agents[A].calls[-1][0] == "submit_ranks"
+    assert ray.agents[A].calls[-1][2:] == ("/runs/4", ["gpu1", "gpu0"], [0, 2], world)
+    assert ray.agents[B].calls[-1][2:] == ("/runs/4", ["gpu0"], [1], world)
+    ex.submit(Stop(4, "paused"))
+    assert ray.agents[A].calls[-1][0] == ray.agents[B].calls[-1][0] == "submit"   # both parts
+
+
+def test_a_spanning_trial_speaks_through_rank_zero_and_finishes_when_every_part_has():
+    ex, ray, _ = _executor(TWO)
+    _spanning(ex, ray)
+    ray.agents[B].events = [TrialStarted(4, "b/cpu"), ResultReported(4, 1, {"s": 0.0})]
+    ray.agents[A].events = [TrialStarted(4, "a/cpu"), ResultReported(4, 1, {"s": 1.0})]
+    events = ex.poll(0.0)
+    assert events == [TrialStarted(4, "a/cpu"), ResultReported(4, 1, {"s": 1.0})]
+    ex.acknowledge()
+    assert ("acknowledge", [4]) in ray.agents[A].calls
+    assert not any(c[0] == "acknowledge" for c in ray.agents[B].calls)
+    ray.agents[A].events = [TrialFinished(4)]
+    assert ex.poll(0.0) == []                     # rank 1 still runs on B
+    ray.agents[B].events = [TrialFinished(4)]
+    assert ex.poll(0.0) == [TrialFinished(4)]
+    assert ex.free_slots() == 3
+
+
+def test_a_spanning_trial_fails_once_and_its_other_parts_are_cancelled():
+    ex, ray, _ = _executor(TWO)
+    _spanning(ex, ray)
+    ray.agents[B].events = [TrialFailed(4, "rank 1 raised", cause=FailureCause.ERROR)]
     (failed,) = ex.poll(0.0)
-    assert failed.trial_id == 4 and "across nodes" in failed.reason
-    assert all(c[0] == "start" for agent in ray.agents.values() for c in agent.calls)
+    assert failed.reason == "rank 1 raised"
+    assert ray.agents[A].calls[-1][0] == "submit" and isinstance(ray.agents[A].calls[-1][1], Cancel)
+    ray.agents[A].events = [TrialFailed(4, "cancelled", cause=FailureCause.CANCELLED)]
+    assert ex.poll(0.0) == []
+
+
+def test_losing_one_node_of_a_spanning_trial_fails_it_as_device_lost_and_cancels_the_rest():
+    ex, ray, _ = _executor(TWO)
+    _spanning(ex, ray)
+    ray.agents[B].dead = True
+    events = ex.poll(0.0)
+    (failed,) = [e for e in events if isinstance(e, TrialFailed)]
+    assert failed.trial_id == 4 and failed.cause is FailureCause.DEVICE_LOST
+    assert isinstance(ray.agents[A].calls[-1][1], Cancel)
 
 
 def test_a_node_that_cannot_serve_stops_the_study_before_it_starts_naming_the_node():

@@ -11,6 +11,7 @@ trainable raised, ran out of memory or filled the disk) and ends trials it is to
 """
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from dataclasses import dataclass, field
@@ -163,14 +164,20 @@ class LocalExecutor:
 
     def _launch(self, launch: Launch) -> None:
         keys = [gpu for _, gpu in launch.devices] or [self._any_free_slot(launch.trial_id)]
+        port = _free_port() if len(keys) > 1 else None
+        self.launch_ranks(launch, keys, list(range(len(keys))), WorldSpec(len(keys), 0, port))
+
+    def launch_ranks(self, launch: Launch, keys: list[str], ranks: list[int],
+                     world: WorldSpec) -> None:
+        """Start the ranks ``ranks`` of ``launch``, one on each device of ``keys``, in the group
+        ``world`` (its size, rank 0's host and port). The trial's other ranks, if any, run
+        elsewhere (an executor spanning machines); this executor reports its own ranks only."""
         workers = [self._pool.take(self._slot(key, launch.trial_id), launch.compute_share)
                    for key in keys]
         self._jobs[launch.trial_id] = _Job(launch.trial_id, workers)
-        port = _free_port() if len(workers) > 1 else None
-        for rank, worker in enumerate(workers):
+        for rank, worker in zip(ranks, workers):
             worker.trial_id, worker.rank = launch.trial_id, rank
-            world = WorldSpec(len(workers), rank, port)
-            worker.send(RunTrial(self._task(launch, worker, world)))
+            worker.send(RunTrial(self._task(launch, worker, dataclasses.replace(world, rank=rank))))
             worker.has_trainable = True
 
     def _task(self, launch: Launch, worker: Worker, world: WorldSpec) -> TrialTask:

@@ -21,8 +21,10 @@ back.
   read it back before the study starts (``ClusterError`` otherwise).
 - Acknowledgements name their trials: an agent lets go on exactly the results the driver has
   received (and the loop made durable), never one still on its way.
-- A data-parallel trial runs on one node (ranks rendezvous on that node); one placed across
-  nodes fails with a clear reason (not supported yet).
+- A data-parallel trial placed on devices of several nodes runs each node's ranks in that
+  node's agent; they rendezvous at rank 0's node (its IP and a port free there). The trial
+  reports through rank 0; it has finished when every part has, and failed (the other parts
+  cancelled) when any part fails.
 - The agents are the driver's actors: when the driver dies, Ray ends them, and their workers
   die with them.
 """
@@ -39,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hypersack.core.trial import (Command, DeviceAdded, DeviceLost, Event, FailureCause, Launch,
-                                  ResultReported, TrialFailed, TrialFinished)
+from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
+                                  Launch, ResultReported, TrialFailed, TrialFinished)
 from hypersack.errors import ClusterError, ConfigError, MissingDependencyError
 from hypersack.runtime.executors.ray_agent import AgentSetup, NodeAgent
 
@@ -61,6 +63,15 @@ def require_ray() -> Any:
     except ImportError:
         raise MissingDependencyError("executor.backend: ray", "ray", "ray") from None
     return ray
+
+
+@dataclass(eq=False)
+class _Span:
+    """A data-parallel trial whose ranks run on several nodes: rank 0's node, the node ids
+    whose ranks still run, and whether its failure was reported already."""
+    primary: str
+    open: set[str]
+    failed: bool = False
 
 
 @dataclass(eq=False)
@@ -98,6 +109,7 @@ class RayExecutor:
         self._joining: dict[str, _Node] = {}    # agents starting on nodes that joined
         self._ignored: set[str] = set()         # gone, refused or serving nothing: never again
         self._pending: list[Event] = []
+        self._spans: dict[int, _Span] = {}     # trials whose ranks span nodes
         self._last_check = float("-inf")
         self._started = False
         self._agent_class: Any = None
@@ -252,8 +264,8 @@ class RayExecutor:
         reason = f"node {node.node_id} ({node.ip}) was lost: {why}"
         log.warning("%s", reason)
         events: list[Event] = [DeviceLost(node.node_id, gpu.id) for gpu in node.devices]
-        events += [TrialFailed(t, reason, cause=FailureCause.DEVICE_LOST)
-                   for t in sorted(node.trials)]
+        for t in sorted(node.trials):
+            events += self._relayed(node, [TrialFailed(t, reason, cause=FailureCause.DEVICE_LOST)])
         return events
 
     # ---- commands --------------------------------------------------------------------------
@@ -266,25 +278,44 @@ class RayExecutor:
         if isinstance(command, Launch):
             self._launch(command)
             return
-        node = self._node_of(command.trial_id)
-        if node is not None:
-            node.actor.submit.remote(command)
+        for node in self._nodes.values():
+            if command.trial_id in node.trials:
+                node.actor.submit.remote(command)
 
     def _launch(self, launch: Launch) -> None:
-        nodes = {n for n, _ in launch.devices}
-        if len(nodes) > 1:
-            self._pending.append(TrialFailed(
-                launch.trial_id, f"placed on devices of {len(nodes)} nodes {sorted(nodes)}: a "
-                "data-parallel trial across nodes is not supported by the Ray executor yet",
-                cause=FailureCause.ERROR))
-            return
-        node = self._by_node_id(next(iter(nodes))) if nodes else self._least_busy()
-        if node is None:      # its node left between placement and launch
-            self._pending.append(TrialFailed(launch.trial_id, f"its node {sorted(nodes)} is gone",
+        by_node: dict[str, list[tuple[int, str]]] = {}     # rank 0's node first
+        for rank, (node_id, gpu) in enumerate(launch.devices):
+            by_node.setdefault(node_id, []).append((rank, gpu))
+        nodes = [self._by_node_id(n) for n in by_node] if by_node else [self._least_busy()]
+        if any(node is None for node in nodes):      # a node left between placement and launch
+            self._pending.append(TrialFailed(launch.trial_id, f"its node {sorted(by_node)} is gone",
                                              cause=FailureCause.DEVICE_LOST))
             return
-        node.trials.add(launch.trial_id)
-        node.actor.submit.remote(launch, str(self._trial_dir(launch.trial_id)))
+        trial_dir = str(self._trial_dir(launch.trial_id))
+        if len(nodes) == 1:
+            nodes[0].trials.add(launch.trial_id)          # type: ignore[union-attr]
+            nodes[0].actor.submit.remote(launch, trial_dir)    # type: ignore[union-attr]
+            return
+        self._launch_span(launch, [n for n in nodes if n is not None], list(by_node.values()),
+                          trial_dir)
+
+    def _launch_span(self, launch: Launch, nodes: list[_Node],
+                     parts: list[list[tuple[int, str]]], trial_dir: str) -> None:
+        """Each node starts its ranks; they meet at rank 0's node (its IP, a port free there)."""
+        from hypersack.runtime.messages import WorldSpec
+        try:
+            port = self._ray.get(nodes[0].actor.free_port.remote(), timeout=60)
+        except Exception as exc:
+            self._pending.append(TrialFailed(launch.trial_id, f"rank 0's node {nodes[0].node_id} "
+                                             f"did not answer ({_first_line(exc)})",
+                                             cause=FailureCause.DEVICE_LOST))
+            return
+        world = WorldSpec(len(launch.devices), 0, port, nodes[0].ip)
+        self._spans[launch.trial_id] = _Span(nodes[0].node_id, {n.node_id for n in nodes})
+        for node, part in zip(nodes, parts):
+            node.trials.add(launch.trial_id)
+            node.actor.submit_ranks.remote(launch, trial_dir, [g for _, g in part],
+                                           [r for r, _ in part], world)
 
     def _by_node_id(self, node_id: str) -> _Node | None:
         return next((n for n in self._nodes.values() if n.node_id == node_id), None)
@@ -292,9 +323,6 @@ class RayExecutor:
     def _least_busy(self) -> _Node | None:
         nodes = list(self._nodes.values())
         return max(nodes, key=lambda n: len(n.devices) - len(n.trials)) if nodes else None
-
-    def _node_of(self, trial_id: int) -> _Node | None:
-        return next((n for n in self._nodes.values() if trial_id in n.trials), None)
 
     def acknowledge(self) -> None:
         for node in self._nodes.values():
@@ -330,13 +358,43 @@ class RayExecutor:
             events = self._ray.get(ref)
         except Exception as exc:          # the agent (or its node) died
             return self._lose(node, f"its agent died ({_first_line(exc)})")
+        return self._relayed(node, events)
+
+    def _relayed(self, node: _Node, events: list[Event]) -> list[Event]:
+        """The events of ``node`` as the study sees them: a spanning trial speaks through rank
+        0's node, ends when all its parts have, and fails once (its other parts cancelled)."""
+        out: list[Event] = []
         for event in events:
+            t = event.trial_id
+            if isinstance(event, (TrialFinished, TrialFailed)) and t is not None:
+                node.trials.discard(t)
+                node.unacked.discard(t)
+            span = self._spans.get(t) if t is not None else None
+            if span is not None:
+                event = self._span_event(span, node, event)     # type: ignore[assignment]
+                if event is None:
+                    continue
             if isinstance(event, ResultReported):
                 node.unacked.add(event.trial_id)
-            elif isinstance(event, (TrialFinished, TrialFailed)):
-                node.trials.discard(event.trial_id)
-                node.unacked.discard(event.trial_id)
-        return events
+            out.append(event)
+        return out
+
+    def _span_event(self, span: _Span, node: _Node, event: Event) -> Event | None:
+        t = event.trial_id
+        if not isinstance(event, (TrialFinished, TrialFailed)):
+            return event if node.node_id == span.primary else None
+        span.open.discard(node.node_id)
+        out: Event | None = None
+        if isinstance(event, TrialFailed) and not span.failed:
+            span.failed, out = True, event
+            for other in self._nodes.values():
+                if other.node_id in span.open and t in other.trials:
+                    other.actor.submit.remote(Cancel(t, f"a rank on node {node.node_id} failed"))
+        elif isinstance(event, TrialFinished) and not span.open and not span.failed:
+            out = event
+        if not span.open:
+            del self._spans[t]     # type: ignore[arg-type]
+        return out
 
     def worker_pids(self) -> dict[str, list[int]]:
         """Node id -> process ids of its live workers (diagnostics and tests)."""

@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from hypersack.core.trial import (Command, DeviceAdded, DeviceLost, Event, FailureCause,
+from hypersack.core.trial import (Command, DeviceAdded, DeviceLost, Event, FailureCause, Launch,
                                   TrialFailed, TrialStarted)
 
 __all__ = ["AgentSetup", "NodeAgent", "node_slots"]
@@ -114,6 +115,23 @@ class NodeAgent:
         except Exception as exc:       # a trial this node cannot run: a fact for the controller
             self._failed.append(TrialFailed(command.trial_id, f"node {self._node}: {exc}",
                                             cause=FailureCause.ERROR))
+
+    def submit_ranks(self, launch: Launch, trial_dir: str, keys: list[str], ranks: list[int],
+                     world: Any) -> None:
+        """Start some ranks of a data-parallel trial whose ranks span nodes (``world``: the
+        group's size and rank 0's host and port)."""
+        self._dirs[launch.trial_id] = trial_dir
+        try:
+            self._executor.launch_ranks(launch, keys, ranks, world)
+        except Exception as exc:
+            self._failed.append(TrialFailed(launch.trial_id, f"node {self._node}: {exc}",
+                                            cause=FailureCause.ERROR))
+
+    def free_port(self) -> int:
+        """A TCP port free on this node's interfaces (a spanning trial's rank-0 store)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            return int(s.getsockname()[1])
 
     def poll(self, timeout: float) -> list[Event]:
         events, self._failed = self._failed, []
