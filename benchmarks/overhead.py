@@ -24,12 +24,14 @@ Every database and run folder goes to a temporary directory that is deleted afte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import functools
 import json
 import logging
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -79,14 +81,15 @@ def _result(system: str, trials: int, wall_s: float, **extra: Any) -> dict[str, 
             "trials_per_s": round(trials / wall_s, 2) if wall_s > 0 else None, **extra}
 
 
-def _hypersack_once(tmp: Path, name: str, trials: int, reports: int, workers: int) -> tuple[float, dict]:
+def _hypersack_once(tmp: Path, name: str, trials: int, reports: int, workers: int | None,
+                    executor: str = "local") -> tuple[float, dict]:
     import hypersack
 
     db = tmp / "hypersack.db"
     t0 = time.perf_counter()
     study = hypersack.Study(name=name, space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
                             objective=("score", "max"), n_trials=trials, storage=db,
-                            workers=workers, seed=0)
+                            workers=workers, seed=0, executor=executor)
     run = study.run(functools.partial(hypersack_trial, reports=reports), if_exists="replace",
                     progress=False)
     wall = time.perf_counter() - t0
@@ -148,7 +151,9 @@ def bench_optuna(tmp: Path, trials: int, reports: int) -> list[dict[str, Any]]:
 
 
 def bench_ray(tmp: Path, trials: int, reports: int, cpu_per_trial: float,
-              reuse_actors: bool) -> list[dict[str, Any]]:
+              reuse_actors: bool, connected: bool = False) -> list[dict[str, Any]]:
+    """Ray Tune; ``connected``: on the cluster ray is connected to (left running), else on a
+    local Ray of os.cpu_count() CPUs started (and timed) here."""
     import ray
     from ray import tune
     try:
@@ -156,10 +161,11 @@ def bench_ray(tmp: Path, trials: int, reports: int, cpu_per_trial: float,
     except ImportError:   # pragma: no cover - older Ray
         from ray.train import RunConfig
 
-    cpus = os.cpu_count() or 1
+    cpus = int(ray.cluster_resources().get("CPU", 1)) if connected else os.cpu_count() or 1
     t0 = time.perf_counter()
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.WARNING)
+    if not connected:
+        ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING)
     init_s = time.perf_counter() - t0
     try:
         tuner = tune.Tuner(
@@ -172,7 +178,8 @@ def bench_ray(tmp: Path, trials: int, reports: int, cpu_per_trial: float,
         grid = tuner.fit()
         fit_s = time.perf_counter() - t1
     finally:
-        ray.shutdown()
+        if not connected:
+            ray.shutdown()
     errors = grid.num_errors
     iterations = sum(int(r.metrics.get("training_iteration", 0)) for r in grid if r.metrics)
     check = {"results": len(grid), "errors": errors, "reports": iterations}
@@ -190,6 +197,60 @@ def bench_ray(tmp: Path, trials: int, reports: int, cpu_per_trial: float,
     ]
 
 
+@contextlib.contextmanager
+def local_ray_cluster(nodes: int, cpus_per_node: int):
+    """A Ray cluster of ``nodes`` raylets on this machine (dashboard off, its own temp folder),
+    the driver connected; shut down (its processes only) on exit."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    folder = tempfile.mkdtemp(prefix="hsray", dir="/tmp")     # short: Ray's socket paths
+    saved = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = folder
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": cpus_per_node, "num_gpus": 0, "include_dashboard": False})
+    try:
+        for _ in range(nodes - 1):
+            cluster.add_node(num_cpus=cpus_per_node)
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def bench_ray_backend(tmp: Path, args: argparse.Namespace, workers: int) -> list[dict[str, Any]]:
+    """HyperSack's Ray executor on a local cluster of ``--ray-nodes`` raylets, against the local
+    executor (``workers`` processes: as many trial slots as the cluster's CPUs), in alternating
+    rounds (local, ray, local, ray, ...), then Ray Tune on the same cluster."""
+    import ray
+    cpus_per_node = max(1, workers // args.ray_nodes)
+    rows: list[dict[str, Any]] = []
+    with local_ray_cluster(args.ray_nodes, cpus_per_node):
+        for r in range(args.rounds):
+            for backend in ("local", "ray"):
+                wall, check = _hypersack_once(tmp, f"overhead-{backend}-{r}", args.trials,
+                                              args.reports, None if backend == "ray" else
+                                              cpus_per_node * args.ray_nodes, executor=backend)
+                rows.append(_result(f"hypersack {backend} executor (round {r + 1})", args.trials,
+                                    wall, reports_per_s=round(args.trials * args.reports / wall, 1),
+                                    note=(f"{args.ray_nodes} Ray nodes x {cpus_per_node} CPU, agents "
+                                          "started and ended in the run" if backend == "ray" else
+                                          f"{cpus_per_node * args.ray_nodes} workers"), check=check))
+        if not args.skip_ray:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                rows += bench_ray(tmp, args.ray_trials, args.reports, args.ray_cpu_per_trial,
+                                  args.ray_reuse_actors, connected=True)
+        rows.append({"system": "ray version", "version": ray.__version__})
+    return rows
+
+
 # ---- the command ----------------------------------------------------------------------------
 
 
@@ -202,6 +263,8 @@ def machine_info() -> dict[str, Any]:
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'system':<34} {'trials':>6} {'wall s':>8} {'trials/s':>9}  notes")
     for r in rows:
+        if "trials" not in r and "error" not in r:
+            continue
         if "error" in r:
             print(f"{r['system']:<34} {'-':>6} {'-':>8} {'-':>9}  FAILED: {r['error']}")
             continue
@@ -209,6 +272,34 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         if "init_s" in r:
             notes += f" (ray.init {r['init_s']:.2f} s)"
         print(f"{r['system']:<34} {r['trials']:>6} {r['wall_s']:>8.2f} {r['trials_per_s']:>9.1f}  {notes}")
+
+
+def _other_systems(tmp: Path, args: argparse.Namespace, skipped: dict[str, str]) -> list[dict[str, Any]]:
+    """Optuna and Ray Tune on this machine (each skipped with its reason where asked or missing)."""
+    rows: list[dict[str, Any]] = []
+    if args.skip_optuna:
+        skipped["optuna"] = "--skip-optuna"
+    else:
+        try:
+            import optuna  # noqa: F401
+        except ImportError:
+            skipped["optuna"] = "not installed (pip install optuna)"
+        else:
+            rows += bench_optuna(tmp, args.trials, args.reports)
+    if args.skip_ray:
+        skipped["ray"] = "--skip-ray"
+        return rows
+    try:
+        import ray  # noqa: F401
+        from ray import tune  # noqa: F401
+    except ImportError:
+        skipped["ray"] = "not installed (pip install 'ray[tune]')"
+        return rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows += bench_ray(tmp, args.ray_trials, args.reports, args.ray_cpu_per_trial,
+                          args.ray_reuse_actors)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="TuneConfig(reuse_actors=True) (Ray's default is False)")
     p.add_argument("--skip-optuna", action="store_true")
     p.add_argument("--skip-ray", action="store_true")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="ray: HyperSack's Ray executor on a local cluster of --ray-nodes raylets "
+                        "against its local executor (alternating --rounds), and Ray Tune on "
+                        "that cluster")
+    p.add_argument("--ray-nodes", type=int, default=2, help="raylets of the --backend ray cluster")
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds with --backend ray")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     args = p.parse_args(argv)
     if args.trials < 1 or args.reports < 1 or args.ray_trials < 1:
@@ -237,31 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     skipped: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="hypersack-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        rows += bench_hypersack(tmp, args.trials, args.reports, workers)
-
-        if args.skip_optuna:
-            skipped["optuna"] = "--skip-optuna"
+        if args.backend == "ray":
+            rows += bench_ray_backend(tmp, args, workers)
         else:
-            try:
-                import optuna  # noqa: F401
-            except ImportError:
-                skipped["optuna"] = "not installed (pip install optuna)"
-            else:
-                rows += bench_optuna(tmp, args.trials, args.reports)
-
-        if args.skip_ray:
-            skipped["ray"] = "--skip-ray"
-        else:
-            try:
-                import ray  # noqa: F401
-                from ray import tune  # noqa: F401
-            except ImportError:
-                skipped["ray"] = "not installed (pip install 'ray[tune]')"
-            else:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    rows += bench_ray(tmp, args.ray_trials, args.reports, args.ray_cpu_per_trial,
-                                      args.ray_reuse_actors)
+            rows += bench_hypersack(tmp, args.trials, args.reports, workers)
+            rows += _other_systems(tmp, args, skipped)
 
     print()
     print_table(rows)

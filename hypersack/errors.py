@@ -107,3 +107,8 @@ class StorageFullError(StorageError):
 
 class StorageCorruptError(StorageError):
     """The study store's file is damaged or is not a HyperSack store."""
+
+
+class ClusterError(HyperSackError):
+    """The cluster an executor was pointed at cannot run the study (unreachable, a node that
+    cannot serve it); raised before any trial starts."""

@@ -111,6 +111,10 @@ class Study:
       "rr", "slaq", "fifo") or ``{"policy": ..., "quantum_s": ..., "growth": ...,
       "max_quantum_s": ..., "max_jobs_per_device": ..., "metric": ...}``
       (``hypersack.core.timesharing``). Trials must report with a checkpoint to be preempted.
+    - ``executor``: "local" (this machine), "ray" (a local Ray started and stopped by the run),
+      or ``{"backend": "ray", "address": "auto" | "host:port" | "ray://host:port",
+      "runtime_env": {...}}`` (README "Running on a Ray cluster"; ``pip install
+      'hypersack[ray]'``).
     """
 
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
@@ -123,7 +127,8 @@ class Study:
                  resources: Mapping[str, Any] | None = None, execution: str = "separate",
                  pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False,
                  durability: str = "power",
-                 time_sharing: str | Mapping[str, Any] | None = None):
+                 time_sharing: str | Mapping[str, Any] | None = None,
+                 executor: str | Mapping[str, Any] = "local"):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -134,7 +139,8 @@ class Study:
             objective=Objective.parse(objective), budget=Budget(n_trials, time_budget_s),
             trainable=TrainableRef.storable_name(trainable) if trainable is not None else None,
             algorithm=algorithm_spec, seed=seed,
-            executor=ExecutorOptions(workers, max_retries, trial_timeout_s), max_steps=max_steps,
+            executor=ExecutorOptions(workers, max_retries, trial_timeout_s,
+                                     **_backend_options(executor)), max_steps=max_steps,
             placement=placement,
             oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
             resources=Resources.from_dict(resources), execution=execution,
@@ -247,6 +253,11 @@ class Study:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
         study_dir = ensure_private_dir(store.study_dir(row), root=store.artifacts_root)
         store.set_durability(self.spec.durability)
+        if self.spec.executor.backend == "ray":
+            from hypersack.runtime.executors.ray import drive_on_ray
+            return drive_on_ray(self.spec, controller, store, row, ref, plan, study_dir,
+                                self.storage_path, make_progress(self.name, self.spec.steps_for,
+                                                                 progress))
         # The job history shares the store's connection: its profiles join each turn's commit.
         with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
@@ -286,6 +297,21 @@ class Study:
     def results(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         with Storage(self.storage_path, readonly=True) as store:
             return store.load_results(store.get_study(self.name).study_id, trial_id)
+
+
+def _backend_options(executor: Any) -> dict[str, Any]:
+    """The ``executor`` argument as ExecutorOptions fields (backend, address, runtime_env)."""
+    if isinstance(executor, str):
+        return {"backend": executor}
+    if not isinstance(executor, Mapping):
+        raise ConfigError("executor", executor, "must be 'local', 'ray' or a mapping "
+                          "{backend, address, runtime_env}")
+    known = {"backend", "address", "runtime_env"}
+    for key in executor:
+        if key not in known:
+            raise ConfigError(f"executor.{key}", executor[key],
+                              f"is not a known field (known: {', '.join(sorted(known))})")
+    return dict(executor)
 
 
 def _remove_run_folder(folder: Path) -> None:

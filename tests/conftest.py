@@ -51,3 +51,14 @@ def fake_mps(tmp_path, monkeypatch):
     def calls() -> list[dict]:
         return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
     return calls
+
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real local Ray cluster of two raylets (1 CPU and 2 fake GPUs each; see
+    ``ray_helpers.local_cluster``), shared by a test module; the driver is connected."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hypersack[ray]')")
+    from ray_helpers import local_cluster
+    with local_cluster(num_cpus=1, num_gpus=2) as cluster:
+        yield cluster

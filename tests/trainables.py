@@ -134,3 +134,19 @@ def decaying(config, ctx):
         loss = config.get("l0", 5.0) * math.exp(-step / config["tau"]) * (1.0 + 0.01 * rng.normal())
         state = {"step": step, "rng": rng.bit_generator.state}
         ctx.report(step, checkpoint=state, loss=loss, start=start)
+
+
+def sums_over_ranks(config, ctx):
+    """``steps`` steps; each all-reduces a 1 per rank (gloo), so ``summed`` = the ranks that met."""
+    state = ctx.restore() or {"step": 0}
+    for step in range(state["step"] + 1, config.get("steps", 2) + 1):
+        summed = 1
+        if ctx.world.size > 1:
+            import torch
+            import torch.distributed as dist
+            ones = torch.ones(1)
+            dist.all_reduce(ones)
+            summed = int(ones.item())
+        state["step"] = step
+        ctx.checkpoint(state)
+        ctx.report(step, score=float(step), world=ctx.world.size, summed=summed)

@@ -168,8 +168,15 @@ class Allocator:
 
     # ---- elasticity -------------------------------------------------------------------------
 
-    def add_device(self, node_id: str, gpu: Any) -> None:
-        cluster = self.cluster.with_gpu(node_id, gpu)
+    def add_device(self, node_id: str, gpu: Any, node_cpus: float | None = None) -> None:
+        """Add ``gpu`` to node ``node_id``; a node not in the inventory joins it with
+        ``node_cpus`` cores (ConfigError from the cluster when that is not given)."""
+        cluster = self.cluster
+        if node_cpus is not None and all(n.id != node_id for n in self.inventory.nodes):
+            from hypersack.core.placement import Node
+            self.inventory = self.inventory.with_node(Node(node_id, node_cpus))
+            cluster = cluster.with_node(Node(node_id, node_cpus))
+        cluster = cluster.with_gpu(node_id, gpu)
         self.inventory = self.inventory.with_gpu(node_id, gpu)
         self._set_load(cluster)
 

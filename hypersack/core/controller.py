@@ -367,7 +367,7 @@ class Controller:
         if self.allocator is None:
             return
         if isinstance(event, DeviceAdded):
-            self.allocator.add_device(event.node_id, event.gpu)
+            self.allocator.add_device(event.node_id, event.gpu, event.node_cpus)
             if self.shared is not None:
                 self.shared.add_device(event.node_id, str(event.gpu.id))
         else:

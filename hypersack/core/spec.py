@@ -14,8 +14,8 @@ from hypersack.core.objective import Objective
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
 from hypersack.errors import ConfigError
-from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_integer, check_name, check_number,
-                                  check_plain_data, check_text, is_integer)
+from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_choice, check_integer, check_name,
+                                  check_number, check_plain_data, check_text, is_integer)
 
 __all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTION_MODES",
            "check_resumable"]
@@ -51,14 +51,21 @@ def check_fields(section: str, given: Mapping[str, Any], allowed: set[str],
 
 @dataclass(frozen=True)
 class ExecutorOptions:
-    """``workers``: parallel trial slots (None: one per GPU, else one per CPU core).
-    ``max_retries``: relaunches of a trial whose worker process died.
-    ``trial_timeout_s``: a trial running longer is killed and FAILED."""
+    """``workers``: parallel trial slots (None: one per GPU, else one per CPU core; on Ray: per
+    node). ``max_retries``: relaunches of a trial whose worker process died.
+    ``trial_timeout_s``: a trial running longer is killed and FAILED.
+    ``backend``: "local" (this machine) or "ray" (every node of a Ray cluster).
+    ``address`` (Ray only): None starts a local Ray for the run and stops it after; "auto" joins
+    the cluster this machine belongs to; "host:port" (a head's GCS) or "ray://host:port" (Ray
+    Client) joins that one. ``runtime_env`` (Ray only): passed to ``ray.init`` as it is."""
     workers: int | None = None
     max_retries: int = 2
     trial_timeout_s: float | None = None
+    backend: str = "local"
+    address: str | None = None
+    runtime_env: dict[str, Any] | None = None
 
-    _FIELDS = {"workers", "max_retries", "trial_timeout_s"}
+    _FIELDS = {"workers", "max_retries", "trial_timeout_s", "backend", "address", "runtime_env"}
 
     def __post_init__(self) -> None:
         if self.workers is not None:
@@ -67,6 +74,16 @@ class ExecutorOptions:
         if self.trial_timeout_s is not None:
             check_number("executor.trial_timeout_s", self.trial_timeout_s, low=0.0, low_open=True,
                          high=MAX_SECONDS, hint="(seconds)")
+        check_choice("executor.backend", self.backend, BACKENDS)
+        if self.address is not None:
+            _check_ray_only("executor.address", self.address, self.backend)
+            _check_address(self.address)
+        if self.runtime_env is not None:
+            _check_ray_only("executor.runtime_env", self.runtime_env, self.backend)
+            if not isinstance(self.runtime_env, Mapping):
+                raise ConfigError("executor.runtime_env", self.runtime_env,
+                                  "must be a mapping (Ray's runtime_env)")
+            check_plain_data("executor.runtime_env", dict(self.runtime_env))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "ExecutorOptions":
@@ -75,8 +92,32 @@ class ExecutorOptions:
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"workers": self.workers, "max_retries": self.max_retries,
-                "trial_timeout_s": self.trial_timeout_s}
+        out: dict[str, Any] = {"workers": self.workers, "max_retries": self.max_retries,
+                               "trial_timeout_s": self.trial_timeout_s}
+        if self.backend != "local":      # a local study's stored form is unchanged
+            out.update(backend=self.backend, address=self.address,
+                       runtime_env=dict(self.runtime_env) if self.runtime_env else None)
+        return out
+
+
+BACKENDS = ("local", "ray")
+_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.\-\[\]:]{1,253}:[0-9]{1,5}")
+
+
+def _check_ray_only(field: str, value: Any, backend: str) -> None:
+    if backend != "ray":
+        raise ConfigError(field, value, f"is set while executor.backend is {backend!r} (it is "
+                          "an option of backend: ray)")
+
+
+def _check_address(address: Any) -> None:
+    """"auto", "host:port" or "ray://host:port" (the port in 1-65535)."""
+    if address == "auto":
+        return
+    if not isinstance(address, str) or not _ADDRESS.fullmatch(address) \
+            or not 0 < int(address.rsplit(":", 1)[1]) < 65536:
+        raise ConfigError("executor.address", address, "must be null (start a local Ray), "
+                          "'auto', 'host:port' or 'ray://host:port'")
 
 
 @dataclass(frozen=True)

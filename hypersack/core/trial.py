@@ -109,10 +109,12 @@ class TrialProfiled:
 
 @dataclass(frozen=True)
 class DeviceAdded:
-    """A device joined the inventory (``gpu`` is a ``hypersack.placement.GPU``)."""
+    """A device joined the inventory (``gpu`` is a ``hypersack.placement.GPU``). ``node_cpus``:
+    the host cores of its node, for a node the inventory does not have yet (a joining machine)."""
     node_id: str
     gpu: Any
     trial_id: None = None
+    node_cpus: float | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event, TrialFailed, TrialProfiled, TrialRecord
 from hypersack.runtime.devices import Slot, default_slots, slots_cluster
 
-__all__ = ["Machine", "prepare_machine"]
+__all__ = ["Machine", "prepare_driver", "prepare_machine", "prepare_node"]
 
 log = logging.getLogger(__name__)
 
@@ -271,3 +271,35 @@ def _model_keys(spec: StudySpec) -> list[str]:
     keys = [name for name in spec.space if isinstance(spec.space[name], (Categorical, Constant, Int))
             and name != "batch_size"]
     return sorted(keys)
+
+
+# ---- the two halves, for executors that span machines (Ray) -----------------------------------
+
+@contextlib.contextmanager
+def prepare_node(spec: StudySpec, study_dir: Path, *, slots: list[Slot] | None = None,
+                 nvml: Any = None) -> Iterator[Machine]:
+    """One node's devices and services (MPS, NVML monitor), without the job history: what a
+    node agent of a multi-machine executor runs (the driver keeps the history,
+    ``prepare_driver``). Same rules as ``prepare_machine``; the node id in ``cluster`` and in
+    device events is "local" (the caller renames it)."""
+    with contextlib.ExitStack() as stack:
+        machine = _devices(spec, slots, nvml)
+        if _shares_gpus(spec, machine):
+            _start_mps(machine, study_dir, stack)
+        if any(s.gpu is not None for s in machine.slots) and slots is None:
+            _start_monitor(machine, nvml, stack)
+        yield machine
+
+
+@contextlib.contextmanager
+def prepare_driver(spec: StudySpec, cluster: Any, storage_path: Path, *, trainable_name: str,
+                   fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
+    """The driver's half for an executor whose devices are elsewhere: ``cluster`` (the
+    inventory the executor found) with the job history's demand and observers, and fused
+    members' demand, as ``prepare_machine`` gives them. ``slots`` is empty."""
+    with contextlib.ExitStack() as stack:
+        machine = Machine([], cluster)
+        _attach_history(machine, spec, storage_path, trainable_name, stack)
+        if fuses is not None:
+            _fused_demand(machine, spec, fuses)
+        yield machine

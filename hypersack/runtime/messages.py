@@ -86,11 +86,13 @@ class Pipe:
 
 @dataclass(frozen=True)
 class WorldSpec(Message):
-    """A data-parallel trial's group: ``size`` ranks, this one ``rank``, rank 0's store ``port``."""
+    """A data-parallel trial's group: ``size`` ranks, this one ``rank``, rank 0's store at
+    ``host``:``port`` (this machine's loopback, or rank 0's node when ranks span machines)."""
     tag: ClassVar[str] = "world"
     size: int = 1
     rank: int = 0
     port: int | None = None
+    host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)

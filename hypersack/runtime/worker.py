@@ -216,7 +216,7 @@ def _join_world(world: WorldSpec, device: str):
     rank = world.rank
     backend = dist_backend(device)
     timeout = datetime.timedelta(seconds=300)
-    store = dist.TCPStore("127.0.0.1", int(world.port or 0), size, is_master=rank == 0,
+    store = dist.TCPStore(world.host, int(world.port or 0), size, is_master=rank == 0,
                           timeout=timeout)
     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
     calls = [0]

@@ -1,5 +1,5 @@
-"""The Executor contract, run against every executor (local processes, the simulator; Ray
-joins later): what the loop may rely on, whatever carries the trials."""
+"""The Executor contract, run against every executor (local processes, the simulator, Ray on a
+real local cluster of two raylets): what the loop may rely on, whatever carries the trials."""
 from __future__ import annotations
 
 import time
@@ -69,10 +69,28 @@ def _sim(tmp_path) -> Backend:
     return Backend(make, {"bs": 64, "lr": 0.01}, 4)
 
 
-@pytest.fixture(params=["local", "sim"])
+def _ray(tmp_path) -> Backend:
+    from hypersack.runtime.executors.ray import AgentSetup, RayExecutor, driver_paths
+    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.study import Study
+
+    spec = Study({"x": 0.5}, ("score", "max"), n_trials=1).spec
+    paths, cwd = driver_paths()
+    setup = AgentSetup(spec, str(tmp_path), TrainableRef.of("trainables:checkpointing"), "score",
+                       profile=False, sys_path=paths, cwd=cwd)
+
+    def make() -> Any:
+        return RayExecutor(setup, trial_dir=lambda t: tmp_path / f"trial-{t}")
+    return Backend(make, {"x": 0.5, "steps": 4, "sleep": 0.05}, 4)
+
+
+@pytest.fixture(params=["local", "sim", pytest.param("ray", marks=[pytest.mark.ray,
+                                                                    pytest.mark.slow])])
 def backend(request, tmp_path):
     made: list[Any] = []
-    factory = {"local": _local, "sim": _sim}[request.param](tmp_path)
+    if request.param == "ray":
+        request.getfixturevalue("ray_cluster")
+    factory = {"local": _local, "sim": _sim, "ray": _ray}[request.param](tmp_path)
     original = factory.make
 
     def make() -> Any:

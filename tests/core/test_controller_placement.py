@@ -184,6 +184,15 @@ def test_lost_device_requeues_its_trial_without_charging_a_retry_and_a_new_one_g
     assert moved.trial_id == on_g0 and moved.devices == (("n0", "g2"),)
 
 
+def test_a_device_of_a_joining_node_brings_the_node_with_its_cores():
+    c = make(Scripted(limit=3), n=1, trials=3)
+    (first,) = c.launches(now=0.0)
+    c.handle(DeviceAdded("n1", GPU("g0", "H100", 80.0), node_cpus=8), 1.0)
+    (second,) = c.launches(now=1.0)
+    assert second.devices == (("n1", "g0"),)
+    assert [n.cpus for n in c.allocator.inventory.nodes if n.id == "n1"] == [8]
+
+
 def test_an_algorithm_that_keeps_naming_the_same_promotion_does_not_hang_the_study():
     class Sticky(Scripted):
         def promote(self):

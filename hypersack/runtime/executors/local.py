@@ -13,12 +13,13 @@ so its process releases the device's memory, and a fresh warm worker takes its p
 """
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from hypersack.core.routing import first_free_device, warm_workers
 from hypersack.core.timeouts import straggling
@@ -171,14 +172,20 @@ class LocalExecutor:
 
     def _launch(self, launch: Launch) -> None:
         keys = [gpu for _, gpu in launch.devices] or [self._any_free_slot(launch.trial_id)]
+        port = _free_port() if len(keys) > 1 else None
+        self.launch_ranks(launch, keys, list(range(len(keys))), WorldSpec(len(keys), 0, port))
+
+    def launch_ranks(self, launch: Launch, keys: list[str], ranks: list[int],
+                     world: WorldSpec) -> None:
+        """Start the ranks ``ranks`` of ``launch``, one on each device of ``keys``, in the group
+        ``world`` (its size, rank 0's host and port). The trial's other ranks, if any, run
+        elsewhere (an executor spanning machines); this executor reports its own ranks only."""
         workers = [self._pool.take(self._slot(key, launch.trial_id), launch.compute_share)
                    for key in keys]
         self._jobs[launch.trial_id] = _Job(launch.trial_id, workers)
-        port = _free_port() if len(workers) > 1 else None
-        for rank, worker in enumerate(workers):
+        for rank, worker in zip(ranks, workers):
             worker.trial_id, worker.rank = launch.trial_id, rank
-            world = WorldSpec(len(workers), rank, port)
-            worker.send(RunTrial(self._task(launch, worker, world)))
+            worker.send(RunTrial(self._task(launch, worker, dataclasses.replace(world, rank=rank))))
             worker.has_trainable = True
 
     def _task(self, launch: Launch, worker: Worker, world: WorldSpec) -> TrialTask:
@@ -201,14 +208,17 @@ class LocalExecutor:
             raise RuntimeError(f"no free slot for trial {trial_id}")   # a loop bug, not user input
         return key
 
-    def acknowledge(self) -> None:
-        """Ack each waiting report; a plain trial's ack carries its next decision point (the
-        ``decision_step`` given), below which its worker need not wait (pipelining)."""
+    def acknowledge(self, trial_ids: Iterable[int] | None = None) -> None:
+        """Ack the waiting reports (``trial_ids``: only these; an executor that relays this
+        one's events acknowledges exactly the results it has seen). A plain trial's ack
+        carries its next decision point (the ``decision_step`` given), below which its worker
+        need not wait (pipelining)."""
         step = self._decision_step
-        for trial_id, worker in self._awaiting.items():
+        chosen = list(self._awaiting) if trial_ids is None else [t for t in trial_ids if t in self._awaiting]
+        for trial_id in chosen:
+            worker = self._awaiting.pop(trial_id)
             free = step(trial_id) if step is not None and trial_id in self._jobs else 0
             worker.send(Ack(trial_id, free))
-        self._awaiting = {}
 
     # ---- events ----------------------------------------------------------------------------
 
