@@ -255,8 +255,9 @@ class Study:
         store.set_durability(self.spec.durability)
         if self.spec.executor.backend == "ray":
             from hypersack.runtime.executors.ray import drive_on_ray
+            # The job history shares the store's connection here too (one commit per turn).
             return drive_on_ray(self.spec, controller, store, row, ref, plan, study_dir,
-                                self.storage_path, make_progress(self.name, self.spec.steps_for,
+                                store, make_progress(self.name, self.spec.steps_for,
                                                                  progress))
         # The job history shares the store's connection: its profiles join each turn's commit.
         with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,

@@ -292,7 +292,7 @@ def prepare_node(spec: StudySpec, study_dir: Path, *, slots: list[Slot] | None =
 
 
 @contextlib.contextmanager
-def prepare_driver(spec: StudySpec, cluster: Any, storage_path: Path, *, trainable_name: str,
+def prepare_driver(spec: StudySpec, cluster: Any, storage_path: Any, *, trainable_name: str,
                    fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
     """The driver's half for an executor whose devices are elsewhere: ``cluster`` (the
     inventory the executor found) with the job history's demand and observers, and fused

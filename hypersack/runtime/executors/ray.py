@@ -466,9 +466,10 @@ def driver_paths() -> tuple[tuple[str, ...], str]:
 
 
 def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: Any, plan: Any,
-                 study_dir: Path, storage_path: Path, progress: Any) -> Any:
+                 study_dir: Path, storage_path: Any, progress: Any) -> Any:
     """Run one study on Ray (``Study.run``'s ``backend: ray`` branch): connect (or start a local
-    Ray), start the agents (errors before any trial), then the ordinary loop."""
+    Ray), start the agents (errors before any trial), then the ordinary loop. ``storage_path``:
+    the store's file or the open store (the job history then shares its connection)."""
     from hypersack.runtime.loop import run_loop
     from hypersack.runtime.machine import prepare_driver
     with ray_session(spec.executor.address, spec.executor.runtime_env):
