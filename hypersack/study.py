@@ -28,7 +28,7 @@ from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
-from hypersack.errors import ConfigError, TrainableError
+from hypersack.errors import ConfigError, HyperSackError, TrainableError
 from hypersack.runtime import queries
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.machine import prepare_machine
@@ -244,8 +244,13 @@ class Study:
                 device_events=machine.device_events, packs=plan,
                 unsafe_checkpoints=self.spec.unsafe_checkpoints)
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
-            return run_loop(controller, executor, store, row, observers=machine.observers,
-                            progress=make_progress(self.name, self.spec.steps_for, progress))
+            sink = _SampleSink(store, row.study_id, machine.samples)
+            try:
+                return run_loop(controller, executor, store, row,
+                                observers=[*machine.observers, sink.observe],
+                                progress=make_progress(self.name, self.spec.steps_for, progress))
+            finally:
+                sink.flush(quiet=True)
 
     def _pick_trainable(self, trainable: Trainable | None) -> Trainable:
         chosen = trainable if trainable is not None else self._trainable
@@ -268,6 +273,33 @@ class Study:
     def results(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         with Storage(self.storage_path, readonly=True) as store:
             return store.load_results(store.get_study(self.name).study_id, trial_id)
+
+
+class _SampleSink:
+    """Writes the monitor's GPU utilisation samples to the store from the loop's thread: at an
+    event at most every ``every_s`` seconds, and once at the end of the run."""
+
+    def __init__(self, store: Storage, study_id: int, take: Callable[[], list] | None,
+                 every_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.store, self.study_id, self.take = store, study_id, take
+        self.every_s, self.clock = every_s, clock
+        self._last = clock()
+
+    def observe(self, event: Any) -> None:
+        if self.take is not None and self.clock() - self._last >= self.every_s:
+            self.flush()
+
+    def flush(self, quiet: bool = False) -> None:
+        """Store what the monitor took since the last flush; ``quiet``: a storage fault is
+        dropped (the run's own error, if any, is the one to see)."""
+        if self.take is None:
+            return
+        self._last = self.clock()
+        try:
+            self.store.save_samples(self.study_id, self.take())
+        except HyperSackError:
+            if not quiet:
+                raise
 
 
 def _remove_run_folder(folder: Path) -> None:

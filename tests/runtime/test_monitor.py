@@ -166,3 +166,16 @@ def test_bad_arguments_are_config_errors():
         DeviceMonitor(source, "n", interval_s=0)
     with pytest.raises(ConfigError, match="misses_to_lose"):
         DeviceMonitor(source, "n", misses_to_lose=0)
+
+
+def test_take_samples_hands_each_sample_over_once():
+    fake, monitor = setup(n=2)
+    uuid = fake.devices[1].uuid
+    fake.set_load(uuid, utilization=40, memory_used_gb=2, processes={1: None})
+    monitor.poll()
+    taken = monitor.take_samples()
+    assert [(node, gpu) for node, gpu, _ in taken] == [("node0", "gpu0"), ("node0", "gpu1")]
+    assert taken[1][2].utilization == 40 and taken[1][2].processes == 1
+    assert monitor.take_samples() == []
+    monitor.poll()
+    assert len(monitor.take_samples()) == 2
