@@ -44,6 +44,7 @@ class SimResult:
     unvalidated: list[str]
     executor: SimExecutor | None = field(repr=False, default=None)
     controller: Controller | None = field(repr=False, default=None)
+    store: MemoryStore | None = field(repr=False, default=None)   # its trials, results, stays
 
     @property
     def sim_per_wall(self) -> float:
@@ -56,9 +57,11 @@ class SimResult:
             "device_failures", "wall_s", "unvalidated")} | {"sim_per_wall": self.sim_per_wall}
 
 
-def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -> SimResult:
+def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True,
+             keep_results: bool = False) -> SimResult:
     """Run ``scenario`` once with placement ``policy`` (a name or ``{policy: hay, w_frag: ..}``;
-    default: the scenario's)."""
+    default: the scenario's). ``keep_results``: the store keeps every reported result (for a
+    report's learning curves)."""
     policy = policy or scenario.policy
     spec = scenario.study
     executor = SimExecutor(scenario.cluster, scenario.perf, scenario.curves,
@@ -68,7 +71,7 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -
                             max_retries=scenario.max_retries, now=executor.clock.now,
                             trial_timeout_s=spec.executor.trial_timeout_s)
     controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
-    store = MemoryStore()
+    store = MemoryStore(keep_results=keep_results)
     started = time.perf_counter()
     run_loop(controller, executor, store, SimStudyRow(1, scenario.name), clock=executor.clock)
     wall = time.perf_counter() - started
@@ -94,7 +97,7 @@ def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: 
         trials=len(controller.trials), states=states, reports=store.result_count,
         events=len(executor.log) if executor.log is not None else -1,
         device_failures=sum(1 for c in scenario.changes if c.gpu is None and c.at <= makespan),
-        wall_s=wall, unvalidated=unvalidated, executor=executor, controller=controller)
+        wall_s=wall, unvalidated=unvalidated, executor=executor, controller=controller, store=store)
 
 
 def _makespan(executor: SimExecutor) -> float:
