@@ -270,6 +270,20 @@ class Study:
         with Storage(self.storage_path, readonly=True) as store:
             return queries.status(store, self.name)
 
+    def trials_dataframe(self) -> Any:
+        """The trials as a pandas DataFrame, as Optuna's: ``number``, ``value``,
+        ``datetime_start``, ``datetime_complete``, ``duration``, ``params_*``, ``state``,
+        ``metrics_*`` (the last report's), ``last_step``, ``attempts``, ``retries``, ``error``
+        (see ``hypersack.report.frame``). Needs pandas (``pip install hypersack[report]``)."""
+        from hypersack.report.frame import trials_dataframe
+        with Storage(self.storage_path, readonly=True) as store:
+            return trials_dataframe(store, self.name)
+
+    def report(self, path: str | Path = "report.html") -> Path:
+        """Write the study's HTML report (``hypersack report``); returns its absolute path."""
+        from hypersack.report import build_report
+        return build_report(self.storage_path, [self.name], path)
+
     def results(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         with Storage(self.storage_path, readonly=True) as store:
             return store.load_results(store.get_study(self.name).study_id, trial_id)

@@ -120,17 +120,20 @@
     for (var i = 0; i < L.trial.length; i++) {
       var row = L.device[i] + " #" + L.lane[i];
       rows[row] = [L.device[i], L.lane[i]];
-      var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: []});
+      var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: [], hover: []});
       g.base.push(L.start[i]); g.x.push(Math.max(L.end[i] - L.start[i], 1e-9)); g.y.push(row);
-      g.text.push("trial " + L.trial[i] + " attempt " + L.attempt[i] + " · " + fmt(L.share[i]) + "% · " + o + (L.pack[i] !== null ? " · pack " + L.pack[i] : ""));
+      g.text.push((L.pack[i] !== null ? "p" + L.pack[i] + ":" : "") + "t" + L.trial[i]);
+      g.hover.push("trial " + L.trial[i] + " attempt " + L.attempt[i] + " · " + fmt(L.share[i]) + "% of the device · " + o +
+        (L.pack[i] !== null ? " · pack " + L.pack[i] : "") + " · " + dur(L.start[i]) + " to " + dur(L.end[i]));
     }
     var names = Object.keys(rows).sort(function (a, b) {
       return rows[a][0] < rows[b][0] ? -1 : rows[a][0] > rows[b][0] ? 1 : rows[b][1] - rows[a][1];
     });
     var traces = Object.keys(byOutcome).map(function (o) {
       var g = byOutcome[o];
-      return {type: "bar", orientation: "h", name: o, x: g.x, base: g.base, y: g.y, text: g.text, hoverinfo: "text",
-        textposition: "none", marker: {color: OUTCOME_COLORS[o] || "#999", line: {width: 0.5, color: "#fff"}}};
+      return {type: "bar", orientation: "h", name: o, x: g.x, base: g.base, y: g.y, text: L.trial.length <= 3000 ? g.text : null,
+        hovertext: g.hover, hoverinfo: "text", textposition: "inside", insidetextanchor: "middle", textfont: {size: 9, color: "#fff"},
+        constraintext: "both", marker: {color: OUTCOME_COLORS[o] || "#999", line: {width: 0.5, color: "#fff"}}};
     });
     var h = Math.max(300, Math.min(1400, 60 + 14 * names.length));
     draw(div, traces, layout("GPU timeline: each trial's stays, one lane per co-located trial", {barmode: "overlay", height: h,
@@ -206,7 +209,7 @@
     var tbl = el("div", {"data-view": "table"});
     section.appendChild(tbl);
     return {best: chart(g1, "best"), curves: chart(g1, "curves"), parallel: chart(g2, "parallel"),
-      importance: chart(g2, "importance"), timeline: chart(charts, "timeline", true), occupancy: chart(charts, "occupancy"),
+      importance: chart(g2, "importance"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
       table: tbl, summary: section.querySelector("[data-view='summary']"), section: section};
   }
 
