@@ -38,7 +38,7 @@ def _page(title: str, body_script: str, subtitle: str) -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{html.escape(title)}</title>"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><link rel=\"icon\" href=\"data:,\">"
         f"<style>{_asset('report.css')}</style>"
         f"<script>{plotly_js()}</script>"
         f"<script>{_asset('report.js')}</script></head><body>"

@@ -9,6 +9,8 @@
     paused: "rgba(128,90,213,0.45)", running: "rgba(28,100,242,0.9)", failed: "rgba(229,62,62,0.5)",
     pending: "rgba(113,128,150,0.5)"};
   var CONFIG = {displaylogo: false, responsive: true};
+  // WebGL only where SVG would be slow: it costs seconds to start in a browser without a GPU.
+  function scatterType(n) { return n > 20000 ? "scattergl" : "scatter"; }
 
   function el(tag, attrs, children) {
     var e = document.createElement(tag);
@@ -62,7 +64,7 @@
 
   function bestChart(div, p) {
     var b = p.best, pts = p.points, traces = [
-      {type: "scattergl", mode: "markers", name: "trial value", x: pts.t, y: pts.v, text: pts.id.map(function (i) { return "trial " + i; }),
+      {type: scatterType(pts.t.length), mode: "markers", name: "trial value", x: pts.t, y: pts.v, text: pts.id.map(function (i) { return "trial " + i; }),
         marker: {size: 5, color: "rgba(49,130,206,0.45)"}},
       {type: "scatter", mode: "lines+markers", name: "best so far", x: b.t.concat(b.t.length ? [Math.max(p.now || 0, b.t[b.t.length - 1])] : []),
         y: b.v.concat(b.v.length ? [b.v[b.v.length - 1]] : []), line: {shape: "hv", color: "#c53030", width: 2},
@@ -86,12 +88,12 @@
     order.concat(Object.keys(groups).filter(function (k) { return order.indexOf(k) < 0; })).forEach(function (state) {
       var g = groups[state];
       if (!g) { return; }
-      traces.push({type: "scattergl", mode: "lines", name: state, x: g.x, y: g.y, text: g.text, connectgaps: false,
+      traces.push({type: scatterType(g.x.length), mode: "lines", name: state, x: g.x, y: g.y, text: g.text, connectgaps: false,
         line: {width: state === "running" ? 2.5 : 1, color: STATE_COLORS[state] || "#888"}});
     });
     Object.keys(ends).forEach(function (state) {
       var e = ends[state];
-      traces.push({type: "scattergl", mode: "markers", name: state + " here", x: e.x, y: e.y, text: e.text,
+      traces.push({type: scatterType(e.x.length), mode: "markers", name: state + " here", x: e.x, y: e.y, text: e.text,
         marker: {symbol: state === "pruned" ? "x" : "diamond", size: 7, color: OUTCOME_COLORS[state]}});
     });
     draw(div, traces, layout("Learning curves (" + p.curves.length + " trials)", {xaxis: {title: {text: "step"}}, yaxis: {title: {text: p.metric}}}));
@@ -244,11 +246,9 @@
 
   function render(root, payloads) {
     if (payloads.length > 1) { compareSection(root, payloads); }
-    var box = payloads.length > 1 ? el("div", {"class": "grid2"}) : root;
-    if (box !== root) { root.appendChild(box); }
     payloads.forEach(function (p) {
       var sec = el("section", {"class": "study", "data-study": p.name});
-      box.appendChild(sec);
+      root.appendChild(sec);
       drawStudy(studySection(sec, p), p);
     });
   }
