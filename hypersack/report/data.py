@@ -9,11 +9,12 @@ significant digits (the page draws them, nobody reads 17 digits), so 10,000 tria
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from hypersack.core.objective import Objective
 from hypersack.core.stays import Stay
@@ -26,14 +27,15 @@ _TRACEBACK_CHARS = 4000       # a traceback longer than this keeps its end (wher
 
 @dataclass
 class StudyData:
-    """One study's facts. ``results``: ``(trial_id, step, t, metrics)`` with ``t`` the wall
-    (or simulated) time of the report, None where unknown; ``trials``: ``queries.trial_dict``
-    rows plus ``info``; ``now``: where open stays end (a running study: the present)."""
+    """One study's facts. ``results``: ``(trial_id, step, t, value)`` of the objective's metric,
+    ``t`` the wall (or simulated) time of the report, None where unknown; ``trials``:
+    ``queries.trial_dict`` rows plus ``pack``; ``now``: where open stays end (a running study:
+    the present)."""
     name: str
     status: str
     objective: Objective
     trials: list[dict[str, Any]]
-    results: list[tuple[int, int, float | None, Mapping[str, Any]]]
+    results: list[tuple[int, int, float | None, Any]]
     stays: list[Stay]
     samples: list[dict[str, Any]] = field(default_factory=list)
     now: float | None = None
@@ -50,11 +52,11 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
         d = trial_dict(t)
         d["pack"] = t.info.get("pack")
         trials.append(d)
-    results = storage.load_result_times(row.study_id)
+    objective = Objective.parse(row.spec["objective"])
+    results = storage.load_metric(row.study_id, objective.metric)
     if now is None:
         now = time.time() if row.status == "running" else row.updated_at
-    return StudyData(name, row.status, Objective.parse(row.spec["objective"]), trials,
-                     results, storage.load_stays(row.study_id), storage.load_samples(row.study_id),
+    return StudyData(name, row.status, objective, trials, results, storage.load_stays(row.study_id), storage.load_samples(row.study_id),
                      now=now, source="store")
 
 
@@ -68,7 +70,8 @@ def from_simulation(result: Any, store: Any) -> StudyData:
         d = trial_dict(record)
         d["pack"] = record.info.get("pack")
         trials.append(d)
-    results = [(tid, step, None, m) for tid, step, m in store.results]
+    metric = controller.objective.metric
+    results = [(tid, step, None, m.get(metric)) for tid, step, m in store.results]
     return StudyData(result.scenario, "complete", controller.objective, trials, results,
                      store.load_stays(1), [], now=result.makespan_s, source="simulation",
                      extra={"policy": result.policy, "algorithm": result.algorithm,
@@ -82,6 +85,22 @@ def _r(x: float | None) -> float | None:
     return float(f"{x:.5g}")
 
 
+def _rs(xs: Sequence[Any], shift: float = 0.0) -> list[float | None]:
+    """``x - shift`` for each of ``xs`` to 5 significant digits, vectorised (None and
+    non-finite: None). k/10^d is the double nearest the decimal, so JSON prints it short."""
+    if not len(xs):
+        return []
+    a = np.array([np.nan if x is None else x for x in xs], dtype=float) - shift
+    ok = np.isfinite(a)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        digits = np.where(ok & (a != 0), 4 - np.floor(np.log10(np.abs(a))), 0.0)
+        digits = np.clip(digits, -300, 300)
+        up = np.round(a * 10.0 ** np.maximum(digits, 0)) / 10.0 ** np.maximum(digits, 0)
+        down = np.round(a / 10.0 ** np.maximum(-digits, 0)) * 10.0 ** np.maximum(-digits, 0)
+    out = np.where(digits >= 0, up, down).tolist()
+    return [v if good else None for v, good in zip(out, ok.tolist())]
+
+
 def _origin(data: StudyData) -> float:
     starts = [s.start for s in data.stays] + [t["started_at"] for t in data.trials if t["started_at"]]
     return min(starts) if starts else 0.0
@@ -90,7 +109,7 @@ def _origin(data: StudyData) -> float:
 def _reached_at(data: StudyData) -> dict[int, float]:
     """When each trial reached its current value: its end, else its last report's time."""
     last: dict[int, float] = {}
-    for trial_id, _step, t, _m in data.results:
+    for trial_id, _step, t, _v in data.results:
         if t is not None:
             last[trial_id] = t
     out = {}
@@ -114,7 +133,7 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
     stays = data.stays
     bars = series.lanes(stays, now + origin)
     occ = series.occupancy(stays, now + origin)
-    curves = series.learning_curves(((tid, step, m) for tid, step, _t, m in data.results), metric,
+    curves = series.learning_curves(((tid, step, v) for tid, step, _t, v in data.results),
                                     per_curve=per_curve, total=total_points)
     scores, method = series.importance([t["config"] for t in valued], [t["value"] for t in valued])
     return {
@@ -122,12 +141,11 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "source": data.source, "extra": data.extra, "now": _r(now),
         "summary": _summary(data, valued, occ, origin, now),
         "best": _columns(best, ("t", "v", "id"), origin=0.0),
-        "points": {"t": [_r(p[0]) for p in points], "v": [_r(p[1]) for p in points],
+        "points": {"t": _rs([p[0] for p in points]), "v": _rs([p[1] for p in points]),
                    "id": [p[2] for p in points]},
         "curves": _curves(curves, data),
         "lanes": _lanes(bars, origin),
-        "occupancy": {d: [[_r(t - origin) for t in ts], [_r(v) for v in vs]]
-                      for d, (ts, vs) in occ.items()},
+        "occupancy": {d: [_rs(ts, origin), _rs(vs)] for d, (ts, vs) in occ.items()},
         "utilization": _utilization(data.samples, origin),
         "importance": {"method": method, "scores": {k: _r(v) for k, v in scores.items()}},
         "parallel": _parallel(valued, metric),
@@ -160,51 +178,58 @@ def _columns(rows: list[tuple], names: tuple[str, ...], origin: float) -> dict[s
 
 def _curves(curves: Mapping[int, tuple[list[float], list[float]]], data: StudyData) -> list[dict]:
     state = {t["trial_id"]: t["state"] for t in data.trials}
-    return [{"id": tid, "state": state.get(tid, "running"), "x": [_r(x) for x in xs],
-             "y": [_r(y) for y in ys]} for tid, (xs, ys) in sorted(curves.items())]
+    ordered = sorted(curves.items())
+    flat = _rs([y for _tid, (_xs, ys) in ordered for y in ys])     # one vectorised rounding
+    out, at = [], 0
+    for tid, (xs, ys) in ordered:
+        out.append({"id": tid, "state": state.get(tid, "running"), "x": xs, "y": flat[at:at + len(ys)]})
+        at += len(ys)
+    return out
 
 
 def _lanes(bars: list[series.LaneBar], origin: float) -> dict[str, list]:
-    out: dict[str, list] = {k: [] for k in ("device", "lane", "start", "end", "trial", "attempt",
-                                             "outcome", "pack", "share")}
-    for b in bars:
-        s = b.stay
-        for k, v in (("device", b.device), ("lane", b.lane), ("start", _r(b.start - origin)),
-                     ("end", _r(b.end - origin)), ("trial", s.trial_id), ("attempt", s.attempt),
-                     ("outcome", s.outcome.value if s.outcome else "running"),
-                     ("pack", None if s.pack is None else str(s.pack)), ("share", _r(s.share))):
-            out[k].append(v)
-    return out
+    stays = [b.stay for b in bars]
+    return {"device": [b.device for b in bars], "lane": [b.lane for b in bars],
+            "start": _rs([b.start for b in bars], origin), "end": _rs([b.end for b in bars], origin),
+            "trial": [s.trial_id for s in stays], "attempt": [s.attempt for s in stays],
+            "outcome": [s.outcome.value if s.outcome else "running" for s in stays],
+            "pack": [None if s.pack is None else str(s.pack) for s in stays],
+            "share": _rs([s.share for s in stays])}
 
 
 def _utilization(samples: list[dict[str, Any]], origin: float) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for s in samples:
-        ts, us = out.setdefault(f"{s['node']}/{s['gpu']}", [[], []])
-        ts.append(_r(s["t"] - origin))
-        us.append(_r(s["utilization"]))
-    return out
+    by_device: dict[str, tuple[list, list]] = {}
+    for sample in samples:
+        ts, us = by_device.setdefault(f"{sample['node']}/{sample['gpu']}", ([], []))
+        ts.append(sample["t"])
+        us.append(sample["utilization"])
+    return {d: [_rs(ts, origin), _rs(us)] for d, (ts, us) in by_device.items()}
 
 
 def _parallel(valued: list[dict], metric: str) -> list[dict[str, Any]]:
     dims = series.parallel_coordinates([t["config"] for t in valued], [t["value"] for t in valued], metric)
     for d in dims:
-        d["values"] = [_r(v) for v in d["values"]]
+        d["values"] = _rs(d["values"])
     return dims
 
 
-def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, list]:
-    keys = ("id", "state", "value", "step", "attempts", "start", "duration", "config", "error",
-            "traceback")
-    out: dict[str, list] = {k: [] for k in keys}
-    for t in trials:
-        start, end = t["started_at"], t["finished_at"]
-        tb = t["traceback"]
-        row = (t["trial_id"], t["state"], _r(t["value"]), t["last_step"], t["attempts"],
-               _r(start - origin) if start is not None else None,
-               _r(end - start) if start is not None and end is not None else None,
-               json.dumps(t["config"], default=str), t["error"],
-               tb[-_TRACEBACK_CHARS:] if tb else None)
-        for k, v in zip(keys, row):
-            out[k].append(v)
-    return out
+def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, Any]:
+    """Columns of the trials table; ``params``: one column per parameter (values as they are,
+    numbers rounded); ``traceback`` keeps its last characters."""
+    starts = [t["started_at"] for t in trials]
+    ends = [t["finished_at"] for t in trials]
+    names = sorted({k for t in trials for k in t["config"]})
+    params = {}
+    for name in names:
+        column = [t["config"].get(name) for t in trials]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column)
+        params[name] = _rs(column) if numeric else [None if v is None else str(v) for v in column]
+    return {
+        "id": [t["trial_id"] for t in trials], "state": [t["state"] for t in trials],
+        "value": _rs([t["value"] for t in trials]), "step": [t["last_step"] for t in trials],
+        "attempts": [t["attempts"] for t in trials],
+        "start": _rs(starts, origin),
+        "duration": _rs([None if a is None or b is None else b - a for a, b in zip(starts, ends)]),
+        "params": params, "error": [t["error"] for t in trials],
+        "traceback": [t["traceback"][-_TRACEBACK_CHARS:] if t["traceback"] else None for t in trials],
+    }

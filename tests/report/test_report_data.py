@@ -165,3 +165,18 @@ def test_the_sample_sink_writes_at_most_every_period_and_at_the_end(small_store)
         sink.flush()
         gpu1 = [s["utilization"] for s in store.load_samples(1) if s["gpu"] == "gpu1"]
     assert gpu1 == [10.0, 20.0]
+
+
+def test_numbers_are_rounded_to_five_significant_digits_and_print_short():
+    from hypersack.report.data import _rs
+    values = [0.30000000000000004, 123456.7, None, float("nan"), -0.000123456789, 0.0, 2.0, 1e300]
+    out = _rs(values)
+    assert out == [0.3, 123460.0, None, None, -0.00012346, 0.0, 2.0, 1e300]
+    assert json.dumps(out) == "[0.3, 123460.0, null, null, -0.00012346, 0.0, 2.0, 1e+300]"
+    assert _rs([10.0, 12.5], shift=10.0) == [0.0, 2.5] and _rs([]) == []
+
+
+def test_the_table_has_a_column_per_parameter(small_store):
+    table = _payload(small_store)["table"]
+    assert set(table["params"]) == {"lr", "opt"}
+    assert table["params"]["lr"][:2] == [0.01, 0.02] and table["params"]["opt"][:2] == ["a", "b"]

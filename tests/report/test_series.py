@@ -46,9 +46,9 @@ def test_downsample_keeps_ends_peaks_and_the_point_budget():
 
 
 def test_learning_curves_share_a_point_budget_and_skip_missing_metrics():
-    results = [(t, s, {"acc": t + s / 100}) for t in range(50) for s in range(1, 101)]
-    results.append((99, 1, {"other": 1.0}))
-    curves = series.learning_curves(results, "acc", per_curve=60, total=1000)
+    results = [(t, s, t + s / 100) for t in range(50) for s in range(100, 0, -1)]
+    results += [(99, 1, None), (98, 1, float("nan")), (97, 1, "x")]
+    curves = series.learning_curves(results, per_curve=60, total=1000)
     assert set(curves) == set(range(50))
     assert all(len(xs) == 20 for xs, _ in curves.values())       # 1000 // 50
     xs, ys = curves[3]

@@ -155,29 +155,32 @@
       xaxis: {title: {text: "seconds since the first launch"}}, showlegend: traces.length <= 16}));
   }
 
-  var TABLE_COLUMNS = ["id", "state", "value", "step", "attempts", "start", "duration", "config", "error"];
+  var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "start", "duration"];
 
   function tableView(box, p) {
     var t = p.table, n = t.id.length, order = [], sortKey = box.getAttribute("data-sort") || "id", desc = box.getAttribute("data-desc") === "1";
+    var params = Object.keys(t.params || {}), columns = TABLE_HEAD.concat(params, ["error"]);
+    function column(c) { return t[c] !== undefined && params.indexOf(c) < 0 ? t[c] : t.params[c]; }
+    var keys = column(sortKey) || t.id;
     for (var i = 0; i < n; i++) { order.push(i); }
     order.sort(function (a, b) {
-      var x = t[sortKey][a], y = t[sortKey][b];
+      var x = keys[a], y = keys[b];
       if (x === y) { return 0; } if (x === null) { return 1; } if (y === null) { return -1; }
       return (x < y ? -1 : 1) * (desc ? -1 : 1);
     });
     var limit = box.getAttribute("data-all") ? n : Math.min(n, 1000);
-    var head = el("tr", {}, TABLE_COLUMNS.map(function (c) {
-      var th = el("th", {text: c + (c === sortKey ? (desc ? " ▼" : " ▲") : ""), "data-col": c});
+    var head = el("tr", {}, columns.map(function (c) {
+      var th = el("th", {text: c + (c === sortKey ? (desc ? " \u25BC" : " \u25B2") : ""), "data-col": c});
       th.addEventListener("click", function () {
         box.setAttribute("data-desc", c === sortKey && !desc ? "1" : "0"); box.setAttribute("data-sort", c); tableView(box, p);
       });
       return th;
     }));
-    var body = el("tbody");
+    var cols = columns.map(column), body = el("tbody");
     for (var k = 0; k < limit; k++) {
       var r = order[k], tr = el("tr");
-      TABLE_COLUMNS.forEach(function (c) {
-        var v = t[c][r], td = el("td", {"class": c === "config" ? "cfg" : c === "state" ? "state-" + v : ""});
+      columns.forEach(function (c, j) {
+        var v = cols[j][r], td = el("td", {"class": c === "state" ? "state-" + v : params.indexOf(c) >= 0 ? "cfg" : ""});
         if (c === "error" && v) {
           if (t.traceback[r]) {
             td.appendChild(el("details", {}, [el("summary", {text: v}), el("pre", {text: t.traceback[r]})]));
