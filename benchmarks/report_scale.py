@@ -6,7 +6,7 @@
 The study is written through the real SQLite store first (not timed): N trials of an ASHA-like
 study on 64 GPUs of 8 nodes (rungs at 1, 3, 9, 27 steps: 2/3 of the trials stop at each rung,
 so about 4 results a trial on average and N/27 trials with 27), 4 parameters (3 numbers, 1
-categorical), one stay per launch with a compute share of 25-100%, a pack id on half of them,
+categorical), one stay per launch, 4 trials at a time on each GPU (25% each), a pack id on half,
 a failure with a traceback in 2% of the trials. Then ``hypersack report`` is built N times
 (``build_report``: open read-only, load, compute the series, write the file), each build timed
 from the call to the file on disk. Goal (issue 16): under 5 s and under 10 MB at 10,000 trials.
@@ -42,9 +42,9 @@ def _spec(name: str, trials: int) -> dict:
 def fill(path: Path, trials: int, seed: int = 0) -> None:
     """Write the synthetic study (see the module doc) in batches of 500 trials."""
     rng = random.Random(seed)
-    gpus = [(f"node{n}", f"gpu{g}") for n in range(8) for g in range(8)]
-    free_at = {d: 0.0 for d in gpus}
-    t0 = 1_790_000_000.0
+    slots = [(f"node{n}", f"gpu{g}", k) for n in range(8) for g in range(8) for k in range(4)]
+    free_at = {s: 0.0 for s in slots}       # 4 trials at a time on each GPU, 25% each
+    t0 = time.time() - 40.0 * trials / len(slots) * 10     # the study ends about now
     with Storage(path) as store:
         row = store.create_study("big", _spec("big", trials))
         batch_trials, batch_results, batch_stays = [], [], []
@@ -52,10 +52,11 @@ def fill(path: Path, trials: int, seed: int = 0) -> None:
             config = {"lr": 10 ** rng.uniform(-5, 0), "wd": rng.uniform(0, 0.1),
                       "width": rng.randint(32, 1024), "opt": rng.choice(["sgd", "adam", "adamw"])}
             steps = next((r for r in RUNGS if rng.random() < 2 / 3), RUNGS[-1])
-            device = min(gpus, key=lambda d: free_at[d] + rng.random())
-            start = t0 + free_at[device] * rng.uniform(0.25, 1.0)
+            slot = min(slots, key=free_at.__getitem__)
+            device = slot[:2]
+            start = t0 + free_at[slot]
             end = start + steps * rng.uniform(5, 15)
-            free_at[device] = end - t0
+            free_at[slot] = end - t0
             failed = rng.random() < 0.02
             base = abs(config["lr"] - 0.01) + rng.random() * 0.3
             losses = [base + 1.0 / (s + 1) for s in range(1, steps + 1)]
@@ -72,7 +73,7 @@ def fill(path: Path, trials: int, seed: int = 0) -> None:
                               enumerate(losses, start=1)]
             outcome = StayOutcome.FAILED if failed else (
                 StayOutcome.FINISHED if steps == RUNGS[-1] else StayOutcome.PRUNED)
-            batch_stays.append(Stay(i, 1, device[0], device[1], start, rng.choice([25.0, 50.0, 100.0]),
+            batch_stays.append(Stay(i, 1, device[0], device[1], start, 25.0,
                                     pack=i // 8 if i % 2 else None, end=end, outcome=outcome))
             if len(batch_trials) == 500 or i == trials - 1:
                 store.save_batch(row.study_id, batch_trials, batch_results, stays=batch_stays)
