@@ -53,7 +53,8 @@ class Dashboard:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/"
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}/"
 
     def serve_forever(self) -> None:
         self._server.serve_forever(poll_interval=0.2)

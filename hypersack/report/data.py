@@ -71,7 +71,8 @@ def from_simulation(result: Any, store: Any) -> StudyData:
         d["pack"] = record.info.get("pack")
         trials.append(d)
     metric = controller.objective.metric
-    results = [(tid, step, None, m.get(metric)) for tid, step, m in store.results]
+    results: list[tuple[int, int, float | None, Any]] = [
+        (tid, step, None, m.get(metric)) for tid, step, m in store.results]
     return StudyData(result.scenario, "complete", controller.objective, trials, results,
                      store.load_stays(1), [], now=result.makespan_s, source="simulation",
                      extra={"policy": result.policy, "algorithm": result.algorithm,
@@ -113,10 +114,10 @@ def _reached_at(data: StudyData) -> dict[int, float]:
         if t is not None:
             last[trial_id] = t
     out = {}
-    for t in data.trials:
-        at = t["finished_at"] if t["finished_at"] is not None else last.get(t["trial_id"])
+    for trial in data.trials:
+        at = trial["finished_at"] if trial["finished_at"] is not None else last.get(trial["trial_id"])
         if at is not None:
-            out[t["trial_id"]] = at
+            out[trial["trial_id"]] = at
     return out
 
 
@@ -124,7 +125,7 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
     """The JSON-ready views of one study (see the module doc)."""
     origin = _origin(data)
     now = (data.now if data.now is not None else origin) - origin
-    metric, mode = data.objective.metric, data.objective.mode
+    metric, mode = data.objective.metric, data.objective.mode or "min"
     reached = _reached_at(data)
     valued = [t for t in data.trials if t["value"] is not None and t["state"] != "failed"]
     points = [(reached[t["trial_id"]] - origin, t["value"], t["trial_id"])

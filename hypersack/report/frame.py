@@ -9,6 +9,7 @@ trial, by number. ``datetime_*`` are pandas Timestamps (local wall time, as Optu
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from hypersack.errors import MissingDependencyError
@@ -18,7 +19,7 @@ __all__ = ["trials_dataframe", "write_parquet"]
 
 def _pandas() -> Any:
     try:
-        import pandas
+        pandas = importlib.import_module("pandas")     # Any: pandas ships no type information
     except ImportError:
         raise MissingDependencyError("trials_dataframe()", "pandas", "report") from None
     return pandas

@@ -1,8 +1,6 @@
 """A small stored study with every kind of stay and a failure, written through the real Storage."""
 from __future__ import annotations
 
-import pytest
-
 from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.runtime.monitor import Sample
