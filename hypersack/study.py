@@ -220,6 +220,7 @@ class Study:
             new_spec = json.loads(json.dumps(self.spec.to_dict()))
             check_resumable(row.spec, new_spec)
             store.acquire_lease(row)           # one driver per study: refused while one runs
+            store.end_open_stays(row.study_id)  # those of a driver that was killed
             store.update_spec(row.study_id, new_spec)
             store.set_status(row.study_id, "running")
         else:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from hypersack.core.stays import Stay
+from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
                               StudyBusyError, StudyNotFoundError)
@@ -413,6 +413,18 @@ class Storage:
             "ORDER BY trial_id, attempt, rank", (study_id,)).fetchall())
         return [Stay.from_dict({**dict(zip(_STAY_COLUMNS, r)),
                                 "pack": None if r[6] is None else json.loads(r[6])}) for r in rows]
+
+    def end_open_stays(self, study_id: int) -> int:
+        """Close the stays a killed driver left open: they end when the study was last written
+        (its last batch), as INTERRUPTED. For a resume, before the new driver launches
+        anything; returns how many were closed."""
+        def close() -> int:
+            with self._transaction():
+                return self._db.execute(
+                    "UPDATE stays SET outcome = ?, end = MAX(start, (SELECT updated_at FROM studies "
+                    "WHERE study_id = ?)) WHERE study_id = ? AND end IS NULL",
+                    (StayOutcome.INTERRUPTED.value, study_id, study_id)).rowcount
+        return self._run("close the stays of the last run", close)
 
     def save_samples(self, study_id: int, samples: Iterable[tuple[str, str, Any]]) -> None:
         """Store utilisation samples ``(node, gpu, sample)`` (``monitor.Sample``: ``t`` in wall

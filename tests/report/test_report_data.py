@@ -180,3 +180,18 @@ def test_the_table_has_a_column_per_parameter(small_store):
     table = _payload(small_store)["table"]
     assert set(table["params"]) == {"lr", "opt"}
     assert table["params"]["lr"][:2] == [0.01, 0.02] and table["params"]["opt"][:2] == ["a", "b"]
+
+
+def test_dashboard_command_serves_on_localhost_until_interrupted(small_store, tmp_path):
+    import signal
+    proc = subprocess.Popen([sys.executable, "-m", "hypersack", "dashboard", "--port", "0",
+                             "--storage", str(small_store)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/)", line).group(1)
+        with urllib.request.urlopen(url + "api/studies", timeout=10) as r:
+            assert [s["name"] for s in json.load(r)] == ["small"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0

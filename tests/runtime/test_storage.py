@@ -126,3 +126,18 @@ def test_samples_round_trip_and_go_with_their_study(store_path):
         assert [(r["t"], r["utilization"]) for r in s.load_samples(sid)] == [(1.0, 30.0), (2.0, None)]
         s.delete_study("a")
         assert s.load_samples(sid) == []
+
+
+def test_a_resume_closes_the_stays_a_killed_driver_left_open(store_path):
+    from hypersack.core.stays import Stay, StayOutcome
+    with Storage(store_path) as s:
+        study = s.create_study("a", {})
+        done = Stay(0, 1, "n", "gpu0", 1.0, end=2.0, outcome=StayOutcome.FINISHED)
+        left = Stay(1, 1, "n", "gpu1", 1.0)
+        s.save_batch(study.study_id, [record(0), record(1)], [], {"elapsed_s": 1.0}, stays=[done, left])
+        written = s.get_study("a").updated_at
+        assert s.end_open_stays(study.study_id) == 1
+        stays = s.load_stays(study.study_id)
+        assert stays[0] == done
+        assert stays[1].end == written and stays[1].outcome is StayOutcome.INTERRUPTED
+        assert s.end_open_stays(study.study_id) == 0
