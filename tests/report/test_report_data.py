@@ -195,3 +195,18 @@ def test_dashboard_command_serves_on_localhost_until_interrupted(small_store, tm
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
+
+
+def test_simulate_report_writes_the_run_and_compare_the_first_and_last_policy(tmp_path, capsys):
+    from pathlib import Path
+
+    from hypersack.cli import main
+    scenario = str(Path(__file__).resolve().parents[2] / "examples" / "sim" / "sp1_4xa100.yaml")
+    assert main(["simulate", scenario, "--report", str(tmp_path / "run.html"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    page = Path(out["report"]).read_text()
+    assert '"source":"simulation"' in page and '"name":"sp1-4xa100 (wfd)"' in page
+    assert '"outcome":["finished"' in page                     # the simulator recorded stays
+    assert main(["simulate", scenario, "--compare", "--report", str(tmp_path / "cmp.html"), "--json"]) == 0
+    page = Path(json.loads(capsys.readouterr().out)["report"]).read_text()
+    assert '"name":"sp1-4xa100 (exclusive)"' in page and '"name":"sp1-4xa100 (wfd)"' in page
