@@ -103,8 +103,9 @@ def _rs(xs: Sequence[Any], shift: float = 0.0) -> list[float | None]:
 
 
 def _origin(data: StudyData) -> float:
+    """The study's first launch; with none yet, ``now`` (so the study has lasted 0 s)."""
     starts = [s.start for s in data.stays] + [t["started_at"] for t in data.trials if t["started_at"]]
-    return min(starts) if starts else 0.0
+    return min(starts) if starts else (data.now or 0.0)
 
 
 def _reached_at(data: StudyData) -> dict[int, float]:

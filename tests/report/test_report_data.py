@@ -210,3 +210,16 @@ def test_simulate_report_writes_the_run_and_compare_the_first_and_last_policy(tm
     assert main(["simulate", scenario, "--compare", "--report", str(tmp_path / "cmp.html"), "--json"]) == 0
     page = Path(json.loads(capsys.readouterr().out)["report"]).read_text()
     assert '"name":"sp1-4xa100 (exclusive)"' in page and '"name":"sp1-4xa100 (wfd)"' in page
+
+
+def test_a_study_without_trials_reports_empty_views(tmp_path):
+    import hypersack
+    path = tmp_path / "e.db"
+    spec = hypersack.Study(name="e", space={"x": {"type": "float", "low": 0, "high": 1}},
+                           objective=("a", "max"), n_trials=1, storage=path).spec.to_dict()
+    with Storage(path) as store:
+        store.create_study("e", spec)
+    p = _payload(path, "e")
+    assert p["summary"]["duration_s"] == 0.0 and p["summary"]["trials"] == 0
+    assert p["curves"] == [] and p["lanes"]["trial"] == [] and p["best"]["v"] == []
+    assert build_report(path, ["e"], tmp_path / "e.html").exists()

@@ -38,6 +38,11 @@
     return base;
   }
   function draw(div, traces, lay) {
+    var points = traces.reduce(function (n, t) { return n + ((t.x || t.dimensions || []).length || 0); }, 0);
+    if (!points) {
+      lay.annotations = [{text: "nothing to draw yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: {size: 14, color: "#829ab1"}}];
+      lay.xaxis = {visible: false}; lay.yaxis = {visible: false};
+    }
     if (div.getAttribute("data-drawn")) { Plotly.react(div, traces, lay, CONFIG); }
     else { Plotly.newPlot(div, traces, lay, CONFIG); div.setAttribute("data-drawn", "1"); }
     div.setAttribute("data-traces", String(traces.length));
