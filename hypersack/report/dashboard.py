@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from hypersack.errors import ConfigError, HyperSackError, StudyNotFoundError
+from hypersack.errors import ConfigError, HyperSackError, StorageError, StudyNotFoundError
 
 __all__ = ["Dashboard", "DEFAULT_HOST", "DEFAULT_PORT"]
 
@@ -77,7 +77,13 @@ class Dashboard:
         from hypersack.runtime.storage import Storage
         if not self.storage.exists():
             return []
-        with Storage(self.storage, readonly=True) as store:
+        try:
+            store = Storage(self.storage, readonly=True)
+        except StorageError as exc:
+            if "no such table" in str(exc):      # a driver is creating the file right now
+                return []
+            raise
+        with store:
             return store.list_studies()
 
     def study(self, name: str) -> dict[str, Any]:

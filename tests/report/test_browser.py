@@ -171,7 +171,7 @@ def test_the_dashboard_follows_a_running_study_and_the_driver_never_sees_a_lock(
     poller.start()
     page = Page(browser)
     try:
-        page.page.goto(board.url + "?poll=100")
+        page.page.goto(board.url + "?poll=100")     # the page may come before the study: it waits
         page.page.wait_for_selector("[data-chart='timeline'] .main-svg", timeout=60_000)
         driver.join(120)
         page.page.wait_for_function(

@@ -223,3 +223,14 @@ def test_a_study_without_trials_reports_empty_views(tmp_path):
     assert p["summary"]["duration_s"] == 0.0 and p["summary"]["trials"] == 0
     assert p["curves"] == [] and p["lanes"]["trial"] == [] and p["best"]["v"] == []
     assert build_report(path, ["e"], tmp_path / "e.html").exists()
+
+
+def test_the_dashboard_lists_nothing_while_a_store_is_being_created(tmp_path):
+    from hypersack.report.dashboard import Dashboard
+    (tmp_path / "new.db").write_bytes(b"")             # the driver's file, before its schema
+    boards = [Dashboard(tmp_path / "new.db", port=0), Dashboard(tmp_path / "none.db", port=0)]
+    try:
+        assert [b.studies() for b in boards] == [[], []]
+    finally:
+        for b in boards:
+            b.close()

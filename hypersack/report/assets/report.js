@@ -264,7 +264,7 @@
   // ---- the dashboard --------------------------------------------------------------------------
 
   function live(root, opts) {
-    var nav = el("nav", {"class": "studies"}), mainBox = el("main", {style: "flex:1"}), views = null, current = opts.study || null;
+    var nav = el("nav", {"class": "studies"}), mainBox = el("main", {style: "flex:1"}), views = null, current = opts.study || null, known = {};
     root.appendChild(el("div", {"class": "layout"}, [nav, mainBox]));
     var status = el("p", {"class": "note", "data-view": "status"});
     mainBox.appendChild(status);
@@ -280,7 +280,9 @@
       return get("api/studies").then(function (studies) {
         nav.innerHTML = "";
         nav.appendChild(el("div", {"class": "k", text: "studies"}));
+        known = {};
         studies.forEach(function (s) {
+          known[s.name] = true;
           var a = el("a", {href: "?study=" + encodeURIComponent(s.name) + (opts.poll ? "&poll=" + opts.poll : ""), "class": s.name === current ? "on" : ""},
             [document.createTextNode(s.name + " "), el("span", {"class": "st", text: s.status})]);
           nav.appendChild(a);
@@ -292,10 +294,11 @@
     function tick() {
       if (busy) { return; }
       busy = true;
-      var listing = ticks % 10 === 0 ? listStudies() : Promise.resolve();
+      var listing = ticks % 10 === 0 || !known[current] ? listStudies() : Promise.resolve();
       ticks++;
       listing.then(function () {
         if (!current) { status.textContent = "no study in this store yet"; return null; }
+        if (!known[current]) { status.textContent = "waiting for study " + current + " to start"; return null; }
         return get("api/study?name=" + encodeURIComponent(current)).then(function (p) {
           if (!views) { views = studySection(sec, p); }
           drawStudy(views, p);
