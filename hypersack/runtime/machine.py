@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -45,6 +46,8 @@ class Machine:
     demand: Callable[[TrialRecord], Any] | None = None
     observers: list[Callable[[Event], None]] = field(default_factory=list)
     profile: Callable[[dict], bool] = lambda config: False
+    # Utilisation samples (node, gpu, monitor.Sample) since the last call; None: no NVML monitor.
+    samples: Callable[[], list[tuple[str, str, Any]]] | None = None
 
 
 @contextlib.contextmanager
@@ -171,12 +174,13 @@ def _start_monitor(machine: Machine, nvml: Any, stack: contextlib.ExitStack) -> 
     source = NvmlSource(nvml)
     try:
         stack.enter_context(source)
-        monitor = DeviceMonitor(source, "local", initial=source.snapshot())
+        monitor = DeviceMonitor(source, "local", initial=source.snapshot(), clock=time.time)
         stack.enter_context(monitor.start())
     except Exception as exc:     # monitoring is a help, never a reason not to run
         log.warning("GPU state monitor not started: %s", exc)
         return
     machine.device_events = monitor.drain
+    machine.samples = monitor.take_samples
 
 
 def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, trainable_name: str,
