@@ -85,6 +85,7 @@ class Controller:
         self.halt_reason: str | None = None    # why the study stopped itself (e.g. disk full)
         self.shared: Any = None                # time-sharing (core.shared_devices), or None
         self._shared_state: Mapping[str, Any] | None = None   # restored, until set_time_sharing
+        self.stays = StayBook()                # each trial's time on each device (reports)
 
     def set_time_sharing(self, options: Any) -> None:
         """Time-share the inventory's devices among trials (``core.timesharing``); needs
@@ -99,7 +100,6 @@ class Controller:
         for trial_id in self._queue:           # restored: every unfinished trial waits
             self.shared.left(self.trials[trial_id])
         self._changed.update(self.shared.take_touched())
-        self.stays = StayBook()                # each trial's time on each device (reports)
 
     def set_inventory(self, cluster: Any, policy: str = "wfd", demand=None) -> None:
         """Place trials on ``cluster``'s devices with ``policy``; ``demand(record) -> Job``."""
