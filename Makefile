@@ -34,7 +34,9 @@ demo: $(STAMP)
 	$(BIN)/hypersack run examples/digits.yaml --replace
 	$(BIN)/hypersack best digits --json
 
+# mypy first (configured in pyproject.toml: the whole hypersack package), then the tests.
 test: $(STAMP)
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)

@@ -2,6 +2,12 @@
 stored result is exactly what an uninterrupted run stores.
 
     python benchmarks/fault_injection.py --driver-kills 50 --worker-kills 50 --seed 1
+    python benchmarks/fault_injection.py --durability process --pipelined   # the other mode
+
+``--durability`` sets the study's ``durability`` (power: synchronous=FULL, the default; process:
+WAL synchronous=NORMAL). ``--pipelined``: the trials checkpoint every 3rd report and the
+algorithm (ASHA with no milestone below ``max_t``) has no decision point, so the other reports
+are pipelined (the worker goes on before they are durable).
 
 The study runs ``synthetic_chain`` (each step a pure function of the step before it, with a
 checkpoint in every report) through the real CLI (`hypersack run` / `hypersack resume`) in a
@@ -55,17 +61,21 @@ class Outcome:
                     or self.not_complete or self.orphans)
 
 
-def _study_yaml(name: str, trials: int, steps: int, sleep_s: float, workers: int) -> str:
+def _study_yaml(name: str, trials: int, steps: int, sleep_s: float, workers: int,
+                durability: str = "power", pipelined: bool = False) -> str:
+    algorithm = f"{{type: asha, min_t: {steps}, max_t: {steps}}}" if pipelined else "random"
+    extra = "  checkpoint_every: 3\n" if pipelined else ""
     return f"""name: {name}
 trainable: synthetic_chain
 space:
   lr: {{type: float, low: 0.05, high: 1.0}}
   steps: {steps}
   sleep_s: {sleep_s}
-objective: {{metric: loss, mode: min}}
+{extra}objective: {{metric: loss, mode: min}}
 budget: {{trials: {trials}}}
-algorithm: random
+algorithm: {algorithm}
 seed: 7
+durability: {durability}
 executor: {{workers: {workers}, max_retries: 100}}
 """
 
@@ -100,9 +110,10 @@ def _workers_of(pid: int) -> list[int]:
 
 class Harness:
     def __init__(self, folder: Path, *, trials: int, steps: int, sleep_s: float, workers: int,
-                 rng: random.Random, env: dict[str, str]):
+                 rng: random.Random, env: dict[str, str], durability: str = "power",
+                 pipelined: bool = False):
         self.folder, self.rng, self.env = folder, rng, env
-        self.shape = (trials, steps, sleep_s, workers)
+        self.shape = (trials, steps, sleep_s, workers, durability, pipelined)
         self.outcome = Outcome()
         self.study = ""
         self.known_workers: set[int] = set()
@@ -234,8 +245,10 @@ def _alive(pid: int) -> bool:
 
 def run_faults(*, driver_kills: int, worker_kills: int, seed: int, trials: int = 6,
                steps: int = 12, sleep_s: float = 0.05, workers: int = 2,
-               folder: Path | None = None, max_wait_s: float = 600.0) -> Outcome:
-    """Run one fault campaign in ``folder`` (a fresh temporary folder by default)."""
+               folder: Path | None = None, max_wait_s: float = 600.0,
+               durability: str = "power", pipelined: bool = False) -> Outcome:
+    """Run one fault campaign in ``folder`` (a fresh temporary folder by default); see the
+    module docstring for ``durability`` and ``pipelined``."""
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
@@ -243,7 +256,8 @@ def run_faults(*, driver_kills: int, worker_kills: int, seed: int, trials: int =
         where = Path(folder or tmp)
         where.mkdir(parents=True, exist_ok=True)
         harness = Harness(where, trials=trials, steps=steps, sleep_s=sleep_s, workers=workers,
-                          rng=random.Random(seed), env=env)
+                          rng=random.Random(seed), env=env, durability=durability,
+                          pipelined=pipelined)
         return harness.run(driver_kills, worker_kills, max_wait_s)
 
 
@@ -255,9 +269,12 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=6)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--sleep-s", type=float, default=0.05)
+    p.add_argument("--durability", choices=("power", "process"), default="power")
+    p.add_argument("--pipelined", action="store_true")
     args = p.parse_args()
     outcome = run_faults(driver_kills=args.driver_kills, worker_kills=args.worker_kills,
-                         seed=args.seed, trials=args.trials, steps=args.steps, sleep_s=args.sleep_s)
+                         seed=args.seed, trials=args.trials, steps=args.steps, sleep_s=args.sleep_s,
+                         durability=args.durability, pipelined=args.pipelined)
     print(json.dumps({**asdict(outcome), "exact": outcome.exact}, indent=2))
     return 0 if outcome.exact and not outcome.problems else 1
 

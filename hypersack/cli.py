@@ -166,13 +166,17 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _trials_table(trials: list[dict], width: int) -> Table:
     """One row per trial in ``width`` columns (the console's: 80 when piped); the config is cut
     with an ellipsis, never wrapped (``hypersack export`` has it whole)."""
+    from hypersack.runtime.progress import shared_view
+    shared = any(t.get("time_sharing") for t in trials)    # time-shared: priority column
     rows = []
     for t in trials:
         value = "-" if t["value"] is None else f"{t['value']:.4g}"
         step = "-" if t["last_step"] is None else str(t["last_step"])
         config = ", ".join(f"{k}={_short(v)}" for k, v in t["config"].items())
-        rows.append((str(t["trial_id"]), t["state"], value, step, str(t["attempts"]), config))
-    heads = ("trial", "state", "value", "step", "tries")
+        state, priority = shared_view(t["state"], t.get("time_sharing"))
+        extra = (priority,) if shared else ()
+        rows.append((str(t["trial_id"]), state, value, step, str(t["attempts"]), *extra, config))
+    heads = ("trial", "state", "value", "step", "tries") + (("priority",) if shared else ())
     fixed = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
     padding = 2 * (len(heads) + 1)                     # box-less table: one space each side
     table = Table(box=None)

@@ -26,6 +26,7 @@ from hypersack.core.algorithms.base import algorithm_spec as make_algorithm_spec
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
+from hypersack.core.timesharing import TimeSharing
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
 from hypersack.errors import ConfigError, TrainableError
@@ -33,7 +34,7 @@ from hypersack.runtime import queries
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.machine import prepare_machine
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.loop import StudyRun, build_controller, run_loop
+from hypersack.runtime.loop import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
 from hypersack.runtime.pack_worker import plan_execution
 from hypersack.runtime.progress import make_progress
 from hypersack.runtime.checkpoints import ensure_private_dir
@@ -103,6 +104,13 @@ class Study:
     - ``pack``: options of fused packs, ``{"max_members": 16}``.
     - ``unsafe_checkpoints``: read checkpoints with full pickle (any object; runs code). Default
       False: safe loading of plain data (see README "Checkpoints, faults and trust").
+    - ``durability``: what an acknowledged report survives: "power" (default: a power loss; the
+      store fsyncs every commit) or "process" (a crash of this process, kill -9 included, not a
+      power loss; several times the report rate). See README "Durability".
+    - ``time_sharing``: time-share devices among trials (Hermes): a policy name ("hermes",
+      "rr", "slaq", "fifo") or ``{"policy": ..., "quantum_s": ..., "growth": ...,
+      "max_quantum_s": ..., "max_jobs_per_device": ..., "metric": ...}``
+      (``hypersack.core.timesharing``). Trials must report with a checkpoint to be preempted.
     - ``executor``: "local" (this machine), "ray" (a local Ray started and stopped by the run),
       or ``{"backend": "ray", "address": "auto" | "host:port" | "ray://host:port",
       "runtime_env": {...}}`` (README "Running on a Ray cluster"; ``pip install
@@ -118,6 +126,8 @@ class Study:
                  oversubscription: float | Mapping[str, float] | None = None,
                  resources: Mapping[str, Any] | None = None, execution: str = "separate",
                  pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False,
+                 durability: str = "power",
+                 time_sharing: str | Mapping[str, Any] | None = None,
                  executor: str | Mapping[str, Any] = "local"):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
@@ -134,7 +144,9 @@ class Study:
             placement=placement,
             oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
             resources=Resources.from_dict(resources), execution=execution,
-            pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints)
+            pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints,
+            durability=durability,
+            time_sharing=TimeSharing.parse(time_sharing))
         self.storage_path = Path(storage)
         self._trainable = trainable
 
@@ -240,12 +252,13 @@ class Study:
                resume: bool, progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
         study_dir = ensure_private_dir(store.study_dir(row), root=store.artifacts_root)
+        store.set_durability(self.spec.durability)
         if self.spec.executor.backend == "ray":
             from hypersack.runtime.executors.ray import drive_on_ray
             return drive_on_ray(self.spec, controller, store, row, ref, plan, study_dir,
-                                self.storage_path, make_progress(self.name, self.spec.steps_for,
-                                                                 progress))
-        with prepare_machine(self.spec, study_dir, self.storage_path, trainable_name=ref.key,
+                                make_progress(self.name, self.spec.steps_for, progress))
+        # The job history shares the store's connection: its profiles join each turn's commit.
+        with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
             executor = LocalExecutor(
                 machine.slots, ref, trial_dir=lambda trial_id: store.trial_dir(row, trial_id),
@@ -253,10 +266,14 @@ class Study:
                 cluster=machine.cluster,
                 share_env=machine.share_env, profile=machine.profile,
                 device_events=machine.device_events, packs=plan,
-                unsafe_checkpoints=self.spec.unsafe_checkpoints)
+                unsafe_checkpoints=self.spec.unsafe_checkpoints,
+                decision_step=controller.next_decision_step)
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
+            if self.spec.time_sharing is not None:
+                controller.set_time_sharing(self.spec.time_sharing)
             return run_loop(controller, executor, store, row, observers=machine.observers,
-                            progress=make_progress(self.name, self.spec.steps_for, progress))
+                            progress=make_progress(self.name, self.spec.steps_for, progress),
+                            group_window_s=GROUP_WINDOW_S)
 
     def _pick_trainable(self, trainable: Trainable | None) -> Trainable:
         chosen = trainable if trainable is not None else self._trainable

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Collection, Mapping
+from typing import Any, Collection, Mapping, TypeGuard
 
 from hypersack.errors import ConfigError
 
@@ -34,17 +34,17 @@ MAX_LOCAL_WORKERS_PER_CPU = 4
 MAX_LOCAL_WORKERS_PER_GPU = 16
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
     """True for a real number that is not a bool (int, float, numpy scalars)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def is_integer(value: Any) -> bool:
+def is_integer(value: Any) -> TypeGuard[int]:
     """True for an integer that is not a bool (int, numpy integers)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def is_finite(value: Any) -> bool:
+def is_finite(value: Any) -> TypeGuard[float]:
     """True for a number whose float is finite (False for NaN, +/-inf and ints beyond floats)."""
     if not is_number(value):
         return False

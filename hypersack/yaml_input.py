@@ -68,7 +68,7 @@ class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
     """The pure-Python loader (where libyaml is missing): it composes at most MAX_DEPTH levels."""
 
     def __init__(self, stream: str):
-        yaml.SafeLoader.__init__(self, stream)   # type: ignore[arg-type]
+        yaml.SafeLoader.__init__(self, stream)
         self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
@@ -82,7 +82,7 @@ class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
 
 
 if yaml.__with_libyaml__:
-    class _CLoader(yaml.CSafeLoader, _PlainConstructor):   # type: ignore[misc]
+    class _CLoader(yaml.CSafeLoader, _PlainConstructor):
         """libyaml's parser and composer (3-12x faster, benchmarks/loader_limits.py) with the plain
         constructor; its composer recurses in C, so ``_check_depth`` reads the events first."""
     _Loader: Any = _CLoader

@@ -117,6 +117,25 @@ def _stored(db: str, trial_id: int, step: int) -> bool:
         con.close()
 
 
+def decaying(config, ctx):
+    """loss = l0 * exp(-step / tau) * (1 + seeded noise), ``steps`` steps of ``sleep`` seconds; a
+    checkpoint with every report (the step and the noise generator's state). Each report also
+    says from which step this attempt started (``start``)."""
+    import math
+
+    import numpy as np
+    state = ctx.restore() or {"step": 0,
+                              "rng": np.random.default_rng(ctx.seed).bit_generator.state}
+    start = state["step"]
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state["rng"]
+    for step in range(start + 1, config.get("steps", 30) + 1):
+        time.sleep(config.get("sleep", 0.02))
+        loss = config.get("l0", 5.0) * math.exp(-step / config["tau"]) * (1.0 + 0.01 * rng.normal())
+        state = {"step": step, "rng": rng.bit_generator.state}
+        ctx.report(step, checkpoint=state, loss=loss, start=start)
+
+
 def sums_over_ranks(config, ctx):
     """``steps`` steps; each all-reduces a 1 per rank (gloo), so ``summed`` = the ranks that met."""
     state = ctx.restore() or {"step": 0}

@@ -10,11 +10,17 @@ a function of the trial's record (profiles, user-declared resources) returning a
 
 Speed: for the policies of ``live.POLICIES`` (ff, ffd, wf, wfd, exclusive, hay, ray) the load is a
 ``LiveCluster``, the policies' one implementation: occupying and releasing a trial cost O(its
-devices) and placing one about O(log G) (O(G) for hay and ray). Other policies (wfd-ls, mip, user
+devices) and placing one about O(log G) (O(G) for hay and ray). Checks are made at the boundary,
+once: the policy's options when the allocator is built, each demand when its Job is built (a
+``Demand`` builds one Job per device count and renames it per trial); the jobs a demand function
+returns are trusted on the hot path (a Job checked itself when it was made; ids are trial ids,
+unique), and a built-in policy's answer is occupied without re-checking Eq. 1-4 (the policies are
+property-tested against the checker). Other policies (wfd-ls, mip, user
 policies) get an immutable ``Cluster``, updated copy-on-write, and run as they are.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -23,6 +29,7 @@ from hypersack.core.trial import TrialRecord
 __all__ = ["Allocator", "Demand", "default_demand"]
 
 Devices = tuple[tuple[str, str], ...]
+_NEW_TRIAL = "new trial"     # the id of the Job that ``has_room_for`` asks about (never a trial's)
 
 
 @dataclass(frozen=True)
@@ -31,12 +38,23 @@ class Demand:
     one device, ``memory_gb`` per device, ``cpus`` per device (host cores)."""
     compute: float = 100.0
     memory_gb: float = 0.0
-    cpus: int = 1
+    cpus: float = 1
 
     def job(self, record: TrialRecord) -> Any:
-        from hypersack.core.placement import Job
-        return Job(record.trial_id, self.compute, self.memory_gb, cpus=self.cpus,
-                   gpus=max(1, int(record.resources)))
+        """This demand as ``record``'s placement Job (checked once per device count, then
+        renamed: no per-call validation)."""
+        gpus = max(1, int(record.resources))
+        template = _TEMPLATES.get((self, gpus))
+        if template is None:
+            from hypersack.core.placement import Job
+            template = Job(0, self.compute, self.memory_gb, cpus=self.cpus, gpus=gpus)
+            if len(_TEMPLATES) > 1024:
+                _TEMPLATES.clear()
+            _TEMPLATES[(self, gpus)] = template
+        return template.renamed(record.trial_id)
+
+
+_TEMPLATES: dict[tuple[Demand, int], Any] = {}
 
 
 def default_demand(record: TrialRecord) -> Any:
@@ -48,6 +66,8 @@ class Allocator:
                  demand: Callable[[TrialRecord], Any] = default_demand):
         from hypersack.core.placement import parse_placement
         self.policy, self.options = parse_placement(policy)
+        from hypersack.core.placement.live import POLICIES, check_options
+        self._checked = check_options(self.policy, self.options) if self.policy in POLICIES else None
         self.inventory = cluster          # devices without load
         self.demand = demand
         self._running: dict[int, tuple[Any, Devices]] = {}
@@ -57,7 +77,7 @@ class Allocator:
         """Hold ``cluster`` (devices with the running trials' load) in the form the policy uses."""
         from hypersack.core.placement.live import POLICIES, LiveCluster
         self._live = LiveCluster(cluster) if self.policy in POLICIES else None
-        self._cluster = None if self._live is not None else cluster
+        self._cluster: Any = None if self._live is not None else cluster
         self._devices = sum(1 for _ in self.inventory.gpus())
 
     @property
@@ -67,7 +87,7 @@ class Allocator:
 
     def _assign(self, jobs: list[Any]) -> dict:
         if self._live is not None:
-            return self._live.assign(jobs, self.policy, **self.options)
+            return self._live.assign_checked(jobs, self.policy, self._checked or {})
         from hypersack.core.placement import assign
         return assign(jobs, self._cluster, self.policy, **self.options)
 
@@ -85,7 +105,8 @@ class Allocator:
             devices = chosen.get(record.trial_id)
             if devices:
                 devices = tuple((n, g) for n, g in devices)
-                self._occupy(record.trial_id, jobs[record.trial_id], devices)
+                self._occupy(record.trial_id, jobs[record.trial_id], devices,
+                             strict=self._live is None)
                 placed[record.trial_id] = devices
         return placed
 
@@ -96,6 +117,25 @@ class Allocator:
         if like is None:
             return True
         return bool(self._assign([self.demand(like)]))
+
+    def has_room_for(self, like: TrialRecord, resources: int) -> bool:
+        """Whether a new trial would fit now: one with ``like``'s config (a real trial, e.g. the
+        latest) on ``resources`` devices. Nothing is placed and no trial is made up: the
+        demand of ``like`` is asked, then given the new trial's device count (a demand's
+        ``gpus`` is its record's ``resources``, or a floor of its own above them, which is
+        kept)."""
+        job = self.demand(like)
+        gpus = max(1, int(resources))
+        if job.gpus > like.resources:          # the demand's own floor (a model on k devices)
+            gpus = max(gpus, job.gpus)
+        if gpus != job.gpus:
+            job = dataclasses.replace(job, gpus=gpus)
+        return self.fits(job.renamed(_NEW_TRIAL))
+
+    def fits(self, job: Any) -> bool:
+        """Whether ``job`` (a placement Job whose id is no running trial's) fits now, per the
+        policy; nothing is placed."""
+        return bool(self._assign([job]))
 
     def occupy(self, record: TrialRecord, devices: Sequence[Sequence[str]]) -> None:
         """Count ``record`` as running on ``devices`` (a restored or externally placed trial)."""

@@ -10,11 +10,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from hypersack.core.algorithms.base import Algorithm, Decision
+from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.objective import Objective
+from hypersack.core.timeouts import timed_out
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
-                                  Launch, ResultReported, Stop, StopReason, TrialFailed,
+                                  Launch, Preempt, ResultReported, Stop, StopReason, TrialFailed,
                                   TrialFinished, TrialRecord, TrialStarted, TrialState)
 from hypersack.errors import ConfigError
 
@@ -25,6 +26,8 @@ _TIME_BUDGET = StopReason.TIME_BUDGET
 _PRUNED = StopReason.PRUNED
 _PAUSED = StopReason.PAUSED
 _RESIZE = StopReason.RESIZE
+_STOPS = {Decision.STOP: _PRUNED, Decision.PAUSE: _PAUSED, Decision.GROW: _RESIZE}
+_PREEMPTED = StopReason.PREEMPTED
 _END_GAME = "end_game"      # info key of a trial resumed by the end-game (stored with the trial)
 
 
@@ -79,6 +82,22 @@ class Controller:
         self._running_ids: set[int] = set()
         self._results: list[tuple[int, int, dict[str, Any]]] = []   # accepted, not yet stored
         self.halt_reason: str | None = None    # why the study stopped itself (e.g. disk full)
+        self.shared: Any = None                # time-sharing (core.shared_devices), or None
+        self._shared_state: Mapping[str, Any] | None = None   # restored, until set_time_sharing
+
+    def set_time_sharing(self, options: Any) -> None:
+        """Time-share the inventory's devices among trials (``core.timesharing``); needs
+        ``set_inventory`` first. ``options``: a TimeSharing, a policy name or its mapping."""
+        from hypersack.core.shared_devices import SharedDevices
+        from hypersack.core.timesharing import TimeSharing
+        parsed = TimeSharing.parse(options)
+        if parsed is None:
+            self.shared = None
+            return
+        self.shared = SharedDevices(parsed, self._placer(), self.objective, self._shared_state)
+        for trial_id in self._queue:           # restored: every unfinished trial waits
+            self.shared.left(self.trials[trial_id])
+        self._changed.update(self.shared.take_touched())
 
     def set_inventory(self, cluster: Any, policy: str = "wfd", demand=None) -> None:
         """Place trials on ``cluster``'s devices with ``policy``; ``demand(record) -> Job``."""
@@ -87,11 +106,13 @@ class Controller:
     # ---- restore (resume) ------------------------------------------------------------------
 
     def restore(self, trials: Iterable[TrialRecord], algorithm_state: Mapping[str, Any] | None,
-                elapsed_s: float = 0.0) -> None:
-        """Take the stored trials back. Unfinished ones are queued to restart from their checkpoint."""
+                elapsed_s: float = 0.0, time_sharing: Mapping[str, Any] | None = None) -> None:
+        """Take the stored trials back. Unfinished ones are queued to restart from their
+        checkpoint; ``time_sharing`` (bindings, priorities) is taken by ``set_time_sharing``."""
         if algorithm_state:
             self.algorithm.load_state_dict(algorithm_state)
         self._elapsed_before = elapsed_s
+        self._shared_state = time_sharing
         for record in sorted(trials, key=lambda r: r.trial_id):
             self.trials[record.trial_id] = record
             if not record.state.finished and record.state is not TrialState.PAUSED:
@@ -120,6 +141,8 @@ class Controller:
         return out
 
     def _launch_any(self, free_slots: int | None, now: float) -> list[Launch]:
+        if self.shared is not None:
+            return self._launch_shared(now)
         if self.allocator is None:
             return self._launch_counted(free_slots or 0, now)
         return self._launch_placed(now)
@@ -146,7 +169,7 @@ class Controller:
         placed = allocator.place(queued)
         out = [self._launch(r, now, placed[r.trial_id]) for r in queued if r.trial_id in placed]
         self._queue = deque(t for t in self._queue if t not in placed)
-        while not self._queue and allocator.has_room(self._latest()):
+        while not self._queue and self._room_for_new(allocator):
             record = self._create(now)
             if record is None:
                 break
@@ -159,15 +182,46 @@ class Controller:
             self._fail_unplaceable(now)
         return out
 
+    def _launch_shared(self, now: float) -> list[Launch]:
+        """Time-sharing: bind pending and new trials to devices (the global level), then start
+        on each device the best bound trials that fit (the node level)."""
+        shared = self.shared
+        running = [self.trials[t] for t in self._running_ids]
+        pending = [self.trials[t] for t in self._queue]
+        for record in pending:
+            if shared.share.device_of(record.trial_id) is None:
+                shared.bind(record, running, pending)
+        while (all(shared.share.device_of(t) is not None for t in self._queue)
+               and shared.has_room(self._latest(), running, pending)):
+            created = self._create(now)
+            if created is None:
+                break
+            self._queue.append(created.trial_id)
+            pending.append(created)
+            if shared.bind(created, running, pending) is None:
+                break
+        out = []
+        for record, key in shared.starts(pending, running):
+            self._queue.remove(record.trial_id)
+            self._placer().occupy(record, [key])
+            out.append(self._launch(record, now, (key,)))
+            shared.started(record, now)
+        self._changed.update(shared.take_touched())
+        return out
+
     def _latest(self) -> TrialRecord | None:
+        """The latest trial (a real record: a new trial is judged like it), or None."""
+        return self.trials[len(self.trials) - 1] if self.trials else None
+
+    def _room_for_new(self, allocator: Allocator) -> bool:
+        """Whether a new trial would fit now: asked before one is created, so trials are not
+        made long before a device can take them. It is judged like the latest trial, on the
+        devices the algorithm gives a new one (yes when there is no trial yet)."""
         if not self.trials:
-            return None
-        record = self.trials[len(self.trials) - 1]
-        resources = self._clamp_resources(self.algorithm.resources(-1))
-        probe = object.__new__(TrialRecord)          # dataclasses.replace, without its cost
-        probe.__dict__.update(record.__dict__)
-        probe.trial_id, probe.resources = -1, resources
-        return probe
+            return True
+        next_id = len(self.trials)
+        resources = self._clamp_resources(self.algorithm.resources(next_id))
+        return allocator.has_room_for(self.trials[next_id - 1], resources)
 
     def _fail_unplaceable(self, now: float) -> None:
         """With every device idle, a queued trial that still does not fit never will: fail it."""
@@ -294,15 +348,18 @@ class Controller:
         record.metrics = dict(event.metrics)
         if self.objective.metric in event.metrics:
             record.value = float(event.metrics[self.objective.metric])
-        if record.stop_reason is not None:
+        if self.shared is not None:
+            self.shared.observe(record, event.metrics)
+        if record.stop_reason is not None and record.stop_reason != _PREEMPTED:
             # Asked already; ask again: a worker relaunched after a crash never got the request.
             return [Stop(record.trial_id, record.stop_reason)]
         if record.info.get(_END_GAME):
             return []        # finishing in the end-game: the algorithm has nothing left to decide
         decision = self.algorithm.on_result(record.trial_id, event.step, event.metrics)
-        reason = {Decision.STOP: _PRUNED, Decision.PAUSE: _PAUSED, Decision.GROW: _RESIZE}.get(decision)
+        reason = _STOPS.get(decision)
         if reason is None:
-            return []
+            # A preempted trial is still suspended; an algorithm's decision above overrides it.
+            return [Preempt(record.trial_id)] if record.stop_reason == _PREEMPTED else []
         record.stop_reason = reason
         return [Stop(record.trial_id, reason)]
 
@@ -311,8 +368,12 @@ class Controller:
             return
         if isinstance(event, DeviceAdded):
             self.allocator.add_device(event.node_id, event.gpu, event.node_cpus)
+            if self.shared is not None:
+                self.shared.add_device(event.node_id, str(event.gpu.id))
         else:
             self._device_lost.update(self.allocator.lose_device(event.node_id, event.gpu_id))
+            if self.shared is not None:
+                self.shared.remove_device(event.node_id, event.gpu_id)
 
     def _on_finished(self, record: TrialRecord, now: float) -> None:
         self._release(record)
@@ -320,8 +381,15 @@ class Controller:
             record.state, record.stop_reason = TrialState.PENDING, None
             self._queue.appendleft(record.trial_id)
             return
+        if record.stop_reason == _PREEMPTED:
+            # Time-sharing suspended it: it waits, bound to its device; no retry is charged.
+            record.state, record.stop_reason = TrialState.PENDING, None
+            self._queue.append(record.trial_id)
+            return
         if record.stop_reason == _PAUSED:
             record.state, record.stop_reason = TrialState.PAUSED, None
+            if self.shared is not None:
+                self.shared.forget(record)
             return
         if record.stop_reason == _RESIZE:
             record.state, record.stop_reason = TrialState.PENDING, None
@@ -373,6 +441,8 @@ class Controller:
         if self.allocator is not None:
             self.allocator.release(record.trial_id)
         record.devices = []
+        if self.shared is not None:
+            self.shared.left(record)
 
     def _finish(self, record: TrialRecord, state: TrialState, now: float | None, *,
                 error: str | None = None, traceback: str | None = None) -> None:
@@ -382,6 +452,8 @@ class Controller:
         record.stop_reason = None
         record.error, record.traceback = error, traceback
         self._changed.add(record.trial_id)
+        if self.shared is not None:
+            self.shared.forget(record)
         value = record.value if state is not TrialState.FAILED else None
         self.algorithm.on_complete(record.trial_id, value, state.value)
 
@@ -390,11 +462,23 @@ class Controller:
     def tick(self, now: float) -> list[Command]:
         """Time-driven decisions: trials past ``trial_timeout_s`` (since their launch) fail and
         are cancelled; once the time budget is spent, every running trial is asked to stop."""
-        commands = self._time_out(now)
+        commands = self._time_out(now) + self._preempt(now)
         if self._time_up or not self._out_of_time(now):
             return commands
         self._time_up = True
         return commands + self._stop_running(_TIME_BUDGET)
+
+    def _preempt(self, now: float) -> list[Command]:
+        """Time-sharing: running trials whose quantum ended and that a waiting trial outranks
+        are asked to suspend after their current step (``Preempt``)."""
+        if self.shared is None or self._interrupted or self._time_up:
+            return []
+        out: list[Command] = []
+        for trial_id in self.shared.preemptions(self.trials, self._running_ids, now):
+            self.trials[trial_id].stop_reason = _PREEMPTED
+            out.append(Preempt(trial_id))
+        self._changed.update(self.shared.take_touched())
+        return out
 
     def _time_out(self, now: float) -> list[Command]:
         limit = self.trial_timeout_s
@@ -403,7 +487,7 @@ class Controller:
         out: list[Command] = []
         for trial_id in sorted(self._running_ids):
             record = self.trials[trial_id]
-            if record.started_at is not None and now - record.started_at > limit:
+            if timed_out(record.started_at, now, limit):
                 reason = f"timed out after {limit:g} s (executor.trial_timeout_s)"
                 self._finish(record, TrialState.FAILED, now, error=reason)
                 out.append(Cancel(trial_id, reason))
@@ -428,7 +512,8 @@ class Controller:
     def _stop_running(self, reason: StopReason) -> list[Command]:
         out: list[Command] = []
         for record in self.trials.values():
-            if record.state is TrialState.RUNNING and record.stop_reason in (None, _TIME_BUDGET):
+            if record.state is TrialState.RUNNING and record.stop_reason in (None, _TIME_BUDGET,
+                                                                            _PREEMPTED):
                 record.stop_reason = reason
                 out.append(Stop(record.trial_id, reason))
         return out
@@ -516,6 +601,19 @@ class Controller:
         self._changed.clear()
         return changed
 
+    def next_decision_step(self, trial_id: int) -> int:
+        """The first step at which a report of ``trial_id`` may be answered with a stop: the
+        algorithm's next decision point (``Algorithm.next_decision_step``); 0 (every step) for a
+        trial that is not running or was asked to stop; ``NO_DECISION`` in the end-game. A
+        report below it stops the trial only if its metrics are not finite (the trial then
+        fails, one report later for a worker that went on)."""
+        record = self.trials.get(trial_id)
+        if record is None or record.state is not TrialState.RUNNING or record.stop_reason is not None:
+            return 0
+        if record.info.get(_END_GAME):
+            return NO_DECISION
+        return self.algorithm.next_decision_step(trial_id)
+
     def best(self) -> TrialRecord | None:
         """The trial with the best objective value, as Ray Tune reports it: each trial's last
         reported value (at ``last_step``), over every trial that is not FAILED: complete, paused
@@ -525,7 +623,10 @@ class Controller:
         return best_record(self.trials.values(), self.objective)
 
     def state_dict(self, now: float) -> dict[str, Any]:
-        return {"algorithm": self.algorithm.state_dict(), "elapsed_s": self.elapsed(now)}
+        state = {"algorithm": self.algorithm.state_dict(), "elapsed_s": self.elapsed(now)}
+        if self.shared is not None:
+            state["time_sharing"] = self.shared.state_dict()
+        return state
 
 
 

@@ -163,7 +163,7 @@ class _Cap:
     def fits(self, pack: list[int], candidate: int) -> bool:
         if self.max_members is not None and len(pack) + 1 > self.max_members:
             return False
-        if self.memory is None:
+        if self.memory is None or self.capacity is None:    # capacity is set whenever memory is
             return True
         used = sum(self.memory[i] for i in pack)
         return used + self.memory[candidate] <= self.capacity

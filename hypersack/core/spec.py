@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
+from hypersack.core.timesharing import TimeSharing
 from hypersack.errors import ConfigError
 from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_choice, check_integer, check_name,
                                   check_number, check_plain_data, check_text, is_integer)
@@ -229,6 +230,18 @@ def _check_budget(budget: Any) -> None:
                      hint="(seconds)")
 
 
+#: ``durability`` -> the SQLite ``synchronous`` level the study store commits with.
+DURABILITY = {"power": "FULL", "process": "NORMAL"}
+
+
+def check_durability(value: Any, field_name: str = "durability") -> str:
+    """``value`` when it is a durability level ("power" or "process"), else ConfigError."""
+    if not isinstance(value, str) or value not in DURABILITY:
+        raise ConfigError(field_name, value, "must be 'power' (survives a power loss: fsync at "
+                          "every commit) or 'process' (survives a crash of the process)")
+    return value
+
+
 def _check_placement(value: Any) -> None:
     """A policy name, or ``{policy: NAME, OPTION: VALUE}`` (``placement.parse_placement``)."""
     from hypersack.core.placement import parse_placement
@@ -259,10 +272,15 @@ class StudySpec:
     # Read checkpoints with full pickle (arbitrary objects): only for run folders no one else can
     # write. Default: safe loading of plain data (see hypersack.runtime.checkpoints).
     unsafe_checkpoints: bool = False
+    # What an acknowledged report survives: "power" (fsync at every commit: a power loss) or
+    # "process" (a crash of the driver's process, kill -9 included; no fsync per commit).
+    durability: str = "power"
+    # Time-sharing of devices among trials (Hermes and its baselines); None: none.
+    time_sharing: TimeSharing | None = None
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
                "max_steps", "description", "storage", "placement", "oversubscription", "resources",
-               "execution", "pack", "unsafe_checkpoints"}
+               "execution", "pack", "unsafe_checkpoints", "durability", "time_sharing"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -280,6 +298,8 @@ class StudySpec:
         _check_execution(self.execution)
         if not isinstance(self.unsafe_checkpoints, bool):
             raise ConfigError("unsafe_checkpoints", self.unsafe_checkpoints, "must be true or false")
+        check_durability(self.durability)
+        object.__setattr__(self, "time_sharing", TimeSharing.parse(self.time_sharing))
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -314,9 +334,18 @@ class StudySpec:
                    placement=d.get("placement", "wfd"), oversubscription=d.get("oversubscription"),
                    resources=Resources.from_dict(d.get("resources")),
                    execution=d.get("execution", "separate"), pack=PackOptions.from_dict(d.get("pack")),
-                   unsafe_checkpoints=d.get("unsafe_checkpoints", False))
+                   unsafe_checkpoints=d.get("unsafe_checkpoints", False),
+                   durability=d.get("durability", "power"),
+                   time_sharing=TimeSharing.parse(d.get("time_sharing")))
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``time_sharing`` only when set, so older stored specs compare equal)."""
+        d = self._to_dict()
+        if self.time_sharing is not None:
+            d["time_sharing"] = self.time_sharing.to_dict()
+        return d
+
+    def _to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "trainable": self.trainable, "space": self.space.to_dict(),
                 "objective": self.objective.to_dict(),
                 "budget": {"trials": self.budget.trials, "time_s": self.budget.time_s},
@@ -326,13 +355,14 @@ class StudySpec:
                 "oversubscription": (dict(self.oversubscription) if isinstance(self.oversubscription, Mapping)
                                      else self.oversubscription),
                 "resources": self.resources.to_dict(), "execution": self.execution,
-                "pack": self.pack.to_dict(), "unsafe_checkpoints": self.unsafe_checkpoints}
+                "pack": self.pack.to_dict(), "unsafe_checkpoints": self.unsafe_checkpoints,
+                "durability": self.durability}
 
 
 # Fields a resumed study may change: how much to run and how, not what is searched.
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
                                "oversubscription", "resources", "execution", "pack",
-                               "unsafe_checkpoints"})
+                               "unsafe_checkpoints", "durability", "time_sharing"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

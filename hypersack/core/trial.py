@@ -167,6 +167,15 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Preempt(Stop):
+    """Time-sharing: suspend a running trial after its current step (at its next report). It is
+    a Stop to every executor (the trial ends at that report, its checkpoint kept); an executor
+    that knows it may also free the device's memory (end the worker process) or charge the
+    suspension's cost. The controller makes the trial wait, bound to its device."""
+    reason: StopReason = StopReason.PREEMPTED
+
+
+@dataclass(frozen=True)
 class Cancel:
     """End a running trial at once (its worker is killed); it is reported FAILED with ``reason``."""
     trial_id: int

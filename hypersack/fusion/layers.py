@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from typing import cast
 
 import numpy as np
 import torch
@@ -158,14 +159,16 @@ class MaskedBatchNorm(nn.modules.batchnorm._BatchNorm):
 
     @torch.no_grad()
     def _update_running(self, mean: torch.Tensor, var: torch.Tensor, count: torch.Tensor) -> None:
-        self.num_batches_tracked.add_(1)
+        tracked = cast(torch.Tensor, self.num_batches_tracked)   # set: track_running_stats
+        tracked.add_(1)
+        factor: torch.Tensor | float
         if self.momentum is None:
-            factor = 1.0 / self.num_batches_tracked.to(mean.dtype)
+            factor = 1.0 / tracked.to(mean.dtype)
         else:
             factor = self.momentum
         unbiased = var * count / (count - 1).clamp(min=1)
-        self.running_mean.mul_(1 - factor).add_(factor * mean.detach())
-        self.running_var.mul_(1 - factor).add_(factor * unbiased.detach())
+        cast(torch.Tensor, self.running_mean).mul_(1 - factor).add_(factor * mean.detach())
+        cast(torch.Tensor, self.running_var).mul_(1 - factor).add_(factor * unbiased.detach())
 
 
 def _masked_batchnorm(old: nn.modules.batchnorm._BatchNorm) -> MaskedBatchNorm:

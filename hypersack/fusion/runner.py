@@ -30,6 +30,7 @@ A sketch of an executor's source::
 from __future__ import annotations
 
 import numbers
+from typing import Hashable
 from dataclasses import dataclass, field
 
 import torch
@@ -62,7 +63,7 @@ class Pack:
         self.task, self.device, self.dtype = task, torch.device(device), dtype
         self.data = PackData.from_task(task, self.device, dtype)
         self.stacks: dict[str, FusedStack] = {}
-        self.architecture = None
+        self.architecture: tuple[tuple[str, Hashable], ...] | None = None
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.stacks.values())

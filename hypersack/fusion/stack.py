@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 import torch
@@ -120,8 +120,8 @@ class FusedStack:
         for k, v in rows.items():
             old = self.rows.get(k)
             self.rows[k] = v.unsqueeze(0) if old is None else torch.cat([old.detach(), v[None]])
-        for k, v in host.items():
-            self.host[k] = np.append(self.host.get(k, np.zeros(0, dtype=v.dtype)), v)
+        for name, values in host.items():
+            self.host[name] = np.append(self.host.get(name, np.zeros(0, dtype=values.dtype)), values)
         self.slots.append(Slot(member, max_steps, optimizer))
         self._releaf()
 
@@ -199,7 +199,7 @@ class FusedStack:
         member_loss = (per_sample.view(len(self), width) * valid).sum(1) / counts.to(valid.dtype)
         member_loss.sum().backward()
         params = self._params()
-        fused_step(self.kind, params, {k: p.grad for k, p in params.items()},
+        fused_step(self.kind, params, {k: cast(torch.Tensor, p.grad) for k, p in params.items()},
                    self._prefixed("o."), self._prefixed("h."), rows["iter"])
         for p in params.values():
             p.grad = None

@@ -13,6 +13,12 @@ Contract for trainables:
   ``TrialStopped`` (a BaseException: let it propagate); the worker ends the trial cleanly. A stop
   decided on a report (the algorithm pauses or prunes the trial at this step) is raised by that
   very report, once the result is durable: no work is wasted past it.
+- Pipelining: a report that carries no checkpoint, at a step below the trial's next decision
+  point (the algorithm's milestones for ASHA, SHA, Hyperband; every step for the others), does
+  not wait: ``report`` returns at once and the trial's next report (or its end) first waits
+  until this one is durable. So at most one report is in flight; a stop for budget or Ctrl-C
+  (which no report decides) is raised one report later; everything above holds for reports
+  that carry a checkpoint or are decision points.
 - ``ctx.checkpoint(state)``: for trainables that checkpoint between reports. The state is
   written at once (a new private file) and rides with the *next* ``report``: it becomes the
   trial's checkpoint when that report is durable, labelled with that report's step. So call it
@@ -44,6 +50,7 @@ from typing import Any, Callable, Protocol
 from hypersack.errors import TrialStopped
 from hypersack.runtime import checkpoints
 from hypersack.runtime.messages import Reported
+from hypersack.runtime.profiler import NullSampler
 
 __all__ = ["TrialContext", "World", "to_number"]
 
@@ -107,14 +114,13 @@ class TrialContext:
         if self._sampler_override is not None:
             return self._sampler_override
         if self._meter is None:
-            from hypersack.runtime.profiler import NullSampler
             return NullSampler()
         self._fine_grained = True
         return self._meter
 
     @sampler.setter
     def sampler(self, value: Any) -> None:
-        """A sampler of the caller's (``profiler.profile_trainable`` installs its own)."""
+        """A sampler of the caller's (``profile_offline.profile_trainable`` installs its own)."""
         self._sampler_override = value
 
     @property
@@ -135,12 +141,22 @@ class TrialContext:
             self._meter.mark()
         self._last_step = int(step)
         if self.world.rank == 0:
-            self._channel.request(Reported(self.trial_id, int(step), clean, self._pending))
-            if self._pending is not None:
-                self._commit(self._pending)
+            message = Reported(self.trial_id, int(step), clean, self._pending)
+            if self._pending is None and self._may_post(int(step)):
+                self._channel.post(message)           # type: ignore[attr-defined]
+            else:
+                self._channel.request(message)
+                if self._pending is not None:
+                    self._commit(self._pending)
         if self._stop_now():
             self._stopped = True
             raise TrialStopped()
+
+    def _may_post(self, step: int) -> bool:
+        """A report at ``step`` need not wait for its ack: the channel pipelines and no decision
+        can stop the trial there (see the module contract)."""
+        may_post = getattr(self._channel, "may_post", None)
+        return may_post is not None and bool(may_post(step))
 
     def _commit(self, name: str) -> None:
         """``name`` rode with a durable report: it is the trial's checkpoint now."""

@@ -1,14 +1,19 @@
 """The study loop: the only while-loop. Events in, decisions from the controller, commands out.
 
-Each turn: poll the executor; hand events to the controller; launch what fits; write every change
-(trials, accepted results and the checkpoints that rode with them, the controller's state) in one
-durable transaction; only then acknowledge results to workers and send commands.
+Each turn: poll the executor (with a group window: more events are gathered for up to
+``group_window_s`` after the first, until every running trial has reported); hand events to the
+controller; launch what fits; write every change (trials, accepted results and the checkpoints
+that rode with them, the controller's state, and what observers wrote through the store's
+connection, e.g. the job history's profiles) in one durable transaction, the store's
+``transaction()``: one commit per turn (group commit); only then acknowledge results to workers
+and send commands.
 Ctrl-C (or SIGTERM) once: running trials stop at their next report, stay resumable, and the study
 is marked interrupted; twice: workers are killed at once (their trials restart on resume from the
 checkpoint of their last durable report).
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -18,7 +23,7 @@ from typing import Any, Callable, Sequence
 from hypersack.core.algorithms import Algorithm
 from hypersack.core.controller import Controller
 from hypersack.core.spec import StudySpec
-from hypersack.core.trial import Command, Event, Launch
+from hypersack.core.trial import Command, Event, Launch, ResultReported
 from hypersack.errors import StorageError, StorageFullError
 from hypersack.runtime.executors.base import Executor
 from hypersack.runtime.progress import Progress, NullProgress
@@ -29,6 +34,8 @@ __all__ = ["StudyRun", "run_loop"]
 
 POLL_INTERVAL_S = 0.1
 HEARTBEAT_S = 5.0       # the driver's lease is renewed at least this often (seconds)
+GROUP_WINDOW_S = 0.002  # a real study's group commit window (seconds): see run_loop
+MAX_GROUP = 4096        # most events gathered into one turn
 
 
 @dataclass
@@ -47,7 +54,8 @@ def build_controller(spec: StudySpec, algorithm: Algorithm, row: StudyRow, stora
     if resume:
         state = row.controller_state or {}
         controller.restore(storage.load_trials(row.study_id), state.get("algorithm"),
-                           elapsed_s=float(state.get("elapsed_s", 0.0)))
+                           elapsed_s=float(state.get("elapsed_s", 0.0)),
+                           time_sharing=state.get("time_sharing"))
     return controller
 
 
@@ -80,9 +88,17 @@ class _Interrupts:
 
 def run_loop(controller: Controller, executor: Executor, storage: Store, row: StudyRef, *,
              progress: Progress | None = None, clock: Callable[[], float] = time.time,
-             observers: Sequence[Callable[[Event], None]] = ()) -> StudyRun:
+             observers: Sequence[Callable[[Event], None]] = (),
+             group_window_s: float = 0.0) -> StudyRun:
     """Run the study to its end. ``observers`` see every event before the controller does
-    (profiles into the job history, OOM corrections...).
+    (profiles into the job history, OOM corrections...); their writes through the store's
+    connection join the turn's transaction.
+
+    ``group_window_s``: once a poll returned events, the loop keeps polling for up to this many
+    seconds (wall clock) for more, and stops early once every running trial has reported (none
+    can report again before its ack) or ``MAX_GROUP`` events are in: they share one transaction
+    and one commit, and each report's ack waits at most this much longer. 0 (the simulator's
+    default): one poll per turn.
 
     Ctrl-C handling covers the whole run, shutdown included: a run interrupted once or twice
     returns status "interrupted". A storage fault (disk full, lease lost, damaged file) kills
@@ -94,7 +110,8 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     with _Interrupts() as interrupts:
         try:
             executor.start()
-            _turns(controller, executor, storage, row, progress, clock, interrupts, observers)
+            _turns(controller, executor, storage, row, progress, clock, interrupts, observers,
+                   group_window_s)
         except KeyboardInterrupt:
             pass
         except StorageError as exc:
@@ -137,34 +154,38 @@ def _set_status(storage: Store, row: StudyRef, status: str, quiet: bool) -> None
             raise
 
 
+def _gather(executor: Executor, events: list[Event], controller: Controller,
+            window_s: float) -> list[Event]:
+    """``events`` and those that arrive within ``window_s`` seconds (see ``run_loop``)."""
+    deadline = time.monotonic() + window_s
+    while len(events) < MAX_GROUP:
+        reported = sum(1 for e in events if type(e) is ResultReported)
+        left = deadline - time.monotonic()
+        if left <= 0 or reported >= controller.running():
+            break
+        more = executor.poll(left)
+        if not more:
+            break
+        events += more
+    return events
+
+
 def _turns(controller: Controller, executor: Executor, storage: Store, row: StudyRef,
            progress: Progress, clock: Callable[[], float], interrupts: _Interrupts,
-           observers: Sequence[Callable[[Event], None]] = ()) -> None:
+           observers: Sequence[Callable[[Event], None]] = (), group_window_s: float = 0.0) -> None:
     interrupted = False
     first = True
     last_beat = clock()
     while True:
         events = [] if first else executor.poll(POLL_INTERVAL_S)
+        if events and group_window_s > 0:
+            events = _gather(executor, events, controller, group_window_s)
         first = False
-        now = clock()
-        commands: list[Command] = []
-        for event in events:
-            for observe in observers:
-                observe(event)
-            commands += controller.handle(event, now)
-        commands += controller.tick(now)
-        if interrupts.count and not interrupted:
-            interrupted = True
-            commands += controller.interrupt()
-        free = None if controller.allocator is not None else executor.free_slots()
-        launches: list[Launch] = controller.launches(free, now)
-        changes, results = controller.take_changes(), controller.take_results()
-        if changes or results:
-            storage.save_batch(row.study_id, changes, results, lambda: controller.state_dict(now))
-            last_beat = now
-        elif now - last_beat >= HEARTBEAT_S:
-            storage.heartbeat(row.study_id)
-            last_beat = now
+        with storage.transaction() if events else contextlib.nullcontext():
+            commands, launches, last_beat, now = _turn(controller, executor, storage, row, clock,
+                                                  events, observers, interrupts, interrupted,
+                                                  last_beat)
+        interrupted = interrupted or bool(interrupts.count)
         for command in commands:
             executor.submit(command)
         executor.acknowledge()
@@ -178,3 +199,31 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
                 if changes:
                     storage.save_batch(row.study_id, changes, [], lambda: controller.state_dict(now))
             return
+
+
+def _turn(controller: Controller, executor: Executor, storage: Store, row: StudyRef,
+          clock: Callable[[], float], events: list[Event],
+          observers: Sequence[Callable[[Event], None]], interrupts: _Interrupts,
+          interrupted: bool, last_beat: float) -> tuple[list[Command], list[Launch], float, float]:
+    """One turn's decisions and its durable write (inside the turn's transaction, if any);
+    returns the commands and launches to send once it is durable, the last lease renewal and
+    the turn's time."""
+    now = clock()
+    commands: list[Command] = []
+    for event in events:
+        for observe in observers:
+            observe(event)
+        commands += controller.handle(event, now)
+    commands += controller.tick(now)
+    if interrupts.count and not interrupted:
+        commands += controller.interrupt()
+    free = None if controller.allocator is not None else executor.free_slots()
+    launches: list[Launch] = controller.launches(free, now)
+    changes, results = controller.take_changes(), controller.take_results()
+    if changes or results:
+        storage.save_batch(row.study_id, changes, results, lambda: controller.state_dict(now))
+        last_beat = now
+    elif now - last_beat >= HEARTBEAT_S:
+        storage.heartbeat(row.study_id)
+        last_beat = now
+    return commands, launches, last_beat, now

@@ -7,11 +7,13 @@ GPUs, and the NVML state monitor; on exit (normal, Ctrl-C or error) it stops bot
 learns from this run's (Sampler) profiles and out-of-memory failures.
 
 Fused packs (``fuses``: the executor's routing predicate): a trial that runs in a pack demands
-the pack's per-member share of its device: ``compute`` = 100 / ``pack.max_members`` percent
-(or ``resources.compute`` when the study sets it), ``memory_gb`` = ``resources.memory_gb`` and
-``cpus`` = ``resources.cpus`` / ``max_members``, so placement puts up to ``max_members``
-members on one device and oversubscription (MPS) still applies across packs. Profiles of plain
-trials do not describe members, so the job history is not used for them.
+the pack's per-member share of its device (``core.demand.member_demand``: ``compute`` = 100 /
+``pack.max_members`` percent, or ``resources.compute`` when the study sets it, ``memory_gb`` =
+``resources.memory_gb``, ``cpus`` = ``resources.cpus`` / ``max_members``), so placement puts up
+to ``max_members`` members on one device and oversubscription (MPS) still applies across packs.
+Profiles of plain trials do not describe members, so the job history is not used for them.
+Whether MPS starts is ``core.demand.needs_mps``; the history's demand is
+``core.demand.history_demand`` (through ``ProfileStore.demand_for``).
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from hypersack.core.allocator import Demand
+from hypersack.core.demand import member_demand as core_member_demand
+from hypersack.core.demand import needs_mps, with_history
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event, TrialFailed, TrialProfiled, TrialRecord
 from hypersack.runtime.devices import Slot, default_slots, slots_cluster
@@ -44,12 +48,14 @@ class Machine:
 
 
 @contextlib.contextmanager
-def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Path, *,
+def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Any, *,
                     trainable_name: str, slots: list[Slot] | None = None,
                     nvml: Any = None,
                     fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
     """Devices and services for one run of ``spec`` (see the module docstring). ``slots``
-    (tests) skips detection: the given slots become the inventory."""
+    (tests) skips detection: the given slots become the inventory. ``storage_path``: the study
+    store's file, or the open ``Storage`` itself (the job history then writes through its
+    connection, inside the loop's per-turn transaction)."""
     with contextlib.ExitStack() as stack:
         machine = _devices(spec, slots, nvml)
         if _shares_gpus(spec, machine):
@@ -138,10 +144,9 @@ def _cpu_ratio(oversubscription: Any, slots: list[Slot]) -> float:
 
 def _shares_gpus(spec: StudySpec, machine: Machine) -> bool:
     from hypersack.core.placement import parse_placement
-    gpus = [g for _, g in machine.cluster.gpus() if g.arch != "cpu"]
     policy, _ = parse_placement(spec.placement)
-    return policy != "exclusive" and any(g.oversubscription > 1 for g in gpus) \
-        and any(s.gpu is not None for s in machine.slots)
+    return needs_mps(policy, [g.oversubscription for _, g in machine.cluster.gpus() if g.arch != "cpu"],
+                     any(s.gpu is not None for s in machine.slots))
 
 
 # ---- services --------------------------------------------------------------------------------
@@ -174,7 +179,7 @@ def _start_monitor(machine: Machine, nvml: Any, stack: contextlib.ExitStack) -> 
     machine.device_events = monitor.drain
 
 
-def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, trainable_name: str,
+def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, trainable_name: str,
                     stack: contextlib.ExitStack) -> None:
     """Demand from the job history; profiles and OOM corrections written back to it."""
     from hypersack.runtime.profiles import ProfileStore, profile_key
@@ -187,12 +192,17 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
     cache: dict[str, Any] = {}
     records: dict[int, TrialRecord] = {}
 
+    jobs: dict[int, tuple[int, Any]] = {}     # trial -> (resources, Job): built once per trial
+
     def demand(record: TrialRecord) -> Any:
-        if record.trial_id >= 0:
-            records[record.trial_id] = record
+        records[record.trial_id] = record
+        hit = jobs.get(record.trial_id)
+        if hit is not None and hit[0] == record.resources:
+            return hit[1]
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache)
-        job = default.job(record)
-        return job if not per_arch else dataclasses.replace(job, per_arch=per_arch)
+        job = with_history(default.job(record), per_arch)
+        jobs[record.trial_id] = (record.resources, job)
+        return job
 
     def observe(event: Event) -> None:
         record = records.get(event.trial_id) if event.trial_id is not None else None
@@ -205,11 +215,13 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
                 store.put(profile_key(trainable_name, record.config, model_keys, profile.device_arch),
                           profile)
                 cache.clear()
+                jobs.clear()
             elif isinstance(event, TrialFailed) and event.oom:
                 for arch in archs:
                     store.correct_after_oom(profile_key(trainable_name, record.config, model_keys, arch),
                                             memory[arch])
                 cache.clear()
+                jobs.clear()
         except Exception as exc:   # the history is an optimisation: never fail the study on it
             log.warning("job history not updated for trial %s: %s", event.trial_id, exc)
     machine.demand, machine.observers = demand, [observe]
@@ -217,10 +229,9 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Path, train
 
 
 def member_demand(spec: StudySpec) -> Demand:
-    """A pack member's demand on its device (see the module docstring)."""
-    r, n = spec.resources, spec.pack.max_members
-    compute = r.compute if r.compute != 100.0 else 100.0 / n
-    return Demand(compute, r.memory_gb, r.cpus / n)
+    """A pack member's demand on its device (``core.demand.member_demand``)."""
+    r = spec.resources
+    return core_member_demand(Demand(r.compute, r.memory_gb, r.cpus), spec.pack.max_members)
 
 
 def _fused_demand(machine: Machine, spec: StudySpec, fuses: Callable[[dict], bool]) -> None:
@@ -281,14 +292,15 @@ def prepare_node(spec: StudySpec, study_dir: Path, *, slots: list[Slot] | None =
 
 
 @contextlib.contextmanager
-def prepare_driver(spec: StudySpec, cluster: Any, storage_path: Path, *, trainable_name: str,
+def prepare_driver(spec: StudySpec, cluster: Any, storage: Any, *, trainable_name: str,
                    fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
     """The driver's half for an executor whose devices are elsewhere: ``cluster`` (the
     inventory the executor found) with the job history's demand and observers, and fused
-    members' demand, as ``prepare_machine`` gives them. ``slots`` is empty."""
+    members' demand, as ``prepare_machine`` gives them (``storage``: the study's store, or
+    its path). ``slots`` is empty."""
     with contextlib.ExitStack() as stack:
         machine = Machine([], cluster)
-        _attach_history(machine, spec, storage_path, trainable_name, stack)
+        _attach_history(machine, spec, storage, trainable_name, stack)
         if fuses is not None:
             _fused_demand(machine, spec, fuses)
         yield machine

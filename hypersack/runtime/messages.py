@@ -8,7 +8,8 @@ receives dataclasses. A stop or an ack names its trial, so a stale one is ignore
 
 Driver -> worker: ``RunTrial``, ``StartPack``, ``AddMember``, ``StopTrial``, ``Ack``,
 ``EndPack``, ``Shutdown``. Worker -> driver: ``Started``, ``Reported`` (then the worker waits
-for its ``Ack``), ``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and
+for its ``Ack``, or, for a report below the last ack's ``free_below`` that carries no
+checkpoint, goes on and waits for that ack before its next report or its end), ``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and
 ``PackFailed`` (the pack as a whole failed; every member with it).
 """
 from __future__ import annotations
@@ -51,7 +52,7 @@ def decode(wire: tuple) -> Message:
     cls: Any = _REGISTRY.get(wire[0]) if isinstance(wire, tuple) and wire else None
     if cls is None:
         raise ValueError(f"not a HyperSack message: {str(wire)[:80]}")
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    names = [f.name for f in fields(cls)]
     if len(wire) - 1 != len(names):
         raise ValueError(f"message {wire[0]!r} has {len(wire) - 1} fields, expected {len(names)}")
     values = [decode(v) if name in cls.nested and v is not None else v
@@ -177,9 +178,12 @@ class StopTrial(Message):
 
 @dataclass(frozen=True)
 class Ack(Message):
-    """The trial's last report is durable: it may go on."""
+    """The trial's last report is durable: it may go on. ``free_below``: its reports at steps
+    below this one (carrying no checkpoint) cannot be answered with a stop, so the worker need
+    not wait for their acks (pipelining; 0: wait for every report)."""
     tag: ClassVar[str] = "ack"
     trial_id: int
+    free_below: int = 0
 
 
 @dataclass(frozen=True)

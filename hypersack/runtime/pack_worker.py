@@ -39,9 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from hypersack.core.fusing import pack_cap, runs_fused
 from hypersack.core.spec import EXECUTION_MODES
 from hypersack.errors import ConfigError
 from hypersack.runtime import checkpoints
+from hypersack.runtime.process_io import is_oom, redirected
 from hypersack.runtime.messages import (Ack, AddMember, Done, EndPack, Failed, MemberTask, Message,
                                         PackCap, PackFailed, PackSpec, Pipe, Reported, Shutdown,
                                         Started, StopTrial)
@@ -74,9 +76,10 @@ class PackPlan:
     _cache: dict[str, bool] = field(default_factory=dict, repr=False)
 
     def fuses(self, config: Mapping[str, Any]) -> bool:
-        """Whether a trial with ``config`` runs in a pack (always, in "fused" mode)."""
-        if self.mode == "fused":
-            return True
+        """Whether a trial with ``config`` runs in a pack (``core.fusing.runs_fused``)."""
+        return runs_fused(self.mode, lambda: self._accepts(config))
+
+    def _accepts(self, config: Mapping[str, Any]) -> bool:
         key = json.dumps(config, sort_keys=True, default=repr)
         if key not in self._cache:
             self._cache[key] = _task_accepts(self.task, config)
@@ -370,19 +373,17 @@ def _log(trial_dir: Path, text: str) -> None:
 
 
 def _memory_cap(task: Any, config: Mapping[str, Any], device: str, max_members: int) -> int:
-    """``max_members``, lowered on CUDA to the members that fit the free memory (measured with
-    ``measure_member_memory``). On the CPU the limit is ``max_members`` alone: host RAM is
-    the placement's ``memory_gb`` question and no allocator peak can be read there."""
+    """``core.fusing.pack_cap`` of what this device measures: on CUDA the free memory and the
+    task's per-member and base bytes (``measure_member_memory``). On the CPU nothing is
+    measured (host RAM is the placement's ``memory_gb`` question): ``max_members``."""
     if not device.startswith("cuda"):
-        return max_members
+        return pack_cap(max_members, None, None)
     import torch
-    from hypersack.core.packing import member_cap
     from hypersack.fusion.memory import measure_member_memory
     profile = measure_member_memory(task, config, device)
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     torch.cuda.empty_cache()
-    # Keep 10% of the free memory for fragmentation and the evaluation pass.
-    return min(max_members, member_cap(0.9 * free, profile.per_member_bytes, profile.base_bytes))
+    return pack_cap(max_members, free, profile.per_member_bytes, profile.base_bytes)
 
 
 def run_pack_task(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | None:
@@ -393,7 +394,6 @@ def run_pack_task(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | No
     """
     log_path = Path(spec.log)
     checkpoints.ensure_private_dir(log_path.parent)
-    from hypersack.runtime.worker import redirected
     with open(checkpoints.open_private(log_path, append=True), "ab", buffering=0) as log, \
             redirected(log):
         print(f"--- pack {spec.pack_id} (pid {os.getpid()}) on {spec.device} ---", flush=True)
@@ -401,7 +401,6 @@ def run_pack_task(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | No
 
 
 def _run_session(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | None:
-    from hypersack.runtime.worker import is_oom
     session = None
     try:
         task = _load_task(spec.task, cache)

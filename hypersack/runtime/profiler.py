@@ -20,7 +20,7 @@ sampled by a background thread during the measured iterations. Utilisation is th
 so profile a job alone on its GPU.
 
 Iterations may also be delimited by calls to :meth:`Sampler.mark` (each call ends one iteration);
-:func:`profile_trainable` uses that to profile an unmodified ``train(config, ctx)``: every
+:func:`hypersack.runtime.profile_offline.profile_trainable` uses that to profile an unmodified ``train(config, ctx)``: every
 ``ctx.report`` ends an iteration unless the trainable uses ``ctx.sampler`` itself.
 """
 from __future__ import annotations
@@ -29,16 +29,15 @@ import contextlib
 import os
 import resource
 import statistics
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hypersack.errors import ConfigError, HyperSackError, TrialStopped
+from hypersack.errors import ConfigError, HyperSackError
 
-__all__ = ["Profile", "Sampler", "NullSampler", "UtilizationSampler", "profile_trainable",
+__all__ = ["Profile", "Sampler", "NullSampler", "UtilizationSampler",
            "ProfilingError"]
 
 GIB = 1024 ** 3
@@ -311,75 +310,3 @@ def _nvml_reader(nvml: Any = None,
         return None
     index = devices[0].index
     return lambda: source.utilization(index)
-
-
-# ---- standalone ---------------------------------------------------------------------------
-
-class _ProfilingChannel:
-    """A TrialContext channel with no driver: reports mark iterations; stop once profiled."""
-
-    def __init__(self, sampler: Sampler, owner: list):
-        self._sampler = sampler
-        self._owner = owner      # [context], filled once the context exists
-
-    def send(self, message: Any) -> None:
-        pass
-
-    def request(self, message: Any) -> None:
-        from hypersack.runtime.messages import Reported
-        ctx = self._owner[0]
-        if isinstance(message, Reported) and not ctx.sampler_used:
-            self._sampler.mark()
-
-    def stop_requested(self) -> bool:
-        return self._sampler.done
-
-
-def profile_trainable(fn: Callable[[dict, Any], Any], config: dict[str, Any], n_iters: int = 10, *,
-                      warmup: int = 1, device: str = "cpu", sampler: Sampler | None = None) -> Profile:
-    """Run ``fn(config, ctx)`` until ``warmup + n_iters`` iterations were measured, then stop it
-    (``ctx.report`` raises TrialStopped, as when a study stops a trial) and return the profile.
-
-    The trainable may time its own iterations with ``ctx.sampler.iteration()``; otherwise each
-    ``ctx.report`` ends one iteration (the time from the call of ``fn`` to the first report is
-    the first iteration). Checkpoints go to a temporary directory, deleted afterwards.
-    """
-    from hypersack.runtime.context import TrialContext
-
-    sampler = sampler or Sampler(iterations=n_iters, warmup=warmup, device=device)
-    owner: list = []
-    with tempfile.TemporaryDirectory(prefix="hypersack-profile-") as tmp:
-        ctx = TrialContext(trial_id=0, seed=0, device=device, attempt=1, trial_dir=Path(tmp),
-                           channel=_ProfilingChannel(sampler, owner))
-        ctx.sampler = _TrackedSampler(sampler, ctx)
-        ctx.sampler_used = False  # type: ignore[attr-defined]  # read by _ProfilingChannel
-        owner.append(ctx)
-        sampler.mark()
-        try:
-            fn(config, ctx)
-        except TrialStopped:
-            pass
-    return sampler.profile()
-
-
-class _TrackedSampler:
-    """``ctx.sampler`` for profile_trainable: notes that the trainable times its own iterations."""
-
-    def __init__(self, sampler: Sampler, ctx: Any):
-        self._sampler, self._ctx = sampler, ctx
-
-    @contextlib.contextmanager
-    def iteration(self) -> Iterator[Sampler]:
-        """Times one iteration; stops the trainable (TrialStopped) once enough were measured."""
-        self._ctx.sampler_used = True
-        if self._sampler.done:
-            raise TrialStopped()
-        with self._sampler.iteration() as s:
-            yield s
-
-    def data_loaded(self) -> None:
-        self._sampler.data_loaded()
-
-    @property
-    def done(self) -> bool:
-        return self._sampler.done

@@ -1,8 +1,11 @@
 """The job history (HyperSack Sec. IV-C1, Fig. 6): profiles kept in the study's SQLite file.
 
 One row per :class:`ProfileKey` ``(model signature, batch size, GPU architecture)`` in the table
-``profiles`` (created if missing), through this store's own connection, so a later study, in the
-same file, profiles only the models it has not seen. The signature hashes the trainable's name and
+``profiles`` (created if missing), so a later study, in the same file, profiles only the models it
+has not seen. Built on a path, the history opens its own connection (each write commits at once);
+built on an open study ``Storage``, it writes through the store's connection, so a profile
+written inside the store's ``transaction()`` (the loop's turn) commits with that turn's results,
+in the same commit and fsync. The signature hashes the trainable's name and
 the config values that define the model's shape (:func:`signature`); other hyperparameters (the
 learning rate...) do not change a job's demand and share the profile.
 
@@ -14,20 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sqlite3
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from hypersack.core.demand import DEFAULT_CONTEXT_GB, history_demand, memory_floor_after_oom
 from hypersack.errors import ConfigError, StorageError
 from hypersack.runtime.profiler import Profile
 
 __all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB"]
-
-#: GiB a CUDA context takes per process beyond what torch's allocator reports.
-DEFAULT_CONTEXT_GB = 0.5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS profiles (
@@ -76,19 +76,28 @@ def profile_key(trainable_name: str, config: Mapping[str, Any], model_keys: Iter
 
 
 class ProfileStore:
-    """Profiles in a SQLite file (usually the study store's). Use from one thread."""
+    """Profiles in a SQLite file (usually the study store's): ``source`` is its path, or an open
+    ``Storage`` whose connection it shares (see the module docstring). Use from one thread."""
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
+    def __init__(self, source: Any):
+        shared = getattr(source, "connection", None)
+        self.path = Path(source.path) if shared is not None else Path(source)
+        self._owns = shared is None
         try:
-            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(_SCHEMA)
+            if shared is not None:
+                self._db = shared
+                self._db.execute(_SCHEMA)
+            else:
+                self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"Cannot open the profile history in {str(self.path)!r}: {exc}") from None
 
     def close(self) -> None:
-        self._db.close()
+        """Close the history's own connection (a shared one is the store's to close)."""
+        if self._owns:
+            self._db.close()
 
     def __enter__(self) -> "ProfileStore":
         return self
@@ -133,17 +142,15 @@ class ProfileStore:
     def correct_after_oom(self, key: ProfileKey, device_memory_gb: float) -> float:
         """Raise ``key``'s memory estimate to at least ``device_memory_gb`` (GiB) after an
         out-of-memory while co-located; returns the new estimate. Works before any profile."""
-        if isinstance(device_memory_gb, bool) or not isinstance(device_memory_gb, (int, float)) \
-                or not math.isfinite(device_memory_gb) or device_memory_gb <= 0:
-            raise ConfigError("device_memory_gb", device_memory_gb, "must be a positive number of GiB")
+        floor = memory_floor_after_oom(self.memory_floor(key), device_memory_gb)
         self._db.execute(
             "INSERT INTO profiles (signature, batch_size, arch, memory_floor_gb, ooms, updated_at) "
             "VALUES (?,?,?,?,1,?) ON CONFLICT (signature, batch_size, arch) DO UPDATE SET "
             "memory_floor_gb = MAX(COALESCE(memory_floor_gb, 0), excluded.memory_floor_gb), "
             "ooms = ooms + 1, updated_at = excluded.updated_at",
-            (key.signature, key.batch_size, key.arch, float(device_memory_gb), time.time()))
+            (key.signature, key.batch_size, key.arch, floor, time.time()))
         row = self._row(key)
-        return float(row[1]) if row is not None else float(device_memory_gb)
+        return float(row[1]) if row is not None else floor
 
     def memory_floor(self, key: ProfileKey) -> float | None:
         """The OOM-corrected memory floor of ``key`` in GiB, None if it never ran out of memory."""
@@ -167,19 +174,8 @@ class ProfileStore:
         ``(100, floor, 1.0)``: the job is then placed alone.
         """
         key = profile_key(trainable, config, model_keys, arch, batch_key)
-        profile = self._measured(key)
-        if profile is None:
-            floor = self.memory_floor(key)
-            return None if floor is None else (100.0, floor, 1.0)
-        compute = profile.gpu_util_percent if profile.gpu_util_percent is not None else 100.0
-        runtime = profile.time_per_iter_s * (iterations if iterations is not None else 1)
-        if context_gb is None:
-            context_gb = 0.0 if arch == "cpu" else DEFAULT_CONTEXT_GB
-        memory = profile.peak_memory_gb + context_gb
-        floor = self.memory_floor(key)
-        if floor is not None:       # exactly the device's memory after an OOM: fits alone
-            memory = max(memory, floor)
-        return (max(1.0, float(compute)), float(memory), float(runtime))
+        return history_demand(self._measured(key), self.memory_floor(key), arch,
+                              iterations=iterations, context_gb=context_gb)
 
     def _row(self, key: ProfileKey) -> tuple | None:
         return self._db.execute(

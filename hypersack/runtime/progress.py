@@ -26,7 +26,7 @@ from hypersack.core.controller import Controller
 from hypersack.core.trial import TrialRecord, TrialState
 
 __all__ = ["Progress", "NullProgress", "LineProgress", "LiveProgress", "make_progress", "summary",
-           "eta_s"]
+           "eta_s", "shared_view"]
 
 StepsFor = Callable[[dict], "int | None"]
 HEARTBEAT_S = 30.0      # lines mode: a summary at least this often while trials run
@@ -78,6 +78,17 @@ def _fraction_done(r: TrialRecord, steps_for: StepsFor) -> float:
     return min(1.0, r.last_step / total)
 
 
+def shared_view(state: str, shared: dict | None) -> tuple[str, str]:
+    """A time-shared trial's (state, priority) for display: a running or pending trial shows
+    "running" or "waiting" (bound to its device, its turn to come), its priority is its latest
+    convergence (Hermes' C; slaq's normalised drop), "new" before its first quantum; ``shared``
+    is the trial's ``info["time_sharing"]`` (None: not time-shared, shown as it is)."""
+    if not shared or state not in ("running", "pending"):
+        return state, "-"
+    priority = shared.get("priority")
+    return str(shared.get("state", state)), "new" if priority is None else f"{priority:.3g}"
+
+
 def starting(r: TrialRecord) -> str | None:
     """What a running trial without a report is waiting for, or None once it has reported."""
     if r.state is not TrialState.RUNNING or r.last_step is not None:
@@ -101,9 +112,13 @@ def summary(name: str, controller: Controller, now: float | None = None,
     if starting_now:
         text += (f" ({starting_now} before their first report)" if any_report else
                  f" ({starting_now} starting: worker start-up and imports)")
+    waiting = sum(1 for r in controller.trials.values() if r.state is TrialState.PENDING
+                  and (r.info.get("time_sharing") or {}).get("state") == "waiting")
     for state in (TrialState.PAUSED, TrialState.PENDING, TrialState.FAILED):
         if counts[state]:
             text += f", {counts[state]} {state.value}"
+            if state is TrialState.PENDING and waiting:
+                text += f" ({waiting} waiting for their turn on a device)"
     best = controller.best()
     metric = controller.objective.metric
     text += (f"; best {metric} {best.value:.4g} (trial {best.trial_id}, step {best.last_step})"
@@ -192,10 +207,13 @@ class LiveProgress:
 
     def _render(self, controller: Controller, now: float | None) -> Group:
         table = Table(box=None, show_header=True, header_style="bold")
-        for column in ("trial", "device", "progress", "step", controller.objective.metric):
+        shared = controller.shared is not None
+        columns = ("trial", "device", "progress", "step", controller.objective.metric)
+        for column in columns + (("state", "priority") if shared else ()):
             table.add_column(column)
         for r in controller.trials.values():
-            if r.state is not TrialState.RUNNING:
+            view = r.info.get("time_sharing") if shared else None
+            if r.state is not TrialState.RUNNING and not (view and r.state is TrialState.PENDING):
                 continue
             total = self._steps_for(r.config)
             step = r.last_step or 0
@@ -207,7 +225,12 @@ class LiveProgress:
             step_text = "-" if r.last_step is None else str(r.last_step)
             if total and r.last_step is not None:
                 step_text += f"/{total}"
-            table.add_row(str(r.trial_id), r.device or "-", bar, step_text, value)
+            row = [str(r.trial_id), r.device or "-", bar, step_text, value]
+            if shared:
+                row += list(shared_view(r.state.value, view))
+                if r.state is TrialState.PENDING:
+                    row[1] = (view or {}).get("device") or "-"
+            table.add_row(*row)
         line = Text(summary(self._name, controller, now, self._steps_for), style="bold")
         return Group(line, table) if table.row_count else Group(line)
 

@@ -35,7 +35,8 @@ def trial_dict(t: TrialRecord) -> dict[str, Any]:
     return {"trial_id": t.trial_id, "state": t.state.value, "config": t.config, "value": t.value,
             "last_step": t.last_step, "metrics": t.metrics, "attempts": t.attempts,
             "retries": t.retries, "device": t.device, "error": t.error, "traceback": t.traceback,
-            "checkpoint": t.checkpoint, "started_at": t.started_at, "finished_at": t.finished_at}
+            "checkpoint": t.checkpoint, "started_at": t.started_at, "finished_at": t.finished_at,
+            "time_sharing": t.info.get("time_sharing")}
 
 
 def status(storage: Storage, name: str) -> dict[str, Any]:

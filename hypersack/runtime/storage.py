@@ -1,8 +1,8 @@
-"""Embedded SQLite study store (WAL, synchronous=FULL): studies, trials, every reported result.
+"""Embedded SQLite study store (WAL): studies, trials, every reported result.
 
 One file holds many studies. ``save_batch`` writes one batch of changes in one transaction, and
-returns only once it is durable on disk, so a result that was acknowledged to a worker survives
-a kill -9 or a power loss. Readers (``hypersack status``) open the file read-only
+returns only once it is durable, so a result that was acknowledged to a worker survives a kill -9
+(and, with ``durability="power"``, a power loss). Readers (``hypersack status``) open the file read-only
 (``Storage(path, readonly=True)``) and can read while a study runs; they never create a file.
 
 Identity: each study has a uuid; its run folder (logs, checkpoints) is
@@ -15,6 +15,19 @@ at the end. A second driver is refused with ``StudyBusyError`` naming the holder
 driver died (its pid is gone on this host, or its heartbeat is older than ``LEASE_TTL_S``) is
 taken over. A driver whose lease was taken over fails its next write (``LeaseLostError``)
 instead of writing beside the new one.
+
+Durability (``Storage(path, durability=...)``, the study's ``durability:``): ``"power"`` (the
+default) commits with ``synchronous=FULL``: every commit is fsynced, so what was acknowledged
+survives a power loss or an OS crash. ``"process"`` commits with WAL ``synchronous=NORMAL``: the
+commit is in the operating system's page cache when ``save_batch`` returns (fsynced at
+checkpoints), so it survives any crash of this process (kill -9 included) but not a power loss
+or a kernel crash; commits cost no fsync.
+
+Group commit: ``transaction()`` opens one transaction that every write made inside it joins
+(``save_batch``, the job history's profiles, other tables written through ``connection``), with
+one commit (one fsync) at its end. The study loop holds one per turn: every report that arrived
+within the turn's window, the trials' changes, the controller's state and the profiles commit
+together, before any of them is acknowledged. ``commits`` counts durable commits (benchmarks).
 
 Faults are errors, not tracebacks: a full disk raises ``StorageFullError`` (with the free
 space), a damaged file ``StorageCorruptError`` (naming the file and how to recover it).
@@ -32,16 +45,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from hypersack.core.spec import DURABILITY, check_durability
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
                               StudyBusyError, StudyNotFoundError)
 
-__all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "LEASE_TTL_S"]
+__all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S", "check_durability"]
 
 DEFAULT_STORAGE = "hypersack.db"
 SCHEMA_VERSION = 2
 LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a dead driver
-
+CACHE_KIB = 65536       # the writer's page cache (KiB)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS studies (
@@ -116,12 +130,18 @@ class Storage:
     """A study store in one SQLite file. Not thread-safe: use it from one thread.
 
     ``readonly``: open an existing file for reading only (status, best, export); a missing file
-    is a ``StorageError`` and is not created.
+    is a ``StorageError`` and is not created. ``durability``: "power" or "process" (see the
+    module docstring; ConfigError otherwise).
     """
 
-    def __init__(self, path: str | Path = DEFAULT_STORAGE, *, readonly: bool = False):
+    def __init__(self, path: str | Path = DEFAULT_STORAGE, *, readonly: bool = False,
+                 durability: str = "power"):
         self.path = Path(path)
         self.readonly = readonly
+        self.durability = check_durability(durability)
+        self.commits = 0                 # durable commits made by this connection
+        self._depth = 0                  # nesting of transaction()
+        self._configs: dict[tuple[int, int], tuple[dict, str]] = {}
         self._lease: str | None = None
         if self.path.is_dir():
             raise StorageError(f"The storage path {str(self.path)!r} is a directory, not a database file")
@@ -139,7 +159,11 @@ class Storage:
 
     def _prepare(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self.set_durability(self.durability)
+        # The trials and results B-trees of a large study (100,000 trials) stay in memory: with
+        # SQLite's default 2 MiB cache every write re-read pages from the OS (cost per report
+        # grew with the study). At most this much memory, only as the study grows.
+        self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(studies)")}
@@ -150,6 +174,17 @@ class Storage:
             self._db.execute("UPDATE studies SET uuid = ? WHERE study_id = ?", (uuid.uuid4().hex, study_id))
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                          (str(SCHEMA_VERSION),))
+
+    def set_durability(self, durability: str) -> None:
+        """Change the durability of later commits ("power" or "process")."""
+        self.durability = check_durability(durability)
+        self._db.execute(f"PRAGMA synchronous={DURABILITY[self.durability]}")
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The store's connection, for tables of other modules (the job history, ...): their
+        writes inside ``transaction()`` commit with it. Use it from the store's thread only."""
+        return self._db
 
     def _error(self, exc: sqlite3.Error, doing: str) -> StorageError:
         """The StorageError that says what ``exc`` means for this file."""
@@ -351,37 +386,41 @@ class Storage:
         with self._transaction():
             if self._lease is not None:
                 self._renew(study_id, now)
+            result_rows, last = [], {}
+            for tid, step, m in results:
+                text = json.dumps(m)
+                result_rows.append((study_id, tid, step, text, now))
+                last[tid] = (step, m, text)
             self._db.executemany(
                 f"INSERT OR REPLACE INTO trials (study_id, {', '.join(_TRIAL_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * (len(_TRIAL_COLUMNS) + 1))})",
-                [(study_id, *_trial_row(t)) for t in trials])
-            self._db.executemany(
-                "INSERT OR REPLACE INTO results VALUES (?,?,?,?,?)",
-                [(study_id, tid, step, json.dumps(m), now) for tid, step, m in results])
+                [(study_id, *_trial_row(t, self._config_json(study_id, t), _metrics_json(last, t)))
+                 for t in trials])
+            self._db.executemany("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?)", result_rows)
             if controller_state is not None:
                 self._db.execute(
                     "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
                     (json.dumps(controller_state), now, study_id))
 
-    def _transaction(self):
-        db = self._db
+    def transaction(self, doing: str = "store the study's progress") -> "_Transaction":
+        """One transaction for every write made inside it (``with store.transaction(): ...``):
+        one commit, durable at the end of the outermost block (this store's durability). An
+        exception inside rolls everything back; a failed commit raises StorageError (``doing``
+        says what was being stored) and leaves nothing of the block written. Nested blocks join
+        the outer one."""
+        return _Transaction(self, doing)
 
-        class _Tx:
-            def __enter__(self):
-                db.execute("BEGIN IMMEDIATE")
+    def _config_json(self, study_id: int, t: TrialRecord) -> str:
+        """``t.config`` as JSON, encoded once per config object (configs are never changed in
+        place: a trial's config is its identity)."""
+        key = (study_id, t.trial_id)
+        hit = self._configs.get(key)
+        if hit is None or hit[0] is not t.config:
+            hit = self._configs[key] = (t.config, json.dumps(t.config))
+        return hit[1]
 
-            def __exit__(self, exc_type, exc, tb):
-                if exc_type is not None:
-                    db.execute("ROLLBACK")
-                    return False
-                try:
-                    db.execute("COMMIT")
-                except sqlite3.Error:
-                    if db.in_transaction:     # a failed COMMIT (disk full) leaves it open
-                        db.execute("ROLLBACK")
-                    raise
-                return False
-        return _Tx()
+    def _transaction(self) -> "_Transaction":
+        return _Transaction(self, "store the study's progress", raw=True)
 
     def load_trials(self, study_id: int) -> list[TrialRecord]:
         rows = self._run("read the trials", lambda: self._db.execute(
@@ -399,6 +438,46 @@ class Storage:
         rows = self._run("read the results", lambda: self._db.execute(
             query + " ORDER BY trial_id, step", args).fetchall())
         return [{"trial_id": t, "step": s, **json.loads(m)} for t, s, m in rows]
+
+
+class _Transaction:
+    """See ``Storage.transaction``. ``raw``: sqlite3 errors pass through unmapped (for callers
+    that map them with ``Storage._run``)."""
+
+    def __init__(self, store: Storage, doing: str, raw: bool = False):
+        self._store, self._doing, self._raw = store, doing, raw
+
+    def __enter__(self) -> "_Transaction":
+        store = self._store
+        if store._depth == 0:
+            try:
+                store._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                if self._raw:
+                    raise
+                raise store._error(exc, self._doing) from None
+        store._depth += 1
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        store = self._store
+        store._depth -= 1
+        if store._depth > 0:
+            return
+        db = store._db
+        if exc_type is not None:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            return
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as error:
+            if db.in_transaction:     # a failed COMMIT (disk full) leaves it open
+                db.execute("ROLLBACK")
+            if self._raw:
+                raise
+            raise store._error(error, self._doing) from None
+        store.commits += 1
 
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
@@ -462,11 +541,19 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
-def _trial_row(t: TrialRecord) -> tuple:
-    return (t.trial_id, t.state.value, json.dumps(t.config), t.seed, t.attempts, t.retries,
-            t.last_step, json.dumps(t.metrics), t.value, t.error, t.traceback, t.checkpoint,
-            t.checkpoint_step, t.device, json.dumps(_info_with_resources(t)), t.started_at,
-            t.finished_at)
+def _metrics_json(last: dict[int, tuple[int, dict, str]], t: TrialRecord) -> str | None:
+    """The JSON of ``t.metrics`` when they are those of the trial's result in this batch."""
+    hit = last.get(t.trial_id)
+    return hit[2] if hit is not None and hit[0] == t.last_step and hit[1] == t.metrics else None
+
+
+def _trial_row(t: TrialRecord, config_json: str | None = None,
+               metrics_json: str | None = None) -> tuple:
+    info = _info_with_resources(t)
+    return (t.trial_id, t.state.value, config_json or json.dumps(t.config), t.seed, t.attempts,
+            t.retries, t.last_step, metrics_json or json.dumps(t.metrics), t.value, t.error, t.traceback,
+            t.checkpoint, t.checkpoint_step, t.device, json.dumps(info) if info else "{}",
+            t.started_at, t.finished_at)
 
 
 def _info_with_resources(t: TrialRecord) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The store interface the study loop writes to (SQLite ``runtime.storage``; ``sim.store`` in memory)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, ContextManager, Iterable, Protocol
 
 from hypersack.core.trial import TrialRecord
 
@@ -26,7 +26,14 @@ class Store(Protocol):
     written in one transaction that is durable when the call returns; the loop acknowledges
     results to workers only after it. A store that cannot write raises ``StorageError`` and has
     written nothing of the batch.
+
+    ``transaction()`` is the group commit: every write made inside the block (``save_batch``
+    calls, and other tables' writes that share the store's connection) joins one transaction,
+    durable when the outermost block ends; ``save_batch`` inside it is durable only then. An
+    exception inside the block writes nothing of it.
     """
+
+    def transaction(self) -> ContextManager[Any]: ...
 
     def save_batch(self, study_id: int, trials: Iterable[TrialRecord],
                    results: Iterable[tuple[int, int, dict[str, Any]]],

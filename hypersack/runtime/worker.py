@@ -11,8 +11,6 @@ the folder (left by killed attempts) are deleted.
 """
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import random
 import signal
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hypersack.errors import HyperSackError, TrialStopped
+from hypersack.runtime.process_io import is_disk_full, is_oom, redirected
 from hypersack.runtime.messages import (Ack, Done, Failed, Message, Pipe, Profiled, RunTrial,
                                         Shutdown, StartPack, Started, StopTrial, TrialTask,
                                         WorldSpec)
@@ -30,34 +29,57 @@ _SHUTDOWN = object()
 
 
 class PipeChannel:
-    """The context's channel to the driver, for one trial."""
+    """The context's channel to the driver, for one trial.
+
+    At most one report is unacknowledged at a time: ``request`` and ``post`` first wait for the
+    ack of an earlier posted report (``flush``); ``request`` then waits for its own ack, ``post``
+    returns at once. ``free_below`` is the last ack's: reports at lower steps may be posted.
+    """
 
     def __init__(self, pipe: Pipe, trial_id: int):
         self._pipe = pipe
         self._trial_id = trial_id
         self._stop = False
+        self._unacked = False
+        self.free_below = 0
         self.shutdown = False
 
     def send(self, message: Message) -> None:
         self._pipe.send(message)
 
     def request(self, message: Message) -> None:
+        self.post(message)
+        self.flush()
+
+    def post(self, message: Message) -> None:
+        """Send a report whose ack the next report (or the trial's end) waits for."""
+        self.flush()
         self._pipe.send(message)
-        while not self._handle(self._pipe.recv()):
-            pass
+        self._unacked = True
+
+    def may_post(self, step: int) -> bool:
+        """Whether a report at ``step`` may be posted (no decision can stop the trial there)."""
+        return step < self.free_below
+
+    def flush(self) -> None:
+        """Wait for the ack of the report sent last, if it has not come yet."""
+        while self._unacked:
+            self._handle(self._pipe.recv())
 
     def stop_requested(self) -> bool:
         while self._pipe.poll():
             self._handle(self._pipe.recv())
         return self._stop
 
-    def _handle(self, message: Message) -> bool:
-        """Apply a driver message; True when it is the awaited ack."""
+    def _handle(self, message: Message) -> None:
+        """Apply a driver message (a stop, a shutdown, this trial's ack)."""
         if isinstance(message, StopTrial) and message.trial_id == self._trial_id:
             self._stop = True
         elif isinstance(message, Shutdown):
             self._stop = self.shutdown = True
-        return isinstance(message, Ack) and message.trial_id == self._trial_id
+        elif isinstance(message, Ack) and message.trial_id == self._trial_id:
+            self._unacked = False
+            self.free_below = message.free_below
 
 
 def _die_with_parent() -> None:
@@ -139,12 +161,15 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
             finally:
                 _leave_world(world)
                 _send_profile(pipe, trial_id, meter)
+            channel.flush()          # the trial ends once its last report is durable
             pipe.send(Done(trial_id))
         except TrialStopped:
+            channel.flush()
             pipe.send(Done(trial_id))
         except (Exception, SystemExit) as exc:   # a trainable's sys.exit() ends its trial, not the worker
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
+            channel.flush()
             pipe.send(Failed(trial_id, f"{type(exc).__name__}: {exc}", text, is_oom(exc),
                              is_disk_full(exc)))
         finally:
@@ -173,23 +198,6 @@ def _send_profile(pipe: Pipe, trial_id: int, meter) -> None:
         pipe.send(Profiled(trial_id, meter.profile().to_dict()))
     except Exception:
         pass
-
-
-def is_oom(exc: BaseException) -> bool:
-    """The trainable ran out of device memory (CUDA OOM)."""
-    torch = sys.modules.get("torch")
-    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
-
-
-def is_disk_full(exc: BaseException | None) -> bool:
-    """The trial failed because the disk is full (ENOSPC anywhere in the exception's chain)."""
-    seen = 0
-    while exc is not None and seen < 16:
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
 
 
 def _join_world(world: WorldSpec, device: str):
@@ -297,22 +305,3 @@ def _seed_everything(seed: int) -> None:
         pass
     if "torch" in sys.modules:
         sys.modules["torch"].manual_seed(seed)
-
-
-@contextlib.contextmanager
-def redirected(log):
-    """Point file descriptors 1 and 2 (so also C extensions' output) at ``log``."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])

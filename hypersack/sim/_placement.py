@@ -9,19 +9,43 @@ __all__ = ["make_job", "cluster_from_dict", "policy_names", "check_policy", "pol
 def make_job(perf: Any, record: Any) -> Any:
     """A placement Job for ``record``: per-device demand from the profiles of every architecture
     the scenario's cluster has (``perf.archs``), ``gpus`` = the trial's data-parallel world size
-    (its ``resources``, at least the profile's ``gpus``: a model always trained on k devices)."""
+    (its ``resources``, at least the profile's ``gpus``: a model always trained on k devices).
+    Memory is ``perf.memory_gb`` (raised after an out-of-memory); a trial that fuses demands a
+    pack member's share (``_member_job``)."""
     from hypersack.core.placement import Job
+    fusion = getattr(perf, "fusion", None)
+    if fusion is not None and fusion.fuses(record.config):
+        return _member_job(perf, fusion, record)
     k = max(1, int(getattr(record, "resources", 1) or 1),
             int(perf.profile(record.config, perf.reference_arch).gpus))
     per_arch: dict[str, dict[str, float]] = {}
+    floors = perf.has_memory_floors()
     for arch in perf.archs:
         p = perf.profile(record.config, arch)
-        per_arch[arch] = {"compute": p.utilization, "memory_gb": p.memory_gb,
+        memory = perf.memory_gb(record.config, arch) if floors else p.memory_gb
+        per_arch[arch] = {"compute": p.utilization, "memory_gb": memory,
                           "runtime": perf.expected_runtime(record.config, arch) / (k * perf.dp_efficiency(k))}
     ref = per_arch[perf.reference_arch]
     cpus = perf.profile(record.config, perf.reference_arch).cpus
     return Job(record.trial_id, ref["compute"], ref["memory_gb"], cpus=cpus, runtime=ref["runtime"],
                per_arch=per_arch, gpus=k)
+
+
+def _member_job(perf: Any, fusion: Any, record: Any) -> Any:
+    """A pack member's Job: ``core.demand.member_demand`` of a trial asking for a whole device
+    (compute 100), its profile's memory and cores, as the local machine's members (each
+    architecture with its own memory)."""
+    from hypersack.core.allocator import Demand
+    from hypersack.core.demand import member_demand
+    from hypersack.core.placement import Job
+    config, ref_arch = record.config, perf.reference_arch
+    cpus = perf.profile(config, ref_arch).cpus
+    member = member_demand(Demand(100.0, perf.memory_gb(config, ref_arch), cpus), fusion.max_members)
+    per_arch = {arch: {"compute": member.compute, "memory_gb": perf.memory_gb(config, arch),
+                       "runtime": perf.expected_runtime(config, arch)} for arch in perf.archs}
+    return Job(record.trial_id, member.compute, member.memory_gb, cpus=member.cpus,
+               runtime=per_arch[ref_arch]["runtime"], per_arch=per_arch,
+               gpus=max(1, int(getattr(record, "resources", 1) or 1)))
 
 
 def cluster_from_dict(d: Mapping[str, Any]) -> Any:

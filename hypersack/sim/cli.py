@@ -4,6 +4,7 @@
     hypersack simulate examples/sim/sp1_4xa100.yaml --compare      # exclusive, ff, ffd, wf, wfd
     hypersack simulate examples/sim/rasda_cv_64xa100.yaml --compare   # ASHA against RASDA
     hypersack simulate SCENARIO --timeline run.csv                 # + run.png when matplotlib is there
+    hypersack simulate examples/sim/pack_hyperband_mlp3.yaml --compare --execution separate
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="run the scenario's comparison: its policies and/or its algorithms")
     p.add_argument("--timeline", metavar="FILE", default=None,
                    help="write the per-GPU occupancy timeline CSV to FILE and a Gantt PNG beside it")
+    p.add_argument("--execution", choices=["separate", "fused", "auto"], default=None,
+                   help="run the study's trials separately or in fused packs (default: the scenario's)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=main)
     return p
@@ -41,6 +44,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     try:
         scenario = load_scenario(args.scenario)
+        if getattr(args, "execution", None):
+            scenario = scenario.with_execution(args.execution)
         if args.compare:
             out = _compare(scenario, args.policy)
         else:
@@ -92,7 +97,8 @@ def _figures(r: SimResult) -> dict[str, Any]:
     return {"policy": r.policy, "algorithm": r.algorithm, "makespan_s": r.makespan_s,
             "occupancy": r.occupancy, "utilization": r.utilization, "busy": r.busy,
             "time_to_best_s": r.time_to_best_s, "best_value": r.best_value, "best_trial": r.best_trial,
-            "trials": r.trials, "states": r.states, "wall_s": r.wall_s,
+            "trials": r.trials, "states": r.states, "packs": r.packs,
+            "largest_pack": r.largest_pack, "wall_s": r.wall_s,
             "simulated_s_per_wall_s": r.sim_per_wall}
 
 
@@ -106,8 +112,9 @@ def _write_timeline(result: SimResult, path: Path) -> dict[str, Any]:
     csv_path = path if path.suffix == ".csv" else path.with_suffix(".csv")
     png_path = csv_path.with_suffix(".png")
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    write_csv(result.executor.timeline.intervals, csv_path)
-    drew = write_gantt(result.executor.timeline.intervals, png_path,
+    intervals = result.executor.timeline.intervals if result.executor is not None else []
+    write_csv(intervals, csv_path)
+    drew = write_gantt(intervals, png_path,
                        f"{result.scenario} ({result.policy})")
     return {"csv": str(csv_path), "png": str(png_path) if drew else None,
             "note": None if drew else "matplotlib is not installed: CSV only (pip install matplotlib)"}
@@ -137,6 +144,8 @@ def _print_run(out: dict[str, Any]) -> None:
     print(f"  policy {run['policy']}, algorithm {run['algorithm']}, {run['trials']} trials "
           f"({', '.join(f'{k} {v}' for k, v in run['states'].items() if v)})")
     print(f"  makespan            {_dur(run['makespan_s'])}")
+    if run.get("packs"):
+        print(f"  fused packs         {run['packs']} (largest {run['largest_pack']} members)")
     print(f"  mean GPU occupancy  {_pct(run['occupancy'])}   (allocated compute / r x C)")
     print(f"  mean utilization    {_pct(run['utilization'])}   (delivered compute / C)")
     print(f"  time to best trial  {_dur(run['time_to_best_s'])}   (best {_num(run['best_value'])}, "

@@ -229,8 +229,8 @@ def _key_scales(configs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[bool, f
     scales: dict[str, tuple[bool, float]] = {}
     keys = set().union(*(c.keys() for c in configs))
     for key in keys:
-        values = [c.get(key) for c in configs]
-        if all(is_finite(v) for v in values):
+        values = [v for v in (c.get(key) for c in configs) if is_finite(v)]
+        if len(values) == len(configs):
             log = all(v > 0 for v in values)
             xs = [math.log(v) if log else float(v) for v in values]
             scales[key] = (log, (max(xs) - min(xs)) or 1.0)

@@ -13,9 +13,19 @@ Contract, mirroring the local executor:
   time passes). A ``Stop`` that arrives while a trial waits there ends it at that report's time;
   one that arrives mid-step ends it at its next report.
 * A trial that reports its last step (``steps_for(config)``) ends with ``TrialFinished`` at once.
+* ``Preempt`` is a Stop whose trial then holds its devices ``perf.params.suspend_s`` seconds more
+  (saving its state) before ``TrialFinished``; its device stay ends with outcome "preempted".
 * Scheduled device failures emit ``DeviceLost`` then ``TrialFailed(DEVICE_LOST)`` for each trial
   that held it; a relaunch from a checkpoint resumes after that checkpoint's step and pays
   ``restore_s``. Scheduled additions emit ``DeviceAdded``.
+* Fused packs (``perf.fusion`` set, ``sim.packs``): a launch that fuses joins a pack on its
+  first placed device, or starts one there, by the same core decisions as the local executor's;
+  its steps take the time the fused model says (``perf.FusedModel``).
+* With ``trial_timeout_s`` the clock also stops at each trial's timeout deadline
+  (``core.timeouts.deadline``): ``poll`` returns no event then, so the loop's ``tick`` lets the
+  controller time the trial out on time; what a timeout means is the controller's.
+* A launch without devices (no placement) takes a pack with its key and a seat (fusing), else
+  the first idle device (``core.routing.first_free_device``).
 * ``log`` lists every event returned, as ``(time, kind, trial_id, detail)``: two runs with the
   same seed and scenario give the same log.
 """
@@ -25,17 +35,21 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from hypersack.core.routing import first_free_device
+from hypersack.core.timeouts import deadline
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
-                                  Launch, ResultReported, Stop, TrialFailed, TrialFinished,
-                                  TrialStarted)
+                                  Launch, Preempt, ResultReported, Stop, TrialFailed,
+                                  TrialFinished, TrialStarted)
 from hypersack.sim.clock import SimClock, SimulationStalled
 from hypersack.sim.curves import Curve, CurveModel
+from hypersack.sim.packs import PackBook, SimPack
 from hypersack.sim.perf import PerfModel
 from hypersack.sim.timeline import Interval, Timeline
 
 __all__ = ["SimExecutor", "DeviceChange"]
 
 Key = tuple[str, str]
+_NONE: dict = {}          # no packs on any device
 
 
 @dataclass(frozen=True)
@@ -87,14 +101,17 @@ class _Run:
     version: int = 0
     waiting_ack: bool = False
     stop_requested: bool = False
+    preempted: bool = False
+    suspending: bool = False
     intervals: list[Interval] = field(default_factory=list)
+    pack: SimPack | None = None
 
 
 class SimExecutor:
     def __init__(self, cluster: Any, perf: PerfModel, curves: CurveModel, *,
                  steps_for: Callable[[Mapping[str, Any]], int | None],
                  clock: SimClock | None = None, changes: Sequence[DeviceChange] = (),
-                 keep_log: bool = True):
+                 keep_log: bool = True, trial_timeout_s: float | None = None):
         self.clock = clock or SimClock()
         self.perf = perf
         self.curves = curves
@@ -112,6 +129,9 @@ class SimExecutor:
         self._empty_polls = 0
         self._inventory: Any = None
         self.oom_failures = 0
+        self._timeout = trial_timeout_s
+        fusion = getattr(perf, "fusion", None)
+        self.packs: PackBook | None = PackBook(fusion) if fusion is not None else None
         for node in cluster.nodes:
             self._add_node(str(node.id), node.cpus)
             for gpu in node.gpus:
@@ -147,7 +167,7 @@ class SimExecutor:
         if isinstance(command, Launch):
             self._launch(command)
         elif isinstance(command, Stop):
-            self._stop(command.trial_id)
+            self._stop(command.trial_id, isinstance(command, Preempt))
         elif isinstance(command, Cancel):
             if command.trial_id in self._runs:
                 self._end_run(command.trial_id, self.clock.now, "failed")
@@ -168,15 +188,19 @@ class SimExecutor:
     def poll(self, timeout: float = 0.0) -> list[Event]:
         """Every event of the next event time (the clock moves there); ``timeout`` is ignored."""
         events: list[Event] = []
-        while self._heap and not events:
+        if self.packs is not None:
+            self.packs.end_empty()
+        woke = False
+        while self._heap and not events and not woke:
             t = self._heap[0][0]
             while self._heap and self._heap[0][0] == t:
                 _, _, kind, trial_id, payload = heapq.heappop(self._heap)
                 if self._stale(kind, trial_id, payload):
                     continue        # a step superseded by a rate change, or of an ended trial
                 self.clock.advance_to(t)
+                woke = woke or kind == "wake"
                 events.extend(self._fire(kind, trial_id, payload, t))
-        if not events:
+        if not events and not woke:
             self._stalled()
         else:
             self._empty_polls = 0
@@ -194,14 +218,23 @@ class SimExecutor:
     def _fire(self, kind: str, trial_id: int | None, payload: Any, t: float) -> list[Event]:
         if kind == "event":
             return [payload]
+        if trial_id is None:                  # an inventory change
+            return self._change(payload, t)
         if kind == "step":
             return self._step_done(self._runs[trial_id], t)
+        if kind == "wake":
+            return []       # a timeout deadline: the loop's tick decides
+        if kind == "suspended":
+            self._end_run(trial_id, t, "preempted")
+            return [TrialFinished(trial_id)]
         return self._change(payload, t)
 
     def _stale(self, kind: str, trial_id: int | None, payload: Any) -> bool:
-        if kind != "step":
+        if kind not in ("step", "wake", "suspended") or trial_id is None:
             return False
-        run = self._runs.get(trial_id)
+        run = self._runs.get(trial_id) if trial_id is not None else None
+        if kind == "wake":
+            return run is None or run.attempt != payload
         return run is None or run.version != payload
 
     def _stalled(self) -> None:
@@ -215,36 +248,66 @@ class SimExecutor:
 
     def _launch(self, launch: Launch) -> None:
         now = self.clock.now
-        devices = self._devices_for(launch)
+        fused = self.packs is not None and self.packs.fusion.fuses(launch.config)
+        devices = self._devices_for(launch, fused)
         self._push(now, "event", launch.trial_id, TrialStarted(launch.trial_id, _label(devices)))
         if devices is None:
             self._push(now, "event", launch.trial_id, TrialFailed(
                 launch.trial_id, f"device(s) {list(launch.devices)} not available",
                 cause=FailureCause.DEVICE_LOST))
             return
-        run = self._new_run(launch, devices, now)
+        run = self._new_run(launch, devices, now, fused)
+        if run.max_steps is not None and run.step >= run.max_steps:
+            # Resumed from its last step's checkpoint (e.g. preempted at its last report): a
+            # trainable has nothing left to do and returns at once.
+            self._push(now, "event", launch.trial_id, TrialFinished(launch.trial_id))
+            return
         if self._out_of_memory(run):
             self.oom_failures += 1
             self._push(now, "event", launch.trial_id, TrialFailed(
                 launch.trial_id, "CUDA out of memory (simulated: the device's memory is full)",
                 cause=FailureCause.OOM))
             return
+        if fused:
+            self._seat(run, launch)
         self._runs[run.trial_id] = run
         for key in devices:
             self._devices[key].runs.append(run.trial_id)
             run.intervals.append(Interval(run.trial_id, run.attempt, key[0], key[1], now, None,
                                           run.utilization[key], run.memory[key]))
         self._reprice(devices, now)
+        limit = deadline(now, self._timeout)
+        if limit is not None:
+            self._push(limit, "wake", run.trial_id, run.attempt)
 
-    def _devices_for(self, launch: Launch) -> tuple[Key, ...] | None:
+    def _devices_for(self, launch: Launch, fused: bool) -> tuple[Key, ...] | None:
+        """The devices a launch runs on: the placed ones (a pack member: the first), else a
+        pack's with a seat (fusing), else the first idle one; None when one is not alive."""
         if launch.devices:
             keys = tuple((str(n), str(g)) for n, g in launch.devices)
             ok = all(k in self._devices and self._devices[k].alive for k in keys)
-            return keys if ok else None
-        free = next((d.key for d in self._devices.values() if d.alive and not d.runs), None)
-        return (free,) if free is not None else None
+            return (keys[:1] if fused else keys) if ok else None
+        if fused and self.packs is not None:
+            seated = self.packs.devices_with_seats(self.packs.fusion.key(launch.config, launch.group))
+            if seated:
+                return (seated[0],)
+        alive = {f"{k[0]}/{k[1]}": k for k, d in self._devices.items() if d.alive}
+        busy = [label for label, k in alive.items() if self._devices[k].runs]
+        free = first_free_device(list(alive), busy)
+        return (alive[free],) if free is not None else None
 
-    def _new_run(self, launch: Launch, devices: tuple[Key, ...], now: float) -> _Run:
+    def _seat(self, run: _Run, launch: Launch) -> None:
+        """Seat a fusing trial in a pack on its device (``PackBook.join``)."""
+        if self.packs is None:      # a bug: only fusing launches come here
+            raise RuntimeError(f"trial {run.trial_id} fuses, but the simulation has no fusion plan")
+        device = run.devices[0]
+        used = sum(self._runs[t].memory[device] for t in self._devices[device].runs)
+        key = self.packs.fusion.key(launch.config, launch.group)
+        run.pack = self.packs.join(run.trial_id, key, device,
+                                   self._devices[device].gpu.memory_gb - used, run.memory[device])
+
+    def _new_run(self, launch: Launch, devices: tuple[Key, ...], now: float,
+                 fused: bool = False) -> _Run:
         archs = [self._devices[k].gpu.arch for k in devices]
         profiles = [self.perf.profile(launch.config, a) for a in archs]
         resumed_step = self._checkpoints.get(launch.checkpoint, 0) if launch.checkpoint else 0
@@ -253,12 +316,15 @@ class SimExecutor:
         cold = any(k not in self._warm for k in devices)
         self._warm.update(devices)
         first = step_work + self.perf.launch_work(resumed=resumed_step > 0, cold=cold)
+        cpus = float(max(p.cpus for p in profiles))
+        if fused and self.packs is not None:
+            cpus = cpus / self.packs.fusion.max_members     # a member's share of its pack's
         return _Run(launch.trial_id, launch.attempt, launch.config, devices,
                     self.curves.curve(launch.config, launch.seed), self._steps_for(launch.config),
                     resumed_step, step_work, first,
                     {k: p.utilization for k, p in zip(devices, profiles)},
                     {k: p.memory_gb for k, p in zip(devices, profiles)},
-                    max(p.cpus for p in profiles), updated_at=now)
+                    cpus, updated_at=now)
 
     def _out_of_memory(self, run: _Run) -> bool:
         for key in run.devices:
@@ -281,7 +347,9 @@ class SimExecutor:
         self._checkpoints[path] = run.step
         events: list[Event] = [ResultReported(run.trial_id, run.step, run.curve.at(run.step), path)]
         last = run.max_steps is not None and run.step >= run.max_steps
-        if last or run.stop_requested:
+        if run.preempted and not last:
+            self._suspend(run, t)
+        elif last or run.stop_requested:
             self._end_run(run.trial_id, t, "finished" if last else "stopped")
             events.append(TrialFinished(run.trial_id))
         else:
@@ -289,10 +357,16 @@ class SimExecutor:
             self._waiting.append(run.trial_id)
         return events
 
-    def _stop(self, trial_id: int) -> None:
+    def _stop(self, trial_id: int, preempt: bool = False) -> None:
         run = self._runs.get(trial_id)
         if run is None:
             return
+        if preempt and not run.stop_requested:
+            run.preempted = True
+            if run.waiting_ack:
+                self._suspend(run, self.clock.now)
+            return
+        run.preempted = False          # a plain Stop (pause, prune, interrupt) wins
         if run.waiting_ack:
             now = self.clock.now
             self._end_run(trial_id, now, "stopped")
@@ -300,8 +374,16 @@ class SimExecutor:
         else:
             run.stop_requested = True
 
+    def _suspend(self, run: _Run, now: float) -> None:
+        """A preempted trial saves its state on its devices, then leaves (``suspended``)."""
+        run.waiting_ack, run.stop_requested, run.suspending = False, True, True
+        run.version += 1                       # no further step
+        self._push(now + self.perf.params.suspend_s, "suspended", run.trial_id, run.version)
+
     def _end_run(self, trial_id: int, now: float, outcome: str) -> None:
         run = self._runs.pop(trial_id)
+        if run.pack is not None and self.packs is not None:
+            self.packs.leave(trial_id)
         for key in run.devices:
             self._devices[key].runs.remove(trial_id)
         for iv in run.intervals:
@@ -314,10 +396,12 @@ class SimExecutor:
     def _reprice(self, keys: Sequence[Key], now: float) -> None:
         """Recompute f_gpu of ``keys``, f_cpu of their nodes, and the rate of every trial hit."""
         hit: set[int] = set()
+        packed = self.packs.on if self.packs is not None else _NONE
         for key in keys:
             device = self._devices[key]
-            device.factor = self.perf.gpu_factor(
-                device.gpu.arch, device.gpu.compute, [self._runs[t].utilization[key] for t in device.runs])
+            demands = ([d for d, _ in self._loads(key)] if key in packed
+                       else [self._runs[t].utilization[key] for t in device.runs])
+            device.factor = self.perf.gpu_factor(device.gpu.arch, device.gpu.compute, demands)
             hit.update(device.runs)
         for node_id in {k[0] for k in keys}:
             node = self._nodes[node_id]
@@ -331,9 +415,34 @@ class SimExecutor:
             self._set_rate(self._runs[trial_id], now)
         self._account({k for t in hit for k in self._runs[t].devices} | set(keys), now)
 
+    def _loads(self, key: Key) -> list[tuple[float, float]]:
+        """``(compute demand, delivered share)`` of each process on device ``key`` (which holds
+        packs): a plain trial's, or a pack's (counted once: its members' demand times
+        speedup(k) / k, at most 100); the share is the rate of its work (a pack's before its
+        fused efficiency)."""
+        runs = self._runs
+        device = self._devices[key]
+        if self.packs is None:
+            return []
+        out = [(runs[t].utilization[key], runs[t].rate) for t in device.runs if runs[t].pack is None]
+        for pack in self.packs.on[key]:
+            if pack.members:
+                eff = self._pack_efficiency(pack)
+                demand = min(100.0, eff * sum(runs[t].utilization[key] for t in pack.members))
+                out.append((demand, runs[pack.members[0]].rate / eff))
+        return out
+
+    def _pack_efficiency(self, pack: SimPack) -> float:
+        """speedup(k) / k of the fused model: a member's step rate in a pack of k, alone on
+        its device, over its rate as a trial alone."""
+        k = len(pack.members)
+        return self.perf.params.fused_model.speedup(k) / k
+
     def _set_rate(self, run: _Run, now: float) -> None:
         rate = min(self._devices[k].factor * self._nodes[k[0]].factor for k in run.devices)
-        if run.waiting_ack:
+        if run.pack is not None:
+            rate *= self._pack_efficiency(run.pack)
+        if run.waiting_ack or run.suspending:
             run.rate = rate
             return
         if run.rate > 0:
@@ -344,13 +453,19 @@ class SimExecutor:
             self._schedule_step(run, now)
 
     def _account(self, keys: set[Key], now: float) -> None:
+        packed = self.packs.on if self.packs is not None else _NONE
         for key in sorted(keys):
             device = self._devices[key]
             if not device.alive:
                 continue
             c = device.gpu.compute
-            demand = sum(self._runs[t].utilization[key] for t in device.runs)
-            used = sum(self._runs[t].utilization[key] * self._runs[t].rate for t in device.runs)
+            if key in packed:
+                loads = self._loads(key)
+                demand = sum(d for d, _ in loads)
+                used = sum(d * rate for d, rate in loads)
+            else:
+                demand = sum(self._runs[t].utilization[key] for t in device.runs)
+                used = sum(self._runs[t].utilization[key] * self._runs[t].rate for t in device.runs)
             self.timeline.account(key, now, min(1.0, demand / device.gpu.capacity), min(1.0, used / c),
                                   1.0 if device.runs else 0.0)
 

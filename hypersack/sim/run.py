@@ -12,7 +12,7 @@ from typing import Any
 
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Controller
-from hypersack.core.trial import TrialState
+from hypersack.core.trial import TrialFailed, TrialState
 from hypersack.runtime.loop import run_loop
 from hypersack.sim._placement import policy_label
 from hypersack.sim.executor import SimExecutor
@@ -42,6 +42,8 @@ class SimResult:
     device_failures: int
     wall_s: float
     unvalidated: list[str]
+    packs: int = 0                # fused packs started (0: trials ran separately)
+    largest_pack: int = 0         # most members a pack held at once
     executor: SimExecutor | None = field(repr=False, default=None)
     controller: Controller | None = field(repr=False, default=None)
 
@@ -53,7 +55,8 @@ class SimResult:
         return {k: getattr(self, k) for k in (
             "scenario", "policy", "algorithm", "makespan_s", "occupancy", "utilization", "busy",
             "time_to_best_s", "best_value", "best_trial", "trials", "states", "reports", "events",
-            "device_failures", "wall_s", "unvalidated")} | {"sim_per_wall": self.sim_per_wall}
+            "device_failures", "wall_s", "unvalidated", "packs", "largest_pack")} | {
+                "sim_per_wall": self.sim_per_wall}
 
 
 def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -> SimResult:
@@ -61,18 +64,37 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -
     default: the scenario's)."""
     policy = policy or scenario.policy
     spec = scenario.study
+    scenario.perf.forget_ooms()
     executor = SimExecutor(scenario.cluster, scenario.perf, scenario.curves,
-                           steps_for=spec.steps_for, changes=scenario.changes, keep_log=keep_log)
+                           steps_for=spec.steps_for, changes=scenario.changes, keep_log=keep_log,
+                           trial_timeout_s=spec.executor.trial_timeout_s)
     algorithm = make_algorithm(dict(spec.algorithm), spec.space, spec.objective, seed=spec.seed)
     controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
                             max_retries=scenario.max_retries, now=executor.clock.now,
                             trial_timeout_s=spec.executor.trial_timeout_s)
     controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
+    if spec.time_sharing is not None:
+        controller.set_time_sharing(spec.time_sharing)
     store = MemoryStore()
     started = time.perf_counter()
-    run_loop(controller, executor, store, SimStudyRow(1, scenario.name), clock=executor.clock)
+    run_loop(controller, executor, store, SimStudyRow(1, scenario.name), clock=executor.clock,
+             observers=[_oom_history(controller, scenario.perf, executor)])
     wall = time.perf_counter() - started
     return _result(scenario, policy, executor, controller, store, wall)
+
+
+def _oom_history(controller: Controller, perf: Any, executor: SimExecutor) -> Any:
+    """The simulated job history, as the local machine's (``runtime/machine.py``): a trial that
+    ran out of memory gets its model's memory floor raised to each architecture's device memory
+    (``PerfModel.note_oom``), so the controller's retry is placed alone."""
+    memory = {gpu.arch: gpu.memory_gb for _, gpu in executor.inventory().gpus()}
+
+    def observe(event: Any) -> None:
+        if isinstance(event, TrialFailed) and event.oom:
+            record = controller.trials.get(event.trial_id)
+            if record is not None:
+                perf.note_oom(record.config, memory)
+    return observe
 
 
 def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: Controller,
@@ -83,7 +105,8 @@ def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: 
     states = {s.value: 0 for s in TrialState}
     for record in controller.trials.values():
         states[record.state.value] += 1
-    unvalidated = [f"perf.{p}" for p in scenario.perf.params.unvalidated()]
+    fused = scenario.perf.fusion is not None
+    unvalidated = [f"perf.{p}" for p in scenario.perf.params.unvalidated(fused)]
     if not scenario.profiles_validated:
         unvalidated.insert(0, "workload.profiles")
     return SimResult(
@@ -94,7 +117,10 @@ def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: 
         trials=len(controller.trials), states=states, reports=store.result_count,
         events=len(executor.log) if executor.log is not None else -1,
         device_failures=sum(1 for c in scenario.changes if c.gpu is None and c.at <= makespan),
-        wall_s=wall, unvalidated=unvalidated, executor=executor, controller=controller)
+        wall_s=wall, unvalidated=unvalidated,
+        packs=executor.packs.started if executor.packs is not None else 0,
+        largest_pack=executor.packs.largest if executor.packs is not None else 0,
+        executor=executor, controller=controller)
 
 
 def _makespan(executor: SimExecutor) -> float:

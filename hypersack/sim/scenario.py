@@ -9,16 +9,20 @@ Schema (every error is a ConfigError naming the dotted field)::
     policy: wfd                      # placement of a plain run (default wfd), or {policy: hay, w_frag: 1}
     study:                           # a study spec without name/trainable: space, objective,
       space: {...}                   #   algorithm, budget, max_steps (int or config key; default
-      objective: {metric: accuracy, mode: max}     # the algorithm's max_t), max_retries
+      objective: {metric: accuracy, mode: max}     # the algorithm's max_t), max_retries,
+      execution: fused               #   execution and pack (fused packs, see sim.packs),
+      pack: {max_members: 16}        #   trial_timeout_s (a trial running longer fails)
       algorithm: {type: grid}
       budget: {trials: 96}
+      time_sharing: {policy: hermes}  # optional: devices time-shared among trials (Hermes)
     workload:
       model_key: model | model: resnet18           # config key naming the model, or a fixed model
       batch_size_key: batch_size | batch_size: 64
+      architecture_keys: [hidden]    # config keys that change tensor shapes (fused packs)
       profiles: [{model, batch_size, arch, step_time_s, utilization, memory_gb, cpus, gpus}, ...]
       source: "where the profiles come from (measured / estimated)"
       validated: false               # whether the profiles were measured on that hardware
-    perf: {interference, saturation: {A100: 2.0}, dp_beta, startup_s, ...}   # see perf.PerfParams
+    perf: {interference, saturation: {A100: 2.0}, dp_beta, startup_s, fused, ...}   # perf.PerfParams
     curves: {type: parametric, ...} | {type: replay, file: curves/digits_mlp.json}
     events:                          # inventory changes at simulated times (seconds)
       - {at: 600, fail: {node: a0, gpu: "1"}}
@@ -40,14 +44,17 @@ from hypersack.core.spec import StudySpec, check_fields
 from hypersack.errors import ConfigError
 from hypersack.sim.curves import CurveModel, curves_from_dict
 from hypersack.sim.executor import DeviceChange
+from hypersack.sim.packs import SimFusion
 from hypersack.sim.perf import ANY, PerfModel, PerfParams, ProfileTable, WorkloadKeys
 
 __all__ = ["Scenario", "load_scenario", "scenario_from_dict"]
 
 _TOP = {"name", "description", "seed", "cluster", "policy", "study", "workload", "perf", "curves",
         "events", "compare", "reference", "notes"}
-_STUDY = {"space", "objective", "algorithm", "budget", "max_steps", "max_retries"}
-_WORKLOAD = {"model_key", "model", "batch_size_key", "batch_size", "profiles", "source", "validated"}
+_STUDY = {"space", "objective", "algorithm", "budget", "max_steps", "max_retries", "execution",
+          "pack", "trial_timeout_s", "time_sharing"}
+_WORKLOAD = {"model_key", "model", "batch_size_key", "batch_size", "profiles", "source", "validated",
+             "architecture_keys"}
 _COMPARE = {"policies", "algorithms"}
 
 
@@ -76,6 +83,12 @@ class Scenario:
         """A copy whose study uses ``algorithm`` (validated like the scenario's own)."""
         raw = dict(self.raw)
         raw["study"] = {**raw["study"], "algorithm": dict(algorithm)}
+        return scenario_from_dict(raw, self.base_dir)
+
+    def with_execution(self, execution: str) -> "Scenario":
+        """A copy whose study runs with ``execution`` (separate | fused | auto)."""
+        raw = dict(self.raw)
+        raw["study"] = {**raw["study"], "execution": execution}
         return scenario_from_dict(raw, self.base_dir)
 
 
@@ -134,8 +147,10 @@ def scenario_from_dict(d: Any, base_dir: Path = Path(".")) -> Scenario:
 
 def _study(name: Any, d: Any, seed: int) -> tuple[StudySpec, int]:
     _check_keys("study", d, _STUDY)
-    spec_dict = {k: v for k, v in d.items() if k != "max_retries"}
+    spec_dict = {k: v for k, v in d.items() if k not in ("max_retries", "trial_timeout_s")}
     spec_dict.update(name=name, seed=seed)
+    if d.get("trial_timeout_s") is not None:
+        spec_dict["executor"] = {"trial_timeout_s": d["trial_timeout_s"]}
     spec = _prefixed("study", lambda: StudySpec.from_dict(spec_dict))
     if spec.max_steps is None:
         max_t = spec.algorithm.get("max_t")
@@ -163,9 +178,21 @@ def _perf(workload: Any, perf: Any, study: StudySpec, archs: list[str]) -> tuple
     archs = list(dict.fromkeys(archs))
     if not archs:
         raise ConfigError("cluster.nodes", [], "must hold at least one GPU")
-    model = PerfModel(table, keys, params, archs, steps_for=study.steps_for)
+    model = PerfModel(table, keys, params, archs, steps_for=study.steps_for,
+                      fusion=_fusion(workload, study))
     _check_coverage(model, study, archs)
     return model, keys
+
+
+def _fusion(workload: Mapping[str, Any], study: StudySpec) -> SimFusion | None:
+    """The study's fusion plan (None: ``execution: separate``)."""
+    keys = workload.get("architecture_keys") or []
+    if not isinstance(keys, list) or not all(isinstance(k, str) and k in study.space for k in keys):
+        raise ConfigError("workload.architecture_keys", keys,
+                          f"must be a list of parameters of study.space ({', '.join(study.space)})")
+    if study.execution == "separate":
+        return None
+    return SimFusion(study.execution, study.pack.max_members, tuple(keys))
 
 
 def _check_coverage(model: PerfModel, study: StudySpec, archs: list[str]) -> None:
@@ -188,7 +215,7 @@ def _choices(study: StudySpec, key: str | None, fixed: Any) -> list[Any]:
         values = getattr(domain, attr, None)
         if values:
             return list(values)
-    if hasattr(domain, "value"):
+    if domain is not None and hasattr(domain, "value"):
         return [domain.value]
     return [ANY]
 

@@ -39,7 +39,8 @@ class _DeviceStats:
 
     def __init__(self, t: float):
         self.since = t
-        self.alive_from, self.alive_until = t, None
+        self.alive_from: float = t
+        self.alive_until: float | None = None
         self.alloc = self.used = self.busy = 0.0
         self.alloc_now = self.used_now = self.busy_now = 0.0
 
@@ -119,7 +120,7 @@ def write_gantt(intervals: list[Interval], path: str | Path, title: str = "") ->
         height = 0.8 / lanes
         for iv, slot in zip(stays, slots):
             y = index[dev] - 0.4 + slot * height
-            ax.broken_barh([(iv.start, iv.end - iv.start)], (y, height),
+            ax.broken_barh([(iv.start, _end(iv) - iv.start)], (y, height),
                            facecolors=colours(iv.trial_id % 20), edgecolor="black", linewidth=0.2)
     ax.set_yticks(range(len(rows)), [f"{n}/{g}" for n, g in rows])
     ax.set_xlabel("simulated time (s)")
@@ -128,6 +129,11 @@ def write_gantt(intervals: list[Interval], path: str | Path, title: str = "") ->
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def _end(stay: Interval) -> float:
+    """The end of a closed stay (a stay still open ends where it starts)."""
+    return stay.start if stay.end is None else stay.end
 
 
 def _assign_lanes(stays: list[Interval]) -> tuple[int, list[int]]:
@@ -139,9 +145,9 @@ def _assign_lanes(stays: list[Interval]) -> tuple[int, list[int]]:
         s = stays[i]
         for lane, end in enumerate(lane_end):
             if end <= s.start:
-                lane_end[lane], slots[i] = s.end, lane
+                lane_end[lane], slots[i] = _end(s), lane
                 break
         else:
-            lane_end.append(s.end)
+            lane_end.append(_end(s))
             slots[i] = len(lane_end) - 1
     return max(1, len(lane_end)), slots

@@ -167,7 +167,7 @@ def test_path_without_mps_forces_time_slicing(fake_mps):
 
 
 def test_the_cpu_memory_holder_fails_like_a_cuda_oom(tmp_path):
-    from hypersack.runtime.worker import is_oom
+    from hypersack.runtime.process_io import is_oom
     ledger = tmp_path / "ledger"
     ledger.write_text("0.5")
 

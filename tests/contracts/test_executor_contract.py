@@ -9,8 +9,8 @@ from typing import Any, Callable
 import pytest
 
 from hypersack.core.placement import GPU, Cluster, Node
-from hypersack.core.trial import (Cancel, Event, FailureCause, Launch, ResultReported, Stop,
-                                  TrialFailed, TrialFinished, TrialStarted)
+from hypersack.core.trial import (Cancel, Event, FailureCause, Launch, Preempt, ResultReported,
+                                  Stop, TrialFailed, TrialFinished, TrialStarted)
 
 
 @dataclass
@@ -144,6 +144,23 @@ def test_a_stop_ends_the_trial_at_its_next_report(backend):
     ex.acknowledge()
     events = backend.until(ex, lambda ev: bool(_of(ev, 0, TrialFinished)))
     assert len(_of(events, 0, ResultReported)) <= 1 and not _of(events, 0, TrialFailed)
+
+
+def test_a_preempted_trial_leaves_at_its_report_and_resumes_after_its_checkpoint(backend):
+    ex = backend.make()
+    device = _device(ex)
+    ex.submit(Launch(0, backend.config, seed=1, attempt=1, devices=(device,)))
+    events = backend.until(ex, lambda ev: bool(_of(ev, 0, ResultReported)), ack=False)
+    ex.submit(Preempt(0))                 # it waits for its ack: it leaves at this report
+    ex.acknowledge()
+    events += backend.until(ex, lambda ev: bool(_of(ev, 0, TrialFinished)))
+    assert not _of(events, 0, TrialFailed)
+    (last,) = _of(events, 0, ResultReported)
+    assert last.step == 1 and last.checkpoint is not None
+    ex.submit(Launch(0, backend.config, seed=1, attempt=2, checkpoint=last.checkpoint,
+                     devices=(device,)))
+    again = backend.until(ex, lambda ev: bool(_of(ev, 0, TrialFinished)))
+    assert [e.step for e in _of(again, 0, ResultReported)] == list(range(2, backend.steps + 1))
 
 
 def test_a_cancel_fails_the_trial_as_cancelled_and_frees_its_device(backend):

@@ -85,3 +85,25 @@ def test_status_and_heartbeat(subject):
     subject.store.heartbeat(subject.study.study_id)   # no lease held: nothing to renew
     subject.store.set_status(subject.study.study_id, "interrupted")
     assert subject.status() == "interrupted"
+
+
+def test_batches_in_a_transaction_are_kept_together_or_not_at_all(subject):
+    store: Store = subject.store
+    sid = subject.study.study_id
+    store.save_batch(sid, [_record(0)], [(0, 1, {"v": 0.5})], {"elapsed_s": 1.0})
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.save_batch(sid, [_record(0, TrialState.COMPLETE), _record(1)],
+                             [(0, 2, {"v": 0.7})], {"elapsed_s": 2.0})
+            with store.transaction():
+                store.save_batch(sid, [_record(2)], [(2, 1, {"v": 0.1})])
+            raise RuntimeError("the turn failed before its commit")
+    assert sorted(subject.trials()) == [0] and subject.trials()[0].state is TrialState.RUNNING
+    assert subject.results() == [(0, 1, {"v": 0.5})]
+    assert subject.state() == {"elapsed_s": 1.0}
+    with store.transaction():
+        store.save_batch(sid, [_record(1)], [(1, 1, {"v": 0.2})], {"elapsed_s": 3.0})
+        store.save_batch(sid, [_record(2)], [])
+    assert sorted(subject.trials()) == [0, 1, 2]
+    assert subject.results() == [(0, 1, {"v": 0.5}), (1, 1, {"v": 0.2})]
+    assert subject.state() == {"elapsed_s": 3.0}

@@ -75,6 +75,8 @@ def test_allocator_answers_as_assign_on_a_cluster_rebuilt_from_scratch(inventory
         if recs:
             probe = TrialRecord(-1, recs[0].config, 0, resources=recs[0].resources)
             assert alloc.has_room(probe) == ref.has_room(probe)
+            wider = TrialRecord(-1, recs[0].config, 0, resources=2)
+            assert alloc.has_room_for(recs[0], 2) == ref.has_room(wider)
         assert alloc.place(recs) == ref.place(recs)
         assert alloc.running() == {t: d for t, (_, d) in ref.running.items()}
         assert alloc.cluster == ref.cluster()
@@ -98,3 +100,32 @@ def test_devices_come_and_go_and_the_count_follows(policy):
     assert lost == [0] and alloc.device_count() == 2 and alloc.running() == {}
     assert alloc.cluster == Cluster(alloc.inventory.nodes)
     assert alloc.has_room(rec) and alloc.unplaceable(rec) is None
+
+
+def test_has_room_for_asks_the_demand_of_a_real_trial_only_and_places_nothing():
+    asked = []
+
+    def spying(record):
+        asked.append(record.trial_id)
+        return demand(record)
+    inventory = Cluster([Node("a", 8, (GPU("0", "A100", 40), GPU("1", "A100", 40)))])
+    alloc = Allocator(inventory, "wfd", spying)
+    rec = TrialRecord(0, {"c": 60, "m": 4, "q": 1, "t": 1}, seed=0)
+    assert alloc.place([rec]) == {0: (("a", "0"),)}
+    assert alloc.has_room_for(rec, 1)             # the running trial itself is the model
+    assert not alloc.has_room_for(rec, 2)         # 2 devices: one is 60% full
+    assert asked == [0, 0, 0] and alloc.running() == {0: (("a", "0"),)}
+
+
+def test_has_room_for_keeps_a_demands_own_device_floor():
+    inventory = Cluster([Node("a", 8, tuple(GPU(str(i), "A100", 40) for i in range(3)))])
+    rec = TrialRecord(0, {}, seed=0)
+    two = TrialRecord(1, {}, seed=0, resources=2)
+    floor = Allocator(inventory, "wfd", lambda r: Job(r.trial_id, 60, 4, gpus=max(2, r.resources)))
+    plain = Allocator(inventory, "wfd", lambda r: Job(r.trial_id, 60, 4, gpus=max(1, r.resources)))
+    for alloc in (floor, plain):
+        assert alloc.has_room_for(rec, 1)
+        alloc.place([two])                        # 60% of two devices; the third is idle
+        assert not alloc.has_room_for(rec, 2)
+    assert plain.has_room_for(rec, 1)             # one idle device is enough
+    assert not floor.has_room_for(rec, 1)         # a model on 2 devices is, whatever is asked

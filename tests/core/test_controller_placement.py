@@ -200,3 +200,17 @@ def test_an_algorithm_that_keeps_naming_the_same_promotion_does_not_hang_the_stu
     c = make(Sticky(limit=1), n=1, trials=1)
     (launch,) = c.launches(now=0.0)
     assert launch.trial_id == 0 and c.launches(now=1.0) == []
+
+
+def test_room_for_a_new_trial_is_asked_of_real_trials_only_and_stops_creation():
+    seen = []
+
+    def demand(record):
+        seen.append(record.trial_id)
+        return Demand().job(record)
+    c = Controller(Scripted(limit=5), OBJ, Budget(trials=5))
+    c.set_inventory(cluster(2, 1.0), "wfd", demand)
+    launches = c.launches(now=0.0)
+    assert [launch.trial_id for launch in launches] == [0, 1]
+    assert sorted(c.trials) == [0, 1]             # no third trial made while both devices are full
+    assert set(seen) <= set(c.trials)             # no made-up record was ever asked about

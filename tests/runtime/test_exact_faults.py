@@ -117,6 +117,27 @@ def test_random_driver_and_worker_kills_leave_exact_results(tmp_path):
     assert not outcome.problems, outcome.problems
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("durability", ["power", "process"])
+def test_driver_kills_lose_no_acknowledged_step_in_either_durability_with_pipelined_reports(
+        tmp_path, durability):
+    spec = importlib.util.spec_from_file_location("fault_injection", ROOT / "benchmarks" / "fault_injection.py")
+    faults = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = faults
+    spec.loader.exec_module(faults)
+    outcome = faults.run_faults(driver_kills=2, worker_kills=1, seed=11, trials=3, steps=9,
+                                sleep_s=0.05, folder=tmp_path, durability=durability,
+                                pipelined=True)
+    assert outcome.exact, outcome
+    assert outcome.steps_lost == 0 and outcome.steps_duplicated == 0 and outcome.wrong_values == 0
+    assert sum(outcome.driver_kills.values()) == 2 and not outcome.problems, outcome.problems
+    import sqlite3
+    con = sqlite3.connect(tmp_path / "hypersack.db")
+    (spec_text,) = con.execute("SELECT spec FROM studies LIMIT 1").fetchone()
+    con.close()
+    assert f'"durability": "{durability}"' in spec_text
+
+
 # ---- the loop, with a fake executor: a full disk ------------------------------------------------
 
 class _OneTrialExecutor:

@@ -26,4 +26,4 @@ def test_unknown_or_malformed_wire_is_a_clear_error():
     with pytest.raises(ValueError, match="not a HyperSack message"):
         m.decode({"run": 1})
     with pytest.raises(ValueError, match="has 2 fields, expected 1"):
-        m.decode(("ack", 1, 2))
+        m.decode(("stop", 1, 2))

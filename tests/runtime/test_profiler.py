@@ -5,8 +5,9 @@ import pytest
 
 from hypersack.errors import ConfigError
 from hypersack.runtime.nvml import FakeNvml
+from hypersack.runtime.profile_offline import profile_trainable
 from hypersack.runtime.profiler import (NullSampler, Profile, ProfilingError, Sampler,
-                                        UtilizationSampler, _nvml_reader, profile_trainable)
+                                        UtilizationSampler, _nvml_reader)
 
 
 class Clock:

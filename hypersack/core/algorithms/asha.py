@@ -26,7 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hypersack.core.algorithms.base import Algorithm, Decision, Suggestion, register_algorithm
+from hypersack.core.algorithms.base import (NO_DECISION, Algorithm, Decision, Suggestion,
+                                            register_algorithm)
 from hypersack.core.algorithms.rung_model import build_rung_model
 from hypersack.core.algorithms.sha import (DONE, PAUSED, RUNNING, check_horizon, check_int,
                                            objective_value)
@@ -175,6 +176,16 @@ class ASHA(Algorithm):
                 return self._cut(trial_id, entry)
             self._set(entry, rung=entry[0] + 1)
         return self._continue_decision(trial_id)
+
+    def next_decision_step(self, trial_id: int) -> int:
+        """The trial's next milestone (a report below it CONTINUEs); 0 for a paused or unknown
+        trial; ``NO_DECISION`` past the last milestone, or once it is done."""
+        entry = self._trials.get(trial_id)
+        if entry is None or entry[1] == PAUSED:
+            return 0
+        if entry[1] == DONE or entry[0] >= len(self.milestones):
+            return NO_DECISION
+        return self.milestones[entry[0]]
 
     def _passes(self, trial_id: int, rung: Rung, value: float) -> bool:
         """Whether a trial arriving at ``rung`` with ``value`` goes on (not yet recorded)."""

@@ -1,4 +1,5 @@
-"""The interface every search algorithm implements, and the registry that builds them by name.
+"""The interface every search algorithm implements, and the registry algorithms enter by name
+(``catalog.make_algorithm`` builds them).
 
 Contract:
 - ``suggest(trial_id)`` returns a Suggestion for the new trial ``trial_id``, or None when it has
@@ -14,6 +15,10 @@ Contract:
   devices (data-parallel); it waits PENDING until that many are free.
 - ``promote()`` names a PAUSED trial to resume now, or None; the study asks it before ``suggest``.
 - ``resources(trial_id)`` is the number of devices the trial's next launch needs (default 1).
+- ``next_decision_step(trial_id)``: the first step at which a report of the trial may get a
+  decision other than CONTINUE (its next decision point), from the algorithm's state now;
+  reports at lower steps surely CONTINUE, so the study may let the trial go on before they are
+  stored (pipelining). Default 0: every step is a decision point (always safe).
 - ``on_complete(trial_id, value, state)`` is called once per trial when it ends; ``value`` is the
   objective value (None for a failed trial).
 - ``state_dict()`` is JSON-serialisable; ``load_state_dict(sd)`` on a freshly built algorithm of
@@ -31,10 +36,13 @@ from typing import Any, Callable, Mapping
 
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.errors import ConfigError
 
-__all__ = ["Algorithm", "Decision", "Suggestion", "register_algorithm", "make_algorithm",
-           "algorithm_names", "algorithm_spec"]
+__all__ = ["Algorithm", "Decision", "NO_DECISION", "Suggestion", "register_algorithm",
+           "algorithm_spec", "registered", "is_optuna_sampler"]
+
+
+#: ``next_decision_step`` of a trial no report can stop any more (past its last milestone).
+NO_DECISION = 2**62
 
 
 class Decision(enum.Enum):
@@ -77,6 +85,10 @@ class Algorithm:
     def resources(self, trial_id: int) -> int:
         return 1
 
+    def next_decision_step(self, trial_id: int) -> int:
+        """The trial's next decision point (see the module contract); 0: every step is one."""
+        return 0
+
     def trial_info(self, trial_id: int) -> Mapping[str, Any]:
         """Annotations for the trial's next launch (its rung, bracket, pack...), merged into its
         record's ``info``; ``info["pack"]`` asks the executor to fuse only trials of one pack."""
@@ -110,12 +122,12 @@ def register_algorithm(name: str, factory: AlgorithmFactory | None = None):
     return _add(factory) if factory is not None else _add
 
 
-def algorithm_names() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
+def registered() -> Mapping[str, AlgorithmFactory]:
+    """The factories registered so far, by name (the built-in ones once ``catalog`` is imported)."""
+    return _REGISTRY
 
 
-def _is_optuna_sampler(obj: Any) -> bool:
+def is_optuna_sampler(obj: Any) -> bool:
     # Without importing optuna: an object of one of its samplers has it imported already.
     optuna = sys.modules.get("optuna")
     return optuna is not None and isinstance(obj, optuna.samplers.BaseSampler)
@@ -128,36 +140,6 @@ def algorithm_spec(algorithm: Any) -> dict[str, Any]:
         return {"type": algorithm}
     if isinstance(algorithm, Mapping):
         return dict(algorithm)
-    if _is_optuna_sampler(algorithm):
+    if is_optuna_sampler(algorithm):
         return {"type": "optuna", "sampler": type(algorithm).__name__}
     return {"type": type(algorithm).__name__}
-
-
-def make_algorithm(spec: Any, space: SearchSpace, objective: Objective, seed: int = 0) -> Algorithm:
-    """Build an algorithm from an instance, an Optuna sampler object, a name, or
-    ``{"type": name, **options}``."""
-    if isinstance(spec, Algorithm):
-        return spec
-    _load_builtins()
-    if _is_optuna_sampler(spec):
-        return _REGISTRY["optuna"](space, objective, seed=seed, sampler=spec)
-    if isinstance(spec, str):
-        spec = {"type": spec}
-    if not isinstance(spec, Mapping) or "type" not in spec:
-        raise ConfigError("algorithm", spec, "must be a name or a mapping with a 'type'")
-    options = dict(spec)
-    name = options.pop("type")
-    if name not in _REGISTRY:
-        raise ConfigError("algorithm.type", name, f"must be one of {sorted(_REGISTRY)}")
-    seed = options.pop("seed", seed)
-    try:
-        return _REGISTRY[name](space, objective, seed=seed, **options)
-    except TypeError as exc:
-        raise ConfigError("algorithm", dict(spec), f"has options {name!r} does not take ({exc})") from None
-
-
-def _load_builtins() -> None:
-    # Imported for their registration side effect; kept lazy to avoid an import cycle.
-    from hypersack.core.algorithms import grid, random_search, tpe  # noqa: F401
-    from hypersack.core.algorithms import asha, bohb, hyperband, rasda, sha  # noqa: F401
-    from hypersack.core.algorithms import optuna_search, pack_hyperband  # noqa: F401

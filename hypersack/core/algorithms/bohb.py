@@ -60,7 +60,7 @@ class BOHB(Hyperband):
             return
         # Saved before the incremental models: refeed the recorded results (bracket by bracket,
         # rung by rung, by trial id: the order the old code replayed them in).
-        empty = {"models": {}, "counts": {}, "configs": {}}
+        empty: dict[str, dict] = {"models": {}, "counts": {}, "configs": {}}
         super().load_state_dict({**state, "model": empty})
         self._rung_model.configs = {int(t): dict(c) for t, c in state["configs"].items()}
         for bracket in self._brackets:

@@ -49,8 +49,8 @@ def hyperband_brackets(R: float, eta: int = 3) -> list[list[tuple[int, float]]]:
     ``R``: maximum resource per config in units of the minimum resource (>= 1); ``eta``: integer
     >= 2. ``hyperband_brackets(81, 3)[0] == [(81, 1.0), (27, 3.0), (9, 9.0), (3, 27.0), (1, 81.0)]``.
     """
-    R, eta = _check_R_eta(R, eta)
-    return [[(n, float(r)) for n, r in rungs] for rungs in _exact_brackets(R, eta)]
+    exact_R, eta = _check_R_eta(R, eta)
+    return [[(n, float(r)) for n, r in rungs] for rungs in _exact_brackets(exact_R, eta)]
 
 
 def hyperband_steps(min_t: int, max_t: int, eta: int) -> list[list[tuple[int, int]]]:

@@ -225,7 +225,7 @@ class OptunaModel:
         build_seed = seed if cls_name in _STUDY_SEEDED else trial_sampler_seed(seed, 0)
         self._sampler = sampler.build(self._optuna, build_seed)   # fails fast on bad options
         self._study_seeded = cls_name in _STUDY_SEEDED
-        self._study = None
+        self._study: Any = None
         self._journal: list[dict[str, Any]] = []   # study trials, in study order
         self._number: dict[int, int] = {}          # HyperSack trial -> Optuna trial number
         self._study_attrs: dict[str, Any] = {}
@@ -266,6 +266,8 @@ class OptunaModel:
     def _settle(self) -> None:
         """Finish the proposal in flight and drop it (its trial was never created)."""
         dropped, kept = self._inflight, self._keep
+        if dropped is None:
+            return
         if self._future is None:
             self._future = self._start(dropped, kept)
         self._collect(None)
@@ -305,6 +307,8 @@ class OptunaModel:
             return None
         trial_id, keep = self._inflight, self._keep
         self._inflight = self._future = None
+        if trial_id is None:
+            return None
         entry: dict[str, Any] = {"p": [params[n] for n in self._names], "s": "R" if keep else "F"}
         if keep:
             entry["t"] = trial_id
@@ -332,7 +336,7 @@ class OptunaModel:
         """``state``: complete, pruned or failed; a missing or non-finite value fails it."""
         ok = value is not None and math.isfinite(value)
         code = "F" if not ok or state == "failed" else ("P" if state == "pruned" else "C")
-        self._submit(["finish", trial_id, float(value) if ok else None, code])
+        self._submit(["finish", trial_id, float(value) if ok and value is not None else None, code])
 
     def observe(self, config: Mapping[str, Any], value: float) -> None:
         """A finished result that belongs to no proposal of this model."""

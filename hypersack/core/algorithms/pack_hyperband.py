@@ -178,7 +178,7 @@ class PackHyperband(BracketSearch):
         """Sample the bracket's first-rung configs and queue them pack by pack."""
         n = self._brackets[bracket].rungs[0][0]
         configs = [self.space.sample(self._rng) for _ in range(n)]
-        plan = []
+        plan: list[tuple[dict[str, Any], int]] = []
         for pack in self.group(configs, bracket, 0):
             pack_id = self._new_pack(bracket, 0, configs[pack[0]], len(pack))
             plan.extend((configs[i], pack_id) for i in pack)
@@ -222,7 +222,7 @@ class PackHyperband(BracketSearch):
                 self._home[trial_id] = index
                 self._configs[trial_id] = config
                 self._pack_of[trial_id] = pack_id
-                return Suggestion(dict(config), self.pack_info(trial_id))
+                return Suggestion(dict(config), self.pack_info(trial_id) or {})
         return None
 
     def state_dict(self) -> dict[str, Any]:

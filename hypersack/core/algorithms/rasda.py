@@ -87,6 +87,10 @@ class RASDA(ASHA):
         rung = 0 if entry is None else entry[0]
         return _capped(self.base_resources * self.sf**rung, self.max_resources)
 
+    def next_decision_step(self, trial_id: int) -> int:
+        """Every step: a trial may be told to GROW at any report."""
+        return 0
+
     def _continue_decision(self, trial_id: int) -> Decision:
         devices = self.resources(trial_id)
         if self._launched.get(trial_id, self.base_resources) == devices:

@@ -67,6 +67,7 @@ class RungModel:
                 steps = None
             self._plan = (trial_id, steps)
         steps = self._plan[1]
+        config: dict[str, Any] | None
         if steps is None:
             config = self.space.sample(rng)
         else:

@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hypersack.core.algorithms.base import Algorithm, Decision, Suggestion, register_algorithm
+from hypersack.core.algorithms.base import (NO_DECISION, Algorithm, Decision, Suggestion,
+                                            register_algorithm)
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
@@ -40,12 +41,18 @@ DONE = "done"            # ended (complete, pruned or failed)
 
 # ---- shared validation and small helpers ------------------------------------------------------
 
+MAX_INT = 2 ** 53   # beyond, steps and counts are not exact as floats (and 10**400 took 30 s)
+
+
 def check_int(name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, else ConfigError naming ``algorithm.<name>``."""
+    """``value`` as an int in [``minimum``, 2**53], else ConfigError naming ``algorithm.<name>``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"algorithm.{name}", value, "must be an integer")
     if value < minimum:
         raise ConfigError(f"algorithm.{name}", value, f"must be >= {minimum}")
+    if value > MAX_INT:
+        raise ConfigError(f"algorithm.{name}", f"{value:.3g}" if value < 10 ** 300 else "an integer of "
+                          f"{len(str(value))} digits", f"must be <= 2**53 ({MAX_INT})")
     return int(value)
 
 
@@ -142,6 +149,16 @@ class SHBracket:
         self._close_ready()
         return Decision.PAUSE
 
+    def next_decision_step(self, trial_id: int) -> int:
+        """The step of the trial's rung (a report below it CONTINUEs); 0 unless it runs;
+        ``NO_DECISION`` in the last rung."""
+        entry = self.trials.get(trial_id)
+        if entry is None or entry[1] != RUNNING:
+            return 0 if entry is None or entry[1] != DONE else NO_DECISION
+        if entry[0] == len(self.rungs) - 1:
+            return NO_DECISION
+        return self.rungs[entry[0]][1]
+
     def on_complete(self, trial_id: int) -> None:
         entry = self.trials.get(trial_id)
         if entry is None:
@@ -237,12 +254,12 @@ class BracketSearch(Algorithm):
             return Suggestion(info={"bracket": bracket,
                                     "rung": self._brackets[bracket].trials[resumed][0]},
                               resume=resumed)
-        for index, bracket in enumerate(self._brackets):
-            if bracket.wants_new():
+        for index, open_bracket in enumerate(self._brackets):
+            if open_bracket.wants_new():
                 config = self._new_config(trial_id, index)
                 if config is None:
                     return None               # a model proposal still being computed
-                bracket.add(trial_id)
+                open_bracket.add(trial_id)
                 self._home[trial_id] = index
                 return Suggestion(config, {"bracket": index, "rung": 0})
         return None
@@ -264,6 +281,12 @@ class BracketSearch(Algorithm):
         if self._rung_model is not None and not recorded and trial_id in bracket.records[rung]:
             self._rung_model.observe(trial_id, bracket.rungs[rung][1], bracket.records[rung][trial_id])
         return decision
+
+    def next_decision_step(self, trial_id: int) -> int:
+        """The milestone of the trial's rung in its bracket (see ``SHBracket``)."""
+        if trial_id not in self._home:
+            return 0
+        return self._brackets[self._home[trial_id]].next_decision_step(trial_id)
 
     def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
         if trial_id in self._home:

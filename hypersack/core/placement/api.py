@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
-from hypersack.core.placement.check import check_placement
+from hypersack.core.placement.check import check_job_list, check_placement
 from hypersack.core.placement.cluster import Cluster, as_devices
 from hypersack.core.placement.fill import fill
 from hypersack.core.placement.improve import worst_fit_decreasing_local_search
@@ -95,23 +95,6 @@ def _check_jobs(jobs: Any, cluster: Cluster) -> list[Job]:
     if not isinstance(cluster, Cluster):
         raise ConfigError("cluster", cluster, "must be a Cluster")
     return check_job_list(jobs, cluster.running)
-
-
-def check_job_list(jobs: Any, running: Any) -> list[Job]:
-    """``jobs`` as a list, each a Job with an id unique among them and not in ``running``."""
-    if isinstance(jobs, (str, bytes, Mapping)) or not hasattr(jobs, "__iter__"):
-        raise ConfigError("jobs", jobs, "must be a sequence of Job")
-    jobs = list(jobs)
-    seen: set = set()
-    for i, job in enumerate(jobs):
-        if not isinstance(job, Job):
-            raise ConfigError(f"jobs[{i}]", job, "must be a Job")
-        if job.id in seen:
-            raise ConfigError(f"jobs[{i}].id", job.id, "must be unique among the jobs")
-        if job.id in running:
-            raise ConfigError(f"jobs[{i}].id", job.id, "is already running in the cluster")
-        seen.add(job.id)
-    return jobs
 
 
 def assign(jobs: Sequence[Job], cluster: Cluster, policy: str | Policy = "wfd", *,

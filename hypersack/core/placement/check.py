@@ -10,13 +10,15 @@ exceed a capacity elsewhere, and that is not the new placement's fault.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Iterable, Mapping, Protocol, Sequence
 
-from hypersack.core.placement.cluster import Cluster, PlacementError, as_devices
-from hypersack.core.placement.model import EPS, Job
-from hypersack.errors import ConfigError
+from hypersack.core.placement.model import EPS, GPU, Job, Node, as_devices
+from hypersack.errors import ConfigError, PlacementError
 
-__all__ = ["check_placement", "check_fits", "occupancy", "placed_compute", "PlacementError"]
+if TYPE_CHECKING:
+    from hypersack.core.placement.cluster import Cluster
+
+__all__ = ["check_placement", "check_fits", "check_job_list", "occupancy", "placed_compute", "PlacementError"]
 
 
 def _pairs(jobs: Sequence[Job], cluster: Cluster,
@@ -28,16 +30,29 @@ def _pairs(jobs: Sequence[Job], cluster: Cluster,
         by_id[job.id] = job
     pairs = []
     for jid, devices in assignment.items():
-        job = by_id.get(jid)
-        if job is None:
+        found = by_id.get(jid)
+        if found is None:
             raise PlacementError(f"The assignment names job {jid!r}, which is not among the jobs")
+        job = found
         if jid in cluster.running:
             raise PlacementError(f"Eq. 1: job {jid!r} is already running on {cluster.running[jid].devices}")
         pairs.append((job, as_devices(devices)))
     return pairs
 
 
-def check_fits(cluster: Cluster, pairs: Iterable[tuple[Job, tuple]]) -> None:
+class ClusterView(Protocol):
+    """What the checker reads of a cluster: ``Cluster`` and the live index both provide it."""
+
+    def gpu(self, node_id: Hashable, gpu_id: Hashable) -> GPU: ...
+
+    def used(self, node_id: Hashable, gpu_id: Hashable) -> tuple[float, float]: ...
+
+    def free_cpus(self, node_id: Hashable) -> float: ...
+
+    def node(self, node_id: Hashable) -> Node: ...
+
+
+def check_fits(cluster: ClusterView, pairs: Iterable[tuple[Job, tuple]]) -> None:
     """Raise PlacementError unless every (job, devices) fits on top of the cluster's load."""
     compute: dict[tuple, float] = defaultdict(float)
     memory: dict[tuple, float] = defaultdict(float)
@@ -106,3 +121,20 @@ def occupancy(cluster: Cluster) -> float:
         return 0.0
     used = sum(cluster.used(node.id, gpu.id)[0] for node, gpu in cluster.gpus())
     return used / capacity
+
+
+def check_job_list(jobs: Any, running: Any) -> list[Job]:
+    """``jobs`` as a list, each a Job with an id unique among them and not in ``running``."""
+    if isinstance(jobs, (str, bytes, Mapping)) or not hasattr(jobs, "__iter__"):
+        raise ConfigError("jobs", jobs, "must be a sequence of Job")
+    jobs = list(jobs)
+    seen: set = set()
+    for i, job in enumerate(jobs):
+        if not isinstance(job, Job):
+            raise ConfigError(f"jobs[{i}]", job, "must be a Job")
+        if job.id in seen:
+            raise ConfigError(f"jobs[{i}].id", job.id, "must be unique among the jobs")
+        if job.id in running:
+            raise ConfigError(f"jobs[{i}].id", job.id, "is already running in the cluster")
+        seen.add(job.id)
+    return jobs

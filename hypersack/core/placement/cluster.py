@@ -15,32 +15,16 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Hashable, Iterator, Mapping, NamedTuple, Sequence
 
-from hypersack.core.placement.model import GPU, Job, Node
+from hypersack.core.placement.check import check_fits, check_placement
+from hypersack.core.placement.model import GPU, Device, Job, Node, as_devices
 from hypersack.errors import ConfigError, PlacementError
 
 __all__ = ["Cluster", "Running", "Device", "PlacementError", "as_devices"]
-
-Device = tuple  # (node_id, gpu_id)
-
 
 
 class Running(NamedTuple):
     job: Job
     devices: tuple[Device, ...]
-
-
-def as_devices(value: Any) -> tuple[Device, ...]:
-    """``(node_id, gpu_id)`` or a sequence of them, as a tuple of ``(node_id, gpu_id)`` pairs."""
-    if isinstance(value, tuple) and len(value) == 2 and not isinstance(value[0], (tuple, list)):
-        return (value,)
-    if not isinstance(value, (tuple, list)):
-        raise PlacementError(f"Devices {value!r} must be (node_id, gpu_id) or a sequence of them")
-    out = []
-    for dev in value:
-        if not isinstance(dev, (tuple, list)) or len(dev) != 2:
-            raise PlacementError(f"Device {dev!r} must be a (node_id, gpu_id) pair")
-        out.append(tuple(dev))
-    return tuple(out)
 
 
 class Cluster:
@@ -173,7 +157,6 @@ class Cluster:
             if dev not in self._gpus:
                 raise PlacementError(f"Job {job.id!r}: the cluster has no GPU {dev!r}")
         if strict:
-            from hypersack.core.placement.check import check_fits
             check_fits(self, [(job, devices)])
         used, on_gpu, on_node = self._used, self._on_gpu, self._on_node
         for dev in devices:
@@ -200,7 +183,6 @@ class Cluster:
         by_id = {job.id: job for job in jobs}
         out = self._derive()
         if strict:
-            from hypersack.core.placement.check import check_placement
             check_placement(jobs, self, assignment)
         for jid, devices in assignment.items():
             if jid not in by_id:

@@ -120,7 +120,7 @@ def _best(live: Any, gpus: list[int]) -> int | None:
     return best
 
 
-def _one(live: Any, job: Job, demand: dict, w_frag: float, w_entire: float) -> tuple[int] | None:
+def _one(live: Any, job: Job, demand: dict, w_frag: float, w_entire: float) -> tuple[int, ...] | None:
     load = live.load
     best_node, best_score, best_gpu = None, None, None
     for n, gpus in enumerate(load.node_gpus):
@@ -140,7 +140,7 @@ def _one(live: Any, job: Job, demand: dict, w_frag: float, w_entire: float) -> t
         score = node_score(live, n, w_frag, w_entire)
         if best_score is None or score > best_score:
             best_node, best_score, best_gpu = n, score, _best(live, active) if active else _best(live, idle)
-    return None if best_node is None else (best_gpu,)
+    return None if best_node is None or best_gpu is None else (best_gpu,)
 
 
 def _many(live: Any, job: Job, demand: dict, w_frag: float, w_entire: float) -> tuple[int, ...] | None:

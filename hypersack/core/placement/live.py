@@ -33,11 +33,13 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Mapping, Sequence
 
-from hypersack.core.placement.check import check_fits
+from hypersack.core.placement.check import check_fits, check_job_list
 from hypersack.core.placement.cluster import Cluster, PlacementError, Running, as_devices
 from hypersack.core.placement.fit_tree import FitTree, fitting_in_order
+from hypersack.core.placement.hay import hay
 from hypersack.core.placement.load import Load, by_runtime, demands, pick_k_in_order, pick_one_node
 from hypersack.core.placement.model import EPS, GPU, Job, Node
+from hypersack.core.placement.ray_default import ray_default
 from hypersack.errors import ConfigError
 
 __all__ = ["LiveCluster", "POLICIES", "INCREMENTAL_POLICIES", "check_options"]
@@ -101,7 +103,7 @@ class LiveCluster:
         for run in cluster.running.values():
             self._record(run.job, tuple(self._index[dev] for dev in run.devices))
         self._recount(range(len(gpus)), range(len(cluster.nodes)))
-        self._snapshot = cluster
+        self._snapshot: Cluster | None = cluster
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -285,10 +287,8 @@ class LiveCluster:
         if policy == "exclusive":
             return self._exclusive(jobs, journal)
         if policy == "hay":
-            from hypersack.core.placement.hay import hay
             return hay(self, jobs, journal, **options)
         if policy == "ray":
-            from hypersack.core.placement.ray_default import ray_default
             return ray_default(self, jobs, journal)
         worst, decreasing = _GREEDY[policy]
         order = by_runtime(jobs, list(self.load.by_arch)) if decreasing and len(jobs) > 1 else jobs
@@ -296,7 +296,6 @@ class LiveCluster:
 
     def _check_jobs(self, jobs: Any) -> list[Job]:
         """``placement.assign``'s checks of ``jobs``, with its messages."""
-        from hypersack.core.placement.api import check_job_list
         return check_job_list(jobs, self._jobs)
 
     def _greedy(self, jobs: list[Job], worst: bool, journal: Journal) -> dict:
@@ -311,8 +310,8 @@ class LiveCluster:
         for p, (job, demand) in enumerate(zip(jobs, asks)):
             q = job.cpus
             if job.gpus == 1:
-                chosen = self._pick_single(demand, q, worst)
-                chosen = None if chosen is None else (chosen,)
+                single = self._pick_single(demand, q, worst)
+                chosen = None if single is None else (single,)
             else:
                 chosen = self._pick_multi(job, demand, worst, journal)
             if chosen is None:
@@ -424,6 +423,7 @@ class LiveCluster:
             if idle == 0:
                 break
             demand = demands((job,), archs)[0]
+            chosen: tuple[int, ...] | None
             if job.gpus == 1:
                 chosen = None
                 for arch, tree in self._alone.items():
@@ -476,7 +476,8 @@ class LiveCluster:
         """Restore what ``journal`` overwrote (newest first) and re-index those GPUs."""
         if not journal:
             return
-        touched, free_q, node_gpus = set(), self.load.free_q, self.load.node_gpus
+        touched: set[int] = set()
+        free_q, node_gpus = self.load.free_q, self.load.node_gpus
         for array, index, old in reversed(journal):
             array[index] = old
             touched.update(node_gpus[index] if array is free_q else (index,))

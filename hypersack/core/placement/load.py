@@ -17,7 +17,7 @@ from hypersack.core.placement.model import EPS, Job
 
 __all__ = ["Load", "Demand", "demands", "by_runtime", "pick_one_node", "pick_k_in_order"]
 
-Demand = dict  # architecture -> (compute, memory_gb) per GPU
+Demand = dict[str, tuple[float, float]]  # architecture -> (compute, memory_gb) per GPU
 
 
 class Load:

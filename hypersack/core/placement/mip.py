@@ -70,9 +70,9 @@ class _Model:
         demands = job_demands(self.jobs, list(load.by_arch))
         self.x: dict[tuple[int, int], Any] = {}
         self.gain: dict[tuple[int, int], int] = {}
-        gpu_c = [[] for _ in load.keys]
-        gpu_m = [[] for _ in load.keys]
-        node_q = [[] for _ in load.free_q]
+        gpu_c: list[list[Any]] = [[] for _ in load.keys]
+        gpu_m: list[list[Any]] = [[] for _ in load.keys]
+        node_q: list[list[Any]] = [[] for _ in load.free_q]
         for p, (job, demand) in enumerate(zip(self.jobs, demands)):
             q = self.up(job.cpus)
             row = []

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Hashable, Iterable, Mapping
 
-from hypersack.errors import ConfigError
+from hypersack.errors import ConfigError, PlacementError
 from hypersack.validation import is_finite
 
-__all__ = ["GPU", "Node", "Job", "ArchDemand", "EPS"]
+__all__ = ["GPU", "Node", "Job", "ArchDemand", "EPS", "Device", "as_devices"]
 
 #: Tolerance of every capacity comparison (compute in percent, memory in GB, cores): sums of
 #: floats such as 3 x 33.3333 must fit a capacity of 100 in the policies and the checker alike.
@@ -136,7 +136,7 @@ class Job:
     memory_gb: float
     cpus: float = 1
     runtime: float = 1.0
-    per_arch: Mapping[str, ArchDemand] | None = field(default=None, hash=False)
+    per_arch: Mapping[str, Any] | None = field(default=None, hash=False)   # ArchDemand values once built
     gpus: int = 1
 
     def __post_init__(self) -> None:
@@ -179,7 +179,7 @@ class Job:
 
     def demand(self, arch: str) -> ArchDemand:
         """The per-GPU demand on ``arch`` (the top-level values when ``arch`` is not in per_arch)."""
-        found = self.per_arch.get(arch)
+        found = self.per_arch.get(arch) if self.per_arch else None
         return found if found is not None else ArchDemand(self.compute, self.memory_gb, self.runtime)
 
     def expected_runtime(self, archs: Iterable[str] = ()) -> float:
@@ -193,3 +193,20 @@ class Job:
         if self.per_arch:
             d["per_arch"] = {a: {k: getattr(v, k) for k in _ARCH_KEYS} for a, v in self.per_arch.items()}
         return d
+
+
+Device = tuple  # (node_id, gpu_id)
+
+
+def as_devices(value: Any) -> tuple[Device, ...]:
+    """``(node_id, gpu_id)`` or a sequence of them, as a tuple of ``(node_id, gpu_id)`` pairs."""
+    if isinstance(value, tuple) and len(value) == 2 and not isinstance(value[0], (tuple, list)):
+        return (value,)
+    if not isinstance(value, (tuple, list)):
+        raise PlacementError(f"Devices {value!r} must be (node_id, gpu_id) or a sequence of them")
+    out = []
+    for dev in value:
+        if not isinstance(dev, (tuple, list)) or len(dev) != 2:
+            raise PlacementError(f"Device {dev!r} must be a (node_id, gpu_id) pair")
+        out.append(tuple(dev))
+    return tuple(out)

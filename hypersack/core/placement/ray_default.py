@@ -42,7 +42,7 @@ def ray_default(live: Any, jobs: Sequence[Job], journal: list) -> dict[Hashable,
     return placed
 
 
-def _one(live: Any, job: Job, demand: dict) -> tuple[int] | None:
+def _one(live: Any, job: Job, demand: dict) -> tuple[int, ...] | None:
     load = live.load
     best, best_util = None, None
     for n, gpus in enumerate(load.node_gpus):

@@ -79,7 +79,7 @@ def _node(spec: Any, index: int, ratios: Mapping[str, float], where: str) -> Nod
     node_id = check_id(f"{where}.id", spec.get("id", index))
     gpus = _gpus(spec.get("gpus", []), ratios, f"{where}.gpus")
     try:
-        return Node(node_id, spec["cpus"], gpus)
+        return Node(node_id, spec["cpus"], tuple(gpus))
     except ConfigError as exc:
         if exc.field.startswith("node.gpus["):
             raise ConfigError(f"{where}.{exc.field[len('node.'):]}", exc.value, exc.problem) from None

@@ -8,6 +8,8 @@ may share a device (placement with oversubscription): a device then keeps more w
 Fused packs are the ``PackHost``'s (``packs``). What a failure means, timeouts included, is the
 controller's to decide: this executor reports facts (a worker died, a device was lost, the
 trainable raised, ran out of memory or filled the disk) and ends trials it is told to cancel.
+A ``Preempt`` is a Stop; on a GPU the preempted trial's workers are then ended (not kept warm),
+so its process releases the device's memory, and a fresh warm worker takes its place.
 """
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from hypersack.core.routing import first_free_device, warm_workers
+from hypersack.core.timeouts import straggling
 from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCause, Launch,
-                                  ResultReported, Stop, TrialFailed, TrialFinished,
+                                  Preempt, ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialProfiled, TrialStarted)
 from hypersack.runtime.devices import Slot, slots_cluster
 from hypersack.runtime.executors.packs import PackHost, describe_exit, failure_event
@@ -36,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["LocalExecutor"]
 
 NODE_ID = "local"
-RANK_GRACE_S = 60.0     # other ranks must finish this soon after rank 0 is done
 
 
 @dataclass(eq=False)
@@ -46,6 +48,7 @@ class _Job:
     workers: list[Worker]
     finished_ranks: set[int] = field(default_factory=set)
     rank0_done_at: float | None = None
+    retire: bool = False        # preempted on a GPU: its workers end with it (memory freed)
 
 
 class LocalExecutor:
@@ -56,7 +59,8 @@ class LocalExecutor:
                  cluster: Any = None, share_env: Callable[[Slot, float | None], dict] | None = None,
                  profile: Callable[[dict], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
-                 packs: "PackPlan | None" = None, unsafe_checkpoints: bool = False):
+                 packs: "PackPlan | None" = None, unsafe_checkpoints: bool = False,
+                 decision_step: Callable[[int], int] | None = None):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
@@ -67,6 +71,7 @@ class LocalExecutor:
         self._profile = profile
         self._device_events = device_events
         self._unsafe_checkpoints = unsafe_checkpoints
+        self._decision_step = decision_step    # the controller's next_decision_step
         self._pool = WorkerPool(self._slots, share_env)
         self._packs = PackHost(packs, self._pool, trial_dir=trial_dir, steps_for=steps_for,
                                unsafe_checkpoints=unsafe_checkpoints) if packs else None
@@ -127,6 +132,9 @@ class LocalExecutor:
             else:
                 self._launch(command)
         elif isinstance(command, Stop):
+            job = self._jobs.get(command.trial_id)
+            if job is not None and isinstance(command, Preempt):
+                job.retire = any(w.slot.gpu is not None for w in job.workers)
             for w in self._job_workers(command.trial_id):
                 w.send(StopTrial(command.trial_id))
             if self._packs is not None:
@@ -200,12 +208,24 @@ class LocalExecutor:
             raise RuntimeError(f"no free slot for trial {trial_id}")   # a loop bug, not user input
         return key
 
-    def acknowledge(self, trial_ids: Iterable[int] | None = None) -> None:
-        """Let the trials that reported go on; ``trial_ids``: only these (an executor that
-        relays this one's events acknowledges exactly the results it has seen)."""
-        chosen = set(self._awaiting) if trial_ids is None else set(trial_ids) & set(self._awaiting)
+    def acknowledge(self, trial_ids: Iterable[int] | None = None,
+                    free_below: Mapping[int, int] | None = None) -> None:
+        """Ack each waiting report; a plain trial's ack carries its next decision point (the
+        ``decision_step`` given), below which its worker need not wait (pipelining).
+        ``trial_ids``: only these, and ``free_below``: their decision points as given (an
+        executor that relays this one's events acks exactly the results it has seen, with the
+        driver's decision points)."""
+        chosen = list(self._awaiting) if trial_ids is None else [
+            t for t in trial_ids if t in self._awaiting]
         for trial_id in chosen:
-            self._awaiting.pop(trial_id).send(Ack(trial_id))
+            self._awaiting.pop(trial_id).send(Ack(trial_id, self._free_below(trial_id, free_below)))
+
+    def _free_below(self, trial_id: int, given: Mapping[int, int] | None) -> int:
+        if trial_id not in self._jobs:        # a pack member: every report waits
+            return 0
+        if given is not None:
+            return given.get(trial_id, 0)
+        return self._decision_step(trial_id) if self._decision_step is not None else 0
 
     # ---- events ----------------------------------------------------------------------------
 
@@ -277,7 +297,7 @@ class LocalExecutor:
         if w.rank == 0:
             job.rank0_done_at = self._clock()
         if len(job.finished_ranks) == len(job.workers):
-            self._end_job(job.trial_id, kill=False)
+            self._end_job(job.trial_id, kill=job.retire)
             return TrialFinished(job.trial_id)
         return None
 
@@ -320,11 +340,12 @@ class LocalExecutor:
         return events
 
     def _stragglers(self) -> list[Event]:
-        """Ranks still running ``RANK_GRACE_S`` after rank 0 finished are ended: the trial is."""
+        """Ranks still running ``RANK_GRACE_S`` after rank 0 finished are ended: the trial is
+        finished (``core.timeouts.straggling``)."""
         events: list[Event] = []
         now = self._clock()
         for job in list(self._jobs.values()):
-            if job.rank0_done_at is not None and now - job.rank0_done_at > RANK_GRACE_S:
+            if straggling(job.rank0_done_at, now):
                 self._end_job(job.trial_id, kill=True)
                 events.append(TrialFinished(job.trial_id))
         return events

@@ -304,3 +304,16 @@ def test_promote_hands_out_the_promotions_before_suggest_does():
     assert alg.suggest(9) is None                   # nothing left to hand out: rung 1 runs
     assert alg.on_result(3, 2, loss(1.0)) is Decision.CONTINUE
     assert alg.on_result(3, 3, loss(0.5)) is Decision.PAUSE
+
+
+@pytest.mark.parametrize("name", ["sha", "hyperband", "asha", "bohb", "pack_hyperband"])
+@pytest.mark.parametrize("max_t", [2 ** 53 + 1, 10 ** 400])
+def test_a_horizon_beyond_2_to_the_53_is_a_clear_error(name, max_t):
+    with pytest.raises(ConfigError) as exc:
+        make_algorithm({"type": name, "min_t": 1, "max_t": max_t}, SPACE, OBJ)
+    assert exc.value.field == "algorithm.max_t" and "2**53" in str(exc.value)
+
+
+def test_a_horizon_of_2_to_the_53_is_accepted():
+    algorithm = make_algorithm({"type": "hyperband", "min_t": 1, "max_t": 2 ** 53}, SPACE, OBJ)
+    assert algorithm.suggest(0) is not None

@@ -1,0 +1,43 @@
+"""Build a search algorithm by name: the built-in algorithms and any registered with
+``register_algorithm``. The built-in modules are imported here (they register themselves on
+import), so ``base`` never imports an algorithm and no import cycle exists."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hypersack.core.algorithms import (asha, bohb, grid, hyperband, optuna_search,  # noqa: F401
+                                       pack_hyperband, random_search, rasda, sha, tpe)
+from hypersack.core.algorithms.base import Algorithm, is_optuna_sampler, registered
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+from hypersack.errors import ConfigError
+
+__all__ = ["make_algorithm", "algorithm_names"]
+
+
+def algorithm_names() -> list[str]:
+    """The names ``make_algorithm`` accepts, sorted."""
+    return sorted(registered())
+
+
+def make_algorithm(spec: Any, space: SearchSpace, objective: Objective, seed: int = 0) -> Algorithm:
+    """Build an algorithm from an instance, an Optuna sampler object, a name, or
+    ``{"type": name, **options}``."""
+    if isinstance(spec, Algorithm):
+        return spec
+    factories = registered()
+    if is_optuna_sampler(spec):
+        return factories["optuna"](space, objective, seed=seed, sampler=spec)
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    if not isinstance(spec, Mapping) or "type" not in spec:
+        raise ConfigError("algorithm", spec, "must be a name or a mapping with a 'type'")
+    options = dict(spec)
+    name = options.pop("type")
+    if name not in factories:
+        raise ConfigError("algorithm.type", name, f"must be one of {sorted(factories)}")
+    seed = options.pop("seed", seed)
+    try:
+        return factories[name](space, objective, seed=seed, **options)
+    except TypeError as exc:
+        raise ConfigError("algorithm", dict(spec), f"has options {name!r} does not take ({exc})") from None

@@ -1,0 +1,94 @@
+"""What a trial asks of a device: a pack member's share, the demand the job history gives, the
+memory floor an out-of-memory leaves, and whether trials share GPUs through MPS. Pure: used
+alike by the local machine set-up (``runtime/machine.py``, ``runtime/profiles.py``) and the
+simulator (``sim/perf.py``, ``sim/run.py``).
+
+Units: ``compute`` in percent of one device (100: all of it), memory in GiB, ``cpus`` host cores
+per device, runtimes in seconds.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Protocol
+
+from hypersack.core.allocator import Demand
+from hypersack.errors import ConfigError
+from hypersack.validation import is_finite
+
+__all__ = ["member_demand", "history_demand", "memory_floor_after_oom", "with_history",
+           "needs_mps", "Measured", "DEFAULT_CONTEXT_GB"]
+
+#: Per-process CUDA context that ``torch.cuda.max_memory_allocated`` does not count (GiB).
+DEFAULT_CONTEXT_GB = 0.5
+
+
+def member_demand(resources: Demand, max_members: int) -> Demand:
+    """A fused pack member's demand on its device: ``compute`` = 100 / ``max_members`` (or the
+    study's own ``resources.compute`` when it sets one below 100), ``memory_gb`` = the trial's,
+    ``cpus`` = ``resources.cpus / max_members``: placement then puts up to ``max_members``
+    members on one device, and oversubscription still applies across packs."""
+    if isinstance(max_members, bool) or not isinstance(max_members, int) or max_members < 1:
+        raise ConfigError("pack.max_members", max_members, "must be an integer >= 1")
+    r = resources
+    compute = r.compute if r.compute != 100.0 else 100.0 / max_members
+    return Demand(compute, r.memory_gb, r.cpus / max_members)
+
+
+class Measured(Protocol):
+    """What the Sampler measured of a trial (``runtime.profiler.Profile`` has these)."""
+
+    @property
+    def gpu_util_percent(self) -> float | None: ...
+
+    @property
+    def peak_memory_gb(self) -> float: ...
+
+    @property
+    def time_per_iter_s(self) -> float: ...
+
+
+def history_demand(measured: Measured | None, floor_gb: float | None, arch: str, *,
+                   iterations: int | None = None,
+                   context_gb: float | None = None) -> tuple[float, float, float] | None:
+    """``(compute percent, memory GiB, runtime s)`` of a trial from its job history, or None
+    when it was never profiled nor ran out of memory.
+
+    compute: the profiled utilisation, at least 1 (100 where none was measured: CPU, no NVML);
+    memory: the profiled peak plus ``context_gb`` (default ``DEFAULT_CONTEXT_GB``, 0 on "cpu"),
+    raised to ``floor_gb`` after an out-of-memory; runtime: seconds for ``iterations``
+    iterations (per iteration when None). An out-of-memory with no profile gives
+    ``(100, floor_gb, 1.0)``: the job is then placed alone.
+    """
+    if measured is None:
+        return None if floor_gb is None else (100.0, float(floor_gb), 1.0)
+    util = measured.gpu_util_percent
+    compute = float(util) if util is not None else 100.0
+    runtime = measured.time_per_iter_s * (iterations if iterations is not None else 1)
+    if context_gb is None:
+        context_gb = 0.0 if arch == "cpu" else DEFAULT_CONTEXT_GB
+    memory = measured.peak_memory_gb + context_gb
+    if floor_gb is not None:       # exactly the device's memory after an OOM: fits alone
+        memory = max(memory, floor_gb)
+    return (max(1.0, compute), float(memory), float(runtime))
+
+
+def memory_floor_after_oom(floor_gb: float | None, device_memory_gb: float) -> float:
+    """The memory floor of a trial's model after it ran out of memory co-located on a device of
+    ``device_memory_gb``: at least the whole device, so its retry is placed alone."""
+    if not is_finite(device_memory_gb) or device_memory_gb <= 0:
+        raise ConfigError("device_memory_gb", device_memory_gb, "must be a positive number of GiB")
+    return max(float(floor_gb or 0.0), float(device_memory_gb))
+
+
+def with_history(job: Any, per_arch: Mapping[str, Mapping[str, float]]) -> Any:
+    """``job`` (a placement Job from the study's declared resources) with the job history's
+    per-architecture demand, where the history has any."""
+    if not per_arch:
+        return job
+    import dataclasses
+    return dataclasses.replace(job, per_arch=per_arch)
+
+
+def needs_mps(policy: str, ratios: Iterable[float], gpu_slots: bool) -> bool:
+    """Whether the run starts an MPS daemon: trials may share a GPU (a policy other than
+    ``exclusive``, and a GPU with an oversubscription ratio above 1) and trials run on GPUs."""
+    return policy != "exclusive" and gpu_slots and any(r > 1 for r in ratios)

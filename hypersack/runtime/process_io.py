@@ -1,0 +1,48 @@
+"""What a worker process needs around a trainable, shared by the trial worker (``worker``) and
+the pack worker (``pack_worker``): its output sent to a log file, and what a failure was (out of
+device memory, disk full), reported to the driver as facts for core's retry decision."""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+from typing import Any, Iterator
+
+__all__ = ["redirected", "is_oom", "is_disk_full"]
+
+
+def is_oom(exc: BaseException) -> bool:
+    """The trainable ran out of device memory (CUDA OOM)."""
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """The trial failed because the disk is full (ENOSPC anywhere in the exception's chain)."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+@contextlib.contextmanager
+def redirected(log: Any) -> Iterator[None]:
+    """Point file descriptors 1 and 2 (so also C extensions' output) at ``log``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])

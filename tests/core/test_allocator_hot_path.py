@@ -1,0 +1,50 @@
+"""The allocator's hot path: demands become Jobs without per-call validation (a checked template
+renamed per trial), options are checked once at the boundary, and a built-in policy's answer is
+occupied as it is."""
+from __future__ import annotations
+
+import pytest
+
+from hypersack.core.allocator import Allocator, Demand
+from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.core.trial import TrialRecord
+from hypersack.errors import ConfigError
+
+
+def _record(trial_id: int, resources: int = 1) -> TrialRecord:
+    record = TrialRecord(trial_id, {"x": trial_id}, seed=0)
+    record.resources = resources
+    return record
+
+
+def test_a_demand_gives_each_trial_its_own_job_with_the_declared_values():
+    demand = Demand(compute=25.0, memory_gb=3.0, cpus=2)
+    a, b, wide = demand.job(_record(1)), demand.job(_record(2)), demand.job(_record(3, resources=4))
+    assert (a.id, b.id, wide.id) == (1, 2, 3)
+    assert (a.compute, a.memory_gb, a.cpus, a.gpus) == (25.0, 3.0, 2.0, 1)
+    assert (wide.compute, wide.gpus) == (25.0, 4) and b.gpus == 1
+    other = Demand(compute=50.0).job(_record(1))
+    assert other.compute == 50.0 and a.compute == 25.0      # templates are per demand
+    assert demand.job(_record(1)) == a
+
+
+def test_a_bad_demand_is_still_refused_naming_the_field():
+    with pytest.raises(ConfigError, match="job.compute"):
+        Demand(compute=-1.0).job(_record(0))
+
+
+def test_bad_policy_options_are_refused_when_the_allocator_is_built():
+    cluster = Cluster([Node("n", 8, (GPU("g0", "A100", 40.0),))])
+    with pytest.raises(ConfigError, match="placement.w_frag"):
+        Allocator(cluster, {"policy": "hay", "w_frag": -1})
+
+
+def test_placed_trials_fill_devices_exactly_to_their_capacity():
+    cluster = Cluster([Node("n", 64, tuple(GPU(f"g{i}", "A100", 40.0) for i in range(2)))])
+    allocator = Allocator(cluster, "wfd", Demand(compute=40.0, memory_gb=1.0).job)
+    placed = allocator.place([_record(i) for i in range(6)])
+    assert len(placed) == 4                      # two 40% trials per device (80% <= 100%)
+    assert sorted(g for devices in placed.values() for _, g in devices) == ["g0", "g0", "g1", "g1"]
+    assert not allocator.has_room(_record(9))
+    allocator.release(next(iter(placed)))
+    assert allocator.has_room(_record(9))

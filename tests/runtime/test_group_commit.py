@@ -1,0 +1,197 @@
+"""Group commit: one transaction per loop turn (reports gathered in a bounded window), the
+store's durability levels, and the job history's writes joining the turn's commit."""
+from __future__ import annotations
+
+import pytest
+
+from hypersack.core.algorithms import make_algorithm
+from hypersack.core.controller import Budget, Controller
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+from hypersack.core.trial import Launch, ResultReported, TrialFinished, TrialRecord, TrialStarted
+from hypersack.errors import ConfigError
+from hypersack.runtime.loop import run_loop
+from hypersack.runtime.profiler import Profile
+from hypersack.runtime.profiles import ProfileKey, ProfileStore
+from hypersack.runtime.storage import Storage
+
+
+def _record(trial_id: int) -> TrialRecord:
+    return TrialRecord(trial_id, {"x": trial_id}, seed=trial_id)
+
+
+def _profile() -> Profile:
+    return Profile(time_per_iter_s=0.5, peak_memory_gb=1.0, gpu_util_percent=40.0,
+                   data_time_fraction=0.1, iters_measured=3, device_arch="cpu")
+
+
+# ---- the store -------------------------------------------------------------------------------
+
+def test_batches_inside_one_transaction_make_one_commit(tmp_path):
+    with Storage(tmp_path / "s.db") as store:
+        sid = store.create_study("s", {}).study_id
+        before = store.commits
+        with store.transaction():
+            store.save_batch(sid, [_record(0)], [(0, 1, {"v": 1.0})])
+            store.save_batch(sid, [_record(1)], [(1, 1, {"v": 2.0})], {"elapsed_s": 1.0})
+        assert store.commits == before + 1
+        store.save_batch(sid, [_record(2)], [])
+        assert store.commits == before + 2
+        assert [t.trial_id for t in store.load_trials(sid)] == [0, 1, 2]
+        assert len(store.load_results(sid)) == 2
+
+
+def test_an_error_inside_the_transaction_writes_nothing_of_it(tmp_path):
+    with Storage(tmp_path / "s.db") as store:
+        sid = store.create_study("s", {}).study_id
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                store.save_batch(sid, [_record(0)], [(0, 1, {"v": 1.0})])
+                with store.transaction():            # nested: joins the outer one
+                    store.save_batch(sid, [_record(1)], [])
+                raise RuntimeError("boom")
+        assert store.load_trials(sid) == [] and store.load_results(sid) == []
+        store.save_batch(sid, [_record(3)], [])       # the store is usable afterwards
+        assert [t.trial_id for t in store.load_trials(sid)] == [3]
+
+
+@pytest.mark.parametrize("durability, level", [("power", 2), ("process", 1)])
+def test_durability_sets_the_synchronous_level_of_a_wal_store(tmp_path, durability, level):
+    with Storage(tmp_path / "s.db", durability=durability) as store:
+        assert store.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.connection.execute("PRAGMA synchronous").fetchone()[0] == level
+        store.set_durability("power")
+        assert store.connection.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+@pytest.mark.parametrize("bad", ["fast", "", None, 1, "POWER"])
+def test_a_bad_durability_names_the_field_and_value(tmp_path, bad):
+    with pytest.raises(ConfigError) as err:
+        Storage(tmp_path / "s.db", durability=bad)
+    assert err.value.field == "durability" and err.value.value == bad
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_the_study_api_and_yaml_take_durability(tmp_path):
+    import hypersack
+    from hypersack.config import load_study_file
+    study = hypersack.Study(space={"x": 1.0}, objective=("loss", "min"), n_trials=1,
+                            durability="process", storage=tmp_path / "s.db")
+    assert study.spec.durability == "process" and study.spec.to_dict()["durability"] == "process"
+    assert hypersack.Study(space={"x": 1.0}, objective=("loss", "min"), n_trials=1).spec.durability == "power"
+    with pytest.raises(ConfigError, match="durability.*'fsync'"):
+        hypersack.Study(space={"x": 1.0}, objective=("loss", "min"), n_trials=1, durability="fsync")
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nspace: {x: 1.0}\nobjective: {metric: loss, mode: min}\n"
+                    "budget: {trials: 1}\ndurability: sometimes\n")
+    with pytest.raises(ConfigError) as err:
+        load_study_file(path)
+    assert err.value.field == "durability" and err.value.value == "sometimes"
+    assert err.value.location == f"{path}:5"
+
+
+def test_a_profile_written_in_the_transaction_commits_or_rolls_back_with_it(tmp_path):
+    key = ProfileKey("sig", 32, "cpu")
+    with Storage(tmp_path / "s.db") as store:
+        sid = store.create_study("s", {}).study_id
+        history = ProfileStore(store)
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                history.put(key, _profile())
+                assert history.get(key) is not None        # seen inside, before the commit
+                raise RuntimeError("boom")
+        assert history.get(key) is None
+        before = store.commits
+        with store.transaction():
+            history.put(key, _profile())
+            store.save_batch(sid, [_record(0)], [(0, 1, {"v": 1.0})])
+        assert store.commits == before + 1
+        history.close()                                     # the store's connection stays open
+        assert ProfileStore(tmp_path / "s.db").get(key) is not None
+        assert store.load_results(sid)
+
+
+# ---- the loop: one commit per turn, with a gather window --------------------------------------
+
+class _Trickle:
+    """Three trials; each poll hands out at most one event (the trials start, then report step 1
+    one after the other, then finish). At each ack, records whether every report handed out so
+    far is already stored (read back from the file by a second connection)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.launched: list[int] = []
+        self.queue: list = []
+        self.polls = 0
+        self.reported: list[int] = []
+        self.finished: set[int] = set()
+        self.durable_at_ack: list[bool] = []
+
+    def start(self): pass
+    def inventory(self): return None
+    def free_slots(self): return 3 - len(self.launched)
+    def shutdown(self, kill=False): pass
+
+    def submit(self, command):
+        if isinstance(command, Launch):
+            self.launched.append(command.trial_id)
+            self.queue.append(TrialStarted(command.trial_id, "cpu"))
+
+    def poll(self, timeout):
+        self.polls += 1
+        if self.queue:
+            return [self.queue.pop(0)]
+        for trial in self.launched:
+            if trial not in self.reported:
+                self.reported.append(trial)
+                return [ResultReported(trial, 1, {"loss": 0.1 * trial})]
+        return []
+
+    def acknowledge(self):
+        with Storage(self.path, readonly=True) as reader:
+            stored = {r["trial_id"] for r in reader.load_results(1)}
+        self.durable_at_ack.append(set(self.reported) <= stored)
+        for trial in self.reported:
+            if trial not in self.finished:
+                self.finished.add(trial)
+                self.queue.append(TrialFinished(trial))
+
+
+def _loop(tmp_path, window):
+    space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
+    objective = Objective("loss", "min")
+    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0), objective,
+                            Budget(trials=3))
+    path = tmp_path / f"w{window}.db"
+    store = Storage(path)
+    row = store.create_study("s", {})
+    executor = _Trickle(path)
+    saved: list[int] = []
+    original = store.save_batch
+
+    def save_batch(study_id, trials, results, state=None):
+        results = list(results)
+        saved.append(len(results))
+        original(study_id, trials, results, state)
+    store.save_batch = save_batch       # type: ignore[method-assign]
+    run_loop(controller, executor, store, row, group_window_s=window)
+    stored = len(store.load_results(row.study_id))
+    store.close()
+    return saved, stored, executor
+
+
+def test_reports_arriving_within_the_window_share_one_transaction(tmp_path):
+    saved, stored, executor = _loop(tmp_path, window=30.0)
+    assert stored == 3
+    assert max(saved) == 3              # the three reports, gathered from three polls, one batch
+
+
+def test_without_a_window_each_poll_is_its_own_turn(tmp_path):
+    saved, stored, _ = _loop(tmp_path, window=0.0)
+    assert stored == 3 and max(saved) == 1
+
+
+@pytest.mark.parametrize("window", [0.0, 30.0])
+def test_acks_go_out_only_after_the_turns_commit(tmp_path, window):
+    _, _, executor = _loop(tmp_path, window=window)
+    assert executor.durable_at_ack and all(executor.durable_at_ack)

@@ -1,0 +1,213 @@
+"""Pipelined reports: which steps are decision points (algorithms, controller), what the ack
+carries, and the worker side (a posted report does not wait; the next one waits for its ack)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hypersack.core.algorithms import make_algorithm
+from hypersack.core.algorithms.base import NO_DECISION, Decision
+from hypersack.core.controller import Budget, Controller
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+from hypersack.core.trial import ResultReported, TrialStarted
+from hypersack.runtime.context import TrialContext
+from hypersack.runtime.executors.local import LocalExecutor
+from hypersack.runtime.messages import Ack, Reported, StopTrial
+from hypersack.runtime.worker import PipeChannel
+
+SPACE = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
+OBJECTIVE = Objective("loss", "min")
+
+
+def _algorithm(spec):
+    return make_algorithm(spec, SPACE, OBJECTIVE, 0)
+
+
+# ---- decision points -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", [
+    lambda: _algorithm({"type": "random"}),
+    lambda: make_algorithm("grid", SearchSpace({"x": {"type": "categorical", "choices": [1, 2]}}),
+                           OBJECTIVE, 0),
+    lambda: _algorithm({"type": "rasda", "min_t": 1, "max_t": 27, "sf": 3, "rf": 3}),
+])
+def test_other_algorithms_decide_at_every_step(algorithm):
+    algorithm = algorithm()
+    algorithm.suggest(0)
+    assert algorithm.next_decision_step(0) == 0
+
+
+@pytest.mark.parametrize("spec", [
+    {"type": "asha", "min_t": 1, "max_t": 27, "reduction_factor": 3},
+    {"type": "asha", "min_t": 2, "max_t": 32, "reduction_factor": 2, "mode": "stop"},
+    {"type": "sha", "n": 9, "min_t": 1, "max_t": 9, "reduction_factor": 3},
+    {"type": "hyperband", "max_t": 27, "reduction_factor": 3},
+])
+def test_a_report_below_the_next_decision_step_always_continues(spec):
+    """Random trials report random step sequences: every report below the step the algorithm
+    named before it gets CONTINUE, and some report at or past it gets another decision."""
+    algorithm = _algorithm(spec)
+    rng = random.Random(3)
+    live: dict[int, int] = {}
+    decided_at_point = 0
+    for trial_id in range(40):
+        suggestion = algorithm.suggest(trial_id)
+        if suggestion is None or suggestion.resume is not None:
+            break
+        live[trial_id] = 0
+    for _ in range(400):
+        if not live:
+            break
+        trial_id = rng.choice(sorted(live))
+        point = algorithm.next_decision_step(trial_id)
+        step = live[trial_id] + rng.randint(1, 3)
+        live[trial_id] = step
+        decision = algorithm.on_result(trial_id, step, {"loss": rng.random()})
+        if step < point:
+            assert decision is Decision.CONTINUE, (trial_id, step, point)
+        elif decision is not Decision.CONTINUE:
+            decided_at_point += 1
+        if decision is not Decision.CONTINUE or step >= 40:
+            del live[trial_id]
+            algorithm.on_complete(trial_id, 0.5, "pruned")
+    assert decided_at_point > 0
+
+
+def test_asha_names_its_milestones_and_none_past_the_last():
+    algorithm = _algorithm({"type": "asha", "min_t": 1, "max_t": 27, "reduction_factor": 3,
+                            "mode": "stop"})
+    algorithm.suggest(0)
+    assert algorithm.next_decision_step(0) == 1
+    assert algorithm.on_result(0, 1, {"loss": 0.1}) is Decision.CONTINUE     # first at its rung
+    assert algorithm.next_decision_step(0) == 3
+    algorithm.on_result(0, 9, {"loss": 0.1})
+    assert algorithm.next_decision_step(0) == NO_DECISION                    # 27 = max_t: no rung
+    assert algorithm.next_decision_step(99) == 0                             # unknown: every step
+
+
+def _controller(spec):
+    controller = Controller(_algorithm(spec), OBJECTIVE, Budget(trials=2))
+    controller.launches(1, 0.0)
+    controller.handle(TrialStarted(0, "cpu"), 0.0)
+    return controller
+
+
+def test_the_controller_names_the_algorithms_point_unless_a_stop_is_pending():
+    controller = _controller({"type": "asha", "min_t": 2, "max_t": 18, "reduction_factor": 3})
+    assert controller.next_decision_step(0) == 2
+    controller.handle(ResultReported(0, 1, {"loss": 0.5}), 1.0)
+    assert controller.next_decision_step(0) == 2
+    controller.interrupt()                         # a stop is asked: every report counts again
+    assert controller.next_decision_step(0) == 0
+    assert controller.next_decision_step(7) == 0   # no such trial
+
+
+def test_the_end_game_has_no_decision_point():
+    controller = _controller({"type": "asha", "min_t": 2, "max_t": 18, "reduction_factor": 3})
+    controller.trials[0].info["end_game"] = True
+    assert controller.next_decision_step(0) == NO_DECISION
+
+
+def test_an_ack_carries_the_trials_next_decision_step():
+    executor = object.__new__(LocalExecutor)
+    sent: list = []
+
+    class _Worker:
+        def send(self, message):
+            sent.append(message)
+    executor._jobs = {4: object()}
+    executor._awaiting = {4: _Worker(), 5: _Worker()}     # 5: a pack member (no plain job)
+    executor._decision_step = {4: 9, 5: 9}.get
+    executor.acknowledge()
+    assert sent == [Ack(4, 9), Ack(5, 0)] and executor._awaiting == {}
+
+
+# ---- the worker side -------------------------------------------------------------------------
+
+class _FakePipe:
+    """The driver's end, scripted: ``replies`` are handed out one per ``recv``."""
+
+    def __init__(self):
+        self.sent: list = []
+        self.inbox: list = []
+        self.recvs = 0
+
+    def send(self, message):
+        self.sent.append(message)
+
+    def recv(self):
+        self.recvs += 1
+        if not self.inbox:
+            raise AssertionError("the worker waited for a message that the driver never sent")
+        return self.inbox.pop(0)
+
+    def poll(self, timeout=0.0):
+        return bool(self.inbox)
+
+
+def test_a_posted_report_returns_at_once_and_the_next_one_waits_for_its_ack():
+    pipe = _FakePipe()
+    channel = PipeChannel(pipe, 1)
+    channel.post(Reported(1, 1, {"loss": 1.0}))
+    assert pipe.recvs == 0 and len(pipe.sent) == 1
+    pipe.inbox = [StopTrial(2), Ack(1, 6)]              # a stale stop of another trial first
+    channel.post(Reported(1, 2, {"loss": 0.9}))
+    assert pipe.recvs == 2 and len(pipe.sent) == 2 and channel.free_below == 6
+    assert not channel.stop_requested()
+    pipe.inbox = [Ack(1, 6)]
+    channel.flush()                                     # the trial's end waits for the last ack
+    pipe.inbox = [Ack(1, 6)]
+    channel.request(Reported(1, 3, {"loss": 0.8}))     # nothing in flight: waits for its own
+    assert pipe.inbox == [] and len(pipe.sent) == 3
+    channel.flush()                                     # nothing in flight: returns at once
+    assert channel.may_post(5) and not channel.may_post(6)
+
+
+def test_an_ack_read_while_polling_for_a_stop_is_not_waited_for_again():
+    pipe = _FakePipe()
+    channel = PipeChannel(pipe, 1)
+    channel.post(Reported(1, 1, {"loss": 1.0}))
+    pipe.inbox = [Ack(1, 4), StopTrial(1)]
+    assert channel.stop_requested()
+    channel.flush()                                     # the ack was taken: no recv blocks
+
+
+class _Channel:
+    def __init__(self, free_below):
+        self.free_below = free_below
+        self.calls: list[tuple[str, int, str | None]] = []
+
+    def may_post(self, step):
+        return step < self.free_below
+
+    def post(self, message):
+        self.calls.append(("post", message.step, message.checkpoint))
+
+    def request(self, message):
+        self.calls.append(("request", message.step, message.checkpoint))
+
+    def stop_requested(self):
+        return False
+
+
+def test_the_context_posts_only_reports_below_the_point_without_a_checkpoint(tmp_path):
+    channel = _Channel(free_below=3)
+    ctx = TrialContext(trial_id=1, seed=0, device="cpu", attempt=1, trial_dir=tmp_path,
+                       channel=channel)
+    ctx.report(1, loss=1.0)
+    ctx.report(2, checkpoint={"w": 1}, loss=0.9)
+    ctx.report(3, loss=0.8)
+    kinds = [(kind, step, ck is not None) for kind, step, ck in channel.calls]
+    assert kinds == [("post", 1, False), ("request", 2, True), ("request", 3, False)]
+
+
+def test_a_channel_without_pipelining_waits_for_every_report(tmp_path):
+    class Plain(_Channel):
+        may_post = None          # type: ignore[assignment]
+    channel = Plain(free_below=100)
+    ctx = TrialContext(trial_id=1, seed=0, device="cpu", attempt=1, trial_dir=tmp_path,
+                       channel=channel)
+    ctx.report(1, loss=1.0)
+    assert channel.calls == [("request", 1, None)]

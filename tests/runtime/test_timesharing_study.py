@@ -1,0 +1,94 @@
+"""Time-sharing in real studies (worker processes on CPU slots): preempted trials resume from
+their checkpoints without gaps or replays, every step is stored once, Hermes brings the fast
+converging trials (submitted last) to their target before FIFO, and a preempted trial's results
+are exactly those of an uninterrupted run."""
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import pytest
+
+import hypersack
+
+pytestmark = pytest.mark.slow
+
+STEPS = 30
+TAUS = [80, 70, 60, 50, 3, 2]          # grid order = submission order: the fast ones come last
+
+
+def _study(store_path, name, policy, **options):
+    space = {"tau": {"type": "categorical", "choices": TAUS}, "steps": STEPS, "sleep": 0.02}
+    return hypersack.Study(space, ("loss", "min"), name=name, algorithm="grid", n_trials=len(TAUS),
+                           storage=store_path, workers=2,
+                           time_sharing={"policy": policy, "quantum_s": 0.15, **options})
+
+
+def _results_in_order(store_path, name):
+    """(trial_id, step, metrics) in the order the driver stored them."""
+    import json
+    with sqlite3.connect(store_path) as db:
+        (study_id,) = db.execute("SELECT study_id FROM studies WHERE name = ?", (name,)).fetchone()
+        rows = db.execute("SELECT trial_id, step, metrics FROM results WHERE study_id = ? "
+                          "ORDER BY rowid", (study_id,)).fetchall()
+    return [(t, s, json.loads(m)) for t, s, m in rows]
+
+
+def _target_step(tau: float) -> int:
+    """First step where the noise-free curve made 90% of its reduction over STEPS steps."""
+    goal = 1 - 0.9 * (1 - math.exp(-STEPS / tau))
+    return next(s for s in range(1, STEPS + 1) if math.exp(-s / tau) <= goal)
+
+
+def _check_no_gaps(rows, trial_ids):
+    for trial_id in trial_ids:
+        mine = [(s, m) for t, s, m in rows if t == trial_id]
+        assert [s for s, _ in mine] == list(range(1, STEPS + 1))   # every step, once, in order
+        for (_, before), (step, now) in zip(mine, mine[1:]):
+            if now["start"] != before["start"]:
+                assert now["start"] == step - 1      # resumed from the last stored step
+
+
+def test_hermes_preempts_resumes_without_gaps_and_reaches_targets_before_fifo(store_path):
+    positions, losses = {}, {}
+    for policy in ("fifo", "hermes"):
+        study = _study(store_path, policy, policy)
+        assert study.run("trainables:decaying", progress=False).status == "complete"
+        status = study.status()
+        assert status["complete"] == len(TAUS)
+        rows = _results_in_order(store_path, policy)
+        _check_no_gaps(rows, range(len(TAUS)))
+        losses[policy] = {(t, s): m["loss"] for t, s, m in rows}
+        attempts = {t["trial_id"]: t["attempts"] for t in status["trials"]}
+        assert all(t["retries"] == 0 for t in status["trials"])
+        if policy == "fifo":
+            assert set(attempts.values()) == {1}
+        else:
+            assert sum(attempts.values()) > len(TAUS)          # some trials were preempted
+        tau_of = {t["trial_id"]: t["config"]["tau"] for t in status["trials"]}
+        reached = {}
+        for index, (t, s, _) in enumerate(rows):
+            if tau_of[t] < 10 and t not in reached and s >= _target_step(tau_of[t]):
+                reached[t] = index
+        positions[policy] = sum(reached.values()) / len(reached)
+    assert positions["hermes"] < positions["fifo"]
+    assert losses["hermes"] == losses["fifo"]       # the noise generator resumed exactly
+
+
+def test_preempted_digits_trials_give_exactly_the_results_of_an_uninterrupted_run(store_path):
+    space = {"lr": {"type": "categorical", "choices": [0.003, 0.03]}, "epochs": 4,
+             "hidden": 32, "batch_size": 64, "optimizer": "adam", "weight_decay": 0.0}
+    values = {}
+    for policy in ("fifo", "hermes"):
+        study = hypersack.Study(space, ("accuracy", "max"), name=f"digits-{policy}",
+                                algorithm="grid", n_trials=2, storage=store_path, workers=1,
+                                max_steps="epochs",
+                                time_sharing={"policy": policy, "quantum_s": 0.05, "growth": 1.0})
+        study.run("digits_mlp", progress=False)
+        status = study.status()
+        assert status["complete"] == 2
+        if policy == "hermes":
+            assert sum(t["attempts"] for t in status["trials"]) > 2     # preemptions happened
+        values[policy] = {(r["trial_id"], r["step"]): (r["accuracy"], r["loss"], r["train_loss"])
+                          for r in study.results()}
+    assert values["hermes"] == values["fifo"]

@@ -1,0 +1,261 @@
+"""Fused packs, timeouts and out-of-memory retries in the simulator (the same core decisions as
+the local executor's), and the fused performance model."""
+from __future__ import annotations
+
+import pytest
+
+from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.core.trial import Launch, ResultReported, Stop
+from hypersack.errors import ConfigError
+from hypersack.sim.curves import CurveParams, ParametricCurves
+from hypersack.sim.executor import SimExecutor
+from hypersack.sim.packs import SimFusion
+from hypersack.sim.perf import FUSED_PRESETS, FusedModel, PerfModel, PerfParams, ProfileTable, WorkloadKeys
+from hypersack.sim.run import simulate
+from hypersack.sim.scenario import scenario_from_dict
+
+SPEEDUP = [[1, 0.5], [2, 1.5], [4, 2.0]]
+
+
+def _perf(fusion: SimFusion | None = None, **params) -> PerfModel:
+    table = ProfileTable.from_list([
+        {"arch": "A100", "batch_size": 64, "step_time_s": 10, "utilization": 60, "memory_gb": 4, "cpus": 2},
+        {"arch": "A100", "batch_size": 128, "step_time_s": 8, "utilization": 90, "memory_gb": 30, "cpus": 2}])
+    defaults = {"startup_s": 2.0, "checkpoint_s": 0.0, "restore_s": 1.0, "interference": 0.1,
+                "saturation": {"A100": 1.0}, "fused": SPEEDUP}
+    return PerfModel(table, WorkloadKeys(batch_size_key="bs"), PerfParams.from_dict({**defaults, **params}),
+                     ["A100"], steps_for=lambda c: 3, fusion=fusion)
+
+
+def _executor(fusion: SimFusion | None = SimFusion("fused", 8), gpus: int = 2, **kw) -> SimExecutor:
+    cluster = Cluster([Node("n0", 16, tuple(GPU(str(i), "A100", 40, oversubscription=2) for i in range(gpus)))])
+    return SimExecutor(cluster, _perf(fusion), ParametricCurves("accuracy", CurveParams(), noise=0.01),
+                       steps_for=lambda c: 3, **kw)
+
+
+def _launch(trial_id: int, gpu: str | None = "0", bs: int = 64, group=None, attempt: int = 1):
+    devices = (("n0", gpu),) if gpu is not None else ()
+    return Launch(trial_id, {"bs": bs, "lr": 0.01}, seed=trial_id, attempt=attempt, devices=devices,
+                  group=group)
+
+
+def _drain(ex: SimExecutor, until=None) -> list[tuple[float, object]]:
+    out = []
+    while ex.running() or ex._heap:
+        events = ex.poll(0.1)
+        out += [(ex.clock.now, e) for e in events]
+        if until is not None and until(out):
+            break
+        ex.acknowledge()
+    return out
+
+
+def _reports(events, trial_id):
+    return [t for t, e in events if isinstance(e, ResultReported) and e.trial_id == trial_id]
+
+
+# ---- the fused model ------------------------------------------------------------------------
+
+def test_the_fused_model_interpolates_the_measured_speedups_and_holds_the_last():
+    model = FusedModel(((1, 0.5), (3, 1.5), (5, 2.5)))
+    assert [model.speedup(k) for k in (1, 2, 3, 4, 5, 9)] == [0.5, 1.0, 1.5, 2.0, 2.5, 2.5]
+    assert model.step_time(10.0, 3) == pytest.approx(10.0 * 3 / 1.5)
+
+
+def test_the_default_fused_model_is_the_measured_mlp_table():
+    mlp = FusedModel()
+    assert mlp.points == FUSED_PRESETS["mlp_cpu"]
+    assert mlp.speedup(1) == pytest.approx(637 / 1821)
+    assert mlp.speedup(32) == pytest.approx(6829 / 1821)
+    assert FusedModel.of("cnn_cpu").speedup(64) == pytest.approx(483 / 426)
+
+
+@pytest.mark.parametrize("bad", ["gpu", [], [[2, 1.0]], [[1, 1.0], [1, 2.0]], [[1, 0]], [[1, 1.0, 3]]])
+def test_a_bad_fused_table_is_a_clear_error(bad):
+    with pytest.raises(ConfigError, match="perf.fused"):
+        PerfParams.from_dict({"fused": bad})
+
+
+# ---- packs on the executor ------------------------------------------------------------------
+
+def test_members_on_one_device_share_one_pack_and_step_at_speedup_over_k():
+    ex = _executor()
+    ex.submit(_launch(0))
+    ex.submit(_launch(1))
+    assert [sorted(p.members) for p in ex.packs.packs] == [[0, 1]]
+    events = _drain(ex)
+    # one process of demand min(100, 1.5/2 * 120) = 90 <= 100: f_gpu 1; members at 1.5 / 2
+    assert _reports(events, 0) == pytest.approx([12 / 0.75, 12 / 0.75 + 10 / 0.75, 12 / 0.75 + 20 / 0.75])
+    assert _reports(events, 1) == _reports(events, 0)
+
+
+def test_the_same_launches_unfused_share_the_device_by_the_sharing_formula():
+    ex = _executor(fusion=None)
+    ex.submit(_launch(0))
+    ex.submit(_launch(1))
+    assert ex.packs is None
+    events = _drain(ex)
+    assert _reports(events, 0)[0] == pytest.approx(12 / ((100 / 120) / 1.1))
+
+
+def test_packs_count_once_among_the_processes_of_a_device():
+    ex = _executor()
+    ex.submit(_launch(0, group=1))
+    ex.submit(_launch(1, group=2))            # another algorithm pack: another process
+    assert len(ex.packs.packs) == 2
+    events = _drain(ex)
+    # two packs of 1: each demands 0.5 * 60 = 30; f_gpu = 1 / (1 + 0.1); members at 0.5
+    assert _reports(events, 0)[0] == pytest.approx(12 / (0.5 / 1.1))
+
+
+def test_a_member_leaving_reprices_the_members_left():
+    ex = _executor()
+    ex.submit(_launch(0))
+    ex.submit(_launch(1))
+    out = _drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
+    t1 = out[-1][0]
+    ex.submit(Stop(1, "pruned"))
+    ex.acknowledge()
+    rest = _drain(ex)
+    assert _reports(rest, 0)[0] == pytest.approx(t1 + 10 / 0.5)     # a pack of 1 now
+
+
+def test_a_new_pack_is_capped_by_the_memory_free_when_it_starts():
+    ex = _executor()
+    ex.submit(_launch(0, bs=128))     # 30 GB members on 40 GB: floor(0.9 * 40 / 30) = 1
+    assert ex.packs.packs[0].cap == 1
+    ex.submit(_launch(1, gpu="1"))    # 4 GB members: floor(36 / 4) = 9 > max_members 8
+    assert ex.packs.packs[1].cap == 8
+    big = SimExecutor(Cluster([Node("n0", 16, (GPU("0", "A100", 20),))]),
+                      _perf(SimFusion("fused", 16)), ParametricCurves("accuracy", CurveParams()),
+                      steps_for=lambda c: 3)
+    big.submit(_launch(0))
+    assert big.packs.packs[0].cap == 4            # floor(0.9 * 20 / 4)
+
+
+def test_a_full_pack_sends_the_next_member_to_a_new_pack_on_the_device():
+    ex = _executor(fusion=SimFusion("fused", 2))
+    for t in range(3):
+        ex.submit(_launch(t))
+    assert [p.members for p in ex.packs.packs] == [[0, 1], [2]]
+
+
+def test_an_emptied_pack_takes_a_launch_of_the_same_turn_and_ends_at_the_next_poll():
+    ex = _executor()
+    ex.submit(_launch(0))
+    _drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
+    ex.submit(Stop(0, "paused"))                  # ends at once (waiting for its ack)
+    ex.submit(_launch(1))                         # the same turn: joins the empty pack
+    assert [(p.pack_id, p.members) for p in ex.packs.packs] == [(1, [1])]
+    ex.submit(Stop(1, "paused"))                  # mid-step: ends at its next report
+    _drain(ex)
+    assert ex.running() == 0 and len(ex.packs.packs) == 1     # empty, until the next poll
+    assert ex.poll() == []
+    assert ex.packs.packs == [] and ex.packs.on == {}
+
+
+def test_an_unplaced_member_joins_a_pack_with_a_seat_on_any_device():
+    ex = _executor()
+    ex.submit(_launch(0, gpu="1"))
+    ex.submit(_launch(1, gpu=None))
+    assert [p.members for p in ex.packs.packs] == [[0, 1]]
+    ex.submit(_launch(2, gpu=None, group=5))      # no pack with its key: the first idle device
+    assert ex.packs.packs[-1].device == ("n0", "0")
+
+
+def test_auto_and_separate_modes_follow_the_core_rule():
+    assert SimFusion("auto").fuses({"bs": 64}) and SimFusion("fused").fuses({})
+    assert not SimFusion("separate").fuses({"bs": 64})
+    with pytest.raises(ConfigError, match="execution"):
+        SimFusion("sometimes")
+
+
+# ---- timeouts -------------------------------------------------------------------------------
+
+def test_the_clock_stops_at_a_trials_timeout_deadline_with_no_event():
+    ex = _executor(fusion=None, trial_timeout_s=5.0)
+    ex.submit(_launch(0))
+    ex.poll()                                     # TrialStarted at 0
+    assert ex.poll() == [] and 5.0 < ex.clock.now < 5.0 + 1e-9
+    assert ex.running() == 1                      # the executor decides nothing
+
+
+def _mini(**study) -> dict:
+    from tests.sim.conftest import BASE
+    import copy
+    d = copy.deepcopy(BASE)
+    d["study"].update(study)
+    return d
+
+
+def test_a_simulated_study_times_trials_out_on_time():
+    result = simulate(scenario_from_dict(_mini(trial_timeout_s=15.0, budget={"trials": 3})))
+    records = result.controller.trials.values()
+    assert {r.state.value for r in records} == {"failed"}
+    assert all("timed out after 15 s" in r.error for r in records)
+    assert all(r.finished_at - r.started_at == pytest.approx(15.0) for r in records)
+
+
+# ---- out of memory --------------------------------------------------------------------------
+
+def test_an_out_of_memory_raises_the_models_floor_to_the_device_so_it_runs_alone():
+    perf = _perf()
+    record = type("R", (), {"trial_id": 3, "config": {"bs": 64}, "resources": 1})()
+    assert perf.demand(record).memory_gb == 4
+    perf.note_oom({"bs": 64}, {"A100": 40.0})
+    assert perf.demand(record).memory_gb == 40.0
+    assert perf.demand(type("R", (), {"trial_id": 4, "config": {"bs": 128}, "resources": 1})()).memory_gb == 30
+    perf.forget_ooms()
+    assert perf.demand(record).memory_gb == 4
+
+
+def test_an_out_of_memory_in_a_simulated_study_is_retried_alone(monkeypatch):
+    scenario = scenario_from_dict(_mini(budget={"trials": 2},
+                                        space={"batch_size": {"type": "categorical", "choices": [128]}}))
+    perf = scenario.perf
+    honest = perf.memory_gb
+    # placement is told 1 GB (not 7) until an OOM raises the floor: both trials go to one GPU of
+    # 10 GB, the second runs out of memory, the controller retries it and it runs alone
+    monkeypatch.setattr(perf, "memory_gb", lambda config, arch: 1.0 if not perf._floors else honest(config, arch))
+    monkeypatch.setattr(perf, "has_memory_floors", lambda: True)
+    scenario.cluster = Cluster([Node("n0", 16, (GPU("0", "A100", 10, oversubscription=2),))])
+    result = simulate(scenario)
+    records = sorted(result.controller.trials.values(), key=lambda r: r.trial_id)
+    assert [r.state.value for r in records] == ["complete", "complete"]
+    assert result.executor.oom_failures == 1
+    assert [r.retries for r in records] == [0, 1]
+    retried = [iv for iv in result.executor.timeline.intervals if iv.trial_id == 1]
+    first = [iv for iv in result.executor.timeline.intervals if iv.trial_id == 0][0]
+    assert retried[-1].start >= first.end          # placed alone: after trial 0 left
+
+
+# ---- scenarios ------------------------------------------------------------------------------
+
+def test_a_fused_scenario_runs_packs_and_differs_from_its_separate_run():
+    d = _mini(execution="fused", pack={"max_members": 4}, budget={"trials": 8})
+    d["perf"]["fused"] = SPEEDUP
+    fused = simulate(scenario_from_dict(d))
+    separate = simulate(scenario_from_dict(d).with_execution("separate"))
+    assert fused.largest_pack >= 2 and fused.packs >= 2
+    assert fused.packs == fused.executor.packs.started
+    assert separate.executor.packs is None and separate.packs == separate.largest_pack == 0
+    assert fused.states["complete"] == separate.states["complete"] == 8
+    assert fused.makespan_s != pytest.approx(separate.makespan_s)
+    assert "perf.fused" in fused.unvalidated and "perf.fused" not in separate.unvalidated
+
+
+def test_a_fused_study_places_members_at_a_packs_share_of_a_device():
+    d = _mini(execution="fused", pack={"max_members": 4}, budget={"trials": 8})
+    scenario = scenario_from_dict(d)
+    record = type("R", (), {"trial_id": 0, "config": {"lr": 0.01, "batch_size": 64}, "resources": 1})()
+    job = scenario.perf.demand(record)
+    assert (job.compute, job.memory_gb, job.cpus) == (25.0, 4, 0.5)
+
+
+def test_bad_fusion_fields_in_a_scenario_are_clear_errors():
+    d = _mini(execution="fused")
+    d["workload"]["architecture_keys"] = ["width"]
+    with pytest.raises(ConfigError, match="workload.architecture_keys"):
+        scenario_from_dict(d)
+    with pytest.raises(ConfigError, match="execution"):
+        scenario_from_dict(_mini(execution="together"))

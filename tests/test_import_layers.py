@@ -1,0 +1,128 @@
+"""The package's import graph: no cycles (function-local imports included, ``if TYPE_CHECKING``
+imports excluded), and core/ depends on nothing but core/ and leaf helpers (errors, validation,
+the YAML loader)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import hypersack
+
+ROOT = Path(hypersack.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for stmt in node.body:
+                skip.update(id(n) for n in ast.walk(stmt))
+    return skip
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the hypersack modules it imports anywhere (``from pkg import mod`` counts mod)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_nodes(tree)
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                target = _resolve(name, modules) if name.startswith("hypersack") else None
+                if target and target != module:
+                    graph[module].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_cycles_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_has_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_core_imports_only_core_errors_and_validation():
+    # yaml_input: the bounded YAML loader (a leaf: it imports only errors), for SearchSpace.from_yaml
+    allowed = ("hypersack.core", "hypersack.errors", "hypersack.validation", "hypersack.yaml_input")
+    bad = {(module, target) for module, targets in import_graph().items()
+           if module.startswith("hypersack.core") for target in targets
+           if not target.startswith(allowed) and target != "hypersack"}
+    assert bad == set()
+
+
+def test_executors_import_decisions_only_from_core():
+    """Executors are transport: what they import from hypersack is core (decisions), runtime
+    transport modules, errors and validation; never the simulator, the CLI or the study API."""
+    forbidden = ("hypersack.sim", "hypersack.cli", "hypersack.study", "hypersack.config")
+    bad = {(module, target) for module, targets in import_graph().items()
+           if module.startswith("hypersack.runtime.executors") for target in targets
+           if target.startswith(forbidden)}
+    assert bad == set()
