@@ -258,8 +258,7 @@ class Study:
             from hypersack.runtime.executors.ray import drive_on_ray
             # The job history shares the store's connection here too (one commit per turn).
             return drive_on_ray(self.spec, controller, store, row, ref, plan, study_dir,
-                                store, make_progress(self.name, self.spec.steps_for,
-                                                                 progress))
+                                make_progress(self.name, self.spec.steps_for, progress))
         # The job history shares the store's connection: its profiles join each turn's commit.
         with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:

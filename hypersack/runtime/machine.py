@@ -296,14 +296,15 @@ def prepare_node(spec: StudySpec, study_dir: Path, *, slots: list[Slot] | None =
 
 
 @contextlib.contextmanager
-def prepare_driver(spec: StudySpec, cluster: Any, storage_path: Any, *, trainable_name: str,
+def prepare_driver(spec: StudySpec, cluster: Any, storage: Any, *, trainable_name: str,
                    fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
     """The driver's half for an executor whose devices are elsewhere: ``cluster`` (the
     inventory the executor found) with the job history's demand and observers, and fused
-    members' demand, as ``prepare_machine`` gives them. ``slots`` is empty."""
+    members' demand, as ``prepare_machine`` gives them (``storage``: the study's store, or
+    its path). ``slots`` is empty."""
     with contextlib.ExitStack() as stack:
         machine = Machine([], cluster)
-        _attach_history(machine, spec, storage_path, trainable_name, stack)
+        _attach_history(machine, spec, storage, trainable_name, stack)
         if fuses is not None:
             _fused_demand(machine, spec, fuses)
         yield machine
