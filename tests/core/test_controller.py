@@ -369,6 +369,15 @@ def test_interrupt_stops_running_trials_and_keeps_them_resumable():
     assert c.launches(3.0) == []
 
 
+def test_interrupt_overrides_a_time_budget_stop_and_the_trial_stays_resumable():
+    c = make(time_s=10.0)
+    c.launches(0.0)
+    assert c.tick(10.0) == [Stop(0, "time budget")]
+    assert c.interrupt() == [Stop(0, "interrupted")]
+    finish(c, 0, 11.0)
+    assert c.trials[0].state is TrialState.PENDING and c.done(11.0)
+
+
 def test_interrupt_does_not_override_a_prune():
     alg = Scripted(decisions={(0, 1): Decision.STOP})
     c = make(trials=2, algorithm=alg)
@@ -432,6 +441,18 @@ def test_restore_requeues_unfinished_trials_first_with_their_checkpoints():
     assert c.trials[0].value == 0.3 and c.trials[0].state is TrialState.COMPLETE
     # A restored trial is consulted by the algorithm again (its old stop request is gone).
     assert report(c, 1, 5, 1002.0, acc=0.2) == []
+
+
+def test_a_retried_trial_goes_before_the_trials_already_waiting():
+    c = make(trials=5, max_retries=1)
+    c.restore(stored_trials(), None)                # trials 1 and 2 wait, in that order
+    (first,) = c.launches(0.0)
+    assert first.trial_id == 1
+    c.handle(TrialFailed(1, "worker died", cause=FailureCause.WORKER_DIED), 1.0)
+    (again,) = c.launches(1.0)
+    assert (again.trial_id, again.attempt, again.checkpoint) == (1, 3, "/ck/1")
+    finish(c, 1, 2.0)
+    assert [l.trial_id for l in c.launches(2.0)] == [2]
 
 
 def test_restore_carries_elapsed_time_into_the_budget():
