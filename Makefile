@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean gpu-check
+.PHONY: demo test venv bench clean gpu-check browser
 
 # Test processes (pytest-xdist); a test file stays in one process. 2 matches CI's two cores.
 TEST_WORKERS ?= 2
@@ -22,10 +22,26 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) torch==2.13.0
 	@echo "==> [3/3] installing hypersack and its dependencies (-e .[dev])"
 	$(PIP) -e ".[dev]"
+	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 	@echo "==> $(VENV) is ready"
 
 venv: $(STAMP)
+
+# The browser tests drive the system's Chromium (playwright comes with the test extra; it never
+# downloads a browser of its own). Installed with apt-get where it is missing and apt is usable
+# (as root, or with password-less sudo); otherwise those tests are skipped with the reason.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; then \
+		echo "==> chromium found: $$(command -v chromium || echo /usr/bin/chromium)"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "==> no chromium and no apt-get: the browser tests will be skipped"; \
+	else \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo -n"; \
+		echo "==> installing chromium (apt-get) for the browser tests"; \
+		( $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium ) \
+			|| echo "==> chromium could not be installed: the browser tests will be skipped"; \
+	fi
 
 # Runs the study afresh each time (--replace); a killed demo continues with
 # `.venv/bin/hypersack resume digits`.
@@ -33,9 +49,10 @@ demo: $(STAMP)
 	@echo "==> running examples/digits.yaml (32 trials; workers first import torch, then report each epoch)"
 	$(BIN)/hypersack run examples/digits.yaml --replace
 	$(BIN)/hypersack best digits --json
+	$(BIN)/hypersack report digits -o digits-report.html
 
 # mypy first (configured in pyproject.toml: the whole hypersack package), then the tests.
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
@@ -50,4 +67,4 @@ gpu-check: $(STAMP)
 	$(BIN)/python benchmarks/gpu_suite.py --out $(GPU_OUT) --save-results $(GPU_FLAGS)
 
 clean:
-	rm -rf $(VENV) hypersack.db hypersack.db-wal hypersack.db-shm hypersack-runs
+	rm -rf $(VENV) hypersack.db hypersack.db-wal hypersack.db-shm hypersack-runs digits-report.html

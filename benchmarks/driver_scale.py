@@ -23,6 +23,7 @@ end: CPU and wall per report.
     python benchmarks/driver_scale.py --sweep                   # the table in benchmarks/RESULTS.md
     python benchmarks/driver_scale.py --trials 1000 --reports 10 --rate 5000
     python benchmarks/driver_scale.py --optuna --trials 300 --reports 10
+    PYTHONPATH=<checkout before issue 18> python benchmarks/driver_scale.py ...   # the old driver
 
 Every database goes to a temporary directory that is deleted afterwards.
 """
@@ -49,8 +50,14 @@ from hypersack.core.placement import GPU, Cluster, Node
 from hypersack.core.space import SearchSpace
 from hypersack.core.trial import (Cancel, Launch, ResultReported, Stop, TrialFinished,
                                   TrialStarted)
-from hypersack.runtime.loop import GROUP_WINDOW_S, run_loop
+from hypersack.runtime.loop import run_loop
 from hypersack.runtime.storage import Storage
+
+try:                      # the same harness runs against code before group commit (``--before``)
+    from hypersack.runtime.loop import GROUP_WINDOW_S
+except ImportError:       # pragma: no cover - older HyperSack
+    GROUP_WINDOW_S = 0.0
+GROUP_COMMIT = hasattr(Storage, "transaction")
 
 
 class FeedExecutor:
@@ -146,7 +153,7 @@ class FeedExecutor:
         c0 = time.process_time()
         now = time.perf_counter()
         if self.warm is None and self.acked >= self.warmup:
-            self.warm = (c0, now, self.cpu_s, self.store.commits if self.store else 0)
+            self.warm = (c0, now, self.cpu_s, self.store.commit_count if self.store else 0)
             self.acked_warm = self.acked
         for trial, due_at in self.waiting.items():
             if self.warm is not None:
@@ -167,12 +174,25 @@ class FeedExecutor:
 
 
 class CountingStore(Storage):
-    """The SQLite store, timing its batches and commits."""
+    """The SQLite store, timing its batches and commits (a store without group commit makes one
+    commit per batch)."""
     save_s = 0.0
     tx_s = 0.0
+    batches = 0
+
+    def __init__(self, path: Path, durability: str):
+        if GROUP_COMMIT:
+            super().__init__(path, durability=durability)
+        else:                  # before group commit: synchronous=FULL only
+            super().__init__(path)
+
+    @property
+    def commit_count(self) -> int:
+        return self.commits if GROUP_COMMIT else self.batches
 
     def save_batch(self, *args: Any, **kwargs: Any) -> None:
         t0 = time.perf_counter()
+        self.batches += 1
         super().save_batch(*args, **kwargs)
         self.save_s += time.perf_counter() - t0
 
@@ -223,22 +243,25 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
         c0, w0 = time.process_time(), time.perf_counter()
         if profiler:
             profiler.enable()
-        run_loop(controller, executor, store, row, group_window_s=window)
+        if GROUP_COMMIT:
+            run_loop(controller, executor, store, row, group_window_s=window)
+        else:
+            run_loop(controller, executor, store, row)
         if profiler:
             profiler.disable()
         end_cpu, end_wall = time.process_time(), executor.done_at or time.perf_counter()
-        stored = store.connection.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        stored = store._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
         save_s, tx_s = store.save_s, store.tx_s
         if executor.warm is None or executor.acked_warm >= executor.acked:   # too short a run
             executor.warm, executor.acked_warm = (c0, w0, 0.0, 0), 0
         warm_cpu, warm_wall, warm_own, warm_commits = executor.warm
-        commits = store.commits - warm_commits
+        commits = store.commit_count - warm_commits
     total = executor.acked
     n = total - executor.acked_warm            # measured after the warm-up
     cpu, wall = end_cpu - warm_cpu, end_wall - warm_wall
     lat = sorted(executor.latencies)
     driver_cpu = cpu - (executor.cpu_s - warm_own)
-    out = {"system": "hypersack", "algorithm": algorithm, "durability": durability,
+    out = {"system": "hypersack" if GROUP_COMMIT else "hypersack-before", "algorithm": algorithm, "durability": durability,
            "concurrent": gpus * per_gpu, "trials": trials, "reports": reports,
            "rate": rate, "created": len(controller.trials), "acked": total, "measured": n, "stored": stored,
            "wall_s": round(wall, 3), "reports_per_s": round(n / wall, 1),
@@ -308,12 +331,12 @@ SWEEP = [
 
 
 def print_row(r: dict[str, Any]) -> None:
-    if r["system"] != "hypersack":
+    if not r["system"].startswith("hypersack"):
         print(f"{r['system']:<24} {r['trials']:>7} {r.get('concurrent', '-'):>6} {r['reports']:>5} {'-':>6} {r['acked']:>7} "
               f"{r['reports_per_s']:>9.0f} {r['driver_cpu_us']:>8.0f} {'-':>7} {'-':>6} {'-':>7} {'-':>7}")
         return
     label = r["durability"] + ("" if r["algorithm"] == "random" else f" {r['algorithm']}")
-    print(f"hypersack {label:<14} {r['trials']:>7} {r['concurrent']:>6} {r['reports']:>5} {r['rate']:>6.0f} "
+    print(f"{r['system']} {label:<14} {r['trials']:>7} {r['concurrent']:>6} {r['reports']:>5} {r['rate']:>6.0f} "
           f"{r['acked']:>7} {r['reports_per_s']:>9.0f} {r['driver_cpu_us']:>8.1f} {r['commits']:>7} "
           f"{r['reports_per_commit']:>6.1f} {r['ack_p50_ms']:>7.2f} {r['ack_p99_ms']:>7.2f}"
           f"   (store {r['store_batch_us']:.0f} us/report, commits {r['commit_us']:.0f} us/report)")

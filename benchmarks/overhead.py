@@ -18,6 +18,7 @@ report to the driver and writing it to storage.
 
     python benchmarks/overhead.py [--trials 200] [--reports 5] [--workers N] [--ray-trials 32]
                                   [--skip-optuna] [--skip-ray] [--json PATH]
+                                  [--durability power|process]
 
 Every database and run folder goes to a temporary directory that is deleted afterwards.
 """
@@ -82,14 +83,15 @@ def _result(system: str, trials: int, wall_s: float, **extra: Any) -> dict[str, 
 
 
 def _hypersack_once(tmp: Path, name: str, trials: int, reports: int, workers: int | None,
-                    executor: str = "local") -> tuple[float, dict]:
+                    durability: str | None = None, executor: str = "local") -> tuple[float, dict]:
     import hypersack
 
     db = tmp / "hypersack.db"
     t0 = time.perf_counter()
     study = hypersack.Study(name=name, space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
                             objective=("score", "max"), n_trials=trials, storage=db,
-                            workers=workers, seed=0, executor=executor)
+                            workers=workers, seed=0, executor=executor,
+                            **({"durability": durability} if durability else {}))
     run = study.run(functools.partial(hypersack_trial, reports=reports), if_exists="replace",
                     progress=False)
     wall = time.perf_counter() - t0
@@ -102,15 +104,16 @@ def _hypersack_once(tmp: Path, name: str, trials: int, reports: int, workers: in
     return wall, check
 
 
-def bench_hypersack(tmp: Path, trials: int, reports: int, workers: int) -> list[dict[str, Any]]:
+def bench_hypersack(tmp: Path, trials: int, reports: int, workers: int,
+                    durability: str | None = None) -> list[dict[str, Any]]:
     import hypersack
 
-    wall, check = _hypersack_once(tmp, "overhead", trials, reports, workers)
+    wall, check = _hypersack_once(tmp, "overhead", trials, reports, workers, durability)
     out = [_result(f"hypersack ({workers} workers)", trials, wall, version=hypersack.__version__,
                    workers=workers, reports_per_s=round(trials * reports / wall, 1),
                    note="start-up and shutdown of the worker pool included", check=check)]
     if trials > workers:
-        small_wall, _ = _hypersack_once(tmp, "overhead-fixed", workers, reports, workers)
+        small_wall, _ = _hypersack_once(tmp, "overhead-fixed", workers, reports, workers, durability)
         if wall > small_wall:
             marginal = (trials - workers) / (wall - small_wall)
             out.append({"system": f"hypersack marginal ({workers} workers)", "trials": trials - workers,
@@ -313,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="fractional CPUs per Ray trial (0.5)")
     p.add_argument("--ray-reuse-actors", action="store_true",
                    help="TuneConfig(reuse_actors=True) (Ray's default is False)")
+    p.add_argument("--durability", choices=("power", "process"), default=None,
+                   help="HyperSack's store durability (default: the study default, power)")
     p.add_argument("--skip-optuna", action="store_true")
     p.add_argument("--skip-ray", action="store_true")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -337,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend == "ray":
             rows += bench_ray_backend(tmp, args, workers)
         else:
-            rows += bench_hypersack(tmp, args.trials, args.reports, workers)
+            rows += bench_hypersack(tmp, args.trials, args.reports, workers, args.durability)
             rows += _other_systems(tmp, args, skipped)
 
     print()

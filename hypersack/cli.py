@@ -1,4 +1,4 @@
-"""Command line: run, resume, status, best, export, list, simulate.
+"""Command line: run, resume, status, best, export, list, report, dashboard, simulate.
 
 Exit codes: 0 success; 1 the study ended but no trial completed (``run``/``resume``), or it has
 no result yet (``best``); 2 an error (bad study file or option, unknown study, missing
@@ -58,8 +58,22 @@ def _parser() -> argparse.ArgumentParser:
     add("status", "trial counts, best trial, failures", json_flag=True)
     add("best", "the best trial", json_flag=True)
     export = add("export", "every trial and result")
-    export.add_argument("--format", default="csv", help="csv or json")
+    export.add_argument("--format", default="csv", help="csv, json or parquet (needs pyarrow)")
+    export.add_argument("-o", "--output", default=None,
+                        help="write to this file (parquet: default NAME.parquet; others: stdout)")
     add("list", "studies in the store", json_flag=True, study=False)
+    report = add("report", "an HTML report of a study, or two side by side (opens offline)",
+                 study=False)
+    report.add_argument("names", nargs="+", metavar="STUDY", help="one study, or several to compare")
+    report.add_argument("-o", "--output", default=None,
+                        help="the HTML file (default: STUDY-report.html, or A-vs-B.html)")
+    dash = add("dashboard", "a live web page of the store's studies (127.0.0.1 by default)",
+               study=False)
+    dash.add_argument("name", nargs="?", default=None, help="the study to show first")
+    dash.add_argument("--host", default="127.0.0.1",
+                      help="address to listen on (default 127.0.0.1: this machine only)")
+    dash.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free port)")
+    dash.add_argument("--poll-ms", type=int, default=2000, help="page refresh period (ms)")
     from hypersack.sim import cli as sim_cli
     sim_cli.add_parser(sub)
     return p
@@ -195,7 +209,42 @@ def _short(value: Any) -> str:
 
 def cmd_export(args: argparse.Namespace) -> int:
     with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
-        sys.stdout.write(queries.export(store, args.name, args.format))
+        if args.format == "parquet":
+            from hypersack.report.frame import write_parquet
+            path = args.output or f"{args.name}.parquet"
+            write_parquet(store, args.name, path)
+            print(os.path.abspath(path))
+            return 0
+        text = queries.export(store, args.name, args.format)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from hypersack.report import build_report
+    out = args.output or ("-vs-".join(args.names) + ".html" if len(args.names) > 1
+                          else f"{args.names[0]}-report.html")
+    path = build_report(args.storage or DEFAULT_STORAGE, args.names, out)
+    print(f"report written to {path}")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from hypersack.report.dashboard import Dashboard
+    storage = args.storage or DEFAULT_STORAGE
+    board = Dashboard(storage, study=args.name, host=args.host, port=args.port, poll_ms=args.poll_ms)
+    print(f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it)",
+          flush=True)
+    try:
+        board.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        board.close()
     return 0
 
 
@@ -222,7 +271,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"run": cmd_run, "resume": cmd_resume, "status": cmd_status, "best": cmd_best,
-             "export": cmd_export, "list": cmd_list, "simulate": cmd_simulate}
+             "export": cmd_export, "list": cmd_list, "simulate": cmd_simulate,
+             "report": cmd_report, "dashboard": cmd_dashboard}
 
 
 if __name__ == "__main__":

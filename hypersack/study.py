@@ -29,7 +29,7 @@ from hypersack.core.space import SearchSpace
 from hypersack.core.timesharing import TimeSharing
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
-from hypersack.errors import ConfigError, TrainableError
+from hypersack.errors import ConfigError, HyperSackError, TrainableError
 from hypersack.runtime import queries
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.machine import prepare_machine
@@ -238,6 +238,7 @@ class Study:
             new_spec = json.loads(json.dumps(self.spec.to_dict()))
             check_resumable(row.spec, new_spec)
             store.acquire_lease(row)           # one driver per study: refused while one runs
+            store.end_open_stays(row.study_id)  # those of a driver that was killed
             store.update_spec(row.study_id, new_spec)
             store.set_status(row.study_id, "running")
         else:
@@ -257,8 +258,7 @@ class Study:
             from hypersack.runtime.executors.ray import drive_on_ray
             # The job history shares the store's connection here too (one commit per turn).
             return drive_on_ray(self.spec, controller, store, row, ref, plan, study_dir,
-                                store, make_progress(self.name, self.spec.steps_for,
-                                                                 progress))
+                                make_progress(self.name, self.spec.steps_for, progress))
         # The job history shares the store's connection: its profiles join each turn's commit.
         with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
@@ -273,9 +273,14 @@ class Study:
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
             if self.spec.time_sharing is not None:
                 controller.set_time_sharing(self.spec.time_sharing)
-            return run_loop(controller, executor, store, row, observers=machine.observers,
-                            progress=make_progress(self.name, self.spec.steps_for, progress),
-                            group_window_s=GROUP_WINDOW_S)
+            sink = _SampleSink(store, row.study_id, machine.samples)
+            try:
+                return run_loop(controller, executor, store, row,
+                                observers=[*machine.observers, sink.observe],
+                                progress=make_progress(self.name, self.spec.steps_for, progress),
+                                group_window_s=GROUP_WINDOW_S)
+            finally:
+                sink.flush(quiet=True)
 
     def _pick_trainable(self, trainable: Trainable | None) -> Trainable:
         chosen = trainable if trainable is not None else self._trainable
@@ -295,6 +300,20 @@ class Study:
         with Storage(self.storage_path, readonly=True) as store:
             return queries.status(store, self.name)
 
+    def trials_dataframe(self) -> Any:
+        """The trials as a pandas DataFrame, as Optuna's: ``number``, ``value``,
+        ``datetime_start``, ``datetime_complete``, ``duration``, ``params_*``, ``state``,
+        ``metrics_*`` (the last report's), ``last_step``, ``attempts``, ``retries``, ``error``
+        (see ``hypersack.report.frame``). Needs pandas (``pip install hypersack[report]``)."""
+        from hypersack.report.frame import trials_dataframe
+        with Storage(self.storage_path, readonly=True) as store:
+            return trials_dataframe(store, self.name)
+
+    def report(self, path: str | Path = "report.html") -> Path:
+        """Write the study's HTML report (``hypersack report``); returns its absolute path."""
+        from hypersack.report import build_report
+        return build_report(self.storage_path, [self.name], path)
+
     def results(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         with Storage(self.storage_path, readonly=True) as store:
             return store.load_results(store.get_study(self.name).study_id, trial_id)
@@ -313,6 +332,33 @@ def _backend_options(executor: Any) -> dict[str, Any]:
             raise ConfigError(f"executor.{key}", executor[key],
                               f"is not a known field (known: {', '.join(sorted(known))})")
     return dict(executor)
+
+
+class _SampleSink:
+    """Writes the monitor's GPU utilisation samples to the store from the loop's thread: at an
+    event at most every ``every_s`` seconds, and once at the end of the run."""
+
+    def __init__(self, store: Storage, study_id: int, take: Callable[[], list] | None,
+                 every_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.store, self.study_id, self.take = store, study_id, take
+        self.every_s, self.clock = every_s, clock
+        self._last = clock()
+
+    def observe(self, event: Any) -> None:
+        if self.take is not None and self.clock() - self._last >= self.every_s:
+            self.flush()
+
+    def flush(self, quiet: bool = False) -> None:
+        """Store what the monitor took since the last flush; ``quiet``: a storage fault is
+        dropped (the run's own error, if any, is the one to see)."""
+        if self.take is None:
+            return
+        self._last = self.clock()
+        try:
+            self.store.save_samples(self.study_id, self.take())
+        except HyperSackError:
+            if not quiet:
+                raise
 
 
 def _remove_run_folder(folder: Path) -> None:

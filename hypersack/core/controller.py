@@ -14,6 +14,7 @@ from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.objective import Objective
 from hypersack.core.timeouts import timed_out
+from hypersack.core.stays import Stay, StayBook, StayOutcome
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
                                   Launch, Preempt, ResultReported, Stop, StopReason, TrialFailed,
                                   TrialFinished, TrialRecord, TrialStarted, TrialState)
@@ -84,6 +85,7 @@ class Controller:
         self.halt_reason: str | None = None    # why the study stopped itself (e.g. disk full)
         self.shared: Any = None                # time-sharing (core.shared_devices), or None
         self._shared_state: Mapping[str, Any] | None = None   # restored, until set_time_sharing
+        self.stays = StayBook()                # each trial's time on each device (reports)
 
     def set_time_sharing(self, options: Any) -> None:
         """Time-share the inventory's devices among trials (``core.timesharing``); needs
@@ -284,9 +286,11 @@ class Controller:
         record.devices = [(str(node), str(gpu)) for node, gpu in devices]
         record.info.update(self.algorithm.trial_info(record.trial_id))
         self._changed.add(record.trial_id)
+        share = self._share(record)
+        self.stays.open(record.trial_id, record.attempts, record.devices, now, share,
+                        record.info.get("pack"), record.device)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
-                      record.checkpoint, tuple(devices), self._share(record),
-                      record.info.get("pack"))
+                      record.checkpoint, tuple(devices), share, record.info.get("pack"))
 
     def _share(self, record: TrialRecord) -> float | None:
         """Percent of each device's compute this trial was given (None: a whole device)."""
@@ -308,6 +312,7 @@ class Controller:
         self._changed.add(record.trial_id)
         if isinstance(event, TrialStarted):
             record.device = event.device
+            self.stays.place(record.trial_id, event.device)
         elif isinstance(event, ResultReported):
             return self._on_result(record, event, now)
         elif isinstance(event, TrialFinished):
@@ -361,6 +366,7 @@ class Controller:
                 self.shared.remove_device(event.node_id, event.gpu_id)
 
     def _on_finished(self, record: TrialRecord, now: float) -> None:
+        self.stays.close(record.trial_id, now, _finished_outcome(record))
         self._release(record)
         if record.stop_reason == _INTERRUPTED:
             record.state, record.stop_reason = TrialState.PENDING, None
@@ -391,6 +397,7 @@ class Controller:
 
     def _on_failed(self, record: TrialRecord, event: TrialFailed, now: float) -> list[Command]:
         """Decide what a failure means, from its cause (the executor reports facts only)."""
+        self.stays.close(record.trial_id, now, self._failed_outcome(record, event))
         self._release(record)
         cause = event.cause
         if cause is FailureCause.DISK_FULL:
@@ -417,6 +424,17 @@ class Controller:
         self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback)
         return []
 
+    def _failed_outcome(self, record: TrialRecord, event: TrialFailed) -> StayOutcome:
+        """Why a trial whose worker ended badly left its device (the stay's outcome)."""
+        if event.cause is FailureCause.DEVICE_LOST or record.trial_id in self._device_lost:
+            return StayOutcome.LOST
+        if event.cause is FailureCause.DISK_FULL or record.stop_reason == _INTERRUPTED:
+            return StayOutcome.INTERRUPTED
+        if record.stop_reason == _TIME_BUDGET and record.value is not None \
+                and event.cause in (FailureCause.WORKER_DIED, FailureCause.OOM):
+            return StayOutcome.FINISHED
+        return StayOutcome.FAILED
+
     def _requeue(self, record: TrialRecord, reason: str) -> None:
         record.state, record.stop_reason, record.error = TrialState.PENDING, None, reason
         self._queue.appendleft(record.trial_id)
@@ -430,6 +448,8 @@ class Controller:
 
     def _finish(self, record: TrialRecord, state: TrialState, now: float | None, *,
                 error: str | None = None, traceback: str | None = None) -> None:
+        if now is not None:
+            self.stays.close(record.trial_id, now, _STATE_OUTCOME[state])
         self._release(record)
         record.state = state
         record.finished_at = now
@@ -579,6 +599,11 @@ class Controller:
         results, self._results = self._results, []
         return results
 
+    def take_stays(self) -> list[Stay]:
+        """Stays opened or closed since the last call, to be stored in the same transaction as
+        ``take_changes()`` (each opens or closes with a change of its trial)."""
+        return self.stays.take()
+
     def take_changes(self) -> list[TrialRecord]:
         """Trials changed since the last call, for the loop to persist."""
         changed = [self.trials[t] for t in sorted(self._changed)]
@@ -624,6 +649,21 @@ def best_record(records: Iterable[TrialRecord], objective: Objective) -> TrialRe
             if best is None or best.value is None or objective.better(r.value, best.value):
                 best = r
     return best
+
+
+_STATE_OUTCOME = {TrialState.COMPLETE: StayOutcome.FINISHED, TrialState.PRUNED: StayOutcome.PRUNED,
+                  TrialState.FAILED: StayOutcome.FAILED}
+_STOP_OUTCOME = {_INTERRUPTED: StayOutcome.INTERRUPTED, _PAUSED: StayOutcome.PAUSED,
+                 _RESIZE: StayOutcome.RESIZED, StopReason.PREEMPTED: StayOutcome.PREEMPTED,
+                 _PRUNED: StayOutcome.PRUNED}
+
+
+def _finished_outcome(record: TrialRecord) -> StayOutcome:
+    """Why a trial whose trainable returned left its device (mirrors ``_on_finished``)."""
+    outcome = _STOP_OUTCOME.get(record.stop_reason) if record.stop_reason else None
+    if outcome is not None:
+        return outcome
+    return StayOutcome.FAILED if record.value is None else StayOutcome.FINISHED
 
 
 def _first_bad_metric(metrics: Mapping[str, Any]) -> tuple[str, Any] | None:

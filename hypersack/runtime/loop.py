@@ -197,7 +197,8 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
                 controller.finalize(now)
                 changes = controller.take_changes()
                 if changes:
-                    storage.save_batch(row.study_id, changes, [], lambda: controller.state_dict(now))
+                    storage.save_batch(row.study_id, changes, [], lambda: controller.state_dict(now),
+                                       stays=controller.take_stays())
             return
 
 
@@ -220,7 +221,8 @@ def _turn(controller: Controller, executor: Executor, storage: Store, row: Study
     launches: list[Launch] = controller.launches(now)
     changes, results = controller.take_changes(), controller.take_results()
     if changes or results:
-        storage.save_batch(row.study_id, changes, results, lambda: controller.state_dict(now))
+        storage.save_batch(row.study_id, changes, results, lambda: controller.state_dict(now),
+                           stays=controller.take_stays())
         last_beat = now
     elif now - last_beat >= HEARTBEAT_S:
         storage.heartbeat(row.study_id)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -45,6 +46,8 @@ class Machine:
     demand: Callable[[TrialRecord], Any] | None = None
     observers: list[Callable[[Event], None]] = field(default_factory=list)
     profile: Callable[[dict], bool] = lambda config: False
+    # Utilisation samples (node, gpu, monitor.Sample) since the last call; None: no NVML monitor.
+    samples: Callable[[], list[tuple[str, str, Any]]] | None = None
 
 
 @contextlib.contextmanager
@@ -171,12 +174,13 @@ def _start_monitor(machine: Machine, nvml: Any, stack: contextlib.ExitStack) -> 
     source = NvmlSource(nvml)
     try:
         stack.enter_context(source)
-        monitor = DeviceMonitor(source, "local", initial=source.snapshot())
+        monitor = DeviceMonitor(source, "local", initial=source.snapshot(), clock=time.time)
         stack.enter_context(monitor.start())
     except Exception as exc:     # monitoring is a help, never a reason not to run
         log.warning("GPU state monitor not started: %s", exc)
         return
     machine.device_events = monitor.drain
+    machine.samples = monitor.take_samples
 
 
 def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, trainable_name: str,
@@ -292,14 +296,15 @@ def prepare_node(spec: StudySpec, study_dir: Path, *, slots: list[Slot] | None =
 
 
 @contextlib.contextmanager
-def prepare_driver(spec: StudySpec, cluster: Any, storage_path: Any, *, trainable_name: str,
+def prepare_driver(spec: StudySpec, cluster: Any, storage: Any, *, trainable_name: str,
                    fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
     """The driver's half for an executor whose devices are elsewhere: ``cluster`` (the
     inventory the executor found) with the job history's demand and observers, and fused
-    members' demand, as ``prepare_machine`` gives them. ``slots`` is empty."""
+    members' demand, as ``prepare_machine`` gives them (``storage``: the study's store, or
+    its path). ``slots`` is empty."""
     with contextlib.ExitStack() as stack:
         machine = Machine([], cluster)
-        _attach_history(machine, spec, storage_path, trainable_name, stack)
+        _attach_history(machine, spec, storage, trainable_name, stack)
         if fuses is not None:
             _fused_demand(machine, spec, fuses)
         yield machine

@@ -85,6 +85,7 @@ class DeviceMonitor:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._tracked: dict[str, _Tracked] = {}
         self._series: dict[str, deque[Sample]] = {}
+        self._untaken: deque[tuple[str, Sample]] = deque(maxlen=history)   # for take_samples
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -109,6 +110,13 @@ class DeviceMonitor:
         """The samples of one device, oldest first (empty for an unknown id)."""
         with self._lock:
             return list(self._series.get(gpu_id, ()))
+
+    def take_samples(self) -> list[tuple[str, str, Sample]]:
+        """Samples ``(node_id, gpu_id, sample)`` since the last call, oldest first (for the
+        store; at most ``history`` are kept between calls, the oldest dropped)."""
+        with self._lock:
+            taken, self._untaken = list(self._untaken), deque(maxlen=self._history)
+        return [(self.node_id, gpu_id, sample) for gpu_id, sample in taken]
 
     def report(self) -> dict[str, dict[str, Any]]:
         """Per device: sample count, mean and max utilisation (percent), peak memory (GiB)."""
@@ -216,8 +224,9 @@ class DeviceMonitor:
         return gpu
 
     def _sample(self, tracked: _Tracked, info: DeviceInfo, now: float) -> None:
-        self._series[tracked.gpu_id].append(
-            Sample(now, info.utilization, info.memory_used / GIB, len(info.processes)))
+        sample = Sample(now, info.utilization, info.memory_used / GIB, len(info.processes))
+        self._series[tracked.gpu_id].append(sample)
+        self._untaken.append((tracked.gpu_id, sample))
 
 
 def _summary(samples: Iterable[Sample]) -> dict[str, Any]:

@@ -73,4 +73,4 @@ def export(storage: Storage, name: str, fmt: str) -> str:
                              *[t.config.get(p) for p in params], *[t.metrics.get(m) for m in metrics]])
         return out.getvalue()
     from hypersack.errors import ConfigError
-    raise ConfigError("--format", fmt, "must be 'csv' or 'json'")
+    raise ConfigError("--format", fmt, "must be 'csv', 'json' or 'parquet'")

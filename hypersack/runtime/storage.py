@@ -1,4 +1,6 @@
-"""Embedded SQLite study store (WAL): studies, trials, every reported result.
+"""Embedded SQLite study store (WAL): studies, trials, every reported result, each trial's
+stays on devices and the GPUs' utilisation samples (schema 3; an older store gets the new tables
+when it is next opened for writing, and reads as having none before).
 
 One file holds many studies. ``save_batch`` writes one batch of changes in one transaction, and
 returns only once it is durable, so a result that was acknowledged to a worker survives a kill -9
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hypersack.core.spec import DURABILITY, check_durability
+from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
                               StudyBusyError, StudyNotFoundError)
@@ -53,7 +56,7 @@ from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError,
 __all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S", "check_durability"]
 
 DEFAULT_STORAGE = "hypersack.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3      # 3: stays and utilisation samples (tables added to older stores)
 LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a dead driver
 CACHE_KIB = 65536       # the writer's page cache (KiB)
 _SCHEMA = """
@@ -102,6 +105,30 @@ CREATE TABLE IF NOT EXISTS results (
     reported_at REAL NOT NULL,
     PRIMARY KEY (study_id, trial_id, step)
 );
+CREATE TABLE IF NOT EXISTS stays (
+    study_id INTEGER NOT NULL,
+    trial_id INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    share REAL NOT NULL,
+    pack TEXT,
+    start REAL NOT NULL,
+    end REAL,
+    outcome TEXT,
+    PRIMARY KEY (study_id, trial_id, attempt, node, gpu)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    study_id INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    t REAL NOT NULL,
+    utilization REAL,
+    memory_gb REAL NOT NULL,
+    processes INTEGER NOT NULL,
+    PRIMARY KEY (study_id, node, gpu, t)
+);
 """
 
 _TRIAL_COLUMNS = ("trial_id", "state", "config", "seed", "attempts", "retries", "last_step",
@@ -121,6 +148,8 @@ class StudyRow:
     uuid: str = ""         # the study's identity: keys its run folder
 
 
+_STAY_COLUMNS = ("trial_id", "attempt", "node", "gpu", "rank", "share", "pack", "start", "end",
+                 "outcome")
 _STUDY_COLUMNS = "study_id, name, spec, status, controller_state, created_at, updated_at, uuid"
 _MIGRATIONS = ("uuid TEXT", "lease_owner TEXT", "lease_host TEXT", "lease_pid INTEGER",
                "lease_process_start TEXT", "lease_heartbeat REAL")
@@ -361,7 +390,8 @@ class Storage:
         def delete() -> None:
             with self._transaction():
                 self._refuse_if_held(study)
-                self._db.execute("DELETE FROM results WHERE study_id = ?", (study.study_id,))
+                for table in ("results", "stays", "samples"):
+                    self._db.execute(f"DELETE FROM {table} WHERE study_id = ?", (study.study_id,))
                 self._db.execute("DELETE FROM trials WHERE study_id = ?", (study.study_id,))
                 self._db.execute("DELETE FROM studies WHERE study_id = ?", (study.study_id,))
         self._run(f"delete study {name!r}", delete)
@@ -371,17 +401,18 @@ class Storage:
     def save_batch(self, study_id: int, trials: Iterable[TrialRecord],
                    results: Iterable[tuple[int, int, dict[str, Any]]],
                    controller_state: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
-                   ) -> None:
-        """Write changed trials, new results ``(trial_id, step, metrics)`` and the controller
-        state (or a function that makes it) in one durable transaction."""
+                   *, stays: Iterable[Stay] = ()) -> None:
+        """Write changed trials, new results ``(trial_id, step, metrics)``, the controller
+        state (or a function that makes it) and the trials' opened or closed ``stays`` in one
+        durable transaction."""
         if callable(controller_state):
             controller_state = controller_state()
         self._run("store the study's progress",
-                  lambda: self._write_batch(study_id, trials, results, controller_state))
+                  lambda: self._write_batch(study_id, trials, results, controller_state, stays))
 
     def _write_batch(self, study_id: int, trials: Iterable[TrialRecord],
                      results: Iterable[tuple[int, int, dict[str, Any]]],
-                     controller_state: dict[str, Any] | None) -> None:
+                     controller_state: dict[str, Any] | None, stays: Iterable[Stay] = ()) -> None:
         now = time.time()
         with self._transaction():
             if self._lease is not None:
@@ -401,6 +432,79 @@ class Storage:
                 self._db.execute(
                     "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
                     (json.dumps(controller_state), now, study_id))
+            self._write_stays(study_id, stays)
+
+    def _write_stays(self, study_id: int, stays: Iterable[Stay]) -> None:
+        """Inside the batch's transaction: each stay replaces the stored one with its key."""
+        self._db.executemany(
+            f"INSERT OR REPLACE INTO stays (study_id, {', '.join(_STAY_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * (len(_STAY_COLUMNS) + 1))})",
+            [(study_id, s.trial_id, s.attempt, s.node, s.gpu, s.rank, s.share,
+              None if s.pack is None else json.dumps(s.pack), s.start, s.end,
+              None if s.outcome is None else s.outcome.value) for s in stays])
+
+    def load_stays(self, study_id: int) -> list[Stay]:
+        """The study's stays by trial, attempt and rank ([] from a store older than schema 3)."""
+        if not self._has_table("stays"):
+            return []
+        rows = self._run("read the stays", lambda: self._db.execute(
+            f"SELECT {', '.join(_STAY_COLUMNS)} FROM stays WHERE study_id = ? "
+            "ORDER BY trial_id, attempt, rank", (study_id,)).fetchall())
+        return [Stay.from_dict({**dict(zip(_STAY_COLUMNS, r)),
+                                "pack": None if r[6] is None else json.loads(r[6])}) for r in rows]
+
+    def end_open_stays(self, study_id: int) -> int:
+        """Close the stays a killed driver left open: they end when the study was last written
+        (its last batch), as INTERRUPTED. For a resume, before the new driver launches
+        anything; returns how many were closed."""
+        def close() -> int:
+            with self._transaction():
+                return self._db.execute(
+                    "UPDATE stays SET outcome = ?, end = MAX(start, (SELECT updated_at FROM studies "
+                    "WHERE study_id = ?)) WHERE study_id = ? AND end IS NULL",
+                    (StayOutcome.INTERRUPTED.value, study_id, study_id)).rowcount
+        return self._run("close the stays of the last run", close)
+
+    def save_samples(self, study_id: int, samples: Iterable[tuple[str, str, Any]]) -> None:
+        """Store utilisation samples ``(node, gpu, sample)`` (``monitor.Sample``: ``t`` in wall
+        seconds) in one transaction; a sample already stored at that time is replaced."""
+        rows = [(study_id, node, gpu, s.t, s.utilization, s.memory_used_gb, s.processes)
+                for node, gpu, s in samples]
+        if not rows:
+            return
+
+        def write() -> None:
+            with self._transaction():
+                self._db.executemany("INSERT OR REPLACE INTO samples VALUES (?,?,?,?,?,?,?)", rows)
+        self._run("store the GPU utilisation samples", write)
+
+    def load_samples(self, study_id: int) -> list[dict[str, Any]]:
+        """``{"node", "gpu", "t", "utilization", "memory_gb", "processes"}`` by device and time."""
+        if not self._has_table("samples"):
+            return []
+        rows = self._run("read the utilisation samples", lambda: self._db.execute(
+            "SELECT node, gpu, t, utilization, memory_gb, processes FROM samples "
+            "WHERE study_id = ? ORDER BY node, gpu, t", (study_id,)).fetchall())
+        keys = ("node", "gpu", "t", "utilization", "memory_gb", "processes")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def load_metric(self, study_id: int, metric: str, since: float | None = None
+                    ) -> list[tuple[int, int, float, Any]]:
+        """One metric of every result as ``(trial_id, step, reported_at, value)`` by trial then
+        step (value None where that result lacks it). SQLite extracts the value, so a report of
+        10,000 trials parses no JSON here. ``since``: only results stored after that wall time."""
+        query = ("SELECT trial_id, step, reported_at, json_extract(metrics, ?) FROM results "
+                 "WHERE study_id = ?")
+        args: tuple = ('$."' + metric.replace('"', '""') + '"', study_id)
+        if since is not None:
+            query += " AND reported_at > ?"
+            args += (since,)
+        return self._run("read the results", lambda: self._db.execute(
+            query + " ORDER BY trial_id, step", args).fetchall())
+
+    def _has_table(self, name: str) -> bool:
+        return self._run("read the schema", lambda: self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()) is not None
 
     def transaction(self, doing: str = "store the study's progress") -> "_Transaction":
         """One transaction for every write made inside it (``with store.transaction(): ...``):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, ContextManager, Iterable, Protocol
 
+from hypersack.core.stays import Stay
 from hypersack.core.trial import TrialRecord
 
 __all__ = ["Store", "StudyRef"]
@@ -25,7 +26,8 @@ class Store(Protocol):
     the results ``(trial_id, step, metrics)`` accepted with them and the controller state are
     written in one transaction that is durable when the call returns; the loop acknowledges
     results to workers only after it. A store that cannot write raises ``StorageError`` and has
-    written nothing of the batch.
+    written nothing of the batch. ``stays`` (opened or closed with those trials' changes) are
+    written in the same transaction; a stay replaces the stored one with its ``key``.
 
     ``transaction()`` is the group commit: every write made inside the block (``save_batch``
     calls, and other tables' writes that share the store's connection) joins one transaction,
@@ -38,7 +40,10 @@ class Store(Protocol):
     def save_batch(self, study_id: int, trials: Iterable[TrialRecord],
                    results: Iterable[tuple[int, int, dict[str, Any]]],
                    controller_state: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
-                   ) -> None: ...
+                   *, stays: Iterable[Stay] = ()) -> None: ...
+
+    def load_stays(self, study_id: int) -> list[Stay]:
+        """The study's stays, by trial, attempt and rank."""
 
     def set_status(self, study_id: int, status: str) -> None:
         """``status``: running | complete | interrupted."""

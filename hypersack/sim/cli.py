@@ -5,6 +5,7 @@
     hypersack simulate examples/sim/rasda_cv_64xa100.yaml --compare   # ASHA against RASDA
     hypersack simulate SCENARIO --timeline run.csv                 # + run.png when matplotlib is there
     hypersack simulate examples/sim/pack_hyperband_mlp3.yaml --compare --execution separate
+    hypersack simulate SCENARIO --report run.html                  # the HTML report of the run
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="write the per-GPU occupancy timeline CSV to FILE and a Gantt PNG beside it")
     p.add_argument("--execution", choices=["separate", "fused", "auto"], default=None,
                    help="run the study's trials separately or in fused packs (default: the scenario's)")
+    p.add_argument("--report", metavar="FILE", nargs="?", const="", default=None,
+                   help="write the run's HTML report (default FILE: SCENARIO-POLICY.html); with "
+                        "--compare, one report comparing the first and the last policy")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=main)
     return p
@@ -50,6 +54,8 @@ def main(args: argparse.Namespace) -> int:
             out = _compare(scenario, args.policy)
         else:
             out = _single(scenario, args.policy, args.timeline)
+        if getattr(args, "report", None) is not None:
+            out["report"] = _write_report(scenario, args.policy, args.compare, args.report)
     except HyperSackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -120,6 +126,26 @@ def _write_timeline(result: SimResult, path: Path) -> dict[str, Any]:
             "note": None if drew else "matplotlib is not installed: CSV only (pip install matplotlib)"}
 
 
+def _write_report(scenario: Scenario, policy: str | None, compare: bool, path: str) -> str:
+    """The HTML report of one run (the scenario's policy, or ``policy``), or with ``compare`` of
+    the first and last of its policies side by side (e.g. exclusive vs wfd). Runs the
+    simulation again keeping every result (the figures above keep none)."""
+    from hypersack.report.data import from_simulation, payload
+    from hypersack.report.html import plotly_js, write_report
+    plotly_js()                        # a missing extra fails before the simulations
+    policies = [policy or scenario.policy]
+    if compare and len(scenario.compare_policies) > 1:
+        policies = [scenario.compare_policies[0], scenario.compare_policies[-1]]
+    payloads = []
+    for p in policies:
+        result = simulate(scenario, p, keep_log=False, keep_results=True)
+        data = from_simulation(result, result.store)
+        data.name = f"{scenario.name} ({result.policy})"
+        payloads.append(payload(data))
+    default = f"{scenario.name}-{'-vs-'.join(str(p) for p in policies)}.html"
+    return str(write_report(path or default, payloads))
+
+
 # ---- printing -------------------------------------------------------------------------------
 
 def _print(out: dict[str, Any]) -> None:
@@ -137,6 +163,8 @@ def _print(out: dict[str, Any]) -> None:
                  _num(r["best_value"]), _dur(r["time_to_best_s"]), str(r["trials"])]
                 for r in out["algorithms"]])
     _print_labels(out)
+    if out.get("report"):
+        print(f"  report              {out['report']}")
 
 
 def _print_run(out: dict[str, Any]) -> None:

@@ -46,6 +46,7 @@ class SimResult:
     largest_pack: int = 0         # most members a pack held at once
     executor: SimExecutor | None = field(repr=False, default=None)
     controller: Controller | None = field(repr=False, default=None)
+    store: MemoryStore | None = field(repr=False, default=None)   # its trials, results, stays
 
     @property
     def sim_per_wall(self) -> float:
@@ -59,9 +60,11 @@ class SimResult:
                 "sim_per_wall": self.sim_per_wall}
 
 
-def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -> SimResult:
+def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True,
+             keep_results: bool = False) -> SimResult:
     """Run ``scenario`` once with placement ``policy`` (a name or ``{policy: hay, w_frag: ..}``;
-    default: the scenario's)."""
+    default: the scenario's). ``keep_results``: the store keeps every reported result (for a
+    report's learning curves)."""
     policy = policy or scenario.policy
     spec = scenario.study
     scenario.perf.forget_ooms()
@@ -75,7 +78,7 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True) -
     controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
     if spec.time_sharing is not None:
         controller.set_time_sharing(spec.time_sharing)
-    store = MemoryStore()
+    store = MemoryStore(keep_results=keep_results)
     started = time.perf_counter()
     run_loop(controller, executor, store, SimStudyRow(1, scenario.name), clock=executor.clock,
              observers=[_oom_history(controller, scenario.perf, executor)])
@@ -120,7 +123,7 @@ def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: 
         wall_s=wall, unvalidated=unvalidated,
         packs=executor.packs.started if executor.packs is not None else 0,
         largest_pack=executor.packs.largest if executor.packs is not None else 0,
-        executor=executor, controller=controller)
+        executor=executor, controller=controller, store=store)
 
 
 def _makespan(executor: SimExecutor) -> float:

@@ -1,7 +1,8 @@
 """An in-memory study store for simulations: what ``run_loop`` writes, kept in dicts.
 
-It implements the ``Store`` protocol the loop writes to (``save_batch``, ``set_status``,
-``heartbeat``, ``transaction``: a block that keeps its batches only when it ends without error). A simulation of
+It implements the ``Store`` protocol the loop writes to (``save_batch``, ``load_stays``,
+``set_status``, ``heartbeat``, ``transaction``: a block that keeps its batches only when it ends
+without error). A simulation of
 10,000 trials writes hundreds of thousands of results; SQLite with a durable commit per batch
 would cost more than the simulation itself, and nothing here needs to survive the process.
 ``results`` keeps every reported result only when ``keep_results`` is set (the loop hands the
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from hypersack.core.stays import Stay
 from hypersack.core.trial import TrialRecord
 
 __all__ = ["MemoryStore", "SimStudyRow"]
@@ -33,6 +35,7 @@ class MemoryStore:
         self.batches = 0
         self.status: dict[int, str] = {}
         self.controller_state: dict[str, Any] | None = None
+        self.stays: dict[tuple[int, int, str, str], Stay] = {}
         self._depth = 0
         self._undo: list[tuple[dict[int, TrialRecord | None], int, int, Any]] = []
 
@@ -65,7 +68,7 @@ class MemoryStore:
 
     def save_batch(self, study_id: int, trials: Iterable[TrialRecord],
                    results: Iterable[tuple[int, int, dict[str, Any]]],
-                   controller_state: Any = None) -> None:
+                   controller_state: Any = None, *, stays: Iterable[Stay] = ()) -> None:
         """Keep a snapshot of each changed trial (the controller mutates its records later).
         The controller state is kept as given: a function that makes it is not called (a
         simulation is never resumed, and building the state every turn is the costliest part)."""
@@ -83,6 +86,12 @@ class MemoryStore:
             self.results.extend(results)
         if controller_state is not None:
             self.controller_state = controller_state
+        for stay in stays:              # frozen: kept as given
+            self.stays[stay.key] = stay
+
+    def load_stays(self, study_id: int) -> list[Stay]:
+        """Every stay, by trial, attempt and rank (the one study this store holds)."""
+        return sorted(self.stays.values(), key=lambda s: (s.trial_id, s.attempt, s.rank))
 
     def set_status(self, study_id: int, status: str) -> None:
         self.status[study_id] = status

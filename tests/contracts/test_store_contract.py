@@ -107,3 +107,18 @@ def test_batches_in_a_transaction_are_kept_together_or_not_at_all(subject):
     assert sorted(subject.trials()) == [0, 1, 2]
     assert subject.results() == [(0, 1, {"v": 0.5}), (1, 1, {"v": 0.2})]
     assert subject.state() == {"elapsed_s": 3.0}
+
+
+def test_stays_are_kept_with_their_batch_and_a_closed_stay_replaces_the_open_one(subject):
+    from hypersack.core.stays import Stay, StayOutcome
+    sid = subject.study.study_id
+    opened = [Stay(0, 1, "n0", "gpu0", 10.0, 50.0, pack=3, rank=0),
+              Stay(0, 1, "n0", "gpu1", 10.0, 50.0, pack=3, rank=1)]
+    subject.store.save_batch(sid, [_record(0)], [], stays=opened)
+    assert subject.store.load_stays(sid) == opened
+    closed = [Stay(0, 1, "n0", "gpu0", 10.0, 50.0, pack=3, rank=0, end=12.5,
+                   outcome=StayOutcome.PREEMPTED)]
+    subject.store.save_batch(sid, [_record(0, TrialState.PENDING)], [], stays=closed)
+    stays = subject.store.load_stays(sid)
+    assert stays == [closed[0], opened[1]]
+    assert stays[0].outcome is StayOutcome.PREEMPTED and stays[1].end is None

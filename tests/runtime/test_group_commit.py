@@ -170,10 +170,10 @@ def _loop(tmp_path, window):
     saved: list[int] = []
     original = store.save_batch
 
-    def save_batch(study_id, trials, results, state=None):
+    def save_batch(study_id, trials, results, state=None, **kwargs):
         results = list(results)
         saved.append(len(results))
-        original(study_id, trials, results, state)
+        original(study_id, trials, results, state, **kwargs)
     store.save_batch = save_batch       # type: ignore[method-assign]
     run_loop(controller, executor, store, row, group_window_s=window)
     stored = len(store.load_results(row.study_id))

@@ -166,3 +166,38 @@ def test_bad_arguments_are_config_errors():
         DeviceMonitor(source, "n", interval_s=0)
     with pytest.raises(ConfigError, match="misses_to_lose"):
         DeviceMonitor(source, "n", misses_to_lose=0)
+
+
+def test_take_samples_hands_each_sample_over_once():
+    fake, monitor = setup(n=2)
+    uuid = fake.devices[1].uuid
+    fake.set_load(uuid, utilization=40, memory_used_gb=2, processes={1: None})
+    monitor.poll()
+    taken = monitor.take_samples()
+    assert [(node, gpu) for node, gpu, _ in taken] == [("node0", "gpu0"), ("node0", "gpu1")]
+    assert taken[1][2].utilization == 40 and taken[1][2].processes == 1
+    assert monitor.take_samples() == []
+    monitor.poll()
+    assert len(monitor.take_samples()) == 2
+
+
+def test_a_machine_with_nvml_hands_wall_clock_samples_to_the_store(tmp_path, monkeypatch):
+    from hypersack.core.spec import StudySpec
+    from hypersack.runtime.machine import prepare_machine
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    spec = StudySpec.from_dict({"name": "s", "space": {"x": 1.0}, "placement": "exclusive",
+                                "objective": {"metric": "score", "mode": "max"}, "budget": {"trials": 1}})
+    fake = FakeNvml([("NVIDIA L4", 24)])
+    fake.set_load(fake.devices[0].uuid, utilization=35, memory_used_gb=3, processes={7: None})
+    before = time.time()
+    with prepare_machine(spec, tmp_path / "runs" / "s", tmp_path / "s.db", trainable_name="t",
+                         nvml=fake) as machine:
+        assert machine.samples is not None
+        deadline = time.monotonic() + 10
+        taken = []
+        while not taken and time.monotonic() < deadline:
+            taken = machine.samples()
+            time.sleep(0.05)
+    node, gpu, sample = taken[0]
+    assert (node, gpu, sample.utilization, sample.processes) == ("local", "gpu0", 35, 1)
+    assert before <= sample.t <= time.time()          # wall time: comparable with the stays

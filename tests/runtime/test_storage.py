@@ -76,3 +76,68 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
         Storage(bad)
     with pytest.raises(StorageError, match="is a directory"):
         Storage(tmp_path)
+
+
+_SCHEMA_2 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE studies (study_id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL UNIQUE,
+    spec TEXT NOT NULL, status TEXT NOT NULL, controller_state TEXT, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL, uuid TEXT, lease_owner TEXT, lease_host TEXT, lease_pid INTEGER,
+    lease_process_start TEXT, lease_heartbeat REAL);
+CREATE TABLE trials (study_id INTEGER NOT NULL, trial_id INTEGER NOT NULL, state TEXT NOT NULL,
+    config TEXT NOT NULL, seed INTEGER NOT NULL, attempts INTEGER NOT NULL, retries INTEGER NOT NULL,
+    last_step INTEGER, metrics TEXT NOT NULL, value REAL, error TEXT, traceback TEXT,
+    checkpoint TEXT, checkpoint_step INTEGER, device TEXT, info TEXT NOT NULL, started_at REAL,
+    finished_at REAL, PRIMARY KEY (study_id, trial_id));
+CREATE TABLE results (study_id INTEGER NOT NULL, trial_id INTEGER NOT NULL, step INTEGER NOT NULL,
+    metrics TEXT NOT NULL, reported_at REAL NOT NULL, PRIMARY KEY (study_id, trial_id, step));
+INSERT INTO meta VALUES ('schema_version', '2');
+INSERT INTO studies (name, spec, status, created_at, updated_at, uuid)
+    VALUES ('old', '{}', 'complete', 1.0, 2.0, 'abc');
+INSERT INTO trials VALUES (1, 0, 'complete', '{"x": 1}', 0, 1, 0, 3, '{"v": 1.0}', 1.0, NULL,
+    NULL, NULL, NULL, NULL, '{}', 1.0, 2.0);
+"""
+
+
+def test_a_schema_2_store_reads_without_stays_and_gains_them_when_opened_for_writing(tmp_path):
+    import sqlite3
+    from hypersack.core.stays import Stay, StayOutcome
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(_SCHEMA_2)
+    with Storage(path, readonly=True) as s:           # a dashboard on a store not yet migrated
+        assert s.load_stays(1) == [] and s.load_samples(1) == []
+    with Storage(path) as s:
+        study = s.get_study("old")
+        assert [t.value for t in s.load_trials(study.study_id)] == [1.0]
+        stay = Stay(0, 1, "n", "gpu0", 1.0, end=2.0, outcome=StayOutcome.FINISHED)
+        s.save_batch(study.study_id, [], [], stays=[stay])
+        assert s.load_stays(study.study_id) == [stay]
+        version = s._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        assert version == ("3",)
+
+
+def test_samples_round_trip_and_go_with_their_study(store_path):
+    from hypersack.runtime.monitor import Sample
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        s.save_samples(sid, [("n", "gpu0", Sample(1.0, 30.0, 2.0, 1)),
+                             ("n", "gpu0", Sample(2.0, None, 2.5, 0))])
+        assert [(r["t"], r["utilization"]) for r in s.load_samples(sid)] == [(1.0, 30.0), (2.0, None)]
+        s.delete_study("a")
+        assert s.load_samples(sid) == []
+
+
+def test_a_resume_closes_the_stays_a_killed_driver_left_open(store_path):
+    from hypersack.core.stays import Stay, StayOutcome
+    with Storage(store_path) as s:
+        study = s.create_study("a", {})
+        done = Stay(0, 1, "n", "gpu0", 1.0, end=2.0, outcome=StayOutcome.FINISHED)
+        left = Stay(1, 1, "n", "gpu1", 1.0)
+        s.save_batch(study.study_id, [record(0), record(1)], [], {"elapsed_s": 1.0}, stays=[done, left])
+        written = s.get_study("a").updated_at
+        assert s.end_open_stays(study.study_id) == 1
+        stays = s.load_stays(study.study_id)
+        assert stays[0] == done
+        assert stays[1].end == written and stays[1].outcome is StayOutcome.INTERRUPTED
+        assert s.end_open_stays(study.study_id) == 0

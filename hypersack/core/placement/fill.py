@@ -4,10 +4,11 @@ Starts, each a feasible placement, then the best few improved by local search; t
 ends with the most placed compute (Eq. 5) wins (ties: the earlier start):
 
 1. *price starts* (``prices``): the Lagrangian shadow prices of compute and memory per (node,
-   architecture) group and of cores per node, from ``steps`` subgradient steps; single-GPU jobs
-   placed by reduced profit or by regret, each on its best group that fits, on the group's first
-   fitting GPU or its most balanced one (four starts). Data-parallel jobs (``gpus`` > 1) are placed
-   first, worst-fit in WFD's order, and stay where they are;
+   architecture) group and of cores per node, the best seen after a quarter, half and all of
+   ``steps`` subgradient steps (repeats dropped); for each, single-GPU jobs placed by reduced
+   profit or by regret, each on its best group that fits, on the group's first fitting GPU or
+   its most balanced one (up to 3 x 2 x 2 = 12 starts). Data-parallel jobs (``gpus`` > 1) are
+   placed first, worst-fit in WFD's order, and stay where they are;
 2. worst-fit with jobs by *pressure-weighted density* (``density_order``);
 3. worst-fit in WFD's order (expected runtime, longest first), always improved: ``fill`` is never
    worse than ``wfd-ls`` with the same ``rounds``. When it places every job it is the answer.
@@ -209,7 +210,7 @@ def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_
 
 def _price_starts(jobs: list[Job], cluster: Cluster, fixed: dict, target: float,
                   steps: int) -> list[dict]:
-    """The four price starts (module doc) on top of the data-parallel jobs' places ``fixed``."""
+    """The price starts (module doc) on top of the data-parallel jobs' places ``fixed``."""
     state = _Given(jobs, cluster, fixed)
     singles = [p for p, job in enumerate(jobs) if job.gpus == 1]
     if not singles or not state.load.keys:

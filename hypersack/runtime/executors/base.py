@@ -1,4 +1,4 @@
-"""The executor interface the study loop drives: local processes, the simulator (Ray next).
+"""The executor interface the study loop drives: local processes, the simulator, Ray (one agent per node).
 
 Executors are transport: they carry trials to devices and report facts back as events. Every
 decision (placement, retries, timeouts, routing rules) is the controller's (``hypersack.core``).

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from hypersack.core.routing import first_free_device, warm_workers
 from hypersack.core.timeouts import straggling
@@ -203,17 +203,24 @@ class LocalExecutor:
             raise RuntimeError(f"no free slot for trial {trial_id}")   # a loop bug, not user input
         return key
 
-    def acknowledge(self, trial_ids: Iterable[int] | None = None) -> None:
-        """Ack the waiting reports (``trial_ids``: only these; an executor that relays this
-        one's events acknowledges exactly the results it has seen). A plain trial's ack
-        carries its next decision point (the ``decision_step`` given), below which its worker
-        need not wait (pipelining)."""
-        step = self._decision_step
-        chosen = list(self._awaiting) if trial_ids is None else [t for t in trial_ids if t in self._awaiting]
+    def acknowledge(self, trial_ids: Iterable[int] | None = None,
+                    free_below: Mapping[int, int] | None = None) -> None:
+        """Ack each waiting report; a plain trial's ack carries its next decision point (the
+        ``decision_step`` given), below which its worker need not wait (pipelining).
+        ``trial_ids``: only these, and ``free_below``: their decision points as given (an
+        executor that relays this one's events acks exactly the results it has seen, with the
+        driver's decision points)."""
+        chosen = list(self._awaiting) if trial_ids is None else [
+            t for t in trial_ids if t in self._awaiting]
         for trial_id in chosen:
-            worker = self._awaiting.pop(trial_id)
-            free = step(trial_id) if step is not None and trial_id in self._jobs else 0
-            worker.send(Ack(trial_id, free))
+            self._awaiting.pop(trial_id).send(Ack(trial_id, self._free_below(trial_id, free_below)))
+
+    def _free_below(self, trial_id: int, given: Mapping[int, int] | None) -> int:
+        if trial_id not in self._jobs:        # a pack member: every report waits
+            return 0
+        if given is not None:
+            return given.get(trial_id, 0)
+        return self._decision_step(trial_id) if self._decision_step is not None else 0
 
     # ---- events ----------------------------------------------------------------------------
 

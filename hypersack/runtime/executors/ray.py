@@ -96,12 +96,15 @@ class RayExecutor:
     """Trials on the nodes of the Ray cluster ``ray`` is connected to (see the module doc).
 
     ``trial_dir(trial_id)``: the trial's folder, sent with each launch. ``ray``: the module (a
-    stand-in in tests). The agents start at the first ``inventory()`` or ``start()``; a node
+    stand-in in tests). ``decision_step(trial_id)``: the controller's next decision point,
+    carried by each acknowledgement (pipelined reports), or None (every report waits). The agents start at the first ``inventory()`` or ``start()``; a node
     that cannot serve the study is a ClusterError then, before any trial starts."""
 
     def __init__(self, setup: AgentSetup, *, trial_dir: Callable[[int], Path],
-                 ray: Any = None, clock: Callable[[], float] = time.monotonic):
+                 ray: Any = None, clock: Callable[[], float] = time.monotonic,
+                 decision_step: Callable[[int], int] | None = None):
         self._ray = ray or require_ray()
+        self._decision_step = decision_step     # the controller's, carried by each ack
         self._setup = setup
         self._trial_dir = trial_dir
         self._clock = clock
@@ -321,9 +324,14 @@ class RayExecutor:
         return max(nodes, key=lambda n: len(n.devices) - len(n.trials)) if nodes else None
 
     def acknowledge(self) -> None:
+        """Each node acks exactly the results received from it, with each trial's next decision
+        point (pipelining: reports below it need not wait; the node's executor gives pack
+        members 0)."""
+        step = self._decision_step
         for node in self._nodes.values():
             if node.unacked:
-                node.actor.acknowledge.remote(sorted(node.unacked))
+                trials = sorted(node.unacked)
+                node.actor.acknowledge.remote(trials, {t: step(t) if step else 0 for t in trials})
                 node.unacked = set()
 
     # ---- events ----------------------------------------------------------------------------
@@ -462,24 +470,26 @@ def driver_paths() -> tuple[tuple[str, ...], str]:
 
 
 def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: Any, plan: Any,
-                 study_dir: Path, storage_path: Any, progress: Any) -> Any:
+                 study_dir: Path, progress: Any) -> Any:
     """Run one study on Ray (``Study.run``'s ``backend: ray`` branch): connect (or start a local
-    Ray), start the agents (errors before any trial), then the ordinary loop. ``storage_path``:
-    the store's file or the open store (the job history then shares its connection)."""
-    from hypersack.runtime.loop import run_loop
+    Ray), start the agents (errors before any trial), then the ordinary loop."""
+    from hypersack.runtime.loop import GROUP_WINDOW_S, run_loop
     from hypersack.runtime.machine import prepare_driver
     with ray_session(spec.executor.address, spec.executor.runtime_env):
         paths, cwd = driver_paths()
         setup = AgentSetup(spec, str(study_dir), trainable, spec.objective.metric, packs=plan,
                            unsafe_checkpoints=spec.unsafe_checkpoints, sys_path=paths, cwd=cwd,
                            storage_check=storage_check(study_dir))
-        executor = RayExecutor(setup, trial_dir=lambda trial_id: store.trial_dir(row, trial_id))
+        executor = RayExecutor(setup, trial_dir=lambda trial_id: store.trial_dir(row, trial_id),
+                               decision_step=controller.next_decision_step)
         try:
             cluster = executor.inventory()
-            with prepare_driver(spec, cluster, storage_path, trainable_name=trainable.key,
+            with prepare_driver(spec, cluster, store, trainable_name=trainable.key,
                                 fuses=plan.fuses if plan else None) as machine:
                 controller.set_inventory(cluster, spec.placement, machine.demand)
+                if spec.time_sharing is not None:
+                    controller.set_time_sharing(spec.time_sharing)
                 return run_loop(controller, executor, store, row, observers=machine.observers,
-                                progress=progress)
+                                progress=progress, group_window_s=GROUP_WINDOW_S)
         finally:
             executor.shutdown(kill=True)     # after run_loop's own shutdown: a no-op

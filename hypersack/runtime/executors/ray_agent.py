@@ -146,8 +146,8 @@ class NodeAgent:
             return dataclasses.replace(event, node_id=self._node)
         return event
 
-    def acknowledge(self, trial_ids: list[int]) -> None:
-        self._executor.acknowledge(trial_ids)
+    def acknowledge(self, trial_ids: list[int], free_below: dict[int, int] | None = None) -> None:
+        self._executor.acknowledge(trial_ids, free_below)
 
     def worker_pids(self) -> list[int]:
         return self._executor.worker_pids() if self._executor is not None else []

@@ -1,0 +1,107 @@
+"""Stays: each period a trial spent on a device, from its launch to the moment it left.
+
+A stay is what the per-GPU timeline of a report draws: one bar per (trial, attempt, device).
+The controller opens one stay per device (data-parallel rank) when it launches a trial and closes
+them when the trial leaves, with the outcome that says why it left; the loop stores the changed
+stays in the same transaction as the trial's state (``Store.save_batch(..., stays=...)``).
+
+Times are the loop's clock (wall seconds since the epoch for real runs, simulated seconds in the
+simulator). ``share`` is the percent of the device's compute the trial was given (100: a whole
+device). Pure: no I/O, no clock.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = ["Stay", "StayOutcome", "StayBook"]
+
+
+class StayOutcome(str, enum.Enum):
+    """Why a trial left its device."""
+    FINISHED = "finished"        # it ended with a result (complete, or stopped by the time budget)
+    PAUSED = "paused"            # paused at a rung by the algorithm (checkpoint kept)
+    PREEMPTED = "preempted"      # time-sharing gave its device to another trial
+    RESIZED = "resized"          # relaunched at once on another number of devices (grow)
+    PRUNED = "pruned"            # stopped for good by the algorithm
+    FAILED = "failed"            # it failed (retried or not), or timed out
+    LOST = "lost"                # its device failed or vanished
+    INTERRUPTED = "interrupted"  # the study was interrupted (Ctrl-C, disk full): resumable
+
+
+@dataclass(frozen=True)
+class Stay:
+    """One trial on one device for one launch. ``end``/``outcome`` are None while it runs."""
+    trial_id: int
+    attempt: int
+    node: str
+    gpu: str
+    start: float
+    share: float = 100.0
+    pack: Any = None
+    rank: int = 0
+    end: float | None = None
+    outcome: StayOutcome | None = None
+
+    @property
+    def key(self) -> tuple[int, int, str, str]:
+        """A stay's identity in a store: trial, attempt, node and GPU."""
+        return (self.trial_id, self.attempt, self.node, self.gpu)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trial_id": self.trial_id, "attempt": self.attempt, "node": self.node,
+                "gpu": self.gpu, "start": self.start, "end": self.end, "share": self.share,
+                "pack": self.pack, "rank": self.rank,
+                "outcome": None if self.outcome is None else self.outcome.value}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Stay":
+        outcome = d.get("outcome")
+        return cls(int(d["trial_id"]), int(d["attempt"]), str(d["node"]), str(d["gpu"]),
+                   float(d["start"]), float(d.get("share") or 100.0), d.get("pack"),
+                   int(d.get("rank") or 0), None if d.get("end") is None else float(d["end"]),
+                   None if outcome is None else StayOutcome(outcome))
+
+
+class StayBook:
+    """The open stays of running trials and the stays changed since the last ``take``."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, list[Stay]] = {}
+        self._changed: dict[tuple[int, int, str, str], Stay] = {}
+
+    def open(self, trial_id: int, attempt: int, devices: list[tuple[str, str]], now: float,
+             share: float | None, pack: Any, device: str | None = None) -> None:
+        """Stays for a launch on ``devices`` (rank order); with none named yet, one on
+        ``device`` (or "?") that ``place`` fills in when the executor says where it runs."""
+        where = devices or [("local", device or "?")]
+        stays = [Stay(trial_id, attempt, node, gpu, now, 100.0 if share is None else float(share),
+                      pack, rank) for rank, (node, gpu) in enumerate(where)]
+        self._open[trial_id] = stays
+        for stay in stays:
+            self._changed[stay.key] = stay
+
+    def place(self, trial_id: int, device: str) -> None:
+        """The executor started an unplaced trial on ``device``: name it in its open stay."""
+        stays = self._open.get(trial_id)
+        if not stays or len(stays) != 1 or stays[0].gpu != "?":
+            return
+        self._changed.pop(stays[0].key, None)
+        stays[0] = replace(stays[0], gpu=device)
+        self._changed[stays[0].key] = stays[0]
+
+    def close(self, trial_id: int, now: float, outcome: StayOutcome) -> None:
+        """End the trial's open stays (no-op when it has none)."""
+        for stay in self._open.pop(trial_id, ()):
+            ended = replace(stay, end=max(now, stay.start), outcome=outcome)
+            self._changed[ended.key] = ended
+
+    def running(self, trial_id: int) -> list[Stay]:
+        return list(self._open.get(trial_id, ()))
+
+    def take(self) -> list[Stay]:
+        """Stays opened or closed since the last call, in trial, attempt, rank order."""
+        out = sorted(self._changed.values(), key=lambda s: (s.trial_id, s.attempt, s.rank))
+        self._changed.clear()
+        return out

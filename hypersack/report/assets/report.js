@@ -1,0 +1,315 @@
+/* HyperSack report: draws the payloads of hypersack.report.data with plotly.js.
+   HyperSack.render(root, payloads)  -- a static report (one study, or two side by side)
+   HyperSack.live(root, options)     -- the dashboard: polls the JSON API and redraws in place */
+(function () {
+  "use strict";
+  var OUTCOME_COLORS = {finished: "#2f855a", paused: "#805ad5", preempted: "#dd6b20", resized: "#3182ce",
+    pruned: "#b7791f", failed: "#e53e3e", lost: "#718096", interrupted: "#a0aec0", running: "#63b3ed"};
+  var STATE_COLORS = {complete: "rgba(47,133,90,0.45)", pruned: "rgba(183,121,31,0.35)",
+    paused: "rgba(128,90,213,0.45)", running: "rgba(28,100,242,0.9)", failed: "rgba(229,62,62,0.5)",
+    pending: "rgba(113,128,150,0.5)"};
+  var CONFIG = {displaylogo: false, responsive: true};
+  // WebGL only where SVG would be slow: it costs seconds to start in a browser without a GPU.
+  function scatterType(n) { return n > 20000 ? "scattergl" : "scatter"; }
+
+  function el(tag, attrs, children) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (k === "text") { e.textContent = attrs[k]; } else { e.setAttribute(k, attrs[k]); }
+    });
+    (children || []).forEach(function (c) { if (c) { e.appendChild(c); } });
+    return e;
+  }
+  function fmt(v) {
+    if (v === null || v === undefined) { return "-"; }
+    if (typeof v === "number") { return Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(3) : String(+v.toPrecision(5)); }
+    return String(v);
+  }
+  function dur(s) {
+    if (s === null || s === undefined) { return "-"; }
+    if (s >= 3600) { return (s / 3600).toFixed(2) + " h"; }
+    if (s >= 60) { return (s / 60).toFixed(1) + " min"; }
+    return s.toFixed(1) + " s";
+  }
+  function layout(title, extra) {
+    var base = {title: {text: title, font: {size: 14}}, margin: {l: 60, r: 20, t: 36, b: 44},
+      paper_bgcolor: "#fff", plot_bgcolor: "#fff", legend: {orientation: "h", y: -0.2}, hovermode: "closest"};
+    Object.keys(extra || {}).forEach(function (k) { base[k] = extra[k]; });
+    return base;
+  }
+  function draw(div, traces, lay) {
+    var points = traces.reduce(function (n, t) { return n + ((t.x || t.dimensions || []).length || 0); }, 0);
+    if (!points) {
+      lay.annotations = [{text: "nothing to draw yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: {size: 14, color: "#829ab1"}}];
+      lay.xaxis = {visible: false}; lay.yaxis = {visible: false};
+    }
+    if (div.getAttribute("data-drawn")) { Plotly.react(div, traces, lay, CONFIG); }
+    else { Plotly.newPlot(div, traces, lay, CONFIG); div.setAttribute("data-drawn", "1"); }
+    div.setAttribute("data-traces", String(traces.length));
+  }
+  function chart(box, key, tall) {
+    var div = box.querySelector("[data-chart='" + key + "']");
+    if (!div) { div = el("div", {"class": "chart" + (tall ? " tall" : ""), "data-chart": key}); box.appendChild(div); }
+    return div;
+  }
+
+  // ---- the views ------------------------------------------------------------------------------
+
+  function summary(p) {
+    var s = p.summary, counts = Object.keys(s.counts).map(function (k) { return s.counts[k] + " " + k; }).join(", ");
+    var cards = [["trials", s.trials], ["states", counts || "-"], ["best " + p.metric + " (" + p.mode + ")", s.best ? fmt(s.best.value) : "-"],
+      ["best trial", s.best ? s.best.trial_id : "-"], ["duration", dur(s.duration_s)], ["devices", s.devices],
+      ["mean occupancy", s.mean_occupancy === null ? "-" : fmt(s.mean_occupancy) + "%"], ["status", p.status]];
+    var box = el("div", {"class": "cards"}, cards.map(function (c) {
+      return el("div", {"class": "card"}, [el("div", {"class": "k", text: c[0]}), el("div", {"class": "v", text: String(c[1])})]);
+    }));
+    var cfg = s.best ? el("div", {"class": "best-config", text: "best config: " + JSON.stringify(s.best.config)}) : null;
+    return el("div", {"data-view": "summary"}, [box, cfg]);
+  }
+
+  function bestChart(div, p) {
+    var b = p.best, pts = p.points, traces = [
+      {type: scatterType(pts.t.length), mode: "markers", name: "trial value", x: pts.t, y: pts.v, text: pts.id.map(function (i) { return "trial " + i; }),
+        marker: {size: 5, color: "rgba(49,130,206,0.45)"}},
+      {type: "scatter", mode: "lines+markers", name: "best so far", x: b.t.concat(b.t.length ? [Math.max(p.now || 0, b.t[b.t.length - 1])] : []),
+        y: b.v.concat(b.v.length ? [b.v[b.v.length - 1]] : []), line: {shape: "hv", color: "#c53030", width: 2},
+        text: b.id.map(function (i) { return "trial " + i; }), marker: {size: 6}}];
+    draw(div, traces, layout("Best " + p.metric + " so far", {xaxis: {title: {text: "seconds since the first launch"}}, yaxis: {title: {text: p.metric}}}));
+  }
+
+  function curvesChart(div, p) {
+    var groups = {}, ends = {};
+    p.curves.forEach(function (c) {
+      var g = groups[c.state] || (groups[c.state] = {x: [], y: [], text: []});
+      g.x.push.apply(g.x, c.x); g.y.push.apply(g.y, c.y);
+      c.x.forEach(function () { g.text.push("trial " + c.id); });
+      g.x.push(null); g.y.push(null); g.text.push("");
+      if ((c.state === "pruned" || c.state === "paused") && c.x.length) {
+        var e = ends[c.state] || (ends[c.state] = {x: [], y: [], text: []});
+        e.x.push(c.x[c.x.length - 1]); e.y.push(c.y[c.y.length - 1]); e.text.push("trial " + c.id + " " + c.state);
+      }
+    });
+    var order = ["complete", "pruned", "paused", "failed", "pending", "running"], traces = [];
+    order.concat(Object.keys(groups).filter(function (k) { return order.indexOf(k) < 0; })).forEach(function (state) {
+      var g = groups[state];
+      if (!g) { return; }
+      traces.push({type: scatterType(g.x.length), mode: "lines", name: state, x: g.x, y: g.y, text: g.text, connectgaps: false,
+        line: {width: state === "running" ? 2.5 : 1, color: STATE_COLORS[state] || "#888"}});
+    });
+    Object.keys(ends).forEach(function (state) {
+      var e = ends[state];
+      traces.push({type: scatterType(e.x.length), mode: "markers", name: state + " here", x: e.x, y: e.y, text: e.text,
+        marker: {symbol: state === "pruned" ? "x" : "diamond", size: 7, color: OUTCOME_COLORS[state]}});
+    });
+    draw(div, traces, layout("Learning curves (" + p.curves.length + " trials)", {xaxis: {title: {text: "step"}}, yaxis: {title: {text: p.metric}}}));
+  }
+
+  function parallelChart(div, p) {
+    var dims = p.parallel;
+    if (!dims.length || !dims[0].values.length) { draw(div, [], layout("Parallel coordinates: no trial with a value yet")); return; }
+    var d = dims.map(function (x) {
+      var o = {label: x.label, values: x.values};
+      if (x.ticktext) { o.ticktext = x.ticktext; o.tickvals = x.tickvals; }
+      return o;
+    });
+    draw(div, [{type: "parcoords", dimensions: d, line: {color: dims[0].values, colorscale: "Viridis", reversescale: p.mode === "min", showscale: true}}],
+      layout("Parallel coordinates", {margin: {l: 60, r: 60, t: 60, b: 30}}));
+  }
+
+  function importanceChart(div, p) {
+    var s = p.importance.scores, names = Object.keys(s).sort(function (a, b) { return s[a] - s[b]; });
+    draw(div, [{type: "bar", orientation: "h", x: names.map(function (n) { return s[n]; }), y: names, marker: {color: "#3182ce"}}],
+      layout("Parameter importance (" + p.importance.method + ")", {margin: {l: 120, r: 20, t: 36, b: 40}, xaxis: {range: [0, 1]}}));
+  }
+
+  function timelineChart(div, p) {
+    var L = p.lanes, rows = {}, byOutcome = {};
+    for (var i = 0; i < L.trial.length; i++) {
+      var row = L.device[i] + " #" + L.lane[i];
+      rows[row] = [L.device[i], L.lane[i]];
+      var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: [], hover: []});
+      g.base.push(L.start[i]); g.x.push(Math.max(L.end[i] - L.start[i], 1e-9)); g.y.push(row);
+      g.text.push((L.pack[i] !== null ? "p" + L.pack[i] + ":" : "") + "t" + L.trial[i]);
+      g.hover.push("trial " + L.trial[i] + " attempt " + L.attempt[i] + " · " + fmt(L.share[i]) + "% of the device · " + o +
+        (L.pack[i] !== null ? " · pack " + L.pack[i] : "") + " · " + dur(L.start[i]) + " to " + dur(L.end[i]));
+    }
+    var names = Object.keys(rows).sort(function (a, b) {
+      return rows[a][0] < rows[b][0] ? -1 : rows[a][0] > rows[b][0] ? 1 : rows[b][1] - rows[a][1];
+    });
+    var traces = Object.keys(byOutcome).map(function (o) {
+      var g = byOutcome[o];
+      return {type: "bar", orientation: "h", name: o, x: g.x, base: g.base, y: g.y, text: L.trial.length <= 3000 ? g.text : null,
+        hovertext: g.hover, hoverinfo: "text", textposition: "inside", insidetextanchor: "middle", textfont: {size: 9, color: "#fff"},
+        constraintext: "both", marker: {color: OUTCOME_COLORS[o] || "#999", line: {width: 0.5, color: "#fff"}}};
+    });
+    var h = Math.max(300, Math.min(1400, 60 + 14 * names.length));
+    draw(div, traces, layout("GPU timeline: each trial's stays, one lane per co-located trial", {barmode: "overlay", height: h,
+      yaxis: {categoryorder: "array", categoryarray: names.slice().reverse(), automargin: true, tickfont: {size: 9}},
+      xaxis: {title: {text: "seconds since the first launch"}}, bargap: 0.15}));
+  }
+
+  function occupancyChart(div, p) {
+    var traces = [];
+    Object.keys(p.occupancy).forEach(function (d) {
+      traces.push({type: "scatter", mode: "lines", name: d + " occupancy", x: p.occupancy[d][0], y: p.occupancy[d][1], line: {shape: "hv", width: 1.5}});
+    });
+    Object.keys(p.utilization).forEach(function (d) {
+      traces.push({type: "scatter", mode: "lines", name: d + " utilisation (NVML)", x: p.utilization[d][0], y: p.utilization[d][1], line: {dash: "dot", width: 1.5}});
+    });
+    draw(div, traces, layout("Occupancy (allocated compute, %) and measured utilisation", {yaxis: {title: {text: "% of the device"}, rangemode: "tozero"},
+      xaxis: {title: {text: "seconds since the first launch"}}, showlegend: traces.length <= 16}));
+  }
+
+  var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "start", "duration"];
+
+  function tableView(box, p) {
+    var t = p.table, n = t.id.length, order = [], sortKey = box.getAttribute("data-sort") || "id", desc = box.getAttribute("data-desc") === "1";
+    var params = Object.keys(t.params || {}), columns = TABLE_HEAD.concat(params, ["error"]);
+    function column(c) { return t[c] !== undefined && params.indexOf(c) < 0 ? t[c] : t.params[c]; }
+    var keys = column(sortKey) || t.id;
+    for (var i = 0; i < n; i++) { order.push(i); }
+    order.sort(function (a, b) {
+      var x = keys[a], y = keys[b];
+      if (x === y) { return 0; } if (x === null) { return 1; } if (y === null) { return -1; }
+      return (x < y ? -1 : 1) * (desc ? -1 : 1);
+    });
+    var limit = box.getAttribute("data-all") ? n : Math.min(n, 1000);
+    var head = el("tr", {}, columns.map(function (c) {
+      var th = el("th", {text: c + (c === sortKey ? (desc ? " \u25BC" : " \u25B2") : ""), "data-col": c});
+      th.addEventListener("click", function () {
+        box.setAttribute("data-desc", c === sortKey && !desc ? "1" : "0"); box.setAttribute("data-sort", c); tableView(box, p);
+      });
+      return th;
+    }));
+    var cols = columns.map(column), body = el("tbody");
+    for (var k = 0; k < limit; k++) {
+      var r = order[k], tr = el("tr");
+      columns.forEach(function (c, j) {
+        var v = cols[j][r], td = el("td", {"class": c === "state" ? "state-" + v : params.indexOf(c) >= 0 ? "cfg" : ""});
+        if (c === "error" && v) {
+          if (t.traceback[r]) {
+            td.appendChild(el("details", {}, [el("summary", {text: v}), el("pre", {text: t.traceback[r]})]));
+          } else { td.textContent = v; }
+        } else { td.textContent = c === "duration" || c === "start" ? (v === null ? "-" : dur(v)) : fmt(v); }
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    }
+    box.innerHTML = "";
+    box.appendChild(el("div", {"class": "tablebox"}, [el("table", {"class": "trials"}, [el("thead", {}, [head]), body])]));
+    if (limit < n) {
+      var more = el("button", {text: "show all " + n + " trials"});
+      more.addEventListener("click", function () { box.setAttribute("data-all", "1"); tableView(box, p); });
+      box.appendChild(el("p", {"class": "note", text: "showing " + limit + " of " + n + " trials (sorted by " + sortKey + ") "}, [more]));
+    }
+  }
+
+  // ---- one study ------------------------------------------------------------------------------
+
+  function studySection(section, p) {
+    section.innerHTML = "";
+    var sub = p.source === "simulation" ? " (simulated: " + (p.extra.algorithm || "") + ", " + (p.extra.policy || "") + ")" : "";
+    section.appendChild(el("h2", {text: p.name + sub}));
+    section.appendChild(summary(p));
+    var g1 = el("div", {"class": "grid2"}), g2 = el("div", {"class": "grid2"});
+    section.appendChild(g1); section.appendChild(g2);
+    var charts = el("div");
+    section.appendChild(charts);
+    section.appendChild(el("h3", {text: "Trials"}));
+    var tbl = el("div", {"data-view": "table"});
+    section.appendChild(tbl);
+    return {best: chart(g1, "best"), curves: chart(g1, "curves"), parallel: chart(g2, "parallel"),
+      importance: chart(g2, "importance"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
+      table: tbl, summary: section.querySelector("[data-view='summary']"), section: section};
+  }
+
+  function drawStudy(views, p) {
+    var fresh = summary(p);
+    views.summary.replaceWith(fresh); views.summary = fresh;
+    bestChart(views.best, p); curvesChart(views.curves, p); parallelChart(views.parallel, p);
+    importanceChart(views.importance, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
+    tableView(views.table, p);
+  }
+
+  function compareSection(root, ps) {
+    var sec = el("section", {"class": "study", "data-view": "compare"});
+    sec.appendChild(el("h2", {text: "Comparison: " + ps.map(function (p) { return p.name; }).join(" vs ")}));
+    var rows = [["trials", function (p) { return p.summary.trials; }], ["best " + ps[0].metric, function (p) { return p.summary.best ? fmt(p.summary.best.value) : "-"; }],
+      ["time to best", function (p) { return p.best.t.length ? dur(p.best.t[p.best.t.length - 1]) : "-"; }],
+      ["duration", function (p) { return dur(p.summary.duration_s); }], ["devices", function (p) { return p.summary.devices; }],
+      ["mean occupancy", function (p) { return p.summary.mean_occupancy === null ? "-" : fmt(p.summary.mean_occupancy) + "%"; }]];
+    var table = el("table", {"class": "compare"}, [el("tr", {}, [el("th", {text: ""})].concat(ps.map(function (p) { return el("th", {text: p.name}); })))]
+      .concat(rows.map(function (r) { return el("tr", {}, [el("td", {text: r[0]})].concat(ps.map(function (p) { return el("td", {text: String(r[1](p))}); }))); })));
+    sec.appendChild(table);
+    var g = el("div", {"class": "grid2"});
+    sec.appendChild(g);
+    root.appendChild(sec);
+    draw(chart(g, "compare-best"), ps.map(function (p) {
+      return {type: "scatter", mode: "lines+markers", name: p.name, x: p.best.t.concat(p.best.t.length ? [Math.max(p.now || 0, p.best.t[p.best.t.length - 1])] : []),
+        y: p.best.v.concat(p.best.v.length ? [p.best.v[p.best.v.length - 1]] : []), line: {shape: "hv"}};
+    }), layout("Best " + ps[0].metric + " so far", {xaxis: {title: {text: "seconds since the first launch"}}}));
+    draw(chart(g, "compare-occupancy"), [{type: "bar", x: ps.map(function (p) { return p.name; }), y: ps.map(function (p) { return p.summary.mean_occupancy; }), marker: {color: "#3182ce"}}],
+      layout("Mean GPU occupancy (%)", {yaxis: {rangemode: "tozero"}}));
+  }
+
+  function render(root, payloads) {
+    if (payloads.length > 1) { compareSection(root, payloads); }
+    payloads.forEach(function (p) {
+      var sec = el("section", {"class": "study", "data-study": p.name});
+      root.appendChild(sec);
+      drawStudy(studySection(sec, p), p);
+    });
+  }
+
+  // ---- the dashboard --------------------------------------------------------------------------
+
+  function live(root, opts) {
+    var nav = el("nav", {"class": "studies"}), mainBox = el("main", {style: "flex:1"}), views = null, current = opts.study || null, known = {};
+    root.appendChild(el("div", {"class": "layout"}, [nav, mainBox]));
+    var status = el("p", {"class": "note", "data-view": "status"});
+    mainBox.appendChild(status);
+    var sec = el("section", {"class": "study"});
+    mainBox.appendChild(sec);
+    function get(url) {
+      return fetch(url, {cache: "no-store"}).then(function (r) {
+        if (!r.ok) { return r.text().then(function (t) { throw new Error(t || r.statusText); }); }
+        return r.json();
+      });
+    }
+    function listStudies() {
+      return get("api/studies").then(function (studies) {
+        nav.innerHTML = "";
+        nav.appendChild(el("div", {"class": "k", text: "studies"}));
+        known = {};
+        studies.forEach(function (s) {
+          known[s.name] = true;
+          var a = el("a", {href: "?study=" + encodeURIComponent(s.name) + (opts.poll ? "&poll=" + opts.poll : ""), "class": s.name === current ? "on" : ""},
+            [document.createTextNode(s.name + " "), el("span", {"class": "st", text: s.status})]);
+          nav.appendChild(a);
+        });
+        if (!current && studies.length) { current = studies[studies.length - 1].name; }
+      });
+    }
+    var ticks = 0, busy = false;
+    function tick() {
+      if (busy) { return; }
+      busy = true;
+      var listing = ticks % 10 === 0 || !known[current] ? listStudies() : Promise.resolve();
+      ticks++;
+      listing.then(function () {
+        if (!current) { status.textContent = "no study in this store yet"; return null; }
+        if (!known[current]) { status.textContent = "waiting for study " + current + " to start"; return null; }
+        return get("api/study?name=" + encodeURIComponent(current)).then(function (p) {
+          if (!views) { views = studySection(sec, p); }
+          drawStudy(views, p);
+          status.textContent = "study " + p.name + " (" + p.status + "), updated " + new Date().toLocaleTimeString();
+        });
+      }).catch(function (e) { status.textContent = "cannot read the store: " + e.message; })
+        .then(function () { busy = false; });
+    }
+    tick();
+    return setInterval(tick, opts.poll || 2000);
+  }
+
+  window.HyperSack = {render: render, live: live};
+})();

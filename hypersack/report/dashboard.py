@@ -1,0 +1,133 @@
+"""``hypersack dashboard [STUDY]``: a local web page that follows a study store while it runs.
+
+A stdlib ``ThreadingHTTPServer`` bound to 127.0.0.1 by default. It serves
+
+- ``/``: the page (plotly.js and the report's script inline, so it needs no network);
+- ``/api/studies``: the store's studies with their status and trial counts;
+- ``/api/study?name=NAME``: the report's payload of one study (running trials included).
+
+Every API request opens the store READ-ONLY (``Storage(path, readonly=True)``: a ``mode=ro``
+SQLite connection in WAL mode), reads and closes it. A WAL reader never takes the write lock,
+so the study's driver never waits for the dashboard, let alone sees "database is locked"
+(optuna-dashboard's #545); the test polls every 100 ms during a running study to show it.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from hypersack.errors import ConfigError, HyperSackError, StorageError, StudyNotFoundError
+
+__all__ = ["Dashboard", "DEFAULT_HOST", "DEFAULT_PORT"]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+class Dashboard:
+    """The dashboard server for the store at ``storage``. ``port`` 0 picks a free port (see
+    ``url``). ``serve_forever()`` blocks; ``start()`` serves on a daemon thread; ``close()``."""
+
+    def __init__(self, storage: str | Path, *, study: str | None = None, host: str = DEFAULT_HOST,
+                 port: int = DEFAULT_PORT, poll_ms: int = 2000):
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ConfigError("--port", port, "must be an integer from 0 to 65535")
+        if isinstance(poll_ms, bool) or not isinstance(poll_ms, int) or poll_ms < 50:
+            raise ConfigError("--poll-ms", poll_ms, "must be an integer >= 50 (milliseconds)")
+        from hypersack.report.html import dashboard_html
+        self.storage = Path(storage)
+        self._page = dashboard_html(study, poll_ms).encode("utf-8")   # needs plotly: fails here
+        handler = type("Handler", (_Handler,), {"dashboard": self})
+        try:
+            self._server = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            raise HyperSackError(f"The dashboard cannot listen on {host}:{port} ({exc.strerror}); "
+                                 "pick another --port") from None
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}/"
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever(poll_interval=0.2)
+
+    def start(self) -> "Dashboard":
+        self._thread = threading.Thread(target=self.serve_forever, name="hypersack-dashboard",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(5)
+        self._server.server_close()
+
+    # ---- the API (each call: open read-only, read, close) ----------------------------------
+
+    def studies(self) -> list[dict[str, Any]]:
+        from hypersack.runtime.storage import Storage
+        if not self.storage.exists():
+            return []
+        try:
+            store = Storage(self.storage, readonly=True)
+        except StorageError as exc:
+            if "no such table" in str(exc):      # a driver is creating the file right now
+                return []
+            raise
+        with store:
+            return store.list_studies()
+
+    def study(self, name: str) -> dict[str, Any]:
+        from hypersack.report.data import from_storage, payload
+        from hypersack.runtime.storage import Storage
+        with Storage(self.storage, readonly=True) as store:
+            return payload(from_storage(store, name))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    dashboard: Dashboard
+    server_version = "hypersack-dashboard"
+
+    def do_GET(self) -> None:      # noqa: N802 (the stdlib's name)
+        url = urlparse(self.path)
+        try:
+            if url.path in ("/", "/index.html"):
+                self._send(200, self.dashboard._page, "text/html; charset=utf-8")
+            elif url.path == "/api/studies":
+                self._json(200, self.dashboard.studies())
+            elif url.path == "/api/study":
+                name = parse_qs(url.query).get("name", [""])[0]
+                self._json(200, self.dashboard.study(name))
+            else:
+                self._json(404, {"error": f"no such page: {url.path}"})
+        except StudyNotFoundError as exc:
+            self._json(404, {"error": str(exc)})
+        except HyperSackError as exc:
+            self._json(503, {"error": str(exc)})
+
+    def _json(self, code: int, value: Any) -> None:
+        self._send(code, json.dumps(value, separators=(",", ":")).encode("utf-8"),
+                   "application/json")
+
+    def _send(self, code: int, body: bytes, kind: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a page polling every 2 s would fill the terminal."""

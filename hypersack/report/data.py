@@ -1,0 +1,237 @@
+"""What a report shows of one study, gathered from a store or a simulation, as plain JSON data.
+
+``StudyData`` holds the study's facts (trials, results with their times, stays, utilisation
+samples); ``payload(data)`` turns them into the series the page draws (``series`` does the
+computing). The same payload feeds the HTML report and the live dashboard.
+
+Times in a payload are seconds since the study's first launch; numbers are rounded to 5
+significant digits (the page draws them, nobody reads 17 digits), so 10,000 trials stay small.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from hypersack.core.objective import Objective
+from hypersack.core.stays import Stay
+from hypersack.report import series
+
+__all__ = ["StudyData", "from_storage", "from_simulation", "payload"]
+
+_TRACEBACK_CHARS = 4000       # a traceback longer than this keeps its end (where the error is)
+
+
+@dataclass
+class StudyData:
+    """One study's facts. ``results``: ``(trial_id, step, t, value)`` of the objective's metric,
+    ``t`` the wall (or simulated) time of the report, None where unknown; ``trials``:
+    ``queries.trial_dict`` rows plus ``pack``; ``now``: where open stays end (a running study:
+    the present)."""
+    name: str
+    status: str
+    objective: Objective
+    trials: list[dict[str, Any]]
+    results: list[tuple[int, int, float | None, Any]]
+    stays: list[Stay]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    now: float | None = None
+    source: str = "store"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData:
+    """The study ``name`` from a ``Storage`` (opened read-only by the caller is enough)."""
+    from hypersack.runtime.queries import trial_dict
+    row = storage.get_study(name)
+    trials = []
+    for t in storage.load_trials(row.study_id):
+        d = trial_dict(t)
+        d["pack"] = t.info.get("pack")
+        trials.append(d)
+    objective = Objective.parse(row.spec["objective"])
+    results = storage.load_metric(row.study_id, objective.metric)
+    if now is None:
+        now = time.time() if row.status == "running" else row.updated_at
+    return StudyData(name, row.status, objective, trials, results, storage.load_stays(row.study_id), storage.load_samples(row.study_id),
+                     now=now, source="store")
+
+
+def from_simulation(result: Any, store: Any) -> StudyData:
+    """A finished simulation (``sim.run.simulate`` with ``keep_results``): its controller's
+    trials, the memory store's results (no report times: the trial's end stands in) and stays."""
+    from hypersack.runtime.queries import trial_dict
+    controller = result.controller
+    trials = []
+    for record in controller.trials.values():
+        d = trial_dict(record)
+        d["pack"] = record.info.get("pack")
+        trials.append(d)
+    metric = controller.objective.metric
+    results: list[tuple[int, int, float | None, Any]] = [
+        (tid, step, None, m.get(metric)) for tid, step, m in store.results]
+    return StudyData(result.scenario, "complete", controller.objective, trials, results,
+                     store.load_stays(1), [], now=result.makespan_s, source="simulation",
+                     extra={"policy": result.policy, "algorithm": result.algorithm,
+                            "makespan_s": result.makespan_s})
+
+
+def _r(x: float | None) -> float | None:
+    """``x`` to 5 significant digits (None and non-finite: None)."""
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.5g}")
+
+
+def _rs(xs: Sequence[Any], shift: float = 0.0) -> list[float | None]:
+    """``x - shift`` for each of ``xs`` to 5 significant digits, vectorised (None and
+    non-finite: None). k/10^d is the double nearest the decimal, so JSON prints it short."""
+    if not len(xs):
+        return []
+    a = np.array([np.nan if x is None else x for x in xs], dtype=float) - shift
+    ok = np.isfinite(a)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        digits = np.where(ok & (a != 0), 4 - np.floor(np.log10(np.abs(a))), 0.0)
+        digits = np.clip(digits, -300, 300)
+        up = np.round(a * 10.0 ** np.maximum(digits, 0)) / 10.0 ** np.maximum(digits, 0)
+        down = np.round(a / 10.0 ** np.maximum(-digits, 0)) * 10.0 ** np.maximum(-digits, 0)
+    out = np.where(digits >= 0, up, down).tolist()
+    return [v if good else None for v, good in zip(out, ok.tolist())]
+
+
+def _origin(data: StudyData) -> float:
+    """The study's first launch; with none yet, ``now`` (so the study has lasted 0 s)."""
+    starts = [s.start for s in data.stays] + [t["started_at"] for t in data.trials if t["started_at"]]
+    return min(starts) if starts else (data.now or 0.0)
+
+
+def _reached_at(data: StudyData) -> dict[int, float]:
+    """When each trial reached its current value: its end, else its last report's time."""
+    last: dict[int, float] = {}
+    for trial_id, _step, t, _v in data.results:
+        if t is not None:
+            last[trial_id] = t
+    out = {}
+    for trial in data.trials:
+        at = trial["finished_at"] if trial["finished_at"] is not None else last.get(trial["trial_id"])
+        if at is not None:
+            out[trial["trial_id"]] = at
+    return out
+
+
+def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000) -> dict[str, Any]:
+    """The JSON-ready views of one study (see the module doc)."""
+    origin = _origin(data)
+    now = (data.now if data.now is not None else origin) - origin
+    metric, mode = data.objective.metric, data.objective.mode or "min"
+    reached = _reached_at(data)
+    valued = [t for t in data.trials if t["value"] is not None and t["state"] != "failed"]
+    points = [(reached[t["trial_id"]] - origin, t["value"], t["trial_id"])
+              for t in valued if t["trial_id"] in reached]
+    best = series.best_so_far(points, mode)
+    stays = data.stays
+    bars = series.lanes(stays, now + origin)
+    occ = series.occupancy(stays, now + origin)
+    curves = series.learning_curves(((tid, step, v) for tid, step, _t, v in data.results),
+                                    per_curve=per_curve, total=total_points)
+    scores, method = series.importance([t["config"] for t in valued], [t["value"] for t in valued])
+    return {
+        "name": data.name, "status": data.status, "metric": metric, "mode": mode,
+        "source": data.source, "extra": data.extra, "now": _r(now),
+        "summary": _summary(data, valued, occ, origin, now),
+        "best": _columns(best, ("t", "v", "id"), origin=0.0),
+        "points": {"t": _rs([p[0] for p in points]), "v": _rs([p[1] for p in points]),
+                   "id": [p[2] for p in points]},
+        "curves": _curves(curves, data),
+        "lanes": _lanes(bars, origin),
+        "occupancy": {d: [_rs(ts, origin), _rs(vs)] for d, (ts, vs) in occ.items()},
+        "utilization": _utilization(data.samples, origin),
+        "importance": {"method": method, "scores": {k: _r(v) for k, v in scores.items()}},
+        "parallel": _parallel(valued, metric),
+        "table": _table(data.trials, origin),
+    }
+
+
+def _summary(data: StudyData, valued: list[dict], occ: Mapping, origin: float,
+             now: float) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for t in data.trials:
+        counts[t["state"]] = counts.get(t["state"], 0) + 1
+    sign = data.objective.sign()
+    best = max(valued, key=lambda t: (sign * t["value"], -t["trial_id"]), default=None)
+    mean = series.occupancy_mean(occ, 0.0 + origin, now + origin) if now > 0 else {}
+    return {"trials": len(data.trials), "counts": counts, "duration_s": _r(now),
+            "devices": len(occ), "stays": len(data.stays),
+            "mean_occupancy": _r(sum(mean.values()) / len(mean)) if mean else None,
+            "best": None if best is None else {"trial_id": best["trial_id"], "value": best["value"],
+                                               "config": best["config"], "state": best["state"]}}
+
+
+def _columns(rows: list[tuple], names: tuple[str, ...], origin: float) -> dict[str, list]:
+    out: dict[str, list] = {n: [] for n in names}
+    for row in rows:
+        for n, x in zip(names, row):
+            out[n].append(_r(x - origin) if n == "t" else (_r(x) if isinstance(x, float) else x))
+    return out
+
+
+def _curves(curves: Mapping[int, tuple[list[float], list[float]]], data: StudyData) -> list[dict]:
+    state = {t["trial_id"]: t["state"] for t in data.trials}
+    ordered = sorted(curves.items())
+    flat = _rs([y for _tid, (_xs, ys) in ordered for y in ys])     # one vectorised rounding
+    out, at = [], 0
+    for tid, (xs, ys) in ordered:
+        out.append({"id": tid, "state": state.get(tid, "running"), "x": xs, "y": flat[at:at + len(ys)]})
+        at += len(ys)
+    return out
+
+
+def _lanes(bars: list[series.LaneBar], origin: float) -> dict[str, list]:
+    stays = [b.stay for b in bars]
+    return {"device": [b.device for b in bars], "lane": [b.lane for b in bars],
+            "start": _rs([b.start for b in bars], origin), "end": _rs([b.end for b in bars], origin),
+            "trial": [s.trial_id for s in stays], "attempt": [s.attempt for s in stays],
+            "outcome": [s.outcome.value if s.outcome else "running" for s in stays],
+            "pack": [None if s.pack is None else str(s.pack) for s in stays],
+            "share": _rs([s.share for s in stays])}
+
+
+def _utilization(samples: list[dict[str, Any]], origin: float) -> dict[str, list]:
+    by_device: dict[str, tuple[list, list]] = {}
+    for sample in samples:
+        ts, us = by_device.setdefault(f"{sample['node']}/{sample['gpu']}", ([], []))
+        ts.append(sample["t"])
+        us.append(sample["utilization"])
+    return {d: [_rs(ts, origin), _rs(us)] for d, (ts, us) in by_device.items()}
+
+
+def _parallel(valued: list[dict], metric: str) -> list[dict[str, Any]]:
+    dims = series.parallel_coordinates([t["config"] for t in valued], [t["value"] for t in valued], metric)
+    for d in dims:
+        d["values"] = _rs(d["values"])
+    return dims
+
+
+def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, Any]:
+    """Columns of the trials table; ``params``: one column per parameter (values as they are,
+    numbers rounded); ``traceback`` keeps its last characters."""
+    starts = [t["started_at"] for t in trials]
+    ends = [t["finished_at"] for t in trials]
+    names = sorted({k for t in trials for k in t["config"]})
+    params = {}
+    for name in names:
+        column = [t["config"].get(name) for t in trials]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column)
+        params[name] = _rs(column) if numeric else [None if v is None else str(v) for v in column]
+    return {
+        "id": [t["trial_id"] for t in trials], "state": [t["state"] for t in trials],
+        "value": _rs([t["value"] for t in trials]), "step": [t["last_step"] for t in trials],
+        "attempts": [t["attempts"] for t in trials],
+        "start": _rs(starts, origin),
+        "duration": _rs([None if a is None or b is None else b - a for a, b in zip(starts, ends)]),
+        "params": params, "error": [t["error"] for t in trials],
+        "traceback": [t["traceback"][-_TRACEBACK_CHARS:] if t["traceback"] else None for t in trials],
+    }

@@ -1,0 +1,69 @@
+"""A study's trials as a pandas DataFrame, shaped as Optuna's ``study.trials_dataframe()``.
+
+Columns: ``number``, ``value``, ``datetime_start``, ``datetime_complete``, ``duration``,
+``params_<name>`` for each parameter, ``state`` (HyperSack's: complete, pruned, failed, paused,
+running, pending), ``metrics_<name>`` for each metric in the trial's last report (where Optuna
+has ``user_attrs_*``), then ``last_step``, ``attempts``, ``retries`` and ``error``. One row per
+trial, by number. ``datetime_*`` are pandas Timestamps (local wall time, as Optuna's), absent
+(NaT) where the trial has not started or finished; ``duration`` a Timedelta.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from hypersack.errors import MissingDependencyError
+
+__all__ = ["trials_dataframe", "write_parquet"]
+
+
+def _pandas() -> Any:
+    try:
+        pandas = importlib.import_module("pandas")     # Any: pandas ships no type information
+    except ImportError:
+        raise MissingDependencyError("trials_dataframe()", "pandas", "report") from None
+    return pandas
+
+
+def trials_dataframe(storage: Any, name: str) -> Any:
+    """The trials of the stored study ``name`` (``storage``: a ``Storage``, read-only is enough)."""
+    pd = _pandas()
+    row = storage.get_study(name)
+    trials = storage.load_trials(row.study_id)
+    params = sorted({k for t in trials for k in t.config})
+    metrics = sorted({k for t in trials for k in t.metrics})
+    columns = ["number", "value", "datetime_start", "datetime_complete", "duration",
+               *[f"params_{p}" for p in params], "state", *[f"metrics_{m}" for m in metrics],
+               "last_step", "attempts", "retries", "error"]
+    rows = []
+    for t in trials:
+        start = _time(pd, t.started_at)
+        end = _time(pd, t.finished_at)
+        rows.append([t.trial_id, t.value, start, end,
+                     end - start if start is not pd.NaT and end is not pd.NaT else pd.NaT,
+                     *[t.config.get(p) for p in params], t.state.value,
+                     *[t.metrics.get(m) for m in metrics], t.last_step, t.attempts, t.retries, t.error])
+    frame = pd.DataFrame(rows, columns=columns)
+    for column in ("datetime_start", "datetime_complete"):
+        frame[column] = pd.to_datetime(frame[column])
+    frame["duration"] = pd.to_timedelta(frame["duration"])
+    return frame
+
+
+def _time(pd: Any, seconds: float | None) -> Any:
+    return pd.NaT if seconds is None else pd.Timestamp.fromtimestamp(seconds)
+
+
+def write_parquet(storage: Any, name: str, path: Any) -> None:
+    """Write ``trials_dataframe`` to a Parquet file (needs pyarrow)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise MissingDependencyError("export --format parquet", "pyarrow", "parquet") from None
+    frame = trials_dataframe(storage, name)
+    for column in frame.columns:       # mixed parameter types (a categorical of ints and str)
+        if frame[column].dtype == object and column != "error":
+            kinds = {type(v) for v in frame[column] if v is not None}
+            if len(kinds) > 1:
+                frame[column] = frame[column].map(lambda v: None if v is None else str(v))
+    frame.to_parquet(path, index=False)

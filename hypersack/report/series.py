@@ -1,0 +1,234 @@
+"""The report's series, computed from plain data: pure functions, no I/O, no plotting.
+
+Every time here is in seconds on one axis chosen by the caller (the report uses seconds since
+the study's first launch). Values follow the study's objective: ``mode`` is "min" or "max".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from hypersack.core.stays import Stay
+
+__all__ = ["best_so_far", "downsample", "learning_curves", "lanes", "occupancy", "occupancy_mean",
+           "importance", "parallel_coordinates", "LaneBar"]
+
+
+def best_so_far(points: Iterable[tuple[float, float, int]], mode: str) -> list[tuple[float, float, int]]:
+    """``(t, best value, trial id)`` each time the best value improved, in time order.
+
+    ``points``: ``(t, value, trial_id)`` of the trials that count (each trial's value and when
+    it was reached); non-finite values are skipped. Ties in time keep input order. The values
+    returned are strictly better one after another (monotone: never worse)."""
+    sign = 1.0 if mode == "min" else -1.0
+    out: list[tuple[float, float, int]] = []
+    for t, value, trial_id in sorted(points, key=lambda p: p[0]):
+        if value is None or not math.isfinite(value):
+            continue
+        if not out or sign * value < sign * out[-1][1]:
+            out.append((t, float(value), trial_id))
+    return out
+
+
+def downsample(xs: Sequence[float], ys: Sequence[float], n: int) -> tuple[list[float], list[float]]:
+    """At most ``n`` (>= 2) points of a curve: the first and the last, and in each of the
+    buckets between them the point furthest from the bucket's mean (peaks and dips stay)."""
+    if n < 2:
+        raise ValueError(f"n must be >= 2, got {n}")
+    if len(xs) <= n:
+        return list(xs), list(ys)
+    keep = [0]
+    inner = n - 2
+    span = (len(xs) - 2) / inner
+    for b in range(inner):
+        lo, hi = 1 + int(b * span), 1 + int((b + 1) * span)
+        hi = max(hi, lo + 1)
+        mean = sum(ys[lo:hi]) / (hi - lo)
+        keep.append(max(range(lo, hi), key=lambda i: abs(ys[i] - mean)))
+    keep.append(len(xs) - 1)
+    return [xs[i] for i in keep], [ys[i] for i in keep]
+
+
+def learning_curves(results: Iterable[tuple[int, float, Any]], *, per_curve: int = 60,
+                    total: int = 120_000) -> dict[int, tuple[list[float], list[float]]]:
+    """Per trial, ``(steps, values)`` by step, down-sampled so that a curve has at most
+    ``per_curve`` points and all curves together about ``total`` (never fewer than 2 per curve).
+    ``results``: ``(trial_id, step, value)`` of the metric drawn; a missing (None), non-numeric
+    or non-finite value is skipped."""
+    curves: dict[int, tuple[list[float], list[float]]] = {}
+    for trial_id, step, value in results:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            xs, ys = curves.setdefault(trial_id, ([], []))
+            xs.append(step)
+            ys.append(float(value))
+    if not curves:
+        return {}
+    budget = max(2, min(per_curve, total // len(curves)))
+    out = {}
+    for trial_id, (xs, ys) in curves.items():
+        if any(b < a for a, b in zip(xs, xs[1:])):
+            order = sorted(range(len(xs)), key=xs.__getitem__)
+            xs, ys = [xs[i] for i in order], [ys[i] for i in order]
+        out[trial_id] = downsample(xs, ys, budget)
+    return out
+
+
+@dataclass(frozen=True)
+class LaneBar:
+    """A stay drawn on its device's row: ``lane`` 0.. separates co-located stays."""
+    device: str
+    lane: int
+    start: float
+    end: float
+    stay: Stay
+
+
+def _device(stay: Stay) -> str:
+    return f"{stay.node}/{stay.gpu}"
+
+
+def _ends(stays: Iterable[Stay], now: float) -> list[tuple[Stay, float, float]]:
+    """Each stay with its start and end; an open stay ends at ``now`` (never before its start)."""
+    return [(s, s.start, max(s.start, now if s.end is None else s.end)) for s in stays]
+
+
+def lanes(stays: Iterable[Stay], now: float) -> list[LaneBar]:
+    """Bars of a per-GPU timeline: on each device, stays that overlap in time get different
+    lanes (lowest free lane first, so the lanes of one device never overlap and a device uses
+    as many lanes as it ever held trials at once). Members of one pack starting together get
+    neighbouring lanes. Open stays end at ``now``."""
+    by_device: dict[str, list[tuple[Stay, float, float]]] = {}
+    for item in _ends(stays, now):
+        by_device.setdefault(_device(item[0]), []).append(item)
+    out: list[LaneBar] = []
+    for device in sorted(by_device):
+        lane_end: list[float] = []          # when each lane becomes free
+        for stay, start, end in sorted(by_device[device],
+                                       key=lambda i: (i[1], str(i[0].pack), i[0].trial_id)):
+            lane = next((k for k, free in enumerate(lane_end) if free <= start), len(lane_end))
+            if lane == len(lane_end):
+                lane_end.append(end)
+            else:
+                lane_end[lane] = end
+            out.append(LaneBar(device, lane, start, end, stay))
+    return out
+
+
+def occupancy(stays: Iterable[Stay], now: float) -> dict[str, tuple[list[float], list[float]]]:
+    """Per device, the allocated compute in percent as a step function ``(times, levels)``:
+    ``levels[i]`` holds from ``times[i]`` to ``times[i + 1]`` (the last level is 0). The sum of
+    the stays' shares active at each time; its integral equals sum(share x duration)."""
+    deltas: dict[str, dict[float, float]] = {}
+    for stay, start, end in _ends(stays, now):
+        if end <= start:
+            continue
+        d = deltas.setdefault(_device(stay), {})
+        d[start] = d.get(start, 0.0) + stay.share
+        d[end] = d.get(end, 0.0) - stay.share
+    out = {}
+    for device, changes in sorted(deltas.items()):
+        times, levels, level = [], [], 0.0
+        for t in sorted(changes):
+            level += changes[t]
+            times.append(t)
+            levels.append(0.0 if abs(level) < 1e-9 else level)
+        out[device] = (times, levels)
+    return out
+
+
+def occupancy_mean(series: Mapping[str, tuple[list[float], list[float]]], start: float,
+                   end: float) -> dict[str, float]:
+    """Per device, the mean allocated compute (percent) over ``[start, end]``."""
+    span = end - start
+    out = {}
+    for device, (times, levels) in series.items():
+        area = 0.0
+        for i in range(len(times) - 1):
+            lo, hi = max(times[i], start), min(times[i + 1], end)
+            if hi > lo:
+                area += levels[i] * (hi - lo)
+        out[device] = area / span if span > 0 else 0.0
+    return out
+
+
+def _common_keys(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The parameters every config has, sorted."""
+    if not configs:
+        return []
+    common = set(configs[0])
+    for c in configs[1:]:
+        common.intersection_update(c)
+    return sorted(common)
+
+
+def _encode(values: Sequence[Any]) -> tuple[list[float], list[str] | None]:
+    """Numbers as they are (bools as 0/1); anything else as category codes, with their labels."""
+    if all(isinstance(v, (int, float)) for v in values):
+        return [float(v) for v in values], None
+    labels = sorted({str(v) for v in values})
+    index = {label: i for i, label in enumerate(labels)}
+    return [float(index[str(v)]) for v in values], labels
+
+
+def importance(configs: Sequence[Mapping[str, Any]], values: Sequence[float]
+               ) -> tuple[dict[str, float], str]:
+    """Each parameter's share of the objective's variation (sums to 1), and the method's name.
+
+    fANOVA's main effect of parameter i is Var(E[y | x_i]) / Var(y): how much of the objective's
+    variance the parameter explains alone. Here it is estimated directly: the trials are split
+    into bins of x_i (its categories, or up to 10 quantile bins of a number, about 10 trials
+    each) and the variance of the bins' mean objective, weighted by their sizes, is divided by
+    the objective's variance (the correlation ratio). The shares are normalised to sum to 1, as
+    Optuna shows importances. Numpy only, linear in the trials: 10,000 trials take
+    milliseconds. Parameters that never vary get 0; fewer than 2 trials: {}."""
+    names = _common_keys(configs)
+    if len(values) < 2 or not names:
+        return {}, "none"
+    y = np.asarray(values, dtype=float)
+    scores = dict.fromkeys(names, 0.0)
+    if float(y.var()) <= 0.0:
+        return scores, "none"
+    for name in names:
+        codes, labels = _encode([c[name] for c in configs])
+        scores[name] = _main_effect(np.asarray(codes), labels is not None, y)
+    total = sum(scores.values())
+    normalised = {n: v / total for n, v in scores.items()} if total > 0 else scores
+    return normalised, "fANOVA main effect (binned variance of conditional means)"
+
+
+def _main_effect(x: np.ndarray, categorical: bool, y: np.ndarray) -> float:
+    """Var(E[y | bin(x)]) / Var(y) over the bins of ``x`` (see ``importance``)."""
+    distinct = np.unique(x)
+    if len(distinct) < 2:
+        return 0.0
+    if categorical or len(distinct) <= 10:
+        bins = np.searchsorted(distinct, x)
+    else:
+        k = int(min(10, max(2, len(x) // 10)))
+        edges = np.quantile(x, np.linspace(0, 1, k + 1)[1:-1])
+        bins = np.searchsorted(edges, x, side="right")
+    counts = np.bincount(bins)
+    sums = np.bincount(bins, weights=y)
+    used = counts > 0
+    means = sums[used] / counts[used]
+    between = float(np.sum(counts[used] * (means - y.mean()) ** 2) / len(y))
+    return between / float(y.var())
+
+
+def parallel_coordinates(configs: Sequence[Mapping[str, Any]], values: Sequence[float],
+                         metric: str) -> list[dict[str, Any]]:
+    """Dimensions for a parallel-coordinates chart, objective first: ``{"label", "values"}``,
+    plus ``"ticktext"``/``"tickvals"`` for a categorical parameter (its values as codes).
+    Only parameters every config has are drawn."""
+    dims: list[dict[str, Any]] = [{"label": metric, "values": [float(v) for v in values]}]
+    names = _common_keys(configs)
+    for name in names:
+        codes, labels = _encode([c[name] for c in configs])
+        dim: dict[str, Any] = {"label": name, "values": codes}
+        if labels is not None:
+            dim["ticktext"], dim["tickvals"] = labels, list(range(len(labels)))
+        dims.append(dim)
+    return dims

@@ -1,0 +1,194 @@
+"""The report and the dashboard in a real headless Chromium (Debian's, driven by playwright).
+
+Skipped, with the reason printed, only where playwright or the browser is missing; the
+Makefile's set-up installs both (``apt-get install chromium`` where apt works, ``playwright`` in
+the ``test`` extra). Nothing is downloaded: playwright drives the system's Chromium.
+``HYPERSACK_SCREENSHOTS=1`` also writes docs/report.png (the README's picture).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _chromium() -> str | None:
+    for candidate in (os.environ.get("HYPERSACK_CHROMIUM"), shutil.which("chromium"),
+                      "/usr/bin/chromium", shutil.which("chromium-browser")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        reason = "playwright is not installed (pip install 'hypersack[test]')"
+        print(f"SKIP browser tests: {reason}")
+        pytest.skip(reason)
+    executable = _chromium()
+    if executable is None:
+        reason = "no Chromium found (apt-get install chromium, or set HYPERSACK_CHROMIUM)"
+        print(f"SKIP browser tests: {reason}")
+        pytest.skip(reason)
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=executable, args=ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page that records console errors and uncaught exceptions, and refuses the network
+    beyond this machine (a report must open offline)."""
+
+    def __init__(self, browser, width=1400, height=1000):
+        self.page = browser.new_page(viewport={"width": width, "height": height})
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        self.page.route("**/*", self._offline)
+
+    def _offline(self, route):
+        url = route.request.url
+        if url.startswith(("file:", "data:", "http://127.0.0.1")):
+            route.continue_()
+        else:
+            self.errors.append(f"network request outside this machine: {url}")
+            route.abort()
+
+    def charts(self, within=None) -> dict[str, dict]:
+        """Each chart (in the locator ``within``, default the page): its trace count, whether
+        plotly drew it, its drawn marks and its data points."""
+        scope = (within or self.page.locator("body")).locator("[data-chart]")
+        return scope.evaluate_all(_CHARTS_JS)
+
+
+_CHARTS_JS = """els => Object.fromEntries(els.map(e => [e.getAttribute('data-chart'), {
+    traces: +(e.getAttribute('data-traces') || 0), drawn: !!e.querySelector('.main-svg'),
+    marks: e.querySelectorAll('.point, .bars path, .scatterlayer path, .parcoords .line, canvas').length,
+    points: (e.data || []).reduce((n, t) => n + ((t.x || t.dimensions || []).length || 0), 0)}]))"""
+
+
+def _assert_drawn(charts: dict[str, dict], names: list[str]) -> None:
+    assert set(names) <= set(charts), charts
+    for name in names:
+        c = charts[name]
+        assert c["drawn"] and c["traces"] > 0 and c["points"] > 0 and c["marks"] > 0, (name, c)
+
+
+VIEWS = ["best", "curves", "parallel", "importance", "timeline", "occupancy"]
+
+
+def test_the_report_of_a_simulated_study_and_a_comparison(browser, tmp_path):
+    from hypersack.report.data import from_simulation, payload
+    from hypersack.report.html import write_report
+    from hypersack.sim.run import simulate
+    from hypersack.sim.scenario import load_scenario
+    scenario = load_scenario(ROOT / "examples" / "sim" / "sp1_4xa100.yaml")
+    payloads = []
+    for policy in ("exclusive", "wfd"):
+        result = simulate(scenario, policy, keep_log=False, keep_results=True)
+        data = from_simulation(result, result.store)
+        data.name = f"{scenario.name} ({policy})"
+        payloads.append(payload(data))
+    both = write_report(tmp_path / "cmp.html", payloads)
+    page = Page(browser)
+    page.page.goto(both.as_uri())
+    page.page.wait_for_selector("[data-chart='compare-best'] .main-svg")
+    sections = page.page.locator("section[data-study]")
+    assert sections.count() == 2
+    _assert_drawn(page.charts(page.page.locator("[data-view='compare']")), ["compare-best", "compare-occupancy"])
+    for i in range(2):
+        one = sections.nth(i)
+        _assert_drawn(page.charts(one), VIEWS)
+    wfd = sections.nth(1)
+    rows = wfd.locator("table.trials tbody tr")
+    assert rows.count() == 96
+    wfd.locator("table.trials th[data-col='value']").click()      # sortable: ascending by value
+    first = float(rows.nth(0).locator("td").nth(2).inner_text())
+    assert first == min(v for v in payloads[1]["table"]["value"] if v is not None)
+    shot = tmp_path / "report.png"
+    wfd.screenshot(path=str(shot))
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("HYPERSACK_SCREENSHOTS"):
+        (ROOT / "docs").mkdir(exist_ok=True)
+        shutil.copy(shot, ROOT / "docs" / "report.png")
+    assert page.errors == []
+
+
+def _poll(url: str, stop: threading.Event, seen: dict) -> None:
+    """GET ``url`` every 100 ms until ``stop``; counts answers and running trials seen."""
+    import json
+    while not stop.is_set():
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                p = json.load(r)
+            seen["answers"] += 1
+            seen["running_curves"] += sum(1 for c in p["curves"] if c["state"] == "running")
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404 or seen["answers"]:      # 404: the study is not created yet
+                seen["errors"].append(repr(exc))
+        except Exception as exc:           # recorded, asserted below
+            seen["errors"].append(repr(exc))
+        stop.wait(0.1)
+
+
+@pytest.mark.slow
+def test_the_dashboard_follows_a_running_study_and_the_driver_never_sees_a_lock(browser, tmp_path, caplog):
+    import hypersack
+    from hypersack.report.dashboard import Dashboard
+    store = tmp_path / "live.db"
+    # 6 steps of 0.3 s a trial: each trial runs with results for ~2 s, seen by 100 ms polls.
+    study = hypersack.Study(name="live", space={"x": {"type": "float", "low": 0.0, "high": 1.0},
+                                                "sleep": 0.3},
+                            objective=("score", "max"), n_trials=6, storage=store, workers=2)
+    outcome: dict = {}
+
+    def drive() -> None:
+        try:
+            outcome["run"] = study.run("trainables:checkpointing", progress=False)
+        except BaseException as exc:      # the assertion below shows it
+            outcome["error"] = exc
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    while not store.exists() and driver.is_alive():
+        time.sleep(0.05)
+    board = Dashboard(store, study="live", port=0, poll_ms=100).start()
+    stop = threading.Event()
+    seen: dict = {"answers": 0, "running_curves": 0, "errors": []}
+    poller = threading.Thread(target=_poll, args=(board.url + "api/study?name=live", stop, seen))
+    poller.start()
+    page = Page(browser)
+    try:
+        page.page.goto(board.url + "?poll=100")     # the page may come before the study: it waits
+        page.page.wait_for_selector("[data-chart='timeline'] .main-svg", timeout=60_000)
+        driver.join(120)
+        page.page.wait_for_function(
+            "document.querySelector(\"[data-view='status']\").textContent.includes('(complete)')",
+            timeout=30_000)                            # the page saw the study end
+        charts = page.charts()
+        errors = list(page.errors)
+    finally:
+        stop.set()
+        poller.join(10)
+        board.close()
+    assert "error" not in outcome, outcome.get("error")
+    assert outcome["run"].status == "complete"
+    assert not [r for r in caplog.records if "locked" in r.getMessage()]
+    assert seen["errors"] == [] and seen["answers"] >= 5
+    assert seen["running_curves"] > 0                 # running trials' curves were live
+    _assert_drawn(charts, VIEWS)
+    assert errors == []

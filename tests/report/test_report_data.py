@@ -1,0 +1,236 @@
+"""The report's payload, the HTML file, the CLI commands, the DataFrame and the dashboard's API."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from hypersack.report import build_report
+from hypersack.report.data import from_storage, payload
+from hypersack.runtime.storage import Storage
+
+from report_store import T0, fill_store
+
+
+def _payload(path, name="small"):
+    with Storage(path, readonly=True) as store:
+        return payload(from_storage(store, name))
+
+
+def test_the_payload_holds_every_view(small_store):
+    p = _payload(small_store)
+    assert p["metric"] == "acc" and p["mode"] == "max" and p["status"] == "complete"
+    s = p["summary"]
+    assert s["trials"] == 8 and s["devices"] == 2 and s["stays"] == 8
+    assert s["best"]["trial_id"] == 7 and s["counts"]["failed"] == 1
+    assert p["best"]["v"] == sorted(p["best"]["v"]) and p["best"]["id"][-1] == 7
+    assert len(p["curves"]) == 8 and all(len(c["x"]) == 3 for c in p["curves"])
+    assert p["lanes"]["start"][0] == 0.0                     # seconds since the first launch
+    assert set(p["lanes"]["outcome"]) == {"finished", "paused", "preempted", "resized", "pruned",
+                                          "failed", "lost"}
+    assert set(p["occupancy"]) == {"n0/gpu0", "n0/gpu1"}
+    assert max(p["occupancy"]["n0/gpu0"][1]) == 100.0        # two half-device trials at once
+    assert p["utilization"]["n0/gpu0"] == [[0.0, 1.0, 2.0, 3.0, 4.0], [40.0, 41.0, 42.0, 43.0, 44.0]]
+    assert set(p["importance"]["scores"]) == {"lr", "opt"}
+    assert [d["label"] for d in p["parallel"]] == ["acc", "lr", "opt"]
+    failed = p["table"]["state"].index("failed")
+    assert "ValueError: boom" in p["table"]["traceback"][failed]
+    json.dumps(p, allow_nan=False)
+
+
+def test_a_running_study_ends_its_open_stays_now_and_shows_running_curves(tmp_path):
+    path = fill_store(tmp_path / "r.db", status="running", open_last=True)
+    with Storage(path, readonly=True) as store:
+        p = payload(from_storage(store, "small", now=T0 + 100.0))
+    i = p["lanes"]["trial"].index(7)
+    assert p["lanes"]["outcome"][i] == "running" and p["lanes"]["end"][i] == 100.0
+    assert [c["state"] for c in p["curves"] if c["id"] == 7] == ["running"]
+
+
+def test_the_report_is_one_self_contained_file(small_store, tmp_path):
+    out = build_report(small_store, ["small"], tmp_path / "r.html")
+    page = out.read_text()
+    assert out.is_absolute() and page.startswith("<!DOCTYPE html>")
+    from hypersack.report.html import plotly_js
+    assert plotly_js() in page                                 # plotly.js inline, once
+    ours = page.replace(plotly_js(), "")
+    assert not re.search(r'<script[^>]+src=|<link[^>]+href="(?!data:)|https?://', ours)   # nothing fetched
+    assert "Plotly" in page and "HyperSack.render" in page
+    data = re.search(r'<script id="hypersack-data" type="application/json">(.*?)</script>', page, re.S)
+    assert [p["name"] for p in json.loads(data.group(1))] == ["small"]
+
+
+def test_data_cannot_close_the_script_element(tmp_path):
+    from hypersack.report.html import report_html
+    page = report_html([{"name": "</script><b>x", "metric": "m"}])
+    assert "</script><b>" not in page
+
+
+def _hs(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "hypersack", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+
+
+def test_report_command_writes_one_study_or_a_comparison(tmp_path):
+    path = fill_store(tmp_path / "s.db", name="a")
+    fill_store(path, name="b")
+    one = _hs("report", "a", "--storage", str(path), cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    assert (tmp_path / "a-report.html").exists() and str(tmp_path / "a-report.html") in one.stdout
+    two = _hs("report", "a", "b", "-o", "cmp.html", "--storage", str(path), cwd=tmp_path)
+    assert two.returncode == 0, two.stderr
+    page = (tmp_path / "cmp.html").read_text()
+    assert '"name":"a"' in page and '"name":"b"' in page
+    missing = _hs("report", "nope", "--storage", str(path), cwd=tmp_path)
+    assert missing.returncode == 2 and "nope" in missing.stderr
+
+
+def test_without_plotly_the_error_names_the_extra(small_store, tmp_path, monkeypatch):
+    from hypersack.errors import MissingDependencyError
+    from hypersack.report import html
+    html.plotly_js.cache_clear()
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'hypersack\[report\]'"):
+        build_report(small_store, ["small"], tmp_path / "r.html")
+    html.plotly_js.cache_clear()
+
+
+def test_trials_dataframe_is_shaped_as_optunas(small_store):
+    import hypersack
+    frame = hypersack.Study.load("small", small_store).trials_dataframe()
+    assert list(frame.columns)[:5] == ["number", "value", "datetime_start", "datetime_complete", "duration"]
+    assert {"params_lr", "params_opt", "state", "metrics_acc"} <= set(frame.columns)
+    assert list(frame["number"]) == list(range(8))
+    row = frame.iloc[0]
+    assert row["duration"].total_seconds() == pytest.approx(8.0) and row["state"] == "complete"
+    assert list(frame["datetime_complete"].isna()) == [s == "paused" for s in frame["state"]]
+
+
+def test_export_parquet_round_trips_or_names_pyarrow(small_store, tmp_path):
+    out = _hs("export", "small", "--format", "parquet", "-o", "t.parquet", "--storage", str(small_store),
+              cwd=tmp_path)
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        assert out.returncode == 2 and "hypersack[parquet]" in out.stderr
+        return
+    assert out.returncode == 0, out.stderr
+    import pandas
+    frame = pandas.read_parquet(tmp_path / "t.parquet")
+    assert len(frame) == 8 and frame["params_lr"].iloc[2] == pytest.approx(0.03)
+
+
+def test_the_dashboard_api_reads_the_store_read_only(small_store):
+    from hypersack.report.dashboard import Dashboard
+    board = Dashboard(small_store, port=0).start()
+    try:
+        assert board.url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(board.url + "api/studies", timeout=10) as r:
+            assert [s["name"] for s in json.load(r)] == ["small"]
+        with urllib.request.urlopen(board.url + "api/study?name=small", timeout=10) as r:
+            assert json.load(r)["summary"]["trials"] == 8
+        with urllib.request.urlopen(board.url, timeout=10) as r:
+            assert b"HyperSack.live" in r.read()
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(board.url + "api/study?name=nope", timeout=10)
+        assert missing.value.code == 404
+    finally:
+        board.close()
+
+
+def test_dashboard_arguments_are_checked():
+    from hypersack.errors import ConfigError
+    from hypersack.report.dashboard import Dashboard
+    with pytest.raises(ConfigError, match="--port"):
+        Dashboard("x.db", port=70000)
+    with pytest.raises(ConfigError, match="--poll-ms"):
+        Dashboard("x.db", port=0, poll_ms=0)
+
+
+def test_the_sample_sink_writes_at_most_every_period_and_at_the_end(small_store):
+    from hypersack.runtime.monitor import Sample
+    from hypersack.study import _SampleSink
+    now = [0.0]
+    taken = [[("n0", "gpu1", Sample(T0 + 50, 10.0, 1.0, 1))], [("n0", "gpu1", Sample(T0 + 60, 20.0, 1.0, 1))]]
+    with Storage(small_store) as store:
+        sink = _SampleSink(store, 1, lambda: taken.pop(0) if taken else [], every_s=10.0, clock=lambda: now[0])
+        sink.observe(None)                      # too soon: nothing taken
+        assert len(taken) == 2
+        now[0] = 11.0
+        sink.observe(None)
+        sink.flush()
+        gpu1 = [s["utilization"] for s in store.load_samples(1) if s["gpu"] == "gpu1"]
+    assert gpu1 == [10.0, 20.0]
+
+
+def test_numbers_are_rounded_to_five_significant_digits_and_print_short():
+    from hypersack.report.data import _rs
+    values = [0.30000000000000004, 123456.7, None, float("nan"), -0.000123456789, 0.0, 2.0, 1e300]
+    out = _rs(values)
+    assert out == [0.3, 123460.0, None, None, -0.00012346, 0.0, 2.0, 1e300]
+    assert json.dumps(out) == "[0.3, 123460.0, null, null, -0.00012346, 0.0, 2.0, 1e+300]"
+    assert _rs([10.0, 12.5], shift=10.0) == [0.0, 2.5] and _rs([]) == []
+
+
+def test_the_table_has_a_column_per_parameter(small_store):
+    table = _payload(small_store)["table"]
+    assert set(table["params"]) == {"lr", "opt"}
+    assert table["params"]["lr"][:2] == [0.01, 0.02] and table["params"]["opt"][:2] == ["a", "b"]
+
+
+def test_dashboard_command_serves_on_localhost_until_interrupted(small_store, tmp_path):
+    import signal
+    proc = subprocess.Popen([sys.executable, "-m", "hypersack", "dashboard", "--port", "0",
+                             "--storage", str(small_store)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/)", line).group(1)
+        with urllib.request.urlopen(url + "api/studies", timeout=10) as r:
+            assert [s["name"] for s in json.load(r)] == ["small"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_simulate_report_writes_the_run_and_compare_the_first_and_last_policy(tmp_path, capsys):
+    from pathlib import Path
+
+    from hypersack.cli import main
+    scenario = str(Path(__file__).resolve().parents[2] / "examples" / "sim" / "sp1_4xa100.yaml")
+    assert main(["simulate", scenario, "--report", str(tmp_path / "run.html"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    page = Path(out["report"]).read_text()
+    assert '"source":"simulation"' in page and '"name":"sp1-4xa100 (wfd)"' in page
+    assert '"outcome":["finished"' in page                     # the simulator recorded stays
+    assert main(["simulate", scenario, "--compare", "--report", str(tmp_path / "cmp.html"), "--json"]) == 0
+    page = Path(json.loads(capsys.readouterr().out)["report"]).read_text()
+    assert '"name":"sp1-4xa100 (exclusive)"' in page and '"name":"sp1-4xa100 (wfd)"' in page
+
+
+def test_a_study_without_trials_reports_empty_views(tmp_path):
+    import hypersack
+    path = tmp_path / "e.db"
+    spec = hypersack.Study(name="e", space={"x": {"type": "float", "low": 0, "high": 1}},
+                           objective=("a", "max"), n_trials=1, storage=path).spec.to_dict()
+    with Storage(path) as store:
+        store.create_study("e", spec)
+    p = _payload(path, "e")
+    assert p["summary"]["duration_s"] == 0.0 and p["summary"]["trials"] == 0
+    assert p["curves"] == [] and p["lanes"]["trial"] == [] and p["best"]["v"] == []
+    assert build_report(path, ["e"], tmp_path / "e.html").exists()
+
+
+def test_the_dashboard_lists_nothing_while_a_store_is_being_created(tmp_path):
+    from hypersack.report.dashboard import Dashboard
+    (tmp_path / "new.db").write_bytes(b"")             # the driver's file, before its schema
+    boards = [Dashboard(tmp_path / "new.db", port=0), Dashboard(tmp_path / "none.db", port=0)]
+    try:
+        assert [b.studies() for b in boards] == [[], []]
+    finally:
+        for b in boards:
+            b.close()

@@ -1,0 +1,137 @@
+"""The report's pure series: best so far, down-sampling, lanes, occupancy, importance."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hypersack.core.stays import Stay, StayOutcome
+from hypersack.report import series
+
+
+def test_best_so_far_keeps_each_improvement_in_time_order():
+    points = [(3.0, 0.5, 2), (1.0, 0.7, 0), (2.0, 0.9, 1), (4.0, 0.4, 3), (5.0, float("nan"), 4)]
+    assert series.best_so_far(points, "min") == [(1.0, 0.7, 0), (3.0, 0.5, 2), (4.0, 0.4, 3)]
+    assert series.best_so_far(points, "max") == [(1.0, 0.7, 0), (2.0, 0.9, 1)]
+    assert series.best_so_far([], "max") == []
+
+
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(-10, 10), st.integers(0, 99)), max_size=60),
+       st.sampled_from(["min", "max"]))
+@settings(max_examples=60, deadline=None)
+def test_best_so_far_is_monotone_and_ends_at_the_best(points, mode):
+    best = series.best_so_far(points, mode)
+    values = [v for _, v, _ in best]
+    times = [t for t, _, _ in best]
+    assert times == sorted(times)
+    assert values == (sorted(values, reverse=True) if mode == "min" else sorted(values))
+    assert len(set(values)) == len(values)           # strictly better each time
+    if points:
+        target = min(v for _, v, _ in points) if mode == "min" else max(v for _, v, _ in points)
+        assert values[-1] == target
+
+
+def test_downsample_keeps_ends_peaks_and_the_point_budget():
+    xs = list(range(1000))
+    ys = [0.0] * 1000
+    ys[500] = 9.0                                     # a spike in the middle
+    dx, dy = series.downsample(xs, ys, 20)
+    assert len(dx) == 20 and dx[0] == 0 and dx[-1] == 999
+    assert 9.0 in dy and dx == sorted(dx)
+    assert series.downsample([1, 2], [3, 4], 5) == ([1, 2], [3, 4])
+    with pytest.raises(ValueError):
+        series.downsample(xs, ys, 1)
+
+
+def test_learning_curves_share_a_point_budget_and_skip_missing_metrics():
+    results = [(t, s, t + s / 100) for t in range(50) for s in range(100, 0, -1)]
+    results += [(99, 1, None), (98, 1, float("nan")), (97, 1, "x")]
+    curves = series.learning_curves(results, per_curve=60, total=1000)
+    assert set(curves) == set(range(50))
+    assert all(len(xs) == 20 for xs, _ in curves.values())       # 1000 // 50
+    xs, ys = curves[3]
+    assert xs[0] == 1 and xs[-1] == 100 and ys[-1] == pytest.approx(4.0)
+
+
+def _stay(tid, start, end, gpu="g0", share=50.0, pack=None, outcome=StayOutcome.FINISHED):
+    return Stay(tid, 1, "n", gpu, start, share, pack, 0, end, None if end is None else outcome)
+
+
+def _random_stays(rng, n):
+    out = []
+    for i in range(n):
+        start = rng.uniform(0, 50)
+        end = None if rng.random() < 0.1 else start + rng.uniform(0, 20)
+        out.append(_stay(i, start, end, gpu=f"g{rng.randrange(3)}", share=rng.choice([25.0, 50.0, 100.0]),
+                         pack=rng.choice([None, 1, 2])))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lanes_never_overlap_and_use_no_more_lanes_than_the_peak(seed):
+    rng = random.Random(seed)
+    stays = _random_stays(rng, 40)
+    bars = series.lanes(stays, now=80.0)
+    assert sorted(b.stay.trial_id for b in bars) == list(range(40))
+    by_lane: dict = {}
+    for b in bars:
+        by_lane.setdefault((b.device, b.lane), []).append((b.start, b.end))
+    for spans in by_lane.values():
+        spans.sort()
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    for device in {b.device for b in bars}:
+        mine = [b for b in bars if b.device == device]
+        peak = max(sum(1 for o in mine if o.start <= b.start < o.end or o.start == b.start) for b in mine)
+        assert max(b.lane for b in mine) + 1 <= peak
+
+
+def test_a_pack_gets_neighbouring_lanes_and_an_open_stay_ends_now():
+    stays = [_stay(0, 0.0, 10.0, pack=None), _stay(1, 0.0, None, pack=7), _stay(2, 0.0, 5.0, pack=7)]
+    bars = {b.stay.trial_id: b for b in series.lanes(stays, now=12.0)}
+    assert abs(bars[1].lane - bars[2].lane) == 1
+    assert bars[1].end == 12.0
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_stays_sum_to_the_occupancy(seed):
+    rng = random.Random(seed)
+    stays = _random_stays(rng, 30)
+    now = 80.0
+    occ = series.occupancy(stays, now)
+    for device, (times, levels) in occ.items():
+        area = sum(levels[i] * (times[i + 1] - times[i]) for i in range(len(times) - 1))
+        mine = [s for s in stays if f"n/{s.gpu}" == device]
+        expected = sum(s.share * ((now if s.end is None else s.end) - s.start) for s in mine)
+        assert area == pytest.approx(expected)
+        assert levels[-1] == 0.0 and min(levels) >= -1e-9
+    mean = series.occupancy_mean(occ, 0.0, now)
+    total = sum(s.share * ((now if s.end is None else s.end) - s.start) for s in stays)
+    assert sum(mean.values()) * now == pytest.approx(total)
+
+
+def test_occupancy_of_two_co_located_trials_adds_their_shares():
+    occ = series.occupancy([_stay(0, 0.0, 10.0, share=30.0), _stay(1, 5.0, 15.0, share=50.0)], 20.0)
+    assert occ["n/g0"] == ([0.0, 5.0, 10.0, 15.0], [30.0, 80.0, 50.0, 0.0])
+
+
+def test_importance_finds_the_parameter_that_drives_the_objective():
+    rng = random.Random(0)
+    configs = [{"lr": rng.uniform(0, 1), "noise": rng.uniform(0, 1), "opt": rng.choice(["a", "b"]),
+                "fixed": 3} for _ in range(300)]
+    values = [10 * c["lr"] + (2.0 if c["opt"] == "b" else 0.0) + 0.01 * rng.random() for c in configs]
+    scores, method = series.importance(configs, values)
+    assert "fANOVA" in method
+    assert sum(scores.values()) == pytest.approx(1.0)
+    assert scores["lr"] > scores["opt"] > scores["noise"] and scores["fixed"] == 0.0
+    assert scores["lr"] > 0.6 and scores["noise"] < 0.05
+    assert series.importance(configs[:1], values[:1]) == ({}, "none")
+    assert series.importance(configs[:5], [1.0] * 5)[0] == dict.fromkeys(["fixed", "lr", "noise", "opt"], 0.0)
+
+
+def test_parallel_coordinates_codes_categories_and_puts_the_objective_first():
+    dims = series.parallel_coordinates([{"a": 1, "c": "y"}, {"a": 2, "c": "x"}], [0.5, 0.7], "acc")
+    assert dims[0] == {"label": "acc", "values": [0.5, 0.7]}
+    assert dims[1] == {"label": "a", "values": [1.0, 2.0]}
+    assert dims[2] == {"label": "c", "values": [1.0, 0.0], "ticktext": ["x", "y"], "tickvals": [0, 1]}
