@@ -78,7 +78,7 @@ class Controller:
         self._interrupted = False
         self._time_up = False
         self._suggest_idle = False             # the last suggest() had nothing to propose
-        self.allocator: Allocator | None = None  # None: plain slot counting, no placement
+        self.allocator: Allocator | None = None  # set by set_inventory, before any launch
         self._device_lost: set[int] = set()    # trials whose device vanished (no retry charged)
         self._running_ids: set[int] = set()
         self._results: list[tuple[int, int, dict[str, Any]]] = []   # accepted, not yet stored
@@ -128,40 +128,29 @@ class Controller:
     def elapsed(self, now: float) -> float:
         return self._elapsed_before + max(0.0, now - self._session_start)
 
-    def launches(self, free_slots: int | None = None, now: float = 0.0) -> list[Launch]:
+    def launches(self, now: float = 0.0) -> list[Launch]:
         """Trials to start now: queued ones first (resumed, promoted, retried), then new ones.
 
-        With an inventory (``set_inventory``) the placement policy decides what fits and each
-        Launch names its devices; without one, up to ``free_slots`` trials start.
+        The placement policy of the inventory (``set_inventory``, required) decides what fits;
+        each Launch names its devices.
         """
         if self._interrupted or self._out_of_time(now):
             return []
         self._take_promotions(now)
-        out = self._launch_any(free_slots, now)
+        out = self._launch_any(now)
         if not out and self._take_end_game(now):
-            out = self._launch_any(free_slots, now)
+            out = self._launch_any(now)
         return out
 
-    def _launch_any(self, free_slots: int | None, now: float) -> list[Launch]:
+    def _launch_any(self, now: float) -> list[Launch]:
         if self.shared is not None:
             return self._launch_shared(now)
-        if self.allocator is None:
-            return self._launch_counted(free_slots or 0, now)
         return self._launch_placed(now)
 
-    def _launch_counted(self, free_slots: int, now: float) -> list[Launch]:
-        out: list[Launch] = []
-        while len(out) < free_slots and self._queue:
-            out.append(self._launch(self.trials[self._queue.popleft()], now))
-        while len(out) < free_slots:
-            record = self._create(now)
-            if record is None:
-                break
-            out.append(self._launch(record, now))
-        return out
-
     def _placer(self) -> Allocator:
-        if self.allocator is None:      # a loop bug: placed launches need an inventory
+        """The allocator; every launch is placed, so using the controller before
+        ``set_inventory`` is a caller's bug."""
+        if self.allocator is None:
             raise RuntimeError("the controller has no inventory (set_inventory)")
         return self.allocator
 
@@ -277,10 +266,7 @@ class Controller:
         return None
 
     def _clamp_resources(self, wanted: int) -> int:
-        wanted = max(1, int(wanted))
-        if self.allocator is not None:
-            wanted = min(wanted, max(1, self.allocator.device_count()))
-        return wanted
+        return min(max(1, int(wanted)), max(1, self._placer().device_count()))
 
     def _may_create(self, now: float) -> bool:
         if self.budget.trials is not None and len(self.trials) >= self.budget.trials:
@@ -291,7 +277,7 @@ class Controller:
         return self.budget.time_s is not None and self.elapsed(now) >= self.budget.time_s
 
     def _launch(self, record: TrialRecord, now: float,
-                devices: tuple[tuple[str, str], ...] = ()) -> Launch:
+                devices: tuple[tuple[str, str], ...]) -> Launch:
         record.state = TrialState.RUNNING
         self._running_ids.add(record.trial_id)
         record.attempts += 1
@@ -300,17 +286,18 @@ class Controller:
         record.devices = [(str(node), str(gpu)) for node, gpu in devices]
         record.info.update(self.algorithm.trial_info(record.trial_id))
         self._changed.add(record.trial_id)
-        share = self._share(record, devices)
+        share = self._share(record)
         self.stays.open(record.trial_id, record.attempts, record.devices, now, share,
                         record.info.get("pack"), record.device)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
                       record.checkpoint, tuple(devices), share, record.info.get("pack"))
 
-    def _share(self, record: TrialRecord, devices) -> float | None:
+    def _share(self, record: TrialRecord) -> float | None:
         """Percent of each device's compute this trial was given (None: a whole device)."""
-        if self.allocator is None or not devices or self.allocator.policy == "exclusive":
+        allocator = self._placer()
+        if allocator.policy == "exclusive":
             return None
-        compute = float(self.allocator.demand(record).compute)
+        compute = float(allocator.demand(record).compute)
         return min(100.0, compute) if compute < 100.0 else None
 
     # ---- events ----------------------------------------------------------------------------
@@ -369,14 +356,12 @@ class Controller:
         return [Stop(record.trial_id, reason)]
 
     def _on_device(self, event: DeviceAdded | DeviceLost) -> None:
-        if self.allocator is None:
-            return
         if isinstance(event, DeviceAdded):
-            self.allocator.add_device(event.node_id, event.gpu, event.node_cpus)
+            self._placer().add_device(event.node_id, event.gpu, event.node_cpus)
             if self.shared is not None:
                 self.shared.add_device(event.node_id, str(event.gpu.id))
         else:
-            self._device_lost.update(self.allocator.lose_device(event.node_id, event.gpu_id))
+            self._device_lost.update(self._placer().lose_device(event.node_id, event.gpu_id))
             if self.shared is not None:
                 self.shared.remove_device(event.node_id, event.gpu_id)
 
@@ -456,8 +441,7 @@ class Controller:
 
     def _release(self, record: TrialRecord) -> None:
         self._running_ids.discard(record.trial_id)
-        if self.allocator is not None:
-            self.allocator.release(record.trial_id)
+        self._placer().release(record.trial_id)
         record.devices = []
         if self.shared is not None:
             self.shared.left(record)

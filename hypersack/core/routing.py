@@ -49,7 +49,8 @@ def warm_workers(oversubscription: float) -> int:
 
 
 def first_free_device(devices: Sequence[str], busy: Iterable[str]) -> str | None:
-    """A device for a trial launched without placement (slot counting): the first one, in the
-    inventory's order, that runs nothing."""
+    """A device for a Launch that names none (the controller always names them; executors
+    driven directly, as in their tests, may not): the first one, in the inventory's order,
+    that runs nothing."""
     taken = set(busy)
     return next((d for d in devices if d not in taken), None)

@@ -218,8 +218,7 @@ def _turn(controller: Controller, executor: Executor, storage: Store, row: Study
     commands += controller.tick(now)
     if interrupts.count and not interrupted:
         commands += controller.interrupt()
-    free = None if controller.allocator is not None else executor.free_slots()
-    launches: list[Launch] = controller.launches(free, now)
+    launches: list[Launch] = controller.launches(now)
     changes, results = controller.take_changes(), controller.take_results()
     if changes or results:
         storage.save_batch(row.study_id, changes, results, lambda: controller.state_dict(now),

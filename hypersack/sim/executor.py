@@ -159,10 +159,6 @@ class SimExecutor:
             self._inventory = Cluster(nodes)
         return self._inventory
 
-    def free_slots(self) -> int:
-        """Live devices with no trial (for a controller without placement)."""
-        return sum(1 for d in self._devices.values() if d.alive and not d.runs)
-
     def submit(self, command: Command) -> None:
         if isinstance(command, Launch):
             self._launch(command)

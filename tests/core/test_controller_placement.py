@@ -147,14 +147,15 @@ def test_a_promotion_that_arrives_before_the_pause_lands_relaunches_at_once():
 
 
 def test_grow_relaunches_the_trial_on_more_devices_once_they_are_free():
-    algo = Scripted(decisions={(0, 2): Decision.GROW}, limit=2, grow_to={0: 2})
-    c = make(algo, n=2, trials=2)
+    algo = Scripted(decisions={(0, 2): Decision.GROW}, limit=3, grow_to={0: 2})
+    c = make(algo, n=2, trials=3)
     first = c.launches(now=0.0)
     assert [l.trial_id for l in first] == [0, 1]
     assert c.handle(ResultReported(0, 2, {"acc": 0.5}), 1.0) == [Stop(0, "resize")]
     c.handle(TrialFinished(0), 1.0)
     assert c.trials[0].state is TrialState.PENDING and c.trials[0].resources == 2
     assert c.launches(now=1.0) == []                 # one device is still busy with trial 1
+    assert len(c.trials) == 2                        # and no new trial takes the free one first
     c.handle(ResultReported(1, 1, {"acc": 0.1}), 2.0)
     c.handle(TrialFinished(1), 2.0)
     (grown,) = c.launches(now=2.0)

@@ -9,19 +9,24 @@ from hypersack.core.stays import Stay, StayBook, StayOutcome
 from hypersack.core.trial import (DeviceLost, FailureCause, ResultReported, Stop, StopReason,
                                   TrialFailed, TrialFinished, TrialStarted)
 
+from controller_helpers import on_slots, slot
+
 
 def _controller(n=2, **kw):
+    """A controller for ``n`` trials with a device for each."""
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")
-    return Controller(RandomSearch(space, objective, seed=0), objective, Budget(trials=n), **kw)
+    return on_slots(Controller(RandomSearch(space, objective, seed=0), objective, Budget(trials=n),
+                               **kw), n)
 
 
 def test_a_launch_opens_a_stay_and_finishing_closes_it_finished():
     c = _controller(1)
-    (launch,) = c.launches(1, now=5.0)
-    c.handle(TrialStarted(0, "cpu3"), 5.5)
+    (launch,) = c.launches(now=5.0)
+    c.handle(TrialStarted(0, "cpu3"), 5.5)          # the placed device is kept
     (opened,) = c.take_stays()
-    assert (opened.trial_id, opened.attempt, opened.gpu, opened.start, opened.end) == (0, 1, "cpu3", 5.0, None)
+    assert (opened.trial_id, opened.attempt, (opened.node, opened.gpu), opened.start, opened.end) == (
+        0, 1, slot(0), 5.0, None)
     c.handle(ResultReported(0, 1, {"loss": 0.3}), 6.0)
     c.handle(TrialFinished(0), 7.0)
     (closed,) = c.take_stays()
@@ -30,7 +35,7 @@ def test_a_launch_opens_a_stay_and_finishing_closes_it_finished():
 
 def _stopped(reason: StopReason) -> StayOutcome | None:
     c = _controller(1)
-    c.launches(1, now=0.0)
+    c.launches(now=0.0)
     c.take_stays()
     c.handle(ResultReported(0, 1, {"loss": 0.3}), 1.0)
     c.trials[0].stop_reason = reason
@@ -50,10 +55,10 @@ def test_the_outcome_says_why_the_trial_left():
 
 def _failed(cause: FailureCause, retries=2) -> tuple[StayOutcome | None, int]:
     c = _controller(1, max_retries=retries)
-    c.launches(1, now=0.0)
+    c.launches(now=0.0)
     c.handle(TrialFailed(0, "boom", cause=cause), 3.0)
     (stay,) = c.take_stays()
-    relaunched = c.launches(1, now=4.0)
+    relaunched = c.launches(now=4.0)
     return stay.outcome, len(relaunched)
 
 
@@ -66,16 +71,16 @@ def test_failures_close_the_stay_failed_lost_or_interrupted():
 
 def test_a_retry_is_a_new_stay_with_the_next_attempt():
     c = _controller(1)
-    c.launches(1, now=0.0)
+    c.launches(now=0.0)
     c.handle(TrialFailed(0, "died", cause=FailureCause.WORKER_DIED), 1.0)
-    c.launches(1, now=2.0)
+    c.launches(now=2.0)
     stays = c.take_stays()
     assert [(s.attempt, s.outcome) for s in stays] == [(1, StayOutcome.FAILED), (2, None)]
 
 
 def test_a_bad_metric_and_a_timeout_close_the_stay_failed():
     c = _controller(2, trial_timeout_s=10.0)
-    c.launches(2, now=0.0)
+    assert len(c.launches(now=0.0)) == 2
     assert c.handle(ResultReported(0, 1, {"loss": float("nan")}), 1.0) == [Stop(0, StopReason.FAILED)]
     c.tick(20.0)
     assert [(s.trial_id, s.end, s.outcome) for s in c.take_stays()] == [
@@ -93,11 +98,11 @@ def test_placed_launches_open_one_stay_per_device_with_the_share():
     assert book.take() == []
 
 
-def test_a_device_loss_marks_the_stay_lost_without_an_inventory_event():
+def test_a_device_loss_marks_the_stay_lost_whatever_the_failure_says():
     c = _controller(1)
-    c.launches(1, now=0.0)
-    c.handle(DeviceLost("local", "gpu0"), 1.0)      # no allocator: ignored
-    c.handle(TrialFailed(0, "gone", cause=FailureCause.DEVICE_LOST), 1.0)
+    c.launches(now=0.0)
+    c.handle(DeviceLost(*slot(0)), 1.0)              # the inventory loses the trial's device
+    c.handle(TrialFailed(0, "worker died", cause=FailureCause.WORKER_DIED), 1.0)
     assert c.take_stays()[-1].outcome is StayOutcome.LOST
 
 

@@ -22,6 +22,8 @@ from hypersack.errors import StorageFullError
 from hypersack.runtime.loop import run_loop
 from hypersack.runtime.storage import Storage
 
+from controller_helpers import on_slots
+
 ROOT = Path(__file__).resolve().parents[2]
 
 STUDY = """
@@ -150,9 +152,6 @@ class _OneTrialExecutor:
     def start(self):
         pass
 
-    def free_slots(self):
-        return 1
-
     def submit(self, command):
         self.submitted.append(command)
 
@@ -184,8 +183,8 @@ class _FillsUp(Storage):
 def test_a_full_disk_stops_the_study_keeps_what_is_stored_and_says_how_to_resume(tmp_path):
     space = SearchSpace({"lr": {"type": "float", "low": 0.1, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0), objective,
-                            Budget(trials=1))
+    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=1)), 1)
     executor = _OneTrialExecutor()
     with _FillsUp(tmp_path / "s.db", ok_batches=2) as store:
         row = store.create_study("s", {})
@@ -205,8 +204,8 @@ def test_a_full_disk_stops_the_study_keeps_what_is_stored_and_says_how_to_resume
 def test_a_worker_that_hits_a_full_disk_halts_the_study_with_its_trial_kept(tmp_path):
     space = SearchSpace({"lr": {"type": "float", "low": 0.1, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0), objective,
-                            Budget(trials=1))
+    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=1)), 1)
 
     class Full(_OneTrialExecutor):
         def poll(self, timeout):

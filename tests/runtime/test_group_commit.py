@@ -15,6 +15,8 @@ from hypersack.runtime.profiler import Profile
 from hypersack.runtime.profiles import ProfileKey, ProfileStore
 from hypersack.runtime.storage import Storage
 
+from controller_helpers import on_slots, slots
+
 
 def _record(trial_id: int) -> TrialRecord:
     return TrialRecord(trial_id, {"x": trial_id}, seed=trial_id)
@@ -128,8 +130,7 @@ class _Trickle:
         self.durable_at_ack: list[bool] = []
 
     def start(self): pass
-    def inventory(self): return None
-    def free_slots(self): return 3 - len(self.launched)
+    def inventory(self): return slots(3)
     def shutdown(self, kill=False): pass
 
     def submit(self, command):
@@ -160,8 +161,8 @@ class _Trickle:
 def _loop(tmp_path, window):
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0), objective,
-                            Budget(trials=3))
+    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=3)), 3)
     path = tmp_path / f"w{window}.db"
     store = Storage(path)
     row = store.create_study("s", {})

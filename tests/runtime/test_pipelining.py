@@ -17,6 +17,8 @@ from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.messages import Ack, Reported, StopTrial
 from hypersack.runtime.worker import PipeChannel
 
+from controller_helpers import on_slots
+
 SPACE = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
 OBJECTIVE = Objective("loss", "min")
 
@@ -88,8 +90,8 @@ def test_asha_names_its_milestones_and_none_past_the_last():
 
 
 def _controller(spec):
-    controller = Controller(_algorithm(spec), OBJECTIVE, Budget(trials=2))
-    controller.launches(1, 0.0)
+    controller = on_slots(Controller(_algorithm(spec), OBJECTIVE, Budget(trials=2)), 1)
+    controller.launches(0.0)
     controller.handle(TrialStarted(0, "cpu"), 0.0)
     return controller
 

@@ -13,6 +13,8 @@ from hypersack.core.space import SearchSpace
 from hypersack.core.trial import ResultReported, TrialFinished, TrialStarted
 from hypersack.runtime.progress import LineProgress, eta_s, summary
 
+from controller_helpers import on_slots
+
 SPACE = SearchSpace({"x": [1]})
 OBJ = Objective("acc", "max")
 
@@ -30,7 +32,8 @@ class Decides(Algorithm):
 
 
 def controller(decisions=None, trials=4, time_s=None):
-    return Controller(Decides(decisions or {}), OBJ, Budget(trials, time_s), now=0.0)
+    """A controller with two devices."""
+    return on_slots(Controller(Decides(decisions or {}), OBJ, Budget(trials, time_s), now=0.0), 2)
 
 
 def steps(config):
@@ -39,7 +42,7 @@ def steps(config):
 
 def test_summary_counts_against_the_budget_and_says_when_workers_start():
     c = controller()
-    c.launches(2, 0.0)
+    c.launches(0.0)
     line = summary("s", c, 15.0, steps)
     assert line.startswith("s: 0 of 4 finished, 2 running (2 starting: worker start-up and imports)")
     assert "no result yet" in line and "elapsed 15s" in line and "ETA" not in line
@@ -55,7 +58,7 @@ def test_summary_counts_against_the_budget_and_says_when_workers_start():
 
 def test_eta_counts_partial_trials_and_is_capped_by_the_time_budget():
     c = controller(trials=2, time_s=100.0)
-    c.launches(2, 0.0)
+    c.launches(0.0)
     c.handle(ResultReported(0, 2, {"acc": 0.1}), 10.0)        # half of trial 0: 1/4 of the study
     assert eta_s(c, 10.0, steps) == pytest.approx(30.0)
     assert eta_s(c, 10.0) == pytest.approx(90.0)              # steps unknown: the time left
@@ -67,13 +70,13 @@ def test_lines_print_pauses_and_prunes_and_a_heartbeat():
     wall = [0.0]
     out = io.StringIO()
     progress = LineProgress("s", out, steps_for=steps, heartbeat_s=30.0, clock=lambda: wall[0])
-    c.launches(2, 0.0)
+    c.launches(0.0)
     progress.update(c, 0.0)
     assert "starting workers" in out.getvalue() and "0 of 3 finished" in out.getvalue()
     for t in (0, 1):
         c.handle(ResultReported(t, 1, {"acc": 0.2 + t}), 1.0)
         c.handle(TrialFinished(t), 1.0)
-    c.launches(1, 1.0)
+    c.launches(1.0)
     wall[0] = 1.0
     progress.update(c, 1.0)
     text = out.getvalue()
@@ -92,7 +95,7 @@ def test_lines_close_prints_what_the_end_of_the_study_changed():
     c = controller({(0, 1): Decision.PAUSE}, trials=2)
     out = io.StringIO()
     progress = LineProgress("s", out, steps_for=steps)
-    c.launches(2, 0.0)
+    c.launches(0.0)
     c.handle(ResultReported(0, 1, {"acc": 0.5}), 1.0)
     c.handle(TrialFinished(0), 1.0)
     c.handle(ResultReported(1, 4, {"acc": 0.25}), 1.0)

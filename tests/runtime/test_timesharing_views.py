@@ -20,12 +20,12 @@ from timesharing_helpers import Scripted, make, report
 def _preempted_study():
     """One device; trial 0 ran a quantum (C = 0.5) and was preempted; trial 1 runs, 2 waits."""
     c = make(n=1, trials=3)
-    c.launches(None, 0.0)
+    c.launches(0.0)
     report(c, 0, 1, 5.0, 1.0)
     report(c, 0, 2, 4.0, 2.0)
     c.tick(10.0)
     c.handle(TrialFinished(0), 10.0)
-    c.launches(None, 10.0)
+    c.launches(10.0)
     return c
 
 
@@ -89,7 +89,7 @@ def test_a_resumed_study_takes_its_time_sharing_state_back_from_the_store(tmp_pa
     again.set_time_sharing(spec.time_sharing)
     assert again.shared.state_dict() == c.shared.state_dict()
     assert again.trials[1].info["time_sharing"]["state"] == "waiting"    # ran when the driver died
-    assert [t.trial_id for t in again.launches(None, 0.0)] == [1]   # new trials first, bind order
+    assert [t.trial_id for t in again.launches(0.0)] == [1]   # new trials first, bind order
     assert again.trials[0].info["time_sharing"]["priority"] == 0.5
     assert again.trials[0].info["time_sharing"]["state"] == "waiting"
     assert again.trials[2].info["time_sharing"]["state"] == "waiting"

@@ -18,9 +18,6 @@ class Executor(Protocol):
     def inventory(self) -> Any:
         """The devices trials may be placed on, as a ``hypersack.placement.Cluster``."""
 
-    def free_slots(self) -> int:
-        """How many more trials could start now (for a controller without placement)."""
-
     def submit(self, command: Command) -> None:
         """Launch a trial on the devices its Launch names; Stop: end it at its next report;
         Cancel: end it now and report TrialFailed(CANCELLED)."""

@@ -120,11 +120,6 @@ class LocalExecutor:
 
     # ---- commands --------------------------------------------------------------------------
 
-    def free_slots(self) -> int:
-        """Devices with no trial on them (for a study without placement)."""
-        busy = {w.slot.key for w in self._busy_workers()}
-        return sum(1 for key in self._slots if key not in busy)
-
     def submit(self, command: Command) -> None:
         if isinstance(command, Launch):
             if self._packs is not None and self._packs.fuses(command):

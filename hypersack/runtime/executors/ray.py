@@ -273,10 +273,6 @@ class RayExecutor:
 
     # ---- commands --------------------------------------------------------------------------
 
-    def free_slots(self) -> int:
-        """Devices with no trial of this executor on them (for a study without placement)."""
-        return sum(max(0, len(n.devices) - len(n.trials)) for n in self._nodes.values())
-
     def submit(self, command: Command) -> None:
         if isinstance(command, Launch):
             self._launch(command)

@@ -1,0 +1,36 @@
+"""A controller's inventory for tests: ``n`` devices of one trial each (CPU slots, as a CPU-only
+machine gets), so that "n free slots" of a test is "n idle devices" of the placement path."""
+from __future__ import annotations
+
+import dataclasses
+
+from hypersack.core.trial import Launch
+from hypersack.placement import GPU, Cluster, Node
+
+NODE = "n0"
+
+
+def slot(i: int) -> tuple[str, str]:
+    """The ``(node, device)`` of device ``i``."""
+    return NODE, f"cpu{i}"
+
+
+def slot_gpu(i: int) -> GPU:
+    """Device ``i`` (for a DeviceAdded event)."""
+    return GPU(slot(i)[1], "cpu", 1.0)
+
+
+def slots(n: int) -> Cluster:
+    """One node with ``n`` devices, each taking one trial of the default demand (100% compute)."""
+    return Cluster([Node(NODE, 64, tuple(slot_gpu(i) for i in range(n)))])
+
+
+def on_slots(controller, n: int, policy: str = "wfd"):
+    """``controller`` placing trials on ``slots(n)``; returns it."""
+    controller.set_inventory(slots(n), policy)
+    return controller
+
+
+def unplaced(launch: Launch) -> Launch:
+    """``launch`` without its devices (to compare the rest)."""
+    return dataclasses.replace(launch, devices=())
