@@ -50,8 +50,10 @@ def cpu_cluster():
 def test_trials_of_a_lost_node_resume_elsewhere_and_a_joining_node_gets_work(cpu_cluster, tmp_path):
     from hypersack import Study
     db = tmp_path / "s.db"
+    # Enough trials that the study is still running whatever the load: a raylet can take tens
+    # of seconds to join, and the joining node must find work waiting.
     study = Study({"x": {"type": "float", "low": 0.1, "high": 1.0}, "steps": 6, "sleep": 0.3},
-                  ("score", "max"), name="nodes", algorithm="random", n_trials=6, storage=db,
+                  ("score", "max"), name="nodes", algorithm="random", n_trials=40, storage=db,
                   trainable="trainables:checkpointing", max_steps="steps", executor="ray")
     lost = next(iter(cpu_cluster.worker_nodes))
     lost_id = lost.node_id[:12]
@@ -59,23 +61,29 @@ def test_trials_of_a_lost_node_resume_elsewhere_and_a_joining_node_gets_work(cpu
     runner = threading.Thread(target=lambda: ended.append(study.run(progress=False)))
     runner.start()
     try:
-        # A trial on the node to be removed has a durable result (and its checkpoint).
-        _wait(lambda: _rows(db, "SELECT 1 FROM trials t JOIN results r USING (trial_id) WHERE "
-                                f"t.device LIKE '{lost_id}/%' AND r.step >= 2"), "a report there")
-        cpu_cluster.remove_node(lost)
+        # A node joins mid-study and gets work (the study waits for nothing: it places a trial
+        # there as soon as the node's agent reports its device).
         joined = cpu_cluster.add_node(num_cpus=1)
+        joined_id = joined.node_id[:12]
+        _wait(lambda: _rows(db, f"SELECT 1 FROM trials WHERE device LIKE '{joined_id}/%'"),
+              "a trial on the joining node", timeout=150)
+        # A trial running on the node to be removed has a durable result (and its checkpoint).
+        _wait(lambda: _rows(db, "SELECT 1 FROM trials t JOIN results r USING (trial_id) WHERE "
+                                f"t.device LIKE '{lost_id}/%' AND t.state = 'running' AND r.step >= 2"),
+              "a report there")
+        cpu_cluster.remove_node(lost)
     finally:
-        runner.join(180)
+        runner.join(240)
     assert ended and ended[0].status == "complete"
     status = study.status()
-    assert status["complete"] == 6
+    assert status["complete"] == 40
     assert all(t["retries"] == 0 for t in status["trials"])      # node loss charges no retry
     for t in status["trials"]:
         steps = [r["step"] for r in study.results(t["trial_id"])]
         assert steps == list(range(1, 7))                     # gap-free, no step twice
     resumed = [t for t in status["trials"] if t["metrics"]["starts"] > 1]
     assert resumed and all(not t["device"].startswith(lost_id) for t in resumed)
-    assert any(t["device"].startswith(joined.node_id[:12]) for t in status["trials"])
+    assert any(t["device"].startswith(joined_id) for t in status["trials"])
 
 
 @pytest.mark.ray
