@@ -95,9 +95,6 @@ class FeedExecutor:
     def inventory(self) -> Cluster:
         return self.cluster
 
-    def free_slots(self) -> int:
-        return 0
-
     def submit(self, command: Any) -> None:
         c0 = time.process_time()
         if isinstance(command, Launch):
