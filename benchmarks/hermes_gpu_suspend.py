@@ -6,7 +6,8 @@ What HyperSack does when time-sharing preempts a trial (Hermes, Sec. 3.4): the t
 state after its current step (``hypersack.runtime.checkpoints.write_checkpoint``, fsync'd), its
 worker process exits, and the device memory is free for the next trial; resuming starts a new
 process that reads the checkpoint (``read_checkpoint``: safe ``torch.load``) and goes on. Here a
-ResNet-18 (ImageNet shape, 3x224x224, SGD with momentum) trains ``--iters`` steps in a child
+ResNet-18 (the project's CIFAR one, ``hypersack.workloads.vision.ResNet18``: 11 M parameters,
+3x32x32 inputs, SGD with momentum) trains ``--iters`` steps in a child
 process, which then saves and exits; a second child restores and runs one step. Printed, per
 repeat: save seconds, restore seconds (read + load_state_dict onto the GPU), the new process's
 start-up (spawn, imports, CUDA context) until it is ready to restore, the memory the trainer held
@@ -31,35 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def resnet18(num_classes: int = 1000) -> Any:
-    """ResNet-18 (He et al. 2016) in plain torch: torchvision is not a dependency."""
-    import torch.nn as nn
-
-    class Block(nn.Module):
-        def __init__(self, cin: int, cout: int, stride: int):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.relu = nn.ReLU(inplace=True)
-            self.down = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-                         if stride != 1 or cin != cout else nn.Identity())
-
-        def forward(self, x):
-            out = self.relu(self.bn1(self.conv1(x)))
-            return self.relu(self.bn2(self.conv2(out)) + self.down(x))
-
-    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
-                               nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
-    cin = 64
-    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
-        cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes)]
-    return nn.Sequential(*layers)
-
-
 def nvml_used_gb() -> float | None:
     """Device 0's used memory (GB) by NVML, or None without nvidia-ml-py."""
     try:
@@ -77,10 +49,11 @@ def nvml_used_gb() -> float | None:
 def _setup(batch: int) -> tuple[Any, Any, Any, Any]:
     import torch
     torch.manual_seed(0)
-    model = resnet18().cuda()
+    from hypersack.workloads.vision import ResNet18
+    model = ResNet18(classes=10).cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 1000, (batch,), device="cuda")
+    x = torch.randn(batch, 3, 32, 32, device="cuda")
+    y = torch.randint(0, 10, (batch,), device="cuda")
     return model, optimizer, x, y
 
 
