@@ -8,6 +8,8 @@ from hypersack.core.algorithms import Algorithm, Decision, Suggestion
 from hypersack.runtime.devices import default_slots
 from hypersack.runtime.profiles import ProfileStore
 
+from algorithm_helpers import GrowOnce
+
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "sleep": 0.4, "steps": 2}
 
 
@@ -34,37 +36,15 @@ def test_wfd_with_oversubscription_runs_more_trials_at_once_than_exclusive(
     assert _overlap(status) == expected
 
 
-class GrowOnce(Algorithm):
-    """One trial; at epoch 2 it grows from 1 to 2 data-parallel workers."""
-
-    def __init__(self, space, objective):
-        super().__init__(space, objective)
-        self.made, self.grown = 0, False
-
-    @property
-    def exhausted(self):
-        return self.made >= 1
-
-    def suggest(self, trial_id):
-        self.made += 1
-        return Suggestion({"lr": 0.003, "batch_size": 64, "hidden": 32, "epochs": 4})
-
-    def on_result(self, trial_id, step, metrics):
-        if step == 2 and not self.grown:
-            self.grown = True
-            return Decision.GROW
-        return Decision.CONTINUE
-
-    def resources(self, trial_id):
-        return 2 if self.grown else 1
-
-
 def test_a_trial_grown_from_one_to_two_data_parallel_workers_continues_its_curve(store_path):
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     space = hypersack.SearchSpace({"lr": 0.003})
     study = hypersack.Study(name="grow", space=space, objective=("accuracy", "max"), n_trials=1,
-                            storage=store_path, algorithm=GrowOnce(space, hypersack.Objective.parse(("accuracy", "max"))))
+                            storage=store_path,
+                            algorithm=GrowOnce(space, hypersack.Objective.parse(("accuracy", "max")),
+                                               {"lr": 0.003, "batch_size": 64, "hidden": 32,
+                                                "epochs": 4}, at_step=2))
     study.run("digits_mlp", progress=False, slots=default_slots(2, gpus=[]))
     results = study.results(0)
     assert [r["step"] for r in results] == [1, 2, 3, 4]

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hypersack.core.algorithms import Algorithm, Decision, Suggestion
 from hypersack.errors import ConfigError, MissingDependencyError
+
+from algorithm_helpers import GrowOnce
 
 
 def _rows(db: Path, query: str) -> list[tuple]:
@@ -96,38 +97,14 @@ def test_a_trial_grown_to_two_data_parallel_workers_spans_both_nodes(cpu_cluster
     space = hypersack.SearchSpace({"steps": 2})
     study = hypersack.Study(name="grow", space=space, objective=("score", "max"), n_trials=1,
                             storage=tmp_path / "s.db", executor="ray",
-                            algorithm=GrowAtOne(space, hypersack.Objective.parse(("score", "max"))))
+                            algorithm=GrowOnce(space, hypersack.Objective.parse(("score", "max")),
+                                               {"steps": 2}, at_step=1))
     study.run("trainables:sums_over_ranks", progress=False)
     results = study.results(0)
     assert [r["step"] for r in results] == [1, 2]
     assert [(r["world"], r["summed"]) for r in results] == [(1, 1), (2, 2)]   # both ranks met
     trial = study.status()["trials"][0]
     assert trial["state"] == "complete" and trial["attempts"] == 2
-
-
-class GrowAtOne(Algorithm):
-    """One trial of 2 steps; after step 1 it grows from 1 to 2 data-parallel workers."""
-
-    def __init__(self, space, objective):
-        super().__init__(space, objective)
-        self.made, self.grown = 0, False
-
-    @property
-    def exhausted(self):
-        return self.made >= 1
-
-    def suggest(self, trial_id):
-        self.made += 1
-        return Suggestion({"steps": 2})
-
-    def on_result(self, trial_id, step, metrics):
-        if step == 1 and not self.grown:
-            self.grown = True
-            return Decision.GROW
-        return Decision.CONTINUE
-
-    def resources(self, trial_id):
-        return 2 if self.grown else 1
 
 
 @pytest.mark.ray
