@@ -60,11 +60,7 @@ def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Any, *,
     store's file, or the open ``Storage`` itself (the job history then writes through its
     connection, inside the loop's per-turn transaction)."""
     with contextlib.ExitStack() as stack:
-        machine = _devices(spec, slots, nvml)
-        if _shares_gpus(spec, machine):
-            _start_mps(machine, study_dir, stack)
-        if any(s.gpu is not None for s in machine.slots) and slots is None:
-            _start_monitor(machine, nvml, stack)
+        machine = _node(spec, study_dir, slots, nvml, stack)
         _attach_history(machine, spec, storage_path, trainable_name, stack)
         if fuses is not None:
             _fused_demand(machine, spec, fuses)
@@ -287,12 +283,19 @@ def prepare_node(spec: StudySpec, study_dir: Path, *, slots: list[Slot] | None =
     ``prepare_driver``). Same rules as ``prepare_machine``; the node id in ``cluster`` and in
     device events is "local" (the caller renames it)."""
     with contextlib.ExitStack() as stack:
-        machine = _devices(spec, slots, nvml)
-        if _shares_gpus(spec, machine):
-            _start_mps(machine, study_dir, stack)
-        if any(s.gpu is not None for s in machine.slots) and slots is None:
-            _start_monitor(machine, nvml, stack)
-        yield machine
+        yield _node(spec, study_dir, slots, nvml, stack)
+
+
+def _node(spec: StudySpec, study_dir: Path, slots: list[Slot] | None, nvml: Any,
+          stack: contextlib.ExitStack) -> Machine:
+    """This machine's devices, with MPS where trials share GPUs and the NVML monitor where
+    GPUs were detected (not for given ``slots``); both stop with ``stack``."""
+    machine = _devices(spec, slots, nvml)
+    if _shares_gpus(spec, machine):
+        _start_mps(machine, study_dir, stack)
+    if any(s.gpu is not None for s in machine.slots) and slots is None:
+        _start_monitor(machine, nvml, stack)
+    return machine
 
 
 @contextlib.contextmanager
