@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from itertools import combinations
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 from hypersack.core.placement.check import placed_compute
 from hypersack.core.placement.cluster import Cluster
@@ -78,21 +78,32 @@ class _FillSearch(_Search):
         self.subsets: dict[int, tuple[tuple, list]] = {}
 
 
-def _refill(search: _Search, rounds: int) -> bool:
-    """Refill moves on every GPU, in first-fit order, up to ``rounds`` passes; whether any moved."""
+def _passes(search: Any, rounds: int, best: Callable[[Any, int], Any],
+            apply: Callable[[Any, int, Any], None]) -> bool:
+    """Up to ``rounds`` passes over every GPU in first-fit order, applying ``best(search, i)``'s
+    move on GPU ``i`` while it finds one; stops after a pass that moved nothing. Whether any moved."""
     any_moved = False
     for _ in range(rounds):
         moved = False
         for i in range(len(search.load.keys)):
-            while (move := _best_refill(search, i)) is not None:
-                out, picked = move
-                search._apply(i, out, picked[0])
-                for u in picked[1:]:
-                    search._apply(i, None, u)
+            while (move := best(search, i)) is not None:
+                apply(search, i, move)
                 moved = any_moved = True
         if not moved:
             break
     return any_moved
+
+
+def _refill(search: _Search, rounds: int) -> bool:
+    """Refill moves on every GPU, up to ``rounds`` passes; whether any moved."""
+    return _passes(search, rounds, _best_refill, _apply_refill)
+
+
+def _apply_refill(search: _Search, i: int, move: tuple[int, list[int]]) -> None:
+    out, picked = move
+    search._apply(i, out, picked[0])
+    for u in picked[1:]:
+        search._apply(i, None, u)
 
 
 def _best_refill(search: _Search, i: int) -> tuple[int, list[int]] | None:
@@ -122,19 +133,14 @@ def _best_refill(search: _Search, i: int) -> tuple[int, list[int]] | None:
 
 def _evict(search: _FillSearch, rounds: int) -> bool:
     """Evict moves on every GPU, up to ``rounds`` passes; whether any moved."""
-    any_moved = False
-    for _ in range(rounds):
-        moved = False
-        for i in range(len(search.load.keys)):
-            while (move := _best_evict(search, i)) is not None:
-                outs, u = move
-                for p in outs[1:]:
-                    _unplace(search, i, p)
-                search._apply(i, outs[0], u)
-                moved = any_moved = True
-        if not moved:
-            break
-    return any_moved
+    return _passes(search, rounds, _best_evict, _apply_evict)
+
+
+def _apply_evict(search: _FillSearch, i: int, move: tuple[list[int], int]) -> None:
+    outs, u = move
+    for p in outs[1:]:
+        _unplace(search, i, p)
+    search._apply(i, outs[0], u)
 
 
 def _best_evict(search: _FillSearch, i: int) -> tuple[list[int], int] | None:
