@@ -13,9 +13,9 @@ Contract for trainables:
   ``TrialStopped`` (a BaseException: let it propagate); the worker ends the trial cleanly. A stop
   decided on a report (the algorithm pauses or prunes the trial at this step) is raised by that
   very report, once the result is durable: no work is wasted past it.
-- Pipelining: a report that carries no checkpoint, at a step below the trial's next decision
-  point (the algorithm's milestones for ASHA, SHA, Hyperband; every step for the others), does
-  not wait: ``report`` returns at once and the trial's next report (or its end) first waits
+- Pipelining: a report that carries no checkpoint and no NaN or infinite metric, at a step
+  below the trial's next decision point (the algorithm's milestones for ASHA, SHA, Hyperband;
+  every step for the others), does not wait: ``report`` returns at once and the trial's next report (or its end) first waits
   until this one is durable. So at most one report is in flight; a stop for budget or Ctrl-C
   (which no report decides) is raised one report later; everything above holds for reports
   that carry a checkpoint or are decision points.
@@ -42,6 +42,8 @@ Contract for trainables:
   initialised before ``train`` is called (gloo on CPU, NCCL on GPU).
 """
 from __future__ import annotations
+
+import math
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +144,7 @@ class TrialContext:
         self._last_step = int(step)
         if self.world.rank == 0:
             message = Reported(self.trial_id, int(step), clean, self._pending)
-            if self._pending is None and self._may_post(int(step)):
+            if self._pending is None and _finite(clean) and self._may_post(int(step)):
                 self._channel.post(message)           # type: ignore[attr-defined]
             else:
                 self._channel.request(message)
@@ -192,3 +194,10 @@ class TrialContext:
     def restore(self) -> Any:
         """The checkpoint of this trial's last durable report, or None if it has none."""
         return checkpoints.read_checkpoint(self.trial_dir, self._committed, unsafe=self._unsafe)
+
+
+def _finite(metrics: dict[str, Any]) -> bool:
+    """Whether every metric is a finite number. A report with a NaN or an infinity waits for its
+    ack even where it could be pipelined: the driver may fail the trial on it (a non-finite
+    objective), and the trial must then stop at this report, not run one step further."""
+    return all(not isinstance(v, float) or math.isfinite(v) for v in metrics.values())

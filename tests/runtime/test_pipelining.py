@@ -213,3 +213,16 @@ def test_a_channel_without_pipelining_waits_for_every_report(tmp_path):
                        channel=channel)
     ctx.report(1, loss=1.0)
     assert channel.calls == [("request", 1, None)]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_report_with_a_non_finite_metric_waits_for_its_ack_even_below_the_point(tmp_path, bad):
+    """The driver may fail the trial on it: the trial must stop at this report, not one later."""
+    channel = _Channel(free_below=100)
+    ctx = TrialContext(trial_id=1, seed=0, device="cpu", attempt=1, trial_dir=tmp_path,
+                       channel=channel)
+    ctx.report(1, loss=1.0, other=2)
+    ctx.report(2, loss=bad)
+    ctx.report(3, loss=0.5, aux=bad)
+    ctx.report(4, loss=0.4)
+    assert [kind for kind, _, _ in channel.calls] == ["post", "request", "request", "post"]
