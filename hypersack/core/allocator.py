@@ -110,14 +110,6 @@ class Allocator:
                 placed[record.trial_id] = devices
         return placed
 
-    def has_room(self, like: TrialRecord | None) -> bool:
-        """Whether a trial demanding what ``like`` (the latest trial) demands would fit now: asked
-        before a new trial is created, so trials are not made long before a device can take
-        them. Without a ``like`` the answer is yes."""
-        if like is None:
-            return True
-        return bool(self._assign([self.demand(like)]))
-
     def has_room_for(self, like: TrialRecord, resources: int) -> bool:
         """Whether a new trial would fit now: one with ``like``'s config (a real trial, e.g. the
         latest) on ``resources`` devices. Nothing is placed and no trial is made up: the

@@ -74,7 +74,7 @@ def test_allocator_answers_as_assign_on_a_cluster_rebuilt_from_scratch(inventory
         next_id += size
         if recs:
             probe = TrialRecord(-1, recs[0].config, 0, resources=recs[0].resources)
-            assert alloc.has_room(probe) == ref.has_room(probe)
+            assert alloc.has_room_for(recs[0], recs[0].resources) == ref.has_room(probe)
             wider = TrialRecord(-1, recs[0].config, 0, resources=2)
             assert alloc.has_room_for(recs[0], 2) == ref.has_room(wider)
         assert alloc.place(recs) == ref.place(recs)
@@ -99,7 +99,7 @@ def test_devices_come_and_go_and_the_count_follows(policy):
     lost = alloc.lose_device(*placed[0][0])
     assert lost == [0] and alloc.device_count() == 2 and alloc.running() == {}
     assert alloc.cluster == Cluster(alloc.inventory.nodes)
-    assert alloc.has_room(rec) and alloc.unplaceable(rec) is None
+    assert alloc.has_room_for(rec, 1) and alloc.unplaceable(rec) is None
 
 
 def test_has_room_for_asks_the_demand_of_a_real_trial_only_and_places_nothing():

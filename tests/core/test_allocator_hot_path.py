@@ -45,6 +45,6 @@ def test_placed_trials_fill_devices_exactly_to_their_capacity():
     placed = allocator.place([_record(i) for i in range(6)])
     assert len(placed) == 4                      # two 40% trials per device (80% <= 100%)
     assert sorted(g for devices in placed.values() for _, g in devices) == ["g0", "g0", "g1", "g1"]
-    assert not allocator.has_room(_record(9))
+    assert not allocator.has_room_for(_record(9), 1)
     allocator.release(next(iter(placed)))
-    assert allocator.has_room(_record(9))
+    assert allocator.has_room_for(_record(9), 1)
