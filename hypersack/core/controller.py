@@ -241,6 +241,7 @@ class Controller:
             return       # a promotion of a trial that is not paused: nothing to resume
         record.state = TrialState.PENDING
         record.resources = self._clamp_resources(self.algorithm.resources(trial_id))
+        record.info.update(self.algorithm.trial_info(trial_id))   # its next pack: its demand
         self._queue.append(trial_id)
         self._changed.add(trial_id)
 
@@ -290,7 +291,8 @@ class Controller:
         self.stays.open(record.trial_id, record.attempts, record.devices, now, share,
                         record.info.get("pack"), record.device)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
-                      record.checkpoint, tuple(devices), share, record.info.get("pack"))
+                      record.checkpoint, tuple(devices), share, record.info.get("pack"),
+                      record.info.get("pack_size"))
 
     def _share(self, record: TrialRecord) -> float | None:
         """Percent of each device's compute this trial was given (None: a whole device)."""

@@ -1,8 +1,10 @@
 """Whether a trial runs in a fused pack, and how many members a new pack may hold. Pure: used
 alike by the local executor's pack plan (``runtime/pack_worker.py``) and the simulator.
 
-- ``runs_fused(mode, accepts)``: the study's ``execution`` mode decides; in ``auto`` the
-  fusable task's verdict on the config (``accepts()``, asked only then) does.
+- ``runs_fused(mode, accepts, pack_size)``: the study's ``execution`` mode decides; in ``auto``
+  the fusable task's verdict on the config (``accepts()``, asked only then) does. A trial whose
+  algorithm pack holds only itself (``pack_size`` 1, e.g. a late rung of pack-aware Hyperband)
+  runs alone as a plain trial in every mode.
 - ``pack_cap(max_members, free, per_member, base)``: members a pack takes, from the memory
   free on its device when it starts (``None``: not measurable, e.g. a CPU device, where host RAM
   is the placement's question): ``max_members``, lowered to the members that fit
@@ -24,11 +26,14 @@ __all__ = ["runs_fused", "pack_cap", "PACK_HEADROOM"]
 PACK_HEADROOM = 0.9
 
 
-def runs_fused(mode: str, accepts: Callable[[], bool]) -> bool:
+def runs_fused(mode: str, accepts: Callable[[], bool], pack_size: int | None = None) -> bool:
     """Whether a trial runs in a pack: never in ``separate``, always in ``fused`` (a config the
     task refuses then fails in its pack), in ``auto`` when ``accepts()`` (the task takes the
-    config: optimizer, schedule, batch size...)."""
-    if mode == "separate":
+    config: optimizer, schedule, batch size...). Never when its algorithm pack has one member
+    (``pack_size`` 1; None: the algorithm forms no packs): a pack of one trains as the plain
+    trial does (the isolation guarantee) but pays the fused runner's cost (0.35x the plain speed
+    on the measured CPU table) and a pack process."""
+    if mode == "separate" or pack_size == 1:
         return False
     if mode == "fused":
         return True

@@ -144,6 +144,8 @@ class Launch:
     compute_share: float | None = None
     # Fused execution: only trials of the same group share a pack (the algorithm's pack id).
     group: Any = None
+    # Members of that algorithm pack (None: the algorithm forms no packs); 1: it runs alone.
+    pack_size: int | None = None
 
 
 class StopReason(str, enum.Enum):

@@ -54,7 +54,7 @@ class Machine:
 def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Any, *,
                     trainable_name: str, slots: list[Slot] | None = None,
                     nvml: Any = None,
-                    fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
+                    fuses: Callable[[dict, int | None], bool] | None = None) -> Iterator[Machine]:
     """Devices and services for one run of ``spec`` (see the module docstring). ``slots``
     (tests) skips detection: the given slots become the inventory. ``storage_path``: the study
     store's file, or the open ``Storage`` itself (the job history then writes through its
@@ -234,13 +234,15 @@ def member_demand(spec: StudySpec) -> Demand:
     return core_member_demand(Demand(r.compute, r.memory_gb, r.cpus), spec.pack.max_members)
 
 
-def _fused_demand(machine: Machine, spec: StudySpec, fuses: Callable[[dict], bool]) -> None:
-    """Members get ``member_demand``; the other trials keep the demand they had."""
+def _fused_demand(machine: Machine, spec: StudySpec,
+                  fuses: Callable[[dict, int | None], bool]) -> None:
+    """Members get ``member_demand``; the other trials (a trial alone in its algorithm pack
+    among them) keep the demand they had."""
     member = member_demand(spec)
     plain = machine.demand
 
     def demand(record: TrialRecord) -> Any:
-        if fuses(record.config):
+        if fuses(record.config, record.info.get("pack_size")):
             return member.job(record)
         return plain(record) if plain is not None else Demand(
             spec.resources.compute, spec.resources.memory_gb, spec.resources.cpus).job(record)
@@ -300,7 +302,7 @@ def _node(spec: StudySpec, study_dir: Path, slots: list[Slot] | None, nvml: Any,
 
 @contextlib.contextmanager
 def prepare_driver(spec: StudySpec, cluster: Any, storage: Any, *, trainable_name: str,
-                   fuses: Callable[[dict], bool] | None = None) -> Iterator[Machine]:
+                   fuses: Callable[[dict, int | None], bool] | None = None) -> Iterator[Machine]:
     """The driver's half for an executor whose devices are elsewhere: ``cluster`` (the
     inventory the executor found) with the job history's demand and observers, and fused
     members' demand, as ``prepare_machine`` gives them (``storage``: the study's store, or

@@ -75,9 +75,10 @@ class PackPlan:
     max_members: int
     _cache: dict[str, bool] = field(default_factory=dict, repr=False)
 
-    def fuses(self, config: Mapping[str, Any]) -> bool:
-        """Whether a trial with ``config`` runs in a pack (``core.fusing.runs_fused``)."""
-        return runs_fused(self.mode, lambda: self._accepts(config))
+    def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
+        """Whether a trial with ``config``, in an algorithm pack of ``pack_size`` members (None:
+        no algorithm pack), runs in a pack (``core.fusing.runs_fused``)."""
+        return runs_fused(self.mode, lambda: self._accepts(config), pack_size)
 
     def _accepts(self, config: Mapping[str, Any]) -> bool:
         key = json.dumps(config, sort_keys=True, default=repr)

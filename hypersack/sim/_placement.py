@@ -14,7 +14,7 @@ def make_job(perf: Any, record: Any) -> Any:
     pack member's share (``_member_job``)."""
     from hypersack.core.placement import Job
     fusion = getattr(perf, "fusion", None)
-    if fusion is not None and fusion.fuses(record.config):
+    if fusion is not None and fusion.fuses(record.config, record.info.get("pack_size")):
         return _member_job(perf, fusion, record)
     k = max(1, int(getattr(record, "resources", 1) or 1),
             int(perf.profile(record.config, perf.reference_arch).gpus))

@@ -244,7 +244,7 @@ class SimExecutor:
 
     def _launch(self, launch: Launch) -> None:
         now = self.clock.now
-        fused = self.packs is not None and self.packs.fusion.fuses(launch.config)
+        fused = self.packs is not None and self.packs.fusion.fuses(launch.config, launch.pack_size)
         devices = self._devices_for(launch, fused)
         self._push(now, "event", launch.trial_id, TrialStarted(launch.trial_id, _label(devices)))
         if devices is None:

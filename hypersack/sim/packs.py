@@ -41,8 +41,8 @@ class SimFusion:
             raise ConfigError("study.execution", self.mode,
                               f"must be one of {', '.join(EXECUTION_MODES)}")
 
-    def fuses(self, config: Mapping[str, Any]) -> bool:
-        return runs_fused(self.mode, lambda: True)
+    def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
+        return runs_fused(self.mode, lambda: True, pack_size)
 
     def key(self, config: Mapping[str, Any], group: Any) -> Hashable:
         return group_key(fusibility_key(config, self.architecture_keys), group)

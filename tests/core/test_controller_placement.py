@@ -215,3 +215,34 @@ def test_room_for_a_new_trial_is_asked_of_real_trials_only_and_stops_creation():
     assert [launch.trial_id for launch in launches] == [0, 1]
     assert sorted(c.trials) == [0, 1]             # no third trial made while both devices are full
     assert set(seen) <= set(c.trials)             # no made-up record was ever asked about
+
+
+def test_a_promoted_trial_is_placed_with_the_pack_it_resumes_in():
+    """Its demand is asked with the algorithm's info for its next launch (a pack of one runs as
+    a plain trial and demands as one), and its Launch names that pack and its size."""
+    class Packed(Scripted):
+        def __init__(self):
+            super().__init__(decisions={(0, 1): Decision.PAUSE}, limit=1)
+            self.size = 2
+
+        def trial_info(self, trial_id):
+            return {"pack": self.size, "pack_size": self.size}
+
+    seen: list[tuple[int, int | None]] = []
+
+    def demand(record):
+        seen.append((record.trial_id, record.info.get("pack_size")))
+        return Demand().job(record)
+
+    algo = Packed()
+    c = Controller(algo, OBJ, Budget(trials=1))
+    c.set_inventory(cluster(1), "wfd", demand)
+    (first,) = c.launches(now=0.0)
+    assert (first.group, first.pack_size) == (2, 2)
+    c.handle(ResultReported(0, 1, {"acc": 0.5}), 1.0)
+    c.handle(TrialFinished(0), 1.0)
+    algo.size, algo.to_promote = 1, [0]
+    seen.clear()
+    (resumed,) = c.launches(now=1.0)
+    assert (resumed.group, resumed.pack_size) == (1, 1)
+    assert seen and all(size == 1 for _, size in seen)

@@ -23,6 +23,13 @@ def test_the_execution_mode_decides_and_auto_asks_the_task_only_then():
         runs_fused("both", accepts(True))
 
 
+@pytest.mark.parametrize("mode", ["fused", "auto"])
+def test_a_trial_alone_in_its_algorithm_pack_runs_as_a_plain_trial(mode):
+    assert runs_fused(mode, lambda: True, pack_size=1) is False
+    assert runs_fused(mode, lambda: True, pack_size=2) is True
+    assert runs_fused(mode, lambda: True, pack_size=None) is True     # no algorithm packs
+
+
 def test_a_pack_takes_what_fits_the_headroom_of_the_free_memory():
     assert PACK_HEADROOM == 0.9
     assert pack_cap(16, 100.0, 9.0) == 10                # floor(90 / 9)

@@ -33,10 +33,11 @@ def _executor(fusion: SimFusion | None = SimFusion("fused", 8), gpus: int = 2, *
                        steps_for=lambda c: 3, **kw)
 
 
-def _launch(trial_id: int, gpu: str | None = "0", bs: int = 64, group=None, attempt: int = 1):
+def _launch(trial_id: int, gpu: str | None = "0", bs: int = 64, group=None, attempt: int = 1,
+            pack_size: int | None = None):
     devices = (("n0", gpu),) if gpu is not None else ()
     return Launch(trial_id, {"bs": bs, "lr": 0.01}, seed=trial_id, attempt=attempt, devices=devices,
-                  group=group)
+                  group=group, pack_size=pack_size)
 
 
 def _drain(ex: SimExecutor, until=None) -> list[tuple[float, object]]:
@@ -166,6 +167,14 @@ def test_an_unplaced_member_joins_a_pack_with_a_seat_on_any_device():
 def test_auto_and_separate_modes_follow_the_core_rule():
     assert SimFusion("auto").fuses({"bs": 64}) and SimFusion("fused").fuses({})
     assert not SimFusion("separate").fuses({"bs": 64})
+    assert not SimFusion("fused").fuses({"bs": 64}, pack_size=1)
+
+
+def test_a_trial_alone_in_its_algorithm_pack_runs_outside_any_pack():
+    ex = _executor()
+    ex.submit(_launch(0, group=3, pack_size=1))
+    ex.submit(_launch(1, group=4, pack_size=2))
+    assert [p.members for p in ex.packs.packs] == [[1]]
     with pytest.raises(ConfigError, match="execution"):
         SimFusion("sometimes")
 
@@ -200,11 +209,11 @@ def test_a_simulated_study_times_trials_out_on_time():
 
 def test_an_out_of_memory_raises_the_models_floor_to_the_device_so_it_runs_alone():
     perf = _perf()
-    record = type("R", (), {"trial_id": 3, "config": {"bs": 64}, "resources": 1})()
+    record = type("R", (), {"trial_id": 3, "config": {"bs": 64}, "resources": 1, "info": {}})()
     assert perf.demand(record).memory_gb == 4
     perf.note_oom({"bs": 64}, {"A100": 40.0})
     assert perf.demand(record).memory_gb == 40.0
-    assert perf.demand(type("R", (), {"trial_id": 4, "config": {"bs": 128}, "resources": 1})()).memory_gb == 30
+    assert perf.demand(type("R", (), {"trial_id": 4, "config": {"bs": 128}, "resources": 1, "info": {}})()).memory_gb == 30
     perf.forget_ooms()
     assert perf.demand(record).memory_gb == 4
 
@@ -247,7 +256,7 @@ def test_a_fused_scenario_runs_packs_and_differs_from_its_separate_run():
 def test_a_fused_study_places_members_at_a_packs_share_of_a_device():
     d = _mini(execution="fused", pack={"max_members": 4}, budget={"trials": 8})
     scenario = scenario_from_dict(d)
-    record = type("R", (), {"trial_id": 0, "config": {"lr": 0.01, "batch_size": 64}, "resources": 1})()
+    record = type("R", (), {"trial_id": 0, "config": {"lr": 0.01, "batch_size": 64}, "resources": 1, "info": {}})()
     job = scenario.perf.demand(record)
     assert (job.compute, job.memory_gb, job.cpus) == (25.0, 4, 0.5)
 

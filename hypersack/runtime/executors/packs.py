@@ -57,7 +57,7 @@ class PackHost:
         self._count = 0
 
     def fuses(self, launch: Launch) -> bool:
-        return self.plan.fuses(launch.config)
+        return self.plan.fuses(launch.config, launch.pack_size)
 
     def launch(self, launch: Launch, devices: list[str], new_on: Callable[[], Slot]) -> Pack:
         """Send the member to a pack with a seat on one of ``devices``, or to a new pack on the
