@@ -134,6 +134,8 @@ CREATE TABLE IF NOT EXISTS samples (
 _TRIAL_COLUMNS = ("trial_id", "state", "config", "seed", "attempts", "retries", "last_step",
                   "metrics", "value", "error", "traceback", "checkpoint", "checkpoint_step",
                   "device", "info", "started_at", "finished_at")
+_INSERT_TRIAL = (f"INSERT OR REPLACE INTO trials (study_id, {', '.join(_TRIAL_COLUMNS)}) "
+                 f"VALUES ({', '.join('?' * (len(_TRIAL_COLUMNS) + 1))})")
 
 
 @dataclass(frozen=True)
@@ -422,12 +424,12 @@ class Storage:
                 text = json.dumps(m)
                 result_rows.append((study_id, tid, step, text, now))
                 last[tid] = (step, m, text)
-            self._db.executemany(
-                f"INSERT OR REPLACE INTO trials (study_id, {', '.join(_TRIAL_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * (len(_TRIAL_COLUMNS) + 1))})",
-                [(study_id, *_trial_row(t, self._config_json(study_id, t), _metrics_json(last, t)))
-                 for t in trials])
-            self._db.executemany("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?)", result_rows)
+            trial_rows = [(study_id, *_trial_row(t, self._config_json(study_id, t),
+                                                 _metrics_json(last, t))) for t in trials]
+            if trial_rows:
+                self._db.executemany(_INSERT_TRIAL, trial_rows)
+            if result_rows:
+                self._db.executemany("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?)", result_rows)
             if controller_state is not None:
                 self._db.execute(
                     "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
@@ -436,12 +438,13 @@ class Storage:
 
     def _write_stays(self, study_id: int, stays: Iterable[Stay]) -> None:
         """Inside the batch's transaction: each stay replaces the stored one with its key."""
-        self._db.executemany(
-            f"INSERT OR REPLACE INTO stays (study_id, {', '.join(_STAY_COLUMNS)}) "
-            f"VALUES ({', '.join('?' * (len(_STAY_COLUMNS) + 1))})",
-            [(study_id, s.trial_id, s.attempt, s.node, s.gpu, s.rank, s.share,
-              None if s.pack is None else json.dumps(s.pack), s.start, s.end,
-              None if s.outcome is None else s.outcome.value) for s in stays])
+        rows = [(study_id, s.trial_id, s.attempt, s.node, s.gpu, s.rank, s.share,
+                 None if s.pack is None else json.dumps(s.pack), s.start, s.end,
+                 None if s.outcome is None else s.outcome.value) for s in stays]
+        if rows:
+            self._db.executemany(
+                f"INSERT OR REPLACE INTO stays (study_id, {', '.join(_STAY_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * (len(_STAY_COLUMNS) + 1))})", rows)
 
     def load_stays(self, study_id: int) -> list[Stay]:
         """The study's stays by trial, attempt and rank ([] from a store older than schema 3)."""
