@@ -102,7 +102,9 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     default): one poll per turn.
 
     While the turns run, no full garbage collection walks the study's objects (``heap.LoopHeap``:
-    survivors of the young generations are frozen after each turn that promoted some).
+    survivors of the young generations are frozen after each turn that promoted some), and a
+    store that offers ``background_checkpoints`` (SQLite) copies its WAL on a thread of its own,
+    not inside a turn's commit.
 
     Ctrl-C handling covers the whole run, shutdown included: a run interrupted once or twice
     returns status "interrupted". A storage fault (disk full, lease lost, damaged file) kills
@@ -114,7 +116,8 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     with _Interrupts() as interrupts:
         try:
             executor.start()
-            with LoopHeap() as heap:
+            checkpoints = getattr(storage, "background_checkpoints", None)
+            with LoopHeap() as heap, (checkpoints() if checkpoints else contextlib.nullcontext()):
                 _turns(controller, executor, storage, row, progress, clock, interrupts, observers,
                        group_window_s, heap)
         except KeyboardInterrupt:
