@@ -60,7 +60,7 @@ def test_a_no_from_has_room_for_is_remembered_until_the_load_or_the_demand_chang
     def counting(jobs):
         assigned.append(len(jobs))
         return real_assign(jobs)
-    alloc._assign = counting                          # type: ignore[method-assign]
+    alloc._assign = counting
     running = _record(0)
     alloc.place([running])                            # 60% of the only device
     calls = len(assigned)

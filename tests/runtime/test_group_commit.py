@@ -238,7 +238,7 @@ def test_the_loop_runs_inside_background_checkpoints(tmp_path):
     def acknowledge():
         seen.append(store.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
         original()
-    executor.acknowledge = acknowledge     # type: ignore[method-assign]
+    executor.acknowledge = acknowledge
     run_loop(controller, executor, store, row, group_window_s=0.0)
     assert seen and set(seen) == {0}
     assert store.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000

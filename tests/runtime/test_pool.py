@@ -28,7 +28,7 @@ def _pool() -> tuple[WorkerPool, list[Worker]]:
     spawned: list[Worker] = []
 
     def spawn(slot, share):
-        w = Worker(slot, (slot.key, share), _Process(True), _Pipe())  # type: ignore[arg-type]
+        w = Worker(slot, (slot.key, share), _Process(True), _Pipe())
         spawned.append(w)
         return w
     pool.spawn = spawn                                  # type: ignore[method-assign]
