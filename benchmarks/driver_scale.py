@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import os
@@ -88,6 +89,7 @@ class FeedExecutor:
         self.store: Any = None
         self.polled = False
         self.acked_warm = 0
+        self.marks: list[tuple[int, float, float]] = []   # (acked, process cpu, own cpu) per tenth
 
     def start(self) -> None:
         self.t0 = time.perf_counter()
@@ -152,6 +154,8 @@ class FeedExecutor:
         if self.warm is None and self.acked >= self.warmup:
             self.warm = (c0, now, self.cpu_s, self.store.commit_count if self.store else 0)
             self.acked_warm = self.acked
+        if self.acked >= len(self.marks) * self.measure / 10:
+            self.marks.append((self.acked, c0, self.cpu_s))
         for trial, due_at in self.waiting.items():
             if self.warm is not None:
                 self.latencies.append(now - due_at)
@@ -201,12 +205,51 @@ class CountingStore(Storage):
                 self.tx = Storage.transaction(outer, doing)
                 self.tx.__enter__()
 
-            def __exit__(self, *exc: Any) -> bool:
+            def __exit__(self, *exc: Any) -> None:
                 t0 = time.perf_counter()
-                result = self.tx.__exit__(*exc)
+                self.tx.__exit__(*exc)
                 outer.tx_s += time.perf_counter() - t0
-                return bool(result)
         return _Timed()
+
+
+class GcPauses:
+    """A ``gc.callbacks`` entry: total and longest collection time, full collections (while
+    ``measuring()``)."""
+
+    def __init__(self, measuring: Any = lambda: True) -> None:
+        self.total = self.longest = 0.0
+        self.full = 0
+        self._t0 = 0.0
+        self._measuring = measuring
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if not self._measuring():
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        took = time.perf_counter() - self._t0
+        self.total += took
+        self.longest = max(self.longest, took)
+        self.full += info["generation"] == 2
+
+
+class _DefaultHeap:
+    """Stands in for ``heap.LoopHeap``: the collector as Python runs it (A/B runs)."""
+    def __enter__(self) -> "_DefaultHeap":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def after_turn(self) -> None:
+        pass
+
+
+def use_default_gc() -> None:
+    import hypersack.runtime.loop as loop
+    if hasattr(loop, "LoopHeap"):
+        loop.LoopHeap = _DefaultHeap   # type: ignore[misc,assignment]
 
 
 def cluster_for(gpus: int, per_gpu: int) -> Cluster:
@@ -232,11 +275,15 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
     executor = FeedExecutor(cluster, reports, rate, measure)
     executor.warmup = measure // 5
     db = tmp / f"driver-{durability}-{trials}-{reports}-{rate:g}-{gpus * per_gpu}-{time.time_ns()}.db"
-    with CountingStore(db, durability=durability) as store:
+    counting = CountingStore(db, durability=durability)
+    with counting:
+        store = counting
         row = store.create_study("scale", {})
         store.acquire_lease(row)
         executor.store = store
         profiler = cProfile.Profile() if profile else None
+        pauses = GcPauses(lambda: executor.warm is not None)
+        gc.callbacks.append(pauses)
         c0, w0 = time.process_time(), time.perf_counter()
         if profiler:
             profiler.enable()
@@ -246,6 +293,7 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
             run_loop(controller, executor, store, row)
         if profiler:
             profiler.disable()
+        gc.callbacks.remove(pauses)
         end_cpu, end_wall = time.process_time(), executor.done_at or time.perf_counter()
         stored = store._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
         save_s, tx_s = store.save_s, store.tx_s
@@ -258,6 +306,9 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
     cpu, wall = end_cpu - warm_cpu, end_wall - warm_wall
     lat = sorted(executor.latencies)
     driver_cpu = cpu - (executor.cpu_s - warm_own)
+    marks = executor.marks + [(total, end_cpu, executor.cpu_s)]
+    tenths = [round(1e6 * ((c1 - c0) - (o1 - o0)) / max(1, n1 - n0), 1)
+              for (n0, c0, o0), (n1, c1, o1) in zip(marks, marks[1:]) if n1 > n0]
     out = {"system": "hypersack" if GROUP_COMMIT else "hypersack-before", "algorithm": algorithm, "durability": durability,
            "concurrent": gpus * per_gpu, "trials": trials, "reports": reports,
            "rate": rate, "created": len(controller.trials), "acked": total, "measured": n, "stored": stored,
@@ -267,7 +318,9 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
            "ack_p50_ms": round(1e3 * lat[len(lat) // 2], 2) if lat else None,
            "ack_p99_ms": round(1e3 * lat[int(len(lat) * 0.99)], 2) if lat else None,
            "store_batch_us": round(1e6 * save_s / max(1, total), 1),
-           "commit_us": round(1e6 * tx_s / max(1, total), 1)}
+           "commit_us": round(1e6 * tx_s / max(1, total), 1),
+           "cpu_us_by_tenth": tenths, "gc_pause_max_ms": round(1e3 * pauses.longest, 1),
+           "gc_s": round(pauses.total, 3), "full_collections": pauses.full}
     if stored < total:
         raise RuntimeError(f"acknowledged {n} reports but stored {stored}: {out}")
     if profiler:
@@ -337,6 +390,8 @@ def print_row(r: dict[str, Any]) -> None:
           f"{r['acked']:>7} {r['reports_per_s']:>9.0f} {r['driver_cpu_us']:>8.1f} {r['commits']:>7} "
           f"{r['reports_per_commit']:>6.1f} {r['ack_p50_ms']:>7.2f} {r['ack_p99_ms']:>7.2f}"
           f"   (store {r['store_batch_us']:.0f} us/report, commits {r['commit_us']:.0f} us/report)")
+    print(f"    driver cpu us/report by tenth of the run: {r['cpu_us_by_tenth']}; garbage collector: "
+          f"{r['gc_s']} s, longest pause {r['gc_pause_max_ms']} ms, {r['full_collections']} full")
 
 
 HEADER = (f"{'system':<24} {'trials':>7} {'conc':>6} {'rep/t':>5} {'rate':>6} {'acked':>7} {'reports/s':>9} "
@@ -355,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=GROUP_WINDOW_S, help="group window, seconds")
     p.add_argument("--algorithm", choices=("random", "asha"), default="random",
                    help="asha: min_t 1, max_t = --reports, rf 3, stop mode (its state is O(trials))")
+    p.add_argument("--gc", choices=("freeze", "default"), default="freeze",
+                   help="default: Python's own collector in the loop (before heap.LoopHeap)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest functions")
     p.add_argument("--optuna", action="store_true", help="run Optuna's SQLite storage instead")
     p.add_argument("--concurrent", type=int, default=100, help="open Optuna trials at once")
@@ -362,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", type=int, default=0, help="--sweep: skip its first N runs")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
+    if args.gc == "default":
+        use_default_gc()
     print(f"# driver scale, {platform.platform()}, Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC")
     rows: list[dict[str, Any]] = []

@@ -18,7 +18,7 @@ report to the driver and writing it to storage.
 
     python benchmarks/overhead.py [--trials 200] [--reports 5] [--workers N] [--ray-trials 32]
                                   [--skip-optuna] [--skip-ray] [--json PATH]
-                                  [--durability power|process]
+                                  [--durability power|process] [--warm-up]
 
 Every database and run folder goes to a temporary directory that is deleted afterwards.
 """
@@ -87,37 +87,43 @@ def _hypersack_once(tmp: Path, name: str, trials: int, reports: int, workers: in
     import hypersack
 
     db = tmp / "hypersack.db"
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     study = hypersack.Study(name=name, space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
                             objective=("score", "max"), n_trials=trials, storage=db,
                             workers=workers, seed=0, executor=executor,
                             **({"durability": durability} if durability else {}))
     run = study.run(functools.partial(hypersack_trial, reports=reports), if_exists="replace",
                     progress=False)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     status = study.status()
     n_results = len(study.results())
     check = {"run_status": run.status, "complete": status["complete"], "failed": status["failed"],
-             "results_stored": n_results}
+             "results_stored": n_results, "driver_cpu_s": round(cpu, 4)}
     if status["complete"] != trials or n_results != trials * reports:
         raise RuntimeError(f"HyperSack run did not do the expected work: {check}")
     return wall, check
 
 
 def bench_hypersack(tmp: Path, trials: int, reports: int, workers: int,
-                    durability: str | None = None) -> list[dict[str, Any]]:
+                    durability: str | None = None, warm_up: bool = False) -> list[dict[str, Any]]:
     import hypersack
+    if warm_up:        # the driver's lazy imports paid before anything is timed
+        _hypersack_once(tmp, "overhead-warm-up", workers, reports, workers, durability)
 
     wall, check = _hypersack_once(tmp, "overhead", trials, reports, workers, durability)
+    cpu = check["driver_cpu_s"]
     out = [_result(f"hypersack ({workers} workers)", trials, wall, version=hypersack.__version__,
                    workers=workers, reports_per_s=round(trials * reports / wall, 1),
+                   driver_cpu_us_per_report=round(1e6 * cpu / (trials * reports), 1),
                    note="start-up and shutdown of the worker pool included", check=check)]
     if trials > workers:
-        small_wall, _ = _hypersack_once(tmp, "overhead-fixed", workers, reports, workers, durability)
+        small_wall, small = _hypersack_once(tmp, "overhead-fixed", workers, reports, workers, durability)
         if wall > small_wall:
             marginal = (trials - workers) / (wall - small_wall)
+            marginal_cpu = (cpu - small["driver_cpu_s"]) / ((trials - workers) * reports)
             out.append({"system": f"hypersack marginal ({workers} workers)", "trials": trials - workers,
                         "wall_s": round(wall - small_wall, 4), "trials_per_s": round(marginal, 2),
+                        "driver_cpu_us_per_report": round(1e6 * marginal_cpu, 1),
                         "fixed_cost_s": round(small_wall, 4), "workers": workers,
                         "note": f"fixed cost per run = a {workers}-trial study ({small_wall:.2f} s: "
                                 "pool spawn, imports, study creation, shutdown), subtracted"})
@@ -272,6 +278,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             print(f"{r['system']:<34} {'-':>6} {'-':>8} {'-':>9}  FAILED: {r['error']}")
             continue
         notes = r.get("note", "")
+        if "driver_cpu_us_per_report" in r:
+            notes = f"driver CPU {r['driver_cpu_us_per_report']:.0f} us/report; " + notes
         if "init_s" in r:
             notes += f" (ray.init {r['init_s']:.2f} s)"
         print(f"{r['system']:<34} {r['trials']:>6} {r['wall_s']:>8.2f} {r['trials_per_s']:>9.1f}  {notes}")
@@ -318,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="TuneConfig(reuse_actors=True) (Ray's default is False)")
     p.add_argument("--durability", choices=("power", "process"), default=None,
                    help="HyperSack's store durability (default: the study default, power)")
+    p.add_argument("--warm-up", action="store_true",
+                   help="run an untimed study first, so that the driver's one-off imports are "
+                        "not in the timed runs (driver CPU per report without them)")
     p.add_argument("--skip-optuna", action="store_true")
     p.add_argument("--skip-ray", action="store_true")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -342,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend == "ray":
             rows += bench_ray_backend(tmp, args, workers)
         else:
-            rows += bench_hypersack(tmp, args.trials, args.reports, workers, args.durability)
+            rows += bench_hypersack(tmp, args.trials, args.reports, workers, args.durability,
+                                    args.warm_up)
             rows += _other_systems(tmp, args, skipped)
 
     print()

@@ -71,12 +71,15 @@ class Allocator:
         self.inventory = cluster          # devices without load
         self.demand = demand
         self._running: dict[int, tuple[Any, Devices]] = {}
+        self._version = 0            # bumped whenever the load or the inventory changes
+        self._no_room: tuple[int, Any, int] | None = None   # the last "no" of has_room_for
         self._set_load(cluster)
 
     def _set_load(self, cluster: Any) -> None:
         """Hold ``cluster`` (devices with the running trials' load) in the form the policy uses."""
         from hypersack.core.placement.live import POLICIES, LiveCluster
         self._live = LiveCluster(cluster) if self.policy in POLICIES else None
+        self._version += 1
         self._cluster: Any = None if self._live is not None else cluster
         self._devices = sum(1 for _ in self.inventory.gpus())
 
@@ -115,8 +118,19 @@ class Allocator:
         latest) on ``resources`` devices. Nothing is placed and no trial is made up: the
         demand of ``like`` is asked, then given the new trial's device count (a demand's
         ``gpus`` is its record's ``resources``, or a floor of its own above them, which is
-        kept)."""
+        kept). A "no" is remembered: asked again with the same demand (the same Job) and
+        nothing placed, released or changed in the inventory since, it is "no" at once (the
+        loop asks every turn while every device is busy)."""
         job = self.demand(like)
+        memo = self._no_room
+        if (memo is not None and memo[0] == self._version and memo[2] == resources
+                and (memo[1] is job or memo[1] == job)):
+            return False
+        room = self._has_room_for(job, like, resources)
+        self._no_room = None if room else (self._version, job, resources)
+        return room
+
+    def _has_room_for(self, job: Any, like: TrialRecord, resources: int) -> bool:
         gpus = max(1, int(resources))
         if job.gpus > like.resources:          # the demand's own floor (a model on k devices)
             gpus = max(gpus, job.gpus)
@@ -135,6 +149,7 @@ class Allocator:
                      strict=False)
 
     def _occupy(self, trial_id: int, job: Any, devices: Devices, strict: bool = True) -> None:
+        self._version += 1
         if self._live is not None:
             self._live.occupy(job, devices, strict=strict)
         else:
@@ -143,6 +158,7 @@ class Allocator:
 
     def release(self, trial_id: int) -> None:
         if self._running.pop(trial_id, None) is not None:
+            self._version += 1
             if self._live is not None:
                 self._live.release(trial_id)
             else:

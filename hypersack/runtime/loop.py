@@ -26,6 +26,7 @@ from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Command, Event, Launch, ResultReported
 from hypersack.errors import StorageError, StorageFullError
 from hypersack.runtime.executors.base import Executor
+from hypersack.runtime.heap import LoopHeap
 from hypersack.runtime.progress import Progress, NullProgress
 from hypersack.runtime.storage import Storage, StudyRow
 from hypersack.runtime.store import Store, StudyRef
@@ -100,6 +101,11 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     and one commit, and each report's ack waits at most this much longer. 0 (the simulator's
     default): one poll per turn.
 
+    While the turns run, no full garbage collection walks the study's objects (``heap.LoopHeap``:
+    survivors of the young generations are frozen after each turn that promoted some), and a
+    store that offers ``background_checkpoints`` (SQLite) copies its WAL on a thread of its own,
+    not inside a turn's commit.
+
     Ctrl-C handling covers the whole run, shutdown included: a run interrupted once or twice
     returns status "interrupted". A storage fault (disk full, lease lost, damaged file) kills
     the workers, keeps what is stored, marks the study interrupted where the store still allows
@@ -110,8 +116,10 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     with _Interrupts() as interrupts:
         try:
             executor.start()
-            _turns(controller, executor, storage, row, progress, clock, interrupts, observers,
-                   group_window_s)
+            checkpoints = getattr(storage, "background_checkpoints", None)
+            with LoopHeap() as heap, (checkpoints() if checkpoints else contextlib.nullcontext()):
+                _turns(controller, executor, storage, row, progress, clock, interrupts, observers,
+                       group_window_s, heap)
         except KeyboardInterrupt:
             pass
         except StorageError as exc:
@@ -172,7 +180,8 @@ def _gather(executor: Executor, events: list[Event], controller: Controller,
 
 def _turns(controller: Controller, executor: Executor, storage: Store, row: StudyRef,
            progress: Progress, clock: Callable[[], float], interrupts: _Interrupts,
-           observers: Sequence[Callable[[Event], None]] = (), group_window_s: float = 0.0) -> None:
+           observers: Sequence[Callable[[Event], None]] = (), group_window_s: float = 0.0,
+           heap: LoopHeap | None = None) -> None:
     interrupted = False
     first = True
     last_beat = clock()
@@ -192,6 +201,8 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
         for launch in launches:
             executor.submit(launch)
         progress.update(controller, now)
+        if heap is not None:
+            heap.after_turn()
         if controller.done(now):
             if not controller.interrupted:
                 controller.finalize(now)

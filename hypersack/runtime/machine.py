@@ -29,7 +29,7 @@ from hypersack.core.allocator import Demand
 from hypersack.core.demand import member_demand as core_member_demand
 from hypersack.core.demand import needs_mps, with_history
 from hypersack.core.spec import StudySpec
-from hypersack.core.trial import Event, TrialFailed, TrialProfiled, TrialRecord
+from hypersack.core.trial import Event, TrialFailed, TrialFinished, TrialProfiled, TrialRecord
 from hypersack.runtime.devices import Slot, default_slots, slots_cluster
 
 __all__ = ["Machine", "prepare_driver", "prepare_machine", "prepare_node"]
@@ -192,17 +192,29 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     cache: dict[str, Any] = {}
     records: dict[int, TrialRecord] = {}
 
-    jobs: dict[int, tuple[int, Any]] = {}     # trial -> (resources, Job): built once per trial
+    # trial -> (resources, Job, history key): built once per trial, dropped when the history of
+    # its key changes (a profile or an OOM correction of a config with the same model keys and
+    # batch size: nothing else changes what the history says of it) or when the trial ends
+    jobs: dict[int, tuple[int, Any, str]] = {}
+    keyed: dict[str, set[int]] = {}           # history key -> trials with a Job in ``jobs``
 
     def demand(record: TrialRecord) -> Any:
         records[record.trial_id] = record
         hit = jobs.get(record.trial_id)
         if hit is not None and hit[0] == record.resources:
             return hit[1]
-        per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache)
+        key = _history_key(record.config, model_keys)
+        per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
         job = with_history(default.job(record), per_arch)
-        jobs[record.trial_id] = (record.resources, job)
+        jobs[record.trial_id] = (record.resources, job, key)
+        keyed.setdefault(key, set()).add(record.trial_id)
         return job
+
+    def forget(config: dict) -> None:
+        key = _history_key(config, model_keys)
+        cache.pop(key, None)
+        for trial_id in keyed.pop(key, ()):
+            jobs.pop(trial_id, None)
 
     def observe(event: Event) -> None:
         record = records.get(event.trial_id) if event.trial_id is not None else None
@@ -214,14 +226,16 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
                 profile = Profile.from_dict(event.profile)
                 store.put(profile_key(trainable_name, record.config, model_keys, profile.device_arch),
                           profile)
-                cache.clear()
-                jobs.clear()
+                forget(record.config)
             elif isinstance(event, TrialFailed) and event.oom:
                 for arch in archs:
                     store.correct_after_oom(profile_key(trainable_name, record.config, model_keys, arch),
                                             memory[arch])
-                cache.clear()
-                jobs.clear()
+                forget(record.config)
+            elif isinstance(event, (TrialFinished, TrialFailed)):   # rebuilt if it runs again
+                ended = jobs.pop(event.trial_id, None)
+                if ended is not None:
+                    keyed.get(ended[2], set()).discard(event.trial_id)
         except Exception as exc:   # the history is an optimisation: never fail the study on it
             log.warning("job history not updated for trial %s: %s", event.trial_id, exc)
     machine.demand, machine.observers = demand, [observe]
@@ -249,10 +263,16 @@ def _fused_demand(machine: Machine, spec: StudySpec,
     machine.demand = demand
 
 
-def _per_arch(store: Any, config: dict, archs: list[str], trainable: str, model_keys: list[str],
-              cache: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _history_key(config: dict, model_keys: list[str]) -> str:
+    """What the job history keys ``config``'s demand by: its model keys and batch size."""
     import json
-    key = json.dumps({k: config.get(k) for k in model_keys + ["batch_size"]}, sort_keys=True, default=repr)
+    return json.dumps({k: config.get(k) for k in model_keys + ["batch_size"]}, sort_keys=True,
+                      default=repr)
+
+
+def _per_arch(store: Any, config: dict, archs: list[str], trainable: str, model_keys: list[str],
+              cache: dict[str, Any], key: str | None = None) -> dict[str, dict[str, float]]:
+    key = _history_key(config, model_keys) if key is None else key
     if key not in cache:
         out: dict[str, dict[str, float]] = {}
         for arch in archs:

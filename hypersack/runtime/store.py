@@ -33,6 +33,9 @@ class Store(Protocol):
     calls, and other tables' writes that share the store's connection) joins one transaction,
     durable when the outermost block ends; ``save_batch`` inside it is durable only then. An
     exception inside the block writes nothing of it.
+
+    Optional: ``background_checkpoints()``, a context manager the loop holds while it runs, for a
+    store that can move its housekeeping (SQLite's WAL checkpoints) off the commits.
     """
 
     def transaction(self) -> ContextManager[Any]: ...

@@ -48,3 +48,34 @@ def test_placed_trials_fill_devices_exactly_to_their_capacity():
     assert not allocator.has_room_for(_record(9), 1)
     allocator.release(next(iter(placed)))
     assert allocator.has_room_for(_record(9), 1)
+
+
+def test_a_no_from_has_room_for_is_remembered_until_the_load_or_the_demand_changes():
+    inventory = Cluster([Node("a", 8, (GPU("0", "A100", 40),))])
+    demands = {"job": Demand(60.0, 4.0, 1)}
+    alloc = Allocator(inventory, "wfd", lambda r: demands["job"].job(r))
+    assigned = []
+    real_assign = alloc._assign
+
+    def counting(jobs):
+        assigned.append(len(jobs))
+        return real_assign(jobs)
+    alloc._assign = counting
+    running = _record(0)
+    alloc.place([running])                            # 60% of the only device
+    calls = len(assigned)
+    assert not alloc.has_room_for(running, 1)
+    assert not alloc.has_room_for(running, 1)         # nothing changed: answered from memory
+    assert len(assigned) == calls + 1
+    demands["job"] = Demand(30.0, 4.0, 1)             # a new demand (a profile came in)
+    assert alloc.has_room_for(running, 1)
+    demands["job"] = Demand(60.0, 4.0, 1)
+    assert not alloc.has_room_for(running, 1)
+    alloc.release(0)                                  # the load changed: asked again
+    assert alloc.has_room_for(running, 1)
+    alloc.place([_record(1)])
+    assert not alloc.has_room_for(running, 1)
+    alloc.lose_device("a", "0")                       # the inventory changed
+    assert not alloc.has_room_for(running, 1)
+    alloc.add_device("a", GPU("1", "A100", 40))
+    assert alloc.has_room_for(running, 1)

@@ -196,3 +196,50 @@ def test_without_a_window_each_poll_is_its_own_turn(tmp_path):
 def test_acks_go_out_only_after_the_turns_commit(tmp_path, window):
     _, _, executor = _loop(tmp_path, window=window)
     assert executor.durable_at_ack and all(executor.durable_at_ack)
+
+
+# ---- WAL checkpoints beside the loop, not inside its commits -----------------------------------
+
+@pytest.mark.parametrize("durability", ["power", "process"])
+def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(tmp_path, durability):
+    import time
+    with Storage(tmp_path / "s.db", durability=durability) as store:
+        sid = store.create_study("s", {}).study_id
+        db = store.connection
+        assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+        with store.background_checkpoints():
+            assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+            for i in range(20):
+                with store.transaction():
+                    store.save_batch(sid, [_record(i)], [(i, 1, {"v": float(i)})])
+            deadline = time.monotonic() + 30
+            while store.background_checkpoint_count == 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+        assert store.background_checkpoint_count == 0
+        assert len(store.load_results(sid)) == 20
+    with Storage(tmp_path / "s.db", readonly=True) as reader:
+        assert len(reader.load_results(sid)) == 20
+
+
+def test_the_loop_runs_inside_background_checkpoints(tmp_path):
+    seen: list[int] = []
+    space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
+    objective = Objective("loss", "min")
+    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=3)), 3)
+    path = tmp_path / "l.db"
+    store = Storage(path)
+    row = store.create_study("s", {})
+    executor = _Trickle(path)
+    original = executor.acknowledge
+
+    def acknowledge():
+        seen.append(store.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        original()
+    executor.acknowledge = acknowledge
+    run_loop(controller, executor, store, row, group_window_s=0.0)
+    assert seen and set(seen) == {0}
+    assert store.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
+    store.close()

@@ -115,3 +115,40 @@ def test_a_lost_device_ends_its_trials_as_retryable_failures(tmp_path):
         assert sorted(e.device for e in started if isinstance(e, TrialStarted)) == ["cpu/0", "cpu/1"]
     finally:
         ex.shutdown(kill=True)
+
+
+def test_a_busy_worker_killed_is_reported_and_a_dead_idle_one_replaced(executor):
+    """Death is seen through the exit sentinels the poll waits on (no liveness sweep needed)."""
+    import os
+    import signal
+    ex = executor("trainables:sleeps", workers=2)
+    ex.submit(Launch(0, {"sleep": 60}, seed=1, attempt=1))
+    collect(ex, lambda ev: any(isinstance(e, ResultReported) for e in ev))
+    busy = ex._jobs[0].workers[0].process.pid
+    idle = [p for p in ex.worker_pids() if p != busy]
+    os.kill(busy, signal.SIGKILL)
+    events = collect(ex, lambda ev: any(isinstance(e, TrialFailed) for e in ev))
+    assert [e.cause.value for e in events if isinstance(e, TrialFailed)] == ["worker_died"]
+    os.kill(idle[0], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while idle[0] in ex.worker_pids() or len(ex.worker_pids()) < 2:
+        assert time.monotonic() < deadline, ex.worker_pids()
+        ex.poll(0.05)
+    assert busy not in ex.worker_pids() and len(ex.worker_pids()) == 2
+
+
+def test_ready_reports_exactly_the_readable_descriptors():
+    import os
+    from hypersack.runtime.executors.local import _ready
+    (r1, w1), (r2, w2) = os.pipe(), os.pipe()
+    try:
+        assert _ready([r1, r2], 0) == set()
+        os.write(w2, b"x")
+        assert _ready([r1, r2], 0) == {r2}
+        assert _ready([r1, r2], 5.0) == {r2}          # returns at once when one is ready
+        os.close(w1)                                   # a closed writer reads as ready (EOF)
+        assert _ready([r1, r2], 0) == {r1, r2}
+        assert _ready([], 0) == set()
+    finally:
+        for fd in (r1, r2, w2):
+            os.close(fd)

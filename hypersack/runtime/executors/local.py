@@ -14,10 +14,10 @@ so its process releases the device's memory, and a fresh warm worker takes its p
 from __future__ import annotations
 
 import dataclasses
+import select
 import socket
 import time
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["LocalExecutor"]
 
 NODE_ID = "local"
+LIVENESS_S = 0.5     # every worker's process is checked at least this often (see ``poll``)
 
 
 @dataclass(eq=False)
@@ -78,6 +79,7 @@ class LocalExecutor:
         self._jobs: dict[int, _Job] = {}
         self._awaiting: dict[int, Worker] = {}   # trial -> the worker waiting for its ack
         self._pending: list[Event] = []          # events made by commands, for the next poll
+        self._swept = time.monotonic()           # the last liveness check of every worker
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -225,13 +227,23 @@ class LocalExecutor:
     # ---- events ----------------------------------------------------------------------------
 
     def poll(self, timeout: float) -> list[Event]:
+        """Events since the last poll, waiting up to ``timeout`` seconds for the first (none
+        when some are already known). One ``poll(2)`` over every busy worker's pipe and every
+        worker's exit sentinel; only the pipes it finds readable are read and only the workers
+        whose sentinel fired are checked for death (all of them at least every
+        ``LIVENESS_S``, for a worker that died while a child it forked keeps its sentinel)."""
         events: list[Event] = self._pending + self._stragglers() + self._devices_changed()
         self._pending = []
         if self._packs is not None:
             self._packs.end_empty()
         busy = self._busy_workers()
-        waitables = [w.pipe.conn for w in busy] + [w.process.sentinel for w in busy + self._pool.idle]
-        wait(waitables, timeout=0 if events else timeout)
+        idle = self._pool.idle
+        ready = _ready([w.pipe.fileno() for w in busy] + [w.process.sentinel for w in busy + idle],
+                       0 if events else timeout)
+        now = time.monotonic()
+        sweep = now - self._swept >= LIVENESS_S
+        if sweep:
+            self._swept = now
         host = self._packs
         pack_of = {id(p.worker): p for p in host.packs} if host is not None else {}
         for w in busy:
@@ -242,10 +254,13 @@ class LocalExecutor:
             job = self._jobs.get(w.trial_id) if w.trial_id is not None else None
             if job is None or w not in job.workers:
                 continue
-            events.extend(self._drain(job, w))
-            if job.trial_id in self._jobs and not w.process.is_alive():
+            if w.pipe.fileno() in ready:
+                events.extend(self._drain(job, w))
+            if (job.trial_id in self._jobs and (sweep or w.process.sentinel in ready)
+                    and not w.process.is_alive()):
                 events.extend(self._worker_died(job, w))
-        self._pool.replace_dead_idle({w.slot.key for w in self._busy_workers()})
+        dead = [w for w in idle if sweep or w.process.sentinel in ready]
+        self._pool.replace_dead_idle({w.slot.key for w in self._busy_workers()}, dead)
         return events
 
     def _watch(self, events: list[Event]) -> list[Event]:
@@ -256,12 +271,15 @@ class LocalExecutor:
         return events
 
     def _drain(self, job: _Job, w: Worker) -> list[Event]:
+        """The messages waiting in ``w``'s pipe (found readable by ``poll``) as events."""
         events: list[Event] = []
         try:
-            while job.trial_id in self._jobs and w.pipe.poll():
+            while True:
                 event = self._event(job, w, w.pipe.recv())
                 if event is not None:
                     events.append(event)
+                if job.trial_id not in self._jobs or not _ready([w.pipe.fileno()], 0):
+                    break
         except (EOFError, OSError):
             pass
         return events
@@ -344,6 +362,22 @@ class LocalExecutor:
                 self._end_job(job.trial_id, kill=True)
                 events.append(TrialFinished(job.trial_id))
         return events
+
+
+def _ready(fds: list[int], timeout: float) -> set[int]:
+    """The file descriptors of ``fds`` that are readable (or closed) within ``timeout`` seconds:
+    one ``poll(2)`` call (``multiprocessing.connection.wait`` builds a selector per call)."""
+    if not fds:
+        if timeout > 0:
+            time.sleep(timeout)
+        return set()
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, _READABLE)
+    return {fd for fd, _ in poller.poll(max(0, int(timeout * 1000 + 0.999)))}
+
+
+_READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
 
 
 def _free_port() -> int:

@@ -80,14 +80,17 @@ class WorkerPool:
     def forget(self, worker: Worker) -> None:
         self.idle = [w for w in self.idle if w is not worker]
 
-    def replace_dead_idle(self, busy_keys: set[str]) -> None:
-        """Keep one warm worker per slot that runs nothing: replace idle workers that died."""
+    def replace_dead_idle(self, busy_keys: set[str], suspects: list[Worker] | None = None) -> None:
+        """Keep one warm worker per slot that runs nothing: replace idle workers that died.
+        ``suspects``: only these idle workers may have died (their exit sentinels fired), the
+        others are not checked; None: every idle worker is checked."""
         alive = []
+        checked = {id(w) for w in (self.idle if suspects is None else suspects)}
         for w in self.idle:
-            if w.process.is_alive():
-                alive.append(w)
-            else:
+            if id(w) in checked and not w.process.is_alive():
                 w.pipe.close()
+            else:
+                alive.append(w)
         warm = {w.slot.key for w in alive}
         for key, slot in self._slots.items():
             if key not in warm and key not in busy_keys:

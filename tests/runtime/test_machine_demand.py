@@ -1,0 +1,41 @@
+"""The job history's demand cache (``runtime.machine``): a trial's Job is built once and rebuilt
+only when the history of its own config (model keys and batch size) changes."""
+from __future__ import annotations
+
+from hypersack.core.spec import StudySpec
+from hypersack.core.trial import TrialFinished, TrialProfiled, TrialRecord
+from hypersack.runtime.devices import default_slots
+from hypersack.runtime.machine import prepare_machine
+from hypersack.runtime.profiler import Profile
+
+
+def _spec() -> StudySpec:
+    return StudySpec.from_dict({"name": "s", "objective": {"metric": "score", "mode": "max"},
+                                "space": {"width": {"type": "categorical", "choices": [16, 32]},
+                                          "x": {"type": "float", "low": 0.0, "high": 1.0}},
+                                "budget": {"trials": 4}})
+
+
+def _profiled(trial_id: int) -> TrialProfiled:
+    profile = Profile(time_per_iter_s=0.5, peak_memory_gb=1.0, gpu_util_percent=40.0,
+                      data_time_fraction=0.1, iters_measured=3, device_arch="cpu")
+    return TrialProfiled(trial_id, profile.to_dict())
+
+
+def test_a_profile_rebuilds_the_demand_of_its_own_config_only(tmp_path):
+    narrow = [TrialRecord(0, {"width": 16, "x": 0.1}, seed=0), TrialRecord(2, {"width": 16, "x": 0.9}, seed=0)]
+    wide = TrialRecord(1, {"width": 32, "x": 0.5}, seed=0)
+    with prepare_machine(_spec(), tmp_path / "runs", tmp_path / "s.db", trainable_name="t",
+                         slots=default_slots(2, gpus=[])) as machine:
+        (observe,) = machine.observers
+        before = [machine.demand(r) for r in (*narrow, wide)]
+        assert [machine.demand(r) for r in (*narrow, wide)] == before      # built once
+        assert all(a is b for a, b in zip([machine.demand(r) for r in (*narrow, wide)], before))
+        assert not before[0].per_arch
+        observe(_profiled(0))
+        after = [machine.demand(r) for r in (*narrow, wide)]
+        assert after[0].per_arch and after[1].per_arch                    # width 16: profiled
+        assert after[2] is before[2]                                      # width 32: untouched
+        observe(TrialFinished(1))                                         # ended: forgotten
+        assert machine.demand(wide) is not before[2]
+        assert machine.demand(wide) == before[2]
