@@ -68,7 +68,7 @@ class Dashboard:
         or from a test runner that runs in the background) inherits that ``SIG_IGN``, and Python
         then installs no KeyboardInterrupt handler, so Ctrl-C (``kill -INT``) would never stop
         it. Outside the main thread (no signal handlers there) it serves until ``close()``."""
-        previous: dict[int, Any] = {}
+        previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, _interrupt)
