@@ -199,9 +199,14 @@ def test_bad_field_fails_before_anything_runs(tmp_path, hs):
     assert not (tmp_path / "s.db").exists()          # nothing stored, no file made
 
 
-def test_digits_builtin_workload_from_yaml(tmp_path, hs):
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
+def test_a_builtin_workload_named_in_yaml_is_the_builtin(tmp_path):
+    """``trainable: digits_mlp`` in a study file names the built-in workload; the driver checks
+    it without importing torch (the workers import it). That it learns the digits (accuracy
+    >= 0.95) is tests/workloads/test_digits.py; the YAML run path is ``ran`` above, and a
+    study runs digits_mlp by name end to end in tests/runtime/test_timesharing_study.py."""
+    from hypersack.errors import TrainableError
+    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.workloads import BUILTINS
     (tmp_path / "d.yaml").write_text("""
 name: d
 trainable: digits_mlp
@@ -210,13 +215,16 @@ space:
   lr: {type: float, low: 0.002, high: 0.005, log: true}
   batch_size: {type: categorical, choices: [32, 64]}
   optimizer: adam
-  epochs: 2
-budget: {trials: 1}
+  epochs: 4
+budget: {trials: 2}
 max_steps: epochs
 """)
-    hs(tmp_path, "run", str(tmp_path / "d.yaml"), "--progress", "none")
-    best = json.loads(hs(tmp_path, "best", "d", "--json").stdout)
-    assert best["metric"] == "accuracy" and best["value"] > 0.9
+    spec = load_study_file(tmp_path / "d.yaml")
+    assert spec["trainable"] == "digits_mlp" and spec["max_steps"] == "epochs"
+    assert BUILTINS["digits_mlp"] == "hypersack.workloads.digits:train_mlp"
+    assert TrainableRef.of(spec["trainable"]).reference == "digits_mlp"
+    with pytest.raises(TrainableError, match="digits_mpl"):
+        TrainableRef.of("digits_mpl")
 
 
 # ---- finding the trainable's module (issue 12, items 2 and 8) ------------------------------------
