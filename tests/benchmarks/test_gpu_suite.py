@@ -190,31 +190,39 @@ def test_sp3_space_is_a_resnet_study():
 
 # ---- whole checks on the CPU (worker processes: slow) ------------------------------------------
 
-def _suite(tmp_path, *args, env=None):
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py"), "--out", str(tmp_path),
-           "--device", "cpu", "--tiny", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env or gpu_suite.python_env(),
-                          timeout=900)
-    return done, json.loads((tmp_path / "gpu_results.json").read_text())
+def _small_tiny_plan(mode: str, device: str) -> dict:
+    """The tiny plan with shorter jobs: the monitored job trains 0.5 s (its process lives over a
+    second with torch's import, >= 3 samples at 0.25 s), each MPS trial 0.3 s, OOM steps 0.1 s."""
+    plan = _make_plan(mode, device)
+    plan.update(monitor_job_s=0.5, mps_job_s=0.3)
+    plan["oom"]["step_s"] = 0.1
+    return plan
+
+
+_make_plan = gpu_suite.make_plan
 
 
 @pytest.mark.slow
-def test_cpu_suite_runs_the_monitor_mps_and_oom_checks(tmp_path, fake_mps):
-    done, results = _suite(tmp_path, "--only", "1,2,6")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert results["device_name"] == "NVIDIA H100 80GB HBM3 (FakeNvml)" and results["fake_nvml"]
+def test_cpu_suite_runs_the_monitor_mps_oom_and_gloo_checks(tmp_path, fake_mps, monkeypatch,
+                                                            capsys):
+    """The suite's command line in this process (``main``), each check in its own process group
+    as on a GPU: detection (FakeNvml), the monitor, MPS with the fake control, the OOM retry and
+    two gloo ranks of one data-parallel trial."""
+    monkeypatch.setattr(gpu_suite, "make_plan", _small_tiny_plan)
+    code = gpu_suite.main(["--out", str(tmp_path), "--device", "cpu", "--tiny",
+                           "--only", "1,2,6,7"])
+    printed = capsys.readouterr().out
+    results = json.loads((tmp_path / "gpu_results.json").read_text())
     by_name = {c["name"]: c for c in results["checks"]}
+    assert code == 0, printed
+    assert [c["id"] for c in results["checks"]] == [0, 1, 2, 6, 7]
+    assert results["device_name"] == "NVIDIA H100 80GB HBM3 (FakeNvml)" and results["fake_nvml"]
     assert all(c["status"] == "pass" for c in results["checks"]), by_name
     assert by_name["nvml_monitor"]["figures"]["samples"] >= 3
     assert sorted(t["share"] for t in by_name["mps"]["figures"]["trials"]) == ["50", "50"]
     assert sorted(by_name["oom_retry"]["figures"]["attempts"].values()) == [1, 2]
     assert by_name["oom_retry"]["figures"]["retry_ran_alone"] is True
-    assert done.stdout.strip().splitlines()[-1].startswith("| 6 | oom_retry | PASS")
-
-
-@pytest.mark.slow
-def test_cpu_suite_runs_two_gloo_ranks(tmp_path):
-    done, results = _suite(tmp_path, "--only", "7")
-    check = results["checks"][-1]
-    assert check["status"] == "pass", check
-    assert check["figures"]["backend"] == "gloo" and check["figures"]["workers_reported"][-1] == 2
+    dp = by_name["data_parallel"]["figures"]
+    assert dp["backend"] == "gloo" and dp["workers_reported"][-1] == 2
+    assert printed.strip().splitlines()[-1].startswith("| 7 | data_parallel | PASS")
+    assert "| 6 | oom_retry | PASS" in printed
