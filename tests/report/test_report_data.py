@@ -75,17 +75,35 @@ def _hs(*args, cwd):
                           timeout=120, cwd=cwd)
 
 
-def test_report_command_writes_one_study_or_a_comparison(tmp_path):
+def _main(*args, cwd, capsys):
+    """``hypersack ARGS`` through the console entry point in this process, run from ``cwd``."""
+    import os
+    from types import SimpleNamespace
+
+    from hypersack._entry import main
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        capsys.readouterr()
+        code = main(list(args))
+    finally:
+        os.chdir(here)
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+
+def test_report_command_writes_one_study_or_a_comparison(tmp_path, capsys):
     path = fill_store(tmp_path / "s.db", name="a")
     fill_store(path, name="b")
-    one = _hs("report", "a", "--storage", str(path), cwd=tmp_path)
+    one = _hs("report", "a", "--storage", str(path), cwd=tmp_path)       # the command's process
     assert one.returncode == 0, one.stderr
     assert (tmp_path / "a-report.html").exists() and str(tmp_path / "a-report.html") in one.stdout
-    two = _hs("report", "a", "b", "-o", "cmp.html", "--storage", str(path), cwd=tmp_path)
+    two = _main("report", "a", "b", "-o", "cmp.html", "--storage", str(path), cwd=tmp_path,
+                capsys=capsys)
     assert two.returncode == 0, two.stderr
     page = (tmp_path / "cmp.html").read_text()
     assert '"name":"a"' in page and '"name":"b"' in page
-    missing = _hs("report", "nope", "--storage", str(path), cwd=tmp_path)
+    missing = _main("report", "nope", "--storage", str(path), cwd=tmp_path, capsys=capsys)
     assert missing.returncode == 2 and "nope" in missing.stderr
 
 
@@ -110,9 +128,9 @@ def test_trials_dataframe_is_shaped_as_optunas(small_store):
     assert list(frame["datetime_complete"].isna()) == [s == "paused" for s in frame["state"]]
 
 
-def test_export_parquet_round_trips_or_names_pyarrow(small_store, tmp_path):
-    out = _hs("export", "small", "--format", "parquet", "-o", "t.parquet", "--storage", str(small_store),
-              cwd=tmp_path)
+def test_export_parquet_round_trips_or_names_pyarrow(small_store, tmp_path, capsys):
+    out = _main("export", "small", "--format", "parquet", "-o", "t.parquet", "--storage",
+                str(small_store), cwd=tmp_path, capsys=capsys)
     try:
         import pyarrow  # noqa: F401
     except ImportError:
