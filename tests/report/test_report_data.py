@@ -224,6 +224,43 @@ def test_dashboard_command_serves_on_localhost_until_interrupted(small_store, tm
             proc.wait()
 
 
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_the_dashboard_stops_on_a_signal_it_inherited_ignored_and_restores_it(small_store, signum):
+    """``serve_until_interrupted`` takes SIGINT and SIGTERM while it serves, even when the
+    process started with them ignored (then Python installs no KeyboardInterrupt handler), and
+    puts the previous handlers back."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from hypersack.report import dashboard
+    sig = getattr(signal, signum)
+    previous = signal.signal(sig, signal.SIG_IGN)
+
+    taken: list[bool] = []
+
+    def send_once_taken() -> None:
+        deadline = time.monotonic() + 30
+        while signal.getsignal(sig) is not dashboard._interrupt and time.monotonic() < deadline:
+            time.sleep(0.01)
+        taken.append(signal.getsignal(sig) is dashboard._interrupt)
+        if taken[0]:
+            os.kill(os.getpid(), sig)
+        else:
+            board._server.shutdown()             # the signal would be ignored: end it here
+    try:
+        board = dashboard.Dashboard(small_store, port=0)
+        sender = threading.Thread(target=send_once_taken)
+        sender.start()
+        board.serve_until_interrupted()          # returns on the signal
+        sender.join()
+        assert taken == [True], "the dashboard did not take the signal while it served"
+        assert signal.getsignal(sig) is signal.SIG_IGN
+    finally:
+        signal.signal(sig, previous)
+
+
 def test_simulate_report_writes_the_run_and_compare_the_first_and_last_policy(tmp_path, capsys):
     from pathlib import Path
 
