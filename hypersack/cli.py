@@ -239,12 +239,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     board = Dashboard(storage, study=args.name, host=args.host, port=args.port, poll_ms=args.poll_ms)
     print(f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it)",
           flush=True)
-    try:
-        board.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        board.close()
+    board.serve_until_interrupted()
     return 0
 
 

@@ -1,9 +1,15 @@
-"""The command line, end to end in subprocesses: run, status, best, export, list, and bad input."""
+"""The command line: one study run end to end in a subprocess (``python -m hypersack run``), then
+its read commands (status, best, export, list), bad input and the other runs through the same
+entry point in process (``hypersack._entry.main``: what ``python -m hypersack`` calls), and in
+subprocesses where the process is the point (a closed pipe, the trainable's module found from
+the study's folder)."""
 from __future__ import annotations
 
 import csv
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,104 +29,146 @@ budget: {trials: 4}
 executor: {workers: 2}
 """
 
+TESTS_DIR = Path(__file__).resolve().parent
 
-def hs(tmp_path: Path, env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "hypersack", *args, "--storage", str(tmp_path / "s.db")],
-                         env=env, capture_output=True, text=True, timeout=120)
-    if check:
-        assert out.returncode == 0, out.stderr
-    return out
+
+def _env() -> dict[str, str]:
+    """A CLI subprocess's environment: it imports hypersack and tests/trainables.py."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent),
+                                         env.get("PYTHONPATH", "")])
+    return env
+
+
+class Out:
+    """What one command gave: its exit code and its two streams."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
 @pytest.fixture
-def ran(tmp_path, subprocess_env):
-    (tmp_path / "q.yaml").write_text(QUICK)
-    out = hs(tmp_path, subprocess_env, "run", str(tmp_path / "q.yaml"), "--progress", "lines")
+def hs(tmp_path, capsys):
+    """``hs(folder, *args, check=True)``: the command ``hypersack ARGS --storage folder/s.db``
+    run in this process through the console entry point; returns an ``Out``."""
+    from hypersack._entry import main
+
+    def run(folder: Path, *args: str, check: bool = True) -> Out:
+        capsys.readouterr()
+        try:
+            code = main([*args, "--storage", str(folder / "s.db")])
+        except SystemExit as exc:          # argparse: --help, --version, usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+        got = capsys.readouterr()
+        out = Out(code, got.out, got.err)
+        if check:
+            assert out.returncode == 0, out.stderr
+        return out
+    return run
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """Study q (4 trials of 5 reports) run by ``python -m hypersack run`` in a subprocess, once
+    for the module; tests that write copy its folder first (``_copy``)."""
+    folder = tmp_path_factory.mktemp("cli-q")
+    (folder / "q.yaml").write_text(QUICK)
+    out = subprocess.run([sys.executable, "-m", "hypersack", "run", str(folder / "q.yaml"),
+                          "--progress", "lines", "--storage", str(folder / "s.db")],
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
     assert "Best trial of 'q'" in out.stdout
-    return tmp_path
+    return folder
 
 
-def test_best_status_export_list(ran, subprocess_env):
-    best = json.loads(hs(ran, subprocess_env, "best", "q", "--json").stdout)
+def _copy(folder: Path, into: Path) -> Path:
+    for name in ("s.db", "q.yaml"):
+        shutil.copy(folder / name, into / name)
+    return into
+
+
+def test_best_status_export_list(ran, hs):
+    best = json.loads(hs(ran, "best", "q", "--json").stdout)
     assert set(best) == {"trial_id", "config", "metric", "value", "step", "state"}
     assert best["metric"] == "score" and best["step"] == 5 and best["state"] == "complete"
-    status = json.loads(hs(ran, subprocess_env, "status", "q", "--json").stdout)
+    status = json.loads(hs(ran, "status", "q", "--json").stdout)
     assert status["complete"] == 4 and status["failed"] == 0 and len(status["trials"]) == 4
     assert best["value"] == max(t["value"] for t in status["trials"])
-    rows = list(csv.DictReader(io.StringIO(hs(ran, subprocess_env, "export", "q", "--format", "csv").stdout)))
+    rows = list(csv.DictReader(io.StringIO(hs(ran, "export", "q", "--format", "csv").stdout)))
     assert len(rows) == 4 and "config.x" in rows[0] and "metric.score" in rows[0]
-    exported = json.loads(hs(ran, subprocess_env, "export", "q", "--format", "json").stdout)
+    exported = json.loads(hs(ran, "export", "q", "--format", "json").stdout)
     assert all(len(t["results"]) == 5 for t in exported["trials"])
-    studies = json.loads(hs(ran, subprocess_env, "list", "--json").stdout)
+    studies = json.loads(hs(ran, "list", "--json").stdout)
     assert [s["name"] for s in studies] == ["q"] and studies[0]["counts"]["complete"] == 4
-    human = hs(ran, subprocess_env, "status", "q").stdout
+    human = hs(ran, "status", "q").stdout
     assert "4 complete" in human
-    header = hs(ran, subprocess_env, "list").stdout.splitlines()[0].split()
+    header = hs(ran, "list").stdout.splitlines()[0].split()
     assert header == ["study", "status", "complete", "running", "paused", "pending", "pruned", "failed"]
 
 
-def test_status_shows_failed_trial_traceback(tmp_path, subprocess_env):
+def test_status_shows_failed_trial_traceback(tmp_path, hs):
     (tmp_path / "f.yaml").write_text(QUICK.replace("name: q", "name: f").replace(
         "trainables:quick", "trainables:raises_for_negative").replace(
         "x: {type: float, low: 0.0, high: 1.0}", "x: -1.0"))
-    ran = hs(tmp_path, subprocess_env, "run", str(tmp_path / "f.yaml"), "--progress", "none", check=False)
+    ran = hs(tmp_path, "run", str(tmp_path / "f.yaml"), "--progress", "none", check=False)
     assert ran.returncode == 1                      # every trial failed: not a success
     assert "no trial completed (4 failed, 0 pruned of 4)" in ran.stderr and "hypersack status f" in ran.stderr
-    out = hs(tmp_path, subprocess_env, "status", "f").stdout
+    out = hs(tmp_path, "status", "f").stdout
     assert "failed" in out and "ValueError: negative x" in out and "Traceback" in out
-    assert hs(tmp_path, subprocess_env, "best", "f", check=False).returncode == 1
+    assert hs(tmp_path, "best", "f", check=False).returncode == 1
 
 
-def test_version_and_help_texts(tmp_path, subprocess_env):
+def test_version_and_help_texts(tmp_path, hs):
     from hypersack import __version__
-    assert hs(tmp_path, subprocess_env, "--version").stdout.strip() == f"hypersack {__version__}"
-    helped = subprocess.run([sys.executable, "-m", "hypersack", "run", "--help"], env=subprocess_env,
-                            capture_output=True, text=True, timeout=60).stdout
+    assert hs(tmp_path, "--version").stdout.strip() == f"hypersack {__version__}"
+    helped = hs(tmp_path, "run", "--help").stdout
     helped = " ".join(helped.split())
     assert "one line per finished, paused or pruned trial" in helped and "130 interrupted" in helped
 
 
-def test_status_fits_80_columns_and_survives_a_closed_pipe(tmp_path, subprocess_env):
+def test_status_fits_80_columns_and_survives_a_closed_pipe(tmp_path, hs, monkeypatch):
     wide = QUICK.replace("name: q", "name: w").replace(
         "x: {type: float, low: 0.0, high: 1.0}",
         "x: {type: float, low: 0.0, high: 1.0}\n  note: " + "a-very-long-constant-" * 6 + "\n  lr: 0.001")
     (tmp_path / "w.yaml").write_text(wide)
-    hs(tmp_path, subprocess_env, "run", str(tmp_path / "w.yaml"), "--progress", "none")
-    env = {**subprocess_env, "COLUMNS": "80"}
-    lines = hs(tmp_path, env, "status", "w").stdout.splitlines()
+    hs(tmp_path, "run", str(tmp_path / "w.yaml"), "--progress", "none")
+    monkeypatch.setenv("COLUMNS", "80")
+    lines = hs(tmp_path, "status", "w").stdout.splitlines()
     assert len(lines) >= 6 and max(len(line) for line in lines) <= 80
     assert sum(1 for line in lines if "…" in line and "note=" in line) == 4   # 4 trials: cut rows
     # A reader that has gone (`| head`): the read end is closed before the command writes.
     proc = subprocess.Popen([sys.executable, "-m", "hypersack", "status", "w", "--storage",
-                             str(tmp_path / "s.db")], env=env, stdout=subprocess.PIPE,
+                             str(tmp_path / "s.db")], env={**_env(), "COLUMNS": "80"},
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     proc.stdout.close()
     stderr = proc.stderr.read()
     assert proc.wait(60) == 1 and "Traceback" not in stderr and "BrokenPipe" not in stderr
 
 
-def test_run_existing_study_needs_resume_or_replace(ran, subprocess_env):
-    again = hs(ran, subprocess_env, "run", str(ran / "q.yaml"), check=False)
+def test_run_existing_study_needs_resume_or_replace(ran, hs, tmp_path):
+    ran = _copy(ran, tmp_path)
+    again = hs(ran, "run", str(ran / "q.yaml"), check=False)
     assert again.returncode == 2 and "already exists" in again.stderr
-    hs(ran, subprocess_env, "run", str(ran / "q.yaml"), "--replace", "--progress", "none")
-    done = hs(ran, subprocess_env, "run", str(ran / "q.yaml"), "--resume", "--progress", "none")
+    hs(ran, "run", str(ran / "q.yaml"), "--replace", "--progress", "none")
+    done = hs(ran, "run", str(ran / "q.yaml"), "--resume", "--progress", "none")
     assert "Best trial" in done.stdout
 
 
-def test_unknown_study_is_an_error(tmp_path, subprocess_env):
-    out = hs(tmp_path, subprocess_env, "best", "nope", check=False)
+def test_unknown_study_is_an_error(tmp_path, hs):
+    out = hs(tmp_path, "best", "nope", check=False)
     assert out.returncode == 2 and "No study store at" in out.stderr
     assert not (tmp_path / "s.db").exists()          # a read command never creates the file
     from hypersack.runtime.storage import Storage
     Storage(tmp_path / "s.db").close()
-    out = hs(tmp_path, subprocess_env, "best", "nope", check=False)
+    out = hs(tmp_path, "best", "nope", check=False)
     assert out.returncode == 2 and "No study named 'nope'" in out.stderr
 
 
-def test_malformed_yaml_names_file_and_line(tmp_path, subprocess_env):
+def test_malformed_yaml_names_file_and_line(tmp_path, hs):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: q\nspace:\n  x: {type: float, low: 0\n")
-    out = hs(tmp_path, subprocess_env, "run", str(bad), check=False)
+    out = hs(tmp_path, "run", str(bad), check=False)
     assert out.returncode == 2 and f"{bad}:" in out.stderr and "malformed" in out.stderr
     assert not (tmp_path / "hypersack-runs").exists()
 
@@ -144,16 +192,21 @@ def test_bad_field_names_file_line_and_field(tmp_path, edit, field, line):
     assert str(info.value).startswith(f"{path}:{line}: The value of {field} is")
 
 
-def test_bad_field_fails_before_anything_runs(tmp_path, subprocess_env):
+def test_bad_field_fails_before_anything_runs(tmp_path, hs):
     (tmp_path / "s.yaml").write_text(QUICK + "surprise: 1\n")
-    out = hs(tmp_path, subprocess_env, "run", str(tmp_path / "s.yaml"), check=False)
+    out = hs(tmp_path, "run", str(tmp_path / "s.yaml"), check=False)
     assert out.returncode == 2 and "surprise" in out.stderr and "is not a known field" in out.stderr
     assert not (tmp_path / "s.db").exists()          # nothing stored, no file made
 
 
-def test_digits_builtin_workload_from_yaml(tmp_path, subprocess_env):
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
+def test_a_builtin_workload_named_in_yaml_is_the_builtin(tmp_path):
+    """``trainable: digits_mlp`` in a study file names the built-in workload; the driver checks
+    it without importing torch (the workers import it). That it learns the digits (accuracy
+    >= 0.95) is tests/workloads/test_digits.py; the YAML run path is ``ran`` above, and a
+    study runs digits_mlp by name end to end in tests/runtime/test_timesharing_study.py."""
+    from hypersack.errors import TrainableError
+    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.workloads import BUILTINS
     (tmp_path / "d.yaml").write_text("""
 name: d
 trainable: digits_mlp
@@ -166,9 +219,12 @@ space:
 budget: {trials: 2}
 max_steps: epochs
 """)
-    hs(tmp_path, subprocess_env, "run", str(tmp_path / "d.yaml"), "--progress", "none")
-    best = json.loads(hs(tmp_path, subprocess_env, "best", "d", "--json").stdout)
-    assert best["metric"] == "accuracy" and best["value"] > 0.9
+    spec = load_study_file(tmp_path / "d.yaml")
+    assert spec["trainable"] == "digits_mlp" and spec["max_steps"] == "epochs"
+    assert BUILTINS["digits_mlp"] == "hypersack.workloads.digits:train_mlp"
+    assert TrainableRef.of(spec["trainable"]).reference == "digits_mlp"
+    with pytest.raises(TrainableError, match="digits_mpl"):
+        TrainableRef.of("digits_mpl")
 
 
 # ---- finding the trainable's module (issue 12, items 2 and 8) ------------------------------------
@@ -178,7 +234,6 @@ MODULE = "def train(config, ctx):\n    ctx.report(1, score=config['x'])\n"
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """The CLI with only the repository on PYTHONPATH (not tests/), run from ``cwd``."""
-    import os
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     return subprocess.run([sys.executable, "-m", "hypersack", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)

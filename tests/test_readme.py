@@ -48,7 +48,7 @@ def test_quick_start_blocks_are_files_and_commands():
 
 
 @pytest.mark.slow
-def test_quick_start_runs_verbatim(tmp_path):
+def test_quick_start_runs_verbatim(tmp_path, capsys):
     for kind, body in blocks("Quick start"):
         if kind != "bash":
             (tmp_path / body.splitlines()[0].removeprefix("# ").strip()).write_text(body)
@@ -65,8 +65,14 @@ def test_quick_start_runs_verbatim(tmp_path):
     best = outputs["python quickstart.py"].strip().splitlines()[-1]
     assert best.startswith("{'trial_id': ") and "'metric': 'loss'" in best
     assert "Best trial of 'yaml-quickstart'" in outputs["hypersack best yaml-quickstart"]
-    status = subprocess.run(command("hypersack status yaml-quickstart --json"), cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120)
-    info = json.loads(status.stdout)
+    from hypersack._entry import main       # a read command: in this process, from the folder
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        capsys.readouterr()
+        assert main(["status", "yaml-quickstart", "--json"]) == 0
+    finally:
+        os.chdir(here)
+    info = json.loads(capsys.readouterr().out)
     assert info["total"] == 8 and info["complete"] >= 1      # ASHA's best trial trains to the end
     assert info["best"]["metric"] == "loss"

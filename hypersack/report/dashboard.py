@@ -14,6 +14,7 @@ so the study's driver never waits for the dashboard, let alone sees "database is
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -59,6 +60,28 @@ class Dashboard:
     def serve_forever(self) -> None:
         self._server.serve_forever(poll_interval=0.2)
 
+    def serve_until_interrupted(self) -> None:
+        """Serve in this thread until SIGINT or SIGTERM arrives, then close the server.
+
+        Both signals are taken explicitly while it serves (their previous handlers come back
+        after): a process started with SIGINT ignored (``hypersack dashboard &`` from a script,
+        or from a test runner that runs in the background) inherits that ``SIG_IGN``, and Python
+        then installs no KeyboardInterrupt handler, so Ctrl-C (``kill -INT``) would never stop
+        it. Outside the main thread (no signal handlers there) it serves until ``close()``."""
+        previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, _interrupt)
+        try:
+            self.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for sig, handler in previous.items():
+                if handler is not None:          # None: a handler not set from Python
+                    signal.signal(sig, handler)
+            self.close()
+
     def start(self) -> "Dashboard":
         self._thread = threading.Thread(target=self.serve_forever, name="hypersack-dashboard",
                                         daemon=True)
@@ -91,6 +114,10 @@ class Dashboard:
         from hypersack.runtime.storage import Storage
         with Storage(self.storage, readonly=True) as store:
             return payload(from_storage(store, name))
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -188,33 +188,88 @@ def test_sp3_space_is_a_resnet_study():
     assert space["optimizer"]["choices"] == ["sgd", "adam"]
 
 
-# ---- whole checks on the CPU (worker processes: slow) ------------------------------------------
+# ---- whole checks on the CPU ------------------------------------------------------------------
 
-def _suite(tmp_path, *args, env=None):
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_suite.py"), "--out", str(tmp_path),
-           "--device", "cpu", "--tiny", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env or gpu_suite.python_env(),
-                          timeout=900)
-    return done, json.loads((tmp_path / "gpu_results.json").read_text())
+def _small_tiny_plan(mode: str, device: str) -> dict:
+    """The tiny plan with shorter jobs: the monitored job trains 0.5 s (its process lives over a
+    second with torch's import, >= 3 samples at 0.25 s), each MPS trial 0.3 s, OOM steps 0.1 s."""
+    plan = _make_plan(mode, device)
+    plan.update(monitor_job_s=0.5, mps_job_s=0.3)
+    plan["oom"]["step_s"] = 0.1
+    return plan
+
+
+_make_plan = gpu_suite.make_plan
 
 
 @pytest.mark.slow
-def test_cpu_suite_runs_the_monitor_mps_and_oom_checks(tmp_path, fake_mps):
-    done, results = _suite(tmp_path, "--only", "1,2,6")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert results["device_name"] == "NVIDIA H100 80GB HBM3 (FakeNvml)" and results["fake_nvml"]
+def test_cpu_suite_runs_the_detect_monitor_and_oom_checks(tmp_path, fake_mps, monkeypatch, capsys):
+    """The suite's command line in this process (``main``), each check in its own process group
+    as on a GPU: detection (FakeNvml), the monitor while the real training job (``_TRAIN_FOR``,
+    torch) runs, and the OOM retry of a real study. MPS and the data-parallel check are below."""
+    monkeypatch.setattr(gpu_suite, "make_plan", _small_tiny_plan)
+    code = gpu_suite.main(["--out", str(tmp_path), "--device", "cpu", "--tiny", "--only", "1,6"])
+    printed = capsys.readouterr().out
+    results = json.loads((tmp_path / "gpu_results.json").read_text())
     by_name = {c["name"]: c for c in results["checks"]}
+    assert code == 0, printed
+    assert [c["id"] for c in results["checks"]] == [0, 1, 6]
+    assert results["device_name"] == "NVIDIA H100 80GB HBM3 (FakeNvml)" and results["fake_nvml"]
     assert all(c["status"] == "pass" for c in results["checks"]), by_name
     assert by_name["nvml_monitor"]["figures"]["samples"] >= 3
-    assert sorted(t["share"] for t in by_name["mps"]["figures"]["trials"]) == ["50", "50"]
+    assert by_name["nvml_monitor"]["figures"]["max_utilization"] > 0
     assert sorted(by_name["oom_retry"]["figures"]["attempts"].values()) == [1, 2]
     assert by_name["oom_retry"]["figures"]["retry_ran_alone"] is True
-    assert done.stdout.strip().splitlines()[-1].startswith("| 6 | oom_retry | PASS")
+    assert printed.strip().splitlines()[-1].startswith("| 6 | oom_retry | PASS")
+
+
+_SHARE_JOB = """
+import json, os, time
+time.sleep({seconds!r})
+print(json.dumps({{"share": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "pid": os.getpid(),
+                   "cuda": False}}))
+"""
 
 
 @pytest.mark.slow
-def test_cpu_suite_runs_two_gloo_ranks(tmp_path):
-    done, results = _suite(tmp_path, "--only", "7")
-    check = results["checks"][-1]
-    assert check["status"] == "pass", check
-    assert check["figures"]["backend"] == "gloo" and check["figures"]["workers_reported"][-1] == 2
+def test_the_mps_check_passes_with_the_fake_control(tmp_path, fake_mps, monkeypatch):
+    """Check 2 in this process (``run_check_here``, as its child does) against the fake
+    ``nvidia-cuda-mps-control``: daemon start, two co-located jobs at 50% each, clean stop, a
+    stale daemon recovered, the refused-MPS fallback. The co-located jobs print their share
+    without training (the real job's source is run by the monitor check above)."""
+    monkeypatch.setattr(gpu_checks_device, "train_for_code",
+                        lambda plan, seconds, trial_dir, name="resnet18_cifar":
+                        _SHARE_JOB.format(seconds=seconds))
+    plan = _small_tiny_plan("tiny", "cpu")
+    assert gpu_suite.run_check_here(2, plan, tmp_path / "work", tmp_path / "2.json") == 0
+    result = json.loads((tmp_path / "2.json").read_text())
+    assert result["status"] == "pass", result
+    figures = result["figures"]
+    assert sorted(t["share"] for t in figures["trials"]) == ["50", "50"]
+    assert figures["pids_after_stop"] == 0 and figures["control_socket_left"] is False
+    assert figures["stale_recovered"] is True and figures["fallback"]["ok"] is True
+    assert any(c["what"] == "start" for c in fake_mps())
+
+
+@pytest.mark.parametrize("workers, status", [([1, 2], "pass"), ([1, 1], "fail")])
+def test_the_data_parallel_check_wants_two_ranks_reported(tmp_path, monkeypatch, workers, status):
+    """Check 7's decision on the study it ran: on the CPU two gloo slots, pass only when the
+    trial reported 2 ranks. (A real trial grown to two data-parallel gloo workers on the CPU is
+    tests/runtime/test_placement_study.py; on a GPU the suite runs this check whole.)"""
+    ran = {}
+
+    def fake_study(name, work, space, trials, trainable, **options):
+        ran.update(name=name, trainable=trainable, options=options)
+        return {"makespan_s": 1.0, "complete": 1, "results": [{"workers": w} for w in workers]}
+    monkeypatch.setattr(gpu_checks_studies, "run_study", fake_study)
+    plan = gpu_suite.make_plan("tiny", "cpu")
+    assert gpu_suite.run_check_here(7, plan, tmp_path / "work", tmp_path / "7.json") == \
+        (0 if status == "pass" else 1)
+    result = json.loads((tmp_path / "7.json").read_text())
+    assert result["status"] == status
+    assert result["figures"]["backend"] == "gloo" and result["figures"]["workers_reported"] == workers
+    if status == "fail":
+        assert "not 2 ranks" in result["reason"]
+    assert ran["trainable"] == "resnet18_cifar" and ran["options"]["algorithm"]["type"] == "rasda"
+    slots = ran["options"]["slots"]
+    assert len(slots) == 2 and all(s.env["CUDA_VISIBLE_DEVICES"] == "" for s in slots)

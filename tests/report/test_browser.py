@@ -150,10 +150,10 @@ def test_the_dashboard_follows_a_running_study_and_the_driver_never_sees_a_lock(
     import hypersack
     from hypersack.report.dashboard import Dashboard
     store = tmp_path / "live.db"
-    # 6 steps of 0.3 s a trial: each trial runs with results for ~2 s, seen by 100 ms polls.
+    # 6 steps of 0.2 s a trial: each trial runs with results for ~1 s, seen by 100 ms polls.
     study = hypersack.Study(name="live", space={"x": {"type": "float", "low": 0.0, "high": 1.0},
-                                                "sleep": 0.3},
-                            objective=("score", "max"), n_trials=6, storage=store, workers=2)
+                                                "sleep": 0.2},
+                            objective=("score", "max"), n_trials=4, storage=store, workers=2)
     outcome: dict = {}
 
     def drive() -> None:

@@ -75,17 +75,35 @@ def _hs(*args, cwd):
                           timeout=120, cwd=cwd)
 
 
-def test_report_command_writes_one_study_or_a_comparison(tmp_path):
+def _main(*args, cwd, capsys):
+    """``hypersack ARGS`` through the console entry point in this process, run from ``cwd``."""
+    import os
+    from types import SimpleNamespace
+
+    from hypersack._entry import main
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        capsys.readouterr()
+        code = main(list(args))
+    finally:
+        os.chdir(here)
+    out = capsys.readouterr()
+    return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+
+def test_report_command_writes_one_study_or_a_comparison(tmp_path, capsys):
     path = fill_store(tmp_path / "s.db", name="a")
     fill_store(path, name="b")
-    one = _hs("report", "a", "--storage", str(path), cwd=tmp_path)
+    one = _hs("report", "a", "--storage", str(path), cwd=tmp_path)       # the command's process
     assert one.returncode == 0, one.stderr
     assert (tmp_path / "a-report.html").exists() and str(tmp_path / "a-report.html") in one.stdout
-    two = _hs("report", "a", "b", "-o", "cmp.html", "--storage", str(path), cwd=tmp_path)
+    two = _main("report", "a", "b", "-o", "cmp.html", "--storage", str(path), cwd=tmp_path,
+                capsys=capsys)
     assert two.returncode == 0, two.stderr
     page = (tmp_path / "cmp.html").read_text()
     assert '"name":"a"' in page and '"name":"b"' in page
-    missing = _hs("report", "nope", "--storage", str(path), cwd=tmp_path)
+    missing = _main("report", "nope", "--storage", str(path), cwd=tmp_path, capsys=capsys)
     assert missing.returncode == 2 and "nope" in missing.stderr
 
 
@@ -110,9 +128,9 @@ def test_trials_dataframe_is_shaped_as_optunas(small_store):
     assert list(frame["datetime_complete"].isna()) == [s == "paused" for s in frame["state"]]
 
 
-def test_export_parquet_round_trips_or_names_pyarrow(small_store, tmp_path):
-    out = _hs("export", "small", "--format", "parquet", "-o", "t.parquet", "--storage", str(small_store),
-              cwd=tmp_path)
+def test_export_parquet_round_trips_or_names_pyarrow(small_store, tmp_path, capsys):
+    out = _main("export", "small", "--format", "parquet", "-o", "t.parquet", "--storage",
+                str(small_store), cwd=tmp_path, capsys=capsys)
     try:
         import pyarrow  # noqa: F401
     except ImportError:
@@ -183,18 +201,64 @@ def test_the_table_has_a_column_per_parameter(small_store):
 
 
 def test_dashboard_command_serves_on_localhost_until_interrupted(small_store, tmp_path):
+    """Started with SIGINT ignored, as ``cmd &`` in a script (or a test run in the background)
+    starts it: the dashboard still stops on SIGINT, exit code 0."""
     import signal
-    proc = subprocess.Popen([sys.executable, "-m", "hypersack", "dashboard", "--port", "0",
-                             "--storage", str(small_store)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)     # the child inherits SIG_IGN
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "hypersack", "dashboard", "--port", "0",
+                                 "--storage", str(small_store)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         line = proc.stdout.readline()
         url = re.search(r"(http://127\.0\.0\.1:\d+/)", line).group(1)
-        with urllib.request.urlopen(url + "api/studies", timeout=10) as r:
+        with urllib.request.urlopen(url + "api/studies", timeout=60) as r:
             assert [s["name"] for s in json.load(r)] == ["small"]
-    finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:                  # never leave a server behind
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_the_dashboard_stops_on_a_signal_it_inherited_ignored_and_restores_it(small_store, signum):
+    """``serve_until_interrupted`` takes SIGINT and SIGTERM while it serves, even when the
+    process started with them ignored (then Python installs no KeyboardInterrupt handler), and
+    puts the previous handlers back."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from hypersack.report import dashboard
+    sig = getattr(signal, signum)
+    previous = signal.signal(sig, signal.SIG_IGN)
+
+    taken: list[bool] = []
+
+    def send_once_taken() -> None:
+        deadline = time.monotonic() + 30
+        while signal.getsignal(sig) is not dashboard._interrupt and time.monotonic() < deadline:
+            time.sleep(0.01)
+        taken.append(signal.getsignal(sig) is dashboard._interrupt)
+        if taken[0]:
+            os.kill(os.getpid(), sig)
+        else:
+            board._server.shutdown()             # the signal would be ignored: end it here
+    try:
+        board = dashboard.Dashboard(small_store, port=0)
+        sender = threading.Thread(target=send_once_taken)
+        sender.start()
+        board.serve_until_interrupted()          # returns on the signal
+        sender.join()
+        assert taken == [True], "the dashboard did not take the signal while it served"
+        assert signal.getsignal(sig) is signal.SIG_IGN
+    finally:
+        signal.signal(sig, previous)
 
 
 def test_simulate_report_writes_the_run_and_compare_the_first_and_last_policy(tmp_path, capsys):

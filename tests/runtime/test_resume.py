@@ -9,6 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow      # real drivers and workers (still in `make test`)
 
 STUDY = """
 name: r
@@ -66,14 +69,18 @@ def _wait_for(predicate, timeout: float) -> None:
     raise AssertionError("condition not reached in time")
 
 
-def _cli(tmp_path: Path, env: dict, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "hypersack", *args, "--storage", str(tmp_path / "s.db")],
-                         env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+def _status(tmp_path: Path, capsys) -> dict:
+    """``hypersack status r --json`` through the console entry point, in this process (a read
+    command: the CLI's own process is tests/test_cli.py's)."""
+    from hypersack._entry import main
+    capsys.readouterr()
+    code = main(["status", "r", "--json", "--storage", str(tmp_path / "s.db")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
 
 
-def test_sigkill_driver_then_resume_keeps_every_completed_trial(tmp_path, subprocess_env):
+def test_sigkill_driver_then_resume_keeps_every_completed_trial(tmp_path, subprocess_env, capsys):
     (tmp_path / "study.yaml").write_text(STUDY)
     db = tmp_path / "s.db"
     driver = _start(tmp_path, subprocess_env, "run", str(tmp_path / "study.yaml"))
@@ -91,7 +98,7 @@ def test_sigkill_driver_then_resume_keeps_every_completed_trial(tmp_path, subpro
     assert len(after) == 8
     for trial_id, results in before.items():     # nothing completed before the kill was lost or redone
         assert after[trial_id] == results
-    status = _cli(tmp_path, subprocess_env, "status", "r", "--json")
+    status = _status(tmp_path, capsys)
     assert status["complete"] == 8 and status["running"] == 0 and status["status"] == "complete"
     restarted = [t for t in status["trials"] if t["metrics"]["starts"] > 1]
     assert restarted
@@ -99,7 +106,7 @@ def test_sigkill_driver_then_resume_keeps_every_completed_trial(tmp_path, subpro
         assert t["last_step"] == 6
 
 
-def test_sigint_stops_at_next_report_and_resume_finishes(tmp_path, subprocess_env):
+def test_sigint_stops_at_next_report_and_resume_finishes(tmp_path, subprocess_env, capsys):
     (tmp_path / "study.yaml").write_text(STUDY)
     db = tmp_path / "s.db"
     driver = _start(tmp_path, subprocess_env, "run", str(tmp_path / "study.yaml"))
@@ -108,14 +115,14 @@ def test_sigint_stops_at_next_report_and_resume_finishes(tmp_path, subprocess_en
     out, err = driver.communicate(timeout=30)
     assert driver.returncode == 130
     assert "hypersack resume r" in err
-    status = _cli(tmp_path, subprocess_env, "status", "r", "--json")
+    status = _status(tmp_path, capsys)
     assert status["status"] == "interrupted" and status["running"] == 0
     assert status["complete"] < 8
 
     resumed = _start(tmp_path, subprocess_env, "resume", "r")
     out, err = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, err
-    status = _cli(tmp_path, subprocess_env, "status", "r", "--json")
+    status = _status(tmp_path, capsys)
     assert status["complete"] == 8
     # Interrupted trials resumed from their checkpoint: more than one start, and all six steps.
     assert any(t["metrics"]["starts"] > 1 for t in status["trials"])

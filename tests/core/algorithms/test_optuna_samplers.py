@@ -59,7 +59,7 @@ def drive(alg, trials, *, kill_at=None, rebuild=None, parallel=2):
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "gp" else n
                                   for n in sorted(SAMPLERS)])
 def test_resume_proposes_exactly_what_the_uninterrupted_study_would(name):
-    n, kill = (6, 4) if name == "gp" else (16, 9)       # GP fits take seconds on a shared CPU
+    n, kill = (5, 3) if name == "gp" else (16, 9)       # GP fits take seconds on a shared CPU
     whole, _ = drive(search(name), n)
     resumed, alg = drive(search(name), n, kill_at=kill, rebuild=lambda: search(name))
     assert resumed == whole
