@@ -11,9 +11,10 @@ import time
 # workers spans both nodes, and the contract's two devices are on two nodes.
 NODES, CPUS, GPUS = 2, 1, 0
 
-# A removed node is declared dead after about three failed health checks, a second apart
-# (Ray's defaults: a check every 3 s, dead after 5 failures). A live raylet answers a check
-# in milliseconds; each check may take 5 s, so only a raylet stalled for 15 s is misjudged.
+# A node that crashed (its raylet killed: no goodbye) is declared dead after three failed
+# health checks a second apart, about 3 s (Ray's defaults: a check every 3 s, dead after 5
+# failures, about 15 s). A live raylet answers in milliseconds and each check may take 5 s, so
+# only a raylet stalled for about 15 s would be misjudged.
 SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000,
                  "health_check_timeout_ms": 5000, "health_check_failure_threshold": 3}
 

@@ -1,5 +1,5 @@
-"""The Ray executor in a study: a node that leaves mid-study (its trials resume from their
-checkpoints on the other node, without a retry, steps gap-free), a node that joins (it gets
+"""The Ray executor in a study: a node that crashes mid-study (its trials resume from their
+checkpoints on another node, without a retry, steps gap-free), a node that joins (it gets
 work), and bad input refused before any trial starts."""
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_trials_of_a_lost_node_resume_elsewhere_and_a_joining_node_gets_work(ray
         joined_id = joined.node_id[:12]
         _wait(lambda: _rows(db, f"SELECT 1 FROM trials WHERE device LIKE '{joined_id}/%'"),
               "a trial on the joining node", timeout=150)
-        ray_cluster.remove_node(lost)
+        ray_cluster.remove_node(lost, allow_graceful=False)     # a crash: no goodbye to Ray
     finally:
         gate.touch()
         runner.join(240)
