@@ -59,11 +59,16 @@ def test_trials_of_a_lost_node_resume_elsewhere_and_a_joining_node_gets_work(ray
         _wait(lambda: _rows(db, "SELECT 1 FROM trials t JOIN results r USING (trial_id) WHERE "
                                 f"t.device LIKE '{lost_id}/%' AND r.step = 2"),
               "a durable report (and checkpoint) at step 2 on the node to be removed")
+        (held,), = _rows(db, f"SELECT trial_id FROM trials WHERE device LIKE '{lost_id}/%'")
         joined = ray_cluster.add_node(num_cpus=1)
         joined_id = joined.node_id[:12]
         _wait(lambda: _rows(db, f"SELECT 1 FROM trials WHERE device LIKE '{joined_id}/%'"),
               "a trial on the joining node", timeout=150)
-        ray_cluster.remove_node(lost, allow_graceful=False)     # a crash: no goodbye to Ray
+        # A crash (the raylet killed: no goodbye to Ray). The gate opens once the study has
+        # taken the lost node's trial off it, so that trial can end nowhere else.
+        ray_cluster.remove_node(lost, allow_graceful=False)
+        _wait(lambda: _rows(db, f"SELECT 1 FROM trials WHERE trial_id = {held} AND "
+                                "state <> 'running'"), "the lost node's trial taken off it")
     finally:
         gate.touch()
         runner.join(240)
@@ -75,7 +80,8 @@ def test_trials_of_a_lost_node_resume_elsewhere_and_a_joining_node_gets_work(ray
         steps = [r["step"] for r in study.results(t["trial_id"])]
         assert steps == [1, 2, 3]                             # gap-free, no step twice
     resumed = [t for t in status["trials"] if t["metrics"]["starts"] > 1]
-    assert resumed and all(not t["device"].startswith(lost_id) for t in resumed)
+    assert [t["trial_id"] for t in resumed] == [held]             # from its checkpoint
+    assert not resumed[0]["device"].startswith(lost_id)
     assert any(t["device"].startswith(joined_id) for t in status["trials"])
 
 
