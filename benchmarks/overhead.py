@@ -25,14 +25,12 @@ Every database and run folder goes to a temporary directory that is deleted afte
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
 import functools
 import json
 import logging
 import os
 import platform
-import shutil
 import sys
 import tempfile
 import time
@@ -206,41 +204,16 @@ def bench_ray(tmp: Path, trials: int, reports: int, cpu_per_trial: float,
     ]
 
 
-@contextlib.contextmanager
-def local_ray_cluster(nodes: int, cpus_per_node: int):
-    """A Ray cluster of ``nodes`` raylets on this machine (dashboard off, its own temp folder),
-    the driver connected; shut down (its processes only) on exit."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    folder = tempfile.mkdtemp(prefix="hsray", dir="/tmp")     # short: Ray's socket paths
-    saved = os.environ.get("RAY_TMPDIR")
-    os.environ["RAY_TMPDIR"] = folder
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": cpus_per_node, "num_gpus": 0, "include_dashboard": False})
-    try:
-        for _ in range(nodes - 1):
-            cluster.add_node(num_cpus=cpus_per_node)
-        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = saved
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def bench_ray_backend(tmp: Path, args: argparse.Namespace, workers: int) -> list[dict[str, Any]]:
     """HyperSack's Ray executor on a local cluster of ``--ray-nodes`` raylets, against the local
     executor (``workers`` processes: as many trial slots as the cluster's CPUs), in alternating
     rounds (local, ray, local, ray, ...), then Ray Tune on the same cluster."""
     import ray
+
+    from hypersack.runtime.ray_cluster import local_cluster
     cpus_per_node = max(1, workers // args.ray_nodes)
     rows: list[dict[str, Any]] = []
-    with local_ray_cluster(args.ray_nodes, cpus_per_node):
+    with local_cluster(args.ray_nodes, cpus_per_node):
         for r in range(args.rounds):
             for backend in ("local", "ray"):
                 wall, check = _hypersack_once(tmp, f"overhead-{backend}-{r}", args.trials,

@@ -40,7 +40,9 @@ def run_once(file: str, db: Path, executor: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from overhead import local_ray_cluster, machine_info
+    from overhead import machine_info
+
+    from hypersack.runtime.ray_cluster import local_cluster
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--nodes", type=int, default=2)
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     cpus = max(1, (os.cpu_count() or 1) // args.nodes)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hypersack-bench-") as tmp, \
-            local_ray_cluster(args.nodes, cpus):
+            local_cluster(args.nodes, cpus):
         for r in range(args.rounds):
             for backend, file, executor in (
                     ("local", "digits.yaml", {"workers": cpus * args.nodes}),

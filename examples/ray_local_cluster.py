@@ -6,17 +6,16 @@
 
 Each raylet is a Ray node of its own (``ray.cluster_utils.Cluster``), with ``--cpus`` CPUs and
 ``--gpus`` GPUs (declared: fake ones where the machine has none; trainables that really use CUDA
-need real ones). The dashboard is off and the cluster's files go to a temp folder of its own.
-Ctrl-C (or SIGTERM) shuts down exactly this cluster's processes.
+need real ones). The dashboard is off and the cluster's files go to a temp folder of its own
+(``hypersack.runtime.ray_cluster.local_cluster``). Ctrl-C (or SIGTERM) shuts down exactly this
+cluster's processes.
 """
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
+import contextlib
 import signal
 import sys
-import tempfile
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,25 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.cpus < 0 or args.gpus < 0:
         parser.error("--nodes must be >= 1, --cpus and --gpus >= 0")
-    folder = tempfile.mkdtemp(prefix="hsray", dir="/tmp")     # short: Ray's socket paths
-    os.environ["RAY_TMPDIR"] = folder
-    from ray.cluster_utils import Cluster
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": args.cpus, "num_gpus": args.gpus, "include_dashboard": False})
-    try:
-        for _ in range(args.nodes - 1):
-            cluster.add_node(num_cpus=args.cpus, num_gpus=args.gpus)
+    from hypersack.runtime.ray_cluster import local_cluster
+    with local_cluster(args.nodes, args.cpus, args.gpus, connect=False) as cluster:
         cluster.wait_for_nodes()
         print(f"RAY_ADDRESS={cluster.address}", flush=True)
         print(f"{args.nodes} nodes up; Ctrl-C to stop them", file=sys.stderr, flush=True)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.signal(signal.SIGINT, signal.default_int_handler)   # also when started with &
-        signal.pause()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        cluster.shutdown()
-        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
     return 0
 
 

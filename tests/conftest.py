@@ -54,11 +54,32 @@ def fake_mps(tmp_path, monkeypatch):
 
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_cluster():
-    """A real local Ray cluster of two raylets (1 CPU and 2 fake GPUs each; see
-    ``ray_helpers.local_cluster``), shared by a test module; the driver is connected."""
+    """A real local Ray cluster of two raylets, one CPU and no GPU each (``ray_helpers``: its
+    shape and health-check settings), started once for the session (every Ray test file runs
+    in one xdist worker); the driver is connected. A test may add and remove nodes, as long as
+    two live nodes of one CPU remain."""
     pytest.importorskip("ray", reason="ray is not installed (pip install 'hypersack[ray]')")
-    from ray_helpers import local_cluster
-    with local_cluster(num_cpus=1, num_gpus=2) as cluster:
+    from hypersack.runtime.ray_cluster import local_cluster
+    from ray_helpers import CPUS, GPUS, NODES, SYSTEM_CONFIG
+    with local_cluster(NODES, CPUS, GPUS, system_config=SYSTEM_CONFIG) as cluster:
         yield cluster
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, but the Ray test files are one unit (one xdist worker), so the
+    session's one Ray cluster serves them all."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    from ray_helpers import RAY_CLUSTER_FILES
+
+    class RayFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "ray-cluster" if scope in RAY_CLUSTER_FILES else scope
+
+    return RayFilesTogether(config, log)

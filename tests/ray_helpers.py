@@ -1,51 +1,36 @@
-"""A real local Ray cluster for tests: raylets on this machine, dashboard off, in a short temp
-folder of its own (socket paths; its address file is not /tmp/ray's), a failed start retried
-once, and shut down with its own processes only (never ``ray stop``)."""
+"""What the real-cluster Ray tests share: the cluster's shape and settings (one cluster for the
+whole test session: the ``ray_cluster`` fixture in conftest.py), and a trainable that holds at a
+gate the test opens (``ray_helpers:held_at_a_gate``), so a study waits for an event, never for
+a guessed number of seconds."""
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-import shutil
-import tempfile
-from typing import Any, Iterator
+import time
+
+# Two raylets of one CPU and no GPU: each node is one trial slot, so a trial grown to two
+# workers spans both nodes, and the contract's two devices are on two nodes.
+NODES, CPUS, GPUS = 2, 1, 0
+
+# A node that crashed (its raylet killed: no goodbye) is declared dead after three failed
+# health checks a second apart, about 3 s (Ray's defaults: a check every 3 s, dead after 5
+# failures, about 15 s). A live raylet answers in milliseconds and each check may take 5 s, so
+# only a raylet stalled for about 15 s would be misjudged.
+SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000,
+                 "health_check_timeout_ms": 5000, "health_check_failure_threshold": 3}
+
+# Ray test files: they run in one xdist worker (see conftest.py), so one cluster serves them.
+RAY_CLUSTER_FILES = ("tests/runtime/test_ray_executor.py",
+                     "tests/contracts/test_executor_contract.py")
 
 
-@contextlib.contextmanager
-def local_cluster(num_cpus: int, num_gpus: int, nodes: int = 2) -> Iterator[Any]:
-    """``nodes`` raylets of ``num_cpus`` CPUs and ``num_gpus`` fake GPUs each; the driver is
-    connected while it runs. Yields the ``ray.cluster_utils.Cluster``."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    folder = tempfile.mkdtemp(prefix="hsray", dir="/tmp")
-    saved = os.environ.get("RAY_TMPDIR")
-    os.environ["RAY_TMPDIR"] = folder
-    cluster = None
-    try:
-        for attempt in (1, 2):
-            try:
-                cluster = Cluster(initialize_head=True, head_node_args={
-                    "num_cpus": num_cpus, "num_gpus": num_gpus, "include_dashboard": False})
-                for _ in range(nodes - 1):
-                    cluster.add_node(num_cpus=num_cpus, num_gpus=num_gpus)
-                ray.init(address=cluster.address, log_to_driver=False,
-                         logging_level=logging.WARNING)
-                break
-            except Exception:
-                ray.shutdown()
-                if cluster is not None:
-                    cluster.shutdown()
-                cluster = None
-                if attempt == 2:
-                    raise
-        yield cluster
-    finally:
-        ray.shutdown()
-        if cluster is not None:
-            cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = saved
-        shutil.rmtree(folder, ignore_errors=True)
+def held_at_a_gate(config, ctx):
+    """``steps`` steps, a checkpoint before each report; a step past ``hold`` waits until the
+    file ``gate`` exists. Records every start (``starts``: the step it started after)."""
+    state = ctx.restore() or {"step": 0, "starts": []}
+    state["starts"].append(state["step"])
+    for step in range(state["step"] + 1, config["steps"] + 1):
+        while step > config["hold"] and not os.path.exists(config["gate"]):
+            time.sleep(0.05)
+        state["step"] = step
+        ctx.checkpoint(state)
+        ctx.report(step, score=config["x"] * step, starts=len(state["starts"]))
