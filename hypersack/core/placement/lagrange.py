@@ -1,0 +1,437 @@
+"""The ``lagrange`` policy: Lagrangian shadow prices, then one greedy pass; ``fill``'s starts at
+a cost that grows about linearly with the jobs, for clusters too large for ``fill``'s search.
+
+1. Data-parallel jobs (``gpus`` > 1) are placed first, worst-fit in WFD's order, and stay.
+2. The GPUs are pooled by (node, architecture) into *groups*; the single-GPU jobs' demands on the
+   groups form jobs x groups arrays (``prices`` module doc: the pooled LP and its dual).
+3. *Prices*: ``steps`` subgradient steps of that dual on every k-th job (at most ``sample`` jobs,
+   the capacities scaled by the sample's share, so large instances cost the same per step as
+   small ones), Polyak's step towards 0.97 of the lowest bound seen, the factor halved after 5
+   steps without a lower bound. The result are prices per unit of compute and memory of each
+   group and per core of each node.
+4. *Greedy*: jobs by best reduced profit (``R[p, g] = c_pg - u_c c_pg - u_m m_pg - u_q q_p``),
+   highest first (ties: more compute, then the given order), each on the first of its ``top``
+   best groups (all of them if none of those fits) where one GPU takes it, on that group's
+   *best-fitting* GPU (least compute left after it, ties the lower number). A job whose best
+   reduced profit is not positive is still placed if it fits: every unit of placed compute counts.
+
+Per call: O(jobs x groups) numpy work, O(jobs x top) Python steps plus O(GPUs of a group) per
+placed job. Every placed job fits (Eq. 2-4) on what was left when it was placed. Deterministic.
+"""
+from __future__ import annotations
+
+from typing import Any, Hashable, Sequence
+
+import numpy as np
+
+from hypersack.core.placement.cluster import Cluster
+from hypersack.core.placement.live import LiveCluster
+from hypersack.core.placement.load import Load, by_runtime
+from hypersack.core.placement.model import EPS, Job
+from hypersack.errors import ConfigError
+
+__all__ = ["lagrange", "unit_prices", "STEPS", "SAMPLE"]
+
+STEPS = 120         # subgradient steps
+SAMPLE = 512        # jobs the subgradient steps look at (every k-th single-GPU job)
+MAX_UNITS = 16      # more groups than this are priced and chosen by type
+ETA = 0.2
+TAU = 0.2
+TARGET = 0.97       # Polyak's target: this fraction of the lowest bound seen
+_STALL = 5
+_INF = float("inf")
+
+
+def _demand_arrays(jobs: Sequence[Job], archs: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per job x architecture: compute and memory per GPU; per job: cores."""
+    c = np.empty((len(jobs), len(archs)))
+    m = np.empty((len(jobs), len(archs)))
+    for p, job in enumerate(jobs):
+        per_arch = job.per_arch
+        for a, arch in enumerate(archs):
+            d = per_arch.get(arch) if per_arch else None
+            if d is None:
+                c[p, a], m[p, a] = job.compute, job.memory_gb
+            else:
+                c[p, a], m[p, a] = d.compute, d.memory_gb
+    return c, m, np.array([job.cpus for job in jobs], dtype=float)
+
+
+def unit_prices(c: np.ndarray, m: np.ndarray, q: np.ndarray, fit: np.ndarray, cap_c: np.ndarray,
+                cap_m: np.ndarray, cap_q: np.ndarray, node: np.ndarray, steps: int,
+                sample: int, smooth: bool = False) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """Step 3 of the module doc on jobs x groups demands ``c``, ``m`` (cores ``q`` per job),
+    ``fit`` (False: no GPU of the group takes the job), group capacities ``cap_c``, ``cap_m``,
+    node capacities ``cap_q`` and each group's node ``node``: (the lowest dual bound seen on the
+    sample, scaled back to all jobs; unit prices of compute and memory per group; per core per
+    node). The bound is an upper bound on the placed compute only when every job is sampled."""
+    jobs, g_count = c.shape
+    n_count = len(cap_q)
+    zero = (np.zeros(g_count), np.zeros(g_count), np.zeros(n_count))
+    if jobs == 0 or g_count == 0 or steps == 0:
+        return float(np.inf), *zero
+    stride = max(1, -(-jobs // max(1, sample)))
+    rows = slice(None, None, stride)
+    share = len(range(0, jobs, stride)) / jobs
+    cs, ms, qs, fs = c[rows], m[rows], q[rows], fit[rows]
+    kc, km, kq = cap_c * share, cap_m * share, cap_q * share
+    sc = np.divide(cs, kc, out=np.zeros(cs.shape), where=(kc > EPS)[None, :])
+    sm = np.divide(ms, km, out=np.zeros(ms.shape), where=(km > EPS)[None, :])
+    kqg = kq[node]
+    sq = np.divide(np.broadcast_to(qs[:, None], cs.shape), kqg, out=np.zeros(cs.shape),
+                   where=(kqg > EPS)[None, :])
+    pc, pm, pq = zero
+    best_l, best = _INF, (pc, pm, pq)
+    ceiling = _knapsack_ceiling(cs, ms, qs, fs, kc, km, kq)
+    node_c = np.bincount(node, weights=kc, minlength=n_count)
+    idx = np.arange(len(cs))
+    # Ties (identical groups, and every group at zero prices) split the jobs evenly, not all on
+    # the first group: the subgradient then moves every group's price at once.
+    spread = ((idx[:, None] * 7919 + np.arange(g_count)[None, :] * 104729) % 1009) * (1e-7 / 1009)
+    base = np.where(fs, cs + spread, -np.inf)
+    factor, stall = 2.0, 0
+    tau = TAU * float(np.where(fs, cs, 0.0).max(axis=1).mean())
+    soft = best
+    for k_step in range(steps):
+        r = base - sc * pc - sm * pm - sq * pq[node]
+        top = r.argmax(axis=1)
+        gain = r[idx, top]
+        taken = gain > 0
+        bound = float(pc.sum() + pm.sum() + pq.sum() + gain[taken].sum())
+        if bound < best_l - EPS:
+            best_l, best, stall = bound, (pc, pm, pq), 0
+        else:
+            stall += 1
+            if stall >= _STALL:
+                factor, stall = factor / 2, 0
+        if smooth:
+            z = r / tau
+            zmax = np.maximum(z.max(axis=1), 0.0)
+            e = np.exp(z - zmax[:, None])
+            w = e / (e.sum(axis=1) + np.exp(-zmax))[:, None]
+            g_c = 1 - (w * sc).sum(axis=0)
+            g_m = 1 - (w * sm).sum(axis=0)
+            g_q = 1 - np.bincount(node, weights=(w * sq).sum(axis=0), minlength=n_count)
+            eta = ETA / np.sqrt(1.0 + k_step)
+            pc, pm, pq = (np.maximum(0.0, pc - eta * kc * g_c), np.maximum(0.0, pm - eta * kc * g_m),
+                          np.maximum(0.0, pq - eta * node_c * g_q))
+            soft = (pc, pm, pq)
+            continue
+        at = top[taken]
+        g_c = 1 - np.bincount(at, weights=sc[taken, at], minlength=g_count)
+        g_m = 1 - np.bincount(at, weights=sm[taken, at], minlength=g_count)
+        g_q = 1 - np.bincount(node[at], weights=sq[taken, at], minlength=n_count)
+        for g, p in ((g_c, pc), (g_m, pm), (g_q, pq)):
+            g[(p <= 0) & (g > 0)] = 0.0                 # a free, slack resource stays free
+        norm = float((g_c ** 2).sum() + (g_m ** 2).sum() + (g_q ** 2).sum())
+        if norm < 1e-12:
+            break
+        step = factor * (bound - TARGET * min(best_l, ceiling)) / norm
+        pc, pm, pq = (np.maximum(0.0, pc - step * g_c), np.maximum(0.0, pm - step * g_m),
+                      np.maximum(0.0, pq - step * g_q))
+    pc, pm, pq = soft if smooth else best
+
+    def per_unit(p: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        return np.divide(p, cap, out=np.zeros(p.shape), where=cap > EPS)
+    return best_l / share, per_unit(pc, kc), per_unit(pm, km), per_unit(pq, kq)
+
+
+def _knapsack_ceiling(c: np.ndarray, m: np.ndarray, q: np.ndarray, fit: np.ndarray, cap_c: np.ndarray,
+                      cap_m: np.ndarray, cap_q: np.ndarray) -> float:
+    """The lowest of three fractional-knapsack bounds on the placed compute, each with one
+    resource alone (all compute, all memory, all cores of the cluster), every job at its most
+    compute and least demand of that resource over the groups that fit it."""
+    ok = fit.any(axis=1)
+    value = np.where(fit, c, 0.0).max(axis=1)[ok]
+    out = float(value.sum())
+    for use, cap in ((np.where(fit, c, np.inf).min(axis=1)[ok], cap_c.sum()),
+                     (np.where(fit, m, np.inf).min(axis=1)[ok], cap_m.sum()),
+                     (np.broadcast_to(q[:, None], c.shape)[ok, 0], cap_q.sum())):
+        order = np.argsort(-value / np.maximum(use, EPS), kind="stable")
+        spent = np.cumsum(use[order])
+        k = int(np.searchsorted(spent, cap, side="right"))
+        got = float(value[order[:k]].sum())
+        if k < len(order):
+            before = float(spent[k - 1]) if k else 0.0
+            got += float(value[order[k]]) * (cap - before) / max(float(use[order[k]]), EPS)
+        out = min(out, got)
+    return out
+
+
+class _Pools:
+    """The GPUs of a Load pooled by (node, architecture): ``gpus`` per group, ``arch`` (position
+    in ``archs``) and ``node`` per group, capacities left per group and per node, the most compute
+    and memory left on one GPU of each group."""
+
+    def __init__(self, load: Load, archs: Sequence[str]):
+        members: dict[tuple[int, str], list[int]] = {}
+        for i, arch in enumerate(load.arch):
+            members.setdefault((load.node[i], arch), []).append(i)
+        self.gpus = list(members.values())
+        arch_at = {a: k for k, a in enumerate(archs)}
+        self.arch = np.array([arch_at[a] for _, a in members], dtype=int)
+        self.node = np.array([n for n, _ in members], dtype=int)
+        free_c = np.maximum(np.array(load.free_c, dtype=float), 0.0)
+        free_m = np.maximum(np.array(load.free_m, dtype=float), 0.0)
+        self.cap_c = np.array([free_c[g].sum() for g in self.gpus])
+        self.cap_m = np.array([free_m[g].sum() for g in self.gpus])
+        self.cap_q = np.maximum(np.array(load.free_q, dtype=float), 0.0)
+        self.top_c = np.array([free_c[g].max() for g in self.gpus])
+        self.top_m = np.array([free_m[g].max() for g in self.gpus])
+
+
+class _Units:
+    """What the prices and the greedy work on: each group alone when there are at most
+    ``MAX_UNITS`` groups, else the groups pooled by type (architecture, compute and memory left on
+    their GPUs; by architecture alone if that still makes more than ``MAX_UNITS``), each type with
+    the cores of its nodes shared by GPU count. ``groups`` per unit (numpy, node order), ``arch``
+    per unit; ``cap_c``/``cap_m`` per unit, ``cap_q`` per core holder and ``holder`` per unit
+    (the node for single groups, the unit itself for types)."""
+
+    def __init__(self, pools: _Pools):
+        g_count = len(pools.gpus)
+        if g_count <= MAX_UNITS:
+            keys: list[Any] = list(range(g_count))
+        else:
+            keys = [(int(a), round(float(c), 1), round(float(m), 1))
+                    for a, c, m in zip(pools.arch, pools.top_c, pools.top_m)]
+            if len(set(keys)) > MAX_UNITS:
+                keys = [int(a) for a in pools.arch]
+        members: dict[Any, list[int]] = {}
+        for g, key in enumerate(keys):
+            members.setdefault(key, []).append(g)
+        self.groups = [np.array(gs, dtype=int) for gs in members.values()]
+        self.single = g_count <= MAX_UNITS
+        self.arch = np.array([pools.arch[gs[0]] for gs in self.groups], dtype=int)
+        self.cap_c = np.array([pools.cap_c[gs].sum() for gs in self.groups])
+        self.cap_m = np.array([pools.cap_m[gs].sum() for gs in self.groups])
+        self.top_c = np.array([pools.top_c[gs].max() for gs in self.groups])
+        self.top_m = np.array([pools.top_m[gs].max() for gs in self.groups])
+        if self.single:
+            self.holder, self.cap_q = pools.node.copy(), pools.cap_q
+        else:
+            size = np.array([len(g) for g in pools.gpus], dtype=float)
+            node_gpus = np.bincount(pools.node, weights=size, minlength=len(pools.cap_q))
+            share = pools.cap_q[pools.node] * size / np.maximum(node_gpus[pools.node], 1.0)
+            self.holder = np.arange(len(self.groups))
+            self.cap_q = np.array([share[gs].sum() for gs in self.groups])
+
+
+def _greedy(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.ndarray, q: np.ndarray,
+            r: np.ndarray) -> dict[int, int]:
+    """Step 4 of the module doc: {single-GPU job position: GPU number}; ``load`` is updated."""
+    jobs, u_count = r.shape
+    if jobs == 0 or u_count == 0:
+        return {}
+    best = r.max(axis=1)
+    cu, mu = c[:, units.arch], m[:, units.arch]
+    order = np.lexsort((-cu.max(axis=1), -best))                 # stable: ties keep the order
+    prefs = np.argsort(-r, axis=1, kind="stable").tolist()
+    rows_c, rows_m, rows_q, rows_f = cu.tolist(), mu.tolist(), q.tolist(), np.isfinite(r).tolist()
+    left = _Left(load, pools, units)
+    out: dict[int, int] = {}
+    for p in order.tolist():
+        if best[p] == -_INF:
+            break                                   # the rest fit no group either
+        qp, fit, cp, mp = rows_q[p], rows_f[p], rows_c[p], rows_m[p]
+        for u in prefs[p]:
+            if not fit[u]:
+                break                               # -inf: no later unit fits either
+            i = left.gpu_for(u, cp[u], mp[u], qp)
+            if i is not None:
+                left.take(i, cp[u], mp[u], qp)
+                out[p] = i
+                break
+    return out
+
+
+def _greedy_wide(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.ndarray,
+                 q: np.ndarray, r: np.ndarray) -> dict[int, int]:
+    """Step 4 for pooled units: per job one numpy pass over every group (does one GPU of the
+    group and its node's cores take the job?), the fitting group of the best unit, the earlier
+    group among equals; a job above what any group has left (per-architecture maxima, exact again
+    after each miss) is skipped without the pass."""
+    jobs = len(q)
+    unit_of = np.empty(len(pools.gpus), dtype=int)
+    for u, gs in enumerate(units.groups):
+        unit_of[gs] = u
+    rg = r[:, unit_of] - 1e-9 * np.arange(len(unit_of))[None, :]
+    best = r.max(axis=1)
+    cg, mg = c[:, pools.arch], m[:, pools.arch]
+    order = np.lexsort((-cg.max(axis=1), -best))
+    top_c, top_m = pools.top_c + EPS, pools.top_m + EPS          # with the tolerance added
+    node = pools.node
+    free_q_g = np.array(load.free_q, dtype=float)[node] + EPS
+    groups_of_node: dict[int, list[int]] = {}
+    for g, n in enumerate(node.tolist()):
+        groups_of_node.setdefault(n, []).append(g)
+    archs = c.shape[1]
+    arch_rows = [pools.arch == a for a in range(archs)]
+    arch_of = pools.arch.tolist()
+
+    def maxima() -> tuple[list[float], list[float], float]:
+        return ([float(top_c[rows].max(initial=-_INF)) for rows in arch_rows],
+                [float(top_m[rows].max(initial=-_INF)) for rows in arch_rows],
+                float(free_q_g.max(initial=-_INF)))
+    max_c, max_m, max_q = maxima()
+    c_l, m_l, q_l = c.tolist(), m.tolist(), q.tolist()
+    free_c, free_m, members = load.free_c, load.free_m, pools.gpus
+    ok, ok2 = np.empty(len(node), dtype=bool), np.empty(len(node), dtype=bool)
+    score = np.empty(len(node))
+    out: dict[int, int] = {}
+    for p in order.tolist():
+        if best[p] == -_INF:
+            break
+        qp, cp, mp = q_l[p], c_l[p], m_l[p]
+        if qp > max_q or not any(cp[a] <= max_c[a] and mp[a] <= max_m[a] for a in range(archs)):
+            continue
+        np.less_equal(cg[p], top_c, out=ok)
+        np.less_equal(mg[p], top_m, out=ok2)
+        ok &= ok2
+        np.greater_equal(free_q_g, qp, out=ok2)
+        ok &= ok2
+        score.fill(-np.inf)
+        np.copyto(score, rg[p], where=ok)
+        chosen = -1
+        while chosen < 0:
+            g = int(score.argmax())
+            if score[g] == -np.inf:
+                break
+            a = arch_of[g]
+            cj, mj = cp[a], mp[a]
+            slack = _INF
+            for i in members[g]:
+                if free_c[i] + EPS >= cj and free_m[i] + EPS >= mj and free_c[i] - cj < slack - EPS:
+                    chosen, slack = i, free_c[i] - cj
+            score[g] = -np.inf                      # no one GPU has both: the next group
+        if chosen < 0:
+            max_c, max_m, max_q = maxima()
+            continue
+        load.take(chosen, cj, mj, qp)
+        top_c[g] = max(free_c[i] for i in members[g]) + EPS
+        top_m[g] = max(free_m[i] for i in members[g]) + EPS
+        n = load.node[chosen]
+        for h in groups_of_node[n]:
+            free_q_g[h] = load.free_q[n] + EPS
+        out[p] = chosen
+    return out
+
+
+class _Left:
+    """What is left, for the greedy: the load's lists; per group the most compute and memory left
+    on one GPU (lists, and arrays for the pooled units); per unit upper bounds on those and on
+    its nodes' cores, for a quick reject (capacities only shrink within a call: a job above a
+    bound fits none of the unit's groups). A unit's bounds are made exact when a job within them
+    found no group there."""
+
+    def __init__(self, load: Load, pools: _Pools, units: _Units):
+        self.load, self.members, self.units = load, pools.gpus, units
+        self.node = pools.node.tolist()
+        self.group_of = [0] * len(load.keys)
+        for g, gs in enumerate(pools.gpus):
+            for i in gs:
+                self.group_of[i] = g
+        self.top_c, self.top_m = pools.top_c.tolist(), pools.top_m.tolist()
+        self.a_top_c, self.a_top_m = pools.top_c.copy(), pools.top_m.copy()
+        self.a_free_q = np.array(load.free_q, dtype=float)
+        self.unit_groups = [gs.tolist() for gs in units.groups]
+        self.bounds = [self._bounds(u) for u in range(len(units.groups))]
+
+    def _bounds(self, u: int) -> tuple[float, float, float]:
+        gs = self.units.groups[u]
+        return (float(self.a_top_c[gs].max()), float(self.a_top_m[gs].max()),
+                float(self.a_free_q[self.units_node(gs)].max()))
+
+    def units_node(self, gs: np.ndarray) -> np.ndarray:
+        return np.asarray(self.node)[gs] if not isinstance(gs, np.ndarray) else self._node_arr[gs]
+
+    @property
+    def _node_arr(self) -> np.ndarray:
+        arr = getattr(self, "_node_np", None)
+        if arr is None:
+            arr = self._node_np = np.array(self.node, dtype=int)
+        return arr
+
+    def gpu_for(self, u: int, c: float, m: float, q: float) -> int | None:
+        """The best-fitting GPU (least compute left after it; ties: the lower number) of the first
+        group of unit ``u`` (node order) that takes (c, m) with its node's ``q`` cores; None if none."""
+        b_c, b_m, b_q = self.bounds[u]
+        if c > b_c + EPS or m > b_m + EPS or q > b_q + EPS:
+            return None
+        gs = self.unit_groups[u]
+        if len(gs) == 1:
+            g = gs[0]
+            if not (self.top_c[g] + EPS >= c and self.top_m[g] + EPS >= m
+                    and self.load.free_q[self.node[g]] + EPS >= q):
+                return None
+        else:
+            arr = self.units.groups[u]
+            ok = ((self.a_top_c[arr] + EPS >= c) & (self.a_top_m[arr] + EPS >= m)
+                  & (self.a_free_q[self._node_arr[arr]] + EPS >= q))
+            k = int(ok.argmax())
+            if not ok[k]:
+                self.bounds[u] = self._bounds(u)
+                return None
+            g = gs[k]
+        free_c, free_m = self.load.free_c, self.load.free_m
+        chosen, slack = None, _INF
+        for i in self.members[g]:
+            if free_c[i] + EPS >= c and free_m[i] + EPS >= m and free_c[i] - c < slack - EPS:
+                chosen, slack = i, free_c[i] - c
+        return chosen
+
+    def take(self, i: int, c: float, m: float, q: float) -> None:
+        load = self.load
+        load.take(i, c, m, q)
+        g = self.group_of[i]
+        gs = self.members[g]
+        self.top_c[g] = self.a_top_c[g] = max(load.free_c[j] for j in gs)
+        self.top_m[g] = self.a_top_m[g] = max(load.free_m[j] for j in gs)
+        n = load.node[i]
+        self.a_free_q[n] = load.free_q[n]
+
+
+def _check(name: str, value: Any, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"placement.{name}", value, f"must be an integer >= {least}")
+    return value
+
+
+def lagrange(jobs: Sequence[Job], cluster: Cluster, steps: int = STEPS,
+             sample: int = SAMPLE) -> dict[Hashable, tuple]:
+    """The ``lagrange`` policy (module doc): ``steps`` subgradient steps (0: zero prices, i.e.
+    jobs by compute, each on its best-fitting GPU), on at most ``sample`` jobs; ``top`` groups
+    tried per job before all of them."""
+    _check("steps", steps, 0)
+    _check("sample", sample, 1)
+    jobs = list(jobs)
+    load = Load(cluster)
+    archs = list(load.by_arch)
+    multi = [job for job in jobs if job.gpus > 1]
+    answer: dict[Hashable, tuple] = {}
+    if multi:
+        fixed = LiveCluster(cluster).assign_checked(by_runtime(multi, archs), "wf", {}, keep=False, numbers=True)
+        for job in multi:
+            for i in fixed.get(job.id, ()):
+                d = job.demand(load.arch[i])
+                load.take(i, d.compute, d.memory_gb, job.cpus)
+        answer.update((jid, tuple(load.keys[i] for i in gpus)) for jid, gpus in fixed.items())
+    singles = [job for job in jobs if job.gpus == 1]
+    if not singles or not load.keys:
+        return answer
+    pools = _Pools(load, archs)
+    units = _Units(pools)
+    c, m, q = _demand_arrays(singles, archs)
+    cu, mu = c[:, units.arch], m[:, units.arch]
+    fit = ((cu <= units.top_c[None, :] + EPS) & (mu <= units.top_m[None, :] + EPS)
+           & (q[:, None] <= units.cap_q[units.holder][None, :] + EPS))
+    _, uc, um, uq = unit_prices(cu, mu, q, fit, units.cap_c, units.cap_m, units.cap_q, units.holder,
+                                steps, sample, smooth=not units.single)
+    r = np.where(fit, cu * (1 - uc) - mu * um - q[:, None] * uq[units.holder], -np.inf)
+    if units.single:
+        placed = _greedy(load, pools, units, c, m, q, r)
+    else:
+        placed = _greedy_wide(load, pools, units, c, m, q, r)
+    keys = load.keys
+    answer.update((singles[p].id, (keys[i],)) for p, i in placed.items())
+    return answer
