@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from hypersack.placement import GPU, Cluster, Job, Node, assign, check_placement, placed_compute  # noqa: E402
 
 OPTIMA = Path(__file__).with_name("tight_optima.json")
-POLICIES = ["ff", "ffd", "wf", "wfd", "wfd-ls", "fill", "auto"]
+POLICIES = ["ff", "ffd", "wf", "wfd", "wfd-ls", "fill", "lagrange", "auto"]
 
 
 def make_instance(seed: int, nodes: int | None = None, gpus_per_node: int = 4) -> tuple[list[Job], Cluster]:
@@ -127,6 +127,67 @@ def speed(policies: list[str]) -> dict:
     return out
 
 
+def lagrange_bound(jobs: list[Job], cluster: Cluster) -> float:
+    """An upper bound on any placement's compute: the dual of the placement LP (GPUs pooled per
+    node and architecture, cores per node; ``hypersack.core.placement.prices``) at the prices
+    ``lagrange`` computes, mapped to every group and node (weak duality: any prices >= 0 give a
+    bound). Single-GPU jobs on an empty cluster only."""
+    import numpy as np
+    from hypersack.core.placement import lagrange as lg
+    from hypersack.core.placement.load import Load
+    load = Load(cluster)
+    archs = list(load.by_arch)
+    pools = lg._Pools(load, archs)
+    units = lg._Units(pools)
+    c, m, q = lg._demand_arrays(jobs, archs)
+    cu, mu = c[:, units.arch], m[:, units.arch]
+    fit = ((cu <= units.top_c[None, :] + lg.EPS) & (mu <= units.top_m[None, :] + lg.EPS)
+           & (q[:, None] <= units.cap_q[units.holder][None, :] + lg.EPS))
+    _, uc, um, uq = lg.unit_prices(cu, mu, q, fit, units.cap_c, units.cap_m, units.cap_q, units.holder,
+                                   lg.STEPS, lg.SAMPLE, smooth=not units.single)
+    unit_of = np.empty(len(pools.gpus), dtype=int)
+    for u, gs in enumerate(units.groups):
+        unit_of[gs] = u
+    node_price = np.zeros(len(pools.cap_q))
+    for g in range(len(pools.gpus)):                 # a node's cores: its (first) group's price
+        n = pools.node[g]
+        if node_price[n] == 0:
+            node_price[n] = uq[units.holder[unit_of[g]]] if not units.single else uq[n]
+    ucg, umg = uc[unit_of], um[unit_of]
+    cg, mg = c[:, pools.arch], m[:, pools.arch]
+    gfit = ((cg <= pools.top_c[None, :] + lg.EPS) & (mg <= pools.top_m[None, :] + lg.EPS)
+            & (q[:, None] <= pools.cap_q[pools.node][None, :] + lg.EPS))
+    r = np.where(gfit, cg * (1 - ucg) - mg * umg - q[:, None] * node_price[pools.node], -np.inf)
+    gain = np.maximum(r.max(axis=1, initial=-np.inf), 0.0)
+    return float((ucg * pools.cap_c).sum() + (umg * pools.cap_m).sum()
+                 + (node_price * pools.cap_q).sum() + gain.sum())
+
+
+def large(policies: list[str], seeds: range) -> dict:
+    """Per seed, 32 nodes x 8 GPUs and 128 x 8 (tight instances of ``make_instance`` at those
+    sizes, all their jobs): each policy's placed compute over ``lagrange_bound`` (a lower bound
+    on its ratio to the optimum), and its CPU ms for one call."""
+    out: dict = {}
+    for nodes in (32, 128):
+        rows: dict[str, list[float]] = {p: [] for p in policies}
+        cpu: dict[str, list[float]] = {p: [] for p in policies}
+        sizes = []
+        for seed in seeds:
+            jobs, cluster = make_instance(seed, nodes=nodes, gpus_per_node=8)
+            bound = lagrange_bound(jobs, cluster)
+            sizes.append(len(jobs))
+            for p in policies:
+                t = time.process_time()
+                answer = assign(jobs, cluster, p)
+                cpu[p].append((time.process_time() - t) * 1000)
+                rows[p].append(placed_compute(jobs, cluster, answer) / bound)
+        out[f"{nodes}x8"] = {"jobs": sizes, **{p: {"worst_vs_bound": round(min(rows[p]), 4),
+                                                     "mean_vs_bound": round(sum(rows[p]) / len(rows[p]), 4),
+                                                     "cpu_ms_mean": round(sum(cpu[p]) / len(cpu[p]), 1)}
+                                                 for p in policies}}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--solve", type=int, default=0, metavar="N", help="solve instances 0..N-1 with CP-SAT")
@@ -135,12 +196,17 @@ def main() -> None:
     p.add_argument("--speed", action="store_true")
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--seeds", default=None, metavar="A:B", help="ratios over seeds A..B-1 only")
+    p.add_argument("--large", default=None, metavar="A:B",
+                   help="seeds A..B-1 at 32 x 8 and 128 x 8 GPUs: ratios to the dual bound, CPU ms")
     args = p.parse_args()
     policies = args.policies.split(",")
     if args.solve:
         solve(args.solve, args.time_limit, args.workers)
     seeds = None if args.seeds is None else range(*map(int, args.seeds.split(":")))
-    out = speed(policies) if args.speed else ratios(policies, seeds)
+    if args.large:
+        out = large(policies, range(*map(int, args.large.split(":"))))
+    else:
+        out = speed(policies) if args.speed else ratios(policies, seeds)
     print(json.dumps(out, indent=1))
 
 

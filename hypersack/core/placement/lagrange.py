@@ -37,6 +37,7 @@ SAMPLE = 512        # jobs the subgradient steps look at (every k-th single-GPU 
 MAX_UNITS = 16      # more groups than this are priced and chosen by type
 ETA = 0.2
 TAU = 0.2
+TIE = 0.01          # weight of the tie-break between units (``_share``)
 TARGET = 0.97       # Polyak's target: this fraction of the lowest bound seen
 _STALL = 5
 _INF = float("inf")
@@ -90,7 +91,7 @@ def unit_prices(c: np.ndarray, m: np.ndarray, q: np.ndarray, fit: np.ndarray, ca
     spread = ((idx[:, None] * 7919 + np.arange(g_count)[None, :] * 104729) % 1009) * (1e-7 / 1009)
     base = np.where(fs, cs + spread, -np.inf)
     factor, stall = 2.0, 0
-    tau = TAU * float(np.where(fs, cs, 0.0).max(axis=1).mean())
+    tau = max(TAU * float(np.where(fs, cs, 0.0).max(axis=1).mean()), 1e-6)
     soft = best
     for k_step in range(steps):
         r = base - sc * pc - sm * pm - sq * pq[node]
@@ -217,32 +218,64 @@ class _Units:
             self.cap_q = np.array([share[gs].sum() for gs in self.groups])
 
 
-def _greedy(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.ndarray, q: np.ndarray,
-            r: np.ndarray) -> dict[int, int]:
-    """Step 4 of the module doc: {single-GPU job position: GPU number}; ``load`` is updated."""
-    jobs, u_count = r.shape
-    if jobs == 0 or u_count == 0:
-        return {}
+def _share(c: np.ndarray, m: np.ndarray, q: np.ndarray, cap_c: np.ndarray, cap_m: np.ndarray,
+           cap_q: np.ndarray) -> np.ndarray:
+    """Per job x unit: the job's compute times its largest share of the unit's compute, memory
+    or cores (the greedy's tie-break: among units of (nearly) equal reduced profit, the one the
+    job strains least; 0 where a capacity is 0, which the fit mask rules out anyway)."""
+    def over(a: np.ndarray, cap: np.ndarray) -> np.ndarray:
+        return np.divide(a, cap[None, :], out=np.zeros(a.shape), where=(cap > EPS)[None, :])
+    return c * np.maximum(np.maximum(over(c, cap_c), over(m, cap_m)),
+                          over(np.broadcast_to(q[:, None], c.shape), cap_q))
+
+
+def _greedy(load: Load, pools: _Pools, r: np.ndarray, c: np.ndarray, m: np.ndarray,
+            q: np.ndarray) -> dict[int, int]:
+    """Step 4 with one unit per group: {single-GPU job position: GPU number}; ``load`` is
+    updated. Each job tries its groups by reduced profit, best first (Python: few groups)."""
     best = r.max(axis=1)
-    cu, mu = c[:, units.arch], m[:, units.arch]
-    order = np.lexsort((-cu.max(axis=1), -best))                 # stable: ties keep the order
-    prefs = np.argsort(-r, axis=1, kind="stable").tolist()
-    rows_c, rows_m, rows_q, rows_f = cu.tolist(), mu.tolist(), q.tolist(), np.isfinite(r).tolist()
-    left = _Left(load, pools, units)
+    cg, mg = c[:, pools.arch], m[:, pools.arch]
+    order = np.lexsort((-cg.max(axis=1), -best))                 # stable: ties keep the order
+    prefs = np.argsort(-(r - TIE * _share(cg, mg, q, pools.cap_c, pools.cap_m, pools.cap_q[pools.node])),
+                       axis=1, kind="stable").tolist()
+    rows_c, rows_m, rows_q, rows_f = cg.tolist(), mg.tolist(), q.tolist(), np.isfinite(r).tolist()
+    free_c, free_m, free_q = load.free_c, load.free_m, load.free_q
+    node_of, members = pools.node.tolist(), pools.gpus
+    top_c, top_m = pools.top_c.tolist(), pools.top_m.tolist()
     out: dict[int, int] = {}
     for p in order.tolist():
         if best[p] == -_INF:
             break                                   # the rest fit no group either
-        qp, fit, cp, mp = rows_q[p], rows_f[p], rows_c[p], rows_m[p]
-        for u in prefs[p]:
-            if not fit[u]:
-                break                               # -inf: no later unit fits either
-            i = left.gpu_for(u, cp[u], mp[u], qp)
-            if i is not None:
-                left.take(i, cp[u], mp[u], qp)
-                out[p] = i
-                break
+        chosen = _first_group(prefs[p], rows_f[p], rows_c[p], rows_m[p], rows_q[p], node_of, free_q,
+                              top_c, top_m, members, free_c, free_m)
+        if chosen is None:
+            continue
+        g, i = chosen
+        load.take(i, rows_c[p][g], rows_m[p][g], rows_q[p])
+        top_c[g] = max(free_c[j] for j in members[g])
+        top_m[g] = max(free_m[j] for j in members[g])
+        out[p] = i
     return out
+
+
+def _first_group(groups: list[int], fit: list[bool], cp: list[float], mp: list[float], qp: float,
+                 node_of: list[int], free_q: list[float], top_c: list[float], top_m: list[float],
+                 members: list[list[int]], free_c: list[float], free_m: list[float]) -> tuple[int, int] | None:
+    """The first of ``groups`` with a GPU that takes the job (and its node the cores), and that
+    group's best-fitting GPU (least compute left after it; ties: the lower number)."""
+    for g in groups:
+        if not fit[g]:
+            return None                             # -inf: no later group fits either
+        c, m = cp[g], mp[g]
+        if free_q[node_of[g]] + EPS < qp or top_c[g] + EPS < c or top_m[g] + EPS < m:
+            continue
+        chosen, left = None, _INF
+        for i in members[g]:
+            if free_c[i] + EPS >= c and free_m[i] + EPS >= m and free_c[i] - c < left - EPS:
+                chosen, left = i, free_c[i] - c
+        if chosen is not None:
+            return g, chosen
+    return None
 
 
 def _greedy_wide(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.ndarray,
@@ -255,7 +288,9 @@ def _greedy_wide(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.
     unit_of = np.empty(len(pools.gpus), dtype=int)
     for u, gs in enumerate(units.groups):
         unit_of[gs] = u
-    rg = r[:, unit_of] - 1e-9 * np.arange(len(unit_of))[None, :]
+    cap_q = np.array([units.cap_q[units.holder[u]] for u in range(len(units.groups))])
+    share = _share(c[:, units.arch], m[:, units.arch], q, units.cap_c, units.cap_m, cap_q)
+    rg = (r - TIE * share)[:, unit_of] - 1e-9 * np.arange(len(unit_of))[None, :]
     best = r.max(axis=1)
     cg, mg = c[:, pools.arch], m[:, pools.arch]
     order = np.lexsort((-cg.max(axis=1), -best))
@@ -317,80 +352,6 @@ def _greedy_wide(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.
     return out
 
 
-class _Left:
-    """What is left, for the greedy: the load's lists; per group the most compute and memory left
-    on one GPU (lists, and arrays for the pooled units); per unit upper bounds on those and on
-    its nodes' cores, for a quick reject (capacities only shrink within a call: a job above a
-    bound fits none of the unit's groups). A unit's bounds are made exact when a job within them
-    found no group there."""
-
-    def __init__(self, load: Load, pools: _Pools, units: _Units):
-        self.load, self.members, self.units = load, pools.gpus, units
-        self.node = pools.node.tolist()
-        self.group_of = [0] * len(load.keys)
-        for g, gs in enumerate(pools.gpus):
-            for i in gs:
-                self.group_of[i] = g
-        self.top_c, self.top_m = pools.top_c.tolist(), pools.top_m.tolist()
-        self.a_top_c, self.a_top_m = pools.top_c.copy(), pools.top_m.copy()
-        self.a_free_q = np.array(load.free_q, dtype=float)
-        self.unit_groups = [gs.tolist() for gs in units.groups]
-        self.bounds = [self._bounds(u) for u in range(len(units.groups))]
-
-    def _bounds(self, u: int) -> tuple[float, float, float]:
-        gs = self.units.groups[u]
-        return (float(self.a_top_c[gs].max()), float(self.a_top_m[gs].max()),
-                float(self.a_free_q[self.units_node(gs)].max()))
-
-    def units_node(self, gs: np.ndarray) -> np.ndarray:
-        return np.asarray(self.node)[gs] if not isinstance(gs, np.ndarray) else self._node_arr[gs]
-
-    @property
-    def _node_arr(self) -> np.ndarray:
-        arr = getattr(self, "_node_np", None)
-        if arr is None:
-            arr = self._node_np = np.array(self.node, dtype=int)
-        return arr
-
-    def gpu_for(self, u: int, c: float, m: float, q: float) -> int | None:
-        """The best-fitting GPU (least compute left after it; ties: the lower number) of the first
-        group of unit ``u`` (node order) that takes (c, m) with its node's ``q`` cores; None if none."""
-        b_c, b_m, b_q = self.bounds[u]
-        if c > b_c + EPS or m > b_m + EPS or q > b_q + EPS:
-            return None
-        gs = self.unit_groups[u]
-        if len(gs) == 1:
-            g = gs[0]
-            if not (self.top_c[g] + EPS >= c and self.top_m[g] + EPS >= m
-                    and self.load.free_q[self.node[g]] + EPS >= q):
-                return None
-        else:
-            arr = self.units.groups[u]
-            ok = ((self.a_top_c[arr] + EPS >= c) & (self.a_top_m[arr] + EPS >= m)
-                  & (self.a_free_q[self._node_arr[arr]] + EPS >= q))
-            k = int(ok.argmax())
-            if not ok[k]:
-                self.bounds[u] = self._bounds(u)
-                return None
-            g = gs[k]
-        free_c, free_m = self.load.free_c, self.load.free_m
-        chosen, slack = None, _INF
-        for i in self.members[g]:
-            if free_c[i] + EPS >= c and free_m[i] + EPS >= m and free_c[i] - c < slack - EPS:
-                chosen, slack = i, free_c[i] - c
-        return chosen
-
-    def take(self, i: int, c: float, m: float, q: float) -> None:
-        load = self.load
-        load.take(i, c, m, q)
-        g = self.group_of[i]
-        gs = self.members[g]
-        self.top_c[g] = self.a_top_c[g] = max(load.free_c[j] for j in gs)
-        self.top_m[g] = self.a_top_m[g] = max(load.free_m[j] for j in gs)
-        n = load.node[i]
-        self.a_free_q[n] = load.free_q[n]
-
-
 def _check(name: str, value: Any, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ConfigError(f"placement.{name}", value, f"must be an integer >= {least}")
@@ -429,7 +390,7 @@ def lagrange(jobs: Sequence[Job], cluster: Cluster, steps: int = STEPS,
                                 steps, sample, smooth=not units.single)
     r = np.where(fit, cu * (1 - uc) - mu * um - q[:, None] * uq[units.holder], -np.inf)
     if units.single:
-        placed = _greedy(load, pools, units, c, m, q, r)
+        placed = _greedy(load, pools, r, c, m, q)
     else:
         placed = _greedy_wide(load, pools, units, c, m, q, r)
     keys = load.keys

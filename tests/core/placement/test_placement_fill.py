@@ -85,12 +85,12 @@ def test_fill_options_are_checked():
     assert plain <= placed_compute(job_list, cluster, assign(job_list, cluster, "fill"))
 
 
-def test_auto_runs_fill_on_small_calls_and_wfd_ls_on_large_ones():
+def test_auto_runs_fill_on_small_calls_and_lagrange_on_large_ones():
     job_list, cluster = two_kinds()
     assert auto_choice(job_list, cluster) == "fill" and len(job_list) * 2 <= AUTO_PAIRS
-    assert auto_choice(job_list, cluster, pairs=13) == "wfd-ls"
+    assert auto_choice(job_list, cluster, pairs=13) == "lagrange"
     assert assign(job_list, cluster, "auto") == assign(job_list, cluster, "fill")
-    assert assign(job_list, cluster, "auto", pairs=13) == assign(job_list, cluster, "wfd-ls")
+    assert assign(job_list, cluster, "auto", pairs=13) == assign(job_list, cluster, "lagrange")
     assert assign(job_list, cluster, "auto", pairs=14) == assign(job_list, cluster, "fill")
     with pytest.raises(ConfigError) as err:
         assign(job_list, cluster, "auto", pairs=-1)
