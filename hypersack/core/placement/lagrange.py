@@ -1,22 +1,37 @@
-"""The ``lagrange`` policy: Lagrangian shadow prices, then one greedy pass; ``fill``'s starts at
-a cost that grows about linearly with the jobs, for clusters too large for ``fill``'s search.
+"""The ``lagrange`` policy: Lagrangian shadow prices, then one greedy pass. ``fill``'s price
+start without its search, at a cost that grows about linearly with the jobs: ``auto``'s policy
+for calls too large for ``fill``.
 
 1. Data-parallel jobs (``gpus`` > 1) are placed first, worst-fit in WFD's order, and stay.
-2. The GPUs are pooled by (node, architecture) into *groups*; the single-GPU jobs' demands on the
-   groups form jobs x groups arrays (``prices`` module doc: the pooled LP and its dual).
-3. *Prices*: ``steps`` subgradient steps of that dual on every k-th job (at most ``sample`` jobs,
-   the capacities scaled by the sample's share, so large instances cost the same per step as
-   small ones), Polyak's step towards 0.97 of the lowest bound seen, the factor halved after 5
-   steps without a lower bound. The result are prices per unit of compute and memory of each
-   group and per core of each node.
-4. *Greedy*: jobs by best reduced profit (``R[p, g] = c_pg - u_c c_pg - u_m m_pg - u_q q_p``),
-   highest first (ties: more compute, then the given order), each on the first of its ``top``
-   best groups (all of them if none of those fits) where one GPU takes it, on that group's
-   *best-fitting* GPU (least compute left after it, ties the lower number). A job whose best
-   reduced profit is not positive is still placed if it fits: every unit of placed compute counts.
+2. *Units*: the GPUs are pooled by (node, architecture) into groups (``prices`` module doc: the
+   pooled LP and its dual). Up to ``MAX_UNITS`` groups, each group is a unit with its node's
+   cores; above, the groups are pooled further by *type* (architecture, compute and memory left
+   per GPU; by architecture alone if that still gives more than ``MAX_UNITS``), a type holding
+   the cores of its nodes shared by GPU count. The single-GPU jobs' demands per unit form jobs x
+   units arrays.
+3. *Prices* per unit of compute and memory of each unit and per core: ``steps`` steps on every
+   k-th job (at most ``sample`` jobs, capacities scaled by the sample's share), from zero prices.
+   Per group (few units): subgradient steps of the dual with Polyak's step towards 0.97 of the
+   lowest bound seen (or of a fractional-knapsack ceiling when lower), the factor halved after 5
+   steps without a lower bound; the prices of the lowest bound are kept. Pooled by type (many
+   identical units, where a plain subgradient moves one tied unit at a time): steps on the
+   smoothed dual, each job spread over the units by a softmax of its reduced profits (temperature
+   ``TAU`` x the mean job compute, "not placed" at 0), each price moved by ``ETA / sqrt(k)`` x
+   its resource's overuse; the last prices are kept.
+4. *Greedy*: jobs by best reduced profit (``R[p, u] = c_pu (1 - u_c) - u_m m_pu - u_q q_p``),
+   highest first (ties: more compute, then the given order); each goes to the unit of the highest
+   ``R - TIE x c x (its largest share of the unit's compute, memory or cores)`` (the tie-break:
+   the unit it strains least) that has one GPU taking it and the node's cores, there to the first
+   such group (node order) and in it the *best-fitting* GPU (least compute left after it; ties
+   the lower number). A job whose best reduced profit is not positive is still placed if it fits.
+   Few units: each job tries its units in order (Python). Pooled: one numpy pass over every group
+   per job; a job above what any group has left (per-architecture maxima, made exact after a
+   miss; capacities only shrink within a call) is skipped without it.
 
-Per call: O(jobs x groups) numpy work, O(jobs x top) Python steps plus O(GPUs of a group) per
-placed job. Every placed job fits (Eq. 2-4) on what was left when it was placed. Deterministic.
+Per call: O(steps x min(jobs, sample) x units) numpy work for the prices, O(jobs x units) for
+the greedy's arrays, and per job O(units) Python steps (few units) or one O(groups) numpy pass
+(pooled), plus O(GPUs of a group) per placed job. Every placed job fits (Eq. 2-4) on what was
+left when it was placed. Deterministic.
 """
 from __future__ import annotations
 
@@ -32,11 +47,11 @@ from hypersack.errors import ConfigError
 
 __all__ = ["lagrange", "unit_prices", "STEPS", "SAMPLE"]
 
-STEPS = 120         # subgradient steps
-SAMPLE = 512        # jobs the subgradient steps look at (every k-th single-GPU job)
+STEPS = 120         # price steps
+SAMPLE = 512        # jobs the price steps look at (every k-th single-GPU job)
 MAX_UNITS = 16      # more groups than this are priced and chosen by type
-ETA = 0.2
-TAU = 0.2
+ETA = 0.2           # smoothed steps (pooled units): the first step's size, per unit of overuse
+TAU = 0.2           # smoothed steps: softmax temperature, in mean job compute
 TIE = 0.01          # weight of the tie-break between units (``_share``)
 TARGET = 0.97       # Polyak's target: this fraction of the lowest bound seen
 _STALL = 5
@@ -61,11 +76,12 @@ def _demand_arrays(jobs: Sequence[Job], archs: Sequence[str]) -> tuple[np.ndarra
 def unit_prices(c: np.ndarray, m: np.ndarray, q: np.ndarray, fit: np.ndarray, cap_c: np.ndarray,
                 cap_m: np.ndarray, cap_q: np.ndarray, node: np.ndarray, steps: int,
                 sample: int, smooth: bool = False) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-    """Step 3 of the module doc on jobs x groups demands ``c``, ``m`` (cores ``q`` per job),
-    ``fit`` (False: no GPU of the group takes the job), group capacities ``cap_c``, ``cap_m``,
-    node capacities ``cap_q`` and each group's node ``node``: (the lowest dual bound seen on the
-    sample, scaled back to all jobs; unit prices of compute and memory per group; per core per
-    node). The bound is an upper bound on the placed compute only when every job is sampled."""
+    """Step 3 of the module doc on jobs x units demands ``c``, ``m`` (cores ``q`` per job),
+    ``fit`` (False: no GPU of the unit takes the job), unit capacities ``cap_c``, ``cap_m``,
+    capacities ``cap_q`` of the core holders and each unit's holder ``node``; ``smooth``: the
+    smoothed steps. Returns (the lowest dual bound seen on the sample, scaled back to all jobs;
+    prices per unit of compute and of memory per unit; per core per holder). The bound is an
+    upper bound on the placed compute when every job is sampled and each unit is a group."""
     jobs, g_count = c.shape
     n_count = len(cap_q)
     zero = (np.zeros(g_count), np.zeros(g_count), np.zeros(n_count))
@@ -284,7 +300,6 @@ def _greedy_wide(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.
     group and its node's cores take the job?), the fitting group of the best unit, the earlier
     group among equals; a job above what any group has left (per-architecture maxima, exact again
     after each miss) is skipped without the pass."""
-    jobs = len(q)
     unit_of = np.empty(len(pools.gpus), dtype=int)
     for u, gs in enumerate(units.groups):
         unit_of[gs] = u
@@ -360,9 +375,8 @@ def _check(name: str, value: Any, least: int) -> int:
 
 def lagrange(jobs: Sequence[Job], cluster: Cluster, steps: int = STEPS,
              sample: int = SAMPLE) -> dict[Hashable, tuple]:
-    """The ``lagrange`` policy (module doc): ``steps`` subgradient steps (0: zero prices, i.e.
-    jobs by compute, each on its best-fitting GPU), on at most ``sample`` jobs; ``top`` groups
-    tried per job before all of them."""
+    """The ``lagrange`` policy (module doc): ``steps`` price steps (0: zero prices, i.e. jobs by
+    compute, each where it strains a unit least), on at most ``sample`` jobs."""
     _check("steps", steps, 0)
     _check("sample", sample, 1)
     jobs = list(jobs)
