@@ -296,74 +296,58 @@ def _first_group(groups: list[int], fit: list[bool], cp: list[float], mp: list[f
 
 def _greedy_wide(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.ndarray,
                  q: np.ndarray, r: np.ndarray) -> dict[int, int]:
-    """Step 4 for pooled units: per job one numpy pass over every group (does one GPU of the
-    group and its node's cores take the job?), the fitting group of the best unit, the earlier
-    group among equals; a job above what any group has left (per-architecture maxima, exact again
-    after each miss) is skipped without the pass."""
-    unit_of = np.empty(len(pools.gpus), dtype=int)
-    for u, gs in enumerate(units.groups):
-        unit_of[gs] = u
+    """Step 4 for pooled units: each job tries its units in order, in a unit its groups in node
+    order; a unit whose bounds (the most compute and memory left on one of its GPUs, the most
+    cores left on one of its nodes: upper bounds, as capacities only shrink within a call) are
+    below the job is skipped without looking at its groups, and its bounds are made exact again
+    when a job within them found no group there."""
     cap_q = np.array([units.cap_q[units.holder[u]] for u in range(len(units.groups))])
-    share = _share(c[:, units.arch], m[:, units.arch], q, units.cap_c, units.cap_m, cap_q)
-    rg = (r - TIE * share)[:, unit_of] - 1e-9 * np.arange(len(unit_of))[None, :]
+    cu, mu = c[:, units.arch], m[:, units.arch]
+    ranked = r - TIE * _share(cu, mu, q, units.cap_c, units.cap_m, cap_q)
     best = r.max(axis=1)
-    cg, mg = c[:, pools.arch], m[:, pools.arch]
-    order = np.lexsort((-cg.max(axis=1), -best))
-    top_c, top_m = pools.top_c + EPS, pools.top_m + EPS          # with the tolerance added
-    node = pools.node
-    free_q_g = np.array(load.free_q, dtype=float)[node] + EPS
-    groups_of_node: dict[int, list[int]] = {}
-    for g, n in enumerate(node.tolist()):
-        groups_of_node.setdefault(n, []).append(g)
-    archs = c.shape[1]
-    arch_rows = [pools.arch == a for a in range(archs)]
-    arch_of = pools.arch.tolist()
+    order = np.lexsort((-cu.max(axis=1), -best))                 # stable: ties keep the order
+    prefs = np.argsort(-ranked, axis=1, kind="stable").tolist()
+    rows_c, rows_m, rows_q, rows_f = cu.tolist(), mu.tolist(), q.tolist(), np.isfinite(r).tolist()
+    free_c, free_m, free_q = load.free_c, load.free_m, load.free_q
+    members, node_of = pools.gpus, pools.node.tolist()
+    top_c, top_m = pools.top_c.tolist(), pools.top_m.tolist()
+    unit_groups = [gs.tolist() for gs in units.groups]
 
-    def maxima() -> tuple[list[float], list[float], float]:
-        return ([float(top_c[rows].max(initial=-_INF)) for rows in arch_rows],
-                [float(top_m[rows].max(initial=-_INF)) for rows in arch_rows],
-                float(free_q_g.max(initial=-_INF)))
-    max_c, max_m, max_q = maxima()
-    c_l, m_l, q_l = c.tolist(), m.tolist(), q.tolist()
-    free_c, free_m, members = load.free_c, load.free_m, pools.gpus
-    ok, ok2 = np.empty(len(node), dtype=bool), np.empty(len(node), dtype=bool)
-    score = np.empty(len(node))
+    def bounds(u: int) -> tuple[float, float, float]:
+        gs = unit_groups[u]
+        return (max(top_c[g] for g in gs) + EPS, max(top_m[g] for g in gs) + EPS,
+                max(free_q[node_of[g]] for g in gs) + EPS)
+    bound = [bounds(u) for u in range(len(unit_groups))]
     out: dict[int, int] = {}
     for p in order.tolist():
         if best[p] == -_INF:
+            break                                   # the rest fit no unit either
+        qp, cp, mp, fit = rows_q[p], rows_c[p], rows_m[p], rows_f[p]
+        for u in prefs[p]:
+            if not fit[u]:
+                break                               # -inf: no later unit fits either
+            cj, mj = cp[u], mp[u]
+            b_c, b_m, b_q = bound[u]
+            if cj > b_c or mj > b_m or qp > b_q:
+                continue
+            chosen, g = -1, -1
+            for g in unit_groups[u]:
+                if top_c[g] + EPS < cj or top_m[g] + EPS < mj or free_q[node_of[g]] + EPS < qp:
+                    continue
+                slack = _INF
+                for i in members[g]:
+                    if free_c[i] + EPS >= cj and free_m[i] + EPS >= mj and free_c[i] - cj < slack - EPS:
+                        chosen, slack = i, free_c[i] - cj
+                if chosen >= 0:
+                    break
+            if chosen < 0:
+                bound[u] = bounds(u)
+                continue
+            load.take(chosen, cj, mj, qp)
+            top_c[g] = max(free_c[i] for i in members[g])
+            top_m[g] = max(free_m[i] for i in members[g])
+            out[p] = chosen
             break
-        qp, cp, mp = q_l[p], c_l[p], m_l[p]
-        if qp > max_q or not any(cp[a] <= max_c[a] and mp[a] <= max_m[a] for a in range(archs)):
-            continue
-        np.less_equal(cg[p], top_c, out=ok)
-        np.less_equal(mg[p], top_m, out=ok2)
-        ok &= ok2
-        np.greater_equal(free_q_g, qp, out=ok2)
-        ok &= ok2
-        score.fill(-np.inf)
-        np.copyto(score, rg[p], where=ok)
-        chosen = -1
-        while chosen < 0:
-            g = int(score.argmax())
-            if score[g] == -np.inf:
-                break
-            a = arch_of[g]
-            cj, mj = cp[a], mp[a]
-            slack = _INF
-            for i in members[g]:
-                if free_c[i] + EPS >= cj and free_m[i] + EPS >= mj and free_c[i] - cj < slack - EPS:
-                    chosen, slack = i, free_c[i] - cj
-            score[g] = -np.inf                      # no one GPU has both: the next group
-        if chosen < 0:
-            max_c, max_m, max_q = maxima()
-            continue
-        load.take(chosen, cj, mj, qp)
-        top_c[g] = max(free_c[i] for i in members[g]) + EPS
-        top_m[g] = max(free_m[i] for i in members[g]) + EPS
-        n = load.node[chosen]
-        for h in groups_of_node[n]:
-            free_q_g[h] = load.free_q[n] + EPS
-        out[p] = chosen
     return out
 
 
