@@ -17,7 +17,10 @@ The ``polish`` best starts by their greedy value, and start 3, are improved by `
 add/swap search, by *refill* moves (one placed job out, several unplaced in: where memory or cores
 bind) and by *evict* moves (two or three placed jobs out, one larger unplaced job in: where the
 compute of a GPU is left in fragments), repeated while a pass gains; every move gains at least
-``min_gain`` and keeps Eq. 1-4. Deterministic.
+``min_gain`` and keeps Eq. 1-4. Once the best answer is at least ``enough`` x the dual bound L
+(the compute of the data-parallel jobs plus L of the price starts: an upper bound on any answer
+that keeps them where they are), the remaining starts are not improved: none could gain more than
+the 1 - ``enough`` left. Deterministic.
 """
 from __future__ import annotations
 
