@@ -4,7 +4,8 @@ The cluster model (``model``, ``cluster``), the load every policy reads (``load`
 implementation of the built-in greedy policies FF/FFD/WF/WFD, the exclusive baseline, Hay and the
 Ray-default baseline (``live``, ``hay``, ``ray_default``; by name in ``policies``), WFD plus local
 search ``wfd-ls`` (``improve``), the packer ``fill`` (``fill``, with Lagrangian shadow prices in
-``prices``) and ``auto`` (``auto``), the exact CP-SAT reference (``mip``, optional extra ``[mip]``),
+``prices``), its one-pass form for large clusters ``lagrange`` (``lagrange``) and ``auto``
+(``auto``), the exact CP-SAT reference (``mip``, optional extra ``[mip]``),
 the one checker of Eq. 1-4 and the occupancy metric (``check``), and placement by name (``api``).
 Users import these names from ``hypersack.placement``.
 """

@@ -14,6 +14,7 @@ from hypersack.core.placement.check import check_job_list, check_placement
 from hypersack.core.placement.cluster import Cluster, as_devices
 from hypersack.core.placement.fill import fill
 from hypersack.core.placement.improve import worst_fit_decreasing_local_search
+from hypersack.core.placement.lagrange import lagrange
 from hypersack.core.placement.model import Job
 from hypersack.core.placement.live import POLICIES, check_options
 from hypersack.core.placement.policies import BUILTIN
@@ -33,7 +34,7 @@ def _mip(jobs: Sequence[Job], cluster: Cluster, **options: Any) -> Mapping[Hasha
 _TRUSTED: dict[str, Policy] = {**{k: BUILTIN[k] for k in ("ff", "ffd", "wf", "wfd", "exclusive")},
                                "wfd-ls": worst_fit_decreasing_local_search, "mip": _mip,
                                "hay": BUILTIN["hay"], "ray": BUILTIN["ray"], "fill": fill,
-                               "auto": auto}
+                               "lagrange": lagrange, "auto": auto}
 _POLICIES: dict[str, Policy] = dict(_TRUSTED)
 
 

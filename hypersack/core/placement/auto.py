@@ -1,11 +1,13 @@
-"""The ``auto`` policy: ``fill`` where its search is affordable, ``wfd-ls`` where it is not.
+"""The ``auto`` policy: ``fill`` where its search is affordable, ``lagrange`` where it is not.
 
 Rule, per call: ``fill`` when (jobs to place) x (GPUs of the cluster) <= ``pairs`` (default
-``AUTO_PAIRS`` = 100,000, e.g. 384 jobs x 16 GPUs or 1,000 jobs x 100 GPUs), else ``wfd-ls``.
+``AUTO_PAIRS`` = 100,000, e.g. 384 jobs x 16 GPUs or 1,000 jobs x 100 GPUs), else ``lagrange``.
 ``fill`` is the better packer on tight instances (several resources binding; within 1-2% of
-CP-SAT, see benchmarks/RESULTS.md) but its price starts and search cost about 10x ``wfd-ls`` and
-grow with jobs x GPUs; ``wfd-ls`` keeps WFD's balance at about 1.3x WFD's cost. A study or the
-simulator places a few jobs per call, so there ``auto`` is ``fill``.
+CP-SAT, see benchmarks/RESULTS.md) but its price starts and search cost about 20x WFD and grow
+with jobs x GPUs; ``lagrange`` (prices, then one greedy pass) costs about WFD's time at 10,000
+jobs x 1,024 GPUs and placed about 10% more compute than ``wfd-ls`` on tight instances of that
+size (benchmarks/RESULTS.md, "lagrange"). A study or the simulator places a few jobs per call, so
+there ``auto`` is ``fill``.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any, Hashable, Sequence
 
 from hypersack.core.placement.cluster import Cluster
 from hypersack.core.placement.fill import fill
-from hypersack.core.placement.improve import worst_fit_decreasing_local_search
+from hypersack.core.placement.lagrange import lagrange
 from hypersack.core.placement.model import Job
 from hypersack.errors import ConfigError
 
@@ -23,15 +25,15 @@ AUTO_PAIRS = 100_000
 
 
 def auto_choice(jobs: Sequence[Job], cluster: Cluster, pairs: Any = AUTO_PAIRS) -> str:
-    """The policy ``auto`` runs for this call: "fill" or "wfd-ls" (module doc)."""
+    """The policy ``auto`` runs for this call: "fill" or "lagrange" (module doc)."""
     if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 0:
         raise ConfigError("placement.pairs", pairs, "must be an integer >= 0")
     gpus = sum(len(node.gpus) for node in cluster.nodes)
-    return "fill" if len(jobs) * gpus <= pairs else "wfd-ls"
+    return "fill" if len(jobs) * gpus <= pairs else "lagrange"
 
 
 def auto(jobs: Sequence[Job], cluster: Cluster, pairs: int = AUTO_PAIRS) -> dict[Hashable, tuple]:
     """The ``auto`` policy (module doc); ``pairs``: the largest jobs x GPUs given to ``fill``."""
     if auto_choice(jobs, cluster, pairs) == "fill":
         return fill(jobs, cluster)
-    return worst_fit_decreasing_local_search(jobs, cluster)
+    return lagrange(jobs, cluster)

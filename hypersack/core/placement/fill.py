@@ -17,7 +17,10 @@ The ``polish`` best starts by their greedy value, and start 3, are improved by `
 add/swap search, by *refill* moves (one placed job out, several unplaced in: where memory or cores
 bind) and by *evict* moves (two or three placed jobs out, one larger unplaced job in: where the
 compute of a GPU is left in fragments), repeated while a pass gains; every move gains at least
-``min_gain`` and keeps Eq. 1-4. Deterministic.
+``min_gain`` and keeps Eq. 1-4. Once the best answer is at least ``enough`` x the dual bound L
+(the compute of the data-parallel jobs plus L of the price starts: an upper bound on any answer
+that keeps them where they are), the remaining starts are not improved: none could gain more than
+the 1 - ``enough`` left. Deterministic.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from hypersack.core.placement.cluster import Cluster
 from hypersack.core.placement.improve import MIN_GAIN, _check_options, _Given, _Search
 from hypersack.core.placement.live import LiveCluster
 from hypersack.core.placement.load import by_runtime
-from hypersack.core.placement.model import EPS, Job
+from hypersack.core.placement.model import EPS, Job, check_number
 from hypersack.core.placement.prices import ORDERS, WITHIN, Groups, ids, price_greedy, prices, reduced_profits
 from hypersack.errors import ConfigError
 
@@ -42,6 +45,9 @@ _EVICT_OUT = 8      # evict: the smallest placed jobs of the GPU among which 2-3
 _INF = float("inf")
 STEPS = 120         # subgradient steps of the price starts
 POLISH = 4          # greedy starts improved, besides WFD's
+#: Stop improving starts once the best answer is this fraction of the dual bound L: L bounds
+#: the optimum, so the answer is then proven within 1% of it.
+ENOUGH = 0.99
 
 
 def density_order(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
@@ -215,22 +221,24 @@ def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_
 
 
 def _price_starts(jobs: list[Job], cluster: Cluster, fixed: dict, target: float,
-                  steps: int) -> list[dict]:
-    """The price starts (module doc) on top of the data-parallel jobs' places ``fixed``."""
+                  steps: int) -> tuple[float, list[dict]]:
+    """The price starts (module doc) on top of the data-parallel jobs' places ``fixed``, and the
+    dual bound L on the compute the single-GPU jobs can add to ``fixed``."""
     state = _Given(jobs, cluster, fixed)
     singles = [p for p, job in enumerate(jobs) if job.gpus == 1]
     if not singles or not state.load.keys:
-        return []
+        return _INF, []
     groups = Groups(state.load, [jobs[p] for p in singles], [state.demands[p] for p in singles])
     out = []
-    for pc, pm, pq in prices(groups, target, steps, [steps * k // 4 for k in (1, 2)])[1]:
+    bound, snapshots = prices(groups, target, steps, [steps * k // 4 for k in (1, 2)])
+    for pc, pm, pq in snapshots:
         r = reduced_profits(groups, pc, pm, pq)
         for order in ORDERS:
             for within in WITHIN:
                 load = _copy(state.load)
                 placed = price_greedy(load, groups, singles, state.demands, jobs, r, order, within)
                 out.append({**fixed, **ids(jobs, load.keys, placed)})
-    return out
+    return bound, out
 
 
 def _copy(load: Any) -> Any:
@@ -241,11 +249,13 @@ def _copy(load: Any) -> Any:
 
 
 def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float = MIN_GAIN,
-         steps: int = STEPS, polish: int = POLISH) -> dict[Hashable, tuple]:
+         steps: int = STEPS, polish: int = POLISH, enough: float = ENOUGH) -> dict[Hashable, tuple]:
     """The ``fill`` policy (module doc); ``rounds`` and ``min_gain`` as for ``improve``;
     ``steps``: subgradient steps of the price starts (0: no price starts); ``polish``: greedy
-    starts improved besides WFD's."""
+    starts improved besides WFD's; ``enough``: stop improving starts once the best answer is at
+    least this fraction of the dual bound (> 1: never stop early)."""
     min_gain = _check_options(rounds, min_gain)
+    enough = check_number("placement.enough", enough)
     for name, given in (("steps", steps), ("polish", polish)):
         if isinstance(given, bool) or not isinstance(given, int) or given < 0:
             raise ConfigError(f"placement.{name}", given, "must be an integer >= 0")
@@ -259,10 +269,13 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
     starts = [(dense_order, live.assign_checked(dense_order, "wf", {}))]
     value = {id(a): placed_compute(jobs, cluster, a) for _, a in starts}
     value[id(wfd_start)] = placed_compute(jobs, cluster, wfd_start)
+    ceiling = _INF
     if steps:
         fixed = {jid: devs for jid, devs in wfd_start.items() if len(devs) > 1}
         target = max(value.values())
-        for start in _price_starts(jobs, cluster, fixed, target, steps):
+        bound, price_starts = _price_starts(jobs, cluster, fixed, target, steps)
+        ceiling = placed_compute(jobs, cluster, fixed) + bound
+        for start in price_starts:
             value[id(start)] = placed_compute(jobs, cluster, start)
             starts.append((jobs, start))
     ranked = sorted(starts, key=lambda s: -value[id(s[1])])[:polish]      # stable: ties keep order
@@ -273,4 +286,6 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
         got = placed_compute(jobs, cluster, answer)
         if got > best_value + EPS:
             best, best_value = answer, got
+        if best_value >= enough * ceiling - EPS:
+            break                       # within ``enough`` of the bound: no start can gain more
     return best

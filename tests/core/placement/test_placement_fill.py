@@ -21,6 +21,34 @@ def _groups(job_list, cluster):
     return load, singles, Groups(load, singles, demands(singles, list(load.by_arch)))
 
 
+def tight_instance(seed: int) -> tuple[list[Job], Cluster]:
+    """``benchmarks/tight_instances.py``'s ``make_instance(seed)`` (2-4 nodes of 4 GPUs, A100 or
+    H100, r 1-3, 40 or 80 GB; 85% small jobs, 15% large; compute 1.2-1.5x the capacity, cores
+    0.7-0.95x what the jobs need), copied so the tests do not import the benchmarks."""
+    import random
+    rng = random.Random(seed)
+    n_nodes = rng.randint(2, 4)
+    specs = [(f"n{k}", rng.choice(["A100", "H100"]), rng.choice([1, 2, 3]), rng.choice([40, 80]))
+             for k in range(n_nodes)]
+    target = sum(r * 100 * 4 for _, _, r, _ in specs) * rng.uniform(1.2, 1.5)
+    job_list: list[Job] = []
+    total = 0.0
+    while total < target:
+        if rng.random() < 0.85:
+            c, m, q = rng.uniform(5, 30), rng.uniform(1, 8), rng.randint(1, 3)
+        else:
+            c, m, q = rng.uniform(55, 95), rng.uniform(16, 38), rng.randint(4, 8)
+        c, m = round(c, 1), round(m, 1)
+        runtime = round(rng.uniform(10, 1000), 1)
+        job_list.append(Job(f"j{len(job_list)}", c, m, cpus=q, runtime=runtime,
+                            per_arch={"H100": {"compute": round(0.7 * c, 1), "runtime": round(0.6 * runtime, 1)}}))
+        total += c
+    cores = sum(job.cpus for job in job_list) / n_nodes
+    return job_list, Cluster([Node(name, round(cores * rng.uniform(0.7, 0.95)),
+                                   tuple(GPU(g, arch, mem, oversubscription=r) for g in range(4)))
+                              for name, arch, r, mem in specs])
+
+
 def two_kinds() -> tuple[list[Job], Cluster]:
     """Node "c" has compute to spare and little memory, node "m" the reverse: the dense jobs
     belong on "c", the fat ones on "m" (placed compute 350); by runtime WFD puts a fat job on
@@ -85,12 +113,12 @@ def test_fill_options_are_checked():
     assert plain <= placed_compute(job_list, cluster, assign(job_list, cluster, "fill"))
 
 
-def test_auto_runs_fill_on_small_calls_and_wfd_ls_on_large_ones():
+def test_auto_runs_fill_on_small_calls_and_lagrange_on_large_ones():
     job_list, cluster = two_kinds()
     assert auto_choice(job_list, cluster) == "fill" and len(job_list) * 2 <= AUTO_PAIRS
-    assert auto_choice(job_list, cluster, pairs=13) == "wfd-ls"
+    assert auto_choice(job_list, cluster, pairs=13) == "lagrange"
     assert assign(job_list, cluster, "auto") == assign(job_list, cluster, "fill")
-    assert assign(job_list, cluster, "auto", pairs=13) == assign(job_list, cluster, "wfd-ls")
+    assert assign(job_list, cluster, "auto", pairs=13) == assign(job_list, cluster, "lagrange")
     assert assign(job_list, cluster, "auto", pairs=14) == assign(job_list, cluster, "fill")
     with pytest.raises(ConfigError) as err:
         assign(job_list, cluster, "auto", pairs=-1)
@@ -110,3 +138,14 @@ def test_the_dual_bound_comes_down_to_the_lp_bound():
     load, singles, groups = _groups(job_list, cluster)
     bound, _ = prices(groups, 0.0, 300)
     assert 200 - 1e-6 <= bound <= 202
+
+
+def test_fill_polishes_the_price_starts_unless_an_answer_is_proven_within_enough_of_the_bound():
+    job_list, cluster = tight_instance(3)       # 107 jobs, 8 GPUs; CP-SAT found 1,761.2
+    def value(**options):
+        return placed_compute(job_list, cluster, assign(job_list, cluster, "fill", **options))
+    wfd_start_only = value(polish=0)
+    every_start = value(enough=2.0)
+    assert every_start > wfd_start_only + 10      # the price starts matter here
+    assert value() == every_start                 # 0.99 of the bound is not reached: no early stop
+    assert value(enough=0.5) == wfd_start_only    # proven at once: the price starts are not polished

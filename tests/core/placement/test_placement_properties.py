@@ -13,7 +13,7 @@ from placement_reference import reference
 from hypersack.placement import (GPU, Cluster, Job, Node, PlacementError, assign, check_placement,
                                  placed_compute)
 
-HEURISTICS = ["ff", "ffd", "wf", "wfd", "exclusive", "wfd-ls", "hay", "ray", "fill", "auto"]
+HEURISTICS = ["ff", "ffd", "wf", "wfd", "exclusive", "wfd-ls", "hay", "ray", "fill", "lagrange", "auto"]
 ARCHS = ["A100", "H100", "V100"]
 # Round numbers on purpose: GPUs filled exactly to the brim are where off-by-epsilon bugs live.
 COMPUTE = st.sampled_from([0, 3, 5, 10, 20, 25, 30, 40, 50, 60, 75, 97, 100, 120, 33.3])
