@@ -1,6 +1,8 @@
 """Studies on the local executor with placement: co-location, data-parallel growth, job history."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 import hypersack
@@ -87,8 +89,9 @@ class GrowThenStop(Algorithm):
 @pytest.fixture(scope="module")
 def digits_study(tmp_path_factory):
     """One digits study on two CPU devices, shared by the tests below (see GrowThenStop)."""
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
+    for module in ("torch", "sklearn"):          # found, not imported: only the workers need them
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed")
     store_path = tmp_path_factory.mktemp("grow") / "study.db"
     space = hypersack.SearchSpace({"lr": 0.01})
     objective = hypersack.Objective.parse(("accuracy", "max"))
