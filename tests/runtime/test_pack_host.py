@@ -99,6 +99,15 @@ def test_members_fill_a_pack_up_to_its_cap_then_start_another():
     assert _launch(host, 3, hidden=16) not in packs                           # another architecture
 
 
+def test_a_member_placed_on_another_device_starts_a_pack_there():
+    host, pool = _host(max_members=4)
+    first = _launch(host, 0)
+    other = Slot(1, None, {})
+    second = host.launch(Launch(1, {"hidden": 8}, seed=1, attempt=1), [other.key], lambda: other)
+    assert second is not first and second.worker.slot is other
+    assert _launch(host, 2) is first                   # a seat on its own device
+
+
 def test_a_member_that_ends_frees_its_seat_for_a_pending_trial_while_the_pack_runs():
     host, pool = _host(max_members=2)
     pack = _launch(host, 0)
