@@ -8,6 +8,12 @@ from pathlib import Path
 
 import pytest
 
+# One intra-op thread per test process (and its children), set before anything imports torch:
+# the suite runs two test processes on two cores, and torch's default of a thread per core
+# oversubscribes them; its OpenMP threads then spin, burning CPU: 30x on the tiny models of
+# tests/workloads under load. Worker slots set their own OMP_NUM_THREADS.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))

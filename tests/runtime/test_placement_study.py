@@ -1,14 +1,14 @@
 """Studies on the local executor with placement: co-location, data-parallel growth, job history."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 import hypersack
 from hypersack.core.algorithms import Algorithm, Decision, Suggestion
 from hypersack.runtime.devices import default_slots
 from hypersack.runtime.profiles import ProfileStore
-
-from algorithm_helpers import GrowOnce
 
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "sleep": 0.4, "steps": 2}
 
@@ -36,27 +36,6 @@ def test_wfd_with_oversubscription_runs_more_trials_at_once_than_exclusive(
     assert _overlap(status) == expected
 
 
-def test_a_trial_grown_from_one_to_two_data_parallel_workers_continues_its_curve(store_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
-    space = hypersack.SearchSpace({"lr": 0.003})
-    study = hypersack.Study(name="grow", space=space, objective=("accuracy", "max"), n_trials=1,
-                            storage=store_path,
-                            algorithm=GrowOnce(space, hypersack.Objective.parse(("accuracy", "max")),
-                                               {"lr": 0.003, "batch_size": 64, "hidden": 32,
-                                                "epochs": 4}, at_step=2))
-    study.run("digits_mlp", progress=False, slots=default_slots(2, gpus=[]))
-    results = study.results(0)
-    assert [r["step"] for r in results] == [1, 2, 3, 4]
-    assert [r["workers"] for r in results] == [1, 1, 2, 2]
-    # ceil(1437 / 64) = 23 steps per epoch alone, ceil(1437 / 128) = 12 with two workers.
-    assert [r["steps"] for r in results] == [23, 46, 58, 70]
-    assert results[2]["train_loss"] < results[0]["train_loss"]    # no reset after the resize
-    assert results[3]["accuracy"] > 0.85
-    trial = study.status()["trials"][0]
-    assert trial["state"] == "complete" and trial["attempts"] == 2
-
-
 def test_profiles_are_kept_in_the_job_history_and_reused_by_a_later_study(store_path):
     space = dict(SPACE, width={"type": "categorical", "choices": [8, 16]}, batch_size=32)
     for name in ("first", "second"):
@@ -74,54 +53,83 @@ def test_profiles_are_kept_in_the_job_history_and_reused_by_a_later_study(store_
 
 
 class GrowThenStop(Algorithm):
-    """Trial 0 grows to 2 workers at epoch 1 and is pruned at epoch 2; trial 1 then reuses the
-    same worker processes."""
+    """Trial 0 grows from one to two data-parallel workers after epoch 1 and is pruned at epoch
+    3 of 4; only then is trial 1 proposed (one epoch, batch 32), on the workers it freed."""
+
+    GROWN = {"lr": 0.01, "batch_size": 64, "hidden": 32, "epochs": 4}
+    NEXT = {"lr": 0.01, "batch_size": 32, "hidden": 16, "epochs": 1}
 
     def __init__(self, space, objective):
         super().__init__(space, objective)
-        self.made, self.grown = 0, False
+        self.made, self.grown, self.pruned = 0, False, False
 
     @property
     def exhausted(self):
         return self.made >= 2
 
     def suggest(self, trial_id):
+        if trial_id == 1 and not self.pruned:
+            return None                                   # ask again once trial 0 is pruned
         self.made += 1
-        return Suggestion({"lr": 0.003, "batch_size": 128, "hidden": 16, "epochs": 3})
+        return Suggestion(dict(self.GROWN if trial_id == 0 else self.NEXT))
 
     def on_result(self, trial_id, step, metrics):
         if trial_id == 0 and step == 1:
             self.grown = True
             return Decision.GROW
-        return Decision.STOP if trial_id == 0 and step == 2 else Decision.CONTINUE
+        if trial_id == 0 and step == 3:
+            self.pruned = True
+            return Decision.STOP
+        return Decision.CONTINUE
 
     def resources(self, trial_id):
         return 2 if trial_id == 0 and self.grown else 1
 
 
-def test_a_data_parallel_trial_stopped_mid_run_frees_its_workers_for_the_next_trial(store_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
-    space = hypersack.SearchSpace({"lr": 0.003})
+@pytest.fixture(scope="module")
+def digits_study(tmp_path_factory):
+    """One digits study on two CPU devices, shared by the tests below (see GrowThenStop)."""
+    for module in ("torch", "sklearn"):          # found, not imported: only the workers need them
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed")
+    store_path = tmp_path_factory.mktemp("grow") / "study.db"
+    space = hypersack.SearchSpace({"lr": 0.01})
     objective = hypersack.Objective.parse(("accuracy", "max"))
-    study = hypersack.Study(name="stop-dp", space=space, objective=objective, n_trials=2,
+    study = hypersack.Study(name="grow", space=space, objective=objective, n_trials=2,
                             storage=store_path, algorithm=GrowThenStop(space, objective),
-                            trial_timeout_s=60)
+                            trial_timeout_s=120)
     study.run("digits_mlp", progress=False, slots=default_slots(2, gpus=[]))
-    states = [t["state"] for t in study.status()["trials"]]
-    assert states == ["pruned", "complete"]
-    assert [r["workers"] for r in study.results(0)] == [1, 2]
+    return store_path, study
 
 
-def test_the_digits_trainable_is_profiled_per_batch_within_its_first_epoch(store_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
-    study = hypersack.Study(name="prof", space={"batch_size": 64, "hidden": 32, "epochs": 1},
-                            objective=("accuracy", "max"), n_trials=1, storage=store_path)
-    study.run("digits_mlp", progress=False, slots=default_slots(1, gpus=[]))
+@pytest.mark.slow
+def test_a_trial_grown_from_one_to_two_data_parallel_workers_continues_its_curve(digits_study):
+    _, study = digits_study
+    results = study.results(0)
+    assert [r["step"] for r in results] == [1, 2, 3]
+    assert [r["workers"] for r in results] == [1, 2, 2]
+    # ceil(1437 / 64) = 23 steps per epoch alone, ceil(1437 / 128) = 12 with two workers.
+    assert [r["steps"] for r in results] == [23, 35, 47]
+    assert results[1]["train_loss"] < results[0]["train_loss"]    # no reset after the resize
+    assert results[2]["accuracy"] > 0.85
+
+
+@pytest.mark.slow
+def test_a_data_parallel_trial_stopped_mid_run_frees_its_workers_for_the_next_trial(digits_study):
+    _, study = digits_study
+    trials = study.status()["trials"]
+    assert [(t["state"], t["attempts"]) for t in trials] == [("pruned", 2), ("complete", 1)]
+    assert trials[1]["started_at"] >= trials[0]["finished_at"]
+    assert [r["workers"] for r in study.results(1)] == [1]
+
+
+@pytest.mark.slow
+def test_the_digits_trainable_is_profiled_per_batch_within_its_first_epoch(digits_study):
+    store_path, _ = digits_study
     with ProfileStore(store_path) as store:
-        (key,) = store.keys()
-        profile = store.get(key)
-    assert key.batch_size == 64 and key.arch == "cpu"
-    assert profile.iters_measured == 10               # batches, not epochs: one epoch sufficed
+        keys = store.keys()
+        profiles = {key.batch_size: store.get(key) for key in keys}
+    assert sorted(profiles) == [32, 64] and {key.arch for key in keys} == {"cpu"}
+    profile = profiles[32]                 # trial 1: a single epoch of 45 batches
+    assert profile.iters_measured == 10    # batches, not epochs: one epoch sufficed
     assert 0 < profile.time_per_iter_s < 1.0 and profile.peak_memory_gb > 0

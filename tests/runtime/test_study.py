@@ -11,7 +11,8 @@ SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
 
 
 def make_study(store_path, n_trials=4, space=SPACE, **kwargs):
-    kwargs.setdefault("workers", 2)
+    """A study of ``trainables`` on one worker unless ``workers`` says (each is a process)."""
+    kwargs.setdefault("workers", 1)
     return hypersack.Study(name=kwargs.pop("name", "t"), space=space, objective=("score", "max"),
                            n_trials=n_trials, storage=store_path, **kwargs)
 
@@ -21,7 +22,7 @@ def by_id(status):
 
 
 def test_study_completes_and_stores_every_result(store_path):
-    study = make_study(store_path, n_trials=6)
+    study = make_study(store_path, n_trials=6, workers=2)
     run = study.run("trainables:quick", progress=False)
     assert run.status == "complete"
     status = study.status()
@@ -59,7 +60,7 @@ def test_raising_trial_fails_with_traceback_and_study_continues(store_path):
 
 
 def test_sys_exit_in_a_trainable_fails_only_that_trial(store_path):
-    study = make_study(store_path, n_trials=2, workers=1)
+    study = make_study(store_path, n_trials=2)
     study.run("trainables:calls_exit", progress=False)
     trials = study.status()["trials"]
     assert [t["state"] for t in trials] == ["failed", "failed"]
@@ -91,7 +92,7 @@ def test_returned_number_is_the_final_objective(store_path):
 
 
 def test_killed_worker_is_retried_from_its_checkpoint(store_path):
-    study = make_study(store_path, n_trials=1, workers=1)
+    study = make_study(store_path, n_trials=1)
     study.run("trainables:dies_once", progress=False)
     trial = study.status()["trials"][0]
     assert trial["state"] == "complete"
@@ -103,7 +104,7 @@ def test_killed_worker_is_retried_from_its_checkpoint(store_path):
 
 
 def test_segfaulting_worker_is_retried_from_its_checkpoint(store_path):
-    study = make_study(store_path, n_trials=1, workers=1)
+    study = make_study(store_path, n_trials=1)
     study.run("trainables:segfaults_once", progress=False)
     trial = study.status()["trials"][0]
     assert trial["state"] == "complete" and trial["retries"] == 1 and trial["last_step"] == 4
@@ -119,7 +120,7 @@ def test_a_report_is_in_the_store_when_it_returns_to_the_trainable(store_path):
 
 
 def test_worker_that_keeps_dying_fails_after_max_retries(store_path):
-    study = make_study(store_path, n_trials=1, workers=1, max_retries=1)
+    study = make_study(store_path, n_trials=1, max_retries=1)
     study.run("trainables:always_dies", progress=False)
     trial = study.status()["trials"][0]
     assert trial["state"] == "failed" and trial["attempts"] == 2
@@ -129,14 +130,14 @@ def test_worker_that_keeps_dying_fails_after_max_retries(store_path):
 
 def test_trial_over_its_timeout_is_killed_and_failed(store_path):
     space = {"x": 0.5, "sleep": 30}
-    study = make_study(store_path, n_trials=1, space=space, workers=1, trial_timeout_s=1.0)
+    study = make_study(store_path, n_trials=1, space=space, trial_timeout_s=1.0)
     study.run("trainables:sleeps", progress=False)
     trial = study.status()["trials"][0]
     assert trial["state"] == "failed" and "timed out after 1 s" in trial["error"]
 
 
 def test_trial_output_goes_to_its_log_file(store_path):
-    study = make_study(store_path, n_trials=1, workers=1)
+    study = make_study(store_path, n_trials=1)
     study.run("trainables:chatty", progress=False)
     (folder,) = (store_path.parent / "hypersack-runs").glob("t-*")     # keyed by the study's uuid
     log = (folder / "trial-00000" / "trial.log").read_text()

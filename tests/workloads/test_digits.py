@@ -1,10 +1,13 @@
 """The digits workloads, driven through a real TrialContext with an in-memory channel."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("sklearn")
+if importlib.util.find_spec("sklearn") is None:      # its data file is read, sklearn not imported
+    pytest.skip("scikit-learn is not installed", allow_module_level=True)
 
 from hypersack.errors import ConfigError, TrialStopped  # noqa: E402
 from hypersack.runtime.context import TrialContext
@@ -60,59 +63,70 @@ def test_split_is_fixed_and_scaled():
     assert digits.load_digits_split() is digits.load_digits_split()  # cached per process
 
 
+def test_the_bundled_data_is_read_as_scikit_learn_reads_it():
+    import numpy as np
+    from sklearn.datasets import load_digits
+    pixels, labels = digits._digits_data()      # without importing scikit-learn
+    bunch = load_digits()
+    assert pixels.dtype == bunch.data.dtype and np.array_equal(pixels, bunch.data)
+    assert labels.dtype == bunch.target.dtype and np.array_equal(labels, bunch.target)
+
+
 def test_mlp_learns_digits(tmp_path):
+    """Two epochs suffice to pass 0.85 (0.92 here); an optimizer that does not step, a learning
+    rate not applied, or inputs paired with the wrong labels stay far below."""
     channel = FakeChannel()
-    config = {"lr": 3e-3, "optimizer": "adam", "epochs": 15, "hidden": 64, "unused": "ignored"}
+    config = {"lr": 1e-2, "optimizer": "adam", "epochs": 2, "hidden": 32, "unused": "ignored"}
     assert digits.train_mlp(config, make_ctx(tmp_path, channel)) is None
     steps = [step for step, _ in channel.reports]
-    assert steps == list(range(1, 16))
+    assert steps == [1, 2]
     assert all(set(m) == {"accuracy", "loss", "train_loss", "steps", "workers"}
                for _, m in channel.reports)
-    assert [m["steps"] for _, m in channel.reports][-1] == 15 * 45   # ceil(1437 / 32) per epoch
-    assert channel.reports[-1][1]["accuracy"] >= 0.95
+    assert [m["steps"] for _, m in channel.reports] == [45, 90]   # ceil(1437 / 32) per epoch
+    assert channel.reports[-1][1]["accuracy"] >= 0.85
     checkpoints = [m for m in channel.requests if m[4] is not None]
-    assert len(checkpoints) == 15
+    assert len(checkpoints) == 2
 
 
 def test_cnn_learns_digits(tmp_path):
     channel = FakeChannel()
-    config = {"lr": 3e-3, "optimizer": "adam", "epochs": 8, "channels": 8, "hidden": 64}
+    config = {"lr": 1e-2, "optimizer": "adam", "epochs": 2, "channels": 4, "hidden": 32}
     digits.train_cnn(config, make_ctx(tmp_path, channel))
-    assert [step for step, _ in channel.reports] == list(range(1, 9))
-    assert channel.reports[-1][1]["accuracy"] >= 0.9
+    assert [step for step, _ in channel.reports] == [1, 2]
+    assert channel.reports[-1][1]["accuracy"] >= 0.85
 
 
 def test_epochs_default_to_max_steps(tmp_path):
     channel = FakeChannel()
-    digits.train_mlp({"hidden": 16}, make_ctx(tmp_path, channel, max_steps=3))
-    assert [step for step, _ in channel.reports] == [1, 2, 3]
+    digits.train_mlp({"hidden": 8, "batch_size": 512}, make_ctx(tmp_path, channel, max_steps=2))
+    assert [step for step, _ in channel.reports] == [1, 2]
 
 
 @pytest.mark.parametrize("train", [digits.train_mlp, digits.train_cnn])
 def test_resume_matches_uninterrupted_run(tmp_path, train):
-    config = {"lr": 3e-3, "epochs": 4, "hidden": 32, "channels": 4, "dropout": 0.2,
-              "optimizer": "sgd", "batch_size": 64}
+    config = {"lr": 3e-3, "epochs": 2, "hidden": 16, "channels": 4, "dropout": 0.2,
+              "optimizer": "sgd", "batch_size": 128}
     straight = FakeChannel()
     train(config, make_ctx(tmp_path / "straight", straight))
 
-    interrupted = FakeChannel(stop_after=2)
+    interrupted = FakeChannel(stop_after=1)
     with pytest.raises(TrialStopped):
         train(config, make_ctx(tmp_path / "resumed", interrupted))
-    assert [step for step, _ in interrupted.reports] == [1, 2]
+    assert [step for step, _ in interrupted.reports] == [1]
 
     resumed = FakeChannel()
     train(config, make_ctx(tmp_path / "resumed", resumed, attempt=2, committed=interrupted.committed))
-    assert [step for step, _ in resumed.reports] == [3, 4]
-    for (step, got), (_, want) in zip(resumed.reports, straight.reports[2:]):
+    assert [step for step, _ in resumed.reports] == [2]
+    for (step, got), (_, want) in zip(resumed.reports, straight.reports[1:]):
         assert got == pytest.approx(want, abs=1e-6), f"epoch {step}"
 
 
 def test_finished_checkpoint_reports_nothing_more(tmp_path):
     first = FakeChannel()
-    digits.train_mlp({"epochs": 2, "hidden": 8}, make_ctx(tmp_path, first))
+    config = {"epochs": 1, "hidden": 8, "batch_size": 512}
+    digits.train_mlp(config, make_ctx(tmp_path, first))
     again = FakeChannel()
-    digits.train_mlp({"epochs": 2, "hidden": 8}, make_ctx(tmp_path, again, attempt=2,
-                                                           committed=first.committed))
+    digits.train_mlp(config, make_ctx(tmp_path, again, attempt=2, committed=first.committed))
     assert again.reports == []
 
 
@@ -149,5 +163,6 @@ def test_optimizer_error_lists_choices(tmp_path):
 @pytest.mark.parametrize("name", ["adamw", "sgd", "rmsprop", "ADAM"])
 def test_every_optimizer_trains(tmp_path, name):
     channel = FakeChannel()
-    digits.train_mlp({"optimizer": name, "epochs": 1, "hidden": 16}, make_ctx(tmp_path, channel))
+    digits.train_mlp({"optimizer": name, "epochs": 1, "hidden": 8, "batch_size": 512},
+                     make_ctx(tmp_path, channel))
     assert len(channel.reports) == 1

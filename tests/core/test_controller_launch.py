@@ -1,0 +1,91 @@
+"""What a Launch carries that the executors act on: the algorithm's pack group (fused studies
+route on it) and, for a grown data-parallel trial, devices that free up for the next trial when
+it is stopped. The end-to-end runs are in tests/runtime/test_fused_study.py and
+tests/runtime/test_placement_study.py."""
+from __future__ import annotations
+
+from hypersack.core.algorithms import Algorithm, Decision, Suggestion
+from hypersack.core.controller import Budget, Controller
+from hypersack.core.objective import Objective
+from hypersack.core.space import SearchSpace
+from hypersack.core.trial import ResultReported, Stop, StopReason, TrialFinished, TrialState
+
+from controller_helpers import on_slots, slot
+
+OBJ = Objective("acc", "max")
+SPACE = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
+
+
+class TwoPacks(Algorithm):
+    """Four trials: 0 and 1 in the algorithm's pack "a", 2 and 3 in "b"."""
+
+    def __init__(self):
+        super().__init__(SPACE, OBJ)
+        self.made = 0
+
+    @property
+    def exhausted(self):
+        return self.made >= 4
+
+    def suggest(self, trial_id):
+        self.made += 1
+        return Suggestion({"x": 0.5})
+
+    def trial_info(self, trial_id):
+        return {"pack": "a" if trial_id < 2 else "b"}
+
+
+def test_a_launch_names_the_algorithms_pack_as_its_group_and_the_record_keeps_it():
+    c = on_slots(Controller(TwoPacks(), OBJ, Budget(trials=4)), 4)
+    launches = c.launches(now=0.0)
+    assert [(l.trial_id, l.group) for l in launches] == [(0, "a"), (1, "a"), (2, "b"), (3, "b")]
+    assert [c.trials[t].info["pack"] for t in range(4)] == ["a", "a", "b", "b"]
+
+
+def test_without_an_algorithm_pack_every_launch_has_no_group():
+    from hypersack.core.algorithms import RandomSearch
+    c = on_slots(Controller(RandomSearch(SPACE, OBJ, seed=0), OBJ, Budget(trials=2)), 2)
+    assert [l.group for l in c.launches(now=0.0)] == [None, None]
+
+
+class GrowThenStop(Algorithm):
+    """Trial 0 grows to two devices after step 1 and is pruned at step 2; four trials."""
+
+    def __init__(self):
+        super().__init__(SPACE, OBJ)
+        self.made, self.grown = 0, False
+
+    @property
+    def exhausted(self):
+        return self.made >= 4
+
+    def suggest(self, trial_id):
+        self.made += 1
+        return Suggestion({"x": float(trial_id)})
+
+    def on_result(self, trial_id, step, metrics):
+        if trial_id == 0 and step == 1:
+            self.grown = True
+            return Decision.GROW
+        return Decision.STOP if trial_id == 0 and step == 2 else Decision.CONTINUE
+
+    def resources(self, trial_id):
+        return 2 if trial_id == 0 and self.grown else 1
+
+
+def test_a_grown_trial_pruned_mid_run_frees_both_devices_for_the_next_trials():
+    c = on_slots(Controller(GrowThenStop(), OBJ, Budget(trials=4)), 2)
+    assert [l.trial_id for l in c.launches(now=0.0)] == [0, 1]
+    c.handle(ResultReported(1, 1, {"acc": 0.1}), 0.5)
+    c.handle(TrialFinished(1), 0.5)
+    assert c.handle(ResultReported(0, 1, {"acc": 0.5}), 1.0) == [Stop(0, StopReason.RESIZE)]
+    c.handle(TrialFinished(0), 1.0)
+    (grown,) = c.launches(now=1.0)
+    assert grown.trial_id == 0 and grown.attempt == 2 and set(grown.devices) == {slot(0), slot(1)}
+    assert c.handle(ResultReported(0, 2, {"acc": 0.6}), 2.0) == [Stop(0, StopReason.PRUNED)]
+    c.handle(TrialFinished(0), 2.0)
+    assert c.trials[0].state is TrialState.PRUNED
+    nxt = c.launches(now=2.0)
+    assert [l.trial_id for l in nxt] == [2, 3] and {l.devices for l in nxt} == {(slot(0),),
+                                                                                 (slot(1),)}
+
