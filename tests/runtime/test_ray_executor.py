@@ -72,6 +72,11 @@ def test_trials_of_a_lost_node_resume_elsewhere_and_a_joining_node_gets_work(ray
     finally:
         gate.touch()
         runner.join(240)
+        # The next test shares the cluster: it must not find the crashed node still listed as
+        # alive (Ray declares it dead only after its missed health checks).
+        import ray
+        _wait(lambda: not any(n["NodeID"] == lost.node_id and n["Alive"] for n in ray.nodes()),
+              "Ray to declare the crashed node dead")
     assert ended and ended[0].status == "complete"
     status = study.status()
     assert status["complete"] == 4
