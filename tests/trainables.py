@@ -150,3 +150,18 @@ def sums_over_ranks(config, ctx):
         state["step"] = step
         ctx.checkpoint(state)
         ctx.report(step, score=float(step), world=ctx.world.size, summed=summed)
+
+
+def gated(config, ctx):
+    """``checkpointing`` for trials below ``free``; a later trial, past step ``hold``, waits until
+    the file ``gate`` exists or the study asks it to stop (so a test's signal lands while the
+    study still has work, whatever the load)."""
+    state = ctx.restore() or {"step": 0, "starts": []}
+    state["starts"].append(state["step"])
+    for step in range(state["step"] + 1, config["steps"] + 1):
+        while (ctx.trial_id >= config["free"] and step > config["hold"]
+               and not os.path.exists(config["gate"]) and not ctx.should_stop()):
+            time.sleep(0.02)
+        state["step"] = step
+        ctx.checkpoint(state)
+        ctx.report(step, score=config["x"] * step, starts=len(state["starts"]))

@@ -15,16 +15,38 @@ pytestmark = pytest.mark.slow      # real drivers and workers (still in `make te
 
 STUDY = """
 name: r
-trainable: trainables:checkpointing
+trainable: trainables:gated
 objective: {metric: score, mode: max}
 space:
   x: {type: float, low: 0.0, high: 1.0}
   steps: 6
-  sleep: 0.15
+  free: 3
+  hold: 2
+  gate: GATE
 budget: {trials: 8}
 max_steps: steps
 executor: {workers: 2}
 """
+# Trials 0-2 run through; later ones hold after step 2 until the gate file exists (or they are
+# asked to stop): the signal lands with 3 trials complete and held ones running, at any load.
+FREE = 3
+
+
+def _write_study(tmp_path: Path) -> Path:
+    (tmp_path / "study.yaml").write_text(STUDY.replace("GATE", str(tmp_path / "gate")))
+    return tmp_path / "gate"
+
+
+def _held(db: Path) -> int:
+    """Running trials held at the gate, their step-2 checkpoint durable."""
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("SELECT COUNT(*) FROM trials WHERE state = 'running' "
+                           "AND checkpoint IS NOT NULL AND last_step = 2").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        con.close()
 
 
 def _start(tmp_path: Path, env: dict, *args: str) -> subprocess.Popen:
@@ -44,18 +66,6 @@ def _complete_trials(db: Path) -> dict[int, list]:
                                (t,)).fetchall() for t in done}
     except sqlite3.OperationalError:
         return {}
-    finally:
-        con.close()
-
-
-def _running_with_checkpoint(db: Path) -> int:
-    con = sqlite3.connect(db)
-    try:
-        # Half-way at most, so that it is still running when the signal lands.
-        return con.execute("SELECT COUNT(*) FROM trials WHERE state = 'running' "
-                           "AND checkpoint IS NOT NULL AND last_step <= 3").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
     finally:
         con.close()
 
@@ -81,14 +91,15 @@ def _status(tmp_path: Path, capsys) -> dict:
 
 
 def test_sigkill_driver_then_resume_keeps_every_completed_trial(tmp_path, subprocess_env, capsys):
-    (tmp_path / "study.yaml").write_text(STUDY)
+    gate = _write_study(tmp_path)
     db = tmp_path / "s.db"
     driver = _start(tmp_path, subprocess_env, "run", str(tmp_path / "study.yaml"))
-    _wait_for(lambda: len(_complete_trials(db)) >= 3 and _running_with_checkpoint(db), timeout=60)
+    _wait_for(lambda: len(_complete_trials(db)) >= FREE and _held(db), timeout=120)
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=10)
     before = _complete_trials(db)
-    assert 3 <= len(before) < 8
+    assert len(before) == FREE
+    gate.touch()
 
     resumed = _start(tmp_path, subprocess_env, "resume", "r")
     out, err = resumed.communicate(timeout=120)
@@ -107,17 +118,18 @@ def test_sigkill_driver_then_resume_keeps_every_completed_trial(tmp_path, subpro
 
 
 def test_sigint_stops_at_next_report_and_resume_finishes(tmp_path, subprocess_env, capsys):
-    (tmp_path / "study.yaml").write_text(STUDY)
+    gate = _write_study(tmp_path)
     db = tmp_path / "s.db"
     driver = _start(tmp_path, subprocess_env, "run", str(tmp_path / "study.yaml"))
-    _wait_for(lambda: len(_complete_trials(db)) >= 2 and _running_with_checkpoint(db), timeout=60)
+    _wait_for(lambda: len(_complete_trials(db)) >= FREE and _held(db), timeout=120)
     driver.send_signal(signal.SIGINT)
-    out, err = driver.communicate(timeout=30)
+    out, err = driver.communicate(timeout=60)
     assert driver.returncode == 130
     assert "hypersack resume r" in err
     status = _status(tmp_path, capsys)
     assert status["status"] == "interrupted" and status["running"] == 0
-    assert status["complete"] < 8
+    assert status["complete"] == FREE
+    gate.touch()
 
     resumed = _start(tmp_path, subprocess_env, "resume", "r")
     out, err = resumed.communicate(timeout=120)
