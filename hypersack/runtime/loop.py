@@ -194,7 +194,9 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
             commands, launches, last_beat, now = _turn(controller, executor, storage, row, clock,
                                                   events, observers, interrupts, interrupted,
                                                   last_beat)
-        interrupted = interrupted or bool(interrupts.count)
+        # What the controller was told, not what the counter says now: a signal that lands
+        # after the turn read the counter (during its commit, say) is handed over next turn.
+        interrupted = controller.interrupted
         for command in commands:
             executor.submit(command)
         executor.acknowledge()
