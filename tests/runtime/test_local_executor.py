@@ -11,6 +11,8 @@ from hypersack.runtime.devices import default_slots
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.trainable import TrainableRef
 
+from executor_helpers import collect
+
 
 @pytest.fixture
 def executor(tmp_path):
@@ -25,17 +27,6 @@ def executor(tmp_path):
     yield make
     for ex in made:
         ex.shutdown(kill=True)
-
-
-def collect(ex: LocalExecutor, until, timeout: float = 30.0, ack: bool = True) -> list:
-    events, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        events += ex.poll(0.05)
-        if ack:
-            ex.acknowledge()
-        if until(events):
-            return events
-    raise AssertionError(f"timed out; events so far: {events}")
 
 
 def test_launch_runs_to_completion_and_frees_the_slot(executor):

@@ -6,14 +6,14 @@ it; the trivial trainable never touches CUDA, so only the executor's bookkeeping
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from hypersack.core.trial import Launch, Preempt, ResultReported, TrialFailed, TrialFinished
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.trainable import TrainableRef
+
+from executor_helpers import collect
 
 CONFIG = {"x": 0.5, "steps": 4, "sleep": 0.0}
 
@@ -26,18 +26,6 @@ def _executor(tmp_path, gpu: int | None) -> LocalExecutor:
     return ex
 
 
-def _until(ex: LocalExecutor, done, ack: bool = True, timeout: float = 120.0) -> list:
-    events: list = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        events += ex.poll(0.05)
-        if ack:
-            ex.acknowledge()
-        if done(events):
-            return events
-    raise AssertionError(f"timed out; events so far: {events}")
-
-
 def _of(events: list, trial_id: int, kind: type) -> list:
     return [e for e in events if isinstance(e, kind) and e.trial_id == trial_id]
 
@@ -45,11 +33,11 @@ def _of(events: list, trial_id: int, kind: type) -> list:
 def _preempt_after_first_report(ex: LocalExecutor) -> tuple[int, ResultReported]:
     device = next((n.id, g.id) for n, g in ex.inventory().gpus())
     ex.submit(Launch(0, CONFIG, seed=1, attempt=1, devices=(device,)))
-    events = _until(ex, lambda ev: bool(_of(ev, 0, ResultReported)), ack=False)
+    events = collect(ex, lambda ev: bool(_of(ev, 0, ResultReported)), timeout=120, ack=False)
     (pid,) = ex.worker_pids()
     ex.submit(Preempt(0))                 # it waits for its ack: it leaves at this report
     ex.acknowledge()
-    events += _until(ex, lambda ev: bool(_of(ev, 0, TrialFinished)))
+    events += collect(ex, lambda ev: bool(_of(ev, 0, TrialFinished)), timeout=120)
     assert not _of(events, 0, TrialFailed)
     (last,) = _of(events, 0, ResultReported)
     return pid, last
@@ -68,7 +56,7 @@ def test_a_preempted_trial_retires_its_worker_only_on_a_gpu_and_resumes_on_a_new
         device = next((n.id, g.id) for n, g in ex.inventory().gpus())
         ex.submit(Launch(0, CONFIG, seed=1, attempt=2, checkpoint=last.checkpoint,
                          devices=(device,)))
-        again = _until(ex, lambda ev: bool(_of(ev, 0, TrialFinished)))
+        again = collect(ex, lambda ev: bool(_of(ev, 0, TrialFinished)), timeout=120)
         assert [e.step for e in _of(again, 0, ResultReported)] == [2, 3, 4]
         assert not _of(again, 0, TrialFailed)
         assert (pid in ex.worker_pids()) is (gpu is None)
