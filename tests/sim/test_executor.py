@@ -11,6 +11,8 @@ from hypersack.sim.curves import CurveParams, ParametricCurves
 from hypersack.sim.executor import DeviceChange, SimExecutor
 from hypersack.sim.perf import PerfModel, PerfParams, ProfileTable, WorkloadKeys
 
+from sim_helpers import drain
+
 
 def _perf(**params) -> PerfModel:
     table = ProfileTable.from_list([
@@ -33,22 +35,12 @@ def _launch(trial_id: int, gpu: str = "0", bs: int = 64, checkpoint: str | None 
                   checkpoint=checkpoint, devices=(("n0", gpu),))
 
 
-def _drain(ex: SimExecutor, until=None) -> list[tuple[float, object]]:
-    """Poll and acknowledge until nothing runs; returns (time, event) pairs."""
-    out = []
-    while ex.running() or ex._heap:
-        events = ex.poll(0.1)
-        out += [(ex.clock.now, e) for e in events]
-        if until is not None and until(out):
-            break               # not acknowledged: the caller decides first, as the loop does
-        ex.acknowledge()
-    return out
 
 
 def test_a_lone_trial_takes_startup_plus_its_steps():
     ex = _executor()
     ex.submit(_launch(0))
-    events = _drain(ex)
+    events = drain(ex)
     reports = [(t, e.step) for t, e in events if isinstance(e, ResultReported)]
     assert reports == [(12.0, 1), (22.0, 2), (32.0, 3)]
     assert isinstance(events[0][1], TrialStarted) and events[0][0] == 0.0
@@ -61,7 +53,7 @@ def test_sharing_a_gpu_slows_both_by_the_formula():
     ex = _executor()
     ex.submit(_launch(0))
     ex.submit(_launch(1))
-    events = _drain(ex)
+    events = drain(ex)
     factor = (100 / 120) / 1.1
     first = [t for t, e in events if isinstance(e, ResultReported) and e.step == 1]
     assert first == pytest.approx([12.0 / factor] * 2)
@@ -71,11 +63,11 @@ def test_a_neighbour_leaving_speeds_the_other_up():
     ex = _executor()
     ex.submit(_launch(0))
     ex.submit(_launch(1))
-    out = _drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
+    out = drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
     t1 = out[-1][0]
     ex.submit(Stop(1, "pruned"))       # waits for its ack: ends at once, at t1
     ex.acknowledge()
-    rest = _drain(ex)
+    rest = drain(ex)
     assert (t1, TrialFinished) in [(t, type(e)) for t, e in rest if getattr(e, "trial_id", None) == 1]
     second = [t for t, e in rest if isinstance(e, ResultReported) and e.trial_id == 0 and e.step == 2]
     assert second == pytest.approx([t1 + 10.0])          # alone again: full speed
@@ -86,7 +78,7 @@ def test_a_stop_mid_step_is_honoured_at_the_next_report():
     ex.submit(_launch(0))
     ex.poll()                           # TrialStarted at 0
     ex.submit(Stop(0, "time budget"))
-    events = _drain(ex)
+    events = drain(ex)
     assert [(t, type(e).__name__) for t, e in events] == [
         (12.0, "ResultReported"), (12.0, "TrialFinished")]
 
@@ -94,7 +86,7 @@ def test_a_stop_mid_step_is_honoured_at_the_next_report():
 def test_a_failed_gpu_fails_its_trials_retryably_and_a_relaunch_resumes_from_the_checkpoint():
     ex = _executor(changes=[DeviceChange(15.0, "n0", gpu_id="0")])
     ex.submit(_launch(0))
-    events = _drain(ex)
+    events = drain(ex)
     at15 = [e for t, e in events if t == 15.0]
     assert isinstance(at15[0], DeviceLost) and at15[0].gpu_id == "0"
     assert isinstance(at15[1], TrialFailed) and at15[1].cause.value == "device_lost"
@@ -102,7 +94,7 @@ def test_a_failed_gpu_fails_its_trials_retryably_and_a_relaunch_resumes_from_the
     assert checkpoint.step == 1
     assert ("n0", "0") not in {(n.id, g.id) for n in ex.inventory().nodes for g in n.gpus}
     ex.submit(_launch(0, gpu="1", checkpoint=checkpoint.checkpoint, attempt=2))
-    again = _drain(ex)
+    again = drain(ex)
     steps = [(t, e.step) for t, e in again if isinstance(e, ResultReported)]
     assert steps == [(15.0 + 2.0 + 1.0 + 10.0, 2), (38.0, 3)]   # startup + restore, then step 2
 
@@ -110,18 +102,18 @@ def test_a_failed_gpu_fails_its_trials_retryably_and_a_relaunch_resumes_from_the
 def test_an_added_gpu_is_announced_and_usable():
     gpu = GPU("9", "A100", 40)
     ex = _executor(gpus=1, changes=[DeviceChange(5.0, "n1", gpu=gpu, cpus=8)])
-    events = _drain(ex)
+    events = drain(ex)
     assert [(t, type(e)) for t, e in events] == [(5.0, DeviceAdded)]
     assert ("n1", "9") in {(n.id, g.id) for n in ex.inventory().nodes for g in n.gpus}
     ex.submit(Launch(0, {"bs": 64}, 0, 1, devices=(("n1", "9"),)))
-    assert any(isinstance(e, TrialFinished) for _, e in _drain(ex))
+    assert any(isinstance(e, TrialFinished) for _, e in drain(ex))
 
 
 def test_a_launch_that_overflows_memory_fails_like_an_out_of_memory():
     ex = _executor()
     ex.submit(_launch(0, bs=128))      # 30 GB
     ex.submit(_launch(1, bs=128))      # 30 more on a 40 GB device
-    failed = [e for _, e in _drain(ex) if isinstance(e, TrialFailed)]
+    failed = [e for _, e in drain(ex) if isinstance(e, TrialFailed)]
     assert [e.trial_id for e in failed] == [1] and "out of memory" in failed[0].reason
     assert failed[0].cause.value == "oom"
 
@@ -136,6 +128,6 @@ def test_waiting_with_nothing_to_wait_for_raises():
 def test_data_parallel_steps_scale_with_the_efficiency_formula():
     ex = _executor(dp_beta=0.1)
     ex.submit(Launch(0, {"bs": 64}, 0, 1, devices=(("n0", "0"), ("n0", "1"))))
-    reports = [t for t, e in _drain(ex) if isinstance(e, ResultReported)]
+    reports = [t for t, e in drain(ex) if isinstance(e, ResultReported)]
     step = 10.0 / (2 * (1 / 1.1))
     assert reports == pytest.approx([2.0 + step, 2.0 + 2 * step, 2.0 + 3 * step])

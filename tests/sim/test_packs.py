@@ -14,6 +14,8 @@ from hypersack.sim.perf import FUSED_PRESETS, FusedModel, PerfModel, PerfParams,
 from hypersack.sim.run import simulate
 from hypersack.sim.scenario import scenario_from_dict
 
+from sim_helpers import drain
+
 SPEEDUP = [[1, 0.5], [2, 1.5], [4, 2.0]]
 
 
@@ -40,15 +42,6 @@ def _launch(trial_id: int, gpu: str | None = "0", bs: int = 64, group=None, atte
                   group=group, pack_size=pack_size)
 
 
-def _drain(ex: SimExecutor, until=None) -> list[tuple[float, object]]:
-    out = []
-    while ex.running() or ex._heap:
-        events = ex.poll(0.1)
-        out += [(ex.clock.now, e) for e in events]
-        if until is not None and until(out):
-            break
-        ex.acknowledge()
-    return out
 
 
 def _reports(events, trial_id):
@@ -84,7 +77,7 @@ def test_members_on_one_device_share_one_pack_and_step_at_speedup_over_k():
     ex.submit(_launch(0))
     ex.submit(_launch(1))
     assert [sorted(p.members) for p in ex.packs.packs] == [[0, 1]]
-    events = _drain(ex)
+    events = drain(ex)
     # one process of demand min(100, 1.5/2 * 120) = 90 <= 100: f_gpu 1; members at 1.5 / 2
     assert _reports(events, 0) == pytest.approx([12 / 0.75, 12 / 0.75 + 10 / 0.75, 12 / 0.75 + 20 / 0.75])
     assert _reports(events, 1) == _reports(events, 0)
@@ -95,7 +88,7 @@ def test_the_same_launches_unfused_share_the_device_by_the_sharing_formula():
     ex.submit(_launch(0))
     ex.submit(_launch(1))
     assert ex.packs is None
-    events = _drain(ex)
+    events = drain(ex)
     assert _reports(events, 0)[0] == pytest.approx(12 / ((100 / 120) / 1.1))
 
 
@@ -104,7 +97,7 @@ def test_packs_count_once_among_the_processes_of_a_device():
     ex.submit(_launch(0, group=1))
     ex.submit(_launch(1, group=2))            # another algorithm pack: another process
     assert len(ex.packs.packs) == 2
-    events = _drain(ex)
+    events = drain(ex)
     # two packs of 1: each demands 0.5 * 60 = 30; f_gpu = 1 / (1 + 0.1); members at 0.5
     assert _reports(events, 0)[0] == pytest.approx(12 / (0.5 / 1.1))
 
@@ -113,11 +106,11 @@ def test_a_member_leaving_reprices_the_members_left():
     ex = _executor()
     ex.submit(_launch(0))
     ex.submit(_launch(1))
-    out = _drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
+    out = drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
     t1 = out[-1][0]
     ex.submit(Stop(1, "pruned"))
     ex.acknowledge()
-    rest = _drain(ex)
+    rest = drain(ex)
     assert _reports(rest, 0)[0] == pytest.approx(t1 + 10 / 0.5)     # a pack of 1 now
 
 
@@ -144,12 +137,12 @@ def test_a_full_pack_sends_the_next_member_to_a_new_pack_on_the_device():
 def test_an_emptied_pack_takes_a_launch_of_the_same_turn_and_ends_at_the_next_poll():
     ex = _executor()
     ex.submit(_launch(0))
-    _drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
+    drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
     ex.submit(Stop(0, "paused"))                  # ends at once (waiting for its ack)
     ex.submit(_launch(1))                         # the same turn: joins the empty pack
     assert [(p.pack_id, p.members) for p in ex.packs.packs] == [(1, [1])]
     ex.submit(Stop(1, "paused"))                  # mid-step: ends at its next report
-    _drain(ex)
+    drain(ex)
     assert ex.running() == 0 and len(ex.packs.packs) == 1     # empty, until the next poll
     assert ex.poll() == []
     assert ex.packs.packs == [] and ex.packs.on == {}
