@@ -1,0 +1,29 @@
+"""hypersack.core.jit: a kernel gives the same answers compiled and as plain Python."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hypersack.core import jit
+
+
+def _total_of_positive(values: np.ndarray) -> float:
+    total = 0.0
+    for value in values:
+        if value > 0:
+            total += value
+    return total
+
+
+def test_kernel_answers_as_the_python_function() -> None:
+    compiled = jit.kernel(_total_of_positive)
+    values = np.array([1.5, -2.0, 3.0, 0.0])
+    assert compiled(values) == _total_of_positive(values) == 4.5
+
+
+def test_kernel_is_compiled_where_numba_is_installed() -> None:
+    numba = pytest.importorskip("numba")
+    compiled = jit.kernel(_total_of_positive)
+    assert jit.COMPILED == (not numba.config.DISABLE_JIT)
+    if jit.COMPILED:
+        assert compiled is not _total_of_positive and hasattr(compiled, "py_func")
