@@ -34,3 +34,12 @@ def held_at_a_gate(config, ctx):
         state["step"] = step
         ctx.checkpoint(state)
         ctx.report(step, score=config["x"] * step, starts=len(state["starts"]))
+
+
+def reports_its_device(config, ctx):
+    """``steps`` steps; each report says where the trial ran: ``cuda`` (1 when ``ctx.device``
+    is a CUDA device) and ``visible`` (the GPU index in CUDA_VISIBLE_DEVICES, -1 for none)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    for step in range(1, config.get("steps", 1) + 1):
+        ctx.report(step, score=config["x"], cuda=int(ctx.device.startswith("cuda")),
+                   visible=int(visible) if visible.isdigit() else -1)
