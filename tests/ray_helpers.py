@@ -19,7 +19,7 @@ SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms"
                  "health_check_timeout_ms": 5000, "health_check_failure_threshold": 3}
 
 # Ray test files: they run in one xdist worker (see conftest.py), so one cluster serves them.
-RAY_CLUSTER_FILES = ("tests/runtime/test_ray_executor.py",
+RAY_CLUSTER_FILES = ("tests/runtime/test_ray_executor.py", "tests/runtime/test_ray_gpu_node.py",
                      "tests/contracts/test_executor_contract.py")
 
 
