@@ -400,6 +400,13 @@ class RayExecutor:
             del self._spans[t]     # type: ignore[arg-type]
         return out
 
+    def trials(self) -> set[int]:
+        """The trials launched on the agents whose end (finished or failed) has not come back
+        yet, and none of the events waiting to be polled: empty once every trial has ended
+        and been polled (tests sharing one executor check it)."""
+        running = {t for node in self._nodes.values() for t in node.trials}
+        return running | {e.trial_id for e in self._pending if e.trial_id is not None}
+
     def worker_pids(self) -> dict[str, list[int]]:
         """Node id -> process ids of its live workers (diagnostics and tests)."""
         nodes = list(self._nodes.values())
