@@ -3,12 +3,14 @@ set by Ray, as on a real GPU node; no NVML, no CUDA): the node agent's inventory
 placed on them with the right device while CPU trials go to the CPU nodes."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from hypersack.core.allocator import Allocator, Demand
-from hypersack.core.trial import Launch, ResultReported, TrialFinished, TrialStarted, TrialRecord
+from hypersack.core.trial import (DeviceAdded, Launch, ResultReported, TrialFinished, TrialRecord,
+                                  TrialStarted)
 
 
 def _setup(tmp_path, profile: bool = False) -> Any:
@@ -26,6 +28,7 @@ def test_a_gpu_nodes_cores_are_the_ones_ray_declares(tmp_path, monkeypatch):
     CUDA_VISIBLE_DEVICES, no NVML) offers that GPU on a node of four cores, so a trial wanting
     two cores and more memory than a CPU slot fits there (the local detection alone says one
     core per GPU: such a trial never ran on a joining GPU node)."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hypersack[ray]')")
     from hypersack.runtime.executors.ray_agent import NodeAgent
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     agent = NodeAgent(_setup(tmp_path), "gpunode", [0], 4.0)
@@ -43,6 +46,7 @@ def test_a_gpu_nodes_cores_are_the_ones_ray_declares(tmp_path, monkeypatch):
 
 
 def test_a_cpu_nodes_cores_are_its_slots(tmp_path, monkeypatch):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hypersack[ray]')")
     from hypersack.runtime.executors.ray_agent import NodeAgent
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     agent = NodeAgent(_setup(tmp_path), "cpunode", [], 2.0)
@@ -55,7 +59,6 @@ def test_a_cpu_nodes_cores_are_its_slots(tmp_path, monkeypatch):
 
 def _until(ex: Any, done, timeout: float = 120.0) -> list:
     """Poll (acknowledging every report) until ``done(events)``; a guard, not a pace."""
-    import time
     events: list = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -79,10 +82,9 @@ def gpu_node(ray_cluster):
     yield join
     for node in holder:
         ray_cluster.remove_node(node)
-        _dead = lambda: not any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes())
-        import time
-        deadline = time.monotonic() + 60
-        while not _dead() and time.monotonic() < deadline:
+        deadline = time.monotonic() + 60      # the next test must not find it listed alive
+        while (any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes())
+               and time.monotonic() < deadline):
             time.sleep(0.1)
 
 
@@ -90,7 +92,6 @@ def gpu_node(ray_cluster):
 @pytest.mark.slow
 def test_a_gpu_node_that_joins_runs_the_gpu_trial_on_its_device_and_cpu_trials_stay_on_cpus(
         tmp_path, gpu_node):
-    from hypersack.core.trial import DeviceAdded
     from hypersack.runtime.executors.ray import RayExecutor
     ex = RayExecutor(_setup(tmp_path), trial_dir=lambda t: tmp_path / f"trial-{t}")
     try:
