@@ -12,14 +12,15 @@ import time
 NODES, CPUS, GPUS = 2, 1, 0
 
 # A node that crashed (its raylet killed: no goodbye) is declared dead after three failed
-# health checks a second apart, about 3 s (Ray's defaults: a check every 3 s, dead after 5
-# failures, about 15 s). A live raylet answers in milliseconds and each check may take 5 s, so
-# only a raylet stalled for about 15 s would be misjudged.
-SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 1000,
+# health checks 0.3 s apart, about 1 s: a check of a killed raylet fails at once (connection
+# refused). Ray's defaults: a check every 3 s, dead after 5 failures, about 15 s. A live raylet
+# answers in milliseconds, and a check of a stalled one fails only after its 5 s timeout, so
+# only a raylet stalled for about 15 s in a row would be misjudged, whatever the period.
+SYSTEM_CONFIG = {"health_check_initial_delay_ms": 1000, "health_check_period_ms": 300,
                  "health_check_timeout_ms": 5000, "health_check_failure_threshold": 3}
 
 # Ray test files: they run in one xdist worker (see conftest.py), so one cluster serves them.
-RAY_CLUSTER_FILES = ("tests/runtime/test_ray_executor.py",
+RAY_CLUSTER_FILES = ("tests/runtime/test_ray_executor.py", "tests/runtime/test_ray_gpu_node.py",
                      "tests/contracts/test_executor_contract.py")
 
 
@@ -34,3 +35,12 @@ def held_at_a_gate(config, ctx):
         state["step"] = step
         ctx.checkpoint(state)
         ctx.report(step, score=config["x"] * step, starts=len(state["starts"]))
+
+
+def reports_its_device(config, ctx):
+    """``steps`` steps; each report says where the trial ran: ``cuda`` (1 when ``ctx.device``
+    is a CUDA device) and ``visible`` (the GPU index in CUDA_VISIBLE_DEVICES, -1 for none)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    for step in range(1, config.get("steps", 1) + 1):
+        ctx.report(step, score=config["x"], cuda=int(ctx.device.startswith("cuda")),
+                   visible=int(visible) if visible.isdigit() else -1)

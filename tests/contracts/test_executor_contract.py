@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -69,28 +70,64 @@ def _sim(tmp_path) -> Backend:
     return Backend(make, {"bs": 64, "lr": 0.01}, 4)
 
 
-def _ray(tmp_path) -> Backend:
+def _ray_executor(trial_dirs: dict[str, Path]) -> Any:
+    """One started RayExecutor on the session cluster; trials' folders under
+    ``trial_dirs["now"]`` (the running test's)."""
     from hypersack.runtime.executors.ray import AgentSetup, RayExecutor, driver_paths
     from hypersack.runtime.trainable import TrainableRef
     from hypersack.study import Study
 
     spec = Study({"x": 0.5}, ("score", "max"), n_trials=1).spec
     paths, cwd = driver_paths()
-    setup = AgentSetup(spec, str(tmp_path), TrainableRef.of("trainables:checkpointing"), "score",
-                       profile=False, sys_path=paths, cwd=cwd)
+    setup = AgentSetup(spec, str(trial_dirs["now"]), TrainableRef.of("trainables:checkpointing"),
+                       "score", profile=False, sys_path=paths, cwd=cwd)
+    ex = RayExecutor(setup, trial_dir=lambda t: trial_dirs["now"] / f"trial-{t}")
+    ex.start()
+    return ex
+
+
+@pytest.fixture(scope="module")
+def shared_ray(request, tmp_path_factory):
+    """The [ray] tests share one executor (its agents and warm workers start once): each test
+    gets it with no trial in flight and the inventory it started with (asserted), and every
+    trial a test left running is cancelled and seen to end before the next test."""
+    request.getfixturevalue("ray_cluster")
+    trial_dirs = {"now": tmp_path_factory.mktemp("ray-contract")}
+    ex = _ray_executor(trial_dirs)
+    devices = sorted((n.id, g.id) for n, g in ex.inventory().gpus())
+    yield ex, trial_dirs, devices
+    ex.shutdown(kill=True)
+
+
+def _ray(tmp_path, shared: tuple[Any, dict, list]) -> Backend:
+    ex, trial_dirs, devices = shared
+    trial_dirs["now"] = tmp_path
 
     def make() -> Any:
-        return RayExecutor(setup, trial_dir=lambda t: tmp_path / f"trial-{t}")
+        assert not ex.trials()                        # nothing left by an earlier test
+        assert sorted((n.id, g.id) for n, g in ex.inventory().gpus()) == devices
+        return ex
     return Backend(make, {"x": 0.5, "steps": 4, "sleep": 0.05}, 4)
+
+
+def _end_every_trial(backend: Backend, ex: Any) -> None:
+    """Cancel the trials a test left running on the shared executor; wait for their ends."""
+    for trial_id in ex.trials():
+        ex.submit(Cancel(trial_id, "the test is over"))
+    backend.until(ex, lambda events: not ex.trials())
 
 
 @pytest.fixture(params=["local", "sim", pytest.param("ray", marks=[pytest.mark.ray,
                                                                     pytest.mark.slow])])
 def backend(request, tmp_path):
-    made: list[Any] = []
     if request.param == "ray":
-        request.getfixturevalue("ray_cluster")
-    factory = {"local": _local, "sim": _sim, "ray": _ray}[request.param](tmp_path)
+        shared = request.getfixturevalue("shared_ray")
+        factory = _ray(tmp_path, shared)
+        yield factory
+        _end_every_trial(factory, shared[0])
+        return
+    made: list[Any] = []
+    factory = {"local": _local, "sim": _sim}[request.param](tmp_path)
     original = factory.make
 
     def make() -> Any:

@@ -26,8 +26,8 @@ class Ref:
 class FakeAgent:
     """Records calls; ``events`` are returned by the next poll; ``dead`` makes calls fail."""
 
-    def __init__(self, node_id: str, gpus: int, error: str | None = None):
-        self.node_id, self.gpus, self.error = node_id, gpus, error
+    def __init__(self, node_id: str, gpus: int, error: str | None = None, stuck: bool = False):
+        self.node_id, self.gpus, self.error, self.stuck = node_id, gpus, error, stuck
         self.calls: list[tuple] = []
         self.events: list = []
         self.dead = False
@@ -59,6 +59,8 @@ class Handle:
         def remote(*args):
             if self.agent.dead:
                 return Ref(error=RuntimeError("ActorDiedError: the actor died"))
+            if self.agent.stuck:                # never scheduled: no call ever completes
+                return Ref(done=False)
             return Ref(getattr(self.agent, name)(*args))
         return SimpleNamespace(remote=remote)
 
@@ -86,7 +88,8 @@ class FakeRay:
 
                 def make(setup, node_id, gpu_ids, cpus):
                     info = fake.node_table[ray_id]
-                    agent = FakeAgent(node_id, len(gpu_ids), info.get("error"))
+                    agent = FakeAgent(node_id, len(gpu_ids), info.get("error"),
+                                      info.get("stuck", False))
                     fake.agents[node_id] = agent
                     return Handle(agent)
                 return SimpleNamespace(remote=make)
@@ -256,3 +259,22 @@ def test_a_node_that_cannot_serve_stops_the_study_before_it_starts_naming_the_no
     with pytest.raises(ClusterError, match=r"node d{12} .*ModuleNotFoundError: trainables"):
         ex.inventory()
     assert set(ray.killed) >= {A, B, "d" * 12}
+
+
+def test_a_joining_node_whose_agent_never_starts_is_given_up_with_a_warning(caplog):
+    from hypersack.runtime.executors.ray import AGENT_START_S
+    ex, ray, now = _executor(TWO)
+    ex.start()
+    ray.node_table["c" * 20] = {"CPU": 8, "GPU": 1, "stuck": True}   # its resources held
+    now[0] += NODE_CHECK_S
+    assert ex.poll(0.0) == [] and "c" * 12 in ray.agents
+    now[0] += AGENT_START_S
+    with caplog.at_level("WARNING", logger="hypersack.runtime.executors.ray"):
+        assert ex.poll(0.0) == []
+    assert ray.killed == ["c" * 12]
+    assert f"node {'c' * 12} (1 GPU(s), 8 CPU(s)) is not used" in caplog.text
+    ray.agents.clear()
+    now[0] += NODE_CHECK_S
+    ex.poll(0.0)
+    assert not ray.agents          # never tried again
+    assert sorted(ex.node_ids().values()) == [A, B]

@@ -86,6 +86,8 @@ class _Node:
     polling: Any = None               # the poll() call in flight, if any
     trials: set[int] = field(default_factory=set)
     unacked: set[int] = field(default_factory=set)
+    since: float = 0.0                # when its agent was asked to start
+    offers: str = ""                  # what Ray declares there, for messages
 
     @property
     def devices(self) -> list[Any]:
@@ -220,7 +222,8 @@ class RayExecutor:
                                           max_task_retries=0, scheduling_strategy=pinned)
         node_id = ray_id[:12]
         actor = agent.remote(self._setup, node_id, list(range(int(gpus))), cpus)
-        return _Node(ray_id, node_id, actor, ready=actor.describe.remote())
+        return _Node(ray_id, node_id, actor, ready=actor.describe.remote(), since=self._clock(),
+                     offers=f"{gpus:g} GPU(s), {cpus:g} CPU(s)")
 
     def _watch_nodes(self) -> list[Event]:
         """Every NODE_CHECK_S: nodes that left are lost, nodes that joined get an agent, and
@@ -243,9 +246,13 @@ class RayExecutor:
         return events + self._joined()
 
     def _joined(self) -> list[Event]:
+        """Agents on joining nodes that came up bring their devices; one not up within
+        AGENT_START_S (the node's CPUs/GPUs held by other work, a node that left meanwhile) is
+        given up with a warning naming the node, never waited for in silence."""
         events: list[Event] = []
         refs = [n.ready for n in self._joining.values()]
         ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+        self._give_up_on_slow_agents(ready)
         for node in [n for n in self._joining.values() if n.ready in ready]:
             del self._joining[node.ray_id]
             why = self._adopt(node)
@@ -257,6 +264,18 @@ class RayExecutor:
             (n,) = node.cluster.nodes
             events += [DeviceAdded(node.node_id, gpu, node_cpus=n.cpus) for gpu in n.gpus]
         return events
+
+    def _give_up_on_slow_agents(self, ready: list[Any]) -> None:
+        now = self._clock()
+        for node in [n for n in self._joining.values()
+                     if n.ready not in ready and now - n.since >= AGENT_START_S]:
+            del self._joining[node.ray_id]
+            self._ignored.add(node.ray_id)
+            with contextlib.suppress(Exception):
+                self._ray.kill(node.actor)
+            log.warning("A node joined the Ray cluster but its agent did not start within %g s: "
+                        "node %s (%s) is not used (its CPUs/GPUs are held by other work?)",
+                        AGENT_START_S, node.node_id, node.offers)
 
     def _lose(self, node: _Node, why: str) -> list[Event]:
         """The node is gone: its devices are lost and its trials failed (DEVICE_LOST)."""
@@ -399,6 +418,13 @@ class RayExecutor:
         if not span.open:
             del self._spans[t]     # type: ignore[arg-type]
         return out
+
+    def trials(self) -> set[int]:
+        """The trials launched on the agents whose end (finished or failed) has not come back
+        yet, and none of the events waiting to be polled: empty once every trial has ended
+        and been polled (tests sharing one executor check it)."""
+        running = {t for node in self._nodes.values() for t in node.trials}
+        return running | {e.trial_id for e in self._pending if e.trial_id is not None}
 
     def worker_pids(self) -> dict[str, list[int]]:
         """Node id -> process ids of its live workers (diagnostics and tests)."""

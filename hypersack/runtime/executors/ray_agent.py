@@ -26,7 +26,7 @@ from typing import Any, Iterable
 from hypersack.core.trial import (Command, DeviceAdded, DeviceLost, Event, FailureCause, Launch,
                                   TrialFailed, TrialStarted)
 
-__all__ = ["AgentSetup", "NodeAgent", "node_slots"]
+__all__ = ["AgentSetup", "NodeAgent", "node_cluster", "node_slots"]
 
 
 @dataclass
@@ -87,7 +87,7 @@ class NodeAgent:
         spec = setup.spec
         slots = node_slots(spec.executor.workers, gpu_ids, cpus)
         machine = self._stack.enter_context(prepare_node(spec, Path(setup.study_dir), slots=slots))
-        self._cluster = _renamed(machine.cluster, self._node)
+        self._cluster = node_cluster(machine.cluster, self._node, bool(gpu_ids), cpus)
         self._executor = LocalExecutor(
             machine.slots, setup.trainable, trial_dir=self._trial_dir, metric=setup.metric,
             steps_for=spec.steps_for, cluster=machine.cluster, share_env=machine.share_env,
@@ -187,7 +187,14 @@ def _check_storage(check: tuple[str, str] | None) -> None:
             "there")
 
 
-def _renamed(cluster: Any, node_id: str) -> Any:
-    """A one-node placement Cluster under ``node_id``."""
+def node_cluster(cluster: Any, node_id: str, has_gpus: bool, cpus: float) -> Any:
+    """The node's one-node placement Cluster (``cluster``: the local detection's) under
+    ``node_id``. A GPU node's host cores are the ``cpus`` Ray declares for it (the agent holds
+    them all for the study), not the local detection's figure, which knows nothing of Ray (the
+    machine's core count with NVML, one core per GPU without it): a trial needing more cores
+    than one per GPU must fit a GPU node that has them. A CPU-only node's slots were made from
+    ``cpus`` already (``node_slots``); so was its figure. A node Ray gives no CPU keeps the
+    local figure."""
     from hypersack.core.placement import Cluster, Node
-    return Cluster([Node(node_id, n.cpus, n.gpus) for n in cluster.nodes])
+    return Cluster([Node(node_id, float(cpus) if has_gpus and cpus >= 1 else n.cpus, n.gpus)
+                    for n in cluster.nodes])
