@@ -7,6 +7,7 @@ policy and, for a policy that is not built in, checks its answer with ``check_pl
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from hypersack.core.placement.auto import auto
@@ -24,6 +25,7 @@ __all__ = ["assign", "place", "register_policy", "unregister_policy", "policy_na
            "parse_placement", "Policy"]
 
 Policy = Callable[..., Mapping[Hashable, Any]]
+_ID = attrgetter("id")
 
 
 def _mip(jobs: Sequence[Job], cluster: Cluster, **options: Any) -> Mapping[Hashable, Any]:
@@ -116,7 +118,8 @@ def assign(jobs: Sequence[Job], cluster: Cluster, policy: str | Policy = "wfd", 
     trusted = isinstance(policy, str) and policy in _TRUSTED
     if not trusted:                                  # built-ins already answer in this form
         raw = {jid: as_devices(devices) for jid, devices in raw.items()}
-    answer = {job.id: raw[job.id] for job in jobs if job.id in raw}      # in the given job order
+    get = raw.get
+    answer = {jid: found for jid in map(_ID, jobs) if (found := get(jid)) is not None}   # in job order
     if len(answer) != len(raw):
         answer = dict(raw)                           # names unknown jobs: the check reports it
     if check or (check is None and not trusted):
