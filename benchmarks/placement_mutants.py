@@ -85,9 +85,7 @@ MUTANTS.update({
     "check_job_types": (P + "check.py", "if not all(issubclass(kind, Job) for kind in set(map(type, jobs))):",
                         "if False:"),
     "check_job_running": (P + "check.py", "(running and not running.keys().isdisjoint(ids))", "False"),
-    "api_answer_order": (P + "api.py",
-                         "answer = {jid: found for jid in map(_ID, jobs) if (found := get(jid)) is not None}",
-                         "answer = dict(raw)"),
+    "api_answer_order": (P + "api.py", "        answer = {jid: raw[jid] for jid in order}", "        answer = dict(raw)"),
 })
 TESTS.insert(1, "tests/core/placement/test_placement_lagrange_kernels.py")
 

@@ -118,10 +118,13 @@ def assign(jobs: Sequence[Job], cluster: Cluster, policy: str | Policy = "wfd", 
     trusted = isinstance(policy, str) and policy in _TRUSTED
     if not trusted:                                  # built-ins already answer in this form
         raw = {jid: as_devices(devices) for jid, devices in raw.items()}
-    get = raw.get
-    answer = {jid: found for jid in map(_ID, jobs) if (found := get(jid)) is not None}   # in job order
-    if len(answer) != len(raw):
+    order = list(filter(raw.__contains__, map(_ID, jobs)))     # the placed jobs in the given order
+    if len(order) != len(raw):
         answer = dict(raw)                           # names unknown jobs: the check reports it
+    elif order == list(raw):
+        answer = dict(raw)                           # already in the given order
+    else:
+        answer = {jid: raw[jid] for jid in order}
     if check or (check is None and not trusted):
         check_placement(jobs, cluster, answer)
     return answer

@@ -70,12 +70,17 @@ def _demand_arrays(jobs: Sequence[Job], archs: Sequence[str]) -> tuple[np.ndarra
     per_arch = list(map(attrgetter("per_arch"), jobs))
     for a, arch in enumerate(archs):
         found = [d.get(arch) for d in per_arch]
-        rows = [p for p, d in enumerate(found) if d is not None]
-        if rows:
-            own = [found[p] for p in rows]
-            at = np.fromiter(rows, dtype=np.int64, count=len(rows))
-            c[at, a] = np.fromiter(map(attrgetter("compute"), own), dtype=float, count=len(rows))
-            m[at, a] = np.fromiter(map(attrgetter("memory_gb"), own), dtype=float, count=len(rows))
+        missing = found.count(None)
+        if missing == count:
+            continue
+        if missing:
+            rows = np.fromiter([p for p, d in enumerate(found) if d is not None], dtype=np.int64,
+                               count=count - missing)
+            found = [found[p] for p in rows.tolist()]
+        else:
+            rows = np.arange(count)
+        c[rows, a] = np.fromiter(map(attrgetter("compute"), found), dtype=float, count=len(found))
+        m[rows, a] = np.fromiter(map(attrgetter("memory_gb"), found), dtype=float, count=len(found))
     return c, m, cores
 
 
@@ -269,7 +274,7 @@ def lagrange(jobs: Sequence[Job], cluster: Cluster, steps: int = STEPS,
     jobs = list(jobs)
     load = Load(cluster)
     archs = list(load.by_arch)
-    multi = [job for job in jobs if job.gpus > 1]
+    multi = [job for job in jobs if job.gpus > 1] if jobs and max(map(attrgetter("gpus"), jobs)) > 1 else []
     answer: dict[Hashable, tuple] = {}
     if multi:
         fixed = LiveCluster(cluster).assign_checked(by_runtime(multi, archs), "wf", {}, keep=False, numbers=True)
@@ -291,7 +296,8 @@ def lagrange(jobs: Sequence[Job], cluster: Cluster, steps: int = STEPS,
                                 steps, sample, smooth=not units.single)
     r = np.where(fit, cu * (1 - uc) - mu * um - q[:, None] * uq[units.holder], -np.inf)
     chosen = _greedy(load, pools, units, c, m, q, r)
-    placed = np.flatnonzero(chosen >= 0).tolist()
+    placed = np.flatnonzero(chosen >= 0)
+    ids = list(map(attrgetter("id"), singles))
     where = [(key,) for key in load.keys]
-    answer.update(zip([singles[p].id for p in placed], [where[i] for i in chosen[placed].tolist()]))
+    answer.update(zip([ids[p] for p in placed.tolist()], [where[i] for i in chosen[placed].tolist()]))
     return answer
