@@ -24,13 +24,19 @@ for calls too large for ``fill``.
    the unit it strains least) that has one GPU taking it and the node's cores, there to the first
    such group (node order) and in it the *best-fitting* GPU (least compute left after it; ties
    the lower number). A job whose best reduced profit is not positive is still placed if it fits.
-   Few units: each job tries its units in order (Python). Pooled: one numpy pass over every group
-   per job; a job above what any group has left (per-architecture maxima, made exact after a
-   miss; capacities only shrink within a call) is skipped without it.
+   One greedy for both kinds of unit (``lagrange_kernels.greedy``); a unit whose bounds (the
+   most compute and memory left on one of its GPUs, the most cores on one of its nodes; made
+   exact after a miss, capacities only shrink within a call) are below the job is passed over
+   without looking at its groups.
 
-Per call: O(steps x min(jobs, sample) x units) numpy work for the prices, O(jobs x units) for
-the greedy's arrays, and per job O(units) Python steps (few units) or one O(groups) numpy pass
-(pooled), plus O(GPUs of a group) per placed job. Every placed job fits (Eq. 2-4) on what was
+Kernels (``hypersack.core.jit``: numba where installed, ``pip install hypersack[fast]``; the same
+functions as plain Python otherwise, same answers, slower): the greedy and the smoothed price
+steps (``lagrange_kernels``). The subgradient steps are ``prices.descend`` (numpy; shared with
+``fill``). The jobs are read once into arrays (``_demand_arrays``): no per-job Python work after.
+
+Per call: O(steps x min(jobs, sample) x units) for the prices, O(jobs x units log units) numpy
+work for the greedy's arrays and order, and in the kernel per job O(units) plus O(groups of a
+unit x GPUs of a group) for the unit it goes to. Every placed job fits (Eq. 2-4) on what was
 left when it was placed. Deterministic.
 """
 from __future__ import annotations
@@ -252,6 +258,7 @@ def _greedy(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.ndarr
     free_c = np.array(load.free_c, dtype=float)
     free_m = np.array(load.free_m, dtype=float)
     free_q = np.array(load.free_q, dtype=float)
+    cu, mu = np.ascontiguousarray(cu), np.ascontiguousarray(mu)     # one compiled form
     chosen = kernels.greedy(order, prefs, np.isfinite(r), cu, mu, q, units.ptr, units.members, pools.ptr,
                             pools.members, pools.node, free_c, free_m, free_q, pools.top_c.copy(),
                             pools.top_m.copy())

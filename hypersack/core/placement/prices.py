@@ -13,7 +13,8 @@ A job's *reduced profit* on group g is
 ``L = sum(prices) + sum_p max(0, max_g R[p, g])`` (an upper bound on the placed compute) by
 subgradient steps with Polyak's step size towards a feasible value ``target``, the step factor
 halved after 5 steps without a lower ``L`` (and the search stopped once it is below 1/64); it
-returns the best prices seen and that ``L``.
+returns the best prices seen and that ``L``. The steps are ``descend``, which the ``lagrange``
+policy's per-group prices use too (one implementation).
 
 ``price_greedy`` places single-GPU jobs in one of two orders: ``reduced`` (the largest best
 reduced profit first) or ``regret`` (the largest gap between the best group and the runner-up
