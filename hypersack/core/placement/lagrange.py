@@ -46,7 +46,6 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
-from hypersack.core.placement import lagrange_kernels as kernels
 from hypersack.core.placement.cluster import Cluster
 from hypersack.core.placement.live import LiveCluster
 from hypersack.core.placement.load import Load, by_runtime
@@ -63,6 +62,13 @@ ETA = 0.2           # smoothed steps (pooled units): the first step's size, per 
 TAU = 0.2           # smoothed steps: softmax temperature, in mean job compute
 TIE = 0.01          # weight of the tie-break between units (``_share``)
 TARGET = 0.97       # Polyak's target: this fraction of the lowest bound seen
+
+
+def _kernels() -> Any:
+    """``lagrange_kernels``, imported on first use: importing it imports numba (about 0.3 s of
+    CPU), which a process that never runs ``lagrange`` should not pay."""
+    from hypersack.core.placement import lagrange_kernels
+    return lagrange_kernels
 
 
 def _demand_arrays(jobs: Sequence[Job], archs: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -117,6 +123,7 @@ def unit_prices(c: np.ndarray, m: np.ndarray, q: np.ndarray, fit: np.ndarray, ca
                    where=(kqg > EPS)[None, :])
     node = np.ascontiguousarray(node, dtype=np.int64)
     if smooth:
+        kernels = _kernels()
         tau = max(TAU * float(np.where(fs, cs, 0.0).max(axis=1).mean()), 1e-6)
         base = np.where(fs, cs, -np.inf)
         node_c = np.bincount(node, weights=kc, minlength=n_count)
@@ -259,6 +266,7 @@ def _greedy(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.ndarr
     free_m = np.array(load.free_m, dtype=float)
     free_q = np.array(load.free_q, dtype=float)
     cu, mu = np.ascontiguousarray(cu), np.ascontiguousarray(mu)     # one compiled form
+    kernels = _kernels()
     chosen = kernels.greedy(order, prefs, np.isfinite(r), cu, mu, q, units.ptr, units.members, pools.ptr,
                             pools.members, pools.node, free_c, free_m, free_q, pools.top_c.copy(),
                             pools.top_m.copy())
