@@ -61,6 +61,34 @@ TESTS = ["tests/core/placement/test_placement_lagrange.py", "tests/core/placemen
          "tests/core/placement/test_placement_hay.py", "tests/core/placement/test_placement_policies.py",
          "tests/core/placement/test_placement_fill.py"]
 
+# lagrange's kernels, demand arrays, the job check and the answer order (issue 15, the large
+# size). The lagrange_* entries above whose text moved into lagrange_kernels.py (one greedy for
+# both unit paths) or prices.descend (one subgradient for fill and lagrange) are replaced here.
+_K = P + "lagrange_kernels.py"
+MUTANTS.update({
+    "lagrange_wide_cores": (_K, "if top_c[g] + _EPS < cj or top_m[g] + _EPS < mj or free_q[group_node[g]] + _EPS < qp:",
+                            "if top_c[g] + _EPS < cj or top_m[g] + _EPS < mj:"),
+    "lagrange_wide_one_gpu": (_K, "if free_c[i] + _EPS >= cj and free_m[i] + _EPS >= mj and free_c[i] - cj < slack - _EPS:",
+                              "if free_c[i] + _EPS >= cj and free_c[i] - cj < slack - _EPS:"),
+    "lagrange_group_cores": (_K, "free_q[group_node[at]] -= qp", "free_q[group_node[at]] -= 0.0"),
+    "lagrange_take_memory": (_K, "free_m[pick] -= mj", "free_m[pick] -= 0.0"),
+    "lagrange_best_fit": (_K, "and free_c[i] - cj < slack - _EPS:", "and pick < 0:"),
+    "lagrange_tie_sign": (P + "lagrange.py", "ranked = r - TIE * _share(", "ranked = r + TIE * _share("),
+    "lagrange_order": (P + "lagrange.py", "order = np.lexsort((-cu.max(axis=1), -best))",
+                       "order = np.lexsort((-cu.max(axis=1), best))"),
+    "lagrange_step_sign": (_K, "pq[h] = max(0.0, pq[h] - size * holder_c[h] * (1.0 - use_q[h]))",
+                           "pq[h] = max(0.0, pq[h] + size * holder_c[h] * (1.0 - use_q[h]))"),
+    "price_subgradient_sign": (P + "prices.py", "step = factor * (bound - aim) / norm",
+                               "step = -factor * (bound - aim) / norm"),
+    "lagrange_demand_per_arch": (P + "lagrange.py", "        if missing == count:\n            continue",
+                                 "        if True:\n            continue"),
+    "check_job_types": (P + "check.py", "if not all(issubclass(kind, Job) for kind in set(map(type, jobs))):",
+                        "if False:"),
+    "check_job_running": (P + "check.py", "(running and not running.keys().isdisjoint(ids))", "False"),
+    "api_answer_order": (P + "api.py", "        answer = {jid: raw[jid] for jid in order}", "        answer = dict(raw)"),
+})
+TESTS.insert(1, "tests/core/placement/test_placement_lagrange_kernels.py")
+
 
 def run(name: str) -> bool:
     """True when the mutant is killed."""

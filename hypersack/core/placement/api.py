@@ -7,6 +7,7 @@ policy and, for a policy that is not built in, checks its answer with ``check_pl
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from hypersack.core.placement.auto import auto
@@ -24,6 +25,7 @@ __all__ = ["assign", "place", "register_policy", "unregister_policy", "policy_na
            "parse_placement", "Policy"]
 
 Policy = Callable[..., Mapping[Hashable, Any]]
+_ID = attrgetter("id")
 
 
 def _mip(jobs: Sequence[Job], cluster: Cluster, **options: Any) -> Mapping[Hashable, Any]:
@@ -116,9 +118,13 @@ def assign(jobs: Sequence[Job], cluster: Cluster, policy: str | Policy = "wfd", 
     trusted = isinstance(policy, str) and policy in _TRUSTED
     if not trusted:                                  # built-ins already answer in this form
         raw = {jid: as_devices(devices) for jid, devices in raw.items()}
-    answer = {job.id: raw[job.id] for job in jobs if job.id in raw}      # in the given job order
-    if len(answer) != len(raw):
+    order = list(filter(raw.__contains__, map(_ID, jobs)))     # the placed jobs in the given order
+    if len(order) != len(raw):
         answer = dict(raw)                           # names unknown jobs: the check reports it
+    elif order == list(raw):
+        answer = dict(raw)                           # already in the given order
+    else:
+        answer = {jid: raw[jid] for jid in order}
     if check or (check is None and not trusted):
         check_placement(jobs, cluster, answer)
     return answer

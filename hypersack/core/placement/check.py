@@ -10,6 +10,7 @@ exceed a capacity elsewhere, and that is not the new placement's fault.
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Hashable, Iterable, Mapping, Protocol, Sequence
 
 from hypersack.core.placement.model import EPS, GPU, Job, Node, as_devices
@@ -124,17 +125,28 @@ def occupancy(cluster: Cluster) -> float:
 
 
 def check_job_list(jobs: Any, running: Any) -> list[Job]:
-    """``jobs`` as a list, each a Job with an id unique among them and not in ``running``."""
+    """``jobs`` as a list, each a Job with an id unique among them and not in ``running``.
+
+    Whole-list checks (the types present, the set of ids); a list that fails one is walked job
+    by job only to name the first offender in the error."""
     if isinstance(jobs, (str, bytes, Mapping)) or not hasattr(jobs, "__iter__"):
         raise ConfigError("jobs", jobs, "must be a sequence of Job")
     jobs = list(jobs)
-    seen: set = set()
-    for i, job in enumerate(jobs):
-        if not isinstance(job, Job):
-            raise ConfigError(f"jobs[{i}]", job, "must be a Job")
-        if job.id in seen:
-            raise ConfigError(f"jobs[{i}].id", job.id, "must be unique among the jobs")
-        if job.id in running:
-            raise ConfigError(f"jobs[{i}].id", job.id, "is already running in the cluster")
-        seen.add(job.id)
+    if not all(issubclass(kind, Job) for kind in set(map(type, jobs))):
+        i, job = next((i, job) for i, job in enumerate(jobs) if not isinstance(job, Job))
+        raise ConfigError(f"jobs[{i}]", job, "must be a Job")
+    ids = list(map(attrgetter("id"), jobs))
+    if len(set(ids)) != len(ids) or (running and not running.keys().isdisjoint(ids)):
+        _name_bad_id(ids, running)
     return jobs
+
+
+def _name_bad_id(ids: list, running: Any) -> None:
+    """Raise ConfigError for the first id in ``ids`` repeated or already in ``running``."""
+    seen: set = set()
+    for i, jid in enumerate(ids):
+        if jid in seen:
+            raise ConfigError(f"jobs[{i}].id", jid, "must be unique among the jobs")
+        if jid in running:
+            raise ConfigError(f"jobs[{i}].id", jid, "is already running in the cluster")
+        seen.add(jid)

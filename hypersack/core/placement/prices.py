@@ -13,7 +13,8 @@ A job's *reduced profit* on group g is
 ``L = sum(prices) + sum_p max(0, max_g R[p, g])`` (an upper bound on the placed compute) by
 subgradient steps with Polyak's step size towards a feasible value ``target``, the step factor
 halved after 5 steps without a lower ``L`` (and the search stopped once it is below 1/64); it
-returns the best prices seen and that ``L``.
+returns the best prices seen and that ``L``. The steps are ``descend``, which the ``lagrange``
+policy's per-group prices use too (one implementation).
 
 ``price_greedy`` places single-GPU jobs in one of two orders: ``reduced`` (the largest best
 reduced profit first) or ``regret`` (the largest gap between the best group and the runner-up
@@ -30,7 +31,7 @@ import numpy as np
 from hypersack.core.placement.load import Demand, Load
 from hypersack.core.placement.model import EPS, Job
 
-__all__ = ["Groups", "prices", "reduced_profits", "price_greedy", "ORDERS", "WITHIN"]
+__all__ = ["Groups", "prices", "descend", "reduced_profits", "price_greedy", "ORDERS", "WITHIN"]
 
 ORDERS = ("reduced", "regret")
 WITHIN = ("first", "balanced")
@@ -87,19 +88,37 @@ def prices(groups: Groups, target: float, steps: int,
     doc) and the prices (pc, pm, pq) of the lowest L seen by each of ``checkpoints`` (steps) and
     by the last step, without repeats; ``target``: a placed compute known to be feasible."""
     p_count, g_count = groups.c.shape
-    n_count = len(groups.cap_q)
+    if p_count == 0 or g_count == 0:
+        return 0.0, [(np.zeros(g_count), np.zeros(g_count), np.zeros(len(groups.cap_q)))]
+    sc, sm, sq = groups.scaled()
+    base = np.where(groups.fit, groups.c, -np.inf)
+    return descend(base, sc, sm, sq, groups.node, len(groups.cap_q), steps, target,
+                   smallest=_SMALLEST, checkpoints=checkpoints)
+
+
+def descend(base: np.ndarray, sc: np.ndarray, sm: np.ndarray, sq: np.ndarray, node: np.ndarray,
+            n_count: int, steps: int, target: float, *, fraction: float | None = None,
+            smallest: float = _SMALLEST,
+            checkpoints: Sequence[int] = ()) -> tuple[float, list[tuple[np.ndarray, ...]]]:
+    """The subgradient steps of the module doc, shared by ``prices`` and the ``lagrange`` policy,
+    on jobs x groups ``base`` (compute; -inf where the group cannot take the job), demands over
+    capacities ``sc``, ``sm``, ``sq`` and each group's core holder ``node`` (of ``n_count``).
+    Polyak's step goes towards ``target``, or with ``fraction`` towards ``fraction`` x the lower
+    of ``target`` and the lowest bound seen; the step factor (from 2) is halved after 5 steps
+    without a lower bound, and the steps stop once it is below ``smallest``, when the bound is
+    within EPS of the aim, or when the subgradient vanishes. Returns (the lowest bound seen,
+    the prices (pc, pm, pq) of the lowest bound seen by each of ``checkpoints`` and by the last
+    step, without repeats)."""
+    g_count = base.shape[1]
     pc, pm, pq = np.zeros(g_count), np.zeros(g_count), np.zeros(n_count)
     best_l, best = np.inf, (pc, pm, pq)
     kept: list[tuple[np.ndarray, ...]] = []
-    if p_count == 0 or g_count == 0:
-        return 0.0, [best]
-    sc, sm, sq = groups.scaled()
-    rows = np.arange(p_count)
+    rows = np.arange(base.shape[0])
     factor, stall = 2.0, 0
     for step_no in range(steps):
         if step_no in checkpoints and (not kept or kept[-1] is not best):
             kept.append(best)
-        r = np.where(groups.fit, groups.c - sc * pc - sm * pm - sq * pq[groups.node], -np.inf)
+        r = base - sc * pc - sm * pm - sq * pq[node]
         top = r.argmax(axis=1)
         gain = r[rows, top]
         taken = gain > 0
@@ -113,13 +132,14 @@ def prices(groups: Groups, target: float, steps: int,
         at = top[taken]
         g_c = 1 - np.bincount(at, weights=sc[taken, at], minlength=g_count)
         g_m = 1 - np.bincount(at, weights=sm[taken, at], minlength=g_count)
-        g_q = 1 - np.bincount(groups.node[at], weights=sq[taken, at], minlength=n_count)
+        g_q = 1 - np.bincount(node[at], weights=sq[taken, at], minlength=n_count)
         for g, p in ((g_c, pc), (g_m, pm), (g_q, pq)):
             g[(p <= 0) & (g > 0)] = 0.0                 # a free, slack resource stays free
         norm = float((g_c ** 2).sum() + (g_m ** 2).sum() + (g_q ** 2).sum())
-        if norm < 1e-12 or bound - target <= EPS or factor < _SMALLEST:
+        aim = target if fraction is None else fraction * min(best_l, target)
+        if norm < 1e-12 or bound - aim <= EPS or factor < smallest:
             break
-        step = factor * (bound - target) / norm
+        step = factor * (bound - aim) / norm
         pc, pm, pq = (np.maximum(0.0, pc - step * g_c), np.maximum(0.0, pm - step * g_m),
                       np.maximum(0.0, pq - step * g_q))
     if not kept or kept[-1] is not best:
