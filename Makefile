@@ -54,7 +54,7 @@ demo: $(STAMP)
 # mypy first (configured in pyproject.toml: the whole hypersack package), then the tests.
 test: $(STAMP) browser
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -88,14 +88,21 @@ def check_makespan(plan: dict, work: Path) -> dict:
 
 # ---- check 6: the OOM retry --------------------------------------------------------------------
 
+# Longest a CPU holder waits for its co-located holder to be refused (check 6 on the CPU).
+REFUSAL_WAIT_S = 60.0
+
+
 def hold_memory(config: dict, ctx: Any) -> None:
     """Hold ``fraction`` of the device's memory for ``steps`` steps of ``step_s`` seconds.
 
     On CUDA the memory is really allocated (a co-located second holder runs out of memory). On
     the CPU a ledger file stands for the device: a holder that would take it past 1.0 raises the
-    error text a CUDA OOM has."""
+    error text a CUDA OOM has, after leaving a ``.refused`` mark beside the ledger; a first
+    attempt that got its share holds it until that mark appears (at most ``REFUSAL_WAIT_S``), so
+    the co-located holder is refused however late its worker starts on a busy machine."""
     import fcntl
     import time as _time
+    from pathlib import Path as _Path
     start = _time.time()
     fraction = float(config["fraction"])
     held = None
@@ -104,16 +111,21 @@ def hold_memory(config: dict, ctx: Any) -> None:
         total = torch.cuda.mem_get_info()[1]
         held = torch.empty(int(total * fraction), dtype=torch.uint8, device=ctx.device)
     else:
+        refused = _Path(str(config["ledger"]) + ".refused")
         with open(config["ledger"], "a+") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             f.seek(0)
             used = float(f.read() or 0)
             if used + fraction > 1.0:
+                refused.touch()
                 raise RuntimeError(f"CUDA out of memory (simulated on CPU: {used:.2f} of the "
                                    f"device held, {fraction:.2f} more asked)")
             f.seek(0)
             f.truncate()
             f.write(str(used + fraction))
+        deadline = _time.monotonic() + REFUSAL_WAIT_S
+        while ctx.attempt == 1 and not refused.exists() and _time.monotonic() < deadline:
+            _time.sleep(0.05)
     try:
         for step in range(1, int(config["steps"]) + 1):
             _time.sleep(float(config["step_s"]))

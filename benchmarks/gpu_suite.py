@@ -183,10 +183,14 @@ def run_check(number: int, plan: dict, out: Path, env: dict[str, str]) -> dict[s
     return dict(entry, **json.loads(result_file.read_text()))
 
 
+# Seconds a check's process group has, after the SIGINT of its time limit, to end by itself.
+STOP_GRACE_S = 15.0
+
+
 def _wait_or_stop(proc: subprocess.Popen, limit: float) -> bool:
     """Wait up to ``limit`` s; True if it had to be stopped: SIGINT to the group first (context
-    managers stop MPS, studies end their workers), SIGKILL 15 s later. Whatever is left of the
-    group afterwards (orphaned workers) is killed either way."""
+    managers stop MPS, studies end their workers), SIGKILL ``STOP_GRACE_S`` later. Whatever is
+    left of the group afterwards (orphaned workers) is killed either way."""
     timed_out = False
     try:
         proc.wait(timeout=limit)
@@ -194,7 +198,7 @@ def _wait_or_stop(proc: subprocess.Popen, limit: float) -> bool:
         timed_out = True
         _signal_group(proc.pid, signal.SIGINT)
         try:
-            proc.wait(timeout=15.0)
+            proc.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             pass
     _signal_group(proc.pid, signal.SIGKILL)

@@ -89,3 +89,16 @@ def pytest_xdist_make_scheduler(config, log):
             return "ray-cluster" if scope in RAY_CLUSTER_FILES else scope
 
     return RayFilesTogether(config, log)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files with more ``slow`` tests (real studies, browsers, subprocesses) first, each file's
+    tests kept together and in order: ``make test`` (``--dist loadfile --no-loadscope-reorder``)
+    then hands the long files out first and ends on short ones, so neither xdist worker is left
+    alone with a long file at the end (longest-first scheduling). Without xdist only the order
+    of the files changes."""
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.nodeid.split("::")[0]] = (slow.get(item.nodeid.split("::")[0], 0)
+                                             + (item.get_closest_marker("slow") is not None))
+    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])

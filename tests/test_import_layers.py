@@ -4,6 +4,7 @@ the YAML loader)."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import hypersack
@@ -35,8 +36,10 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return skip
 
 
+@cache
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the hypersack modules it imports anywhere (``from pkg import mod`` counts mod)."""
+    """Module -> the hypersack modules it imports anywhere (``from pkg import mod`` counts mod).
+    Parsed once per test process (the tests below only read it)."""
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():

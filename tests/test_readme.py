@@ -47,6 +47,24 @@ def test_quick_start_blocks_are_files_and_commands():
     assert names == ["# quickstart.py", "# mymodel.py", "# study.yaml"]
 
 
+# Commands that only read the store: run through the console entry point in this process, from
+# the folder (``hypersack run`` and ``python`` lines, which start workers, are subprocesses).
+READ_COMMANDS = {"best", "status"}
+
+
+def _in_process(folder: Path, capsys, args: list[str]) -> tuple[int, str, str]:
+    from hypersack._entry import main
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        capsys.readouterr()
+        code = main(args)
+    finally:
+        os.chdir(here)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 @pytest.mark.slow
 def test_quick_start_runs_verbatim(tmp_path, capsys):
     for kind, body in blocks("Quick start"):
@@ -58,21 +76,21 @@ def test_quick_start_runs_verbatim(tmp_path, capsys):
         if kind != "bash":
             continue
         for line in filter(None, (raw.strip() for raw in body.splitlines())):
-            done = subprocess.run(command(line), cwd=tmp_path, env=env, capture_output=True,
-                                  text=True, timeout=300)
-            assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
-            outputs[line] = done.stdout
+            words = shlex.split(line)
+            if words[0] == "hypersack" and words[1] in READ_COMMANDS:
+                code, out, err = _in_process(tmp_path, capsys, words[1:])
+            else:
+                done = subprocess.run(command(line), cwd=tmp_path, env=env, capture_output=True,
+                                      text=True, timeout=300)
+                code, out, err = done.returncode, done.stdout, done.stderr
+            assert code == 0, f"{line}\n{out}\n{err}"
+            outputs[line] = out
     best = outputs["python quickstart.py"].strip().splitlines()[-1]
     assert best.startswith("{'trial_id': ") and "'metric': 'loss'" in best
     assert "Best trial of 'yaml-quickstart'" in outputs["hypersack best yaml-quickstart"]
-    from hypersack._entry import main       # a read command: in this process, from the folder
-    here = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        capsys.readouterr()
-        assert main(["status", "yaml-quickstart", "--json"]) == 0
-    finally:
-        os.chdir(here)
-    info = json.loads(capsys.readouterr().out)
+    assert "yaml-quickstart" in outputs["hypersack status yaml-quickstart"]
+    code, out, err = _in_process(tmp_path, capsys, ["status", "yaml-quickstart", "--json"])
+    assert code == 0, err
+    info = json.loads(out)
     assert info["total"] == 8 and info["complete"] >= 1      # ASHA's best trial trains to the end
     assert info["best"]["metric"] == "loss"

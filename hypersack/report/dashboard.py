@@ -112,7 +112,13 @@ class Dashboard:
     def study(self, name: str) -> dict[str, Any]:
         from hypersack.report.data import from_storage, payload
         from hypersack.runtime.storage import Storage
-        with Storage(self.storage, readonly=True) as store:
+        try:
+            store = Storage(self.storage, readonly=True)
+        except StorageError as exc:
+            if not self.storage.exists() or "no such table" in str(exc):   # being created
+                raise StudyNotFoundError(name, str(self.storage)) from None
+            raise
+        with store:
             return payload(from_storage(store, name))
 
 

@@ -48,8 +48,10 @@ def _gone(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] in "ZX"
 
 
-def test_an_overrunning_process_group_is_stopped():
-    """The check's whole group goes, orphans included (a background child ignores SIGINT)."""
+def test_an_overrunning_process_group_is_stopped(monkeypatch):
+    """The check's whole group goes, orphans included (a background child ignores SIGINT): the
+    group's SIGKILL comes at the latest after the grace period (shortened here)."""
+    monkeypatch.setattr(gpu_suite, "STOP_GRACE_S", 0.5)
     proc = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; sleep 30"], start_new_session=True,
                             stdout=subprocess.PIPE, text=True)
     orphan = int(proc.stdout.readline())
@@ -62,7 +64,8 @@ def test_an_overrunning_process_group_is_stopped():
     assert _gone(orphan)
 
 
-def test_a_check_over_its_limit_fails_with_the_reason(tmp_path):
+def test_a_check_over_its_limit_fails_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_suite, "STOP_GRACE_S", 0.5)
     plan = gpu_suite.make_plan("tiny", "cpu")
     plan["limits"]["0"] = 0.3
     (tmp_path / "work").mkdir()

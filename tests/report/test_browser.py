@@ -55,6 +55,10 @@ class Page:
 
     def __init__(self, browser, width=1400, height=1000):
         self.page = browser.new_page(viewport={"width": width, "height": height})
+        # Rendering a report takes Chromium ~10 s of CPU (software WebGL for the parallel
+        # coordinates): playwright's 30 s default is too short on a busy machine.
+        self.page.set_default_timeout(180_000)
+        self.page.set_default_navigation_timeout(180_000)
         self.errors: list[str] = []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))

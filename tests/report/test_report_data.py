@@ -290,11 +290,15 @@ def test_a_study_without_trials_reports_empty_views(tmp_path):
 
 
 def test_the_dashboard_lists_nothing_while_a_store_is_being_created(tmp_path):
+    from hypersack.errors import StudyNotFoundError
     from hypersack.report.dashboard import Dashboard
     (tmp_path / "new.db").write_bytes(b"")             # the driver's file, before its schema
     boards = [Dashboard(tmp_path / "new.db", port=0), Dashboard(tmp_path / "none.db", port=0)]
     try:
         assert [b.studies() for b in boards] == [[], []]
+        for board in boards:              # a study asked for then is not there yet: a 404
+            with pytest.raises(StudyNotFoundError, match="No study named 'live'"):
+                board.study("live")
     finally:
         for b in boards:
             b.close()

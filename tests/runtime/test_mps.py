@@ -127,10 +127,11 @@ def test_stale_daemon_of_a_crashed_run_is_cleaned(fake_mps, tmp_path):
 
 def test_daemon_deaf_to_quit_is_killed(fake_mps, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_MPS_MODE", "deaf")
-    daemon = MpsDaemon(tmp_path / "s", timeout_s=0.5)
-    assert daemon.start()
+    daemon = MpsDaemon(tmp_path / "s", timeout_s=60)    # the fake is a Python program: its
+    assert daemon.start()                                 # start takes seconds at load 20
     pids = daemon._daemon_pids()
     assert pids
+    daemon.timeout_s = 0.5                 # the quit it ignores is waited for 0.5 s, then kill
     daemon.stop()
     assert wait_until(lambda: daemon._daemon_pids() == [])
     assert not (daemon.pipe_dir / "control").exists()
