@@ -231,7 +231,7 @@ def _refused(work: Path) -> dict:
 # ---- check 3: profiles -------------------------------------------------------------------------
 
 def check_profiles(plan: dict, work: Path) -> dict:
-    from hypersack.runtime.profiler import profile_trainable
+    from hypersack.runtime.profile_offline import profile_trainable
     from hypersack.runtime.trainable import resolve_reference
     rows = {}
     for name, config in plan["workloads"].items():

@@ -31,7 +31,7 @@ def calibrate_train_size(plan: dict) -> int:
     config = dict(plan["workloads"]["resnet18_cifar"], batch_size=64, epochs=10**6)
     seconds = run_python(
         "import json\n"
-        "from hypersack.runtime.profiler import profile_trainable\n"
+        "from hypersack.runtime.profile_offline import profile_trainable\n"
         "from hypersack.workloads.vision import train_resnet18\n"
         f"p = profile_trainable(train_resnet18, {config!r}, n_iters=10, "
         f"device={torch_device(plan)!r})\n"

@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 from hypersack.runtime.monitor import DeviceMonitor
 from hypersack.runtime.nvml import FakeNvml, NvmlSource
-from hypersack.runtime.profiler import Profile, Sampler, profile_trainable
+from hypersack.runtime.profile_offline import profile_trainable
+from hypersack.runtime.profiler import Profile, Sampler
 from hypersack.runtime.profiles import ProfileKey, ProfileStore
 
 
