@@ -90,6 +90,8 @@ class FeedExecutor:
         self.polled = False
         self.acked_warm = 0
         self.marks: list[tuple[int, float, float]] = []   # (acked, process cpu, own cpu) per tenth
+        self.profiler: Any = None                # enabled once ``profile_at`` reports were acked
+        self.profile_at = 0
 
     def start(self) -> None:
         self.t0 = time.perf_counter()
@@ -156,6 +158,9 @@ class FeedExecutor:
             self.acked_warm = self.acked
         if self.acked >= len(self.marks) * self.measure / 10:
             self.marks.append((self.acked, c0, self.cpu_s))
+        if self.profiler is not None and self.acked >= self.profile_at:
+            self.profiler.enable()
+            self.profiler, self.profile_at = None, self.measure + 1
         for trial, due_at in self.waiting.items():
             if self.warm is not None:
                 self.latencies.append(now - due_at)
@@ -260,7 +265,8 @@ def cluster_for(gpus: int, per_gpu: int) -> Cluster:
 
 def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability: str,
                   measure: int, gpus: int, per_gpu: int, window: float,
-                  profile: int = 0, algorithm: str = "random") -> dict[str, Any]:
+                  profile: int = 0, algorithm: str = "random",
+                  profile_from: float = 0.0) -> dict[str, Any]:
     space = SearchSpace({"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True}})
     objective = Objective("loss", "min")
     spec: dict[str, Any] = {"type": "random"}
@@ -285,7 +291,9 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
         pauses = GcPauses(lambda: executor.warm is not None)
         gc.callbacks.append(pauses)
         c0, w0 = time.process_time(), time.perf_counter()
-        if profiler:
+        if profiler and profile_from > 0:      # from that fraction of the reports on
+            executor.profiler, executor.profile_at = profiler, int(profile_from * measure)
+        elif profiler:
             profiler.enable()
         if GROUP_COMMIT:
             run_loop(controller, executor, store, row, group_window_s=window)
@@ -413,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gc", choices=("freeze", "default"), default="freeze",
                    help="default: Python's own collector in the loop (before heap.LoopHeap)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest functions")
+    p.add_argument("--profile-from", type=float, default=0.0, metavar="F",
+                   help="--profile only from this fraction of the reports on (0.9: the last tenth)")
     p.add_argument("--optuna", action="store_true", help="run Optuna's SQLite storage instead")
     p.add_argument("--concurrent", type=int, default=100, help="open Optuna trials at once")
     p.add_argument("--sweep", action="store_true", help="the RESULTS.md table (+ Optuna)")
@@ -442,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows.append(run_hypersack(tmp, args.trials, args.reports, args.rate, args.durability,
                                       min(args.measure, args.trials * args.reports), args.gpus,
-                                      args.per_gpu, args.window, args.profile, args.algorithm))
+                                      args.per_gpu, args.window, args.profile, args.algorithm,
+                                      args.profile_from))
             print_row(rows[-1])
             if args.profile:
                 print(rows[-1].pop("profile"))
