@@ -503,7 +503,7 @@ class Storage:
         ``get_study`` puts every stored part back."""
         algorithm = state.get("algorithm")
         parts = algorithm.get("parts") if isinstance(algorithm, dict) else None
-        if isinstance(parts, StateParts):
+        if isinstance(algorithm, dict) and isinstance(parts, StateParts):
             state = {**state, "algorithm": {k: v for k, v in algorithm.items() if k != "parts"}}
             gone = [(study_id, key) for key, value in parts.items() if value is None]
             if gone:
