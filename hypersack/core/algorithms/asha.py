@@ -168,8 +168,8 @@ class ASHA(Algorithm):
         value = objective_value(self.objective, metrics)
         if value is None:
             return Decision.CONTINUE
-        self._dirty.add(trial_id)
         while entry[0] < len(self.milestones) and step >= self.milestones[entry[0]]:
+            self._dirty.add(trial_id)            # a report between milestones changes nothing
             rung = self._rungs[entry[0]]
             passes = self._passes(trial_id, rung, value)
             if self._rung_model is not None and trial_id not in rung.values:
@@ -212,7 +212,8 @@ class ASHA(Algorithm):
         entry = self._trials.get(trial_id)
         if entry is None:
             return
-        self._dirty.add(trial_id)
+        if entry[1] != DONE:
+            self._dirty.add(trial_id)
         if entry[1] == PAUSED:
             self._rungs[entry[0]].unpause(trial_id)
         self._set(entry, status=DONE)
