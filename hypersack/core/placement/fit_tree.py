@@ -87,6 +87,31 @@ class FitTree:
                     up.append(k >> 1)
             level = up
 
+    def grow(self, positions: Sequence[int]) -> None:
+        """``refresh`` for GPUs whose three numbers only went up (or stayed) since they were
+        last read (a release): each ancestor rises to the new leaf, and a climb stops at the
+        first ancestor already as high; for a node's GPUs, which share their new cores, all but
+        the first climb stop within a level or two."""
+        size, members = self.size, self.members
+        c, m, q = self.c, self.m, self.q
+        src_c, src_m, src_q, node = self._src
+        for p in positions:
+            i, k = members[p], p + size
+            vc, vm, vq = src_c[i], src_m[i], src_q[node[i]]
+            c[k], m[k], q[k] = vc, vm, vq
+            k >>= 1
+            while k:
+                up = False
+                if c[k] < vc:
+                    c[k], up = vc, True
+                if m[k] < vm:
+                    m[k], up = vm, True
+                if q[k] < vq:
+                    q[k], up = vq, True
+                if not up:
+                    break
+                k >>= 1
+
     def _refresh_run(self, lo: int, hi: int) -> None:
         """``refresh`` of every position from ``lo`` to ``hi``: level by level, each level's
         changed nodes a run again (re-reading a GPU that did not change is harmless)."""

@@ -238,27 +238,29 @@ class LiveCluster:
                 touched.extend(load.node_gpus[n])
         self._snapshot = None
         if index:
-            self._refresh(touched if len(touched) == len(gpus) else set(touched))
+            self._refresh(touched if len(touched) == len(gpus) else set(touched), grown=sign < 0)
 
     def _build_trees(self, c: list[float], m: list[float]) -> dict[str, FitTree]:
         load = self.load
         return {arch: FitTree(members, c, m, load.free_q, load.node)
                 for arch, members in load.by_arch.items()}
 
-    def _refresh(self, gpus: Any) -> None:
-        """Re-index ``gpus`` (GPU numbers) in every tree family after their values changed."""
+    def _refresh(self, gpus: Any, grown: bool = False) -> None:
+        """Re-index ``gpus`` (GPU numbers) in every tree family after their values changed;
+        ``grown``: they only went up (a release: ``FitTree.grow``)."""
         families = [self._trees] if self._alone is None else [self._trees, self._alone]
         if len(self._trees) == 1:                 # one architecture: positions are GPU numbers
             for family in families:
                 for tree in family.values():
-                    tree.refresh(gpus)
+                    tree.grow(gpus) if grown else tree.refresh(gpus)
             return
         by_arch: dict[str, list[int]] = {}
         for i in gpus:
             by_arch.setdefault(self.load.arch[i], []).append(self._position[i])
         for family in families:
             for arch, positions in by_arch.items():
-                family[arch].refresh(positions)
+                tree = family[arch]
+                tree.grow(positions) if grown else tree.refresh(positions)
 
     # ---- placing ------------------------------------------------------------------------------
 
