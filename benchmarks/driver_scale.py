@@ -12,7 +12,7 @@ group window of a real study), ``Controller`` with random search and WFD placeme
 Printed per run (measured after a warm-up of the first fifth of the reports, which includes
 launching the first ``--gpus x --per-gpu`` trials at once): reports acknowledged per second, driver CPU per report (process CPU time minus
 the fake executor's own), commits (durable transactions) and reports per commit, p50/p99 ack
-latency (from the moment a report was due to its ack), and where the driver's time goes (time in
+latency (from the moment a report was due to its ack), and where the driver's time goes (time and CPU in
 the store's commits, the controller, the loop; with ``--profile N`` the N costliest functions).
 
 The same load for Optuna (``--optuna``): ``--concurrent`` trials are asked at once from a SQLite
@@ -90,6 +90,8 @@ class FeedExecutor:
         self.polled = False
         self.acked_warm = 0
         self.marks: list[tuple[int, float, float]] = []   # (acked, process cpu, own cpu) per tenth
+        self.profiler: Any = None                # enabled once ``profile_at`` reports were acked
+        self.profile_at = 0
 
     def start(self) -> None:
         self.t0 = time.perf_counter()
@@ -156,6 +158,9 @@ class FeedExecutor:
             self.acked_warm = self.acked
         if self.acked >= len(self.marks) * self.measure / 10:
             self.marks.append((self.acked, c0, self.cpu_s))
+        if self.profiler is not None and self.acked >= self.profile_at:
+            self.profiler.enable()
+            self.profiler, self.profile_at = None, self.measure + 1
         for trial, due_at in self.waiting.items():
             if self.warm is not None:
                 self.latencies.append(now - due_at)
@@ -178,6 +183,7 @@ class CountingStore(Storage):
     """The SQLite store, timing its batches and commits (a store without group commit makes one
     commit per batch)."""
     save_s = 0.0
+    save_cpu_s = 0.0       # process CPU time inside save_batch (SQLite's C code included)
     tx_s = 0.0
     batches = 0
 
@@ -192,10 +198,11 @@ class CountingStore(Storage):
         return self.commits if GROUP_COMMIT else self.batches
 
     def save_batch(self, *args: Any, **kwargs: Any) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         self.batches += 1
         super().save_batch(*args, **kwargs)
         self.save_s += time.perf_counter() - t0
+        self.save_cpu_s += time.process_time() - c0
 
     def transaction(self, doing: str = "store the study's progress") -> Any:
         outer = self
@@ -260,7 +267,8 @@ def cluster_for(gpus: int, per_gpu: int) -> Cluster:
 
 def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability: str,
                   measure: int, gpus: int, per_gpu: int, window: float,
-                  profile: int = 0, algorithm: str = "random") -> dict[str, Any]:
+                  profile: int = 0, algorithm: str = "random",
+                  profile_from: float = 0.0) -> dict[str, Any]:
     space = SearchSpace({"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True}})
     objective = Objective("loss", "min")
     spec: dict[str, Any] = {"type": "random"}
@@ -285,7 +293,9 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
         pauses = GcPauses(lambda: executor.warm is not None)
         gc.callbacks.append(pauses)
         c0, w0 = time.process_time(), time.perf_counter()
-        if profiler:
+        if profiler and profile_from > 0:      # from that fraction of the reports on
+            executor.profiler, executor.profile_at = profiler, int(profile_from * measure)
+        elif profiler:
             profiler.enable()
         if GROUP_COMMIT:
             run_loop(controller, executor, store, row, group_window_s=window)
@@ -296,7 +306,7 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
         gc.callbacks.remove(pauses)
         end_cpu, end_wall = time.process_time(), executor.done_at or time.perf_counter()
         stored = store._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        save_s, tx_s = store.save_s, store.tx_s
+        save_s, save_cpu_s, tx_s = store.save_s, store.save_cpu_s, store.tx_s
         if executor.warm is None or executor.acked_warm >= executor.acked:   # too short a run
             executor.warm, executor.acked_warm = (c0, w0, 0.0, 0), 0
         warm_cpu, warm_wall, warm_own, warm_commits = executor.warm
@@ -318,6 +328,7 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
            "ack_p50_ms": round(1e3 * lat[len(lat) // 2], 2) if lat else None,
            "ack_p99_ms": round(1e3 * lat[int(len(lat) * 0.99)], 2) if lat else None,
            "store_batch_us": round(1e6 * save_s / max(1, total), 1),
+           "store_cpu_us": round(1e6 * save_cpu_s / max(1, total), 1),
            "commit_us": round(1e6 * tx_s / max(1, total), 1),
            "cpu_us_by_tenth": tenths, "gc_pause_max_ms": round(1e3 * pauses.longest, 1),
            "gc_s": round(pauses.total, 3), "full_collections": pauses.full}
@@ -389,7 +400,8 @@ def print_row(r: dict[str, Any]) -> None:
     print(f"{r['system']} {label:<14} {r['trials']:>7} {r['concurrent']:>6} {r['reports']:>5} {r['rate']:>6.0f} "
           f"{r['acked']:>7} {r['reports_per_s']:>9.0f} {r['driver_cpu_us']:>8.1f} {r['commits']:>7} "
           f"{r['reports_per_commit']:>6.1f} {r['ack_p50_ms']:>7.2f} {r['ack_p99_ms']:>7.2f}"
-          f"   (store {r['store_batch_us']:.0f} us/report, commits {r['commit_us']:.0f} us/report)")
+          f"   (store {r['store_batch_us']:.0f} us/report, {r['store_cpu_us']:.0f} us of CPU; "
+          f"commits {r['commit_us']:.0f} us/report)")
     print(f"    driver cpu us/report by tenth of the run: {r['cpu_us_by_tenth']}; garbage collector: "
           f"{r['gc_s']} s, longest pause {r['gc_pause_max_ms']} ms, {r['full_collections']} full")
 
@@ -413,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gc", choices=("freeze", "default"), default="freeze",
                    help="default: Python's own collector in the loop (before heap.LoopHeap)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest functions")
+    p.add_argument("--profile-from", type=float, default=0.0, metavar="F",
+                   help="--profile only from this fraction of the reports on (0.9: the last tenth)")
     p.add_argument("--optuna", action="store_true", help="run Optuna's SQLite storage instead")
     p.add_argument("--concurrent", type=int, default=100, help="open Optuna trials at once")
     p.add_argument("--sweep", action="store_true", help="the RESULTS.md table (+ Optuna)")
@@ -442,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rows.append(run_hypersack(tmp, args.trials, args.reports, args.rate, args.durability,
                                       min(args.measure, args.trials * args.reports), args.gpus,
-                                      args.per_gpu, args.window, args.profile, args.algorithm))
+                                      args.per_gpu, args.window, args.profile, args.algorithm,
+                                      args.profile_from))
             print_row(rows[-1])
             if args.profile:
                 print(rows[-1].pop("profile"))

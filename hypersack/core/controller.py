@@ -633,8 +633,16 @@ class Controller:
         resumed). Ties: the lower trial id."""
         return best_record(self.trials.values(), self.objective)
 
-    def state_dict(self, now: float) -> dict[str, Any]:
-        state = {"algorithm": self.algorithm.state_dict(), "elapsed_s": self.elapsed(now)}
+    def state_dict(self, now: float, full: bool = False) -> dict[str, Any]:
+        """The state to store with a commit: the algorithm's, the time spent, time sharing's.
+        An algorithm that keeps its state in parts (``Algorithm.state_delta``) gives only the
+        parts changed since the previous call, which a store keeps by key (``Store``): call
+        this once per commit. ``full``: the algorithm's whole ``state_dict()`` instead (hands
+        nothing over)."""
+        algorithm = None if full else self.algorithm.state_delta()
+        if algorithm is None:
+            algorithm = self.algorithm.state_dict()
+        state = {"algorithm": algorithm, "elapsed_s": self.elapsed(now)}
         if self.shared is not None:
             state["time_sharing"] = self.shared.state_dict()
         return state

@@ -93,8 +93,9 @@ class StayBook:
 
     def close(self, trial_id: int, now: float, outcome: StayOutcome) -> None:
         """End the trial's open stays (no-op when it has none)."""
-        for stay in self._open.pop(trial_id, ()):
-            ended = replace(stay, end=max(now, stay.start), outcome=outcome)
+        for stay in self._open.pop(trial_id, ()):      # (``replace`` costs ~5x a plain call)
+            ended = Stay(stay.trial_id, stay.attempt, stay.node, stay.gpu, stay.start, stay.share,
+                         stay.pack, stay.rank, max(now, stay.start), outcome)
             self._changed[ended.key] = ended
 
     def running(self, trial_id: int) -> list[Stay]:

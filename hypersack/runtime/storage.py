@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from hypersack.core.algorithms.base import StateParts
 from hypersack.core.spec import DURABILITY, check_durability
 from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import TrialRecord, TrialState
@@ -58,7 +59,7 @@ from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError,
 __all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S", "check_durability"]
 
 DEFAULT_STORAGE = "hypersack.db"
-SCHEMA_VERSION = 3      # 3: stays and utilisation samples (tables added to older stores)
+SCHEMA_VERSION = 4      # 3: stays and utilisation samples; 4: state_parts (tables added to older stores)
 LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a dead driver
 CACHE_KIB = 65536       # the writer's page cache (KiB)
 AUTOCHECKPOINT_PAGES = 1000   # SQLite's default: a commit that grows the WAL past this copies it
@@ -122,6 +123,12 @@ CREATE TABLE IF NOT EXISTS stays (
     end REAL,
     outcome TEXT,
     PRIMARY KEY (study_id, trial_id, attempt, node, gpu)
+);
+CREATE TABLE IF NOT EXISTS state_parts (
+    study_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (study_id, key)
 );
 CREATE TABLE IF NOT EXISTS samples (
     study_id INTEGER NOT NULL,
@@ -321,8 +328,27 @@ class Storage:
             f"SELECT {_STUDY_COLUMNS} FROM studies WHERE name = ?", (name,)).fetchone())
         if row is None:
             raise StudyNotFoundError(name, str(self.path))
-        return StudyRow(row[0], row[1], json.loads(row[2]), row[3],
-                        json.loads(row[4]) if row[4] else None, row[5], row[6], row[7] or "")
+        state = json.loads(row[4]) if row[4] else None
+        if state is not None:
+            self._add_state_parts(row[0], state)
+        return StudyRow(row[0], row[1], json.loads(row[2]), row[3], state, row[5], row[6],
+                        row[7] or "")
+
+    def _add_state_parts(self, study_id: int, state: dict[str, Any]) -> None:
+        """Put the study's stored algorithm state parts (``_write_state``) back in ``state``
+        (``state["algorithm"]["parts"]``, a plain dict), where it has any."""
+        algorithm = state.get("algorithm")
+        if not isinstance(algorithm, dict):
+            return
+        try:
+            rows = self._db.execute("SELECT key, value FROM state_parts WHERE study_id = ?",
+                                    (study_id,)).fetchall()
+        except sqlite3.OperationalError:
+            return                          # a store from before schema 4, opened read-only
+        except sqlite3.Error as exc:
+            raise self._error(exc, "read the algorithm's state") from None
+        if rows:
+            algorithm["parts"] = {key: json.loads(value) for key, value in rows}
 
     def has_study(self, name: str) -> bool:
         return self._run("read the studies", lambda: self._db.execute(
@@ -428,7 +454,7 @@ class Storage:
         def delete() -> None:
             with self._transaction():
                 self._refuse_if_held(study)
-                for table in ("results", "stays", "samples"):
+                for table in ("results", "stays", "samples", "state_parts"):
                     self._db.execute(f"DELETE FROM {table} WHERE study_id = ?", (study.study_id,))
                 self._db.execute("DELETE FROM trials WHERE study_id = ?", (study.study_id,))
                 self._db.execute("DELETE FROM studies WHERE study_id = ?", (study.study_id,))
@@ -467,10 +493,28 @@ class Storage:
             if result_rows:
                 self._db.executemany("INSERT OR REPLACE INTO results VALUES (?,?,?,?,?)", result_rows)
             if controller_state is not None:
-                self._db.execute(
-                    "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
-                    (json.dumps(controller_state), now, study_id))
+                self._write_state(study_id, controller_state, now)
             self._write_stays(study_id, stays)
+
+    def _write_state(self, study_id: int, state: dict[str, Any], now: float) -> None:
+        """Inside the batch's transaction: the controller state, whose algorithm parts
+        (``state["algorithm"]["parts"]``, a ``StateParts`` of those changed since the previous
+        batch) go to ``state_parts`` by key (None deletes one) and the rest to the study's row;
+        ``get_study`` puts every stored part back."""
+        algorithm = state.get("algorithm")
+        parts = algorithm.get("parts") if isinstance(algorithm, dict) else None
+        if isinstance(algorithm, dict) and isinstance(parts, StateParts):
+            state = {**state, "algorithm": {k: v for k, v in algorithm.items() if k != "parts"}}
+            gone = [(study_id, key) for key, value in parts.items() if value is None]
+            if gone:
+                self._db.executemany("DELETE FROM state_parts WHERE study_id = ? AND key = ?", gone)
+            rows = [(study_id, key, json.dumps(value)) for key, value in parts.items()
+                    if value is not None]
+            if rows:
+                self._db.executemany("INSERT OR REPLACE INTO state_parts VALUES (?,?,?)", rows)
+        self._db.execute(
+            "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
+            (json.dumps(state), now, study_id))
 
     def _write_stays(self, study_id: int, stays: Iterable[Stay]) -> None:
         """Inside the batch's transaction: each stay replaces the stored one with its key."""

@@ -27,7 +27,11 @@ class Store(Protocol):
     written in one transaction that is durable when the call returns; the loop acknowledges
     results to workers only after it. A store that cannot write raises ``StorageError`` and has
     written nothing of the batch. ``stays`` (opened or closed with those trials' changes) are
-    written in the same transaction; a stay replaces the stored one with its ``key``.
+    written in the same transaction; a stay replaces the stored one with its ``key``. A controller
+    state whose ``["algorithm"]["parts"]`` is a ``StateParts`` (``Algorithm.state_delta``) carries
+    only the algorithm's parts changed since the previous batch: a store that can be resumed keeps
+    parts by key (None removes one) and hands every stored part back there when it loads the
+    state (SQLite: the ``state_parts`` table).
 
     ``transaction()`` is the group commit: every write made inside the block (``save_batch``
     calls, and other tables' writes that share the store's connection) joins one transaction,

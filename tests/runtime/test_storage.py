@@ -114,7 +114,7 @@ def test_a_schema_2_store_reads_without_stays_and_gains_them_when_opened_for_wri
         s.save_batch(study.study_id, [], [], stays=[stay])
         assert s.load_stays(study.study_id) == [stay]
         version = s._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        assert version == ("3",)
+        assert version == ("4",)
 
 
 def test_samples_round_trip_and_go_with_their_study(store_path):

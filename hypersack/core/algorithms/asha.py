@@ -26,8 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hypersack.core.algorithms.base import (NO_DECISION, Algorithm, Decision, Suggestion,
-                                            register_algorithm)
+from hypersack.core.algorithms.base import (NO_DECISION, Algorithm, Decision, StateParts,
+                                            Suggestion, register_algorithm)
 from hypersack.core.algorithms.rung_model import build_rung_model
 from hypersack.core.algorithms.sha import (DONE, PAUSED, RUNNING, check_horizon, check_int,
                                            objective_value)
@@ -123,6 +123,7 @@ class ASHA(Algorithm):
         self._rungs = [Rung() for _ in self.milestones]
         self._running = 0       # trials with status RUNNING
         self._through = 0       # trials past the last rung (any status)
+        self._dirty: set[int] = set()    # trials whose state part changed since ``state_delta``
 
     def _set(self, entry: list, rung: int | None = None, status: str | None = None) -> None:
         """Change a trial's ``[next rung index, status]`` in place, keeping the two counters
@@ -139,6 +140,7 @@ class ASHA(Algorithm):
 
     def _put(self, trial_id: int, rung: int, status: str) -> None:
         """Set (or create) a trial's entry, keeping the counters."""
+        self._dirty.add(trial_id)
         entry = self._trials.get(trial_id)
         if entry is None:
             self._trials[trial_id] = entry = [rung, status]
@@ -167,6 +169,7 @@ class ASHA(Algorithm):
         if value is None:
             return Decision.CONTINUE
         while entry[0] < len(self.milestones) and step >= self.milestones[entry[0]]:
+            self._dirty.add(trial_id)            # a report between milestones changes nothing
             rung = self._rungs[entry[0]]
             passes = self._passes(trial_id, rung, value)
             if self._rung_model is not None and trial_id not in rung.values:
@@ -209,6 +212,8 @@ class ASHA(Algorithm):
         entry = self._trials.get(trial_id)
         if entry is None:
             return
+        if entry[1] != DONE:
+            self._dirty.add(trial_id)
         if entry[1] == PAUSED:
             self._rungs[entry[0]].unpause(trial_id)
         self._set(entry, status=DONE)
@@ -279,25 +284,61 @@ class ASHA(Algorithm):
 
     # ---- state -------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        state = {"rng": self._rng.bit_generator.state, "created": self._created,
-                 "trials": {str(t): list(e) for t, e in self._trials.items()},
-                 "records": [{str(t): v for t, v in r.values.items()} for r in self._rungs]}
+    def _head(self) -> dict[str, Any]:
+        """The state that does not grow with the trials (the sampler's model aside)."""
+        state = {"rng": self._rng.bit_generator.state, "created": self._created}
         if self._rung_model is not None:
             state["model"] = self._rung_model.state_dict()
         return state
 
+    def state_dict(self) -> dict[str, Any]:
+        state = self._head()
+        state["trials"] = {str(t): list(e) for t, e in self._trials.items()}
+        state["records"] = [{str(t): v for t, v in r.values.items()} for r in self._rungs]
+        return state
+
+    def state_delta(self) -> dict[str, Any]:
+        """The head (rng, count, model) and, under ``"parts"``, one part per trial changed since
+        the previous call: ``"t<id>": _part(id)``. O(changed trials x rungs)."""
+        state = self._head()
+        state["parts"] = StateParts({f"t{t}": self._part(t) for t in sorted(self._dirty)})
+        self._dirty = set()
+        return state
+
+    def _part(self, trial_id: int) -> list | None:
+        """A trial's state: ``[next rung index, status, [its value at rung 0, 1, ... (None
+        where it has none)]]`` (None: no such trial)."""
+        entry = self._trials.get(trial_id)
+        if entry is None:
+            return None
+        values = [rung.values.get(trial_id) for rung in self._rungs]
+        while values and values[-1] is None:
+            values.pop()
+        return [entry[0], entry[1], values]
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """From ``state_dict()`` or from a head with every part (``state_delta``'s, as a store
+        hands them back). Every trial is then due in the next ``state_delta``."""
         self._rng.bit_generator.state = dict(state["rng"])
         self._created = int(state["created"])
-        self._trials = {int(t): [int(e[0]), str(e[1])] for t, e in state["trials"].items()}
         self._rungs = [Rung() for _ in self.milestones]
-        for rung, records in zip(self._rungs, state["records"], strict=True):
-            for t, v in records.items():
-                rung.add(int(t), float(v))
+        if "parts" in state:
+            self._trials = {}
+            for trial_id, part in sorted((int(key[1:]), part) for key, part in state["parts"].items()
+                                         if part is not None):
+                self._trials[trial_id] = [int(part[0]), str(part[1])]
+                for rung, value in zip(self._rungs, part[2]):
+                    if value is not None:
+                        rung.add(trial_id, float(value))
+        else:
+            self._trials = {int(t): [int(e[0]), str(e[1])] for t, e in state["trials"].items()}
+            for rung, records in zip(self._rungs, state["records"], strict=True):
+                for t, v in records.items():
+                    rung.add(int(t), float(v))
         for trial_id, (index, status) in self._trials.items():
             if status == PAUSED:
                 self._rungs[index].pause(trial_id)
         self._recount()
+        self._dirty = set(self._trials)
         if self._rung_model is not None:
             self._rung_model.load_state_dict(state["model"])

@@ -23,6 +23,12 @@ Contract:
   objective value (None for a failed trial).
 - ``state_dict()`` is JSON-serialisable; ``load_state_dict(sd)`` on a freshly built algorithm of
   the same arguments continues exactly where the saved one stood (used by resume).
+- ``state_delta()`` (optional; default None: ``state_dict()`` is stored whole with every commit):
+  for a state that grows with the trials, what to store with this commit: the small rest of the
+  state with ``"parts"``, a ``StateParts`` of the keyed parts changed since the previous call
+  (after ``load_state_dict``: every part). A store keeps parts by key and hands the rest back with
+  every stored part under ``"parts"`` (a plain dict); ``load_state_dict`` of that must continue
+  exactly as from ``state_dict()``. Each call hands its changes over: call it once per commit.
 - ``use_background(runner)``: the study offers a runner (``runner.submit(fn)`` returns a
   ``concurrent.futures.Future``) for slow, deterministic work such as model fits; an algorithm
   may then return None from ``suggest`` while another of its trials runs ("ask again").
@@ -37,7 +43,7 @@ from typing import Any, Callable, Mapping
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 
-__all__ = ["Algorithm", "Decision", "NO_DECISION", "Suggestion", "register_algorithm",
+__all__ = ["Algorithm", "Decision", "NO_DECISION", "Suggestion", "StateParts", "register_algorithm",
            "algorithm_spec", "registered", "is_optuna_sampler"]
 
 
@@ -59,6 +65,12 @@ class Suggestion:
     info: dict[str, Any] = field(default_factory=dict)
     # Resume this PAUSED trial instead of creating a new one (promotion).
     resume: int | None = None
+
+
+class StateParts(dict):
+    """The keyed parts of an algorithm's state changed since its previous ``state_delta`` (key
+    -> JSON value; None: the part is gone): a store writes these by key instead of the whole
+    state (see the module contract and ``Store``)."""
 
 
 class Algorithm:
@@ -107,6 +119,11 @@ class Algorithm:
         return {}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        return None
+
+    def state_delta(self) -> dict[str, Any] | None:
+        """What to store with this commit when the state is kept in parts (see the module
+        contract); None: ``state_dict()`` is stored whole."""
         return None
 
 

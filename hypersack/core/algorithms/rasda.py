@@ -96,12 +96,14 @@ class RASDA(ASHA):
         if self._launched.get(trial_id, self.base_resources) == devices:
             return Decision.CONTINUE
         self._launched[trial_id] = devices
+        self._dirty.add(trial_id)
         return Decision.GROW
 
     def promote(self) -> int | None:
         resumed = super().promote()
         if resumed is not None:
             self._launched[resumed] = self.resources(resumed)
+            self._dirty.add(resumed)
         return resumed
 
     def suggest(self, trial_id: int) -> Suggestion | None:
@@ -110,6 +112,7 @@ class RASDA(ASHA):
             return None
         launched = trial_id if suggestion.resume is None else suggestion.resume
         self._launched[launched] = self.resources(launched)
+        self._dirty.add(launched)
         return replace(suggestion, info={**suggestion.info, "resources": self._launched[launched]})
 
     def state_dict(self) -> dict[str, Any]:
@@ -117,9 +120,18 @@ class RASDA(ASHA):
         state["launched"] = {str(t): d for t, d in self._launched.items()}
         return state
 
+    def _part(self, trial_id: int) -> list | None:
+        """ASHA's part of the trial, then the devices of its current launch (None: none)."""
+        part = super()._part(trial_id)
+        return None if part is None else [*part, self._launched.get(trial_id)]
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self._launched = {int(t): int(d) for t, d in state.get("launched", {}).items()}
+        if "parts" in state:
+            self._launched = {int(key[1:]): int(part[3]) for key, part in state["parts"].items()
+                              if part is not None and len(part) > 3 and part[3] is not None}
+        else:
+            self._launched = {int(t): int(d) for t, d in state.get("launched", {}).items()}
 
 
 # ---- learning-rate scaling (pure helpers for the data-parallel trainable) ------------------

@@ -5,9 +5,10 @@ one, so a policy can never change the state it was given and the controller keep
 decision. ``from_dict``/``to_dict`` are the cluster YAML form (see ``from_dict``).
 
 Cost: ``with_running``/``without`` copy the load tables shallowly (C-speed dict copies, no
-re-adding of the running jobs) and recompute only the job's GPUs and nodes: O(devices of the job
-x jobs on them) Python work. A GPU's load is always the sum of its jobs' demands in the order
-they were added, starting from 0, so a derived cluster equals one built from scratch bit for bit.
+re-adding of the running jobs) and change only the job's GPUs and nodes. A GPU's load is the
+exact sum of its jobs' demands, rounded once (``placement.exact``): it depends on which jobs run,
+not on the order they came and went in, so a derived cluster equals one built from scratch bit for
+bit.
 For a long-lived, mutable load with an O(log G) placement index see ``placement.live``.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from types import MappingProxyType
 from typing import Any, Hashable, Iterator, Mapping, NamedTuple, Sequence
 
 from hypersack.core.placement.check import check_fits, check_placement
+from hypersack.core.placement.exact import rounded, units
 from hypersack.core.placement.model import GPU, Device, Job, Node, as_devices
 from hypersack.errors import ConfigError, PlacementError
 
@@ -32,7 +34,8 @@ class Cluster:
     left for new jobs; they may be negative when the recorded load exceeds a capacity (a load
     recorded with ``strict=False``, or a GPU replaced by a smaller one)."""
 
-    __slots__ = ("nodes", "_running", "_gpus", "_used", "_cpus_used", "_on_gpu", "_on_node")
+    __slots__ = ("nodes", "_running", "_gpus", "_used", "_cpus_used", "_on_gpu", "_exact",
+                 "_exact_cpus")
 
     def __init__(self, nodes: Sequence[Node], running: Mapping[Hashable, Running] | None = None):
         nodes = tuple(nodes)
@@ -51,8 +54,9 @@ class Cluster:
         self._running: dict[Hashable, Running] = {}
         self._used: dict[Device, tuple[float, float]] = dict.fromkeys(gpus, (0.0, 0.0))
         self._cpus_used: dict[Hashable, float] = {node.id: 0.0 for node in nodes}
+        self._exact: dict[Device, tuple[int, int]] = dict.fromkeys(gpus, (0, 0))   # of _used
+        self._exact_cpus: dict[Hashable, int] = dict.fromkeys(self._cpus_used, 0)
         self._on_gpu: dict[Device, tuple] = dict.fromkeys(gpus, ())
-        self._on_node: dict[Hashable, tuple] = {node.id: () for node in nodes}
         for run in (running or {}).values():
             self._add(run.job, run.devices, strict=False)
 
@@ -126,26 +130,25 @@ class Cluster:
         out._running = dict(self._running)
         out._used = dict(self._used)
         out._cpus_used = dict(self._cpus_used)
+        out._exact = dict(self._exact)
+        out._exact_cpus = dict(self._exact_cpus)
         out._on_gpu = dict(self._on_gpu)
-        out._on_node = dict(self._on_node)
         return out
 
-    def _recount(self, devices: tuple[Device, ...]) -> None:
-        """Recompute the load of ``devices`` and their nodes from their jobs, in added order."""
-        running, gpus = self._running, self._gpus
+    def _count(self, job: Job, devices: tuple[Device, ...], sign: int) -> None:
+        """Add (``sign`` 1) or remove (-1) ``job``'s load on ``devices`` and their nodes."""
+        exact, exact_cpus, gpus = self._exact, self._exact_cpus, self._gpus
+        cores = sign * units(job.cpus)
         for dev in devices:
-            arch = gpus[dev][1].arch
-            used_c = used_m = 0.0
-            for jid in self._on_gpu[dev]:
-                demand = running[jid].job.demand(arch)
-                used_c += demand.compute
-                used_m += demand.memory_gb
-            self._used[dev] = (used_c, used_m)
-        for node_id in dict.fromkeys(dev[0] for dev in devices):
-            cores = 0.0
-            for jid in self._on_node[node_id]:
-                cores += running[jid].job.cpus
-            self._cpus_used[node_id] = cores
+            node, gpu = gpus[dev]
+            demand = job.demand(gpu.arch)
+            c, m = exact[dev]
+            c += sign * units(demand.compute)
+            m += sign * units(demand.memory_gb)
+            exact[dev] = (c, m)
+            self._used[dev] = (rounded(c), rounded(m))
+            exact_cpus[node.id] += cores
+            self._cpus_used[node.id] = rounded(exact_cpus[node.id])
 
     def _add(self, job: Job, devices: Any, strict: bool) -> None:
         devices = as_devices(devices)
@@ -158,15 +161,10 @@ class Cluster:
                 raise PlacementError(f"Job {job.id!r}: the cluster has no GPU {dev!r}")
         if strict:
             check_fits(self, [(job, devices)])
-        used, on_gpu, on_node = self._used, self._on_gpu, self._on_node
+        on_gpu = self._on_gpu
         for dev in devices:
-            node, gpu = self._gpus[dev]
-            demand = job.demand(gpu.arch)
-            used_c, used_m = used[dev]
-            used[dev] = (used_c + demand.compute, used_m + demand.memory_gb)
-            self._cpus_used[node.id] += job.cpus
             on_gpu[dev] += (job.id,)
-            on_node[node.id] += (job.id,)
+        self._count(job, devices, 1)
         self._running[job.id] = Running(job, devices)
 
     def with_running(self, job: Job, devices: Any, strict: bool = True) -> "Cluster":
@@ -195,12 +193,10 @@ class Cluster:
         if job_id not in self._running:
             raise ConfigError("job_id", job_id, "must name a running job")
         out = self._derive()
-        devices = out._running.pop(job_id).devices
+        job, devices = out._running.pop(job_id)
         for dev in devices:
             out._on_gpu[dev] = tuple(j for j in out._on_gpu[dev] if j != job_id)
-        for node_id in dict.fromkeys(dev[0] for dev in devices):
-            out._on_node[node_id] = tuple(j for j in out._on_node[node_id] if j != job_id)
-        out._recount(devices)
+        out._count(job, devices, -1)
         return out
 
     def with_gpu(self, node_id: Hashable, gpu: GPU) -> "Cluster":

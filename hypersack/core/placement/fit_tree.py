@@ -63,6 +63,12 @@ class FitTree:
                     c[k], m[k], q[k] = nc, nm, nq
                     k >>= 1
             return
+        if not positions:
+            return
+        lo, hi = min(positions), max(positions)
+        if hi - lo < 2 * len(positions):          # a run (a node's GPUs): re-read all of it
+            self._refresh_run(lo, hi)
+            return
         for p in positions:
             i, k = members[p], p + size
             c[k], m[k], q[k] = src_c[i], src_m[i], src_q[node[i]]
@@ -80,6 +86,58 @@ class FitTree:
                 if k > 1 and (not up or up[-1] != k >> 1):
                     up.append(k >> 1)
             level = up
+
+    def grow(self, positions: Sequence[int]) -> None:
+        """``refresh`` for GPUs whose three numbers only went up (or stayed) since they were
+        last read (a release): each ancestor rises to the new leaf, and a climb stops at the
+        first ancestor already as high; for a node's GPUs, which share their new cores, all but
+        the first climb stop within a level or two."""
+        size, members = self.size, self.members
+        c, m, q = self.c, self.m, self.q
+        src_c, src_m, src_q, node = self._src
+        for p in positions:
+            i, k = members[p], p + size
+            vc, vm, vq = src_c[i], src_m[i], src_q[node[i]]
+            c[k], m[k], q[k] = vc, vm, vq
+            k >>= 1
+            while k:
+                up = False
+                if c[k] < vc:
+                    c[k], up = vc, True
+                if m[k] < vm:
+                    m[k], up = vm, True
+                if q[k] < vq:
+                    q[k], up = vq, True
+                if not up:
+                    break
+                k >>= 1
+
+    def _refresh_run(self, lo: int, hi: int) -> None:
+        """``refresh`` of every position from ``lo`` to ``hi``: level by level, each level's
+        changed nodes a run again (re-reading a GPU that did not change is harmless)."""
+        size, members = self.size, self.members
+        c, m, q = self.c, self.m, self.q
+        src_c, src_m, src_q, node = self._src
+        for p in range(lo, hi + 1):
+            i, k = members[p], p + size
+            c[k], m[k], q[k] = src_c[i], src_m[i], src_q[node[i]]
+        a, b = (lo + size) >> 1, (hi + size) >> 1
+        while a:
+            first = last = 0
+            for k in range(a, b + 1):
+                x, y = 2 * k, 2 * k + 1
+                nc = c[x] if c[x] >= c[y] else c[y]
+                nm = m[x] if m[x] >= m[y] else m[y]
+                nq = q[x] if q[x] >= q[y] else q[y]
+                if nc == c[k] and nm == m[k] and nq == q[k]:
+                    continue
+                c[k], m[k], q[k] = nc, nm, nq
+                if not first:
+                    first = k
+                last = k
+            if not first:
+                return
+            a, b = first >> 1, last >> 1
 
     def worst(self, c: float, m: float, q: float) -> int | None:
         """The fitting GPU with the most compute (ties: the first), or None."""

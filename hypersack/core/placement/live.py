@@ -3,8 +3,10 @@ placement index that survives between calls (HyperSack Sec. IV-B, Algorithms 1 a
 
 ``LiveCluster`` holds the nodes of a ``Cluster`` and its running jobs as a mutable ``Load``:
 
-* ``occupy``/``release`` cost O(devices of the job x jobs on those devices and nodes); ``occupy``
-  with ``strict`` checks Eq. 1-4 with ``check.check_fits``, the one checker;
+* ``occupy``/``release`` cost O(devices of the job x log G) (plus the GPUs of its nodes when their
+  cores change): each GPU's and node's load is kept as an exact sum (``placement.exact``), so a
+  release subtracts the job and recounts nothing; ``occupy`` with ``strict`` checks Eq. 1-4 with
+  ``check.check_fits``, the one checker;
 * ``assign(jobs, policy, **options)`` places jobs on what is left and leaves the load as it was
   (its tentative takes are journalled and undone). ``placement.assign`` on a ``Cluster`` is
   ``LiveCluster(cluster).assign(...)``; the study's allocator keeps one LiveCluster alive.
@@ -24,8 +26,9 @@ second family over idle GPUs (C and D when idle, else -inf), built on first use.
 job (``gpus`` = k > 1) takes k GPUs of one node when a node has them (the first such node for
 first-fit, the one whose k best GPUs have the most compute left for worst-fit), else the first k
 fitting GPUs across nodes in the policy's order, each node's cores shared by its chosen GPUs.
-Loads are summed like ``Cluster`` sums them (each GPU's and node's jobs in the order they were
-added, from 0), so ``free``/``free_cpus`` equal the snapshot's bit for bit. The policies are
+Loads are summed like ``Cluster`` sums them (exactly, rounded once: a function of which jobs run,
+not of the order they came and went in), so ``free``/``free_cpus`` equal the snapshot's bit for
+bit, and the index after any occupy/release sequence equals one built from scratch. The policies are
 tested against a literal O(jobs x GPUs) reading of Algorithms 1-2 in
 tests/core/placement/reference.py.
 """
@@ -34,6 +37,7 @@ from __future__ import annotations
 from typing import Any, Hashable, Mapping, Sequence
 
 from hypersack.core.placement.check import check_fits, check_job_list
+from hypersack.core.placement.exact import rounded, units
 from hypersack.core.placement.cluster import Cluster, PlacementError, Running, as_devices
 from hypersack.core.placement.fit_tree import FitTree, fitting_in_order
 from hypersack.core.placement.hay import hay
@@ -87,22 +91,25 @@ class LiveCluster:
         self._used_c = [0.0] * len(gpus)
         self._used_m = [0.0] * len(gpus)
         self._used_q = [0.0] * len(cluster.nodes)
-        self._jobs: dict[Hashable, tuple[Job, tuple[int, ...]]] = {}
-        self._on_gpu: list[list[Hashable]] = [[] for _ in gpus]
-        self._on_node: list[list[Hashable]] = [[] for _ in cluster.nodes]
+        self._exact_c = [0] * len(gpus)                   # the same loads, exact (see ``exact``)
+        self._exact_m = [0] * len(gpus)
+        self._exact_q = [0] * len(cluster.nodes)
+        self._count = [0] * len(gpus)                     # jobs on each GPU
+        #: job id -> (job, GPU numbers, exact (compute, memory) per GPU, exact cores per GPU)
+        self._jobs: dict[Hashable, tuple[Job, tuple[int, ...], tuple[tuple[int, int], ...], int]] = {}
         self._idle_c = [gpu.compute for gpu in gpus]      # C and D of idle GPUs, else -inf
         self._idle_m = [gpu.memory_gb for gpu in gpus]
         self._position = [0] * len(gpus)                  # GPU number -> position in its trees
         for members in load.by_arch.values():
             for p, i in enumerate(members):
                 self._position[i] = p
-        self._trees = self._build_trees(load.free_c, load.free_m)     # for ff/ffd/wf/wfd
+        self._trees: dict[str, FitTree] = {}
         self._alone: dict[str, FitTree] | None = None     # for exclusive, built on first use
         self._releases = 0                                # load releases so far
         self._hopeless: dict[tuple, int] = {}             # data-parallel demand -> _releases when it failed
         for run in cluster.running.values():
-            self._record(run.job, tuple(self._index[dev] for dev in run.devices))
-        self._recount(range(len(gpus)), range(len(cluster.nodes)))
+            self._add(run.job, tuple(self._index[dev] for dev in run.devices), index=False)
+        self._trees = self._build_trees(load.free_c, load.free_m)     # for ff/ffd/wf/wfd
         self._snapshot: Cluster | None = cluster
 
     # ---- reading ------------------------------------------------------------------------------
@@ -111,7 +118,7 @@ class LiveCluster:
     def running(self) -> Mapping[Hashable, Running]:
         """The running jobs, in the order they were added (a fresh dict)."""
         keys = self.load.keys
-        return {jid: Running(job, tuple(keys[i] for i in gpus)) for jid, (job, gpus) in self._jobs.items()}
+        return {jid: Running(job, tuple(keys[i] for i in gpus)) for jid, (job, gpus, _, _) in self._jobs.items()}
 
     def free(self, node_id: Hashable, gpu_id: Hashable) -> tuple[float, float]:
         """(compute, memory_gb) left on that GPU, as ``Cluster.free``."""
@@ -169,96 +176,91 @@ class LiveCluster:
         gpus = tuple(self._index[dev] for dev in devices)
         if strict:
             check_fits(self, [(job, devices)])       # Eq. 1-4, the one checker
-        self._record(job, gpus)
-        self._add_load(job, gpus)
+        self._add(job, gpus)
 
     def release(self, job_id: Hashable) -> None:
-        """Forget the running job ``job_id`` (``Cluster.without``)."""
+        """Forget the running job ``job_id`` (``Cluster.without``): O(its GPUs x log G), the GPUs
+        of its nodes re-indexed only when their cores changed."""
         found = self._jobs.pop(job_id, None)
         if found is None:
             raise ConfigError("job_id", job_id, "must name a running job")
         self._releases += 1
-        gpus = found[1]
-        nodes = dict.fromkeys(self.load.node[i] for i in gpus)
-        for i in gpus:
-            self._on_gpu[i] = [j for j in self._on_gpu[i] if j != job_id]
-            if not self._on_gpu[i]:
-                self._idle_c[i], self._idle_m[i] = self._gpus[i].compute, self._gpus[i].memory_gb
-        for n in nodes:
-            self._on_node[n] = [j for j in self._on_node[n] if j != job_id]
-        self._recount(gpus, nodes)
+        _, gpus, parts, cores = found
+        self._change(gpus, parts, -cores, -1, True)
 
-    def _record(self, job: Job, gpus: tuple[int, ...]) -> None:
-        self._jobs[job.id] = (job, gpus)
+    def _add(self, job: Job, gpus: tuple[int, ...], index: bool = True) -> None:
+        """Count ``job`` on ``gpus`` (GPU numbers); ``index``: re-index what changed."""
+        arch = self.load.arch
+        parts = []
         for i in gpus:
-            self._on_gpu[i].append(job.id)
-            self._on_node[self.load.node[i]].append(job.id)
-            self._idle_c[i] = self._idle_m[i] = _NEG
+            demand = job.demand(arch[i])
+            parts.append((units(demand.compute), units(demand.memory_gb)))
+        cores = units(job.cpus)
+        self._jobs[job.id] = (job, gpus, tuple(parts), cores)
+        self._change(gpus, parts, cores, 1, index)
 
-    def _add_load(self, job: Job, gpus: tuple[int, ...]) -> None:
-        """Add ``job`` (just recorded, so last on its GPUs and nodes) to the load: the same sums
-        as ``_recount`` would make, at O(devices) cost."""
-        load, touched = self.load, set(gpus)
-        for i in gpus:
-            demand, n = job.demand(load.arch[i]), load.node[i]
-            self._used_c[i] += demand.compute
-            self._used_m[i] += demand.memory_gb
-            load.free_c[i] = self._cap_c[i] - self._used_c[i]
-            load.free_m[i] = self._cap_m[i] - self._used_m[i]
-            self._used_q[n] += job.cpus
-            load.free_q[n] = self._cpus[n] - self._used_q[n]
-            touched.update(load.node_gpus[n])
-        self._refresh(touched)
-        self._snapshot = None
-
-    def _used(self, i: int) -> tuple[float, float]:
-        """(compute, memory) of GPU ``i``'s jobs, summed in the order they were added."""
-        jobs, arch = self._jobs, self.load.arch[i]
-        used_c = used_m = 0.0
-        for jid in self._on_gpu[i]:
-            demand = jobs[jid][0].demand(arch)
-            used_c += demand.compute
-            used_m += demand.memory_gb
-        return used_c, used_m
-
-    def _recount(self, gpus: Any, nodes: Any) -> None:
-        """Recompute what is left on ``gpus`` and ``nodes`` from their jobs; refresh the trees."""
-        load, jobs = self.load, self._jobs
-        for i in gpus:
-            used_c, used_m = self._used(i)
+    def _change(self, gpus: tuple[int, ...], parts: Sequence[tuple[int, int]], cores: int,
+                sign: int, index: bool) -> None:
+        """Add (``sign`` 1) or remove (-1) a job's exact demand ``parts`` on ``gpus`` and
+        ``cores`` (signed) per GPU on their nodes; read the sums as floats (``exact.rounded``)
+        and re-index ``gpus``, and every GPU of a node whose cores left changed."""
+        load = self.load
+        free_c, free_m, free_q, node = load.free_c, load.free_m, load.free_q, load.node
+        exact_c, exact_m, exact_q, count = self._exact_c, self._exact_m, self._exact_q, self._count
+        nodes: list[int] = []
+        for i, (c, m) in zip(gpus, parts):
+            if sign > 0:
+                exact_c[i] += c
+                exact_m[i] += m
+            else:
+                exact_c[i] -= c
+                exact_m[i] -= m
+            used_c, used_m = rounded(exact_c[i]), rounded(exact_m[i])
             self._used_c[i], self._used_m[i] = used_c, used_m
-            load.free_c[i] = self._cap_c[i] - used_c
-            load.free_m[i] = self._cap_m[i] - used_m
-        touched = set(gpus)
+            free_c[i] = self._cap_c[i] - used_c
+            free_m[i] = self._cap_m[i] - used_m
+            count[i] += sign
+            if count[i]:
+                self._idle_c[i] = self._idle_m[i] = _NEG
+            else:
+                self._idle_c[i], self._idle_m[i] = self._gpus[i].compute, self._gpus[i].memory_gb
+            n = node[i]
+            exact_q[n] += cores
+            if n not in nodes:
+                nodes.append(n)
+        touched = list(gpus)
         for n in nodes:
-            cores = 0.0
-            for jid in self._on_node[n]:
-                cores += jobs[jid][0].cpus
-            self._used_q[n] = cores
-            load.free_q[n] = self._cpus[n] - cores
-            touched.update(load.node_gpus[n])
-        self._refresh(touched)
+            used_q = rounded(exact_q[n])
+            self._used_q[n] = used_q
+            left = self._cpus[n] - used_q
+            if left != free_q[n]:
+                free_q[n] = left
+                touched.extend(load.node_gpus[n])
         self._snapshot = None
+        if index:
+            self._refresh(touched if len(touched) == len(gpus) else set(touched), grown=sign < 0)
 
     def _build_trees(self, c: list[float], m: list[float]) -> dict[str, FitTree]:
         load = self.load
         return {arch: FitTree(members, c, m, load.free_q, load.node)
                 for arch, members in load.by_arch.items()}
 
-    def _refresh(self, gpus: Any) -> None:
-        """Re-index ``gpus`` (GPU numbers) in every tree family after their values changed."""
+    def _refresh(self, gpus: Any, grown: bool = False) -> None:
+        """Re-index ``gpus`` (GPU numbers) in every tree family after their values changed;
+        ``grown``: they only went up (a release: ``FitTree.grow``)."""
         families = [self._trees] if self._alone is None else [self._trees, self._alone]
         if len(self._trees) == 1:                 # one architecture: positions are GPU numbers
             for family in families:
                 for tree in family.values():
-                    tree.refresh(gpus)
+                    tree.grow(gpus) if grown else tree.refresh(gpus)
             return
         by_arch: dict[str, list[int]] = {}
         for i in gpus:
             by_arch.setdefault(self.load.arch[i], []).append(self._position[i])
         for family in families:
             for arch, positions in by_arch.items():
-                family[arch].refresh(positions)
+                tree = family[arch]
+                tree.grow(positions) if grown else tree.refresh(positions)
 
     # ---- placing ------------------------------------------------------------------------------
 

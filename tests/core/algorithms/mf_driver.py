@@ -10,8 +10,11 @@ the end, paused trials are pruned, as the study does.
 ``checkpoint_every``: a trial checkpoints every that many steps and whenever it pauses or grows;
 ``crash``: ``{(trial, step)}``: the worker dies before reporting that step (once) and the trial
 restarts from its checkpoint, so it reports earlier steps again. ``kill_at``: after that many
-reports the driver is killed: the algorithm is rebuilt by ``rebuild()`` and restored from a JSON
-round trip of its state, and running trials restart from their checkpoints.
+reports the driver is killed: the algorithm is rebuilt by ``rebuild()`` and restored from what a
+store holds, and running trials restart from their checkpoints. The driver "commits" after every
+report as the study does: the algorithm's ``state_delta()`` (its changed parts applied by key to
+the stored ones, through JSON), or its whole ``state_dict()`` for an algorithm without parts; the
+restored algorithm's ``state_dict()`` must equal the killed one's.
 """
 from __future__ import annotations
 
@@ -57,6 +60,8 @@ class Driver:
         self.now = 0.0
         self._heap: list[tuple[float, int, int]] = []
         self._seq = 0
+        self.stored: dict[str, Any] = {}      # what a store holds of the algorithm's state
+        self.stored_parts: dict[str, Any] | None = None
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -65,6 +70,7 @@ class Driver:
         while self._heap:
             self.now, _, trial_id = heapq.heappop(self._heap)
             self._advance(self.trials[trial_id])
+            self._commit()
             if self.reports == self.kill_at:
                 self._kill_and_restore()
             if self.reports >= self.max_reports:
@@ -130,6 +136,7 @@ class Driver:
         trial.value = self.curve(trial.config, trial.step)
         self.reports += 1
         decision = self.alg.on_result(trial.trial_id, trial.step, {self.metric: trial.value})
+        self._commit()                        # the trial's end comes in a later commit
         self.log.append(("report", trial.trial_id, trial.step, decision.value))
         if trial.step % self.checkpoint_every == 0 or decision in (Decision.PAUSE, Decision.GROW):
             trial.checkpoint = trial.step
@@ -151,10 +158,31 @@ class Driver:
         else:
             self._queue(trial)
 
+    def _commit(self) -> None:
+        """Store the algorithm's state as the study's store does (see the module doc)."""
+        delta = self.alg.state_delta()
+        if delta is None:
+            self.stored, self.stored_parts = json.loads(json.dumps(self.alg.state_dict())), None
+            return
+        state = json.loads(json.dumps(delta))
+        parts = state.pop("parts")
+        self.stored = state
+        self.stored_parts = {} if self.stored_parts is None else self.stored_parts
+        for key, part in parts.items():
+            if part is None:
+                self.stored_parts.pop(key, None)
+            else:
+                self.stored_parts[key] = part
+
     def _kill_and_restore(self) -> None:
-        state = json.loads(json.dumps(self.alg.state_dict()))
+        self._commit()
+        state = dict(self.stored)
+        if self.stored_parts is not None:
+            state["parts"] = json.loads(json.dumps(self.stored_parts))
+        before = json.loads(json.dumps(self.alg.state_dict()))
         self.alg = self.rebuild()
         self.alg.load_state_dict(state)
+        assert json.loads(json.dumps(self.alg.state_dict())) == before
         for trial in self.trials.values():      # running workers die: back to their checkpoints
             if trial.state == "running":
                 trial.step = trial.checkpoint

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypersack.core.placement.cluster import Running
 from hypersack.core.placement.live import POLICIES, LiveCluster
 from placement_reference import reference
 from hypersack.errors import ConfigError
@@ -65,6 +66,20 @@ def same_load(a, b) -> None:
             assert a.free(node.id, gpu.id) == b.free(node.id, gpu.id), (node.id, gpu.id)
 
 
+def same_index(live: LiveCluster, fresh: LiveCluster) -> None:
+    """``live``'s load arrays and index equal ``fresh``'s (a LiveCluster built from scratch),
+    exactly: free compute/memory/cores, idle GPUs, exact sums, and every tree's maxima."""
+    for name in ("free_c", "free_m", "free_q"):
+        assert getattr(live.load, name) == getattr(fresh.load, name), name
+    for name in ("_idle_c", "_idle_m", "_count", "_exact_c", "_exact_m", "_exact_q", "_used_c",
+                 "_used_m", "_used_q"):
+        assert getattr(live, name) == getattr(fresh, name), name
+    assert live._trees.keys() == fresh._trees.keys()
+    for arch, tree in live._trees.items():
+        other = fresh._trees[arch]
+        assert (tree.c, tree.m, tree.q) == (other.c, other.m, other.q), arch
+
+
 def replay(nodes, ops):
     """Apply ``ops`` to a LiveCluster, a copy-on-write Cluster and a from-scratch one; compare."""
     live, cow, running = LiveCluster(Cluster(nodes)), Cluster(nodes), {}
@@ -91,6 +106,7 @@ def replay(nodes, ops):
         same_load(cow, scratch)
         assert dict(cow.running) == dict(scratch.running) == live.running
         assert live.snapshot() == scratch
+        same_index(live, LiveCluster(scratch))
         for node in nodes:
             for gpu in node.gpus:
                 assert cow.jobs_on(node.id, gpu.id) == scratch.jobs_on(node.id, gpu.id)
@@ -101,6 +117,35 @@ def replay(nodes, ops):
 @given(histories())
 def test_incremental_load_equals_a_cluster_built_from_scratch(history):
     replay(*history)
+
+
+@SETTINGS
+@given(histories(), st.randoms(use_true_random=False))
+def test_the_live_load_depends_on_which_jobs_run_not_on_the_order(history, rnd):
+    """Release sequences: every job of a history occupied, then all released in a random order
+    but a kept few, equals those few occupied alone (in another order), arrays and index alike;
+    releasing the rest too leaves the empty cluster's index."""
+    nodes, ops = history
+    jobs = [(op[1], op[2]) for op in ops if op[0] == "occupy"]
+    live = LiveCluster(Cluster(nodes))
+    for job, devices in jobs:
+        live.occupy(job, devices, strict=False)
+    order = list(jobs)
+    rnd.shuffle(order)
+    keep = order[:rnd.randint(0, len(order))]
+    kept = {job.id for job, _ in keep}
+    for job, _ in order:
+        if job.id not in kept:
+            live.release(job.id)
+    other = LiveCluster(Cluster(nodes))
+    for job, devices in reversed(keep):
+        other.occupy(job, devices, strict=False)
+    same_index(live, other)
+    same_index(live, LiveCluster(Cluster(nodes, {job.id: Running(job, devices) for job, devices in keep})))
+    assert set(live.running) == kept
+    for job, _ in keep:
+        live.release(job.id)
+    same_index(live, LiveCluster(Cluster(nodes)))
 
 
 @SETTINGS
