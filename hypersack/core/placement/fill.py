@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Sequence
 
+from operator import attrgetter
+
 import numpy as np
 
 from hypersack.core.placement import fill_kernels as fk
@@ -46,12 +48,20 @@ from hypersack.errors import ConfigError
 __all__ = ["fill", "density_order"]
 
 _INF = float("inf")
+_COMPUTE, _MEMORY, _RUNTIME, _CPUS, _GPUS, _PER_ARCH = (attrgetter(name) for name in (
+    "compute", "memory_gb", "runtime", "cpus", "gpus", "per_arch"))
 STEPS = 120         # subgradient steps of the price starts
+SAMPLE = 256        # jobs the price steps look at (every k-th; capacities scaled by their share)
 POLISH = 4          # greedy starts improved, besides WFD's
-KICKS = 48          # perturbations of the best answer, each polished
+KICKS = 500         # perturbations of the best answer, each polished
+PATIENCE = 0        # stop the kicks after this many in a row without a gain (0: never)
 #: Stop improving starts once the best answer is this fraction of the dual bound L: L bounds
 #: the optimum, so the answer is then proven within 1% of it.
 ENOUGH = 0.99
+#: The price starts' runs: Polyak's target of the first is the best greedy start's value V; of
+#: run k > 0, V + TARGETS[k] x (L - V), L the lowest dual bound of the runs before.
+_TARGETS = np.array([0.0, 0.5])
+_KICK = (2, True, False)
 
 
 def density_order(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
@@ -91,27 +101,30 @@ class _Arrays:
         archs = list(load.by_arch)
         arch_no = {a: k for k, a in enumerate(archs)}
         n_arch = max(1, len(archs))
-        c = np.empty((len(jobs), n_arch))
-        m = np.empty((len(jobs), n_arch))
-        q = np.empty(len(jobs))
-        runtime = np.empty(len(jobs))
-        gpus = np.empty(len(jobs), dtype=np.int64)
-        for p, job in enumerate(jobs):
-            per_arch = job.per_arch
-            q[p], gpus[p] = job.cpus, job.gpus
-            if not per_arch:
-                c[p], m[p], runtime[p] = job.compute, job.memory_gb, job.runtime
-                continue
-            rt = -_INF
-            for a, k in arch_no.items():
-                d = per_arch.get(a)
-                if d is None:
-                    c[p, k], m[p, k], rt = job.compute, job.memory_gb, max(rt, job.runtime)
-                else:
-                    c[p, k], m[p, k], rt = d.compute, d.memory_gb, max(rt, d.runtime)
-            runtime[p] = rt if archs else job.runtime
+        count = len(jobs)
+        compute = list(map(_COMPUTE, jobs))
+        memory = list(map(_MEMORY, jobs))
+        runtime = list(map(_RUNTIME, jobs))
+        per_arch = list(map(_PER_ARCH, jobs))
+        c = np.empty((count, n_arch))
+        m = np.empty((count, n_arch))
+        c[:] = np.array(compute, dtype=np.float64)[:, None]
+        m[:] = np.array(memory, dtype=np.float64)[:, None]
+        special = [p for p, d in enumerate(per_arch) if d]
+        if special and archs:
+            longest = [-_INF] * len(special)
+            for k, a in enumerate(archs):
+                got = [per_arch[p].get(a) for p in special]
+                c[special, k] = [compute[p] if d is None else d.compute for p, d in zip(special, got)]
+                m[special, k] = [memory[p] if d is None else d.memory_gb for p, d in zip(special, got)]
+                longest = [max(t, runtime[p] if d is None else d.runtime)
+                           for t, p, d in zip(longest, special, got)]
+            for p, t in zip(special, longest):
+                runtime[p] = t
+        q = np.array(list(map(_CPUS, jobs)), dtype=np.float64)
+        gpus = np.array(list(map(_GPUS, jobs)), dtype=np.int64)
         self.c, self.m, self.q, self.gpus = c, m, q, gpus
-        self.wfd = np.argsort(-runtime, kind="stable")
+        self.wfd = np.argsort(-np.array(runtime, dtype=np.float64), kind="stable")
         self.n_arch = n_arch
         self.garch = np.array([arch_no[a] for a in load.arch], dtype=np.int64)
         self.gnode = np.array(load.node, dtype=np.int64)
@@ -153,7 +166,7 @@ def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_
     fc, fm, fq = fk.retake(where, np.arange(len(jobs)), c, m, q, arrays.garch, arrays.gnode,
                            arrays.free_c, arrays.free_m, arrays.free_q)
     pool, npool, ong, nong = fk._lists(where, c, arrays.garch, arrays.n_arch)
-    fk.polish(rounds, max(min_gain, 2 * EPS), c, m, q, arrays.garch, arrays.gnode, where, fc, fm, fq,
+    fk.polish(rounds, max(min_gain, 2 * EPS), np.arange(len(arrays.garch)), True, c, m, q, arrays.garch, arrays.gnode, where, fc, fm, fq,
               pool, npool, ong, nong)
     keys = arrays.load.keys
     return {jobs[p].id: (keys[where[p]],) for p in range(len(jobs)) if where[p] >= 0}
@@ -167,7 +180,7 @@ def _check(name: str, given: Any) -> int:
 
 def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float = MIN_GAIN,
          steps: int = STEPS, polish: int = POLISH, enough: float = ENOUGH, kicks: int = KICKS,
-         seed: int = 1) -> dict[Hashable, tuple]:
+         patience: int = PATIENCE, seed: int = 1) -> dict[Hashable, tuple]:
     """The ``fill`` policy (module doc); ``rounds`` and ``min_gain`` as for ``improve``;
     ``steps``: subgradient steps of the price starts (0: no price starts); ``polish``: greedy
     starts improved besides WFD's; ``enough``: stop improving once the best answer is at least
@@ -175,7 +188,8 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
     answer; ``seed``: their generator's seed."""
     min_gain = _check_options(rounds, min_gain)
     enough = check_number("placement.enough", enough)
-    for name, given in (("steps", steps), ("polish", polish), ("kicks", kicks), ("seed", seed)):
+    for name, given in (("steps", steps), ("polish", polish), ("kicks", kicks), ("patience", patience),
+                        ("seed", seed)):
         _check(name, given)
     jobs = list(jobs)
     if not jobs:
@@ -216,7 +230,7 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
         fixed = {jid: tuple(keys[i] for i in devs) for jid, devs in fixed.items()}
     dense = _density(c, m, q, arrays, base)
     where, _, _, _ = fk.fill_search(c, m, q, arrays.garch, arrays.gnode, len(arrays.free_q), arrays.n_arch,
-                                    *base, wfd_where, dense, rounds, max(min_gain, 2 * EPS), steps, polish,
-                                    enough, kicks, seed, fixed_value)
+                                    *base, wfd_where, dense, rounds, max(min_gain, 2 * EPS), steps, SAMPLE, _TARGETS, polish,
+                                    enough, kicks, patience, seed, fixed_value, *_KICK)
     answer = {jobs[singles[t]].id: (keys[where[t]],) for t in range(len(singles)) if where[t] >= 0}
     return {**fixed, **answer}

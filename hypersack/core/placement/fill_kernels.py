@@ -241,13 +241,13 @@ def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, o
 
 
 @kernel
-def search(rounds, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
-    """``improve``'s passes: up to ``rounds`` passes over the GPUs in first-fit order, applying
-    each GPU's best add/swap while it finds one; whether any move was made."""
+def search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """``improve``'s passes: up to ``rounds`` passes over ``gpus`` (all, in first-fit order, for
+    ``improve``), applying each GPU's best add/swap while it finds one; whether any moved."""
     any_moved = False
     for _ in range(rounds):
         moved = False
-        for i in range(garch.shape[0]):
+        for i in gpus:
             while True:
                 gain, out, u = _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool,
                                           ong, nong)
@@ -292,10 +292,11 @@ def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool
 
 
 @kernel
-def _best_evict(i, min_gain, outs, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+def _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
     """Two or three of the ``EVICT_OUT`` smallest jobs of GPU ``i`` out, one unplaced job that did
-    not fit in (among the ``EVICT_IN`` largest that could fit then): the largest gain. Returns
-    (how many of ``outs`` go out, 0 for no move; the job in)."""
+    not fit in (among the ``EVICT_IN`` largest that could fit then): the largest gain (ties: the
+    larger job in, then the first set out in enumeration order). ``scratch``/``who``: room for
+    the sets out. Returns (how many of ``outs`` go out, 0 for no move; the job in)."""
     a = garch[i]
     count = npool[a]
     placed = min(nong[i], EVICT_OUT)
@@ -305,63 +306,57 @@ def _best_evict(i, min_gain, outs, jc, jm, jq, garch, gnode, fc, fm, fq, pool, n
     total = 0.0
     for t in range(placed):
         total += jc[ong[i, t], a]
-    size = placed * (placed - 1) // 2 + placed * (placed - 1) * (placed - 2) // 6
-    s_c = np.empty(size)
-    s_m = np.empty(size)
-    s_q = np.empty(size)
-    s_who = np.full((size, 3), -1, dtype=np.int64)
-    s = 0
-    for x in range(placed):
-        for y in range(x + 1, placed):
-            px, py = ong[i, x], ong[i, y]
-            s_c[s] = jc[px, a] + jc[py, a]
-            s_m[s] = jm[px, a] + jm[py, a]
-            s_q[s] = jq[px] + jq[py]
-            s_who[s, 0], s_who[s, 1] = px, py
-            s += 1
-    for x in range(placed):
-        for y in range(x + 1, placed):
-            for z in range(y + 1, placed):
-                px, py, pz = ong[i, x], ong[i, y], ong[i, z]
-                s_c[s] = jc[px, a] + jc[py, a] + jc[pz, a]
-                s_m[s] = jm[px, a] + jm[py, a] + jm[pz, a]
-                s_q[s] = jq[px] + jq[py] + jq[pz]
-                s_who[s, 0], s_who[s, 1], s_who[s, 2] = px, py, pz
-                s += 1
-    ranked = np.argsort(s_c, kind="mergesort")
     k = _upto(pool, npool, a, room_c + total + EPS, jc, a) - 1
     stop = max(-1, k - EVICT_IN)
-    best_gain, best_n, best_in = min_gain - EPS, 0, -1
+    best_gain, best_in, best_set = min_gain - EPS, -1, -1
+    size = -1
     while k > stop:
         u = pool[a, k]
         c_u = jc[u, a]
+        k -= 1
         if c_u <= best_gain:
             break
         need_c, need_m, need_q = c_u - room_c, jm[u, a] - room_m, jq[u] - room_q
-        if not (need_c <= EPS and need_m <= EPS and need_q <= EPS):   # else: an add, search's move
-            for r in range(size):
-                s = ranked[r]
-                if s_c[s] < need_c - EPS:
-                    continue
-                if c_u - s_c[s] <= best_gain:
-                    break
-                if s_m[s] + EPS >= need_m and s_q[s] + EPS >= need_q:
-                    best_gain, best_in = c_u - s_c[s], u
-                    best_n = 2 if s_who[s, 2] < 0 else 3
-                    for t in range(3):
-                        outs[t] = s_who[s, t]
-                    break
-        k -= 1
-    return best_n, best_in
+        if need_c <= EPS and need_m <= EPS and need_q <= EPS:
+            continue                                    # an add: search's move
+        if size < 0:                                    # the sets out, built once per call
+            size = 0
+            for x in range(placed):
+                for y in range(x + 1, placed):
+                    for z in range(y, placed):
+                        px, py = ong[i, x], ong[i, y]
+                        scratch[size, 0] = jc[px, a] + jc[py, a]
+                        scratch[size, 1] = jm[px, a] + jm[py, a]
+                        scratch[size, 2] = jq[px] + jq[py]
+                        who[size, 0], who[size, 1], who[size, 2] = px, py, -1
+                        if z > y:
+                            pz = ong[i, z]
+                            scratch[size, 0] += jc[pz, a]
+                            scratch[size, 1] += jm[pz, a]
+                            scratch[size, 2] += jq[pz]
+                            who[size, 2] = pz
+                        size += 1
+        for s in range(size):
+            gone = scratch[s, 0]
+            if gone < need_c - EPS or c_u - gone <= best_gain:
+                continue
+            if scratch[s, 1] + EPS >= need_m and scratch[s, 2] + EPS >= need_q:
+                best_gain, best_in, best_set = c_u - gone, u, s
+    if best_in < 0:
+        return 0, -1
+    for t in range(3):
+        outs[t] = who[best_set, t]
+    return (2 if outs[2] < 0 else 3), best_in
 
 
 @kernel
-def _refills(rounds, min_gain, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
-    """Refill moves on every GPU, up to ``rounds`` passes; whether any moved."""
+def _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong,
+             nong):
+    """Refill moves on ``gpus``, up to ``rounds`` passes; whether any moved."""
     any_moved = False
     for _ in range(rounds):
         moved = False
-        for i in range(garch.shape[0]):
+        for i in gpus:
             while True:
                 p, count = _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool,
                                         npool, ong, nong)
@@ -378,14 +373,16 @@ def _refills(rounds, min_gain, picked, jc, jm, jq, garch, gnode, where, fc, fm, 
 
 
 @kernel
-def _evicts(rounds, min_gain, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
-    """Evict moves on every GPU, up to ``rounds`` passes; whether any moved."""
+def _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """Evict moves on ``gpus``, up to ``rounds`` passes; whether any moved."""
+    scratch = np.empty((EVICT_OUT * EVICT_OUT * EVICT_OUT, 3))
+    who = np.empty((EVICT_OUT * EVICT_OUT * EVICT_OUT, 3), dtype=np.int64)
     any_moved = False
     for _ in range(rounds):
         moved = False
-        for i in range(garch.shape[0]):
+        for i in gpus:
             while True:
-                count, u = _best_evict(i, min_gain, outs, jc, jm, jq, garch, gnode, fc, fm, fq, pool,
+                count, u = _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, fc, fm, fq, pool,
                                        npool, ong, nong)
                 if count == 0:
                     break
@@ -399,20 +396,21 @@ def _evicts(rounds, min_gain, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq,
 
 
 @kernel
-def polish(rounds, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
-    """Add/swap passes, then refill and evict passes, repeated while the latter move (at most
-    ``2 rounds`` times), and a last add/swap pass. ``where`` and the loads are changed."""
+def polish(rounds, min_gain, gpus, evict, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """Add/swap passes over ``gpus``, then refill and evict passes, repeated while the latter
+    move (at most ``2 rounds`` times), and a last add/swap pass (``evict`` False: no evict
+    moves). ``where`` and the loads change."""
     picked = np.empty(REFILL_SCAN, dtype=np.int64)
     outs = np.empty(3, dtype=np.int64)
     for _ in range(max(1, 2 * rounds)):
-        search(rounds, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
-        refilled = _refills(rounds, min_gain, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool,
+        search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+        refilled = _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool,
                             npool, ong, nong)
-        evicted = _evicts(rounds, min_gain, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool,
-                          ong, nong)
+        evicted = evict and _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq,
+                                    pool, npool, ong, nong)
         if not (refilled or evicted):
             break
-    search(rounds, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+    search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
 
 
 @kernel
@@ -579,6 +577,27 @@ def prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps):
 
 
 @kernel
+def dual_bound(cg, sc, sm, sq, fit, g_node, pc, pm, pq):
+    """L at prices (pc, pm, pq) >= 0: their sum plus every job's best positive reduced profit; an
+    upper bound on the compute any placement adds (weak duality, ``prices`` module doc)."""
+    n_jobs, n_groups = cg.shape
+    bound = 0.0
+    for g in range(n_groups):
+        bound += pc[g]
+    for g in range(n_groups):
+        bound += pm[g]
+    for n in range(pq.shape[0]):
+        bound += pq[n]
+    for p in range(n_jobs):
+        gain = 0.0
+        for g in range(n_groups):
+            if fit[p, g]:
+                gain = max(gain, cg[p, g] - sc[p, g] * pc[g] - sm[p, g] * pm[g] - sq[p, g] * pq[g_node[g]])
+        bound += gain
+    return bound
+
+
+@kernel
 def price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq, garch, gnode,
                  fc, fm, fq):
     """``prices.price_greedy``: jobs by best reduced profit (``regret``: by its gap over the
@@ -598,12 +617,17 @@ def price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq
     key, c_max = np.empty(n_jobs), np.empty(n_jobs)
     prefs = np.empty((n_jobs, n_groups), dtype=np.int64)
     for p in range(n_jobs):
-        ranked = np.argsort(-r[p], kind="mergesort")
-        prefs[p] = ranked
-        first = r[p, ranked[0]]
+        for g in range(n_groups):            # insertion sort, R descending, ties: lower group
+            v = r[p, g]
+            t = g
+            while t > 0 and r[p, prefs[p, t - 1]] < v:
+                prefs[p, t] = prefs[p, t - 1]
+                t -= 1
+            prefs[p, t] = g
+        first = r[p, prefs[p, 0]]
         k = first
         if regret and n_groups > 1:
-            k = first - max(r[p, ranked[1]], 0.0)
+            k = first - max(r[p, prefs[p, 1]], 0.0)
         key[p] = k if np.isfinite(k) else -np.inf
         c_max[p] = 0.0
         for g in range(n_groups):
@@ -668,7 +692,8 @@ def _kick(state, i, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, on
 
 @kernel
 def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_q, wfd_where,
-                dense_order, rounds, min_gain, steps, polish_count, enough, kicks, seed, fixed_value):
+                dense_order, rounds, min_gain, steps, sample, targets, polish_count, enough, kicks, patience, seed, fixed_value,
+                kick_rounds, kick_evict, apart):
     """``fill``'s search (``fill`` module doc) on the single-GPU jobs, on top of ``base_*`` (the
     loads with the data-parallel jobs, ``fixed_value`` their compute): the WFD start
     ``wfd_where`` and the greedy starts, the best ``polish_count`` of the latter by their value,
@@ -677,7 +702,7 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
     n_jobs = jc.shape[0]
     min_gain = max(min_gain, 2 * EPS)
     # the greedy starts: density order, then the price starts
-    n_starts = 1 + 12
+    n_starts = 1 + 12 * targets.shape[0]
     starts = np.full((n_starts, n_jobs), -1, dtype=np.int64)
     values = np.full(n_starts, -np.inf)
     fc, fm, fq = base_c.copy(), base_m.copy(), base_q.copy()
@@ -687,21 +712,40 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
     if steps > 0 and n_jobs > 0 and garch.shape[0] > 0:
         group, g_node, g_arch = groups_of(garch, gnode)
         cg, sc, sm, sq, fit = _scaled(jc, jm, jq, group, g_node, g_arch, base_c, base_m, base_q)
-        target = max(values[0], value_of(wfd_where, jc, garch))
-        bound, kept_c, kept_m, kept_q, count = prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps)
-        ceiling = fixed_value + bound
+        floor = max(values[0], value_of(wfd_where, jc, garch))
+        stride = max(1, -(-n_jobs // sample))
+        share = (-(-n_jobs // stride)) / n_jobs
+        cg_s, fit_s = cg[::stride].copy(), fit[::stride].copy()
+        sc_s, sm_s, sq_s = sc[::stride] / share, sm[::stride] / share, sq[::stride] / share
+        low = np.inf
         s = 1
-        for k in range(count):
-            r = _reduced(cg, sc, sm, sq, fit, g_node, kept_c[k], kept_m[k], kept_q[k])
-            for regret in (False, True):
-                for balanced in (False, True):
-                    fc, fm, fq = base_c.copy(), base_m.copy(), base_q.copy()
-                    starts[s] = price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq,
-                                             garch, gnode, fc, fm, fq)
-                    values[s] = value_of(starts[s], jc, garch)
-                    s += 1
+        for f in range(targets.shape[0]):
+            target = floor if f == 0 else floor + targets[f] * (low - floor)
+            if stride == 1:
+                bound, kept_c, kept_m, kept_q, count = prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps)
+            else:                      # every stride-th job, each capacity scaled by their share
+                _, kept_c, kept_m, kept_q, count = prices(cg_s, sc_s, sm_s, sq_s, fit_s, g_node, n_nodes,
+                                                          target * share, steps)
+                bound = np.inf
+                for k in range(count):
+                    kept_c[k] /= share
+                    kept_m[k] /= share
+                    kept_q[k] /= share
+                    bound = min(bound, dual_bound(cg, sc, sm, sq, fit, g_node, kept_c[k], kept_m[k], kept_q[k]))
+            low = min(low, bound)
+            for k in range(count):
+                r = _reduced(cg, sc, sm, sq, fit, g_node, kept_c[k], kept_m[k], kept_q[k])
+                for regret in (False, True):
+                    for balanced in (False, True):
+                        fc, fm, fq = base_c.copy(), base_m.copy(), base_q.copy()
+                        starts[s] = price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm,
+                                                 jq, garch, gnode, fc, fm, fq)
+                        values[s] = value_of(starts[s], jc, garch)
+                        s += 1
+        ceiling = fixed_value + low
     ranked = np.argsort(-values, kind="mergesort")            # stable: ties keep the start order
     identity = np.arange(n_jobs)
+    every = np.arange(garch.shape[0])
     best = wfd_where.copy()
     best_value = -np.inf
     tried = 0
@@ -711,28 +755,86 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
         where = wfd_where.copy() if t < 0 else starts[ranked[t]].copy()
         fc, fm, fq = retake(where, identity, jc, jm, jq, garch, gnode, base_c, base_m, base_q)
         pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
-        polish(rounds, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+        polish(rounds, min_gain, every, True, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
         tried += 1
         got = value_of(where, jc, garch)
         if got > best_value + EPS:
             best, best_value = where, got
         if fixed_value + best_value >= enough * ceiling - EPS:
             return best, best_value, ceiling, tried     # within ``enough`` of the bound
-    # kicks: perturb the best, polish, keep it when no worse
-    state = seed % (_MOD - 1) + 1
-    n_gpus = garch.shape[0]
-    for _ in range(kicks):
-        if n_gpus == 0:
-            break
-        where = best.copy()
-        fc, fm, fq = retake(where, identity, jc, jm, jq, garch, gnode, base_c, base_m, base_q)
-        pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
-        for _ in range(2):
-            state = (state * 48271) % _MOD
-            state = _kick(state, state % n_gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool,
-                          ong, nong)
-        polish(rounds, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
-        got = value_of(where, jc, garch)
-        if got >= best_value - EPS:
-            best, best_value = where, max(got, best_value)
+    if kicks > 0 and garch.shape[0] > 0:
+        best_value = _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, best, best_value, jc, jm, jq, garch, gnode, n_arch,
+                            base_c, base_m, base_q)
     return best, best_value, ceiling, tried
+
+
+@kernel
+def _on(gpus, jc, garch, ong, nong):
+    """The compute placed on ``gpus`` (distinct)."""
+    total = 0.0
+    for t in range(gpus.shape[0]):
+        i = gpus[t]
+        if t > 0 and i == gpus[0]:
+            continue
+        for k in range(nong[i]):
+            total += jc[ong[i, k], garch[i]]
+    return total
+
+
+@kernel
+def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, where, value, jc, jm, jq, garch, gnode, n_arch, base_c, base_m,
+           base_q):
+    """``kicks`` times: about half the jobs of two GPUs (drawn by MINSTD from ``seed``) off, the
+    moves on those two GPUs, the result kept when it places no less (else undone). ``where`` is
+    changed; returns its value."""
+    n_gpus = garch.shape[0]
+    fc, fm, fq = retake(where, np.arange(jc.shape[0]), jc, jm, jq, garch, gnode, base_c, base_m, base_q)
+    pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
+    s_where, s_fc, s_fm, s_fq = where.copy(), fc.copy(), fm.copy(), fq.copy()
+    s_pool, s_npool, s_ong, s_nong = pool.copy(), npool.copy(), ong.copy(), nong.copy()
+    local = np.empty(2, dtype=np.int64)
+    state = seed % (_MOD - 1) + 1
+    since = 0
+    for _ in range(kicks):
+        if patience > 0 and since >= patience:
+            break                                    # ``patience`` kicks in a row gained nothing
+        state = (state * 48271) % _MOD
+        local[0] = state % n_gpus
+        state = (state * 48271) % _MOD
+        local[1] = state % n_gpus
+        if apart:                                    # the second GPU on another node if any
+            for t in range(n_gpus):
+                if gnode[local[1]] != gnode[local[0]]:
+                    break
+                local[1] = (local[1] + 1) % n_gpus
+        if local[1] == local[0]:
+            local[1] = (local[0] + 1) % n_gpus
+        before = _on(local, jc, garch, ong, nong)
+        for t in range(2):
+            state = _kick(state, local[t], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+        polish(kick_rounds, min_gain, local[:1] if n_gpus == 1 else local, kick_evict, jc, jm, jq, garch, gnode, where, fc, fm,
+               fq, pool, npool, ong, nong)
+        got = value - before + _on(local, jc, garch, ong, nong)
+        since = 0 if got > value + EPS else since + 1
+        if got >= value - EPS:                       # kept: the copies follow
+            value = max(got, value)
+            s_where[:] = where
+            s_fc[:] = fc
+            s_fm[:] = fm
+            s_fq[:] = fq
+            s_pool[:] = pool
+            s_npool[:] = npool
+            s_nong[:] = nong
+            for t in range(2):
+                s_ong[local[t]] = ong[local[t]]
+        else:                                        # undone
+            where[:] = s_where
+            fc[:] = s_fc
+            fm[:] = s_fm
+            fq[:] = s_fq
+            pool[:] = s_pool
+            npool[:] = s_npool
+            nong[:] = s_nong
+            for t in range(2):
+                ong[local[t]] = s_ong[local[t]]
+    return value
