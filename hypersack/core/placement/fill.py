@@ -31,7 +31,7 @@ cluster to arrays once and builds the answer.
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Sequence
+from typing import Any, Hashable, NamedTuple, Sequence
 
 from operator import attrgetter
 
@@ -141,8 +141,10 @@ class _Arrays:
 def _density(c: np.ndarray, m: np.ndarray, q: np.ndarray, arrays: _Arrays, base: tuple) -> np.ndarray:
     """``density_order``'s order (positions) of the single-GPU jobs with demands ``c``/``m``
     (on the first architecture) and ``q``, on what ``base`` (compute, memory, cores) leaves."""
-    cap_c, cap_m, cap_q = (float(np.maximum(b, 0.0).sum()) for b in base)
     count = len(arrays.garch)
+    if count == 0:
+        return np.arange(len(q), dtype=np.int64)
+    cap_c, cap_m, cap_q = (float(np.maximum(b, 0.0).sum()) for b in base)
     c0, m0 = c[:, 0], m[:, 0]
     weights = []
     for want, cap in ((float(c0.sum()), cap_c), (float(q.sum()), cap_q), (float(m0.sum()), cap_m)):
@@ -194,12 +196,37 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
     jobs = list(jobs)
     if not jobs:
         return {}
+    call = _prepare(jobs, cluster)
+    if isinstance(call, dict):
+        return call                          # WFD placed every job: no move of the search applies
+    where, _, _, _ = _search(call, rounds, min_gain, steps, polish, enough, kicks, patience, seed)
+    keys = call.arrays.load.keys
+    answer = {jobs[call.singles[t]].id: (keys[where[t]],) for t in range(len(call.singles)) if where[t] >= 0}
+    return {**call.fixed, **answer}
+
+
+class _Call(NamedTuple):
+    """What ``fill_kernels.fill_search`` reads of one call: the single-GPU jobs (``singles``:
+    their positions in the jobs, in WFD's order) and their demands, the loads once the
+    data-parallel jobs (``fixed``, placed by WFD, worth ``fixed_value``) are taken, WFD's start."""
+
+    arrays: _Arrays
+    singles: np.ndarray
+    c: np.ndarray
+    m: np.ndarray
+    q: np.ndarray
+    base: tuple[np.ndarray, np.ndarray, np.ndarray]
+    wfd_where: np.ndarray
+    fixed: dict
+    fixed_value: float
+
+
+def _prepare(jobs: list[Job], cluster: Cluster) -> _Call | dict[Hashable, tuple]:
+    """The call's arrays and WFD's start; WFD's answer itself when it places every job."""
     arrays = _Arrays(jobs, cluster)
     keys = arrays.load.keys
     order = arrays.wfd                                   # WFD's order: job positions
     single = arrays.gpus[order] == 1
-    fixed: dict[Hashable, tuple] = {}
-    fixed_value = 0.0
     if single.all():
         singles = order
         c, m, q = arrays.singles(singles)
@@ -208,29 +235,38 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
         wfd_where = fk.wf_greedy(np.arange(len(singles)), c, m, q, arrays.garch, arrays.gnode, fc, fm, fq)
         if (wfd_where >= 0).all():
             return {jobs[singles[t]].id: (keys[wfd_where[t]],) for t in range(len(singles))}
-    else:
-        singles = order[single]
-        c, m, q = arrays.singles(singles)
-        wfd = [jobs[p] for p in order]
-        start = LiveCluster(cluster).assign_checked(wfd, "wf", {}, keep=False, numbers=True)
-        if len(start) == len(jobs):
-            return {jid: tuple(keys[i] for i in devs) for jid, devs in start.items()}
-        fixed = {jid: devs for jid, devs in start.items() if len(devs) > 1}
-        index = {job.id: p for p, job in enumerate(jobs)}
-        for jid, devs in fixed.items():
-            for i in devs:
-                fixed_value += float(arrays.c[index[jid], arrays.garch[i]])
-        state = _Given(wfd, cluster, fixed, numbers=True)
-        base = (np.array(state.load.free_c), np.array(state.load.free_m), np.array(state.load.free_q))
-        position = {jobs[p].id: t for t, p in enumerate(singles)}
-        wfd_where = np.full(len(singles), -1, dtype=np.int64)
-        for jid, devs in start.items():
-            if len(devs) == 1:
-                wfd_where[position[jid]] = devs[0]
-        fixed = {jid: tuple(keys[i] for i in devs) for jid, devs in fixed.items()}
-    dense = _density(c, m, q, arrays, base)
-    where, _, _, _ = fk.fill_search(c, m, q, arrays.garch, arrays.gnode, len(arrays.free_q), arrays.n_arch,
-                                    *base, wfd_where, dense, rounds, max(min_gain, 2 * EPS), steps, SAMPLE, _TARGETS, polish,
-                                    enough, kicks, patience, seed, fixed_value, *_KICK)
-    answer = {jobs[singles[t]].id: (keys[where[t]],) for t in range(len(singles)) if where[t] >= 0}
-    return {**fixed, **answer}
+        return _Call(arrays, singles, c, m, q, base, wfd_where, {}, 0.0)
+    singles = order[single]
+    c, m, q = arrays.singles(singles)
+    wfd = [jobs[p] for p in order]
+    start = LiveCluster(cluster).assign_checked(wfd, "wf", {}, keep=False, numbers=True)
+    if len(start) == len(jobs):
+        return {jid: tuple(keys[i] for i in devs) for jid, devs in start.items()}
+    fixed = {jid: devs for jid, devs in start.items() if len(devs) > 1}
+    index = {job.id: p for p, job in enumerate(jobs)}
+    fixed_value = 0.0
+    for jid, devs in fixed.items():
+        for i in devs:
+            fixed_value += float(arrays.c[index[jid], arrays.garch[i]])
+    state = _Given(wfd, cluster, fixed, numbers=True)
+    base = (np.array(state.load.free_c), np.array(state.load.free_m), np.array(state.load.free_q))
+    position = {jobs[p].id: t for t, p in enumerate(singles)}
+    wfd_where = np.full(len(singles), -1, dtype=np.int64)
+    for jid, devs in start.items():
+        if len(devs) == 1:
+            wfd_where[position[jid]] = devs[0]
+    fixed = {jid: tuple(keys[i] for i in devs) for jid, devs in fixed.items()}
+    return _Call(arrays, singles, c, m, q, base, wfd_where, fixed, fixed_value)
+
+
+def _search(call: _Call, rounds: int, min_gain: float, steps: int, polish: int, enough: float, kicks: int,
+            patience: int, seed: int, sample: int = SAMPLE) -> tuple[np.ndarray, float, float, int]:
+    """``fill_kernels.fill_search`` on ``call``: (where per single-GPU job, its value, the dual
+    bound + the data-parallel jobs' compute, how many starts were polished)."""
+    arrays = call.arrays
+    dense = _density(call.c, call.m, call.q, arrays, call.base)
+    where, value, ceiling, tried = fk.fill_search(
+        call.c, call.m, call.q, arrays.garch, arrays.gnode, len(arrays.free_q), arrays.n_arch, *call.base,
+        call.wfd_where, dense, rounds, max(min_gain, 2 * EPS), steps, sample, _TARGETS, polish, enough, kicks,
+        patience, seed, call.fixed_value, *_KICK)
+    return where, float(value), float(ceiling), int(tried)

@@ -105,7 +105,8 @@ def test_every_price_greedy_answer_fits_and_the_dual_bound_holds(cluster, new_jo
 
 def test_fill_options_are_checked():
     job_list, cluster = two_kinds()
-    for name, bad in (("steps", -1), ("polish", 1.5), ("steps", True)):
+    for name, bad in (("steps", -1), ("polish", 1.5), ("steps", True), ("kicks", -2), ("patience", 0.5),
+                      ("seed", None)):
         with pytest.raises(ConfigError) as err:
             assign(job_list, cluster, "fill", **{name: bad})
         assert err.value.field == f"placement.{name}"
@@ -144,8 +145,8 @@ def test_fill_polishes_the_price_starts_unless_an_answer_is_proven_within_enough
     job_list, cluster = tight_instance(3)       # 107 jobs, 8 GPUs; CP-SAT found 1,761.2
     def value(**options):
         return placed_compute(job_list, cluster, assign(job_list, cluster, "fill", **options))
-    wfd_start_only = value(polish=0)
-    every_start = value(enough=2.0)
+    wfd_start_only = value(polish=0, kicks=0)
+    every_start = value(enough=2.0, kicks=0)
     assert every_start > wfd_start_only + 10      # the price starts matter here
-    assert value() == every_start                 # 0.99 of the bound is not reached: no early stop
-    assert value(enough=0.5) == wfd_start_only    # proven at once: the price starts are not polished
+    assert value(kicks=0) == every_start          # 0.99 of the bound is not reached: no early stop
+    assert value(enough=0.5) == wfd_start_only    # proven at once: no price start polished, no kick
