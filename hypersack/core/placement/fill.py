@@ -50,10 +50,10 @@ __all__ = ["fill", "density_order"]
 _INF = float("inf")
 _COMPUTE, _MEMORY, _RUNTIME, _CPUS, _GPUS, _PER_ARCH = (attrgetter(name) for name in (
     "compute", "memory_gb", "runtime", "cpus", "gpus", "per_arch"))
-STEPS = 120         # subgradient steps of the price starts
+STEPS = 60          # subgradient steps of each price run
 SAMPLE = 256        # jobs the price steps look at (every k-th; capacities scaled by their share)
-POLISH = 4          # greedy starts improved, besides WFD's
-KICKS = 500         # perturbations of the best answer, each polished
+POLISH = 2          # greedy starts improved, besides WFD's
+KICKS = 300         # perturbations of the best answer, each polished
 PATIENCE = 0        # stop the kicks after this many in a row without a gain (0: never)
 #: Stop improving starts once the best answer is this fraction of the dual bound L: L bounds
 #: the optimum, so the answer is then proven within 1% of it.

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 
 from hypersack.core.placement.auto import AUTO_PAIRS, auto_choice
-from hypersack.core.placement.fill import _polish
+from hypersack.core.placement.fill import POLISH, STEPS, _polish, _prepare, _search
 from hypersack.core.placement.load import Load, demands
 from hypersack.core.placement.prices import ORDERS, WITHIN, Groups, price_greedy, prices, reduced_profits
 from hypersack.errors import ConfigError
@@ -148,5 +148,9 @@ def test_fill_polishes_the_price_starts_unless_an_answer_is_proven_within_enough
     wfd_start_only = value(polish=0, kicks=0)
     every_start = value(enough=2.0, kicks=0)
     assert every_start > wfd_start_only + 10      # the price starts matter here
-    assert value(kicks=0) == every_start          # 0.99 of the bound is not reached: no early stop
     assert value(enough=0.5) == wfd_start_only    # proven at once: no price start polished, no kick
+    call = _prepare(job_list, cluster)
+    _, got, ceiling, tried = _search(call, 2, 0.25, STEPS, POLISH, 0.99, 0, 0, 1)
+    assert tried < 1 + POLISH and got >= 0.99 * ceiling - 1e-6      # proven within 1%: stopped
+    _, got_all, _, tried_all = _search(call, 2, 0.25, STEPS, POLISH, 2.0, 0, 0, 1)
+    assert tried_all == 1 + POLISH and got_all == pytest.approx(every_start)
