@@ -53,8 +53,8 @@ def two_kinds() -> tuple[list[Job], Cluster]:
     """Node "c" has compute to spare and little memory, node "m" the reverse: the dense jobs
     belong on "c", the fat ones on "m" (placed compute 350); by runtime WFD puts a fat job on
     "c"'s spare compute first and then has no memory there for the dense ones."""
-    cluster = Cluster([Node("m", 64, [GPU(0, "A100", 80)]),
-                       Node("c", 64, [GPU(0, "A100", 24, oversubscription=3)])])
+    cluster = Cluster([Node("m", 64, (GPU(0, "A100", 80),)),
+                       Node("c", 64, (GPU(0, "A100", 24, oversubscription=3),))])
     fat = [Job(f"f{i}", 20, 20, runtime=100) for i in range(4)]
     dense = [Job(f"d{i}", 90, 2, runtime=1) for i in range(3)]
     return fat + dense, cluster

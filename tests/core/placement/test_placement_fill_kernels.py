@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ def _wfd_state(job_list, cluster):
     """The call's arrays, WFD's start by the kernel, and the loads with it taken in the jobs'
     given order (as ``wfd-ls`` takes its start)."""
     call = F._prepare(job_list, cluster)
-    if isinstance(call, dict):
+    if not isinstance(call, F._Call):
         return None
     arrays = call.arrays
     given_order = np.argsort(call.singles, kind="stable")       # WFD positions in the given order
@@ -60,7 +61,7 @@ def test_the_worst_fit_kernel_is_wfd_and_the_search_kernel_is_wfd_ls(cluster, jo
 @given(loaded_clusters(), jobs())
 def test_the_dual_bound_bounds_every_answer_also_with_sampled_price_steps(cluster, job_list):
     call = F._prepare(job_list, cluster)
-    if isinstance(call, dict):
+    if not isinstance(call, F._Call):
         return
     best = max(placed_compute(job_list, cluster, assign(job_list, cluster, p)) for p in ("wfd", "wfd-ls"))
     for sample in (F.SAMPLE, 3):                         # 3: every k-th job, capacities scaled
@@ -80,25 +81,31 @@ def test_kicks_raise_the_placed_compute_where_starts_and_moves_are_stuck():
     assert value(kicks=500, patience=1) <= value(kicks=500) + 1e-6
 
 
+def _source(kernel: Any, compiled: bool) -> Any:
+    """The kernel as called (compiled by numba), or its Python source (``.py_func``)."""
+    return kernel if compiled else kernel.py_func
+
+
 def _kernel_answers(compiled: bool) -> list:
-    """fill_search, prices, price_greedy and polish on two tight instances, compiled or as Python."""
-    out = []
+    """fill_search, prices and price_greedy on two tight instances, compiled or as Python."""
+    out: list = []
     for seed in (3, 11):
         job_list, cluster = tight_instance(seed)
         call = F._prepare(job_list, cluster)
+        assert isinstance(call, F._Call)
         arrays = call.arrays
         dense = F._density(call.c, call.m, call.q, arrays, call.base)
-        search = fk.fill_search if compiled else fk.fill_search.py_func
+        search = _source(fk.fill_search, compiled)
         where, value, ceiling, tried = search(
             call.c, call.m, call.q, arrays.garch, arrays.gnode, len(arrays.free_q), arrays.n_arch, *call.base,
             call.wfd_where, dense, 2, 0.25, 60, 48, F._TARGETS, 4, 2.0, 30, 0, 7, 0.0, *F._KICK)
         out.append((where.tolist(), value, ceiling, tried))
         group, g_node, g_arch = fk.groups_of(arrays.garch, arrays.gnode)
         cg, sc, sm, sq, fit = fk._scaled(call.c, call.m, call.q, group, g_node, g_arch, *call.base)
-        prices = fk.prices if compiled else fk.prices.py_func
+        prices = _source(fk.prices, compiled)
         bound, kc, km, kq, count = prices(cg, sc, sm, sq, fit, g_node, len(arrays.free_q), 1000.0, 60)
         out.append((bound, kc.tolist(), km.tolist(), kq.tolist(), count))
-        greedy = fk.price_greedy if compiled else fk.price_greedy.py_func
+        greedy = _source(fk.price_greedy, compiled)
         r = fk._reduced(cg, sc, sm, sq, fit, g_node, kc[0], km[0], kq[0])
         for regret in (False, True):
             fc, fm, fq = (b.copy() for b in call.base)
