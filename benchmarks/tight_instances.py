@@ -96,7 +96,8 @@ def ratios(policies: list[str], seeds: range | None = None) -> dict:
     for seed, opt in sorted(optima.items(), key=lambda kv: int(kv[0])):
         jobs, cluster = make_instance(int(seed))
         for p in policies:
-            value = placed_compute(jobs, cluster, assign(jobs, cluster, p, check=True))
+            name, options = _policy(p)
+            value = placed_compute(jobs, cluster, assign(jobs, cluster, name, check=True, **options))
             rows[p]["best"].append(value / opt["objective"])
             rows[p]["bound"].append(value / opt["bound"])
             rows[p]["seed"].append(int(seed))
