@@ -129,7 +129,7 @@ def _policy(spec: str) -> tuple[str, dict]:
     return name, options
 
 
-SIZES = {"384x16": (4, 4, 384), "10000x1024": (128, 8, 10_000)}
+SIZES = {"384x16": (4, 4, 384), "1000x100": (25, 4, 1000), "10000x1024": (128, 8, 10_000)}
 
 
 def speed(policies: list[str], sizes: list[str], repeats: int = 5) -> dict:
