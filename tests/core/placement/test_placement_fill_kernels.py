@@ -77,7 +77,7 @@ def test_kicks_raise_the_placed_compute_where_starts_and_moves_are_stuck():
         return placed_compute(job_list, cluster, answer)
     stuck = value(kicks=0)
     assert value(kicks=40) >= stuck - 1e-6
-    assert value() > stuck + 20                          # CP-SAT found 2,586 in 20 s
+    assert value() > stuck + 20                          # CP-SAT found 2,575.1 in 20 s
     assert value(kicks=500, patience=1) <= value(kicks=500) + 1e-6
 
 
