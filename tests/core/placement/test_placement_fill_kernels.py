@@ -152,3 +152,12 @@ def test_data_parallel_jobs_stay_where_wfd_put_them_and_the_rest_is_searched():
     assert answer["dp"] == assign(wide, cluster, "wfd")["dp"]
     check_placement(wide, cluster, answer)
     assert placed_compute(wide, cluster, answer) >= placed_compute(wide, cluster, assign(wide, cluster, "wfd-ls"))
+
+
+def test_sampled_price_steps_give_nearly_the_full_bound():
+    job_list, cluster = tight_instance(3)                # 107 jobs: every 3rd with sample = 40
+    call = F._prepare(job_list, cluster)
+    assert isinstance(call, F._Call)
+    _, _, full, _ = F._search(call, 2, 0.25, F.STEPS, F.POLISH, 2.0, 0, 0, 1)
+    _, _, sampled, _ = F._search(call, 2, 0.25, F.STEPS, F.POLISH, 2.0, 0, 0, 1, sample=40)
+    assert sampled <= 1.02 * full                        # prices scaled back to the whole capacity
