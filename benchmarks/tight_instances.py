@@ -3,6 +3,8 @@
     python benchmarks/tight_instances.py --solve 60 --time-limit 20   # solve, write tight_optima.json
     python benchmarks/tight_instances.py                              # ratios from the stored optima
     python benchmarks/tight_instances.py --speed                      # ms at 384 x 16, 10,000 x 1,024
+    python benchmarks/tight_instances.py --speed --sizes 384x16 --policies wfd,fill,fill:kicks=0
+    python benchmarks/tight_instances.py --first-call                 # fill's first call: numba compiling
 
 An instance (``make_instance(seed)``, seeded, no other input) is "tight" in the way the issue
 asks: heterogeneous (nodes of A100 and H100, r from {1, 2, 3} per node, memory 40 or 80 GB), many
@@ -94,7 +96,8 @@ def ratios(policies: list[str], seeds: range | None = None) -> dict:
     for seed, opt in sorted(optima.items(), key=lambda kv: int(kv[0])):
         jobs, cluster = make_instance(int(seed))
         for p in policies:
-            value = placed_compute(jobs, cluster, assign(jobs, cluster, p, check=True))
+            name, options = _policy(p)
+            value = placed_compute(jobs, cluster, assign(jobs, cluster, name, check=True, **options))
             rows[p]["best"].append(value / opt["objective"])
             rows[p]["bound"].append(value / opt["bound"])
             rows[p]["seed"].append(int(seed))
@@ -116,16 +119,69 @@ def _best_ms(fn, repeats: int = 5) -> dict[str, float]:
     return {"wall_ms": round(wall * 1000, 3), "cpu_ms": round(cpu * 1000, 3)}
 
 
-def speed(policies: list[str]) -> dict:
+def _policy(spec: str) -> tuple[str, dict]:
+    """``name`` or ``name:option=value,...`` (integer or float values), e.g. ``fill:kicks=0``."""
+    name, _, rest = spec.partition(":")
+    options = {}
+    for item in filter(None, rest.split(";")):
+        key, _, value = item.partition("=")
+        options[key] = float(value) if "." in value else int(value)
+    return name, options
+
+
+SIZES = {"384x16": (4, 4, 384), "1000x100": (25, 4, 1000), "10000x1024": (128, 8, 10_000)}
+
+
+def speed(policies: list[str], sizes: list[str], repeats: int = 5) -> dict:
+    """Per size: each policy's best wall and CPU ms of ``repeats`` ``assign()`` calls (of 2 at
+    10,000 jobs), after one call that is not counted (numba's compilation or cache load)."""
     out = {}
-    for label, nodes, per_node, jobs_wanted in [("384x16", 4, 4, 384), ("10000x1024", 128, 8, 10_000)]:
+    for label in sizes:
+        nodes, per_node, jobs_wanted = SIZES[label]
         jobs, cluster = make_instance(7, nodes=nodes, gpus_per_node=per_node)
         jobs = (jobs * (jobs_wanted // len(jobs) + 1))[:jobs_wanted]
         jobs = [job.renamed(f"x{i}") for i, job in enumerate(jobs)]
         archs = sorted({g.arch for n in cluster.nodes for g in n.gpus})
-        repeats = 5 if len(jobs) < 1000 else 2
-        out[label] = {"archs": archs, **{p: _best_ms(lambda: assign(jobs, cluster, p), repeats)
-                                         for p in policies}}
+        count = repeats if len(jobs) < 1000 else 2
+        row: dict = {"archs": archs}
+        for spec in policies:
+            name, options = _policy(spec)
+            assign(jobs, cluster, name, **options)                 # warm: compiled or loaded
+            row[spec] = _best_ms(lambda: assign(jobs, cluster, name, **options), count)
+        out[label] = row
+    return out
+
+
+_FIRST_CALL = """
+import sys, time
+t, c = time.perf_counter(), time.process_time()
+sys.path.insert(0, {bench!r})
+from tight_instances import make_instance
+from hypersack.placement import assign
+import hypersack.core.placement.fill_kernels
+jobs, cluster = make_instance(7)
+t1, c1 = time.perf_counter(), time.process_time()
+assign(jobs, cluster, "fill")
+t2, c2 = time.perf_counter(), time.process_time()
+print(round((t1 - t) * 1000), round((c1 - c) * 1000), round((t2 - t1) * 1000), round((c2 - c1) * 1000))
+"""
+
+
+def first_call() -> dict:
+    """ms (wall, CPU) of a fresh process's imports and of its first ``fill`` call, with an empty
+    numba cache (the kernels are compiled) and again with the cache that run wrote (loaded)."""
+    import os
+    import subprocess
+    import tempfile
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+        for label in ("compiled", "cached"):
+            proc = subprocess.run([sys.executable, "-c", _FIRST_CALL.format(bench=str(Path(__file__).parent))],
+                                  env=env, capture_output=True, text=True, check=True)
+            imp_wall, imp_cpu, call_wall, call_cpu = map(int, proc.stdout.split())
+            out[label] = {"import_wall_ms": imp_wall, "import_cpu_ms": imp_cpu,
+                          "first_call_wall_ms": call_wall, "first_call_cpu_ms": call_cpu}
     return out
 
 
@@ -232,6 +288,10 @@ def main() -> None:
     p.add_argument("--time-limit", type=float, default=20.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--speed", action="store_true")
+    p.add_argument("--sizes", default="384x16,10000x1024", help="with --speed: which sizes")
+    p.add_argument("--repeats", type=int, default=5, help="with --speed: calls per policy (best kept)")
+    p.add_argument("--first-call", action="store_true",
+                   help="a fresh process's first fill call: numba compiling, then loading its cache")
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--seeds", default=None, metavar="A:B", help="ratios over seeds A..B-1 only")
     p.add_argument("--large", default=None, metavar="A:B",
@@ -242,10 +302,12 @@ def main() -> None:
     if args.solve:
         solve(args.solve, args.time_limit, args.workers)
     seeds = None if args.seeds is None else range(*map(int, args.seeds.split(":")))
-    if args.large:
+    if args.first_call:
+        out = first_call()
+    elif args.large:
         out = large(policies, range(*map(int, args.large.split(":"))), args.lp)
     else:
-        out = speed(policies) if args.speed else ratios(policies, seeds)
+        out = speed(policies, args.sizes.split(","), args.repeats) if args.speed else ratios(policies, seeds)
     print(json.dumps(out, indent=1))
 
 

@@ -2,11 +2,13 @@
 
 Rule, per call: ``fill`` when (jobs to place) x (GPUs of the cluster) <= ``pairs`` (default
 ``AUTO_PAIRS`` = 100,000, e.g. 384 jobs x 16 GPUs or 1,000 jobs x 100 GPUs), else ``lagrange``.
-``fill`` is the better packer on tight instances (several resources binding; within 1-2% of
-CP-SAT, see benchmarks/RESULTS.md) but its price starts and search cost about 20x WFD and grow
-with jobs x GPUs; ``lagrange`` (prices, then one greedy pass) costs about WFD's time at 10,000
-jobs x 1,024 GPUs and placed about 10% more compute than ``wfd-ls`` on tight instances of that
-size (benchmarks/RESULTS.md, "lagrange"). A study or the simulator places a few jobs per call, so
+``fill`` is the better packer on tight instances (several resources binding; at least 0.99 of
+CP-SAT's 20 s solution on all 140 stored instances, see benchmarks/RESULTS.md) and, compiled
+(``pip install hypersack[fast]``), costs about 3x WFD at 384 jobs x 16 GPUs and 1.5-2.5x at 1,000 x
+100; its arrays grow with jobs x GPUs (a GPU's job list is as long as the call's jobs), so above
+``pairs`` ``lagrange`` (prices, then one greedy pass) runs: about WFD's time at 10,000 jobs x
+1,024 GPUs, about 10% more compute than ``wfd-ls`` on tight instances of that size
+(benchmarks/RESULTS.md, "lagrange"). A study or the simulator places a few jobs per call, so
 there ``auto`` is ``fill``.
 """
 from __future__ import annotations

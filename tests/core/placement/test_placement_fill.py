@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 
 from hypersack.core.placement.auto import AUTO_PAIRS, auto_choice
-from hypersack.core.placement.fill import _polish
+from hypersack.core.placement.fill import POLISH, STEPS, _polish, _prepare, _search
 from hypersack.core.placement.load import Load, demands
 from hypersack.core.placement.prices import ORDERS, WITHIN, Groups, price_greedy, prices, reduced_profits
 from hypersack.errors import ConfigError
@@ -53,8 +53,8 @@ def two_kinds() -> tuple[list[Job], Cluster]:
     """Node "c" has compute to spare and little memory, node "m" the reverse: the dense jobs
     belong on "c", the fat ones on "m" (placed compute 350); by runtime WFD puts a fat job on
     "c"'s spare compute first and then has no memory there for the dense ones."""
-    cluster = Cluster([Node("m", 64, [GPU(0, "A100", 80)]),
-                       Node("c", 64, [GPU(0, "A100", 24, oversubscription=3)])])
+    cluster = Cluster([Node("m", 64, (GPU(0, "A100", 80),)),
+                       Node("c", 64, (GPU(0, "A100", 24, oversubscription=3),))])
     fat = [Job(f"f{i}", 20, 20, runtime=100) for i in range(4)]
     dense = [Job(f"d{i}", 90, 2, runtime=1) for i in range(3)]
     return fat + dense, cluster
@@ -105,7 +105,8 @@ def test_every_price_greedy_answer_fits_and_the_dual_bound_holds(cluster, new_jo
 
 def test_fill_options_are_checked():
     job_list, cluster = two_kinds()
-    for name, bad in (("steps", -1), ("polish", 1.5), ("steps", True)):
+    for name, bad in (("steps", -1), ("polish", 1.5), ("steps", True), ("kicks", -2), ("patience", 0.5),
+                      ("seed", None)):
         with pytest.raises(ConfigError) as err:
             assign(job_list, cluster, "fill", **{name: bad})
         assert err.value.field == f"placement.{name}"
@@ -144,8 +145,12 @@ def test_fill_polishes_the_price_starts_unless_an_answer_is_proven_within_enough
     job_list, cluster = tight_instance(3)       # 107 jobs, 8 GPUs; CP-SAT found 1,761.2
     def value(**options):
         return placed_compute(job_list, cluster, assign(job_list, cluster, "fill", **options))
-    wfd_start_only = value(polish=0)
-    every_start = value(enough=2.0)
+    wfd_start_only = value(polish=0, kicks=0)
+    every_start = value(enough=2.0, kicks=0)
     assert every_start > wfd_start_only + 10      # the price starts matter here
-    assert value() == every_start                 # 0.99 of the bound is not reached: no early stop
-    assert value(enough=0.5) == wfd_start_only    # proven at once: the price starts are not polished
+    assert value(enough=0.5) == wfd_start_only    # proven at once: no price start polished, no kick
+    call = _prepare(job_list, cluster)
+    _, got, ceiling, tried = _search(call, 2, 0.25, STEPS, POLISH, 0.99, 0, 0, 1)
+    assert tried < 1 + POLISH and got >= 0.99 * ceiling - 1e-6      # proven within 1%: stopped
+    _, got_all, _, tried_all = _search(call, 2, 0.25, STEPS, POLISH, 2.0, 0, 0, 1)
+    assert tried_all == 1 + POLISH and got_all == pytest.approx(every_start)

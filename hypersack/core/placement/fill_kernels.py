@@ -1,0 +1,840 @@
+"""``fill``'s inner work as kernels over numpy arrays (compiled by numba where it is installed,
+``hypersack.core.jit``; the same source runs as plain Python otherwise, with the same answers).
+
+Arrays (every kernel reads them; ``fill.py`` builds them once per call):
+
+* jobs (single-GPU only, in WFD's order: position ``p``): ``jc[p, a]``/``jm[p, a]`` compute and
+  memory on architecture ``a``, ``jq[p]`` cores;
+* GPUs (first-fit order: number ``i``): ``garch[i]`` architecture, ``gnode[i]`` node;
+  ``fc[i]``/``fm[i]`` compute and memory left, ``fq[n]`` cores left on node ``n``;
+* an answer: ``where[p]`` = the GPU of job ``p``, -1 when unplaced.
+
+A job fits GPU ``i`` when ``fc[i] + EPS >= c``, ``fm[i] + EPS >= m`` and ``fq[gnode[i]] + EPS
+>= q`` (``Load.fits``'s comparisons: HyperSack Eq. 2-4); every kernel that places a job checks
+exactly that on what is left, so every answer keeps Eq. 1-4. The search state is ``where``, the
+loads, the *pools* (per architecture, the unplaced jobs by (compute there, position) ascending)
+and per GPU its jobs by (compute, position) ascending: ``improve._Search``'s lists as arrays.
+
+Kernels: ``wf_greedy`` (worst-fit, ``LiveCluster``'s ``wf`` for single-GPU jobs), ``retake``
+(loads of an answer, taken in a given order), ``search`` (``improve``'s add/swap passes: with
+the same start, the same moves as ``wfd-ls``), ``polish`` (search, refill and evict moves while
+they gain), ``fill_search`` (every start, polishing, the kicks). Sums are explicit loops (numpy's
+pairwise ``sum`` and numba's would differ in the last bit), no ``exp``/``log``: the compiled form
+and ``.py_func`` give identical answers (tested).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hypersack.core.jit import kernel
+
+EPS = 1e-9
+SCAN = 16          # add/swap: candidates looked at below the best compute (improve._SCAN)
+REFILL_SCAN = 24   # refill: unplaced candidates looked at per freed GPU
+EVICT_IN = 8       # evict: unplaced candidates (largest first) tried per GPU
+EVICT_OUT = 8      # evict: the smallest jobs of the GPU among which 2-3 are taken out
+STALL = 5          # price steps without a lower bound before the step factor is halved
+SMALLEST = 2.0 ** -6
+_MOD = 2147483647  # the kicks' generator: MINSTD (x * 48271 mod 2^31 - 1), exact in int64
+
+
+# ---- sorted rows: pools and per-GPU job lists -----------------------------------------------------
+
+@kernel
+def _insert(rows, count, row, p, jc, col):       # pragma: no cover - compiled (tested via py_func)
+    """Insert job ``p`` into ``rows[row, :count[row]]``, kept by (jc[., col], position)."""
+    n = count[row]
+    c = jc[p, col]
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = rows[row, mid]
+        cx = jc[x, col]
+        if cx < c or (cx == c and x < p):
+            lo = mid + 1
+        else:
+            hi = mid
+    k = n
+    while k > lo:
+        rows[row, k] = rows[row, k - 1]
+        k -= 1
+    rows[row, lo] = p
+    count[row] = n + 1
+
+
+@kernel
+def _remove(rows, count, row, p, jc, col):
+    """Remove job ``p`` from ``rows[row, :count[row]]`` (it is there)."""
+    n = count[row]
+    c = jc[p, col]
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        x = rows[row, mid]
+        cx = jc[x, col]
+        if cx < c or (cx == c and x < p):
+            lo = mid + 1
+        else:
+            hi = mid
+    for k in range(lo, n - 1):
+        rows[row, k] = rows[row, k + 1]
+    count[row] = n - 1
+
+
+@kernel
+def _upto(rows, count, row, x, jc, col):
+    """How many of ``rows[row, :count[row]]`` have ``jc[., col] <= x``."""
+    lo, hi = 0, count[row]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if jc[rows[row, mid], col] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+# ---- greedy starts and loads -----------------------------------------------------------------------
+
+@kernel
+def wf_greedy(order, jc, jm, jq, garch, gnode, fc, fm, fq):
+    """Worst-fit: each job of ``order`` to the fitting GPU with the most compute left (ties: the
+    lower number), taking its demand from ``fc``/``fm``/``fq`` (changed). ``where`` per job."""
+    where = np.full(jc.shape[0], -1, dtype=np.int64)
+    for t in range(order.shape[0]):
+        p = order[t]
+        best = -1
+        for i in range(garch.shape[0]):
+            a = garch[i]
+            if fc[i] + EPS >= jc[p, a] and fm[i] + EPS >= jm[p, a] and fq[gnode[i]] + EPS >= jq[p]:
+                if best < 0 or fc[i] > fc[best]:
+                    best = i
+        if best >= 0:
+            a = garch[best]
+            fc[best] -= jc[p, a]
+            fm[best] -= jm[p, a]
+            fq[gnode[best]] -= jq[p]
+            where[p] = best
+    return where
+
+
+@kernel
+def retake(where, order, jc, jm, jq, garch, gnode, base_c, base_m, base_q):
+    """The loads left after taking the placed jobs of ``where`` on ``base_*``, in ``order``
+    (the sums' order matters in the last bit: ``wfd-ls`` takes its start in the jobs' given order)."""
+    fc, fm, fq = base_c.copy(), base_m.copy(), base_q.copy()
+    for t in range(order.shape[0]):
+        p = order[t]
+        i = where[p]
+        if i >= 0:
+            a = garch[i]
+            fc[i] -= jc[p, a]
+            fm[i] -= jm[p, a]
+            fq[gnode[i]] -= jq[p]
+    return fc, fm, fq
+
+
+@kernel
+def _lists(where, jc, garch, n_arch):
+    """Pools (per architecture, unplaced jobs) and per-GPU job lists of ``where``, sorted."""
+    n_jobs, n_gpus = jc.shape[0], garch.shape[0]
+    pool = np.empty((n_arch, n_jobs), dtype=np.int64)
+    npool = np.zeros(n_arch, dtype=np.int64)
+    ong = np.empty((n_gpus, n_jobs), dtype=np.int64)
+    nong = np.zeros(n_gpus, dtype=np.int64)
+    free = 0
+    for p in range(n_jobs):
+        if where[p] < 0:
+            free += 1
+    unplaced = np.empty(free, dtype=np.int64)
+    free = 0
+    for p in range(n_jobs):
+        if where[p] < 0:
+            unplaced[free] = p
+            free += 1
+    for a in range(n_arch):
+        keys = np.empty(free, dtype=np.float64)
+        for k in range(free):
+            keys[k] = jc[unplaced[k], a]
+        ranked = np.argsort(keys, kind="mergesort")          # stable: ties by position
+        for k in range(free):
+            pool[a, k] = unplaced[ranked[k]]
+        npool[a] = free
+    for p in range(n_jobs):                                   # positions ascending
+        i = where[p]
+        if i >= 0:
+            _insert(ong, nong, i, p, jc, garch[i])
+    return pool, npool, ong, nong
+
+
+# ---- moves -------------------------------------------------------------------------------------------
+
+@kernel
+def _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """Job ``out`` (-1: none) off GPU ``i`` back to the pools, unplaced job ``u`` onto it."""
+    a = garch[i]
+    n = gnode[i]
+    if out >= 0:
+        fc[i] -= -jc[out, a]
+        fm[i] -= -jm[out, a]
+        fq[n] -= -jq[out]
+        _remove(ong, nong, i, out, jc, a)
+        where[out] = -1
+        for b in range(npool.shape[0]):
+            _insert(pool, npool, b, out, jc, b)
+    for b in range(npool.shape[0]):
+        _remove(pool, npool, b, u, jc, b)
+    fc[i] -= jc[u, a]
+    fm[i] -= jm[u, a]
+    fq[n] -= jq[u]
+    _insert(ong, nong, i, u, jc, a)
+    where[u] = i
+
+
+@kernel
+def _unplace(i, p, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """Job ``p`` off GPU ``i``, back to the pools."""
+    a = garch[i]
+    fc[i] -= -jc[p, a]
+    fm[i] -= -jm[p, a]
+    fq[gnode[i]] -= -jq[p]
+    _remove(ong, nong, i, p, jc, a)
+    where[p] = -1
+    for b in range(npool.shape[0]):
+        _insert(pool, npool, b, p, jc, b)
+
+
+@kernel
+def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+    """``improve``'s best add/swap on GPU ``i``: (gain, job out or -1, job in or -1 for none)."""
+    a = garch[i]
+    count = npool[a]
+    if count == 0:
+        return 0.0, -1, -1
+    room_c, room_m, room_q = fc[i], fm[i], fq[gnode[i]]
+    if room_c < min_gain:
+        return 0.0, -1, -1
+    top = jc[pool[a, count - 1], a]
+    best_gain, best_out, best_in = min_gain - EPS, -1, -1
+    for t in range(-1, nong[i]):
+        if t < 0:
+            p, c_p, m_p, q_p = -1, 0.0, 0.0, 0.0
+        else:
+            p = ong[i, t]
+            c_p, m_p, q_p = jc[p, a], jm[p, a], jq[p]
+        if top - c_p <= best_gain:
+            break                          # nothing unplaced is big enough to gain more
+        k = _upto(pool, npool, a, c_p + room_c + EPS, jc, a) - 1
+        stop = max(-1, k - SCAN)
+        while k > stop:
+            u = pool[a, k]
+            c_u = jc[u, a]
+            if c_u - c_p <= best_gain:
+                break
+            if jm[u, a] <= m_p + room_m + EPS and jq[u] <= q_p + room_q + EPS:
+                best_gain, best_out, best_in = c_u - c_p, p, u
+                break
+            k -= 1
+        if best_gain >= room_c - EPS:
+            break                          # the GPU is full: no move can do better
+    return best_gain, best_out, best_in
+
+
+@kernel
+def search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """``improve``'s passes: up to ``rounds`` passes over ``gpus`` (all, in first-fit order, for
+    ``improve``), applying each GPU's best add/swap while it finds one; whether any moved."""
+    any_moved = False
+    for _ in range(rounds):
+        moved = False
+        for i in gpus:
+            while True:
+                gain, out, u = _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool,
+                                          ong, nong)
+                if u < 0:
+                    break
+                _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+                moved = True
+        any_moved = any_moved or moved
+        if not moved:
+            break
+    return any_moved
+
+
+@kernel
+def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+    """One placed job ``p`` of GPU ``i`` out, the room filled with unplaced jobs (largest compute
+    first among the ``REFILL_SCAN`` largest not too big): the first ``p`` that gains. Returns
+    (p or -1, how many of ``picked`` go in)."""
+    a = garch[i]
+    n = gnode[i]
+    if npool[a] == 0:
+        return -1, 0
+    for t in range(nong[i]):
+        p = ong[i, t]
+        c_p = jc[p, a]
+        room_c, room_m, room_q = fc[i] + c_p, fm[i] + jm[p, a], fq[n] + jq[p]
+        k = _upto(pool, npool, a, room_c + EPS, jc, a) - 1
+        stop = max(-1, k - REFILL_SCAN)
+        count, gain = 0, 0.0
+        while k > stop:
+            u = pool[a, k]
+            c_u, m_u, q_u = jc[u, a], jm[u, a], jq[u]
+            if c_u <= room_c + EPS and m_u <= room_m + EPS and q_u <= room_q + EPS:
+                picked[count] = u
+                count += 1
+                room_c, room_m, room_q = room_c - c_u, room_m - m_u, room_q - q_u
+                gain += c_u
+            k -= 1
+        if count > 0 and gain - c_p >= min_gain:
+            return p, count
+    return -1, 0
+
+
+@kernel
+def _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+    """Two or three of the ``EVICT_OUT`` smallest jobs of GPU ``i`` out, one unplaced job that did
+    not fit in (among the ``EVICT_IN`` largest that could fit then): the largest gain (ties: the
+    larger job in, then the first set out in enumeration order). ``scratch``/``who``: room for
+    the sets out. Returns (how many of ``outs`` go out, 0 for no move; the job in)."""
+    a = garch[i]
+    count = npool[a]
+    placed = min(nong[i], EVICT_OUT)
+    if count == 0 or placed < 2:
+        return 0, -1
+    room_c, room_m, room_q = fc[i], fm[i], fq[gnode[i]]
+    total = 0.0
+    for t in range(placed):
+        total += jc[ong[i, t], a]
+    k = _upto(pool, npool, a, room_c + total + EPS, jc, a) - 1
+    stop = max(-1, k - EVICT_IN)
+    best_gain, best_in, best_set = min_gain - EPS, -1, -1
+    size = -1
+    while k > stop:
+        u = pool[a, k]
+        c_u = jc[u, a]
+        k -= 1
+        if c_u <= best_gain:
+            break
+        need_c, need_m, need_q = c_u - room_c, jm[u, a] - room_m, jq[u] - room_q
+        if need_c <= EPS and need_m <= EPS and need_q <= EPS:
+            continue                                    # an add: search's move
+        if size < 0:                                    # the sets out, built once per call
+            size = 0
+            for x in range(placed):
+                for y in range(x + 1, placed):
+                    for z in range(y, placed):
+                        px, py = ong[i, x], ong[i, y]
+                        scratch[size, 0] = jc[px, a] + jc[py, a]
+                        scratch[size, 1] = jm[px, a] + jm[py, a]
+                        scratch[size, 2] = jq[px] + jq[py]
+                        who[size, 0], who[size, 1], who[size, 2] = px, py, -1
+                        if z > y:
+                            pz = ong[i, z]
+                            scratch[size, 0] += jc[pz, a]
+                            scratch[size, 1] += jm[pz, a]
+                            scratch[size, 2] += jq[pz]
+                            who[size, 2] = pz
+                        size += 1
+        for s in range(size):
+            gone = scratch[s, 0]
+            if gone < need_c - EPS or c_u - gone <= best_gain:
+                continue
+            if scratch[s, 1] + EPS >= need_m and scratch[s, 2] + EPS >= need_q:
+                best_gain, best_in, best_set = c_u - gone, u, s
+    if best_in < 0:
+        return 0, -1
+    for t in range(3):
+        outs[t] = who[best_set, t]
+    return (2 if outs[2] < 0 else 3), best_in
+
+
+@kernel
+def _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong,
+             nong):
+    """Refill moves on ``gpus``, up to ``rounds`` passes; whether any moved."""
+    any_moved = False
+    for _ in range(rounds):
+        moved = False
+        for i in gpus:
+            while True:
+                p, count = _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool,
+                                        npool, ong, nong)
+                if p < 0:
+                    break
+                _apply(i, p, picked[0], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+                for t in range(1, count):
+                    _apply(i, -1, picked[t], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong,
+                           nong)
+                moved = any_moved = True
+        if not moved:
+            break
+    return any_moved
+
+
+@kernel
+def _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """Evict moves on ``gpus``, up to ``rounds`` passes; whether any moved."""
+    scratch = np.empty((EVICT_OUT * EVICT_OUT * EVICT_OUT, 3))
+    who = np.empty((EVICT_OUT * EVICT_OUT * EVICT_OUT, 3), dtype=np.int64)
+    any_moved = False
+    for _ in range(rounds):
+        moved = False
+        for i in gpus:
+            while True:
+                count, u = _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, fc, fm, fq, pool,
+                                       npool, ong, nong)
+                if count == 0:
+                    break
+                for t in range(1, count):
+                    _unplace(i, outs[t], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+                _apply(i, outs[0], u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+                moved = any_moved = True
+        if not moved:
+            break
+    return any_moved
+
+
+@kernel
+def polish(rounds, min_gain, gpus, evict, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """Add/swap passes over ``gpus``, then refill and evict passes, repeated while the latter
+    move (at most ``2 rounds`` times), and a last add/swap pass (``evict`` False: no evict
+    moves). ``where`` and the loads change."""
+    picked = np.empty(REFILL_SCAN, dtype=np.int64)
+    outs = np.empty(3, dtype=np.int64)
+    for _ in range(max(1, 2 * rounds)):
+        search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+        refilled = _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool,
+                            npool, ong, nong)
+        evicted = evict and _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq,
+                                    pool, npool, ong, nong)
+        if not (refilled or evicted):
+            break
+    search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+
+
+@kernel
+def value_of(where, jc, garch):
+    """Placed compute of ``where`` (each job on its GPU's architecture), summed by position."""
+    total = 0.0
+    for p in range(where.shape[0]):
+        if where[p] >= 0:
+            total += jc[p, garch[where[p]]]
+    return total
+
+
+# ---- prices ------------------------------------------------------------------------------------------
+
+@kernel
+def groups_of(garch, gnode):
+    """GPUs pooled by (node, architecture), groups numbered by their first GPU: group per GPU,
+    node and architecture per group."""
+    n_gpus = garch.shape[0]
+    group = np.empty(n_gpus, dtype=np.int64)
+    g_node = np.empty(n_gpus, dtype=np.int64)
+    g_arch = np.empty(n_gpus, dtype=np.int64)
+    count = 0
+    for i in range(n_gpus):
+        found = -1
+        for g in range(count):
+            if g_node[g] == gnode[i] and g_arch[g] == garch[i]:
+                found = g
+                break
+        if found < 0:
+            found = count
+            g_node[count], g_arch[count] = gnode[i], garch[i]
+            count += 1
+        group[i] = found
+    return group, g_node[:count].copy(), g_arch[:count].copy()
+
+
+@kernel
+def _scaled(jc, jm, jq, group, g_node, g_arch, fc, fm, fq):
+    """Per (job, group): demands over the group's capacity (0 where it has none) and whether
+    one GPU of the group takes the job on what is left (``prices.Groups``)."""
+    n_jobs, n_groups = jc.shape[0], g_node.shape[0]
+    cap_c, cap_m = np.zeros(n_groups), np.zeros(n_groups)
+    top_c, top_m = np.full(n_groups, -np.inf), np.full(n_groups, -np.inf)
+    for i in range(group.shape[0]):
+        g = group[i]
+        c, m = max(fc[i], 0.0), max(fm[i], 0.0)
+        cap_c[g] += c
+        cap_m[g] += m
+        top_c[g] = max(top_c[g], c)
+        top_m[g] = max(top_m[g], m)
+    cap_q = np.maximum(fq, 0.0)
+    sc, sm, sq = np.zeros((n_jobs, n_groups)), np.zeros((n_jobs, n_groups)), np.zeros((n_jobs, n_groups))
+    cg = np.zeros((n_jobs, n_groups))
+    fit = np.zeros((n_jobs, n_groups), dtype=np.bool_)
+    for p in range(n_jobs):
+        for g in range(n_groups):
+            a, n = g_arch[g], g_node[g]
+            c, m, q = jc[p, a], jm[p, a], jq[p]
+            cg[p, g] = c
+            if cap_c[g] > EPS:
+                sc[p, g] = c / cap_c[g]
+            if cap_m[g] > EPS:
+                sm[p, g] = m / cap_m[g]
+            if cap_q[n] > EPS:
+                sq[p, g] = q / cap_q[n]
+            fit[p, g] = c <= top_c[g] + EPS and m <= top_m[g] + EPS and q <= cap_q[n] + EPS
+    return cg, sc, sm, sq, fit
+
+
+@kernel
+def _reduced(cg, sc, sm, sq, fit, g_node, pc, pm, pq):
+    """R[p, g] = c - pc_g c/C_g - pm_g m/M_g - pq_n q/Q_n (-inf where no GPU of g takes p)."""
+    n_jobs, n_groups = cg.shape
+    r = np.empty((n_jobs, n_groups))
+    for p in range(n_jobs):
+        for g in range(n_groups):
+            if fit[p, g]:
+                r[p, g] = cg[p, g] - sc[p, g] * pc[g] - sm[p, g] * pm[g] - sq[p, g] * pq[g_node[g]]
+            else:
+                r[p, g] = -np.inf
+    return r
+
+
+@kernel
+def prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps):
+    """``prices.prices`` over these arrays: the dual bound L (the lowest seen in ``steps``
+    subgradient steps from zero prices, Polyak's step towards ``target``) and the prices of the
+    lowest L seen after a quarter, half and all of the steps, without repeats (``kept_*[:count]``)."""
+    n_jobs, n_groups = cg.shape
+    pc, pm, pq = np.zeros(n_groups), np.zeros(n_groups), np.zeros(n_nodes)
+    best_c, best_m, best_q = pc.copy(), pm.copy(), pq.copy()
+    kept_c, kept_m, kept_q = np.zeros((3, n_groups)), np.zeros((3, n_groups)), np.zeros((3, n_nodes))
+    kept_version = np.full(3, -1, dtype=np.int64)
+    count, version = 0, 0
+    best_l = np.inf
+    if n_jobs == 0 or n_groups == 0:
+        kept_version[0] = 0
+        return 0.0, kept_c, kept_m, kept_q, 1
+    first, second = steps // 4, steps * 2 // 4
+    factor, stall = 2.0, 0
+    g_c, g_m, g_q = np.empty(n_groups), np.empty(n_groups), np.empty(n_nodes)
+    for step_no in range(steps):
+        if (step_no == first or step_no == second) and (count == 0 or kept_version[count - 1] != version):
+            kept_c[count], kept_m[count], kept_q[count] = best_c, best_m, best_q
+            kept_version[count] = version
+            count += 1
+        bound = 0.0
+        for g in range(n_groups):
+            bound += pc[g]
+        for g in range(n_groups):
+            bound += pm[g]
+        for n in range(n_nodes):
+            bound += pq[n]
+        for g in range(n_groups):
+            g_c[g] = 1.0
+            g_m[g] = 1.0
+        for n in range(n_nodes):
+            g_q[n] = 1.0
+        for p in range(n_jobs):
+            top, gain = -1, -np.inf
+            for g in range(n_groups):
+                if fit[p, g]:
+                    r = cg[p, g] - sc[p, g] * pc[g] - sm[p, g] * pm[g] - sq[p, g] * pq[g_node[g]]
+                    if r > gain:
+                        top, gain = g, r
+            if top >= 0 and gain > 0:
+                bound += gain
+                g_c[top] -= sc[p, top]
+                g_m[top] -= sm[p, top]
+                g_q[g_node[top]] -= sq[p, top]
+        if bound < best_l - EPS:
+            best_l = bound
+            best_c, best_m, best_q = pc.copy(), pm.copy(), pq.copy()
+            version += 1
+            stall = 0
+        else:
+            stall += 1
+            if stall >= STALL:
+                factor, stall = factor / 2, 0
+        norm = 0.0
+        for g in range(n_groups):
+            if pc[g] <= 0 and g_c[g] > 0:
+                g_c[g] = 0.0                  # a free, slack resource stays free
+            if pm[g] <= 0 and g_m[g] > 0:
+                g_m[g] = 0.0
+            norm += g_c[g] * g_c[g] + g_m[g] * g_m[g]
+        for n in range(n_nodes):
+            if pq[n] <= 0 and g_q[n] > 0:
+                g_q[n] = 0.0
+            norm += g_q[n] * g_q[n]
+        if norm < 1e-12 or bound - target <= EPS or factor < SMALLEST:
+            break
+        step = factor * (bound - target) / norm
+        for g in range(n_groups):
+            pc[g] = max(0.0, pc[g] - step * g_c[g])
+            pm[g] = max(0.0, pm[g] - step * g_m[g])
+        for n in range(n_nodes):
+            pq[n] = max(0.0, pq[n] - step * g_q[n])
+    if count == 0 or kept_version[count - 1] != version:
+        kept_c[count], kept_m[count], kept_q[count] = best_c, best_m, best_q
+        count += 1
+    return best_l, kept_c, kept_m, kept_q, count
+
+
+@kernel
+def dual_bound(cg, sc, sm, sq, fit, g_node, pc, pm, pq):
+    """L at prices (pc, pm, pq) >= 0: their sum plus every job's best positive reduced profit; an
+    upper bound on the compute any placement adds (weak duality, ``prices`` module doc)."""
+    n_jobs, n_groups = cg.shape
+    bound = 0.0
+    for g in range(n_groups):
+        bound += pc[g]
+    for g in range(n_groups):
+        bound += pm[g]
+    for n in range(pq.shape[0]):
+        bound += pq[n]
+    for p in range(n_jobs):
+        gain = 0.0
+        for g in range(n_groups):
+            if fit[p, g]:
+                gain = max(gain, cg[p, g] - sc[p, g] * pc[g] - sm[p, g] * pm[g] - sq[p, g] * pq[g_node[g]])
+        bound += gain
+    return bound
+
+
+@kernel
+def price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq, garch, gnode,
+                 fc, fm, fq):
+    """``prices.price_greedy``: jobs by best reduced profit (``regret``: by its gap over the
+    runner-up group), each on its groups by reduced profit, on the group's first GPU that takes
+    it or (``balanced``) the one whose compute and memory left stay closest in proportion;
+    ``fc``/``fm``/``fq`` are changed. ``where`` per job."""
+    n_jobs, n_groups = r.shape
+    n_gpus = garch.shape[0]
+    where = np.full(n_jobs, -1, dtype=np.int64)
+    size_c, size_m = np.empty(n_gpus), np.empty(n_gpus)
+    for i in range(n_gpus):
+        size_c[i], size_m[i] = max(fc[i], EPS), max(fm[i], EPS)
+    top_c, top_m = np.full(n_groups, -np.inf), np.full(n_groups, -np.inf)
+    for i in range(n_gpus):
+        top_c[group[i]] = max(top_c[group[i]], fc[i])
+        top_m[group[i]] = max(top_m[group[i]], fm[i])
+    key, c_max = np.empty(n_jobs), np.empty(n_jobs)
+    prefs = np.empty((n_jobs, n_groups), dtype=np.int64)
+    for p in range(n_jobs):
+        for g in range(n_groups):            # insertion sort, R descending, ties: lower group
+            v = r[p, g]
+            t = g
+            while t > 0 and r[p, prefs[p, t - 1]] < v:
+                prefs[p, t] = prefs[p, t - 1]
+                t -= 1
+            prefs[p, t] = g
+        first = r[p, prefs[p, 0]]
+        k = first
+        if regret and n_groups > 1:
+            k = first - max(r[p, prefs[p, 1]], 0.0)
+        key[p] = k if np.isfinite(k) else -np.inf
+        c_max[p] = 0.0
+        for g in range(n_groups):
+            c_max[p] = max(c_max[p], cg[p, g])
+    order = np.argsort(-c_max, kind="mergesort")              # np.lexsort((-c_max, -key))
+    order = order[np.argsort(-key[order], kind="mergesort")]
+    for t in range(n_jobs):
+        p = order[t]
+        q = jq[p]
+        for s in range(n_groups):
+            g = prefs[p, s]
+            if not fit[p, g]:
+                break                                 # -inf: no later group fits either
+            a = g_arch[g]
+            c, m = jc[p, a], jm[p, a]
+            if fq[g_node[g]] + EPS < q or top_c[g] + EPS < c or top_m[g] + EPS < m:
+                continue
+            chosen, score = -1, np.inf
+            for i in range(n_gpus):
+                if group[i] != g or not (fc[i] + EPS >= c and fm[i] + EPS >= m):
+                    continue
+                if not balanced:
+                    chosen = i
+                    break
+                gap = abs((fc[i] - c) / size_c[i] - (fm[i] - m) / size_m[i])
+                if gap < score - EPS:
+                    chosen, score = i, gap
+            if chosen >= 0:
+                fc[chosen] -= c
+                fm[chosen] -= m
+                fq[gnode[chosen]] -= q
+                top_c[g], top_m[g] = -np.inf, -np.inf
+                for i in range(n_gpus):
+                    if group[i] == g:
+                        top_c[g] = max(top_c[g], fc[i])
+                        top_m[g] = max(top_m[g], fm[i])
+                where[p] = chosen
+                break
+    return where
+
+
+# ---- the whole search ----------------------------------------------------------------------------
+
+@kernel
+def _kick(state, i, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """Take each job of GPU ``i`` off with probability 1/2 (at least one); the generator's state."""
+    removed = 0
+    t = 0
+    while t < nong[i]:
+        state = (state * 48271) % _MOD
+        if state % 2 == 0:
+            _unplace(i, ong[i, t], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+            removed += 1
+        else:
+            t += 1
+    if removed == 0 and nong[i] > 0:
+        state = (state * 48271) % _MOD
+        _unplace(i, ong[i, state % nong[i]], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool,
+                 ong, nong)
+    return state
+
+
+@kernel
+def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_q, wfd_where,
+                dense_order, rounds, min_gain, steps, sample, targets, polish_count, enough, kicks, patience, seed, fixed_value,
+                kick_rounds, kick_evict, apart):
+    """``fill``'s search (``fill`` module doc) on the single-GPU jobs, on top of ``base_*`` (the
+    loads with the data-parallel jobs, ``fixed_value`` their compute): the WFD start
+    ``wfd_where`` and the greedy starts, the best ``polish_count`` of the latter by their value,
+    each polished; then ``kicks`` perturbations of the best. Returns (where, its value, the dual
+    bound L + ``fixed_value``, the number of polished starts)."""
+    n_jobs = jc.shape[0]
+    min_gain = max(min_gain, 2 * EPS)
+    # the greedy starts: density order, then the price starts
+    n_starts = 1 + 12 * targets.shape[0]
+    starts = np.full((n_starts, n_jobs), -1, dtype=np.int64)
+    values = np.full(n_starts, -np.inf)
+    fc, fm, fq = base_c.copy(), base_m.copy(), base_q.copy()
+    starts[0] = wf_greedy(dense_order, jc, jm, jq, garch, gnode, fc, fm, fq)
+    values[0] = value_of(starts[0], jc, garch)
+    ceiling = np.inf
+    if steps > 0 and n_jobs > 0 and garch.shape[0] > 0:
+        group, g_node, g_arch = groups_of(garch, gnode)
+        cg, sc, sm, sq, fit = _scaled(jc, jm, jq, group, g_node, g_arch, base_c, base_m, base_q)
+        floor = max(values[0], value_of(wfd_where, jc, garch))
+        stride = max(1, -(-n_jobs // sample))
+        share = (-(-n_jobs // stride)) / n_jobs
+        cg_s, fit_s = cg[::stride].copy(), fit[::stride].copy()
+        sc_s, sm_s, sq_s = sc[::stride] / share, sm[::stride] / share, sq[::stride] / share
+        low = np.inf
+        s = 1
+        for f in range(targets.shape[0]):
+            target = floor if f == 0 else floor + targets[f] * (low - floor)
+            if stride == 1:
+                bound, kept_c, kept_m, kept_q, count = prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps)
+            else:                      # every stride-th job, each capacity scaled by their share
+                _, kept_c, kept_m, kept_q, count = prices(cg_s, sc_s, sm_s, sq_s, fit_s, g_node, n_nodes,
+                                                          target * share, steps)
+                bound = np.inf
+                for k in range(count):
+                    kept_c[k] /= share
+                    kept_m[k] /= share
+                    kept_q[k] /= share
+                    bound = min(bound, dual_bound(cg, sc, sm, sq, fit, g_node, kept_c[k], kept_m[k], kept_q[k]))
+            low = min(low, bound)
+            for k in range(count):
+                r = _reduced(cg, sc, sm, sq, fit, g_node, kept_c[k], kept_m[k], kept_q[k])
+                for regret in (False, True):
+                    for balanced in (False, True):
+                        fc, fm, fq = base_c.copy(), base_m.copy(), base_q.copy()
+                        starts[s] = price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm,
+                                                 jq, garch, gnode, fc, fm, fq)
+                        values[s] = value_of(starts[s], jc, garch)
+                        s += 1
+        ceiling = fixed_value + low
+    ranked = np.argsort(-values, kind="mergesort")            # stable: ties keep the start order
+    identity = np.arange(n_jobs)
+    every = np.arange(garch.shape[0])
+    best = wfd_where.copy()
+    best_value = -np.inf
+    tried = 0
+    for t in range(-1, min(polish_count, n_starts)):
+        if t >= 0 and not np.isfinite(values[ranked[t]]):
+            break
+        where = wfd_where.copy() if t < 0 else starts[ranked[t]].copy()
+        fc, fm, fq = retake(where, identity, jc, jm, jq, garch, gnode, base_c, base_m, base_q)
+        pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
+        polish(rounds, min_gain, every, True, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+        tried += 1
+        got = value_of(where, jc, garch)
+        if got > best_value + EPS:
+            best, best_value = where, got
+        if fixed_value + best_value >= enough * ceiling - EPS:
+            return best, best_value, ceiling, tried     # within ``enough`` of the bound
+    if kicks > 0 and garch.shape[0] > 0:
+        best_value = _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, best, best_value, jc, jm, jq, garch, gnode, n_arch,
+                            base_c, base_m, base_q)
+    return best, best_value, ceiling, tried
+
+
+@kernel
+def _on(gpus, jc, garch, ong, nong):
+    """The compute placed on ``gpus`` (distinct)."""
+    total = 0.0
+    for t in range(gpus.shape[0]):
+        i = gpus[t]
+        if t > 0 and i == gpus[0]:
+            continue
+        for k in range(nong[i]):
+            total += jc[ong[i, k], garch[i]]
+    return total
+
+
+@kernel
+def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, where, value, jc, jm, jq, garch, gnode, n_arch, base_c, base_m,
+           base_q):
+    """``kicks`` times: about half the jobs of two GPUs (drawn by MINSTD from ``seed``) off, the
+    moves on those two GPUs, the result kept when it places no less (else undone). ``where`` is
+    changed; returns its value."""
+    n_gpus = garch.shape[0]
+    fc, fm, fq = retake(where, np.arange(jc.shape[0]), jc, jm, jq, garch, gnode, base_c, base_m, base_q)
+    pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
+    s_where, s_fc, s_fm, s_fq = where.copy(), fc.copy(), fm.copy(), fq.copy()
+    s_pool, s_npool, s_ong, s_nong = pool.copy(), npool.copy(), ong.copy(), nong.copy()
+    local = np.empty(2, dtype=np.int64)
+    state = seed % (_MOD - 1) + 1
+    since = 0
+    for _ in range(kicks):
+        if patience > 0 and since >= patience:
+            break                                    # ``patience`` kicks in a row gained nothing
+        state = (state * 48271) % _MOD
+        local[0] = state % n_gpus
+        state = (state * 48271) % _MOD
+        local[1] = state % n_gpus
+        if apart:                                    # the second GPU on another node if any
+            for t in range(n_gpus):
+                if gnode[local[1]] != gnode[local[0]]:
+                    break
+                local[1] = (local[1] + 1) % n_gpus
+        if local[1] == local[0]:
+            local[1] = (local[0] + 1) % n_gpus
+        before = _on(local, jc, garch, ong, nong)
+        for t in range(2):
+            state = _kick(state, local[t], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+        polish(kick_rounds, min_gain, local[:1] if n_gpus == 1 else local, kick_evict, jc, jm, jq, garch, gnode, where, fc, fm,
+               fq, pool, npool, ong, nong)
+        got = value - before + _on(local, jc, garch, ong, nong)
+        since = 0 if got > value + EPS else since + 1
+        if got >= value - EPS:                       # kept: the copies follow
+            value = max(got, value)
+            s_where[:] = where
+            s_fc[:] = fc
+            s_fm[:] = fm
+            s_fq[:] = fq
+            s_pool[:] = pool
+            s_npool[:] = npool
+            s_nong[:] = nong
+            for t in range(2):
+                s_ong[local[t]] = ong[local[t]]
+        else:                                        # undone
+            where[:] = s_where
+            fc[:] = s_fc
+            fm[:] = s_fm
+            fq[:] = s_fq
+            pool[:] = s_pool
+            npool[:] = s_npool
+            nong[:] = s_nong
+            for t in range(2):
+                ong[local[t]] = s_ong[local[t]]
+    return value
