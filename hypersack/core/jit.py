@@ -10,6 +10,7 @@ objects). numba's own ``NUMBA_DISABLE_JIT=1`` runs every kernel as Python (tests
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -23,6 +24,21 @@ except ImportError:  # pragma: no cover
 
 #: True where kernels are compiled (numba importable and not disabled).
 COMPILED = _numba is not None and not _numba.config.DISABLE_JIT
+
+
+_warned: set[str] = set()
+
+
+def warn_interpreted(what: str, size: int, threshold: int) -> None:
+    """Warn once per process (``RuntimeWarning``) that ``what`` runs its kernels as plain Python,
+    when ``size`` (the call's work, e.g. jobs x GPUs) is at least ``threshold``: such a call is
+    10-100x slower than compiled, and the warning names the remedy."""
+    if COMPILED or size < threshold or what in _warned:
+        return
+    _warned.add(what)
+    warnings.warn(f"{what} runs as plain Python (numba is not installed or NUMBA_DISABLE_JIT is set): "
+                  f"at this size ({size:,}) it is 10-100x slower than compiled; "
+                  "pip install hypersack[fast]", RuntimeWarning, stacklevel=3)
 
 
 def kernel(fn: F) -> F:

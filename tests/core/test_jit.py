@@ -27,3 +27,21 @@ def test_kernel_is_compiled_where_numba_is_installed() -> None:
     assert jit.COMPILED == (not numba.config.DISABLE_JIT)
     if jit.COMPILED:
         assert compiled is not _total_of_positive and hasattr(compiled, "py_func")
+
+
+def test_an_interpreted_kernel_warns_once_from_its_threshold_and_names_the_extra(monkeypatch) -> None:
+    monkeypatch.setattr(jit, "COMPILED", False)
+    monkeypatch.setattr(jit, "_warned", set())
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jit.warn_interpreted("placement fill", 1_999, 2_000)      # below the threshold: quiet
+        jit.warn_interpreted("placement fill", 2_000, 2_000)
+        jit.warn_interpreted("placement fill", 9_000, 2_000)      # once per process
+    assert len(caught) == 1 and issubclass(caught[0].category, RuntimeWarning)
+    assert "placement fill" in str(caught[0].message) and "hypersack[fast]" in str(caught[0].message)
+    monkeypatch.setattr(jit, "COMPILED", True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jit.warn_interpreted("placement lagrange", 10**9, 1)
+    assert caught == []

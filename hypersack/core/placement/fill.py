@@ -43,6 +43,7 @@ from operator import attrgetter
 import numpy as np
 
 from hypersack.core.placement import fill_kernels as fk
+from hypersack.core.jit import warn_interpreted
 from hypersack.core.placement.cluster import Cluster
 from hypersack.core.placement.improve import MIN_GAIN, _check_options, _Given
 from hypersack.core.placement.live import LiveCluster
@@ -56,6 +57,7 @@ _INF = float("inf")
 _COMPUTE, _MEMORY, _RUNTIME, _CPUS, _GPUS, _PER_ARCH = (attrgetter(name) for name in (
     "compute", "memory_gb", "runtime", "cpus", "gpus", "per_arch"))
 STEPS = 60          # subgradient steps of each price run
+INTERPRETED_WARN_PAIRS = 2_000   # jobs x GPUs from which an uncompiled search warns (core.jit)
 SAMPLE = 256        # jobs the price steps look at (every k-th; capacities scaled by their share)
 POLISH = 2          # greedy starts improved, besides WFD's
 KICKS = 300         # perturbations of the best answer, each polished
@@ -204,6 +206,7 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
     call = _prepare(jobs, cluster)
     if isinstance(call, dict):
         return call                          # WFD placed every job: no move of the search applies
+    warn_interpreted("placement fill", len(jobs) * len(call.arrays.load.keys), INTERPRETED_WARN_PAIRS)
     where, _, _, _ = _search(call, rounds, min_gain, steps, polish, enough, kicks, patience, seed)
     keys = call.arrays.load.keys
     answer = {jobs[call.singles[t]].id: (keys[where[t]],) for t in range(len(call.singles)) if where[t] >= 0}

@@ -46,6 +46,7 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
+from hypersack.core.jit import warn_interpreted
 from hypersack.core.placement.cluster import Cluster
 from hypersack.core.placement.live import LiveCluster
 from hypersack.core.placement.load import Load, by_runtime
@@ -57,6 +58,7 @@ __all__ = ["lagrange", "unit_prices", "STEPS", "SAMPLE"]
 
 STEPS = 120         # price steps
 SAMPLE = 512        # jobs the price steps look at (every k-th single-GPU job)
+INTERPRETED_WARN_PAIRS = 1_000_000   # jobs x GPUs from which uncompiled kernels warn (core.jit)
 MAX_UNITS = 16      # more groups than this are priced and chosen by type
 ETA = 0.2           # smoothed steps (pooled units): the first step's size, per unit of overuse
 TAU = 0.2           # smoothed steps: softmax temperature, in mean job compute
@@ -301,6 +303,7 @@ def lagrange(jobs: Sequence[Job], cluster: Cluster, steps: int = STEPS,
     singles = [job for job in jobs if job.gpus == 1] if multi else jobs
     if not singles or not load.keys:
         return answer
+    warn_interpreted("placement lagrange", len(singles) * len(load.keys), INTERPRETED_WARN_PAIRS)
     pools = _Pools(load, archs)
     units = _Units(pools)
     c, m, q = _demand_arrays(singles, archs)
