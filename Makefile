@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 	@echo "==> [3/3] installing hypersack and its dependencies (-e .[dev])"
 	$(PIP) -e ".[dev]"
 	@echo "==> compiling the placement kernels once (numba caches them; ~40 s of CPU)"
-	$(BIN)/python -m hypersack.core.placement.warm
+	$(BIN)/python -m hypersack.warm
 	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 	@echo "==> $(VENV) is ready"

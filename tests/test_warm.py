@@ -1,10 +1,10 @@
-"""hypersack.core.placement.warm: its instances take every path of fill and lagrange, so the
+"""hypersack.warm: its instances take every path of fill and lagrange, so the
 set-up's warm-up compiles every kernel (a later first call loads them from numba's cache)."""
 from __future__ import annotations
 
 from hypersack.core.placement import fill as fill_module
 from hypersack.core.placement import lagrange as lagrange_module
-from hypersack.core.placement.warm import _instance
+from hypersack.warm import _instance
 
 
 def _groups(cluster) -> int:
