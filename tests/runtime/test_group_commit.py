@@ -1,5 +1,6 @@
-"""Group commit: one transaction per loop turn (reports gathered in a bounded window), the
-store's durability levels, and the job history's writes joining the turn's commit."""
+"""Group commit: one transaction per loop turn (reports gathered in a bounded window while
+enough trials may still report, ``core.group_commit``), the store's durability levels, and the
+job history's writes joining the turn's commit."""
 from __future__ import annotations
 
 import pytest
@@ -158,12 +159,12 @@ class _Trickle:
                 self.queue.append(TrialFinished(trial))
 
 
-def _loop(tmp_path, window):
+def _loop(tmp_path, window, siblings=None):
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")
     controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
                                      objective, Budget(trials=3)), 3)
-    path = tmp_path / f"w{window}.db"
+    path = tmp_path / f"w{window}-{siblings}.db"
     store = Storage(path)
     row = store.create_study("s", {})
     executor = _Trickle(path)
@@ -175,16 +176,31 @@ def _loop(tmp_path, window):
         saved.append(len(results))
         original(study_id, trials, results, state, **kwargs)
     store.save_batch = save_batch       # type: ignore[method-assign]
-    run_loop(controller, executor, store, row, group_window_s=window)
+    run_loop(controller, executor, store, row, group_window_s=window,
+             **({} if siblings is None else {"group_siblings": siblings}))
     stored = len(store.load_results(row.study_id))
     store.close()
     return saved, stored, executor
 
 
 def test_reports_arriving_within_the_window_share_one_transaction(tmp_path):
-    saved, stored, executor = _loop(tmp_path, window=30.0)
+    # siblings 1: the turn waits while any running trial may still report
+    saved, stored, executor = _loop(tmp_path, window=30.0, siblings=1)
     assert stored == 3
     assert max(saved) == 3              # the three reports, gathered from three polls, one batch
+
+
+def test_the_turn_stops_waiting_once_fewer_than_siblings_trials_may_still_report(tmp_path):
+    # 3 trials, siblings 2: after two reports only one trial may still report: commit at once
+    saved, stored, _ = _loop(tmp_path, window=30.0, siblings=2)
+    assert stored == 3
+    assert [n for n in saved if n] == [2, 1]     # results per commit
+
+
+def test_with_the_default_siblings_three_trials_never_wait(tmp_path):
+    # GROUP_SIBLINGS (5) > 3 running trials: each poll is its own turn, as without a window
+    saved, stored, _ = _loop(tmp_path, window=30.0)
+    assert stored == 3 and max(saved) == 1
 
 
 def test_without_a_window_each_poll_is_its_own_turn(tmp_path):
@@ -192,9 +208,9 @@ def test_without_a_window_each_poll_is_its_own_turn(tmp_path):
     assert stored == 3 and max(saved) == 1
 
 
-@pytest.mark.parametrize("window", [0.0, 30.0])
-def test_acks_go_out_only_after_the_turns_commit(tmp_path, window):
-    _, _, executor = _loop(tmp_path, window=window)
+@pytest.mark.parametrize("window, siblings", [(0.0, None), (30.0, 1), (30.0, 2), (30.0, None)])
+def test_acks_go_out_only_after_the_turns_commit(tmp_path, window, siblings):
+    _, _, executor = _loop(tmp_path, window=window, siblings=siblings)
     assert executor.durable_at_ack and all(executor.durable_at_ack)
 
 
@@ -243,3 +259,64 @@ def test_the_loop_runs_inside_background_checkpoints(tmp_path):
     assert seen and set(seen) == {0}
     assert store.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
     store.close()
+
+
+def test_a_bad_group_rule_is_refused_before_any_worker_starts(tmp_path):
+    started: list[bool] = []
+
+    class _Executor:
+        def start(self): started.append(True)
+
+    with pytest.raises(ConfigError) as err:
+        run_loop(None, _Executor(), None, None, group_window_s=0.002,   # type: ignore[arg-type]
+                 group_siblings=0)
+    assert err.value.field == "group_siblings" and not started
+
+
+# ---- which events settle a trial for the turn ---------------------------------------------------
+
+class _Script:
+    """Hands out one scripted batch of events per poll; records the timeouts it was given."""
+
+    def __init__(self, batches):
+        self.batches = list(batches)
+        self.timeouts: list[float] = []
+
+    def poll(self, timeout):
+        self.timeouts.append(timeout)
+        return self.batches.pop(0) if self.batches else []
+
+
+class _Running:
+    def __init__(self, n): self.n = n
+    def running(self): return self.n
+
+
+def _gathered(first, batches, running, siblings):
+    from hypersack.core.group_commit import GroupCommit
+    from hypersack.runtime.loop import _gather
+    script = _Script(batches)
+    events = _gather(script, list(first), _Running(running), GroupCommit(30.0, siblings))
+    return events, script
+
+
+def test_a_trial_that_ended_in_the_turn_cannot_report_in_it():
+    from hypersack.core.trial import FailureCause, TrialFailed
+    # 4 running, siblings 2: a finish, a failure and a report settle 3 trials: 1 may still report
+    events, script = _gathered([TrialFinished(0)], [[TrialFailed(1, "x", cause=FailureCause.ERROR)],
+                                                    [ResultReported(2, 1, {"loss": 0.1})],
+                                                    [ResultReported(3, 1, {"loss": 0.1})]],
+                               running=4, siblings=2)
+    assert [type(e).__name__ for e in events] == ["TrialFinished", "TrialFailed", "ResultReported"]
+    assert len(script.timeouts) == 2 and all(0 < t <= 30.0 for t in script.timeouts)
+
+
+def test_a_started_or_profiled_trial_may_still_report_and_a_trial_counts_once():
+    from hypersack.core.trial import TrialProfiled
+    # 3 running, siblings 2: trial 0 starts (not settled), reports, is profiled (settled once)
+    events, _ = _gathered([TrialStarted(0, "cpu")], [[ResultReported(0, 1, {"loss": 0.1})],
+                                                      [TrialProfiled(0, {}), TrialFinished(0)],
+                                                      [ResultReported(1, 1, {"loss": 0.1})],
+                                                      [ResultReported(2, 1, {"loss": 0.1})]],
+                          running=3, siblings=2)
+    assert [getattr(e, "trial_id") for e in events] == [0, 0, 0, 0, 1]
