@@ -86,7 +86,7 @@ _LAYOUTS: dict[type, tuple[_Fields, frozenset[int]]] = {}
 def _layout(cls: type) -> tuple[_Fields, frozenset[int]]:
     layout = _LAYOUTS.get(cls)
     if layout is None:
-        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        names = [f.name for f in fields(cls)]
         nested = getattr(cls, "nested", {})
         layout = _LAYOUTS[cls] = (_Fields(names),
                                   frozenset(i for i, name in enumerate(names) if name in nested))
