@@ -640,7 +640,9 @@ class _Checkpointer:
         self._thread.start()
 
     def poke(self) -> None:
-        self._wake.set()
+        """After a commit: wake the thread (a no-op while a wake-up is pending: no lock taken)."""
+        if not self._wake.is_set():
+            self._wake.set()
 
     def stop(self) -> None:
         self._stopping.set()
