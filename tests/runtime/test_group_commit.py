@@ -320,3 +320,63 @@ def test_a_started_or_profiled_trial_may_still_report_and_a_trial_counts_once():
                                                       [ResultReported(2, 1, {"loss": 0.1})]],
                           running=3, siblings=2)
     assert [getattr(e, "trial_id") for e in events] == [0, 0, 0, 0, 1]
+
+
+def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path, monkeypatch):
+    """Every commit starts a checkpoint (no minimum interval) and the next transaction waits for
+    it: the WAL is copied whole and restarts, so 300 commits of a 2 KB row each leave a WAL of
+    a few pages (without the wait, commits land during each checkpoint, it never copies the
+    whole WAL, and the WAL grows by every commit: over 1 MB here)."""
+    import os
+    from hypersack.runtime import storage as storage_module
+    monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
+    with Storage(tmp_path / "s.db", durability="process") as store:
+        sid = store.create_study("s", {}).study_id
+        with store.background_checkpoints():
+            for i in range(300):
+                with store.transaction():
+                    store.save_batch(sid, [], [(0, i, {"pad": "x" * 2000})])
+            assert store.background_checkpoint_count >= 250
+            wal = os.path.getsize(str(tmp_path / "s.db") + "-wal")
+        assert wal < 200_000, wal
+        assert len(store.load_results(sid)) == 300
+
+
+def test_a_checkpoint_starts_at_most_once_per_interval_and_the_next_transaction_waits_for_it():
+    import threading
+    from hypersack.runtime.storage import CHECKPOINT_EVERY_S, _Checkpointer
+    now = [100.0]
+    ran: list[bool] = []
+    release = threading.Event()
+
+    class _Probe(_Checkpointer):
+        def _run(self):             # the thread: one "checkpoint" per wake-up, held by release
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping.is_set():
+                    return
+                release.wait(30)
+                ran.append(True)
+                self._idle.set()
+
+    probe = _Probe(None, "NORMAL", clock=lambda: now[0])  # type: ignore[arg-type]
+    try:
+        probe.poke()                            # due: starts one
+        probe.poke()                            # one is running: no second
+        now[0] += CHECKPOINT_EVERY_S / 2
+        waiter = threading.Thread(target=probe.wait_idle)
+        waiter.start()
+        waiter.join(0.05)
+        assert waiter.is_alive()                # the next transaction waits for it
+        release.set()
+        waiter.join(30)
+        assert not waiter.is_alive() and ran == [True]
+        probe.poke()                            # within the interval: none
+        now[0] += CHECKPOINT_EVERY_S
+        probe.poke()                            # due again
+        probe.wait_idle()
+        assert ran == [True, True]
+    finally:
+        release.set()
+        probe.stop()
