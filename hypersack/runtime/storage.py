@@ -43,6 +43,7 @@ import os
 import shutil
 import socket
 import sqlite3
+import sys
 import threading
 import time
 import uuid
@@ -63,7 +64,8 @@ SCHEMA_VERSION = 3      # 3: stays and utilisation samples (tables added to olde
 LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a dead driver
 CACHE_KIB = 65536       # the writer's page cache (KiB)
 AUTOCHECKPOINT_PAGES = 1000   # SQLite's default: a commit that grows the WAL past this copies it
-CHECKPOINT_EVERY_S = 0.25     # background checkpoints: at most one per this many seconds
+CHECKPOINT_PAGES = AUTOCHECKPOINT_PAGES  # a background checkpoint starts once the WAL holds this many
+CHECKPOINT_EVERY_S = 0.25     # ... or, where the WAL's size cannot be read, at most this often
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS studies (
@@ -260,7 +262,8 @@ class Storage:
         """While inside, no commit of this connection copies the WAL into the database file
         (SQLite's auto-checkpoint, which stalls the commit that crosses
         ``AUTOCHECKPOINT_PAGES``, 10-40 ms with its fsyncs): a thread with its own connection
-        does it (a PASSIVE checkpoint, started by a commit at most every ``CHECKPOINT_EVERY_S``),
+        does it (a PASSIVE checkpoint, started by the commit that finds ``CHECKPOINT_PAGES`` in
+        the WAL, as SQLite's own trigger),
         beside the loop instead of in front of an ack; the next transaction waits until it is
         done, so that it copies the whole WAL and the WAL restarts from its beginning (see
         ``_Checkpointer``). Durability is unchanged: a commit is
@@ -270,7 +273,8 @@ class Storage:
             yield
             return
         self._db.execute("PRAGMA wal_autocheckpoint=0")
-        self._checkpointer = _Checkpointer(self.path, DURABILITY[self.durability])
+        self._checkpointer = _Checkpointer(self.path, DURABILITY[self.durability],
+                                           frames=_WalFrames.open(self.path))
         try:
             yield
         finally:
@@ -632,18 +636,21 @@ class _Transaction:
 
 class _Checkpointer:
     """A thread copying the WAL into the database file on its own connection (a PASSIVE
-    checkpoint), started by a commit at most every ``CHECKPOINT_EVERY_S``. The writer's next
-    transaction waits until it is done (``wait_idle``): no frame is appended while it runs, so
-    it copies the whole WAL and the writer's next transaction restarts the WAL from its start
-    (with commits landing during a checkpoint, the WAL was never fully copied and grew without
-    end: 13 MB after a 200-trial study, appended to by every commit). The checkpoint runs while
-    the loop sends its acks and gathers the next events, not inside a commit. Its errors are
-    ignored: the writer's own connection checkpoints when it closes, and the WAL keeps
-    everything meanwhile."""
+    checkpoint), started by the commit after which the WAL holds ``CHECKPOINT_PAGES`` frames
+    (SQLite's auto-checkpoint trigger; where ``frames`` cannot tell, at most every
+    ``CHECKPOINT_EVERY_S``). The writer's next transaction waits until it is done
+    (``wait_idle``): no frame is appended while it runs, so it copies the whole WAL and the
+    writer's next transaction restarts the WAL from its start (with commits landing during a
+    checkpoint, the WAL was never fully copied and grew without end: 13 MB after a 200-trial
+    study, appended to by every commit). The checkpoint runs while the loop sends its acks and
+    gathers the next events, not inside a commit. Its errors are ignored: the writer's own
+    connection checkpoints when it closes, and the WAL keeps everything meanwhile."""
 
-    def __init__(self, path: Path, synchronous: str, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, path: Path, synchronous: str, clock: Callable[[], float] = time.monotonic,
+                 frames: "_WalFrames | None" = None):
         self.done = 0
         self._path, self._synchronous, self._clock = path, synchronous, clock
+        self._frames = frames
         self._last = -math.inf            # when the last checkpoint was started
         self._wake = threading.Event()
         self._idle = threading.Event()    # set while no checkpoint is running
@@ -654,14 +661,18 @@ class _Checkpointer:
         self._thread.start()
 
     def poke(self) -> None:
-        """After a commit: start a checkpoint if none ran for ``CHECKPOINT_EVERY_S``."""
-        now = self._clock()
-        if now - self._last < CHECKPOINT_EVERY_S or not self._idle.is_set() \
-                or not self._thread.is_alive():
+        """After a commit: start a checkpoint if one is due and none is running."""
+        if not self._idle.is_set() or not self._due() or not self._thread.is_alive():
             return
-        self._last = now
+        self._last = self._clock()
         self._idle.clear()
         self._wake.set()
+
+    def _due(self) -> bool:
+        frames = self._frames() if self._frames is not None else None
+        if frames is not None:
+            return frames >= CHECKPOINT_PAGES
+        return self._clock() - self._last >= CHECKPOINT_EVERY_S
 
     def wait_idle(self) -> None:
         """Before a write transaction: wait until a running checkpoint is done."""
@@ -673,6 +684,8 @@ class _Checkpointer:
         self._wake.set()
         self._thread.join()
         self._idle.set()
+        if self._frames is not None:
+            self._frames.close()
 
     def _run(self) -> None:
         try:
@@ -696,6 +709,37 @@ class _Checkpointer:
         finally:
             self._idle.set()
             db.close()
+
+
+class _WalFrames:
+    """How many frames the WAL holds now: ``mxFrame`` of the wal-index header, 4 bytes at
+    offset 16 of the ``-shm`` file in native byte order (https://www.sqlite.org/walformat.html),
+    read without a lock: a heuristic for when to checkpoint, never for what is durable. None
+    when it cannot be read."""
+
+    def __init__(self, fd: int):
+        self._fd: int | None = fd
+
+    @classmethod
+    def open(cls, db_path: Path) -> "_WalFrames | None":
+        try:
+            return cls(os.open(f"{db_path}-shm", os.O_RDONLY))
+        except OSError:
+            return None
+
+    def __call__(self) -> int | None:
+        if self._fd is None:
+            return None
+        try:
+            header = os.pread(self._fd, 4, 16)
+        except OSError:
+            return None
+        return int.from_bytes(header, sys.byteorder) if len(header) == 4 else None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:

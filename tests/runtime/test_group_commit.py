@@ -217,8 +217,11 @@ def test_acks_go_out_only_after_the_turns_commit(tmp_path, window, siblings):
 # ---- WAL checkpoints beside the loop, not inside its commits -----------------------------------
 
 @pytest.mark.parametrize("durability", ["power", "process"])
-def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(tmp_path, durability):
+def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(tmp_path, durability,
+                                                                              monkeypatch):
     import time
+    from hypersack.runtime import storage as storage_module
+    monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 10)     # 20 commits cross it
     with Storage(tmp_path / "s.db", durability=durability) as store:
         sid = store.create_study("s", {}).study_id
         db = store.connection
@@ -323,13 +326,14 @@ def test_a_started_or_profiled_trial_may_still_report_and_a_trial_counts_once():
 
 
 def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path, monkeypatch):
-    """Every commit starts a checkpoint (no minimum interval) and the next transaction waits for
-    it: the WAL is copied whole and restarts, so 300 commits of a 2 KB row each leave a WAL of
-    a few pages (without the wait, commits land during each checkpoint, it never copies the
-    whole WAL, and the WAL grows by every commit: over 1 MB here)."""
+    """Every commit starts a checkpoint (the WAL holds at least one page) and the next
+    transaction waits for it: the WAL is copied whole and restarts, so 300 commits of a 2 KB
+    row each leave a WAL of a few pages (without the wait, commits land during each
+    checkpoint, it never copies the whole WAL, and the WAL grows by every commit: over 1 MB
+    here)."""
     import os
     from hypersack.runtime import storage as storage_module
-    monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
+    monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 1)
     with Storage(tmp_path / "s.db", durability="process") as store:
         sid = store.create_study("s", {}).study_id
         with store.background_checkpoints():
@@ -342,7 +346,7 @@ def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path,
         assert len(store.load_results(sid)) == 300
 
 
-def test_a_checkpoint_starts_at_most_once_per_interval_and_the_next_transaction_waits_for_it():
+def test_without_the_wal_size_a_checkpoint_starts_at_most_once_per_interval_and_the_next_transaction_waits():
     import threading
     from hypersack.runtime.storage import CHECKPOINT_EVERY_S, _Checkpointer
     now = [100.0]
@@ -380,3 +384,56 @@ def test_a_checkpoint_starts_at_most_once_per_interval_and_the_next_transaction_
     finally:
         release.set()
         probe.stop()
+
+
+def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames():
+    from hypersack.runtime.storage import CHECKPOINT_PAGES, _Checkpointer
+    frames = [CHECKPOINT_PAGES - 1]
+    started: list[int] = []
+
+    class _Frames:
+        def __call__(self): return frames[0]
+        def close(self): pass
+
+    class _Probe(_Checkpointer):
+        def _run(self):
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping.is_set():
+                    return
+                started.append(frames[0])
+                frames[0] = 0                   # the WAL restarts
+                self._idle.set()
+
+    probe = _Probe(None, "NORMAL", clock=lambda: 0.0, frames=_Frames())  # type: ignore[arg-type]
+    try:
+        probe.poke()
+        probe.wait_idle()
+        assert started == []                    # one frame short: not yet
+        frames[0] = CHECKPOINT_PAGES
+        probe.poke()
+        probe.wait_idle()
+        assert started == [CHECKPOINT_PAGES]
+        probe.poke()                            # the same instant: the WAL is small again
+        probe.wait_idle()
+        assert started == [CHECKPOINT_PAGES]
+    finally:
+        probe.stop()
+
+
+def test_the_wal_frame_count_is_read_from_the_wal_index(tmp_path):
+    from hypersack.runtime.storage import _WalFrames
+    with Storage(tmp_path / "s.db") as store:
+        sid = store.create_study("s", {}).study_id
+        store.connection.execute("PRAGMA wal_autocheckpoint=0")
+        frames = _WalFrames.open(store.path)
+        assert frames is not None
+        before = frames()
+        store.save_batch(sid, [], [(0, 1, {"pad": "x" * 9000})])
+        after = frames()
+        assert before is not None and after is not None and after >= before + 3
+        assert store.connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1] == after
+        frames.close()
+        assert frames() is None
+    assert _WalFrames.open(tmp_path / "missing.db") is None
