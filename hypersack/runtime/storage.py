@@ -65,7 +65,8 @@ LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a d
 CACHE_KIB = 65536       # the writer's page cache (KiB)
 AUTOCHECKPOINT_PAGES = 1000   # SQLite's default: a commit that grows the WAL past this copies it
 CHECKPOINT_PAGES = AUTOCHECKPOINT_PAGES  # a background checkpoint starts once the WAL holds this many
-CHECKPOINT_EVERY_S = 0.25     # ... or, where the WAL's size cannot be read, at most this often
+CHECKPOINT_EVERY_S = 0.25     # ... at most once per this many seconds (a reader in another
+                              # process can keep the WAL from restarting, so it stays that full)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS studies (
@@ -637,8 +638,8 @@ class _Transaction:
 class _Checkpointer:
     """A thread copying the WAL into the database file on its own connection (a PASSIVE
     checkpoint), started by the commit after which the WAL holds ``CHECKPOINT_PAGES`` frames
-    (SQLite's auto-checkpoint trigger; where ``frames`` cannot tell, at most every
-    ``CHECKPOINT_EVERY_S``). The writer's next transaction waits until it is done
+    (SQLite's auto-checkpoint trigger; where ``frames`` cannot tell, by any commit), at most
+    once per ``CHECKPOINT_EVERY_S``. The writer's next transaction waits until it is done
     (``wait_idle``): no frame is appended while it runs, so it copies the whole WAL and the
     writer's next transaction restarts the WAL from its start (with commits landing during a
     checkpoint, the WAL was never fully copied and grew without end: 13 MB after a 200-trial
@@ -669,10 +670,10 @@ class _Checkpointer:
         self._wake.set()
 
     def _due(self) -> bool:
+        if self._clock() - self._last < CHECKPOINT_EVERY_S:
+            return False
         frames = self._frames() if self._frames is not None else None
-        if frames is not None:
-            return frames >= CHECKPOINT_PAGES
-        return self._clock() - self._last >= CHECKPOINT_EVERY_S
+        return frames is None or frames >= CHECKPOINT_PAGES
 
     def wait_idle(self) -> None:
         """Before a write transaction: wait until a running checkpoint is done."""

@@ -222,6 +222,7 @@ def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(t
     import time
     from hypersack.runtime import storage as storage_module
     monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 10)     # 20 commits cross it
+    monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
     with Storage(tmp_path / "s.db", durability=durability) as store:
         sid = store.create_study("s", {}).study_id
         db = store.connection
@@ -334,6 +335,7 @@ def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path,
     import os
     from hypersack.runtime import storage as storage_module
     monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 1)
+    monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
     with Storage(tmp_path / "s.db", durability="process") as store:
         sid = store.create_study("s", {}).study_id
         with store.background_checkpoints():
@@ -386,10 +388,11 @@ def test_without_the_wal_size_a_checkpoint_starts_at_most_once_per_interval_and_
         probe.stop()
 
 
-def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames():
-    from hypersack.runtime.storage import CHECKPOINT_PAGES, _Checkpointer
+def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames_at_most_once_per_interval():
+    from hypersack.runtime.storage import CHECKPOINT_EVERY_S, CHECKPOINT_PAGES, _Checkpointer
     frames = [CHECKPOINT_PAGES - 1]
     started: list[int] = []
+    now = [50.0]
 
     class _Frames:
         def __call__(self): return frames[0]
@@ -406,7 +409,7 @@ def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames():
                 frames[0] = 0                   # the WAL restarts
                 self._idle.set()
 
-    probe = _Probe(None, "NORMAL", clock=lambda: 0.0, frames=_Frames())  # type: ignore[arg-type]
+    probe = _Probe(None, "NORMAL", clock=lambda: now[0], frames=_Frames())  # type: ignore[arg-type]
     try:
         probe.poke()
         probe.wait_idle()
@@ -418,6 +421,15 @@ def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames():
         probe.poke()                            # the same instant: the WAL is small again
         probe.wait_idle()
         assert started == [CHECKPOINT_PAGES]
+        frames[0] = CHECKPOINT_PAGES            # full again (a reader kept it from restarting)
+        now[0] += CHECKPOINT_EVERY_S / 2
+        probe.poke()                            # not within the interval
+        probe.wait_idle()
+        assert started == [CHECKPOINT_PAGES]
+        now[0] += CHECKPOINT_EVERY_S
+        probe.poke()
+        probe.wait_idle()
+        assert started == [CHECKPOINT_PAGES, CHECKPOINT_PAGES]
     finally:
         probe.stop()
 
