@@ -67,6 +67,8 @@ AUTOCHECKPOINT_PAGES = 1000   # SQLite's default: a commit that grows the WAL pa
 CHECKPOINT_PAGES = AUTOCHECKPOINT_PAGES  # a background checkpoint starts once the WAL holds this many
 CHECKPOINT_EVERY_S = 0.25     # ... at most once per this many seconds (a reader in another
                               # process can keep the WAL from restarting, so it stays that full)
+PROCESS_HOLD_PAGES = 8 * CHECKPOINT_PAGES  # with ``process``, commits wait for a checkpoint only
+                              # once the WAL holds this many frames (see _Checkpointer)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS studies (
@@ -274,8 +276,9 @@ class Storage:
             yield
             return
         self._db.execute("PRAGMA wal_autocheckpoint=0")
-        self._checkpointer = _Checkpointer(self.path, DURABILITY[self.durability],
-                                           frames=_WalFrames.open(self.path))
+        self._checkpointer = _Checkpointer(
+            self.path, DURABILITY[self.durability], frames=_WalFrames.open(self.path),
+            hold_above=CHECKPOINT_PAGES if self.durability == "power" else PROCESS_HOLD_PAGES)
         try:
             yield
         finally:
@@ -639,19 +642,26 @@ class _Checkpointer:
     """A thread copying the WAL into the database file on its own connection (a PASSIVE
     checkpoint), started by the commit after which the WAL holds ``CHECKPOINT_PAGES`` frames
     (SQLite's auto-checkpoint trigger; where ``frames`` cannot tell, by any commit), at most
-    once per ``CHECKPOINT_EVERY_S``. The writer's next transaction waits until it is done
-    (``wait_idle``): no frame is appended while it runs, so it copies the whole WAL and the
-    writer's next transaction restarts the WAL from its start (with commits landing during a
-    checkpoint, the WAL was never fully copied and grew without end: 13 MB after a 200-trial
-    study, appended to by every commit). The checkpoint runs while the loop sends its acks and
+    once per ``CHECKPOINT_EVERY_S``. When the WAL holds ``hold_above`` frames or more, the
+    writer's next transaction waits until that checkpoint is done (``wait_idle``): no frame is
+    appended while it runs, so it copies the whole WAL and the writer's next transaction
+    restarts the WAL from its start (with commits landing during every checkpoint, the WAL was
+    never fully copied and grew without end: 13 MB after a 200-trial study, appended to by
+    every commit). With ``power`` every checkpoint is held so (``hold_above`` =
+    ``CHECKPOINT_PAGES``: the fsync of each commit costs more while the WAL file grows); with
+    ``process`` (no fsync per commit) commits go on beside most checkpoints and wait only once
+    the WAL reaches ``PROCESS_HOLD_PAGES`` (a wait costs the checkpoint's fsync of the database
+    file, which shows in the ack p99). A checkpoint runs while the loop sends its acks and
     gathers the next events, not inside a commit. Its errors are ignored: the writer's own
     connection checkpoints when it closes, and the WAL keeps everything meanwhile."""
 
     def __init__(self, path: Path, synchronous: str, clock: Callable[[], float] = time.monotonic,
-                 frames: "_WalFrames | None" = None):
+                 frames: "_WalFrames | None" = None, hold_above: int = CHECKPOINT_PAGES):
         self.done = 0
         self._path, self._synchronous, self._clock = path, synchronous, clock
         self._frames = frames
+        self._hold_above = hold_above
+        self._hold = False                # the next transaction waits for the running one
         self._last = -math.inf            # when the last checkpoint was started
         self._wake = threading.Event()
         self._idle = threading.Event()    # set while no checkpoint is running
@@ -663,22 +673,22 @@ class _Checkpointer:
 
     def poke(self) -> None:
         """After a commit: start a checkpoint if one is due and none is running."""
-        if not self._idle.is_set() or not self._due() or not self._thread.is_alive():
+        if not self._idle.is_set() or self._clock() - self._last < CHECKPOINT_EVERY_S:
+            return
+        frames = self._frames() if self._frames is not None else None
+        if (frames is not None and frames < CHECKPOINT_PAGES) or not self._thread.is_alive():
             return
         self._last = self._clock()
+        self._hold = frames is None or frames >= self._hold_above
         self._idle.clear()
         self._wake.set()
 
-    def _due(self) -> bool:
-        if self._clock() - self._last < CHECKPOINT_EVERY_S:
-            return False
-        frames = self._frames() if self._frames is not None else None
-        return frames is None or frames >= CHECKPOINT_PAGES
-
     def wait_idle(self) -> None:
-        """Before a write transaction: wait until a running checkpoint is done."""
-        if not self._idle.is_set():
+        """Before a write transaction: wait until a running checkpoint that holds the writer
+        is done."""
+        if self._hold:
             self._idle.wait()
+            self._hold = False
 
     def stop(self) -> None:
         self._stopping.set()

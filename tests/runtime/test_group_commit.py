@@ -326,7 +326,9 @@ def test_a_started_or_profiled_trial_may_still_report_and_a_trial_counts_once():
     assert [getattr(e, "trial_id") for e in events] == [0, 0, 0, 0, 1]
 
 
-def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("durability", ["power", "process"])
+def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path, monkeypatch,
+                                                                       durability):
     """Every commit starts a checkpoint (the WAL holds at least one page) and the next
     transaction waits for it: the WAL is copied whole and restarts, so 300 commits of a 2 KB
     row each leave a WAL of a few pages (without the wait, commits land during each
@@ -335,8 +337,9 @@ def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path,
     import os
     from hypersack.runtime import storage as storage_module
     monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 1)
+    monkeypatch.setattr(storage_module, "PROCESS_HOLD_PAGES", 1)
     monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
-    with Storage(tmp_path / "s.db", durability="process") as store:
+    with Storage(tmp_path / "s.db", durability=durability) as store:
         sid = store.create_study("s", {}).study_id
         with store.background_checkpoints():
             for i in range(300):
@@ -449,3 +452,50 @@ def test_the_wal_frame_count_is_read_from_the_wal_index(tmp_path):
         frames.close()
         assert frames() is None
     assert _WalFrames.open(tmp_path / "missing.db") is None
+
+
+def test_a_checkpoint_below_hold_above_runs_beside_the_writer_and_one_above_holds_it():
+    import threading
+    from hypersack.runtime.storage import CHECKPOINT_PAGES, _Checkpointer
+    frames = [CHECKPOINT_PAGES]
+    now = [10.0]
+    release = threading.Event()
+
+    class _Frames:
+        def __call__(self): return frames[0]
+        def close(self): pass
+
+    class _Probe(_Checkpointer):
+        def _run(self):
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping.is_set():
+                    return
+                release.wait(30)
+                self._idle.set()
+
+    probe = _Probe(None, "NORMAL", clock=lambda: now[0], frames=_Frames(),  # type: ignore[arg-type]
+                   hold_above=2 * CHECKPOINT_PAGES)
+    try:
+        probe.poke()                            # due, below hold_above: runs beside the writer
+        waiter = threading.Thread(target=probe.wait_idle)
+        waiter.start()
+        waiter.join(30)
+        assert not waiter.is_alive()            # the writer did not wait, the checkpoint runs on
+        release.set()
+        probe._idle.wait(30)
+        release.clear()
+        frames[0] = 2 * CHECKPOINT_PAGES        # the WAL grew beside it
+        now[0] += 1.0
+        probe.poke()
+        held = threading.Thread(target=probe.wait_idle)
+        held.start()
+        held.join(0.05)
+        assert held.is_alive()                  # this one holds the writer until it is done
+        release.set()
+        held.join(30)
+        assert not held.is_alive()
+    finally:
+        release.set()
+        probe.stop()
