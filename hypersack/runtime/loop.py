@@ -1,7 +1,8 @@
 """The study loop: the only while-loop. Events in, decisions from the controller, commands out.
 
 Each turn: poll the executor (with a group window: more events are gathered for up to
-``group_window_s`` after the first, until every running trial has reported); hand events to the
+``group_window_s`` after the first, while enough running trials may still report,
+``core.group_commit``); hand events to the
 controller; launch what fits; write every change (trials, accepted results and the checkpoints
 that rode with them, the controller's state, and what observers wrote through the store's
 connection, e.g. the job history's profiles) in one durable transaction, the store's
@@ -22,8 +23,10 @@ from typing import Any, Callable, Sequence
 
 from hypersack.core.algorithms import Algorithm
 from hypersack.core.controller import Controller
+from hypersack.core.group_commit import GROUP_SIBLINGS, GROUP_WINDOW_S, GroupCommit
 from hypersack.core.spec import StudySpec
-from hypersack.core.trial import Command, Event, Launch, ResultReported
+from hypersack.core.trial import (Command, Event, Launch, ResultReported, TrialFailed,
+                                  TrialFinished)
 from hypersack.errors import StorageError, StorageFullError
 from hypersack.runtime.executors.base import Executor
 from hypersack.runtime.heap import LoopHeap
@@ -31,12 +34,13 @@ from hypersack.runtime.progress import Progress, NullProgress
 from hypersack.runtime.storage import Storage, StudyRow
 from hypersack.runtime.store import Store, StudyRef
 
-__all__ = ["StudyRun", "run_loop"]
+__all__ = ["GROUP_SIBLINGS", "GROUP_WINDOW_S", "StudyRun", "run_loop"]
 
 POLL_INTERVAL_S = 0.1
 HEARTBEAT_S = 5.0       # the driver's lease is renewed at least this often (seconds)
-GROUP_WINDOW_S = 0.002  # a real study's group commit window (seconds): see run_loop
 MAX_GROUP = 4096        # most events gathered into one turn
+# Events after which a trial cannot report again in the same turn (see core.group_commit).
+_SETTLING = (ResultReported, TrialFinished, TrialFailed)
 
 
 @dataclass
@@ -90,16 +94,18 @@ class _Interrupts:
 def run_loop(controller: Controller, executor: Executor, storage: Store, row: StudyRef, *,
              progress: Progress | None = None, clock: Callable[[], float] = time.time,
              observers: Sequence[Callable[[Event], None]] = (),
-             group_window_s: float = 0.0) -> StudyRun:
+             group_window_s: float = 0.0, group_siblings: int = GROUP_SIBLINGS) -> StudyRun:
     """Run the study to its end. ``observers`` see every event before the controller does
     (profiles into the job history, OOM corrections...); their writes through the store's
     connection join the turn's transaction.
 
     ``group_window_s``: once a poll returned events, the loop keeps polling for up to this many
-    seconds (wall clock) for more, and stops early once every running trial has reported (none
-    can report again before its ack) or ``MAX_GROUP`` events are in: they share one transaction
-    and one commit, and each report's ack waits at most this much longer. 0 (the simulator's
-    default): one poll per turn.
+    seconds (wall clock) for more, while at least ``group_siblings`` running trials may still
+    report in this turn (``core.group_commit.GroupCommit``: a trial that reported in it waits
+    for its ack before it reports again) and fewer than ``MAX_GROUP`` events are in: they share
+    one transaction and one commit, and each report's ack waits at most this much longer. 0
+    (the simulator's default): one poll per turn. A bad value raises ConfigError before any
+    worker starts.
 
     While the turns run, no full garbage collection walks the study's objects (``heap.LoopHeap``:
     survivors of the young generations are frozen after each turn that promoted some), and a
@@ -111,6 +117,7 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     the workers, keeps what is stored, marks the study interrupted where the store still allows
     it and raises the StorageError with the command that resumes the study.
     """
+    group = GroupCommit(group_window_s, group_siblings)
     progress = progress or NullProgress()
     failure: StorageError | None = None
     with _Interrupts() as interrupts:
@@ -119,7 +126,7 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
             checkpoints = getattr(storage, "background_checkpoints", None)
             with LoopHeap() as heap, (checkpoints() if checkpoints else contextlib.nullcontext()):
                 _turns(controller, executor, storage, row, progress, clock, interrupts, observers,
-                       group_window_s, heap)
+                       group, heap)
         except KeyboardInterrupt:
             pass
         except StorageError as exc:
@@ -163,13 +170,18 @@ def _set_status(storage: Store, row: StudyRef, status: str, quiet: bool) -> None
 
 
 def _gather(executor: Executor, events: list[Event], controller: Controller,
-            window_s: float) -> list[Event]:
-    """``events`` and those that arrive within ``window_s`` seconds (see ``run_loop``)."""
-    deadline = time.monotonic() + window_s
+            group: GroupCommit) -> list[Event]:
+    """``events`` and those that arrive while ``group`` says to wait (see ``run_loop``)."""
+    start = time.monotonic()
+    settled: set[int] = set()
+    counted = 0
     while len(events) < MAX_GROUP:
-        reported = sum(1 for e in events if type(e) is ResultReported)
-        left = deadline - time.monotonic()
-        if left <= 0 or reported >= controller.running():
+        for event in events[counted:]:
+            if isinstance(event, _SETTLING):
+                settled.add(event.trial_id)
+        counted = len(events)
+        left = group.wait_s(controller.running(), len(settled), time.monotonic() - start)
+        if left <= 0:
             break
         more = executor.poll(left)
         if not more:
@@ -180,15 +192,15 @@ def _gather(executor: Executor, events: list[Event], controller: Controller,
 
 def _turns(controller: Controller, executor: Executor, storage: Store, row: StudyRef,
            progress: Progress, clock: Callable[[], float], interrupts: _Interrupts,
-           observers: Sequence[Callable[[Event], None]] = (), group_window_s: float = 0.0,
-           heap: LoopHeap | None = None) -> None:
+           observers: Sequence[Callable[[Event], None]] = (),
+           group: GroupCommit = GroupCommit(0.0), heap: LoopHeap | None = None) -> None:
     interrupted = False
     first = True
     last_beat = clock()
     while True:
         events = [] if first else executor.poll(POLL_INTERVAL_S)
-        if events and group_window_s > 0:
-            events = _gather(executor, events, controller, group_window_s)
+        if events and group.window_s > 0:
+            events = _gather(executor, events, controller, group)
         first = False
         with storage.transaction() if events else contextlib.nullcontext():
             commands, launches, last_beat, now = _turn(controller, executor, storage, row, clock,

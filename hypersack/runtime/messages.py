@@ -14,6 +14,8 @@ checkpoint, goes on and waits for that ack before its next report or its end), `
 """
 from __future__ import annotations
 
+import operator
+import select
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -40,10 +42,11 @@ class Message:
 def encode(message: Message) -> tuple:
     """The wire tuple of ``message``."""
     cls = type(message)
-    values = []
-    for f in fields(message):  # type: ignore[arg-type]
-        value = getattr(message, f.name)
-        values.append(encode(value) if f.name in cls.nested and value is not None else value)
+    get, nested = _layout(cls)
+    values = get(message)
+    if nested:
+        values = tuple(encode(v) if i in nested and v is not None else v
+                       for i, v in enumerate(values))
     return (cls.tag, *values)
 
 
@@ -52,12 +55,42 @@ def decode(wire: tuple) -> Message:
     cls: Any = _REGISTRY.get(wire[0]) if isinstance(wire, tuple) and wire else None
     if cls is None:
         raise ValueError(f"not a HyperSack message: {str(wire)[:80]}")
-    names = [f.name for f in fields(cls)]
-    if len(wire) - 1 != len(names):
-        raise ValueError(f"message {wire[0]!r} has {len(wire) - 1} fields, expected {len(names)}")
-    values = [decode(v) if name in cls.nested and v is not None else v
-              for name, v in zip(names, wire[1:])]
-    return cls(*values)
+    get, nested = _layout(cls)
+    if len(wire) - 1 != get.arity:
+        raise ValueError(f"message {wire[0]!r} has {len(wire) - 1} fields, expected {get.arity}")
+    if not nested:
+        return cls(*wire[1:])
+    return cls(*[decode(v) if i in nested and v is not None else v
+                 for i, v in enumerate(wire[1:])])
+
+
+class _Fields:
+    """A message class's field values as a tuple, in field order (one C-level getter)."""
+    __slots__ = ("arity", "_get")
+
+    def __init__(self, names: list[str]):
+        self.arity = len(names)
+        self._get: Any = operator.attrgetter(*names) if names else None
+
+    def __call__(self, message: Message) -> tuple:
+        if self.arity > 1:
+            return self._get(message)
+        return (self._get(message),) if self.arity else ()
+
+
+# message class -> (its field getter, the positions of nested message fields): built once per
+# class on first use (the dataclass decorator runs after ``__init_subclass__``).
+_LAYOUTS: dict[type, tuple[_Fields, frozenset[int]]] = {}
+
+
+def _layout(cls: type) -> tuple[_Fields, frozenset[int]]:
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        names = [f.name for f in fields(cls)]
+        nested = getattr(cls, "nested", {})
+        layout = _LAYOUTS[cls] = (_Fields(names),
+                                  frozenset(i for i, name in enumerate(names) if name in nested))
+    return layout
 
 
 class Pipe:
@@ -65,6 +98,7 @@ class Pipe:
 
     def __init__(self, conn: Any):
         self.conn = conn
+        self._poller: Any = None
 
     def send(self, message: Message) -> None:
         self.conn.send(encode(message))
@@ -73,9 +107,17 @@ class Pipe:
         return decode(self.conn.recv())
 
     def poll(self, timeout: float = 0.0) -> bool:
-        return bool(self.conn.poll(timeout))
+        """Whether a message (or the end of the connection) can be read within ``timeout``
+        seconds. One ``poll(2)`` on a poller made once (``Connection.poll`` builds a selector
+        per call: a worker asks after every report); a closed connection raises OSError."""
+        if self._poller is None:
+            poller = select.poll()
+            poller.register(self.conn.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+            self._poller = poller
+        return bool(self._poller.poll(max(0, int(timeout * 1000 + 0.999))))
 
     def close(self) -> None:
+        self._poller = None
         self.conn.close()
 
     def fileno(self) -> int:

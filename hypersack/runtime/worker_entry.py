@@ -23,6 +23,7 @@ import atexit
 import json
 import multiprocessing as mp
 import os
+import select
 import subprocess
 import sys
 import weakref
@@ -74,10 +75,15 @@ class WorkerProcess:
         return self._popen.poll()
 
     def join(self, timeout: float | None = None) -> None:
-        try:
-            self._popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
+        """Wait until the process has ended, at most ``timeout`` seconds (None: no limit). With
+        a limit it waits on the exit sentinel, so it returns as soon as the process ends
+        (``Popen.wait(timeout)`` polls with sleeps of up to 50 ms)."""
+        if timeout is None:
+            self._popen.wait()
+            return
+        if self._popen.poll() is None:
+            _readable(self.sentinel, timeout)
+            self._popen.poll()
 
     def kill(self) -> None:
         if self._popen.poll() is None:
@@ -103,6 +109,13 @@ def _pid_sentinel(pid: int, exit_r: int) -> int:
         return exit_r
     os.close(exit_r)
     return fd
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` is readable (or closed) within ``timeout`` seconds."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(max(0, int(timeout * 1000 + 0.999))))
 
 
 def _close_quietly(fd: int) -> None:

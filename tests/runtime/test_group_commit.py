@@ -1,5 +1,6 @@
-"""Group commit: one transaction per loop turn (reports gathered in a bounded window), the
-store's durability levels, and the job history's writes joining the turn's commit."""
+"""Group commit: one transaction per loop turn (reports gathered in a bounded window while
+enough trials may still report, ``core.group_commit``), the store's durability levels, and the
+job history's writes joining the turn's commit."""
 from __future__ import annotations
 
 import pytest
@@ -158,12 +159,12 @@ class _Trickle:
                 self.queue.append(TrialFinished(trial))
 
 
-def _loop(tmp_path, window):
+def _loop(tmp_path, window, siblings=None):
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")
     controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
                                      objective, Budget(trials=3)), 3)
-    path = tmp_path / f"w{window}.db"
+    path = tmp_path / f"w{window}-{siblings}.db"
     store = Storage(path)
     row = store.create_study("s", {})
     executor = _Trickle(path)
@@ -175,16 +176,31 @@ def _loop(tmp_path, window):
         saved.append(len(results))
         original(study_id, trials, results, state, **kwargs)
     store.save_batch = save_batch       # type: ignore[method-assign]
-    run_loop(controller, executor, store, row, group_window_s=window)
+    run_loop(controller, executor, store, row, group_window_s=window,
+             **({} if siblings is None else {"group_siblings": siblings}))
     stored = len(store.load_results(row.study_id))
     store.close()
     return saved, stored, executor
 
 
 def test_reports_arriving_within_the_window_share_one_transaction(tmp_path):
-    saved, stored, executor = _loop(tmp_path, window=30.0)
+    # siblings 1: the turn waits while any running trial may still report
+    saved, stored, executor = _loop(tmp_path, window=30.0, siblings=1)
     assert stored == 3
     assert max(saved) == 3              # the three reports, gathered from three polls, one batch
+
+
+def test_the_turn_stops_waiting_once_fewer_than_siblings_trials_may_still_report(tmp_path):
+    # 3 trials, siblings 2: after two reports only one trial may still report: commit at once
+    saved, stored, _ = _loop(tmp_path, window=30.0, siblings=2)
+    assert stored == 3
+    assert [n for n in saved if n] == [2, 1]     # results per commit
+
+
+def test_with_the_default_siblings_three_trials_never_wait(tmp_path):
+    # GROUP_SIBLINGS (5) > 3 running trials: each poll is its own turn, as without a window
+    saved, stored, _ = _loop(tmp_path, window=30.0)
+    assert stored == 3 and max(saved) == 1
 
 
 def test_without_a_window_each_poll_is_its_own_turn(tmp_path):
@@ -192,17 +208,21 @@ def test_without_a_window_each_poll_is_its_own_turn(tmp_path):
     assert stored == 3 and max(saved) == 1
 
 
-@pytest.mark.parametrize("window", [0.0, 30.0])
-def test_acks_go_out_only_after_the_turns_commit(tmp_path, window):
-    _, _, executor = _loop(tmp_path, window=window)
+@pytest.mark.parametrize("window, siblings", [(0.0, None), (30.0, 1), (30.0, 2), (30.0, None)])
+def test_acks_go_out_only_after_the_turns_commit(tmp_path, window, siblings):
+    _, _, executor = _loop(tmp_path, window=window, siblings=siblings)
     assert executor.durable_at_ack and all(executor.durable_at_ack)
 
 
 # ---- WAL checkpoints beside the loop, not inside its commits -----------------------------------
 
 @pytest.mark.parametrize("durability", ["power", "process"])
-def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(tmp_path, durability):
+def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(tmp_path, durability,
+                                                                              monkeypatch):
     import time
+    from hypersack.runtime import storage as storage_module
+    monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 10)     # 20 commits cross it
+    monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
     with Storage(tmp_path / "s.db", durability=durability) as store:
         sid = store.create_study("s", {}).study_id
         db = store.connection
@@ -243,3 +263,239 @@ def test_the_loop_runs_inside_background_checkpoints(tmp_path):
     assert seen and set(seen) == {0}
     assert store.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
     store.close()
+
+
+def test_a_bad_group_rule_is_refused_before_any_worker_starts(tmp_path):
+    started: list[bool] = []
+
+    class _Executor:
+        def start(self): started.append(True)
+
+    with pytest.raises(ConfigError) as err:
+        run_loop(None, _Executor(), None, None, group_window_s=0.002,   # type: ignore[arg-type]
+                 group_siblings=0)
+    assert err.value.field == "group_siblings" and not started
+
+
+# ---- which events settle a trial for the turn ---------------------------------------------------
+
+class _Script:
+    """Hands out one scripted batch of events per poll; records the timeouts it was given."""
+
+    def __init__(self, batches):
+        self.batches = list(batches)
+        self.timeouts: list[float] = []
+
+    def poll(self, timeout):
+        self.timeouts.append(timeout)
+        return self.batches.pop(0) if self.batches else []
+
+
+class _Running:
+    def __init__(self, n): self.n = n
+    def running(self): return self.n
+
+
+def _gathered(first, batches, running, siblings):
+    from hypersack.core.group_commit import GroupCommit
+    from hypersack.runtime.loop import _gather
+    script = _Script(batches)
+    events = _gather(script, list(first), _Running(running), GroupCommit(30.0, siblings))
+    return events, script
+
+
+def test_a_trial_that_ended_in_the_turn_cannot_report_in_it():
+    from hypersack.core.trial import FailureCause, TrialFailed
+    # 4 running, siblings 2: a finish, a failure and a report settle 3 trials: 1 may still report
+    events, script = _gathered([TrialFinished(0)], [[TrialFailed(1, "x", cause=FailureCause.ERROR)],
+                                                    [ResultReported(2, 1, {"loss": 0.1})],
+                                                    [ResultReported(3, 1, {"loss": 0.1})]],
+                               running=4, siblings=2)
+    assert [type(e).__name__ for e in events] == ["TrialFinished", "TrialFailed", "ResultReported"]
+    assert len(script.timeouts) == 2 and all(0 < t <= 30.0 for t in script.timeouts)
+
+
+def test_a_started_or_profiled_trial_may_still_report_and_a_trial_counts_once():
+    from hypersack.core.trial import TrialProfiled
+    # 3 running, siblings 2: trial 0 starts (not settled), reports, is profiled (settled once)
+    events, _ = _gathered([TrialStarted(0, "cpu")], [[ResultReported(0, 1, {"loss": 0.1})],
+                                                      [TrialProfiled(0, {}), TrialFinished(0)],
+                                                      [ResultReported(1, 1, {"loss": 0.1})],
+                                                      [ResultReported(2, 1, {"loss": 0.1})]],
+                          running=3, siblings=2)
+    assert [getattr(e, "trial_id") for e in events] == [0, 0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("durability", ["power", "process"])
+def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path, monkeypatch,
+                                                                       durability):
+    """Every commit starts a checkpoint (the WAL holds at least one page) and the next
+    transaction waits for it: the WAL is copied whole and restarts, so 300 commits of a 2 KB
+    row each leave a WAL of a few pages (without the wait, commits land during each
+    checkpoint, it never copies the whole WAL, and the WAL grows by every commit: over 1 MB
+    here)."""
+    import os
+    from hypersack.runtime import storage as storage_module
+    monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 1)
+    monkeypatch.setattr(storage_module, "PROCESS_HOLD_PAGES", 1)
+    monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
+    with Storage(tmp_path / "s.db", durability=durability) as store:
+        sid = store.create_study("s", {}).study_id
+        with store.background_checkpoints():
+            for i in range(300):
+                with store.transaction():
+                    store.save_batch(sid, [], [(0, i, {"pad": "x" * 2000})])
+            assert store.background_checkpoint_count >= 250
+            wal = os.path.getsize(str(tmp_path / "s.db") + "-wal")
+        assert wal < 200_000, wal
+        assert len(store.load_results(sid)) == 300
+
+
+def test_without_the_wal_size_a_checkpoint_starts_at_most_once_per_interval_and_the_next_transaction_waits():
+    import threading
+    from hypersack.runtime.storage import CHECKPOINT_EVERY_S, _Checkpointer
+    now = [100.0]
+    ran: list[bool] = []
+    release = threading.Event()
+
+    class _Probe(_Checkpointer):
+        def _run(self):             # the thread: one "checkpoint" per wake-up, held by release
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping.is_set():
+                    return
+                release.wait(30)
+                ran.append(True)
+                self._idle.set()
+
+    probe = _Probe(None, "NORMAL", clock=lambda: now[0])  # type: ignore[arg-type]
+    try:
+        probe.poke()                            # due: starts one
+        probe.poke()                            # one is running: no second
+        now[0] += CHECKPOINT_EVERY_S / 2
+        waiter = threading.Thread(target=probe.wait_idle)
+        waiter.start()
+        waiter.join(0.05)
+        assert waiter.is_alive()                # the next transaction waits for it
+        release.set()
+        waiter.join(30)
+        assert not waiter.is_alive() and ran == [True]
+        probe.poke()                            # within the interval: none
+        now[0] += CHECKPOINT_EVERY_S
+        probe.poke()                            # due again
+        probe.wait_idle()
+        assert ran == [True, True]
+    finally:
+        release.set()
+        probe.stop()
+
+
+def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames_at_most_once_per_interval():
+    from hypersack.runtime.storage import CHECKPOINT_EVERY_S, CHECKPOINT_PAGES, _Checkpointer
+    frames = [CHECKPOINT_PAGES - 1]
+    started: list[int] = []
+    now = [50.0]
+
+    class _Frames:
+        def __call__(self): return frames[0]
+        def close(self): pass
+
+    class _Probe(_Checkpointer):
+        def _run(self):
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping.is_set():
+                    return
+                started.append(frames[0])
+                frames[0] = 0                   # the WAL restarts
+                self._idle.set()
+
+    probe = _Probe(None, "NORMAL", clock=lambda: now[0], frames=_Frames())  # type: ignore[arg-type]
+    try:
+        probe.poke()
+        probe.wait_idle()
+        assert started == []                    # one frame short: not yet
+        frames[0] = CHECKPOINT_PAGES
+        probe.poke()
+        probe.wait_idle()
+        assert started == [CHECKPOINT_PAGES]
+        probe.poke()                            # the same instant: the WAL is small again
+        probe.wait_idle()
+        assert started == [CHECKPOINT_PAGES]
+        frames[0] = CHECKPOINT_PAGES            # full again (a reader kept it from restarting)
+        now[0] += CHECKPOINT_EVERY_S / 2
+        probe.poke()                            # not within the interval
+        probe.wait_idle()
+        assert started == [CHECKPOINT_PAGES]
+        now[0] += CHECKPOINT_EVERY_S
+        probe.poke()
+        probe.wait_idle()
+        assert started == [CHECKPOINT_PAGES, CHECKPOINT_PAGES]
+    finally:
+        probe.stop()
+
+
+def test_the_wal_frame_count_is_read_from_the_wal_index(tmp_path):
+    from hypersack.runtime.storage import _WalFrames
+    with Storage(tmp_path / "s.db") as store:
+        sid = store.create_study("s", {}).study_id
+        store.connection.execute("PRAGMA wal_autocheckpoint=0")
+        frames = _WalFrames.open(store.path)
+        assert frames is not None
+        before = frames()
+        store.save_batch(sid, [], [(0, 1, {"pad": "x" * 9000})])
+        after = frames()
+        assert before is not None and after is not None and after >= before + 3
+        assert store.connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1] == after
+        frames.close()
+        assert frames() is None
+    assert _WalFrames.open(tmp_path / "missing.db") is None
+
+
+def test_a_checkpoint_below_hold_above_runs_beside_the_writer_and_one_above_holds_it():
+    import threading
+    from hypersack.runtime.storage import CHECKPOINT_PAGES, _Checkpointer
+    frames = [CHECKPOINT_PAGES]
+    now = [10.0]
+    release = threading.Event()
+
+    class _Frames:
+        def __call__(self): return frames[0]
+        def close(self): pass
+
+    class _Probe(_Checkpointer):
+        def _run(self):
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping.is_set():
+                    return
+                release.wait(30)
+                self._idle.set()
+
+    probe = _Probe(None, "NORMAL", clock=lambda: now[0], frames=_Frames(),  # type: ignore[arg-type]
+                   hold_above=2 * CHECKPOINT_PAGES)
+    try:
+        probe.poke()                            # due, below hold_above: runs beside the writer
+        waiter = threading.Thread(target=probe.wait_idle)
+        waiter.start()
+        waiter.join(30)
+        assert not waiter.is_alive()            # the writer did not wait, the checkpoint runs on
+        release.set()
+        probe._idle.wait(30)
+        release.clear()
+        frames[0] = 2 * CHECKPOINT_PAGES        # the WAL grew beside it
+        now[0] += 1.0
+        probe.poke()
+        held = threading.Thread(target=probe.wait_idle)
+        held.start()
+        held.join(0.05)
+        assert held.is_alive()                  # this one holds the writer until it is done
+        release.set()
+        held.join(30)
+        assert not held.is_alive()
+    finally:
+        release.set()
+        probe.stop()

@@ -27,3 +27,20 @@ def test_unknown_or_malformed_wire_is_a_clear_error():
         m.decode({"run": 1})
     with pytest.raises(ValueError, match="has 2 fields, expected 1"):
         m.decode(("stop", 1, 2))
+
+
+def test_pipe_poll_sees_a_waiting_message_and_the_end_of_the_connection():
+    import multiprocessing as mp
+    a, b = mp.Pipe()
+    left, right = m.Pipe(a), m.Pipe(b)
+    assert not right.poll() and not right.poll(0.01)
+    left.send(m.Ack(3, 2))
+    assert right.poll() and right.poll()          # polling twice reads nothing
+    assert right.recv() == m.Ack(3, 2) and not right.poll()
+    left.close()
+    assert right.poll()                           # the end is readable: recv says EOF
+    with pytest.raises(EOFError):
+        right.recv()
+    right.close()
+    with pytest.raises(OSError):
+        right.poll()

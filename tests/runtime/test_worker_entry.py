@@ -90,3 +90,16 @@ def test_worker_process_exits_cleanly_on_shutdown():
     finally:
         worker.kill()
         worker.conn.close()
+
+
+def test_join_with_a_limit_returns_with_a_live_worker_still_running():
+    worker = WorkerProcess({})
+    try:
+        worker.join(0.05)
+        assert worker.is_alive() and worker.exitcode is None
+        worker.kill()
+        worker.join(30)          # the sentinel fires: the exit code is read
+        assert worker.exitcode == -9
+    finally:
+        worker.kill()
+        worker.conn.close()

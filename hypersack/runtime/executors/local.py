@@ -278,7 +278,7 @@ class LocalExecutor:
                 event = self._event(job, w, w.pipe.recv())
                 if event is not None:
                     events.append(event)
-                if job.trial_id not in self._jobs or not _ready([w.pipe.fileno()], 0):
+                if job.trial_id not in self._jobs or not w.pipe.poll(0):
                     break
         except (EOFError, OSError):
             pass
