@@ -45,3 +45,12 @@ def test_an_interpreted_kernel_warns_once_from_its_threshold_and_names_the_extra
         warnings.simplefilter("always")
         jit.warn_interpreted("placement lagrange", 10**9, 1)
     assert caught == []
+
+
+def test_importing_the_placement_policies_does_not_import_numba() -> None:
+    import subprocess
+    import sys
+    code = ("import sys, hypersack.core.placement, hypersack.core.jit, hypersack.study; "
+            "print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"      # numba (0.3-0.5 s) only where a kernel module is used

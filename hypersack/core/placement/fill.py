@@ -42,7 +42,6 @@ from operator import attrgetter
 
 import numpy as np
 
-from hypersack.core.placement import fill_kernels as fk
 from hypersack.core.jit import warn_interpreted
 from hypersack.core.placement.cluster import Cluster
 from hypersack.core.placement.improve import MIN_GAIN, _check_options, _Given
@@ -52,6 +51,13 @@ from hypersack.core.placement.model import EPS, Job, check_number
 from hypersack.errors import ConfigError
 
 __all__ = ["fill", "density_order"]
+
+
+def _kernels() -> Any:
+    """``fill_kernels``, imported on first use (importing it imports numba: ``core.jit``)."""
+    from hypersack.core.placement import fill_kernels
+    return fill_kernels
+
 
 _INF = float("inf")
 _COMPUTE, _MEMORY, _RUNTIME, _CPUS, _GPUS, _PER_ARCH = (attrgetter(name) for name in (
@@ -172,10 +178,10 @@ def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_
     for p, job in enumerate(jobs):
         if job.id in start:
             where[p] = index[start[job.id][0]]
-    fc, fm, fq = fk.retake(where, np.arange(len(jobs)), c, m, q, arrays.garch, arrays.gnode,
+    fc, fm, fq = _kernels().retake(where, np.arange(len(jobs)), c, m, q, arrays.garch, arrays.gnode,
                            arrays.free_c, arrays.free_m, arrays.free_q)
-    pool, npool, ong, nong = fk._lists(where, c, arrays.garch, arrays.n_arch)
-    fk.polish(rounds, max(min_gain, 2 * EPS), np.arange(len(arrays.garch)), True, c, m, q, arrays.garch, arrays.gnode, where, fc, fm, fq,
+    pool, npool, ong, nong = _kernels()._lists(where, c, arrays.garch, arrays.n_arch)
+    _kernels().polish(rounds, max(min_gain, 2 * EPS), np.arange(len(arrays.garch)), True, c, m, q, arrays.garch, arrays.gnode, where, fc, fm, fq,
               pool, npool, ong, nong)
     keys = arrays.load.keys
     return {jobs[p].id: (keys[where[p]],) for p in range(len(jobs)) if where[p] >= 0}
@@ -240,7 +246,7 @@ def _prepare(jobs: list[Job], cluster: Cluster) -> _Call | dict[Hashable, tuple]
         c, m, q = arrays.singles(singles)
         base = (arrays.free_c, arrays.free_m, arrays.free_q)
         fc, fm, fq = (b.copy() for b in base)
-        wfd_where = fk.wf_greedy(np.arange(len(singles)), c, m, q, arrays.garch, arrays.gnode, fc, fm, fq)
+        wfd_where = _kernels().wf_greedy(np.arange(len(singles)), c, m, q, arrays.garch, arrays.gnode, fc, fm, fq)
         if (wfd_where >= 0).all():
             return {jobs[singles[t]].id: (keys[wfd_where[t]],) for t in range(len(singles))}
         return _Call(arrays, singles, c, m, q, base, wfd_where, {}, 0.0)
@@ -273,7 +279,7 @@ def _search(call: _Call, rounds: int, min_gain: float, steps: int, polish: int, 
     bound + the data-parallel jobs' compute, how many starts were polished)."""
     arrays = call.arrays
     dense = _density(call.c, call.m, call.q, arrays, call.base)
-    where, value, ceiling, tried = fk.fill_search(
+    where, value, ceiling, tried = _kernels().fill_search(
         call.c, call.m, call.q, arrays.garch, arrays.gnode, len(arrays.free_q), arrays.n_arch, *call.base,
         call.wfd_where, dense, rounds, max(min_gain, 2 * EPS), steps, sample, _TARGETS, polish, enough, kicks,
         patience, seed, call.fixed_value, *_KICK)
