@@ -351,25 +351,49 @@ def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path,
         assert len(store.load_results(sid)) == 300
 
 
-def test_without_the_wal_size_a_checkpoint_starts_at_most_once_per_interval_and_the_next_transaction_waits():
-    import threading
-    from hypersack.runtime.storage import CHECKPOINT_EVERY_S, _Checkpointer
-    now = [100.0]
-    ran: list[bool] = []
-    release = threading.Event()
+class _FakeFrames:
+    """A WAL frame count the test sets (``storage._WalFrames``'s interface)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __call__(self) -> int:
+        return self.count
+
+    def close(self) -> None:
+        pass
+
+
+def _probe_checkpointer(on_checkpoint, **options):
+    """A ``_Checkpointer`` whose thread calls ``on_checkpoint()`` for each checkpoint it starts
+    (instead of running one), then reports itself idle."""
+    from hypersack.runtime.storage import _Checkpointer
 
     class _Probe(_Checkpointer):
-        def _run(self):             # the thread: one "checkpoint" per wake-up, held by release
+        def _run(self):
             while True:
                 self._wake.wait()
                 self._wake.clear()
                 if self._stopping.is_set():
                     return
-                release.wait(30)
-                ran.append(True)
+                on_checkpoint()
                 self._idle.set()
 
-    probe = _Probe(None, "NORMAL", clock=lambda: now[0])  # type: ignore[arg-type]
+    return _Probe(None, "NORMAL", **options)  # type: ignore[arg-type]
+
+
+def test_without_the_wal_size_a_checkpoint_starts_at_most_once_per_interval_and_the_next_transaction_waits():
+    import threading
+    from hypersack.runtime.storage import CHECKPOINT_EVERY_S
+    now = [100.0]
+    ran: list[bool] = []
+    release = threading.Event()
+
+    def checkpoint():               # one "checkpoint" per wake-up, held by release
+        release.wait(30)
+        ran.append(True)
+
+    probe = _probe_checkpointer(checkpoint, clock=lambda: now[0])
     try:
         probe.poke()                            # due: starts one
         probe.poke()                            # one is running: no second
@@ -392,39 +416,28 @@ def test_without_the_wal_size_a_checkpoint_starts_at_most_once_per_interval_and_
 
 
 def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames_at_most_once_per_interval():
-    from hypersack.runtime.storage import CHECKPOINT_EVERY_S, CHECKPOINT_PAGES, _Checkpointer
-    frames = [CHECKPOINT_PAGES - 1]
+    from hypersack.runtime.storage import CHECKPOINT_EVERY_S, CHECKPOINT_PAGES
+    frames = _FakeFrames(CHECKPOINT_PAGES - 1)
     started: list[int] = []
     now = [50.0]
 
-    class _Frames:
-        def __call__(self): return frames[0]
-        def close(self): pass
+    def checkpoint():
+        started.append(frames.count)
+        frames.count = 0                        # the WAL restarts
 
-    class _Probe(_Checkpointer):
-        def _run(self):
-            while True:
-                self._wake.wait()
-                self._wake.clear()
-                if self._stopping.is_set():
-                    return
-                started.append(frames[0])
-                frames[0] = 0                   # the WAL restarts
-                self._idle.set()
-
-    probe = _Probe(None, "NORMAL", clock=lambda: now[0], frames=_Frames())  # type: ignore[arg-type]
+    probe = _probe_checkpointer(checkpoint, clock=lambda: now[0], frames=frames)
     try:
         probe.poke()
         probe.wait_idle()
         assert started == []                    # one frame short: not yet
-        frames[0] = CHECKPOINT_PAGES
+        frames.count = CHECKPOINT_PAGES
         probe.poke()
         probe.wait_idle()
         assert started == [CHECKPOINT_PAGES]
         probe.poke()                            # the same instant: the WAL is small again
         probe.wait_idle()
         assert started == [CHECKPOINT_PAGES]
-        frames[0] = CHECKPOINT_PAGES            # full again (a reader kept it from restarting)
+        frames.count = CHECKPOINT_PAGES            # full again (a reader kept it from restarting)
         now[0] += CHECKPOINT_EVERY_S / 2
         probe.poke()                            # not within the interval
         probe.wait_idle()
@@ -456,27 +469,12 @@ def test_the_wal_frame_count_is_read_from_the_wal_index(tmp_path):
 
 def test_a_checkpoint_below_hold_above_runs_beside_the_writer_and_one_above_holds_it():
     import threading
-    from hypersack.runtime.storage import CHECKPOINT_PAGES, _Checkpointer
-    frames = [CHECKPOINT_PAGES]
+    from hypersack.runtime.storage import CHECKPOINT_PAGES
+    frames = _FakeFrames(CHECKPOINT_PAGES)
     now = [10.0]
     release = threading.Event()
-
-    class _Frames:
-        def __call__(self): return frames[0]
-        def close(self): pass
-
-    class _Probe(_Checkpointer):
-        def _run(self):
-            while True:
-                self._wake.wait()
-                self._wake.clear()
-                if self._stopping.is_set():
-                    return
-                release.wait(30)
-                self._idle.set()
-
-    probe = _Probe(None, "NORMAL", clock=lambda: now[0], frames=_Frames(),  # type: ignore[arg-type]
-                   hold_above=2 * CHECKPOINT_PAGES)
+    probe = _probe_checkpointer(lambda: release.wait(30), clock=lambda: now[0], frames=frames,
+                                hold_above=2 * CHECKPOINT_PAGES)
     try:
         probe.poke()                            # due, below hold_above: runs beside the writer
         waiter = threading.Thread(target=probe.wait_idle)
@@ -486,7 +484,7 @@ def test_a_checkpoint_below_hold_above_runs_beside_the_writer_and_one_above_hold
         release.set()
         probe._idle.wait(30)
         release.clear()
-        frames[0] = 2 * CHECKPOINT_PAGES        # the WAL grew beside it
+        frames.count = 2 * CHECKPOINT_PAGES        # the WAL grew beside it
         now[0] += 1.0
         probe.poke()
         held = threading.Thread(target=probe.wait_idle)
