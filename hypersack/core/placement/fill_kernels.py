@@ -41,9 +41,8 @@ _MOD = 2147483647  # the kicks' generator: MINSTD (x * 48271 mod 2^31 - 1), exac
 # ---- sorted rows: pools and per-GPU job lists -----------------------------------------------------
 
 @kernel
-def _insert(rows, count, row, p, jc, col):       # pragma: no cover - compiled (tested via py_func)
-    """Insert job ``p`` into ``rows[row, :count[row]]``, kept by (jc[., col], position)."""
-    n = count[row]
+def _position(rows, n, row, p, jc, col):        # pragma: no cover - compiled (tested via py_func)
+    """Where job ``p`` stands (or would stand) in ``rows[row, :n]``, kept by (jc[., col], job)."""
     c = jc[p, col]
     lo, hi = 0, n
     while lo < hi:
@@ -54,6 +53,14 @@ def _insert(rows, count, row, p, jc, col):       # pragma: no cover - compiled (
             lo = mid + 1
         else:
             hi = mid
+    return lo
+
+
+@kernel
+def _insert(rows, count, row, p, jc, col):
+    """Insert job ``p`` into ``rows[row, :count[row]]``, kept by (jc[., col], job)."""
+    n = count[row]
+    lo = _position(rows, n, row, p, jc, col)
     k = n
     while k > lo:
         rows[row, k] = rows[row, k - 1]
@@ -66,16 +73,7 @@ def _insert(rows, count, row, p, jc, col):       # pragma: no cover - compiled (
 def _remove(rows, count, row, p, jc, col):
     """Remove job ``p`` from ``rows[row, :count[row]]`` (it is there)."""
     n = count[row]
-    c = jc[p, col]
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        x = rows[row, mid]
-        cx = jc[x, col]
-        if cx < c or (cx == c and x < p):
-            lo = mid + 1
-        else:
-            hi = mid
+    lo = _position(rows, n, row, p, jc, col)
     for k in range(lo, n - 1):
         rows[row, k] = rows[row, k + 1]
     count[row] = n - 1
@@ -170,28 +168,6 @@ def _lists(where, jc, garch, n_arch):
 # ---- moves -------------------------------------------------------------------------------------------
 
 @kernel
-def _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
-    """Job ``out`` (-1: none) off GPU ``i`` back to the pools, unplaced job ``u`` onto it."""
-    a = garch[i]
-    n = gnode[i]
-    if out >= 0:
-        fc[i] -= -jc[out, a]
-        fm[i] -= -jm[out, a]
-        fq[n] -= -jq[out]
-        _remove(ong, nong, i, out, jc, a)
-        where[out] = -1
-        for b in range(npool.shape[0]):
-            _insert(pool, npool, b, out, jc, b)
-    for b in range(npool.shape[0]):
-        _remove(pool, npool, b, u, jc, b)
-    fc[i] -= jc[u, a]
-    fm[i] -= jm[u, a]
-    fq[n] -= jq[u]
-    _insert(ong, nong, i, u, jc, a)
-    where[u] = i
-
-
-@kernel
 def _unplace(i, p, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """Job ``p`` off GPU ``i``, back to the pools."""
     a = garch[i]
@@ -202,6 +178,22 @@ def _unplace(i, p, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong
     where[p] = -1
     for b in range(npool.shape[0]):
         _insert(pool, npool, b, p, jc, b)
+
+
+@kernel
+def _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
+    """Job ``out`` (-1: none) off GPU ``i`` back to the pools, unplaced job ``u`` onto it."""
+    a = garch[i]
+    n = gnode[i]
+    if out >= 0:
+        _unplace(i, out, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+    for b in range(npool.shape[0]):
+        _remove(pool, npool, b, u, jc, b)
+    fc[i] -= jc[u, a]
+    fm[i] -= jm[u, a]
+    fq[n] -= jq[u]
+    _insert(ong, nong, i, u, jc, a)
+    where[u] = i
 
 
 @kernel
