@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -35,39 +34,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hypersack.placement import GPU, Cluster, Job, Node, assign, check_placement, placed_compute  # noqa: E402
+from hypersack.instances import tight_instance  # noqa: E402
+from hypersack.placement import Cluster, Job, assign, check_placement, placed_compute  # noqa: E402
 
 OPTIMA = Path(__file__).with_name("tight_optima.json")
 POLICIES = ["ff", "ffd", "wf", "wfd", "wfd-ls", "fill", "lagrange", "auto"]
 
 
-def make_instance(seed: int, nodes: int | None = None, gpus_per_node: int = 4) -> tuple[list[Job], Cluster]:
-    rng = random.Random(seed)
-    n_nodes = nodes or rng.randint(2, 4)
-    specs = []
-    for k in range(n_nodes):
-        arch = rng.choice(["A100", "H100"])
-        specs.append((f"n{k}", arch, rng.choice([1, 2, 3]), rng.choice([40, 80])))
-    capacity = sum(r * 100 * gpus_per_node for _, _, r, _ in specs)
-    jobs: list[Job] = []
-    total = 0.0
-    target = capacity * rng.uniform(1.2, 1.5)
-    while total < target:
-        i = len(jobs)
-        if rng.random() < 0.85:
-            c, m, q = rng.uniform(5, 30), rng.uniform(1, 8), rng.randint(1, 3)
-        else:
-            c, m, q = rng.uniform(55, 95), rng.uniform(16, 38), rng.randint(4, 8)
-        c, m = round(c, 1), round(m, 1)
-        runtime = round(rng.uniform(10, 1000), 1)
-        jobs.append(Job(f"j{i}", c, m, cpus=q, runtime=runtime,
-                        per_arch={"H100": {"compute": round(0.7 * c, 1), "runtime": round(0.6 * runtime, 1)}}))
-        total += c
-    cores_wanted = sum(job.cpus for job in jobs) / n_nodes
-    cluster = Cluster([Node(name, round(cores_wanted * rng.uniform(0.7, 0.95)),
-                            tuple(GPU(g, arch, mem, oversubscription=r) for g in range(gpus_per_node)))
-                       for name, arch, r, mem in specs])
-    return jobs, cluster
+make_instance = tight_instance   # the generator lives in hypersack.instances (shared with the tests)
 
 
 def solve(count: int, time_limit: float, workers: int) -> None:

@@ -10,6 +10,7 @@ from hypersack.core.placement.fill import POLISH, STEPS, _polish, _prepare, _sea
 from hypersack.core.placement.load import Load, demands
 from hypersack.core.placement.prices import ORDERS, WITHIN, Groups, price_greedy, prices, reduced_profits
 from hypersack.errors import ConfigError
+from hypersack.instances import tight_instance
 from hypersack.placement import (GPU, Cluster, Job, Node, assign, check_placement, parse_placement, place,
                                  placed_compute)
 from test_placement_properties import SETTINGS, jobs, loaded_clusters
@@ -19,34 +20,6 @@ def _groups(job_list, cluster):
     load = Load(cluster)
     singles = [job for job in job_list if job.gpus == 1]
     return load, singles, Groups(load, singles, demands(singles, list(load.by_arch)))
-
-
-def tight_instance(seed: int) -> tuple[list[Job], Cluster]:
-    """``benchmarks/tight_instances.py``'s ``make_instance(seed)`` (2-4 nodes of 4 GPUs, A100 or
-    H100, r 1-3, 40 or 80 GB; 85% small jobs, 15% large; compute 1.2-1.5x the capacity, cores
-    0.7-0.95x what the jobs need), copied so the tests do not import the benchmarks."""
-    import random
-    rng = random.Random(seed)
-    n_nodes = rng.randint(2, 4)
-    specs = [(f"n{k}", rng.choice(["A100", "H100"]), rng.choice([1, 2, 3]), rng.choice([40, 80]))
-             for k in range(n_nodes)]
-    target = sum(r * 100 * 4 for _, _, r, _ in specs) * rng.uniform(1.2, 1.5)
-    job_list: list[Job] = []
-    total = 0.0
-    while total < target:
-        if rng.random() < 0.85:
-            c, m, q = rng.uniform(5, 30), rng.uniform(1, 8), rng.randint(1, 3)
-        else:
-            c, m, q = rng.uniform(55, 95), rng.uniform(16, 38), rng.randint(4, 8)
-        c, m = round(c, 1), round(m, 1)
-        runtime = round(rng.uniform(10, 1000), 1)
-        job_list.append(Job(f"j{len(job_list)}", c, m, cpus=q, runtime=runtime,
-                            per_arch={"H100": {"compute": round(0.7 * c, 1), "runtime": round(0.6 * runtime, 1)}}))
-        total += c
-    cores = sum(job.cpus for job in job_list) / n_nodes
-    return job_list, Cluster([Node(name, round(cores * rng.uniform(0.7, 0.95)),
-                                   tuple(GPU(g, arch, mem, oversubscription=r) for g in range(4)))
-                              for name, arch, r, mem in specs])
 
 
 def two_kinds() -> tuple[list[Job], Cluster]:
