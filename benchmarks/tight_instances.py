@@ -4,6 +4,7 @@
     python benchmarks/tight_instances.py                              # ratios from the stored optima
     python benchmarks/tight_instances.py --speed                      # ms at 384 x 16, 10,000 x 1,024
     python benchmarks/tight_instances.py --speed --sizes 384x16 --policies wfd,fill,fill:kicks=0
+    python benchmarks/tight_instances.py --solve-speed 240 --sizes 384x16 --policies fill  # its optimum
     python benchmarks/tight_instances.py --first-call                 # fill's first call: numba compiling
 
 An instance (``make_instance(seed)``, seeded, no other input) is "tight" in the way the issue
@@ -106,15 +107,34 @@ def _policy(spec: str) -> tuple[str, dict]:
 SIZES = {"384x16": (4, 4, 384), "1000x100": (25, 4, 1000), "10000x1024": (128, 8, 10_000)}
 
 
+def speed_instance(label: str) -> tuple[list[Job], Cluster]:
+    """The instance ``--speed`` times at ``label`` (e.g. ``384x16``): seed 7's jobs repeated."""
+    nodes, per_node, jobs_wanted = SIZES[label]
+    jobs, cluster = make_instance(7, nodes=nodes, gpus_per_node=per_node)
+    jobs = (jobs * (jobs_wanted // len(jobs) + 1))[:jobs_wanted]
+    return [job.renamed(f"x{i}") for i, job in enumerate(jobs)], cluster
+
+
+def solve_speed(label: str, time_limit: float, workers: int, policies: list[str]) -> dict:
+    """CP-SAT on ``speed_instance(label)``, and each policy's placed compute over its best."""
+    from hypersack.placement import solve_mip
+    jobs, cluster = speed_instance(label)
+    result = solve_mip(jobs, cluster, time_limit=time_limit, workers=workers)
+    best = placed_compute(jobs, cluster, result.assignment)
+    out: dict = {"instance": label, "objective": best, "bound": result.bound, "optimal": result.optimal}
+    for spec in policies:
+        name, options = _policy(spec)
+        value = placed_compute(jobs, cluster, assign(jobs, cluster, name, check=True, **options))
+        out[spec] = {"value": value, "vs_best": value / best, "vs_bound": value / result.bound}
+    return out
+
+
 def speed(policies: list[str], sizes: list[str], repeats: int = 5) -> dict:
     """Per size: each policy's best wall and CPU ms of ``repeats`` ``assign()`` calls (of 2 at
     10,000 jobs), after one call that is not counted (numba's compilation or cache load)."""
     out = {}
     for label in sizes:
-        nodes, per_node, jobs_wanted = SIZES[label]
-        jobs, cluster = make_instance(7, nodes=nodes, gpus_per_node=per_node)
-        jobs = (jobs * (jobs_wanted // len(jobs) + 1))[:jobs_wanted]
-        jobs = [job.renamed(f"x{i}") for i, job in enumerate(jobs)]
+        jobs, cluster = speed_instance(label)
         archs = sorted({g.arch for n in cluster.nodes for g in n.gpus})
         count = repeats if len(jobs) < 1000 else 2
         row: dict = {"archs": archs}
@@ -262,6 +282,8 @@ def main() -> None:
     p.add_argument("--time-limit", type=float, default=20.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--speed", action="store_true")
+    p.add_argument("--solve-speed", type=float, default=0.0, metavar="SECONDS",
+                   help="CP-SAT on the --speed instance of --sizes (first size) for SECONDS; policies' ratios")
     p.add_argument("--sizes", default="384x16,10000x1024", help="with --speed: which sizes")
     p.add_argument("--repeats", type=int, default=5, help="with --speed: calls per policy (best kept)")
     p.add_argument("--first-call", action="store_true",
@@ -276,7 +298,9 @@ def main() -> None:
     if args.solve:
         solve(args.solve, args.time_limit, args.workers)
     seeds = None if args.seeds is None else range(*map(int, args.seeds.split(":")))
-    if args.first_call:
+    if args.solve_speed:
+        out = solve_speed(args.sizes.split(",")[0], args.solve_speed, args.workers, policies)
+    elif args.first_call:
         out = first_call()
     elif args.large:
         out = large(policies, range(*map(int, args.large.split(":"))), args.lp)
