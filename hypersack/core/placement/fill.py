@@ -61,6 +61,7 @@ def _kernels() -> Any:
 
 _INF = float("inf")
 _ID = attrgetter("id")
+_SUM, _MIN = np.add.reduce, np.minimum.reduce    # ndarray.sum/min without their Python wrappers
 STEPS = 60          # subgradient steps of each price run
 INTERPRETED_WARN_PAIRS = 2_000   # jobs x GPUs from which an uncompiled search warns (core.jit)
 SAMPLE = 256        # jobs the price steps look at (every k-th; capacities scaled by their share)
@@ -118,14 +119,18 @@ class _Arrays:
         arch_no = {a: k for k, a in enumerate(archs)}
         k = self.n_arch = max(1, len(archs))
         table = self._table = demand_table(jobs, archs)      # read-only: columns sliced, copied
-        gpus = table[:, 2 * k + 2]
-        self.gpus = gpus.astype(np.int64)
-        self.all_single = float(gpus.sum()) == len(jobs)     # each asks for >= 1 GPU
+        self.all_single = float(_SUM(table[:, 2 * k + 2])) == len(jobs)   # each asks for >= 1 GPU
         self.wfd = np.argsort(-table[:, 2 * k], kind="stable")
-        self.garch, self.gnode = np.array(([arch_no[a] for a in load.arch], load.node), dtype=np.int64)
+        self.garch, self.gnode = np.array((list(map(arch_no.__getitem__, load.arch)), load.node),
+                                          dtype=np.int64)
         self.free_c, self.free_m = np.array((load.free_c, load.free_m), dtype=np.float64)
         self.free_q = np.array(load.free_q, dtype=np.float64)
-        self.devices = [(key,) for key in load.keys]     # GPU i's answer: ((node_id, gpu_id),)
+        self.devices = list(zip(load.keys))           # GPU i's answer: ((node_id, gpu_id),)
+
+    @property
+    def gpus(self) -> np.ndarray:
+        """GPUs each job asks for, in the jobs' order."""
+        return self._table[:, 2 * self.n_arch + 2].astype(np.int64)
 
     def _columns(self, table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(c, m, q) of ``table``'s rows, each a new C-contiguous array."""
@@ -162,13 +167,16 @@ def _density(c: np.ndarray, m: np.ndarray, q: np.ndarray, arrays: _Arrays, base:
     count = len(arrays.garch)
     if count == 0:
         return np.arange(len(q), dtype=np.int64)
-    cap_c, cap_m, cap_q = (float(np.maximum(b, 0.0).sum()) for b in base)
+    cap_c, cap_m, cap_q = (float(_SUM(np.maximum(b, 0.0))) for b in base)
     c0, m0 = c[:, 0], m[:, 0]
     weights = []
-    for want, cap in ((float(c0.sum()), cap_c), (float(q.sum()), cap_q), (float(m0.sum()), cap_m)):
+    for want, cap in ((float(_SUM(c0)), cap_c), (float(_SUM(q)), cap_q), (float(_SUM(m0)), cap_m)):
         weights.append(0.0 if cap <= EPS else (want / cap) / (cap / count))
-    cost = weights[0] * c0 + weights[1] * q + weights[2] * m0
-    density = np.full(len(q), _INF)
+    cost = np.multiply(c0, weights[0])
+    cost += np.multiply(q, weights[1])
+    cost += np.multiply(m0, weights[2])
+    density = np.empty(len(q))
+    density.fill(_INF)
     np.divide(c0, cost, out=density, where=cost > EPS)
     np.negative(density, out=density)                   # highest density first
     return np.lexsort((-c0, density)).astype(np.int64, copy=False)
@@ -230,9 +238,10 @@ def _answer(jobs: list[Job], singles: np.ndarray, where: np.ndarray, devices: li
     """``{job id: (device,)}`` of the placed single-GPU jobs, in the jobs' order: job
     ``jobs[singles[t]]`` is on GPU ``where[t]`` (-1: not placed); ``devices[i]`` is GPU i's
     ``((node_id, gpu_id),)``."""
-    at = np.full(len(jobs), -1, dtype=np.int64)
+    at = np.empty(len(jobs), dtype=np.int64)
+    at.fill(-1)
     at[singles] = where
-    placed = np.flatnonzero(at >= 0)
+    placed = (at >= 0).nonzero()[0]
     return InJobOrder(zip(map(_ID, map(jobs.__getitem__, placed.tolist())),
                           map(devices.__getitem__, at[placed].tolist())))
 
@@ -264,7 +273,7 @@ def _prepare(jobs: list[Job], cluster: Cluster) -> _Call | dict[Hashable, tuple]
         base = (arrays.free_c, arrays.free_m, arrays.free_q)
         fc, fm, fq = (b.copy() for b in base)
         wfd_where = _kernels().wf_greedy(np.arange(len(singles)), c, m, q, arrays.garch, arrays.gnode, fc, fm, fq)
-        if (wfd_where >= 0).all():
+        if _MIN(wfd_where) >= 0:
             return _answer(jobs, singles, wfd_where, arrays.devices)
         return _Call(arrays, singles, c, m, q, base, wfd_where, {}, 0.0)
     singles = order[arrays.gpus[order] == 1]
