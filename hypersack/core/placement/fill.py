@@ -273,7 +273,7 @@ def _prepare(jobs: list[Job], cluster: Cluster) -> _Call | dict[Hashable, tuple]
         base = (arrays.free_c, arrays.free_m, arrays.free_q)
         fc, fm, fq = (b.copy() for b in base)
         wfd_where = _kernels().wf_greedy(np.arange(len(singles)), c, m, q, arrays.garch, arrays.gnode, fc, fm, fq)
-        if _MIN(wfd_where) >= 0:
+        if not len(singles) or _MIN(wfd_where) >= 0:
             return _answer(jobs, singles, wfd_where, arrays.devices)
         return _Call(arrays, singles, c, m, q, base, wfd_where, {}, 0.0)
     singles = order[arrays.gpus[order] == 1]
