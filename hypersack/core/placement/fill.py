@@ -107,71 +107,25 @@ def density_order(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
 
 
 
-class _Layout(NamedTuple):
-    """What ``fill`` reads of a cluster's nodes and GPUs (not of its load), in first-fit order:
-    the architectures (as ``Load.by_arch``), each GPU's architecture number and node number,
-    its ``(node_id, gpu_id)`` (as two lists) and its answer ``((node_id, gpu_id),)``; the node ids."""
-
-    archs: tuple[str, ...]
-    garch: np.ndarray
-    gnode: np.ndarray
-    node_of: list
-    gpu_ids: list
-    devices: list[tuple]
-    node_ids: list
-
-
-_LAST_LAYOUT: list[Any] = [None, None]     # the last ``cluster.nodes`` seen and its _Layout
-
-
-def _layout(cluster: Cluster) -> _Layout:
-    """``cluster``'s _Layout, kept for the last tuple of nodes seen: a Cluster's ``nodes`` is a
-    tuple of frozen Nodes of frozen GPUs that every cluster derived from it (``with_running``,
-    ``without``: a new load on the same devices) shares, and a layout depends on nothing else;
-    the tuple is held, so its identity is not reused while kept. Its arrays are not to be changed
-    (``_Arrays`` hands out copies)."""
-    nodes = cluster.nodes
-    if _LAST_LAYOUT[0] is nodes:
-        return _LAST_LAYOUT[1]
-    load = Load(cluster)
-    archs = tuple(load.by_arch)
-    arch_no = {a: k for k, a in enumerate(archs)}
-    garch = np.array([arch_no[a] for a in load.arch], dtype=np.int64)
-    gnode = np.array(load.node, dtype=np.int64)
-    layout = _Layout(archs, garch, gnode, [key[0] for key in load.keys], [key[1] for key in load.keys],
-                     list(zip(load.keys)), [node.id for node in nodes])
-    _LAST_LAYOUT[:] = [nodes, layout]
-    return layout
-
-
 class _Arrays:
     """The call's jobs and cluster as ``fill_kernels`` reads them (its module doc): every job's
     demands per architecture (``c``, ``m``, ``q``, in the jobs' order; ``singles`` for some of
     them, in another order), the jobs in WFD's order (``wfd``: positions in ``jobs``; a stable
-    sort on the expected runtime, as ``by_runtime``), the GPUs and nodes and what is left on
-    them (``free_c``, ``free_m``, ``free_q``: as ``Load``'s)."""
+    sort on the expected runtime, as ``by_runtime``), the GPUs and nodes."""
 
     def __init__(self, jobs: list[Job], cluster: Cluster):
-        self._cluster = cluster
-        layout = _layout(cluster)
-        k = self.n_arch = max(1, len(layout.archs))
-        table = self._table = demand_table(jobs, layout.archs)    # read-only: columns sliced, copied
+        load = self.load = Load(cluster)
+        archs = tuple(load.by_arch)
+        arch_no = {a: k for k, a in enumerate(archs)}
+        k = self.n_arch = max(1, len(archs))
+        table = self._table = demand_table(jobs, archs)      # read-only: columns sliced, copied
         self.all_single = float(_SUM(table[:, 2 * k + 2])) == len(jobs)   # each asks for >= 1 GPU
         self.wfd = np.argsort(-table[:, 2 * k], kind="stable")
-        self.garch, self.gnode = layout.garch.copy(), layout.gnode.copy()
-        free = list(map(cluster.free, layout.node_of, layout.gpu_ids))
-        self.free_c = np.array([c for c, _ in free], dtype=np.float64)
-        self.free_m = np.array([m for _, m in free], dtype=np.float64)
-        self.free_q = np.array(list(map(cluster.free_cpus, layout.node_ids)), dtype=np.float64)
-        self.devices = layout.devices                     # GPU i's answer: ((node_id, gpu_id),)
-
-    @property
-    def load(self) -> Load:
-        """The cluster's ``Load``, made on first use."""
-        found = self.__dict__.get("_load")
-        if found is None:
-            found = self._load = Load(self._cluster)
-        return found
+        self.garch, self.gnode = np.array((list(map(arch_no.__getitem__, load.arch)), load.node),
+                                          dtype=np.int64)
+        self.free_c, self.free_m = np.array((load.free_c, load.free_m), dtype=np.float64)
+        self.free_q = np.array(load.free_q, dtype=np.float64)
+        self.devices = list(zip(load.keys))           # GPU i's answer: ((node_id, gpu_id),)
 
     @property
     def gpus(self) -> np.ndarray:
