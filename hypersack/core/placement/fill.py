@@ -179,7 +179,16 @@ def _density(c: np.ndarray, m: np.ndarray, q: np.ndarray, arrays: _Arrays, base:
     density.fill(_INF)
     np.divide(c0, cost, out=density, where=cost > EPS)
     np.negative(density, out=density)                   # highest density first
-    return np.lexsort((-c0, density)).astype(np.int64, copy=False)
+    order = density.argsort(kind="stable")
+    # lexsort((-c0, density)) is this order unless two jobs of equal density differ in compute
+    # (those with equal compute too stay in the given order either way)
+    ranked = density[order]
+    tied = ranked[1:] == ranked[:-1]
+    if tied.any():
+        by_c = c0[order]
+        if (tied & (by_c[1:] != by_c[:-1])).any():
+            order = np.lexsort((-c0, density))
+    return order.astype(np.int64, copy=False)
 
 
 def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_gain: float) -> dict:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hypersack.core.placement.fill import _Arrays, fill
+from hypersack.core.placement.fill import _Arrays, _density, fill
 from hypersack.core.placement.load import InJobOrder, Load, by_runtime, demand_table
 from hypersack.placement import GPU, Cluster, Job, Node, assign
 from test_placement_properties import ARCHS, SETTINGS, jobs, loaded_clusters
@@ -143,3 +143,24 @@ def test_fill_builds_its_answer_in_the_jobs_order():
     assert list(answer) == [job.id for job in job_list if job.id in answer]
     everything = fill(job_list[:2], cluster)          # WFD places all: its answer, in order too
     assert isinstance(everything, InJobOrder) and list(everything) == ["j0", "j1"]
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([0, 5, 10, 20, 30]), st.sampled_from([0, 1, 2, 4]),
+                          st.sampled_from([0, 1, 2]), st.sampled_from([1, 2, 3])), max_size=24))
+def test_the_density_order_is_lexsorts_also_for_jobs_of_equal_density(shapes):
+    """A job scaled by k has the density of the original, with k x its compute: it goes first
+    (the fast path is a sort on density alone, checked for such ties)."""
+    cluster = Cluster([Node("n", 16, (GPU(0, "A100", 40), GPU(1, "H100", 80)))])
+    job_list = [Job(f"j{i}", c * k, m * k, cpus=q * k) for i, (c, m, q, k) in enumerate(shapes)]
+    if not job_list:
+        return
+    arrays = _Arrays(job_list, cluster)
+    base = (arrays.free_c, arrays.free_m, arrays.free_q)
+    got = _density(arrays.c, arrays.m, arrays.q, arrays, base)
+    c0, m0, q = arrays.c[:, 0], arrays.m[:, 0], arrays.q
+    count = 2
+    weights = [(want / cap) / (cap / count) for want, cap in ((c0.sum(), 200.0), (q.sum(), 16.0), (m0.sum(), 120.0))]
+    cost = weights[0] * c0 + weights[1] * q + weights[2] * m0
+    density = np.where(cost > 1e-9, c0 / np.where(cost > 1e-9, cost, 1.0), np.inf)
+    assert got.tolist() == np.lexsort((-c0, -density)).tolist()
