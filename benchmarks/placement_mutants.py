@@ -107,6 +107,17 @@ MUTANTS.update({
 })
 TESTS.insert(1, "tests/core/placement/test_placement_lagrange_kernels.py")
 
+# fill's Python side (issue 15): the demand table, its per-Job cache, answers in the jobs' order
+MUTANTS.update({
+    "demand_table_runtime": (P + "load.py", "longest = np.where(named < len(archs), top[:, 2], -np.inf)",
+                             "longest = np.full(n, -np.inf)"),
+    "demand_table_cache_key": (P + "load.py", 'name = "_demand_row_" + "_".join(a.encode().hex() for a in archs)',
+                               'name = "_demand_row_"'),
+    "fill_answer_order": (P + "fill.py", "placed = (at >= 0).nonzero()[0]", "placed = (at >= 0).nonzero()[0][::-1]"),
+    "fill_density_ties": (P + "fill.py", "if (tied & (by_c[1:] != by_c[:-1])).any():", "if False:"),
+})
+TESTS.append("tests/core/placement/test_placement_load.py")
+
 
 def run(name: str) -> bool:
     """True when the mutant is killed."""

@@ -18,6 +18,7 @@ from hypersack.core.placement.improve import worst_fit_decreasing_local_search
 from hypersack.core.placement.lagrange import lagrange
 from hypersack.core.placement.model import Job
 from hypersack.core.placement.live import POLICIES, check_options
+from hypersack.core.placement.load import InJobOrder
 from hypersack.core.placement.policies import BUILTIN
 from hypersack.errors import ConfigError
 
@@ -118,6 +119,11 @@ def assign(jobs: Sequence[Job], cluster: Cluster, policy: str | Policy = "wfd", 
     trusted = isinstance(policy, str) and policy in _TRUSTED
     if not trusted:                                  # built-ins already answer in this form
         raw = {jid: as_devices(devices) for jid, devices in raw.items()}
+    elif type(raw) is InJobOrder:                    # a built-in's answer in the given order
+        answer = dict(raw)
+        if check:
+            check_placement(jobs, cluster, answer)
+        return answer
     order = list(filter(raw.__contains__, map(_ID, jobs)))     # the placed jobs in the given order
     if len(order) != len(raw):
         answer = dict(raw)                           # names unknown jobs: the check reports it

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable, NamedTuple, Sequence
 
-from operator import attrgetter
+from operator import attrgetter, is_
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from hypersack.core.jit import warn_interpreted
 from hypersack.core.placement.cluster import Cluster
 from hypersack.core.placement.improve import MIN_GAIN, _check_options, _Given
 from hypersack.core.placement.live import LiveCluster
-from hypersack.core.placement.load import Load
+from hypersack.core.placement.load import InJobOrder, Load, demand_table
 from hypersack.core.placement.model import EPS, Job, check_number
 from hypersack.errors import ConfigError
 
@@ -60,8 +60,8 @@ def _kernels() -> Any:
 
 
 _INF = float("inf")
-_COMPUTE, _MEMORY, _RUNTIME, _CPUS, _GPUS, _PER_ARCH = (attrgetter(name) for name in (
-    "compute", "memory_gb", "runtime", "cpus", "gpus", "per_arch"))
+_ID = attrgetter("id")
+_SUM, _MIN = np.add.reduce, np.minimum.reduce    # ndarray.sum/min without their Python wrappers
 STEPS = 60          # subgradient steps of each price run
 INTERPRETED_WARN_PAIRS = 2_000   # jobs x GPUs from which an uncompiled search warns (core.jit)
 SAMPLE = 256        # jobs the price steps look at (every k-th; capacities scaled by their share)
@@ -75,6 +75,9 @@ ENOUGH = 0.99
 #: run k > 0, V + TARGETS[k] x (L - V), L the lowest dual bound of the runs before.
 _TARGETS = np.array([0.0, 0.5])
 _KICK = (2, True, False)
+#: ``fill``'s defaults (rounds, min_gain, steps, polish, enough, kicks, patience, seed): a call
+#: that passes these very objects skips their checks.
+_DEFAULTS = (2, MIN_GAIN, STEPS, POLISH, ENOUGH, KICKS, PATIENCE, 1)
 
 
 def density_order(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
@@ -106,49 +109,56 @@ def density_order(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
 
 class _Arrays:
     """The call's jobs and cluster as ``fill_kernels`` reads them (its module doc): every job's
-    demands per architecture (``c``, ``m``, ``q``), the jobs in WFD's order (``wfd``: positions
-    in ``jobs``; a stable sort on the expected runtime, as ``by_runtime``), the GPUs and nodes."""
+    demands per architecture (``c``, ``m``, ``q``, in the jobs' order; ``singles`` for some of
+    them, in another order), the jobs in WFD's order (``wfd``: positions in ``jobs``; a stable
+    sort on the expected runtime, as ``by_runtime``), the GPUs and nodes."""
 
     def __init__(self, jobs: list[Job], cluster: Cluster):
         load = self.load = Load(cluster)
-        archs = list(load.by_arch)
+        archs = tuple(load.by_arch)
         arch_no = {a: k for k, a in enumerate(archs)}
-        n_arch = max(1, len(archs))
-        count = len(jobs)
-        compute = list(map(_COMPUTE, jobs))
-        memory = list(map(_MEMORY, jobs))
-        runtime = list(map(_RUNTIME, jobs))
-        per_arch = list(map(_PER_ARCH, jobs))
-        c = np.empty((count, n_arch))
-        m = np.empty((count, n_arch))
-        c[:] = np.array(compute, dtype=np.float64)[:, None]
-        m[:] = np.array(memory, dtype=np.float64)[:, None]
-        special = [p for p, d in enumerate(per_arch) if d]
-        if special and archs:
-            longest = [-_INF] * len(special)
-            for k, a in enumerate(archs):
-                got = [per_arch[p].get(a) for p in special]
-                c[special, k] = [compute[p] if d is None else d.compute for p, d in zip(special, got)]
-                m[special, k] = [memory[p] if d is None else d.memory_gb for p, d in zip(special, got)]
-                longest = [max(t, runtime[p] if d is None else d.runtime)
-                           for t, p, d in zip(longest, special, got)]
-            for p, t in zip(special, longest):
-                runtime[p] = t
-        q = np.array(list(map(_CPUS, jobs)), dtype=np.float64)
-        gpus = np.array(list(map(_GPUS, jobs)), dtype=np.int64)
-        self.c, self.m, self.q, self.gpus = c, m, q, gpus
-        self.wfd = np.argsort(-np.array(runtime, dtype=np.float64), kind="stable")
-        self.n_arch = n_arch
-        self.garch = np.array([arch_no[a] for a in load.arch], dtype=np.int64)
-        self.gnode = np.array(load.node, dtype=np.int64)
-        self.free_c = np.array(load.free_c, dtype=np.float64)
-        self.free_m = np.array(load.free_m, dtype=np.float64)
+        k = self.n_arch = max(1, len(archs))
+        table = self._table = demand_table(jobs, archs)      # read-only: columns sliced, copied
+        self.all_single = float(_SUM(table[:, 2 * k + 2])) == len(jobs)   # each asks for >= 1 GPU
+        self.wfd = np.argsort(-table[:, 2 * k], kind="stable")
+        self.garch, self.gnode = np.array((list(map(arch_no.__getitem__, load.arch)), load.node),
+                                          dtype=np.int64)
+        self.free_c, self.free_m = np.array((load.free_c, load.free_m), dtype=np.float64)
         self.free_q = np.array(load.free_q, dtype=np.float64)
+        self.devices = list(zip(load.keys))           # GPU i's answer: ((node_id, gpu_id),)
+
+    @property
+    def gpus(self) -> np.ndarray:
+        """GPUs each job asks for, in the jobs' order."""
+        return self._table[:, 2 * self.n_arch + 2].astype(np.int64)
+
+    def _columns(self, table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(c, m, q) of ``table``'s rows, each a new C-contiguous array."""
+        k = self.n_arch
+        return table[:, :k].copy(), table[:, k:2 * k].copy(), table[:, 2 * k + 1].copy()
+
+    @property
+    def c(self) -> np.ndarray:
+        return self._in_order()[0]
+
+    @property
+    def m(self) -> np.ndarray:
+        return self._in_order()[1]
+
+    @property
+    def q(self) -> np.ndarray:
+        return self._in_order()[2]
+
+    def _in_order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(c, m, q) of every job in the jobs' order, made on first use."""
+        found = self.__dict__.get("_cmq")
+        if found is None:
+            found = self._cmq = self._columns(self._table)
+        return found
 
     def singles(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Demands of the jobs at ``positions`` (in that order), contiguous."""
-        return (np.ascontiguousarray(self.c[positions]), np.ascontiguousarray(self.m[positions]),
-                np.ascontiguousarray(self.q[positions]))
+        """Demands (c, m, q) of the jobs at ``positions`` (in that order), contiguous."""
+        return self._columns(self._table[positions])
 
 
 def _density(c: np.ndarray, m: np.ndarray, q: np.ndarray, arrays: _Arrays, base: tuple) -> np.ndarray:
@@ -157,14 +167,28 @@ def _density(c: np.ndarray, m: np.ndarray, q: np.ndarray, arrays: _Arrays, base:
     count = len(arrays.garch)
     if count == 0:
         return np.arange(len(q), dtype=np.int64)
-    cap_c, cap_m, cap_q = (float(np.maximum(b, 0.0).sum()) for b in base)
+    cap_c, cap_m, cap_q = (float(_SUM(np.maximum(b, 0.0))) for b in base)
     c0, m0 = c[:, 0], m[:, 0]
     weights = []
-    for want, cap in ((float(c0.sum()), cap_c), (float(q.sum()), cap_q), (float(m0.sum()), cap_m)):
+    for want, cap in ((float(_SUM(c0)), cap_c), (float(_SUM(q)), cap_q), (float(_SUM(m0)), cap_m)):
         weights.append(0.0 if cap <= EPS else (want / cap) / (cap / count))
-    cost = weights[0] * c0 + weights[1] * q + weights[2] * m0
-    density = np.where(cost > EPS, c0 / np.where(cost > EPS, cost, 1.0), _INF)
-    return np.lexsort((-c0, -density)).astype(np.int64)
+    cost = np.multiply(c0, weights[0])
+    cost += np.multiply(q, weights[1])
+    cost += np.multiply(m0, weights[2])
+    density = np.empty(len(q))
+    density.fill(_INF)
+    np.divide(c0, cost, out=density, where=cost > EPS)
+    np.negative(density, out=density)                   # highest density first
+    order = density.argsort(kind="stable")
+    # lexsort((-c0, density)) is this order unless two jobs of equal density differ in compute
+    # (those with equal compute too stay in the given order either way)
+    ranked = density[order]
+    tied = ranked[1:] == ranked[:-1]
+    if tied.any():
+        by_c = c0[order]
+        if (tied & (by_c[1:] != by_c[:-1])).any():
+            order = np.lexsort((-c0, density))
+    return order.astype(np.int64, copy=False)
 
 
 def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_gain: float) -> dict:
@@ -183,8 +207,7 @@ def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_
     pool, npool, ong, nong = _kernels()._lists(where, c, arrays.garch, arrays.n_arch)
     _kernels().polish(rounds, max(min_gain, 2 * EPS), np.arange(len(arrays.garch)), True, c, m, q, arrays.garch, arrays.gnode, where, fc, fm, fq,
               pool, npool, ong, nong)
-    keys = arrays.load.keys
-    return {jobs[p].id: (keys[where[p]],) for p in range(len(jobs)) if where[p] >= 0}
+    return _answer(jobs, np.arange(len(jobs)), where, arrays.devices)
 
 
 def _check(name: str, given: Any) -> int:
@@ -201,11 +224,13 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
     starts improved besides WFD's; ``enough``: stop improving once the best answer is at least
     this fraction of the dual bound (> 1: never stop early); ``kicks``: perturbations of the best
     answer; ``seed``: their generator's seed."""
-    min_gain = _check_options(rounds, min_gain)
-    enough = check_number("placement.enough", enough)
-    for name, given in (("steps", steps), ("polish", polish), ("kicks", kicks), ("patience", patience),
-                        ("seed", seed)):
-        _check(name, given)
+    given = (rounds, min_gain, steps, polish, enough, kicks, patience, seed)
+    if not all(map(is_, given, _DEFAULTS)):              # the defaults themselves are valid
+        min_gain = _check_options(rounds, min_gain)
+        enough = check_number("placement.enough", enough)
+        for name, value in (("steps", steps), ("polish", polish), ("kicks", kicks), ("patience", patience),
+                            ("seed", seed)):
+            _check(name, value)
     jobs = list(jobs)
     if not jobs:
         return {}
@@ -214,9 +239,20 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
         return call                          # WFD placed every job: no move of the search applies
     warn_interpreted("placement fill", len(jobs) * len(call.arrays.load.keys), INTERPRETED_WARN_PAIRS)
     where, _, _, _ = _search(call, rounds, min_gain, steps, polish, enough, kicks, patience, seed)
-    keys = call.arrays.load.keys
-    answer = {jobs[call.singles[t]].id: (keys[where[t]],) for t in range(len(call.singles)) if where[t] >= 0}
-    return {**call.fixed, **answer}
+    answer = _answer(jobs, call.singles, where, call.arrays.devices)
+    return {**call.fixed, **answer} if call.fixed else answer
+
+
+def _answer(jobs: list[Job], singles: np.ndarray, where: np.ndarray, devices: list[tuple]) -> InJobOrder:
+    """``{job id: (device,)}`` of the placed single-GPU jobs, in the jobs' order: job
+    ``jobs[singles[t]]`` is on GPU ``where[t]`` (-1: not placed); ``devices[i]`` is GPU i's
+    ``((node_id, gpu_id),)``."""
+    at = np.empty(len(jobs), dtype=np.int64)
+    at.fill(-1)
+    at[singles] = where
+    placed = (at >= 0).nonzero()[0]
+    return InJobOrder(zip(map(_ID, map(jobs.__getitem__, placed.tolist())),
+                          map(devices.__getitem__, at[placed].tolist())))
 
 
 class _Call(NamedTuple):
@@ -240,17 +276,16 @@ def _prepare(jobs: list[Job], cluster: Cluster) -> _Call | dict[Hashable, tuple]
     arrays = _Arrays(jobs, cluster)
     keys = arrays.load.keys
     order = arrays.wfd                                   # WFD's order: job positions
-    single = arrays.gpus[order] == 1
-    if single.all():
+    if arrays.all_single:
         singles = order
         c, m, q = arrays.singles(singles)
         base = (arrays.free_c, arrays.free_m, arrays.free_q)
         fc, fm, fq = (b.copy() for b in base)
         wfd_where = _kernels().wf_greedy(np.arange(len(singles)), c, m, q, arrays.garch, arrays.gnode, fc, fm, fq)
-        if (wfd_where >= 0).all():
-            return {jobs[singles[t]].id: (keys[wfd_where[t]],) for t in range(len(singles))}
+        if not len(singles) or _MIN(wfd_where) >= 0:
+            return _answer(jobs, singles, wfd_where, arrays.devices)
         return _Call(arrays, singles, c, m, q, base, wfd_where, {}, 0.0)
-    singles = order[single]
+    singles = order[arrays.gpus[order] == 1]
     c, m, q = arrays.singles(singles)
     wfd = [jobs[p] for p in order]
     start = LiveCluster(cluster).assign_checked(wfd, "wf", {}, keep=False, numbers=True)

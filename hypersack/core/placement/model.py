@@ -129,6 +129,10 @@ class Job:
     ``per_arch``; ``per_arch`` maps an architecture to its own ``{compute, memory_gb, runtime}``
     (missing keys fall back to the top-level values). ``gpus`` > 1 asks for that many distinct GPUs,
     each carrying the per-GPU demand; ``cpus`` are cores per GPU occupied.
+
+    A Job may carry derived numbers in its ``__dict__`` (``load.demand_table``'s rows, under
+    ``_demand_row_...``): never part of its fields, equality, hash or ``to_dict``; valid because a
+    Job never changes (``renamed`` copies them: they do not hold the id).
     """
 
     id: Hashable
