@@ -34,7 +34,7 @@ REFILL_SCAN = 24   # refill: unplaced candidates looked at per freed GPU
 EVICT_IN = 8       # evict: unplaced candidates (largest first) tried per GPU
 EVICT_OUT = 8      # evict: the smallest jobs of the GPU among which 2-3 are taken out
 KINDS = 8          # _kinds: the distinct demands compared per job
-BUCKET = 32        # _order_by: the most jobs per bucket before it sorts by radix instead
+BUCKET = 32        # _order_by: the most jobs a bucket sorts by insertion (more: by radix)
 STALL = 5          # price steps without a lower bound before the step factor is halved
 SMALLEST = 2.0 ** -6
 _SIGN = ~0x7FFFFFFFFFFFFFFF  # the int64 sign bit (_order_by)
@@ -705,7 +705,7 @@ def _order_by(ranked, key):
     """The jobs of ``ranked`` by ``key`` descending, ties in ``ranked``'s order (``ranked[np.argsort(
     -key[ranked], kind="mergesort")]``; no NaN in ``key``): a bucket sort, one bucket per job over
     the finite keys' range (the bucket is a monotone function of the key: IEEE rounding is) and
-    one for -inf, each sorted by insertion; ``_radix_order`` where a bucket holds more than
+    one for -inf, each sorted by insertion, or by ``_radix_order`` where it holds more than
     ``BUCKET`` jobs (keys far from evenly spread)."""
     n = ranked.shape[0]
     lo, hi = np.inf, -np.inf
@@ -715,9 +715,9 @@ def _order_by(ranked, key):
             lo, hi = min(lo, x), max(hi, x)
     scale = 0.0
     if hi > lo:
+        if hi > 1e300 or lo < -1e300 or hi - lo < 1e-300:
+            return _radix_order(ranked, key)             # the span or its scale would overflow
         scale = (n - 1) / (hi - lo)
-        if not np.isfinite(scale) or not np.isfinite(hi - lo):
-            return _radix_order(ranked, key)
     count = np.zeros(n + 2, dtype=np.int64)
     slot = np.empty(n, dtype=np.int64)
     for t in range(n):
@@ -726,8 +726,6 @@ def _order_by(ranked, key):
         slot[t] = b
         count[b + 1] += 1
     for b in range(n + 1):
-        if count[b + 1] > BUCKET and b < n:
-            return _radix_order(ranked, key)
         count[b + 1] += count[b]
     out = np.empty(n, dtype=np.int64)
     for t in range(n):                                   # stable: ties keep ranked's order
@@ -737,6 +735,10 @@ def _order_by(ranked, key):
     start = 0
     for b in range(n):                                   # count[b]: the end of bucket b now
         end = count[b]
+        if end - start > BUCKET:                         # keys far from evenly spread
+            out[start:end] = _radix_order(out[start:end], key)
+            start = end
+            continue
         for t in range(start + 1, end):
             p = out[t]
             x = key[p]
