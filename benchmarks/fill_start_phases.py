@@ -84,20 +84,21 @@ def phases(K: Any, call: Any, dense: np.ndarray) -> dict[str, Callable[[], Any]]
         size_c, size_m = K._sizes(bc, bm)
         by_size = K._by_size(cg)
         G = len(g_node)
-        rt, keys, prefs = np.empty((G, n)), np.empty((2, n)), np.empty(G, dtype=np.int64)
+        rt, keys, prefs = np.empty((G, n)), np.empty((2, n)), np.empty((G, n), dtype=np.int64)
+        rank = np.empty(n, dtype=np.int64)
         top_c, top_m = np.empty(G), np.empty(G)
         kind, dead = K._kinds(jc, jm, jq), np.empty(n, dtype=np.bool_)
 
         def four() -> None:
             K._reduced_columns(ct, tc, tm, tq, g_node, kc[0], km[0], kq[0], rt)
             K._keys(rt, keys)
+            K._preferences(rt, prefs, rank)
             for regret in range(2):
                 order = K._order_by(by_size, keys[regret])
                 for balanced in (False, True):
                     fc, fm, fq = bc.copy(), bm.copy(), bq.copy()
-                    K._place(order, rt, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode,
-                             size_c, size_m, kind, fc, fm, fq, top_c, top_m, prefs, dead,
-                             np.full(n, -1, dtype=np.int64))
+                    K._place(order, prefs, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode,
+                             size_c, size_m, kind, fc, fm, fq, top_c, top_m, dead, np.full(n, -1, dtype=np.int64))
 
         out.update({
             "columns (all + sampled)": lambda: (K._columns(cg, sc, sm, sq, fit, 1, 1.0),

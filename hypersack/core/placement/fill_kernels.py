@@ -833,6 +833,24 @@ def _kinds(jc, jm, jq):
 
 
 @kernel
+def _preferences(rt, prefs, rank):
+    """Per job its groups by reduced profit ``rt[g, p]`` descending, ties: the lower group, into
+    ``prefs[:, p]`` (each group's rank counted over the jobs, without branches; ``rank``: room)."""
+    n_groups, n_jobs = rt.shape
+    for g in range(n_groups):
+        for p in range(n_jobs):
+            rank[p] = 0
+        for h in range(g):
+            for p in range(n_jobs):
+                rank[p] += rt[h, p] >= rt[g, p]
+        for h in range(g + 1, n_groups):
+            for p in range(n_jobs):
+                rank[p] += rt[h, p] > rt[g, p]
+        for p in range(n_jobs):
+            prefs[rank[p], p] = g
+
+
+@kernel
 def _sizes(fc, fm):
     """The balanced choice's scales: compute and memory left per GPU (at least EPS)."""
     size_c, size_m = np.empty(fc.shape[0]), np.empty(fc.shape[0])
@@ -842,15 +860,16 @@ def _sizes(fc, fm):
 
 
 @kernel
-def _place(order, rt, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode, size_c, size_m,
-           kind, fc, fm, fq, top_c, top_m, prefs, dead, where):
+def _place(order, prefs, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode, size_c, size_m,
+           kind, fc, fm, fq, top_c, top_m, dead, where):
     """``price_greedy``'s placement: the jobs in ``order``, each on its groups by reduced profit
-    ``rt[g, p]`` descending (ties: the lower group; up to the first that takes no job), on the
+    descending (``prefs[:, p]``, ``_preferences``; up to the first that takes no job), on the
     group's first GPU that takes it or (``balanced``) the one whose compute and memory left, over
     ``size_c``/``size_m``, stay closest; ``fc``/``fm``/``fq`` and ``where`` (-1 where unplaced)
-    are changed. A job not placed is skipped with its ``kind`` (``_kinds``): the same demands find
-    no room later either. ``top_c``/``top_m``, ``prefs`` (per group) and ``dead`` (per job) are room."""
-    n_groups = rt.shape[0]
+    are changed (``where`` all -1 on entry). A job not placed is skipped with its ``kind``
+    (``_kinds``): the same demands find no room later either. ``top_c``/``top_m`` (per group)
+    and ``dead`` (per job) are room."""
+    n_groups = prefs.shape[0]
     dead[:] = False
     for g in range(n_groups):
         top_c[g], top_m[g] = -np.inf, -np.inf
@@ -862,15 +881,8 @@ def _place(order, rt, fit, balanced, members, n_members, g_node, g_arch, jc, jm,
         q = jq[p]
         if dead[kind[p]]:
             continue                         # a job with p's demands found no room: nor will p
-        for g in range(n_groups):            # insertion sort, R descending, ties: lower group
-            v = rt[g, p]
-            s = g
-            while s > 0 and rt[prefs[s - 1], p] < v:
-                prefs[s] = prefs[s - 1]
-                s -= 1
-            prefs[s] = g
         for s in range(n_groups):
-            g = prefs[s]
+            g = prefs[s, p]
             if not fit[p, g]:
                 break                                 # -inf: no later group fits either
             a = g_arch[g]
@@ -919,10 +931,12 @@ def price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq
     order = _order_by(_by_size(cg), keys[1] if regret else keys[0])
     members, n_members = _members(group, n_groups)
     size_c, size_m = _sizes(fc, fm)
+    prefs = np.empty((n_groups, n_jobs), dtype=np.int64)
+    _preferences(rt, prefs, np.empty(n_jobs, dtype=np.int64))
     where = np.full(n_jobs, -1, dtype=np.int64)
-    _place(order, rt, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode, size_c, size_m,
-           _kinds(jc, jm, jq), fc, fm, fq, np.empty(n_groups), np.empty(n_groups), np.empty(n_groups, dtype=np.int64),
-           np.empty(n_jobs, dtype=np.bool_), where)
+    _place(order, prefs, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode, size_c, size_m,
+           _kinds(jc, jm, jq), fc, fm, fq, np.empty(n_groups), np.empty(n_groups), np.empty(n_jobs, dtype=np.bool_),
+           where)
     return where
 
 
@@ -956,7 +970,8 @@ def _starts(jc, jm, jq, garch, gnode, n_nodes, base_c, base_m, base_q, wfd_where
     members, n_members = _members(group, n_groups)
     size_c, size_m = _sizes(base_c, base_m)
     by_size = _by_size(cg)
-    rt, keys, prefs = np.empty((n_groups, n_jobs)), np.empty((2, n_jobs)), np.empty(n_groups, dtype=np.int64)
+    rt, keys = np.empty((n_groups, n_jobs)), np.empty((2, n_jobs))
+    prefs = np.empty((n_groups, n_jobs), dtype=np.int64)
     top_c, top_m = np.empty(n_groups), np.empty(n_groups)
     kind, dead = _kinds(jc, jm, jq), np.empty(n_jobs, dtype=np.bool_)
     s = 1
@@ -977,14 +992,15 @@ def _starts(jc, jm, jq, garch, gnode, n_nodes, base_c, base_m, base_q, wfd_where
         for k in range(count):
             _reduced_columns(ct, tc, tm, tq, g_node, kept_c[k], kept_m[k], kept_q[k], rt)
             _keys(rt, keys)
+            _preferences(rt, prefs, top)
             for regret in range(2):
                 order = _order_by(by_size, keys[regret])
                 for balanced in (False, True):
                     fc[:] = base_c
                     fm[:] = base_m
                     fq[:] = base_q
-                    _place(order, rt, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode,
-                           size_c, size_m, kind, fc, fm, fq, top_c, top_m, prefs, dead, starts[s])
+                    _place(order, prefs, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode,
+                           size_c, size_m, kind, fc, fm, fq, top_c, top_m, dead, starts[s])
                     values[s] = value_of(starts[s], jc, garch)
                     s += 1
     return starts, values, low
