@@ -17,8 +17,9 @@ import argparse
 import importlib.util
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,9 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from hypersack.core.placement import fill as F  # noqa: E402
-from hypersack.core.placement import fill_kernels  # noqa: E402
-from tight_instances import SIZES, make_instance  # noqa: E402
+from tight_instances import SIZES, make_instance
+
+from hypersack.core.placement import fill as F
+from hypersack.core.placement import fill_kernels
 
 
 def _load(path: str) -> Any:
@@ -48,6 +50,7 @@ def _call() -> tuple[Any, np.ndarray]:
     jobs = (jobs * (n // len(jobs) + 1))[:n]
     jobs = [j.renamed(f"x{i}") for i, j in enumerate(jobs)]
     call = F._prepare(jobs, cluster)
+    assert isinstance(call, F._Call)
     return call, F._density(call.c, call.m, call.q, call.arrays, call.base)
 
 
@@ -153,11 +156,11 @@ def main() -> None:
                 start = time.process_time()
                 fn()
                 best[name][row] = min(best[name][row], time.process_time() - start)
-    for name in best:
-        best[name]["start phase (fill_search 60 steps - 0 steps)"] = (best[name]["fill_search steps=60"]
-                                                                      - best[name]["fill_search steps=0"])
+    for name, rows in best.items():
+        rows["start phase (fill_search 60 steps - 0 steps)"] = (rows["fill_search steps=60"]
+                                                                  - rows["fill_search steps=0"])
     names = list(best)
-    print("| phase (us CPU, best of %d) | %s |" % (args.repeats, " | ".join(names)))
+    print(f"| phase (us CPU, best of {args.repeats}) | {' | '.join(names)} |")
     print("|---|" + "---:|" * len(names))
     for row in best[names[0]]:
         print(f"| {row} | " + " | ".join(f"{best[name][row] * 1e6:,.1f}" for name in names) + " |")

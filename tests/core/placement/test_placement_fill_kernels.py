@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_placement_fill import tight_instance
+from test_placement_properties import SETTINGS, jobs, loaded_clusters
 
 from hypersack.core import jit
 from hypersack.core.placement import fill as F
 from hypersack.core.placement import fill_kernels as fk
 from hypersack.placement import Job, assign, check_placement, placed_compute
-from test_placement_fill import tight_instance
-from test_placement_properties import SETTINGS, jobs, loaded_clusters
 
 ROOT = Path(__file__).resolve().parents[3]
 
