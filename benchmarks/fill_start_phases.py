@@ -9,7 +9,8 @@ The other version is loaded from its file as a second module (numba caches it be
 file); the calls alternate between the versions, each figure is the best of ``--repeats``
 (CPU time, ``time.process_time``). "start phase" = ``fill_search`` with the price runs
 (``steps`` = STEPS) less ``fill_search`` without (``steps`` = 0), both with no polished start
-but WFD's and no kicks; the other rows call the kernels one by one as ``fill_search`` does.
+but WFD's and no kicks; one row is the whole ``fill_search`` with ``fill``'s defaults; the other
+rows call the kernels one by one as ``fill_search`` does.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from tight_instances import SIZES, make_instance
 
 from hypersack.core.placement import fill as F
 from hypersack.core.placement import fill_kernels
+from hypersack.core.placement.improve import MIN_GAIN
 
 
 def _load(path: str) -> Any:
@@ -61,10 +63,10 @@ def phases(K: Any, call: Any, dense: np.ndarray) -> dict[str, Callable[[], Any]]
     bc, bm, bq = call.base
     n_nodes = len(A.free_q)
 
-    def search(steps: int) -> Any:
+    def search(steps: int, polish: int = 0, enough: float = 2.0, kicks: int = 0) -> Any:
         return K.fill_search(jc, jm, jq, garch, gnode, n_nodes, A.n_arch, bc, bm, bq, call.wfd_where, dense,
-                             2, 2e-9 + 1e-6, steps, F.SAMPLE, F._TARGETS, 0, 2.0, 0, 0, 1, call.fixed_value,
-                             *F._KICK)
+                             2, MIN_GAIN, steps, F.SAMPLE, F._TARGETS, polish, enough, kicks, F.PATIENCE, 1,
+                             call.fixed_value, *F._KICK)
 
     group, g_node, g_arch = K.groups_of(garch, gnode)
     cg, sc, sm, sq, fit = K._scaled(jc, jm, jq, group, g_node, g_arch, bc, bm, bq)
@@ -76,6 +78,8 @@ def phases(K: Any, call: Any, dense: np.ndarray) -> dict[str, Callable[[], Any]]
         "start phase (fill_search 60 steps - 0 steps)": lambda: None,   # filled by the caller
         "fill_search steps=60": lambda: search(F.STEPS),
         "fill_search steps=0": lambda: search(0),
+        "fill_search with fill's defaults (2 polished starts, 300 kicks)": lambda: search(F.STEPS, F.POLISH, F.ENOUGH,
+                                                                                       F.KICKS),
         "scaled": lambda: K._scaled(jc, jm, jq, group, g_node, g_arch, bc, bm, bq),
     }
     if hasattr(K, "_starts"):                   # this branch: columns, shared orders, _place
