@@ -118,6 +118,18 @@ MUTANTS.update({
 })
 TESTS.append("tests/core/placement/test_placement_load.py")
 
+# fill's start phase (price loops over columns, shared orders, kinds): each must fail a test.
+_F = P + "fill_kernels.py"
+MUTANTS.update({
+    "fk_kind_dead": (_F, "dead[kind[p]] = where[p] < 0", "dead[kind[p]] = True"),
+    "fk_kinds_memory": (_F, "same = same and jc[o, a] == jc[p, a] and jm[o, a] == jm[p, a]",
+                        "same = same and jc[o, a] == jc[p, a]"),
+    "fk_order_ties": (_F, "while u > start and key[out[u - 1]] < x:", "while u > start and key[out[u - 1]] <= x:"),
+    "fk_radix_negative": (_F, "b ^= 0x7FFFFFFFFFFFFFFF", "b ^= 0"),
+    "fk_pref_ties": (_F, "rank[p] += rt[h, p] >= rt[g, p]", "rank[p] += rt[h, p] > rt[g, p]"),
+    "fk_columns_fit": (_F, "ct[g, k] = cg[p, g] if fit[p, g] else -np.inf", "ct[g, k] = cg[p, g]"),
+})
+
 
 def run(name: str) -> bool:
     """True when the mutant is killed."""

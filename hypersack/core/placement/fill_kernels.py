@@ -33,8 +33,11 @@ SCAN = 16          # add/swap: candidates looked at below the best compute (impr
 REFILL_SCAN = 24   # refill: unplaced candidates looked at per freed GPU
 EVICT_IN = 8       # evict: unplaced candidates (largest first) tried per GPU
 EVICT_OUT = 8      # evict: the smallest jobs of the GPU among which 2-3 are taken out
+KINDS = 8          # _kinds: the distinct demands compared per job
+BUCKET = 32        # _order_by: the most jobs a bucket sorts by insertion (more: by radix)
 STALL = 5          # price steps without a lower bound before the step factor is halved
 SMALLEST = 2.0 ** -6
+_SIGN = ~0x7FFFFFFFFFFFFFFF  # the int64 sign bit (_order_by)
 _MOD = 2147483647  # the kicks' generator: MINSTD (x * 48271 mod 2^31 - 1), exact in int64
 
 
@@ -416,6 +419,13 @@ def value_of(where, jc, garch):
 
 
 # ---- prices ------------------------------------------------------------------------------------------
+#
+# The price loops read the (job, group) arrays of ``_scaled`` as columns of (group, job) arrays
+# (``_columns``: compute with -inf where no GPU of the group takes the job, so that its reduced
+# profit is -inf too): per group one pass over the jobs, which the compiler vectorizes. Every
+# reduced profit is the same expression, evaluated in the same order, as in ``_reduced``, and
+# every sum runs over the jobs in position order: the answers are those of the row-wise loops
+# (the tests keep that form as a reference).
 
 @kernel
 def groups_of(garch, gnode):
@@ -438,6 +448,18 @@ def groups_of(garch, gnode):
             count += 1
         group[i] = found
     return group, g_node[:count].copy(), g_arch[:count].copy()
+
+
+@kernel
+def _members(group, n_groups):
+    """Per group its GPUs by number ascending: ``members[g, :count[g]]``."""
+    members = np.empty((n_groups, group.shape[0]), dtype=np.int64)
+    count = np.zeros(n_groups, dtype=np.int64)
+    for i in range(group.shape[0]):
+        g = group[i]
+        members[g, count[g]] = i
+        count[g] += 1
+    return members, count
 
 
 @kernel
@@ -474,6 +496,42 @@ def _scaled(jc, jm, jq, group, g_node, g_arch, fc, fm, fq):
 
 
 @kernel
+def _columns(cg, sc, sm, sq, fit, stride, share):
+    """Every ``stride``-th job (0, stride, ...) of the (job, group) arrays as a column of
+    (group, job) arrays: compute (-inf where ``fit`` is false) and the scaled demands divided by
+    ``share`` (the sampled jobs' share of all: the capacities scaled by it)."""
+    n_jobs, n_groups = cg.shape
+    n = -(-n_jobs // stride)
+    ct, tc, tm, tq = np.empty((n_groups, n)), np.empty((n_groups, n)), np.empty((n_groups, n)), np.empty((n_groups, n))
+    for k in range(n):
+        p = k * stride
+        for g in range(n_groups):
+            ct[g, k] = cg[p, g] if fit[p, g] else -np.inf
+            tc[g, k] = sc[p, g] / share
+            tm[g, k] = sm[p, g] / share
+            tq[g, k] = sq[p, g] / share
+    return ct, tc, tm, tq
+
+
+@kernel
+def _profits(ct, tc, tm, tq, g_node, pc, pm, pq, best, top):
+    """Per job (column of ``_columns``' arrays) its best reduced profit at prices (pc, pm, pq)
+    into ``best`` and its group into ``top`` (ties: the lower group; -inf and -1 where no GPU
+    of any group takes the job)."""
+    n_groups, n_jobs = ct.shape
+    for p in range(n_jobs):
+        best[p] = -np.inf
+        top[p] = -1
+    for g in range(n_groups):
+        price_c, price_m, price_q = pc[g], pm[g], pq[g_node[g]]
+        for p in range(n_jobs):
+            r = ct[g, p] - tc[g, p] * price_c - tm[g, p] * price_m - tq[g, p] * price_q
+            higher = r > best[p]
+            best[p] = r if higher else best[p]
+            top[p] = g if higher else top[p]
+
+
+@kernel
 def _reduced(cg, sc, sm, sq, fit, g_node, pc, pm, pq):
     """R[p, g] = c - pc_g c/C_g - pm_g m/M_g - pq_n q/Q_n (-inf where no GPU of g takes p)."""
     n_jobs, n_groups = cg.shape
@@ -488,11 +546,9 @@ def _reduced(cg, sc, sm, sq, fit, g_node, pc, pm, pq):
 
 
 @kernel
-def prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps):
-    """``prices.prices`` over these arrays: the dual bound L (the lowest seen in ``steps``
-    subgradient steps from zero prices, Polyak's step towards ``target``) and the prices of the
-    lowest L seen after a quarter, half and all of the steps, without repeats (``kept_*[:count]``)."""
-    n_jobs, n_groups = cg.shape
+def _price_steps(ct, tc, tm, tq, g_node, n_nodes, target, steps):
+    """``prices`` on ``_columns``' arrays."""
+    n_groups, n_jobs = ct.shape
     pc, pm, pq = np.zeros(n_groups), np.zeros(n_groups), np.zeros(n_nodes)
     best_c, best_m, best_q = pc.copy(), pm.copy(), pq.copy()
     kept_c, kept_m, kept_q = np.zeros((3, n_groups)), np.zeros((3, n_groups)), np.zeros((3, n_nodes))
@@ -505,6 +561,7 @@ def prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps):
     first, second = steps // 4, steps * 2 // 4
     factor, stall = 2.0, 0
     g_c, g_m, g_q = np.empty(n_groups), np.empty(n_groups), np.empty(n_nodes)
+    gain, top = np.empty(n_jobs), np.empty(n_jobs, dtype=np.int64)
     for step_no in range(steps):
         if (step_no == first or step_no == second) and (count == 0 or kept_version[count - 1] != version):
             kept_c[count], kept_m[count], kept_q[count] = best_c, best_m, best_q
@@ -522,21 +579,19 @@ def prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps):
             g_m[g] = 1.0
         for n in range(n_nodes):
             g_q[n] = 1.0
+        _profits(ct, tc, tm, tq, g_node, pc, pm, pq, gain, top)
         for p in range(n_jobs):
-            top, gain = -1, -np.inf
-            for g in range(n_groups):
-                if fit[p, g]:
-                    r = cg[p, g] - sc[p, g] * pc[g] - sm[p, g] * pm[g] - sq[p, g] * pq[g_node[g]]
-                    if r > gain:
-                        top, gain = g, r
-            if top >= 0 and gain > 0:
-                bound += gain
-                g_c[top] -= sc[p, top]
-                g_m[top] -= sm[p, top]
-                g_q[g_node[top]] -= sq[p, top]
+            g = top[p]
+            if g >= 0 and gain[p] > 0:
+                bound += gain[p]
+                g_c[g] -= tc[g, p]
+                g_m[g] -= tm[g, p]
+                g_q[g_node[g]] -= tq[g, p]
         if bound < best_l - EPS:
             best_l = bound
-            best_c, best_m, best_q = pc.copy(), pm.copy(), pq.copy()
+            best_c[:] = pc
+            best_m[:] = pm
+            best_q[:] = pq
             version += 1
             stall = 0
         else:
@@ -569,68 +624,265 @@ def prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps):
 
 
 @kernel
-def dual_bound(cg, sc, sm, sq, fit, g_node, pc, pm, pq):
-    """L at prices (pc, pm, pq) >= 0: their sum plus every job's best positive reduced profit; an
-    upper bound on the compute any placement adds (weak duality, ``prices`` module doc)."""
-    n_jobs, n_groups = cg.shape
+def prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps):
+    """``prices.prices`` over these arrays: the dual bound L (the lowest seen in ``steps``
+    subgradient steps from zero prices, Polyak's step towards ``target``) and the prices of the
+    lowest L seen after a quarter, half and all of the steps, without repeats (``kept_*[:count]``)."""
+    ct, tc, tm, tq = _columns(cg, sc, sm, sq, fit, 1, 1.0)
+    return _price_steps(ct, tc, tm, tq, g_node, n_nodes, target, steps)
+
+
+@kernel
+def _dual(ct, tc, tm, tq, g_node, pc, pm, pq, gain, top):
+    """``dual_bound`` on ``_columns``' arrays (``gain``/``top``: room for ``_profits``)."""
     bound = 0.0
-    for g in range(n_groups):
+    for g in range(pc.shape[0]):
         bound += pc[g]
-    for g in range(n_groups):
+    for g in range(pm.shape[0]):
         bound += pm[g]
     for n in range(pq.shape[0]):
         bound += pq[n]
-    for p in range(n_jobs):
-        gain = 0.0
-        for g in range(n_groups):
-            if fit[p, g]:
-                gain = max(gain, cg[p, g] - sc[p, g] * pc[g] - sm[p, g] * pm[g] - sq[p, g] * pq[g_node[g]])
-        bound += gain
+    _profits(ct, tc, tm, tq, g_node, pc, pm, pq, gain, top)
+    for p in range(gain.shape[0]):
+        bound += max(0.0, gain[p])
     return bound
 
 
 @kernel
-def price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq, garch, gnode,
-                 fc, fm, fq):
-    """``prices.price_greedy``: jobs by best reduced profit (``regret``: by its gap over the
-    runner-up group), each on its groups by reduced profit, on the group's first GPU that takes
-    it or (``balanced``) the one whose compute and memory left stay closest in proportion;
-    ``fc``/``fm``/``fq`` are changed. ``where`` per job."""
-    n_jobs, n_groups = r.shape
-    n_gpus = garch.shape[0]
-    where = np.full(n_jobs, -1, dtype=np.int64)
-    size_c, size_m = np.empty(n_gpus), np.empty(n_gpus)
-    for i in range(n_gpus):
-        size_c[i], size_m[i] = max(fc[i], EPS), max(fm[i], EPS)
-    top_c, top_m = np.full(n_groups, -np.inf), np.full(n_groups, -np.inf)
-    for i in range(n_gpus):
-        top_c[group[i]] = max(top_c[group[i]], fc[i])
-        top_m[group[i]] = max(top_m[group[i]], fm[i])
-    key, c_max = np.empty(n_jobs), np.empty(n_jobs)
-    prefs = np.empty((n_jobs, n_groups), dtype=np.int64)
+def dual_bound(cg, sc, sm, sq, fit, g_node, pc, pm, pq):
+    """L at prices (pc, pm, pq) >= 0: their sum plus every job's best positive reduced profit; an
+    upper bound on the compute any placement adds (weak duality, ``prices`` module doc)."""
+    ct, tc, tm, tq = _columns(cg, sc, sm, sq, fit, 1, 1.0)
+    n_jobs = cg.shape[0]
+    return _dual(ct, tc, tm, tq, g_node, pc, pm, pq, np.empty(n_jobs), np.empty(n_jobs, dtype=np.int64))
+
+
+@kernel
+def _radix_order(ranked, key):
+    """``_order_by`` by a stable radix sort on the keys' bits, byte by byte from the lowest."""
+    n = ranked.shape[0]
+    jobs = ranked.copy()
+    if n < 2:
+        return jobs
+    values = np.empty(n)
+    for t in range(n):
+        values[t] = key[ranked[t]] + 0.0                 # -0.0 as 0.0: equal keys, equal bits
+    bits = values.view(np.int64)
+    for t in range(n):
+        b = bits[t]
+        if b < 0:
+            b ^= 0x7FFFFFFFFFFFFFFF                      # now ascending as the floats
+        bits[t] = ~b ^ _SIGN                             # descending, as unsigned integers
+    counts = np.zeros((8, 256), dtype=np.int64)
+    for t in range(n):
+        b = bits[t]
+        for d in range(8):
+            counts[d, (b >> (8 * d)) & 255] += 1
+    other_bits, other_jobs = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    for d in range(8):
+        shift = 8 * d
+        if counts[d, (bits[0] >> shift) & 255] == n:
+            continue                                     # one value of this byte: nothing moves
+        total = 0
+        for v in range(256):
+            here = counts[d, v]
+            counts[d, v] = total
+            total += here
+        for t in range(n):
+            b = bits[t]
+            v = (b >> shift) & 255
+            k = counts[d, v]
+            counts[d, v] = k + 1
+            other_bits[k] = b
+            other_jobs[k] = jobs[t]
+        bits, other_bits = other_bits, bits
+        jobs, other_jobs = other_jobs, jobs
+    return jobs
+
+
+@kernel
+def _order_by(ranked, key):
+    """The jobs of ``ranked`` by ``key`` descending, ties in ``ranked``'s order (``ranked[np.argsort(
+    -key[ranked], kind="mergesort")]``; no NaN in ``key``): a bucket sort, one bucket per job over
+    the finite keys' range (the bucket is a monotone function of the key: IEEE rounding is) and
+    one for -inf, each sorted by insertion, or by ``_radix_order`` where it holds more than
+    ``BUCKET`` jobs (keys far from evenly spread)."""
+    n = ranked.shape[0]
+    lo, hi = np.inf, -np.inf
+    for t in range(n):
+        x = key[ranked[t]]
+        if x > -np.inf:
+            lo, hi = min(lo, x), max(hi, x)
+    scale = 0.0
+    if hi > lo:
+        if hi > 1e300 or lo < -1e300 or hi - lo < 1e-300:
+            return _radix_order(ranked, key)             # the span or its scale would overflow
+        scale = (n - 1) / (hi - lo)
+    count = np.zeros(n + 2, dtype=np.int64)
+    slot = np.empty(n, dtype=np.int64)
+    for t in range(n):
+        x = key[ranked[t]]
+        b = int((hi - x) * scale) if x > -np.inf else n
+        slot[t] = b
+        count[b + 1] += 1
+    for b in range(n + 1):
+        count[b + 1] += count[b]
+    out = np.empty(n, dtype=np.int64)
+    for t in range(n):                                   # stable: ties keep ranked's order
+        b = slot[t]
+        out[count[b]] = ranked[t]
+        count[b] += 1
+    start = 0
+    for b in range(n):                                   # count[b]: the end of bucket b now
+        end = count[b]
+        if end - start > BUCKET:                         # keys far from evenly spread
+            out[start:end] = _radix_order(out[start:end], key)
+            start = end
+            continue
+        for t in range(start + 1, end):
+            p = out[t]
+            x = key[p]
+            u = t
+            while u > start and key[out[u - 1]] < x:
+                out[u] = out[u - 1]
+                u -= 1
+            out[u] = p
+        start = end
+    return out
+
+
+@kernel
+def _by_size(cg):
+    """Jobs by their largest compute over the groups, descending (ties: by position): the
+    greedy orders' tie-break."""
+    n_jobs, n_groups = cg.shape
+    c_max = np.empty(n_jobs)
     for p in range(n_jobs):
-        for g in range(n_groups):            # insertion sort, R descending, ties: lower group
-            v = r[p, g]
-            t = g
-            while t > 0 and r[p, prefs[p, t - 1]] < v:
-                prefs[p, t] = prefs[p, t - 1]
-                t -= 1
-            prefs[p, t] = g
-        first = r[p, prefs[p, 0]]
-        k = first
-        if regret and n_groups > 1:
-            k = first - max(r[p, prefs[p, 1]], 0.0)
-        key[p] = k if np.isfinite(k) else -np.inf
         c_max[p] = 0.0
         for g in range(n_groups):
             c_max[p] = max(c_max[p], cg[p, g])
-    order = np.argsort(-c_max, kind="mergesort")              # np.lexsort((-c_max, -key))
-    order = order[np.argsort(-key[order], kind="mergesort")]
-    for t in range(n_jobs):
+    return _order_by(np.arange(n_jobs), c_max)
+
+
+@kernel
+def _reduced_columns(ct, tc, tm, tq, g_node, pc, pm, pq, rt):
+    """``_reduced`` on ``_columns``' arrays into ``rt[g, p]`` (transposed)."""
+    n_groups, n_jobs = ct.shape
+    for g in range(n_groups):
+        price_c, price_m, price_q = pc[g], pm[g], pq[g_node[g]]
+        for p in range(n_jobs):
+            rt[g, p] = ct[g, p] - tc[g, p] * price_c - tm[g, p] * price_m - tq[g, p] * price_q
+
+
+@kernel
+def _keys(rt, keys):
+    """The greedy orders' keys from the reduced profits ``rt[g, p]``: ``keys[0, p]`` the best,
+    ``keys[1, p]`` its gap over the runner-up's (or over 0 when that is lower); -inf where no
+    group takes the job."""
+    n_groups, n_jobs = rt.shape
+    first, second = keys[0], keys[1]
+    for p in range(n_jobs):
+        first[p] = -np.inf
+        second[p] = -np.inf
+    for g in range(n_groups):                            # the two highest, ties counted twice
+        for p in range(n_jobs):
+            v = rt[g, p]
+            up = v > first[p]
+            second[p] = first[p] if up else max(second[p], v)
+            first[p] = v if up else first[p]
+    for p in range(n_jobs):
+        best = first[p]
+        gap = best - max(second[p], 0.0) if n_groups > 1 else best
+        first[p] = best if np.isfinite(best) else -np.inf
+        second[p] = gap if np.isfinite(gap) else -np.inf
+
+
+@kernel
+def _kinds(jc, jm, jq):
+    """Per job the first job by position with the same demands on every architecture (among
+    those with its compute on architecture 0, up to ``KINDS`` kinds looked at; else itself):
+    jobs of one kind fit the same GPUs and have the same reduced profits."""
+    n, n_arch = jc.shape
+    kind = np.arange(n)
+    if n_arch == 0:
+        return kind
+    order = _order_by(np.arange(n), jc[:, 0])
+    start = 0
+    while start < n:
+        end = start + 1
+        while end < n and jc[order[end], 0] == jc[order[start], 0]:
+            end += 1
+        for t in range(start + 1, end):                 # a run: positions ascending
+            p = order[t]
+            seen = 0
+            for u in range(start, t):
+                o = order[u]
+                if kind[o] != o:
+                    continue
+                same = jq[o] == jq[p]
+                for a in range(n_arch):
+                    same = same and jc[o, a] == jc[p, a] and jm[o, a] == jm[p, a]
+                if same:
+                    kind[p] = o
+                    break
+                seen += 1
+                if seen >= KINDS:
+                    break
+        start = end
+    return kind
+
+
+@kernel
+def _preferences(rt, prefs, rank):
+    """Per job its groups by reduced profit ``rt[g, p]`` descending, ties: the lower group, into
+    ``prefs[:, p]`` (each group's rank counted over the jobs, without branches; ``rank``: room)."""
+    n_groups, n_jobs = rt.shape
+    for g in range(n_groups):
+        for p in range(n_jobs):
+            rank[p] = 0
+        for h in range(g):
+            for p in range(n_jobs):
+                rank[p] += rt[h, p] >= rt[g, p]
+        for h in range(g + 1, n_groups):
+            for p in range(n_jobs):
+                rank[p] += rt[h, p] > rt[g, p]
+        for p in range(n_jobs):
+            prefs[rank[p], p] = g
+
+
+@kernel
+def _sizes(fc, fm):
+    """The balanced choice's scales: compute and memory left per GPU (at least EPS)."""
+    size_c, size_m = np.empty(fc.shape[0]), np.empty(fc.shape[0])
+    for i in range(fc.shape[0]):
+        size_c[i], size_m[i] = max(fc[i], EPS), max(fm[i], EPS)
+    return size_c, size_m
+
+
+@kernel
+def _place(order, prefs, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode, size_c, size_m,
+           kind, fc, fm, fq, top_c, top_m, dead, where):
+    """``price_greedy``'s placement: the jobs in ``order``, each on its groups by reduced profit
+    descending (``prefs[:, p]``, ``_preferences``; up to the first that takes no job), on the
+    group's first GPU that takes it or (``balanced``) the one whose compute and memory left, over
+    ``size_c``/``size_m``, stay closest; ``fc``/``fm``/``fq`` and ``where`` (-1 where unplaced)
+    are changed (``where`` all -1 on entry). A job not placed is skipped with its ``kind``
+    (``_kinds``): the same demands find no room later either. ``top_c``/``top_m`` (per group)
+    and ``dead`` (per job) are room."""
+    n_groups = prefs.shape[0]
+    dead[:] = False
+    for g in range(n_groups):
+        top_c[g], top_m[g] = -np.inf, -np.inf
+        for k in range(n_members[g]):
+            top_c[g] = max(top_c[g], fc[members[g, k]])
+            top_m[g] = max(top_m[g], fm[members[g, k]])
+    for t in range(order.shape[0]):
         p = order[t]
         q = jq[p]
+        if dead[kind[p]]:
+            continue                         # a job with p's demands found no room: nor will p
         for s in range(n_groups):
-            g = prefs[p, s]
+            g = prefs[s, p]
             if not fit[p, g]:
                 break                                 # -inf: no later group fits either
             a = g_arch[g]
@@ -638,8 +890,9 @@ def price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq
             if fq[g_node[g]] + EPS < q or top_c[g] + EPS < c or top_m[g] + EPS < m:
                 continue
             chosen, score = -1, np.inf
-            for i in range(n_gpus):
-                if group[i] != g or not (fc[i] + EPS >= c and fm[i] + EPS >= m):
+            for k in range(n_members[g]):
+                i = members[g, k]
+                if not (fc[i] + EPS >= c and fm[i] + EPS >= m):
                     continue
                 if not balanced:
                     chosen = i
@@ -652,13 +905,105 @@ def price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq
                 fm[chosen] -= m
                 fq[gnode[chosen]] -= q
                 top_c[g], top_m[g] = -np.inf, -np.inf
-                for i in range(n_gpus):
-                    if group[i] == g:
-                        top_c[g] = max(top_c[g], fc[i])
-                        top_m[g] = max(top_m[g], fm[i])
+                for k in range(n_members[g]):
+                    top_c[g] = max(top_c[g], fc[members[g, k]])
+                    top_m[g] = max(top_m[g], fm[members[g, k]])
                 where[p] = chosen
                 break
+        dead[kind[p]] = where[p] < 0                     # the loads only go down from here
+
+
+@kernel
+def price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq, garch, gnode,
+                 fc, fm, fq):
+    """``prices.price_greedy``: jobs by best reduced profit (``regret``: by its gap over the
+    runner-up group), each on its groups by reduced profit, on the group's first GPU that takes
+    it or (``balanced``) the one whose compute and memory left stay closest in proportion;
+    ``fc``/``fm``/``fq`` are changed. ``where`` per job. (``_starts`` shares the parts that do
+    not depend on ``regret``/``balanced`` between the four.)"""
+    n_jobs, n_groups = r.shape
+    rt = np.empty((n_groups, n_jobs))
+    for p in range(n_jobs):
+        for g in range(n_groups):
+            rt[g, p] = r[p, g]
+    keys = np.empty((2, n_jobs))
+    _keys(rt, keys)
+    order = _order_by(_by_size(cg), keys[1] if regret else keys[0])
+    members, n_members = _members(group, n_groups)
+    size_c, size_m = _sizes(fc, fm)
+    prefs = np.empty((n_groups, n_jobs), dtype=np.int64)
+    _preferences(rt, prefs, np.empty(n_jobs, dtype=np.int64))
+    where = np.full(n_jobs, -1, dtype=np.int64)
+    _place(order, prefs, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode, size_c, size_m,
+           _kinds(jc, jm, jq), fc, fm, fq, np.empty(n_groups), np.empty(n_groups), np.empty(n_jobs, dtype=np.bool_),
+           where)
     return where
+
+
+@kernel
+def _starts(jc, jm, jq, garch, gnode, n_nodes, base_c, base_m, base_q, wfd_where, dense_order, steps, sample,
+            targets):
+    """``fill_search``'s greedy starts: worst-fit in ``dense_order``, then per run of ``targets``
+    the price starts of its kept prices (regret or not, balanced or not). Returns (the starts,
+    their values, -inf for none, and the lowest dual bound L: inf without price runs)."""
+    n_jobs = jc.shape[0]
+    n_starts = 1 + 12 * targets.shape[0]
+    starts = np.full((n_starts, n_jobs), -1, dtype=np.int64)
+    values = np.full(n_starts, -np.inf)
+    fc, fm, fq = base_c.copy(), base_m.copy(), base_q.copy()
+    starts[0] = wf_greedy(dense_order, jc, jm, jq, garch, gnode, fc, fm, fq)
+    values[0] = value_of(starts[0], jc, garch)
+    low = np.inf
+    if steps <= 0 or n_jobs == 0 or garch.shape[0] == 0:
+        return starts, values, low
+    group, g_node, g_arch = groups_of(garch, gnode)
+    n_groups = g_node.shape[0]
+    cg, sc, sm, sq, fit = _scaled(jc, jm, jq, group, g_node, g_arch, base_c, base_m, base_q)
+    floor = max(values[0], value_of(wfd_where, jc, garch))
+    stride = max(1, -(-n_jobs // sample))
+    share = (-(-n_jobs // stride)) / n_jobs
+    ct, tc, tm, tq = _columns(cg, sc, sm, sq, fit, 1, 1.0)
+    ct_s, tc_s, tm_s, tq_s = ct, tc, tm, tq
+    if stride > 1:                 # every stride-th job, each capacity scaled by their share
+        ct_s, tc_s, tm_s, tq_s = _columns(cg, sc, sm, sq, fit, stride, share)
+    gain, top = np.empty(n_jobs), np.empty(n_jobs, dtype=np.int64)
+    members, n_members = _members(group, n_groups)
+    size_c, size_m = _sizes(base_c, base_m)
+    by_size = _by_size(cg)
+    rt, keys = np.empty((n_groups, n_jobs)), np.empty((2, n_jobs))
+    prefs = np.empty((n_groups, n_jobs), dtype=np.int64)
+    top_c, top_m = np.empty(n_groups), np.empty(n_groups)
+    kind, dead = _kinds(jc, jm, jq), np.empty(n_jobs, dtype=np.bool_)
+    s = 1
+    for f in range(targets.shape[0]):
+        target = floor if f == 0 else floor + targets[f] * (low - floor)
+        if stride == 1:
+            bound, kept_c, kept_m, kept_q, count = _price_steps(ct, tc, tm, tq, g_node, n_nodes, target, steps)
+        else:
+            _, kept_c, kept_m, kept_q, count = _price_steps(ct_s, tc_s, tm_s, tq_s, g_node, n_nodes,
+                                                            target * share, steps)
+            bound = np.inf
+            for k in range(count):
+                kept_c[k] /= share
+                kept_m[k] /= share
+                kept_q[k] /= share
+                bound = min(bound, _dual(ct, tc, tm, tq, g_node, kept_c[k], kept_m[k], kept_q[k], gain, top))
+        low = min(low, bound)
+        for k in range(count):
+            _reduced_columns(ct, tc, tm, tq, g_node, kept_c[k], kept_m[k], kept_q[k], rt)
+            _keys(rt, keys)
+            _preferences(rt, prefs, top)
+            for regret in range(2):
+                order = _order_by(by_size, keys[regret])
+                for balanced in (False, True):
+                    fc[:] = base_c
+                    fm[:] = base_m
+                    fq[:] = base_q
+                    _place(order, prefs, fit, balanced, members, n_members, g_node, g_arch, jc, jm, jq, gnode,
+                           size_c, size_m, kind, fc, fm, fq, top_c, top_m, dead, starts[s])
+                    values[s] = value_of(starts[s], jc, garch)
+                    s += 1
+    return starts, values, low
 
 
 # ---- the whole search ----------------------------------------------------------------------------
@@ -694,47 +1039,10 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
     n_jobs = jc.shape[0]
     min_gain = max(min_gain, 2 * EPS)
     # the greedy starts: density order, then the price starts
-    n_starts = 1 + 12 * targets.shape[0]
-    starts = np.full((n_starts, n_jobs), -1, dtype=np.int64)
-    values = np.full(n_starts, -np.inf)
-    fc, fm, fq = base_c.copy(), base_m.copy(), base_q.copy()
-    starts[0] = wf_greedy(dense_order, jc, jm, jq, garch, gnode, fc, fm, fq)
-    values[0] = value_of(starts[0], jc, garch)
-    ceiling = np.inf
-    if steps > 0 and n_jobs > 0 and garch.shape[0] > 0:
-        group, g_node, g_arch = groups_of(garch, gnode)
-        cg, sc, sm, sq, fit = _scaled(jc, jm, jq, group, g_node, g_arch, base_c, base_m, base_q)
-        floor = max(values[0], value_of(wfd_where, jc, garch))
-        stride = max(1, -(-n_jobs // sample))
-        share = (-(-n_jobs // stride)) / n_jobs
-        cg_s, fit_s = cg[::stride].copy(), fit[::stride].copy()
-        sc_s, sm_s, sq_s = sc[::stride] / share, sm[::stride] / share, sq[::stride] / share
-        low = np.inf
-        s = 1
-        for f in range(targets.shape[0]):
-            target = floor if f == 0 else floor + targets[f] * (low - floor)
-            if stride == 1:
-                bound, kept_c, kept_m, kept_q, count = prices(cg, sc, sm, sq, fit, g_node, n_nodes, target, steps)
-            else:                      # every stride-th job, each capacity scaled by their share
-                _, kept_c, kept_m, kept_q, count = prices(cg_s, sc_s, sm_s, sq_s, fit_s, g_node, n_nodes,
-                                                          target * share, steps)
-                bound = np.inf
-                for k in range(count):
-                    kept_c[k] /= share
-                    kept_m[k] /= share
-                    kept_q[k] /= share
-                    bound = min(bound, dual_bound(cg, sc, sm, sq, fit, g_node, kept_c[k], kept_m[k], kept_q[k]))
-            low = min(low, bound)
-            for k in range(count):
-                r = _reduced(cg, sc, sm, sq, fit, g_node, kept_c[k], kept_m[k], kept_q[k])
-                for regret in (False, True):
-                    for balanced in (False, True):
-                        fc, fm, fq = base_c.copy(), base_m.copy(), base_q.copy()
-                        starts[s] = price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm,
-                                                 jq, garch, gnode, fc, fm, fq)
-                        values[s] = value_of(starts[s], jc, garch)
-                        s += 1
-        ceiling = fixed_value + low
+    starts, values, low = _starts(jc, jm, jq, garch, gnode, n_nodes, base_c, base_m, base_q, wfd_where, dense_order,
+                                  steps, sample, targets)
+    n_starts = values.shape[0]
+    ceiling = fixed_value + low
     ranked = np.argsort(-values, kind="mergesort")            # stable: ties keep the start order
     identity = np.arange(n_jobs)
     every = np.arange(garch.shape[0])
