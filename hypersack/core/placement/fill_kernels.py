@@ -80,16 +80,24 @@ def _remove(rows, count, row, p, jc, col):
 
 
 @kernel
-def _upto(rows, count, row, x, jc, col):
-    """How many of ``rows[row, :count[row]]`` have ``jc[., col] <= x``."""
-    lo, hi = 0, count[row]
+def _upto(pool, a, x, jc):
+    """How many of all jobs ``pool[a]`` (every job by (jc[., a], job)) have ``jc[., a] <= x``."""
+    lo, hi = 0, pool.shape[1]
     while lo < hi:
         mid = (lo + hi) >> 1
-        if jc[rows[row, mid], col] <= x:
+        if jc[pool[a, mid], a] <= x:
             lo = mid + 1
         else:
             hi = mid
     return lo
+
+
+@kernel
+def _below(pool, a, k, where):
+    """The last index ``<= k`` of ``pool[a]`` holding an unplaced job (the pool's members), -1 if none."""
+    while k >= 0 and where[pool[a, k]] >= 0:
+        k -= 1
+    return k
 
 
 # ---- greedy starts and loads -----------------------------------------------------------------------
@@ -134,7 +142,10 @@ def retake(where, order, jc, jm, jq, garch, gnode, base_c, base_m, base_q):
 
 @kernel
 def _lists(where, jc, garch, n_arch):
-    """Pools (per architecture, unplaced jobs) and per-GPU job lists of ``where``, sorted."""
+    """The pools and per-GPU job lists of ``where``. ``pool[a]``: every job by (compute on ``a``,
+    position), once per call; the pool of ``a`` is its unplaced jobs (``where`` < 0) in that order,
+    so a move changes ``where`` only, ``npool[a]`` their count. ``ong[i, :nong[i]]``: GPU ``i``'s
+    jobs by (compute, position)."""
     n_jobs, n_gpus = jc.shape[0], garch.shape[0]
     pool = np.empty((n_arch, n_jobs), dtype=np.int64)
     npool = np.zeros(n_arch, dtype=np.int64)
@@ -144,19 +155,11 @@ def _lists(where, jc, garch, n_arch):
     for p in range(n_jobs):
         if where[p] < 0:
             free += 1
-    unplaced = np.empty(free, dtype=np.int64)
-    free = 0
-    for p in range(n_jobs):
-        if where[p] < 0:
-            unplaced[free] = p
-            free += 1
     for a in range(n_arch):
-        keys = np.empty(free, dtype=np.float64)
-        for k in range(free):
-            keys[k] = jc[unplaced[k], a]
-        ranked = np.argsort(keys, kind="mergesort")          # stable: ties by position
-        for k in range(free):
-            pool[a, k] = unplaced[ranked[k]]
+        keys = np.empty(n_jobs, dtype=np.float64)
+        for p in range(n_jobs):
+            keys[p] = jc[p, a]
+        pool[a] = np.argsort(keys, kind="mergesort")          # stable: ties by position
         npool[a] = free
     for p in range(n_jobs):                                   # positions ascending
         i = where[p]
@@ -177,7 +180,7 @@ def _unplace(i, p, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong
     _remove(ong, nong, i, p, jc, a)
     where[p] = -1
     for b in range(npool.shape[0]):
-        _insert(pool, npool, b, p, jc, b)
+        npool[b] += 1
 
 
 @kernel
@@ -188,7 +191,7 @@ def _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, 
     if out >= 0:
         _unplace(i, out, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
     for b in range(npool.shape[0]):
-        _remove(pool, npool, b, u, jc, b)
+        npool[b] -= 1
     fc[i] -= jc[u, a]
     fm[i] -= jm[u, a]
     fq[n] -= jq[u]
@@ -197,7 +200,7 @@ def _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, 
 
 
 @kernel
-def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+def _best_move(i, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """``improve``'s best add/swap on GPU ``i``: (gain, job out or -1, job in or -1 for none)."""
     a = garch[i]
     count = npool[a]
@@ -206,7 +209,7 @@ def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, o
     room_c, room_m, room_q = fc[i], fm[i], fq[gnode[i]]
     if room_c < min_gain:
         return 0.0, -1, -1
-    top = jc[pool[a, count - 1], a]
+    top = jc[pool[a, _below(pool, a, pool.shape[1] - 1, where)], a]
     best_gain, best_out, best_in = min_gain - EPS, -1, -1
     for t in range(-1, nong[i]):
         if t < 0:
@@ -216,9 +219,9 @@ def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, o
             c_p, m_p, q_p = jc[p, a], jm[p, a], jq[p]
         if top - c_p <= best_gain:
             break                          # nothing unplaced is big enough to gain more
-        k = _upto(pool, npool, a, c_p + room_c + EPS, jc, a) - 1
-        stop = max(-1, k - SCAN)
-        while k > stop:
+        k = _below(pool, a, _upto(pool, a, c_p + room_c + EPS, jc) - 1, where)
+        seen = 0
+        while k >= 0 and seen < SCAN:
             u = pool[a, k]
             c_u = jc[u, a]
             if c_u - c_p <= best_gain:
@@ -226,7 +229,8 @@ def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, o
             if jm[u, a] <= m_p + room_m + EPS and jq[u] <= q_p + room_q + EPS:
                 best_gain, best_out, best_in = c_u - c_p, p, u
                 break
-            k -= 1
+            seen += 1
+            k = _below(pool, a, k - 1, where)
         if best_gain >= room_c - EPS:
             break                          # the GPU is full: no move can do better
     return best_gain, best_out, best_in
@@ -241,7 +245,7 @@ def search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, 
         moved = False
         for i in gpus:
             while True:
-                gain, out, u = _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool,
+                gain, out, u = _best_move(i, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool,
                                           ong, nong)
                 if u < 0:
                     break
@@ -254,7 +258,7 @@ def search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, 
 
 
 @kernel
-def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """One placed job ``p`` of GPU ``i`` out, the room filled with unplaced jobs (largest compute
     first among the ``REFILL_SCAN`` largest not too big): the first ``p`` that gains. Returns
     (p or -1, how many of ``picked`` go in)."""
@@ -266,10 +270,9 @@ def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool
         p = ong[i, t]
         c_p = jc[p, a]
         room_c, room_m, room_q = fc[i] + c_p, fm[i] + jm[p, a], fq[n] + jq[p]
-        k = _upto(pool, npool, a, room_c + EPS, jc, a) - 1
-        stop = max(-1, k - REFILL_SCAN)
-        count, gain = 0, 0.0
-        while k > stop:
+        k = _below(pool, a, _upto(pool, a, room_c + EPS, jc) - 1, where)
+        seen, count, gain = 0, 0, 0.0
+        while k >= 0 and seen < REFILL_SCAN:
             u = pool[a, k]
             c_u, m_u, q_u = jc[u, a], jm[u, a], jq[u]
             if c_u <= room_c + EPS and m_u <= room_m + EPS and q_u <= room_q + EPS:
@@ -277,14 +280,15 @@ def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool
                 count += 1
                 room_c, room_m, room_q = room_c - c_u, room_m - m_u, room_q - q_u
                 gain += c_u
-            k -= 1
+            seen += 1
+            k = _below(pool, a, k - 1, where)
         if count > 0 and gain - c_p >= min_gain:
             return p, count
     return -1, 0
 
 
 @kernel
-def _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+def _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """Two or three of the ``EVICT_OUT`` smallest jobs of GPU ``i`` out, one unplaced job that did
     not fit in (among the ``EVICT_IN`` largest that could fit then): the largest gain (ties: the
     larger job in, then the first set out in enumeration order). ``scratch``/``who``: room for
@@ -298,14 +302,15 @@ def _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, fc, f
     total = 0.0
     for t in range(placed):
         total += jc[ong[i, t], a]
-    k = _upto(pool, npool, a, room_c + total + EPS, jc, a) - 1
-    stop = max(-1, k - EVICT_IN)
+    k = _below(pool, a, _upto(pool, a, room_c + total + EPS, jc) - 1, where)
+    seen = 0
     best_gain, best_in, best_set = min_gain - EPS, -1, -1
     size = -1
-    while k > stop:
+    while k >= 0 and seen < EVICT_IN:
         u = pool[a, k]
         c_u = jc[u, a]
-        k -= 1
+        seen += 1
+        k = _below(pool, a, k - 1, where)
         if c_u <= best_gain:
             break
         need_c, need_m, need_q = c_u - room_c, jm[u, a] - room_m, jq[u] - room_q
@@ -350,7 +355,7 @@ def _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc
         moved = False
         for i in gpus:
             while True:
-                p, count = _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool,
+                p, count = _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool,
                                         npool, ong, nong)
                 if p < 0:
                     break
@@ -374,7 +379,7 @@ def _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, f
         moved = False
         for i in gpus:
             while True:
-                count, u = _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, fc, fm, fq, pool,
+                count, u = _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool,
                                        npool, ong, nong)
                 if count == 0:
                     break
@@ -774,6 +779,35 @@ def _on(gpus, jc, garch, ong, nong):
 
 
 @kernel
+def _save(local, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s_q):
+    """The undo journal of a kick on GPUs ``local``: their job lists, loads and nodes' cores."""
+    for t in range(2):
+        i = local[t]
+        s_nong[t] = nong[i]
+        for k in range(nong[i]):
+            s_ong[t, k] = ong[i, k]
+        s_c[t], s_m[t], s_q[t] = fc[i], fm[i], fq[gnode[i]]
+
+
+@kernel
+def _undo(local, where, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s_q):
+    """Restore the state ``_save`` journaled (a kick moves jobs on and off ``local`` only): the
+    jobs now on them back to unplaced, then the saved lists, their jobs' ``where`` and the loads
+    (the saved values themselves: exact)."""
+    for t in range(2):
+        i = local[t]
+        for k in range(nong[i]):
+            where[ong[i, k]] = -1
+    for t in range(2):
+        i = local[t]
+        nong[i] = s_nong[t]
+        for k in range(s_nong[t]):
+            ong[i, k] = s_ong[t, k]
+            where[s_ong[t, k]] = i
+        fc[i], fm[i], fq[gnode[i]] = s_c[t], s_m[t], s_q[t]
+
+
+@kernel
 def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, where, value, jc, jm, jq, garch, gnode, n_arch, base_c, base_m,
            base_q):
     """``kicks`` times: about half the jobs of two GPUs (drawn by MINSTD from ``seed``) off, the
@@ -782,8 +816,10 @@ def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, wher
     n_gpus = garch.shape[0]
     fc, fm, fq = retake(where, np.arange(jc.shape[0]), jc, jm, jq, garch, gnode, base_c, base_m, base_q)
     pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
-    s_where, s_fc, s_fm, s_fq = where.copy(), fc.copy(), fm.copy(), fq.copy()
-    s_pool, s_npool, s_ong, s_nong = pool.copy(), npool.copy(), ong.copy(), nong.copy()
+    s_ong = np.empty((2, jc.shape[0]), dtype=np.int64)     # the undo journal: the two GPUs' lists,
+    s_nong = np.empty(2, dtype=np.int64)                       # loads and nodes' cores before a kick
+    s_c, s_m, s_q = np.empty(2), np.empty(2), np.empty(2)
+    s_npool = npool.copy()
     local = np.empty(2, dtype=np.int64)
     state = seed % (_MOD - 1) + 1
     since = 0
@@ -801,6 +837,8 @@ def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, wher
                 local[1] = (local[1] + 1) % n_gpus
         if local[1] == local[0]:
             local[1] = (local[0] + 1) % n_gpus
+        _save(local, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s_q)
+        s_npool[:] = npool
         before = _on(local, jc, garch, ong, nong)
         for t in range(2):
             state = _kick(state, local[t], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
@@ -808,25 +846,9 @@ def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, wher
                fq, pool, npool, ong, nong)
         got = value - before + _on(local, jc, garch, ong, nong)
         since = 0 if got > value + EPS else since + 1
-        if got >= value - EPS:                       # kept: the copies follow
+        if got >= value - EPS:                       # kept
             value = max(got, value)
-            s_where[:] = where
-            s_fc[:] = fc
-            s_fm[:] = fm
-            s_fq[:] = fq
-            s_pool[:] = pool
-            s_npool[:] = npool
-            s_nong[:] = nong
-            for t in range(2):
-                s_ong[local[t]] = ong[local[t]]
-        else:                                        # undone
-            where[:] = s_where
-            fc[:] = s_fc
-            fm[:] = s_fm
-            fq[:] = s_fq
-            pool[:] = s_pool
+        else:                                        # undone from the journal
+            _undo(local, where, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s_q)
             npool[:] = s_npool
-            nong[:] = s_nong
-            for t in range(2):
-                ong[local[t]] = s_ong[local[t]]
     return value
