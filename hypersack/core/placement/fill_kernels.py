@@ -239,8 +239,9 @@ def _best_move(i, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, n
 @kernel
 def search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """``improve``'s passes: up to ``rounds`` passes over ``gpus`` (all, in first-fit order, for
-    ``improve``), applying each GPU's best add/swap while it finds one; whether any moved."""
-    any_moved = False
+    ``improve``), applying each GPU's best add/swap while it finds one. Whether its last pass
+    moved (False: it stopped on a pass without a move, so another pass would move nothing)."""
+    moved = False
     for _ in range(rounds):
         moved = False
         for i in gpus:
@@ -251,10 +252,9 @@ def search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, 
                     break
                 _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
                 moved = True
-        any_moved = any_moved or moved
         if not moved:
             break
-    return any_moved
+    return moved
 
 
 @kernel
@@ -370,10 +370,10 @@ def _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc
 
 
 @kernel
-def _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
-    """Evict moves on ``gpus``, up to ``rounds`` passes; whether any moved."""
-    scratch = np.empty((EVICT_OUT * EVICT_OUT * EVICT_OUT, 3))
-    who = np.empty((EVICT_OUT * EVICT_OUT * EVICT_OUT, 3), dtype=np.int64)
+def _evicts(rounds, min_gain, gpus, outs, scratch, who, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool,
+            ong, nong):
+    """Evict moves on ``gpus``, up to ``rounds`` passes (``scratch``/``who``: ``_best_evict``'s
+    room); whether any moved."""
     any_moved = False
     for _ in range(rounds):
         moved = False
@@ -395,19 +395,37 @@ def _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, f
 @kernel
 def polish(rounds, min_gain, gpus, evict, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """Add/swap passes over ``gpus``, then refill and evict passes, repeated while the latter
-    move (at most ``2 rounds`` times), and a last add/swap pass (``evict`` False: no evict
-    moves). ``where`` and the loads change."""
-    picked = np.empty(REFILL_SCAN, dtype=np.int64)
-    outs = np.empty(3, dtype=np.int64)
+    move (at most ``2 rounds`` times), and a last add/swap pass unless the state is one where
+    a pass moves nothing (``evict`` False: no evict moves). ``where`` and the loads change."""
+    picked, outs, scratch, who = _room()
+    _polish(rounds, min_gain, gpus, evict, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong,
+            picked, outs, scratch, who)
+
+
+@kernel
+def _room():
+    """The moves' scratch arrays: refill's picks, evict's jobs out, evict's sets and their jobs."""
+    size = EVICT_OUT * EVICT_OUT * EVICT_OUT
+    return (np.empty(REFILL_SCAN, dtype=np.int64), np.empty(3, dtype=np.int64), np.empty((size, 3)),
+            np.empty((size, 3), dtype=np.int64))
+
+
+@kernel
+def _polish(rounds, min_gain, gpus, evict, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong,
+            picked, outs, scratch, who):
+    """``polish`` with its scratch arrays given (``_room``)."""
+    unsettled = refilled = evicted = False
     for _ in range(max(1, 2 * rounds)):
-        search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+        unsettled = search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong,
+                           nong)
         refilled = _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool,
                             npool, ong, nong)
-        evicted = evict and _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq,
-                                    pool, npool, ong, nong)
+        evicted = evict and _evicts(rounds, min_gain, gpus, outs, scratch, who, jc, jm, jq, garch, gnode, where,
+                                    fc, fm, fq, pool, npool, ong, nong)
         if not (refilled or evicted):
             break
-    search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+    if unsettled or refilled or evicted:         # else the last search pass moved nothing, and nothing since
+        search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
 
 
 @kernel
@@ -820,6 +838,7 @@ def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, wher
     s_nong = np.empty(2, dtype=np.int64)                       # loads and nodes' cores before a kick
     s_c, s_m, s_q = np.empty(2), np.empty(2), np.empty(2)
     s_npool = npool.copy()
+    picked, outs, scratch, who = _room()
     local = np.empty(2, dtype=np.int64)
     state = seed % (_MOD - 1) + 1
     since = 0
@@ -842,8 +861,8 @@ def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, wher
         before = _on(local, jc, garch, ong, nong)
         for t in range(2):
             state = _kick(state, local[t], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
-        polish(kick_rounds, min_gain, local[:1] if n_gpus == 1 else local, kick_evict, jc, jm, jq, garch, gnode, where, fc, fm,
-               fq, pool, npool, ong, nong)
+        _polish(kick_rounds, min_gain, local[:1] if n_gpus == 1 else local, kick_evict, jc, jm, jq, garch, gnode,
+                where, fc, fm, fq, pool, npool, ong, nong, picked, outs, scratch, who)
         got = value - before + _on(local, jc, garch, ong, nong)
         since = 0 if got > value + EPS else since + 1
         if got >= value - EPS:                       # kept
