@@ -143,11 +143,31 @@ def retake(where, order, jc, jm, jq, garch, gnode, base_c, base_m, base_q):
 @kernel
 def _lists(where, jc, garch, n_arch):
     """The pools and per-GPU job lists of ``where``. ``pool[a]``: every job by (compute on ``a``,
-    position), once per call; the pool of ``a`` is its unplaced jobs (``where`` < 0) in that order,
-    so a move changes ``where`` only, ``npool[a]`` their count. ``ong[i, :nong[i]]``: GPU ``i``'s
-    jobs by (compute, position)."""
-    n_jobs, n_gpus = jc.shape[0], garch.shape[0]
+    position) (``_pools``: the same for every answer); the pool of ``a`` is its unplaced jobs
+    (``where`` < 0) in that order, so a move changes ``where`` only, ``npool[a]`` their count.
+    ``ong[i, :nong[i]]``: GPU ``i``'s jobs by (compute, position) (``_rows``)."""
+    pool = _pools(jc, n_arch)
+    npool, ong, nong = _rows(where, jc, garch, n_arch)
+    return pool, npool, ong, nong
+
+
+@kernel
+def _pools(jc, n_arch):
+    """Per architecture ``a``, every job by (``jc[., a]``, position) ascending."""
+    n_jobs = jc.shape[0]
     pool = np.empty((n_arch, n_jobs), dtype=np.int64)
+    keys = np.empty(n_jobs, dtype=np.float64)
+    for a in range(n_arch):
+        for p in range(n_jobs):
+            keys[p] = jc[p, a]
+        pool[a] = np.argsort(keys, kind="mergesort")          # stable: ties by position
+    return pool
+
+
+@kernel
+def _rows(where, jc, garch, n_arch):
+    """``_lists``'s ``npool``, ``ong``, ``nong`` of ``where``."""
+    n_jobs, n_gpus = jc.shape[0], garch.shape[0]
     npool = np.zeros(n_arch, dtype=np.int64)
     ong = np.empty((n_gpus, n_jobs), dtype=np.int64)
     nong = np.zeros(n_gpus, dtype=np.int64)
@@ -156,16 +176,12 @@ def _lists(where, jc, garch, n_arch):
         if where[p] < 0:
             free += 1
     for a in range(n_arch):
-        keys = np.empty(n_jobs, dtype=np.float64)
-        for p in range(n_jobs):
-            keys[p] = jc[p, a]
-        pool[a] = np.argsort(keys, kind="mergesort")          # stable: ties by position
         npool[a] = free
     for p in range(n_jobs):                                   # positions ascending
         i = where[p]
         if i >= 0:
             _insert(ong, nong, i, p, jc, garch[i])
-    return pool, npool, ong, nong
+    return npool, ong, nong
 
 
 # ---- moves -------------------------------------------------------------------------------------------
@@ -761,6 +777,7 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
     ranked = np.argsort(-values, kind="mergesort")            # stable: ties keep the start order
     identity = np.arange(n_jobs)
     every = np.arange(garch.shape[0])
+    pool = _pools(jc, n_arch)
     best = wfd_where.copy()
     best_value = -np.inf
     tried = 0
@@ -769,7 +786,7 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
             break
         where = wfd_where.copy() if t < 0 else starts[ranked[t]].copy()
         fc, fm, fq = retake(where, identity, jc, jm, jq, garch, gnode, base_c, base_m, base_q)
-        pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
+        npool, ong, nong = _rows(where, jc, garch, n_arch)
         polish(rounds, min_gain, every, True, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
         tried += 1
         got = value_of(where, jc, garch)
@@ -778,8 +795,9 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
         if fixed_value + best_value >= enough * ceiling - EPS:
             return best, best_value, ceiling, tried     # within ``enough`` of the bound
     if kicks > 0 and garch.shape[0] > 0:
-        best_value = _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, best, best_value, jc, jm, jq, garch, gnode, n_arch,
-                            base_c, base_m, base_q)
+        best_value = _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain,
+                               enough * ceiling - fixed_value, best, best_value, jc, jm, jq, garch, gnode, pool, n_arch,
+                               base_c, base_m, base_q)
     return best, best_value, ceiling, tried
 
 
@@ -828,12 +846,21 @@ def _undo(local, where, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s
 @kernel
 def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, where, value, jc, jm, jq, garch, gnode, n_arch, base_c, base_m,
            base_q):
-    """``kicks`` times: about half the jobs of two GPUs (drawn by MINSTD from ``seed``) off, the
-    moves on those two GPUs, the result kept when it places no less (else undone). ``where`` is
-    changed; returns its value."""
+    """``_kicks_on`` without a value to stop at, the pools made here."""
+    return _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, np.inf, where, value, jc, jm, jq,
+                     garch, gnode, _pools(jc, n_arch), n_arch, base_c, base_m, base_q)
+
+
+@kernel
+def _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, stop, where, value, jc, jm, jq, garch,
+              gnode, pool, n_arch, base_c, base_m, base_q):
+    """Up to ``kicks`` times: about half the jobs of two GPUs (drawn by MINSTD from ``seed``) off,
+    the moves on those two GPUs, the result kept when it places no less (else undone from a
+    journal). Stops early once the value reaches ``stop`` or after ``patience`` > 0 kicks in a
+    row without a gain. ``where`` is changed (``pool``: ``_pools``); returns its value."""
     n_gpus = garch.shape[0]
     fc, fm, fq = retake(where, np.arange(jc.shape[0]), jc, jm, jq, garch, gnode, base_c, base_m, base_q)
-    pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
+    npool, ong, nong = _rows(where, jc, garch, n_arch)
     s_ong = np.empty((2, jc.shape[0]), dtype=np.int64)     # the undo journal: the two GPUs' lists,
     s_nong = np.empty(2, dtype=np.int64)                       # loads and nodes' cores before a kick
     s_c, s_m, s_q = np.empty(2), np.empty(2), np.empty(2)
@@ -845,6 +872,8 @@ def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, wher
     for _ in range(kicks):
         if patience > 0 and since >= patience:
             break                                    # ``patience`` kicks in a row gained nothing
+        if value >= stop - EPS:
+            break                                    # within ``enough`` of the bound: fill_search
         state = (state * 48271) % _MOD
         local[0] = state % n_gpus
         state = (state * 48271) % _MOD
