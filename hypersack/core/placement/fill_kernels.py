@@ -35,6 +35,7 @@ EVICT_IN = 8       # evict: unplaced candidates (largest first) tried per GPU
 EVICT_OUT = 8      # evict: the smallest jobs of the GPU among which 2-3 are taken out
 STALL = 5          # price steps without a lower bound before the step factor is halved
 SMALLEST = 2.0 ** -6
+PATIENCE_PER_GPU = 3  # the kicks' patience is at least this many kicks per GPU
 _MOD = 2147483647  # the kicks' generator: MINSTD (x * 48271 mod 2^31 - 1), exact in int64
 
 
@@ -856,9 +857,12 @@ def _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, s
               gnode, pool, n_arch, base_c, base_m, base_q):
     """Up to ``kicks`` times: about half the jobs of two GPUs (drawn by MINSTD from ``seed``) off,
     the moves on those two GPUs, the result kept when it places no less (else undone from a
-    journal). Stops early once the value reaches ``stop`` or after ``patience`` > 0 kicks in a
-    row without a gain. ``where`` is changed (``pool``: ``_pools``); returns its value."""
+    journal). Stops early once the value reaches ``stop`` or, ``patience`` > 0, after max(
+    ``patience``, ``PATIENCE_PER_GPU`` x the GPUs) kicks in a row without a gain (a kick tries
+    two GPUs: on a large cluster more kicks pass before each GPU has been tried). ``where`` is
+    changed (``pool``: ``_pools``); returns its value."""
     n_gpus = garch.shape[0]
+    wait = max(patience, PATIENCE_PER_GPU * n_gpus)
     fc, fm, fq = retake(where, np.arange(jc.shape[0]), jc, jm, jq, garch, gnode, base_c, base_m, base_q)
     npool, ong, nong = _rows(where, jc, garch, n_arch)
     s_ong = np.empty((2, jc.shape[0]), dtype=np.int64)     # the undo journal: the two GPUs' lists,
@@ -870,8 +874,8 @@ def _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, s
     state = seed % (_MOD - 1) + 1
     since = 0
     for _ in range(kicks):
-        if patience > 0 and since >= patience:
-            break                                    # ``patience`` kicks in a row gained nothing
+        if patience > 0 and since >= wait:
+            break                                    # ``wait`` kicks in a row gained nothing
         if value >= stop - EPS:
             break                                    # within ``enough`` of the bound: fill_search
         state = (state * 48271) % _MOD
