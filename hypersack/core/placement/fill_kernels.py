@@ -278,10 +278,11 @@ def search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, 
 def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """One placed job ``p`` of GPU ``i`` out, the room filled with unplaced jobs (largest compute
     first among the ``REFILL_SCAN`` largest not too big): the first ``p`` that gains. Returns
-    (p or -1, how many of ``picked`` go in)."""
+    (p or -1, how many of ``picked`` go in). The jobs in take at most the room plus ``EPS``, so
+    a refill gains at most the compute left plus ``EPS``: none where that is below ``min_gain``."""
     a = garch[i]
     n = gnode[i]
-    if npool[a] == 0:
+    if npool[a] == 0 or fc[i] + 2 * EPS < min_gain:
         return -1, 0
     for t in range(nong[i]):
         p = ong[i, t]
@@ -309,11 +310,13 @@ def _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, where
     """Two or three of the ``EVICT_OUT`` smallest jobs of GPU ``i`` out, one unplaced job that did
     not fit in (among the ``EVICT_IN`` largest that could fit then): the largest gain (ties: the
     larger job in, then the first set out in enumeration order). ``scratch``/``who``: room for
-    the sets out. Returns (how many of ``outs`` go out, 0 for no move; the job in)."""
+    the sets out. Returns (how many of ``outs`` go out, 0 for no move; the job in). The job in
+    needs at most the room plus the jobs out plus ``EPS``, so an evict gains at most the compute
+    left plus ``EPS``: none where that is below ``min_gain`` - ``EPS``."""
     a = garch[i]
     count = npool[a]
     placed = min(nong[i], EVICT_OUT)
-    if count == 0 or placed < 2:
+    if count == 0 or placed < 2 or fc[i] + 3 * EPS < min_gain:
         return 0, -1
     room_c, room_m, room_q = fc[i], fm[i], fq[gnode[i]]
     total = 0.0
