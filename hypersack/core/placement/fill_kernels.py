@@ -12,13 +12,16 @@ Arrays (every kernel reads them; ``fill.py`` builds them once per call):
 A job fits GPU ``i`` when ``fc[i] + EPS >= c``, ``fm[i] + EPS >= m`` and ``fq[gnode[i]] + EPS
 >= q`` (``Load.fits``'s comparisons: HyperSack Eq. 2-4); every kernel that places a job checks
 exactly that on what is left, so every answer keeps Eq. 1-4. The search state is ``where``, the
-loads, the *pools* (per architecture, the unplaced jobs by (compute there, position) ascending)
-and per GPU its jobs by (compute, position) ascending: ``improve._Search``'s lists as arrays.
+loads, the *pools* (per architecture, the unplaced jobs by (compute there, position) ascending:
+held as every job in that order, made once per call, the members being the jobs with ``where``
+< 0, so a move writes ``where`` and nothing shifts) and per GPU its jobs by (compute, position)
+ascending: ``improve._Search``'s lists as arrays.
 
 Kernels: ``wf_greedy`` (worst-fit, ``LiveCluster``'s ``wf`` for single-GPU jobs), ``retake``
 (loads of an answer, taken in a given order), ``search`` (``improve``'s add/swap passes: with
 the same start, the same moves as ``wfd-ls``), ``polish`` (search, refill and evict moves while
-they gain), ``fill_search`` (every start, polishing, the kicks). Sums are explicit loops (numpy's
+they gain), ``fill_search`` (every start, polishing, the kicks: ``_kicks_on``, each undone from a
+journal of the two GPUs it touched when it loses). Sums are explicit loops (numpy's
 pairwise ``sum`` and numba's would differ in the last bit), no ``exp``/``log``: the compiled form
 and ``.py_func`` give identical answers (tested).
 """
