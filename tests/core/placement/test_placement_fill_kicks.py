@@ -241,3 +241,26 @@ def test_fill_search_passes_enough_times_the_bound_to_the_kicks():
     assert stopped == values[first]
     _, going_on, _, _ = F._search(call, 2, MIN_GAIN, F.STEPS, F.POLISH, 2.0, 300, 0, 1)
     assert going_on > stopped
+
+
+def test_polish_runs_the_last_search_when_a_pass_that_moved_ended_the_search():
+    # GPU 0 (70 placed, 30 left) takes nothing unplaced; GPU 1 (30 + 40) swaps its 30 for the
+    # 50 unplaced: the 30 then fits GPU 0, but only a further pass (the last search) places it
+    demands = [(70.0, 1, 1), (30.0, 1, 1), (40.0, 1, 1), (50.0, 1, 1)]
+    jc = np.array([[c] for c, _, _ in demands])
+    jm = np.array([[float(m)] for _, m, _ in demands])
+    jq = np.array([float(q) for _, _, q in demands])
+    garch, gnode = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
+    where = np.array([0, 1, 1, -1], dtype=np.int64)
+    fc, fm, fq = fk.retake(where, np.arange(4), jc, jm, jq, garch, gnode, np.array([100.0, 100.0]),
+                           np.array([80.0, 80.0]), np.array([64.0]))
+    pool, npool, ong, nong = fk._lists(where, jc, garch, 1)
+    fk.polish(1, MIN_GAIN, np.arange(2), True, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+    assert where.tolist() == [0, 0, 1, 1]
+
+
+def test_the_add_swap_scan_looks_past_unplaced_jobs_that_do_not_fit():
+    # 30 left; the two largest unplaced jobs below it need 90 GB: the third (27) is the add
+    state = _one_gpu([(70.0, 1, 1)], [(29.0, 90, 1), (28.0, 90, 1), (27.0, 1, 1)])
+    gain, out, u = fk._best_move(0, MIN_GAIN, *state)
+    assert (gain, out, u) == (27.0, -1, 3)
