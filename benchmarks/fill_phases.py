@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,9 +38,11 @@ def _instance_384():
 def phases(repeats: int) -> dict:
     """Per-phase best CPU microseconds at 384 x 16 (module doc)."""
     from hypersack.core.placement import fill as F
-    from hypersack.core.placement import fill_kernels as K
+    from hypersack.core.placement import fill_kernels
+    K: Any = fill_kernels
     jobs, cluster = _instance_384()
     call = F._prepare(jobs, cluster)
+    assert isinstance(call, F._Call)                           # WFD alone does not place them all
     arrays = call.arrays
     dense = F._density(call.c, call.m, call.q, arrays, call.base)
 
@@ -95,9 +98,9 @@ def main() -> None:
             for root in (Path(args.compare).resolve(), here):
                 command = [sys.executable, str(HERE / "fill_phases.py"), "--repeats", str(args.repeats)]
                 command += ["--no-tight"] if args.no_tight else []
-                out = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(root)}, cwd=root,
-                                     capture_output=True, text=True, check=True).stdout.strip()
-                print(json.dumps({"root": str(root), **json.loads(out)}), flush=True)
+                text = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(root)}, cwd=root,
+                                      capture_output=True, text=True, check=True).stdout.strip()
+                print(json.dumps({"root": str(root), **json.loads(text)}), flush=True)
         return
     out = phases(args.repeats)
     if not args.no_tight:

@@ -67,7 +67,7 @@ INTERPRETED_WARN_PAIRS = 2_000   # jobs x GPUs from which an uncompiled search w
 SAMPLE = 256        # jobs the price steps look at (every k-th; capacities scaled by their share)
 POLISH = 2          # greedy starts improved, besides WFD's
 KICKS = 300         # perturbations of the best answer, each polished
-PATIENCE = 60       # stop the kicks after this many in a row without a gain (0: never; at least 3 per GPU)
+PATIENCE = 80       # stop the kicks after this many in a row without a gain (0: never; at least 3 per GPU)
 #: Stop improving starts once the best answer is this fraction of the dual bound L: L bounds
 #: the optimum, so the answer is then proven within 1% of it.
 ENOUGH = 0.99

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hypersack.core.jit import kernel
+from hypersack.core.jit import inline_kernel, kernel
 
 EPS = 1e-9
 SCAN = 16          # add/swap: candidates looked at below the best compute (improve._SCAN)
@@ -44,7 +44,7 @@ _MOD = 2147483647  # the kicks' generator: MINSTD (x * 48271 mod 2^31 - 1), exac
 
 # ---- sorted rows: pools and per-GPU job lists -----------------------------------------------------
 
-@kernel
+@inline_kernel
 def _position(rows, n, row, p, jc, col):        # pragma: no cover - compiled (tested via py_func)
     """Where job ``p`` stands (or would stand) in ``rows[row, :n]``, kept by (jc[., col], job)."""
     c = jc[p, col]
@@ -60,7 +60,7 @@ def _position(rows, n, row, p, jc, col):        # pragma: no cover - compiled (t
     return lo
 
 
-@kernel
+@inline_kernel
 def _insert(rows, count, row, p, jc, col):
     """Insert job ``p`` into ``rows[row, :count[row]]``, kept by (jc[., col], job)."""
     n = count[row]
@@ -73,7 +73,7 @@ def _insert(rows, count, row, p, jc, col):
     count[row] = n + 1
 
 
-@kernel
+@inline_kernel
 def _remove(rows, count, row, p, jc, col):
     """Remove job ``p`` from ``rows[row, :count[row]]`` (it is there)."""
     n = count[row]
@@ -83,7 +83,7 @@ def _remove(rows, count, row, p, jc, col):
     count[row] = n - 1
 
 
-@kernel
+@inline_kernel
 def _upto(pool, a, x, jc):
     """How many of all jobs ``pool[a]`` (every job by (jc[., a], job)) have ``jc[., a] <= x``."""
     lo, hi = 0, pool.shape[1]
@@ -96,7 +96,7 @@ def _upto(pool, a, x, jc):
     return lo
 
 
-@kernel
+@inline_kernel
 def _below(pool, a, k, where):
     """The last index ``<= k`` of ``pool[a]`` holding an unplaced job (the pool's members), -1 if none."""
     while k >= 0 and where[pool[a, k]] >= 0:
@@ -190,7 +190,7 @@ def _rows(where, jc, garch, n_arch):
 
 # ---- moves -------------------------------------------------------------------------------------------
 
-@kernel
+@inline_kernel
 def _unplace(i, p, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """Job ``p`` off GPU ``i``, back to the pools."""
     a = garch[i]
@@ -203,7 +203,7 @@ def _unplace(i, p, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong
         npool[b] += 1
 
 
-@kernel
+@inline_kernel
 def _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """Job ``out`` (-1: none) off GPU ``i`` back to the pools, unplaced job ``u`` onto it."""
     a = garch[i]
