@@ -64,11 +64,12 @@ MUTANTS = {
     "fk_swap_memory": (P + "fill_kernels.py",
                        "if jm[u, a] <= m_p + room_m + EPS and jq[u] <= q_p + room_q + EPS:",
                        "if jq[u] <= q_p + room_q + EPS:"),
-    "fk_swap_scan": (P + "fill_kernels.py", "stop = max(-1, k - SCAN)", "stop = max(-1, k - 2)"),
+    "fk_swap_scan": (P + "fill_kernels.py", "while k >= 0 and seen < SCAN:", "while k >= 0 and seen < 2:"),
     "fk_refill_cores": (P + "fill_kernels.py",
                         "if c_u <= room_c + EPS and m_u <= room_m + EPS and q_u <= room_q + EPS:",
                         "if c_u <= room_c + EPS and m_u <= room_m + EPS:"),
-    "fk_kick_undo": (P + "fill_kernels.py", "            fc[:] = s_fc\n", "            pass\n"),
+    "fk_kick_undo": (P + "fill_kernels.py", "        fc[i], fm[i], fq[gnode[i]] = s_c[t], s_m[t], s_q[t]\n",
+                     "        fm[i], fq[gnode[i]] = s_m[t], s_q[t]\n"),
     "fk_sample_scale": (P + "fill_kernels.py", "kept_c[k] /= share", "kept_c[k] *= share"),
     "fk_greedy_cores": (P + "fill_kernels.py",
                         "if fq[g_node[g]] + EPS < q or top_c[g] + EPS < c or top_m[g] + EPS < m:",
@@ -129,6 +130,21 @@ MUTANTS.update({
     "fk_pref_ties": (_F, "rank[p] += rt[h, p] >= rt[g, p]", "rank[p] += rt[h, p] > rt[g, p]"),
     "fk_columns_fit": (_F, "ct[g, k] = cg[p, g] if fit[p, g] else -np.inf", "ct[g, k] = cg[p, g]"),
 })
+
+# fill's kicks and polish (the pools as every job in order, the undo journal, the stop rules,
+# the refill/evict skips where they cannot gain, polish's skipped last search)
+_F = P + "fill_kernels.py"
+MUTANTS.update({
+    "fk_undo_where": (_F, "            where[ong[i, k]] = -1\n", "            pass\n"),
+    "fk_pool_member": (_F, "while k >= 0 and where[pool[a, k]] >= 0:", "while k >= 0 and where[pool[a, k]] > 0:"),
+    "fk_settled": (_F, "    if unsettled or refilled or evicted:", "    if refilled or evicted:"),
+    "fk_refill_full": (_F, "if npool[a] == 0 or fc[i] + 2 * EPS < min_gain:", "if npool[a] == 0 or fc[i] < 1.0:"),
+    "fk_evict_full": (_F, "or fc[i] + 3 * EPS < min_gain:", "or fc[i] < 1.0:"),
+    "fk_patience_gpus": (_F, "wait = max(patience, PATIENCE_PER_GPU * n_gpus)", "wait = patience"),
+    "fk_kick_stop": (_F, "        if value >= stop - EPS:\n", "        if value >= stop + 1e9:\n"),
+    "fk_enough_kicks": (_F, "enough * ceiling - fixed_value, best,", "np.inf, best,"),
+})
+TESTS.insert(0, "tests/core/placement/test_placement_fill_kicks.py")
 
 
 def run(name: str) -> bool:

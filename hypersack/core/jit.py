@@ -48,3 +48,12 @@ def kernel(fn: F) -> F:
         return fn
     numba: Any = importlib.import_module("numba")
     return cast(F, numba.njit(cache=True, nogil=True)(fn))
+
+
+def inline_kernel(fn: F) -> F:
+    """``kernel`` for a small helper of other kernels: numba inlines it into each caller (no
+    call, no reference counting of its array arguments per call); ``fn`` itself without numba."""
+    if importlib.util.find_spec("numba") is None:
+        return fn
+    numba: Any = importlib.import_module("numba")
+    return cast(F, numba.njit(cache=True, nogil=True, inline="always")(fn))

@@ -67,14 +67,14 @@ INTERPRETED_WARN_PAIRS = 2_000   # jobs x GPUs from which an uncompiled search w
 SAMPLE = 256        # jobs the price steps look at (every k-th; capacities scaled by their share)
 POLISH = 2          # greedy starts improved, besides WFD's
 KICKS = 300         # perturbations of the best answer, each polished
-PATIENCE = 0        # stop the kicks after this many in a row without a gain (0: never)
+PATIENCE = 80       # stop the kicks after this many in a row without a gain (0: never; at least 3 per GPU)
 #: Stop improving starts once the best answer is this fraction of the dual bound L: L bounds
 #: the optimum, so the answer is then proven within 1% of it.
 ENOUGH = 0.99
 #: The price starts' runs: Polyak's target of the first is the best greedy start's value V; of
 #: run k > 0, V + TARGETS[k] x (L - V), L the lowest dual bound of the runs before.
 _TARGETS = np.array([0.0, 0.5])
-_KICK = (2, True, False)
+_KICK = (2, False, False)
 #: ``fill``'s defaults (rounds, min_gain, steps, polish, enough, kicks, patience, seed): a call
 #: that passes these very objects skips their checks.
 _DEFAULTS = (2, MIN_GAIN, STEPS, POLISH, ENOUGH, KICKS, PATIENCE, 1)

@@ -12,13 +12,16 @@ Arrays (every kernel reads them; ``fill.py`` builds them once per call):
 A job fits GPU ``i`` when ``fc[i] + EPS >= c``, ``fm[i] + EPS >= m`` and ``fq[gnode[i]] + EPS
 >= q`` (``Load.fits``'s comparisons: HyperSack Eq. 2-4); every kernel that places a job checks
 exactly that on what is left, so every answer keeps Eq. 1-4. The search state is ``where``, the
-loads, the *pools* (per architecture, the unplaced jobs by (compute there, position) ascending)
-and per GPU its jobs by (compute, position) ascending: ``improve._Search``'s lists as arrays.
+loads, the *pools* (per architecture, the unplaced jobs by (compute there, position) ascending:
+held as every job in that order, made once per call, the members being the jobs with ``where``
+< 0, so a move writes ``where`` and nothing shifts) and per GPU its jobs by (compute, position)
+ascending: ``improve._Search``'s lists as arrays.
 
 Kernels: ``wf_greedy`` (worst-fit, ``LiveCluster``'s ``wf`` for single-GPU jobs), ``retake``
 (loads of an answer, taken in a given order), ``search`` (``improve``'s add/swap passes: with
 the same start, the same moves as ``wfd-ls``), ``polish`` (search, refill and evict moves while
-they gain), ``fill_search`` (every start, polishing, the kicks). Sums are explicit loops (numpy's
+they gain), ``fill_search`` (every start, polishing, the kicks: ``_kicks_on``, each undone from a
+journal of the two GPUs it touched when it loses). Sums are explicit loops (numpy's
 pairwise ``sum`` and numba's would differ in the last bit), no ``exp``/``log``: the compiled form
 and ``.py_func`` give identical answers (tested).
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hypersack.core.jit import kernel
+from hypersack.core.jit import inline_kernel, kernel
 
 EPS = 1e-9
 SCAN = 16          # add/swap: candidates looked at below the best compute (improve._SCAN)
@@ -38,12 +41,13 @@ BUCKET = 32        # _order_by: the most jobs a bucket sorts by insertion (more:
 STALL = 5          # price steps without a lower bound before the step factor is halved
 SMALLEST = 2.0 ** -6
 _SIGN = ~0x7FFFFFFFFFFFFFFF  # the int64 sign bit (_order_by)
+PATIENCE_PER_GPU = 3  # the kicks' patience is at least this many kicks per GPU
 _MOD = 2147483647  # the kicks' generator: MINSTD (x * 48271 mod 2^31 - 1), exact in int64
 
 
 # ---- sorted rows: pools and per-GPU job lists -----------------------------------------------------
 
-@kernel
+@inline_kernel
 def _position(rows, n, row, p, jc, col):        # pragma: no cover - compiled (tested via py_func)
     """Where job ``p`` stands (or would stand) in ``rows[row, :n]``, kept by (jc[., col], job)."""
     c = jc[p, col]
@@ -59,7 +63,7 @@ def _position(rows, n, row, p, jc, col):        # pragma: no cover - compiled (t
     return lo
 
 
-@kernel
+@inline_kernel
 def _insert(rows, count, row, p, jc, col):
     """Insert job ``p`` into ``rows[row, :count[row]]``, kept by (jc[., col], job)."""
     n = count[row]
@@ -72,7 +76,7 @@ def _insert(rows, count, row, p, jc, col):
     count[row] = n + 1
 
 
-@kernel
+@inline_kernel
 def _remove(rows, count, row, p, jc, col):
     """Remove job ``p`` from ``rows[row, :count[row]]`` (it is there)."""
     n = count[row]
@@ -82,17 +86,25 @@ def _remove(rows, count, row, p, jc, col):
     count[row] = n - 1
 
 
-@kernel
-def _upto(rows, count, row, x, jc, col):
-    """How many of ``rows[row, :count[row]]`` have ``jc[., col] <= x``."""
-    lo, hi = 0, count[row]
+@inline_kernel
+def _upto(pool, a, x, jc):
+    """How many of all jobs ``pool[a]`` (every job by (jc[., a], job)) have ``jc[., a] <= x``."""
+    lo, hi = 0, pool.shape[1]
     while lo < hi:
         mid = (lo + hi) >> 1
-        if jc[rows[row, mid], col] <= x:
+        if jc[pool[a, mid], a] <= x:
             lo = mid + 1
         else:
             hi = mid
     return lo
+
+
+@inline_kernel
+def _below(pool, a, k, where):
+    """The last index ``<= k`` of ``pool[a]`` holding an unplaced job (the pool's members), -1 if none."""
+    while k >= 0 and where[pool[a, k]] >= 0:
+        k -= 1
+    return k
 
 
 # ---- greedy starts and loads -----------------------------------------------------------------------
@@ -137,9 +149,32 @@ def retake(where, order, jc, jm, jq, garch, gnode, base_c, base_m, base_q):
 
 @kernel
 def _lists(where, jc, garch, n_arch):
-    """Pools (per architecture, unplaced jobs) and per-GPU job lists of ``where``, sorted."""
-    n_jobs, n_gpus = jc.shape[0], garch.shape[0]
+    """The pools and per-GPU job lists of ``where``. ``pool[a]``: every job by (compute on ``a``,
+    position) (``_pools``: the same for every answer); the pool of ``a`` is its unplaced jobs
+    (``where`` < 0) in that order, so a move changes ``where`` only, ``npool[a]`` their count.
+    ``ong[i, :nong[i]]``: GPU ``i``'s jobs by (compute, position) (``_rows``)."""
+    pool = _pools(jc, n_arch)
+    npool, ong, nong = _rows(where, jc, garch, n_arch)
+    return pool, npool, ong, nong
+
+
+@kernel
+def _pools(jc, n_arch):
+    """Per architecture ``a``, every job by (``jc[., a]``, position) ascending."""
+    n_jobs = jc.shape[0]
     pool = np.empty((n_arch, n_jobs), dtype=np.int64)
+    keys = np.empty(n_jobs, dtype=np.float64)
+    for a in range(n_arch):
+        for p in range(n_jobs):
+            keys[p] = jc[p, a]
+        pool[a] = np.argsort(keys, kind="mergesort")          # stable: ties by position
+    return pool
+
+
+@kernel
+def _rows(where, jc, garch, n_arch):
+    """``_lists``'s ``npool``, ``ong``, ``nong`` of ``where``."""
+    n_jobs, n_gpus = jc.shape[0], garch.shape[0]
     npool = np.zeros(n_arch, dtype=np.int64)
     ong = np.empty((n_gpus, n_jobs), dtype=np.int64)
     nong = np.zeros(n_gpus, dtype=np.int64)
@@ -147,30 +182,18 @@ def _lists(where, jc, garch, n_arch):
     for p in range(n_jobs):
         if where[p] < 0:
             free += 1
-    unplaced = np.empty(free, dtype=np.int64)
-    free = 0
-    for p in range(n_jobs):
-        if where[p] < 0:
-            unplaced[free] = p
-            free += 1
     for a in range(n_arch):
-        keys = np.empty(free, dtype=np.float64)
-        for k in range(free):
-            keys[k] = jc[unplaced[k], a]
-        ranked = np.argsort(keys, kind="mergesort")          # stable: ties by position
-        for k in range(free):
-            pool[a, k] = unplaced[ranked[k]]
         npool[a] = free
     for p in range(n_jobs):                                   # positions ascending
         i = where[p]
         if i >= 0:
             _insert(ong, nong, i, p, jc, garch[i])
-    return pool, npool, ong, nong
+    return npool, ong, nong
 
 
 # ---- moves -------------------------------------------------------------------------------------------
 
-@kernel
+@inline_kernel
 def _unplace(i, p, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """Job ``p`` off GPU ``i``, back to the pools."""
     a = garch[i]
@@ -180,10 +203,10 @@ def _unplace(i, p, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong
     _remove(ong, nong, i, p, jc, a)
     where[p] = -1
     for b in range(npool.shape[0]):
-        _insert(pool, npool, b, p, jc, b)
+        npool[b] += 1
 
 
-@kernel
+@inline_kernel
 def _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """Job ``out`` (-1: none) off GPU ``i`` back to the pools, unplaced job ``u`` onto it."""
     a = garch[i]
@@ -191,7 +214,7 @@ def _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, 
     if out >= 0:
         _unplace(i, out, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
     for b in range(npool.shape[0]):
-        _remove(pool, npool, b, u, jc, b)
+        npool[b] -= 1
     fc[i] -= jc[u, a]
     fm[i] -= jm[u, a]
     fq[n] -= jq[u]
@@ -200,7 +223,7 @@ def _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, 
 
 
 @kernel
-def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+def _best_move(i, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """``improve``'s best add/swap on GPU ``i``: (gain, job out or -1, job in or -1 for none)."""
     a = garch[i]
     count = npool[a]
@@ -209,7 +232,7 @@ def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, o
     room_c, room_m, room_q = fc[i], fm[i], fq[gnode[i]]
     if room_c < min_gain:
         return 0.0, -1, -1
-    top = jc[pool[a, count - 1], a]
+    top = jc[pool[a, _below(pool, a, pool.shape[1] - 1, where)], a]
     best_gain, best_out, best_in = min_gain - EPS, -1, -1
     for t in range(-1, nong[i]):
         if t < 0:
@@ -219,9 +242,9 @@ def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, o
             c_p, m_p, q_p = jc[p, a], jm[p, a], jq[p]
         if top - c_p <= best_gain:
             break                          # nothing unplaced is big enough to gain more
-        k = _upto(pool, npool, a, c_p + room_c + EPS, jc, a) - 1
-        stop = max(-1, k - SCAN)
-        while k > stop:
+        k = _below(pool, a, _upto(pool, a, c_p + room_c + EPS, jc) - 1, where)
+        seen = 0
+        while k >= 0 and seen < SCAN:
             u = pool[a, k]
             c_u = jc[u, a]
             if c_u - c_p <= best_gain:
@@ -229,7 +252,8 @@ def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, o
             if jm[u, a] <= m_p + room_m + EPS and jq[u] <= q_p + room_q + EPS:
                 best_gain, best_out, best_in = c_u - c_p, p, u
                 break
-            k -= 1
+            seen += 1
+            k = _below(pool, a, k - 1, where)
         if best_gain >= room_c - EPS:
             break                          # the GPU is full: no move can do better
     return best_gain, best_out, best_in
@@ -238,41 +262,41 @@ def _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, o
 @kernel
 def search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """``improve``'s passes: up to ``rounds`` passes over ``gpus`` (all, in first-fit order, for
-    ``improve``), applying each GPU's best add/swap while it finds one; whether any moved."""
-    any_moved = False
+    ``improve``), applying each GPU's best add/swap while it finds one. Whether its last pass
+    moved (False: it stopped on a pass without a move, so another pass would move nothing)."""
+    moved = False
     for _ in range(rounds):
         moved = False
         for i in gpus:
             while True:
-                gain, out, u = _best_move(i, min_gain, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool,
+                gain, out, u = _best_move(i, min_gain, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool,
                                           ong, nong)
                 if u < 0:
                     break
                 _apply(i, out, u, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
                 moved = True
-        any_moved = any_moved or moved
         if not moved:
             break
-    return any_moved
+    return moved
 
 
 @kernel
-def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """One placed job ``p`` of GPU ``i`` out, the room filled with unplaced jobs (largest compute
     first among the ``REFILL_SCAN`` largest not too big): the first ``p`` that gains. Returns
-    (p or -1, how many of ``picked`` go in)."""
+    (p or -1, how many of ``picked`` go in). The jobs in take at most the room plus ``EPS``, so
+    a refill gains at most the compute left plus ``EPS``: none where that is below ``min_gain``."""
     a = garch[i]
     n = gnode[i]
-    if npool[a] == 0:
+    if npool[a] == 0 or fc[i] + 2 * EPS < min_gain:
         return -1, 0
     for t in range(nong[i]):
         p = ong[i, t]
         c_p = jc[p, a]
         room_c, room_m, room_q = fc[i] + c_p, fm[i] + jm[p, a], fq[n] + jq[p]
-        k = _upto(pool, npool, a, room_c + EPS, jc, a) - 1
-        stop = max(-1, k - REFILL_SCAN)
-        count, gain = 0, 0.0
-        while k > stop:
+        k = _below(pool, a, _upto(pool, a, room_c + EPS, jc) - 1, where)
+        seen, count, gain = 0, 0, 0.0
+        while k >= 0 and seen < REFILL_SCAN:
             u = pool[a, k]
             c_u, m_u, q_u = jc[u, a], jm[u, a], jq[u]
             if c_u <= room_c + EPS and m_u <= room_m + EPS and q_u <= room_q + EPS:
@@ -280,35 +304,39 @@ def _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool
                 count += 1
                 room_c, room_m, room_q = room_c - c_u, room_m - m_u, room_q - q_u
                 gain += c_u
-            k -= 1
+            seen += 1
+            k = _below(pool, a, k - 1, where)
         if count > 0 and gain - c_p >= min_gain:
             return p, count
     return -1, 0
 
 
 @kernel
-def _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, fc, fm, fq, pool, npool, ong, nong):
+def _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """Two or three of the ``EVICT_OUT`` smallest jobs of GPU ``i`` out, one unplaced job that did
     not fit in (among the ``EVICT_IN`` largest that could fit then): the largest gain (ties: the
     larger job in, then the first set out in enumeration order). ``scratch``/``who``: room for
-    the sets out. Returns (how many of ``outs`` go out, 0 for no move; the job in)."""
+    the sets out. Returns (how many of ``outs`` go out, 0 for no move; the job in). The job in
+    needs at most the room plus the jobs out plus ``EPS``, so an evict gains at most the compute
+    left plus ``EPS``: none where that is below ``min_gain`` - ``EPS``."""
     a = garch[i]
     count = npool[a]
     placed = min(nong[i], EVICT_OUT)
-    if count == 0 or placed < 2:
+    if count == 0 or placed < 2 or fc[i] + 3 * EPS < min_gain:
         return 0, -1
     room_c, room_m, room_q = fc[i], fm[i], fq[gnode[i]]
     total = 0.0
     for t in range(placed):
         total += jc[ong[i, t], a]
-    k = _upto(pool, npool, a, room_c + total + EPS, jc, a) - 1
-    stop = max(-1, k - EVICT_IN)
+    k = _below(pool, a, _upto(pool, a, room_c + total + EPS, jc) - 1, where)
+    seen = 0
     best_gain, best_in, best_set = min_gain - EPS, -1, -1
     size = -1
-    while k > stop:
+    while k >= 0 and seen < EVICT_IN:
         u = pool[a, k]
         c_u = jc[u, a]
-        k -= 1
+        seen += 1
+        k = _below(pool, a, k - 1, where)
         if c_u <= best_gain:
             break
         need_c, need_m, need_q = c_u - room_c, jm[u, a] - room_m, jq[u] - room_q
@@ -353,7 +381,7 @@ def _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc
         moved = False
         for i in gpus:
             while True:
-                p, count = _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, fc, fm, fq, pool,
+                p, count = _best_refill(i, min_gain, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool,
                                         npool, ong, nong)
                 if p < 0:
                     break
@@ -368,16 +396,16 @@ def _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc
 
 
 @kernel
-def _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
-    """Evict moves on ``gpus``, up to ``rounds`` passes; whether any moved."""
-    scratch = np.empty((EVICT_OUT * EVICT_OUT * EVICT_OUT, 3))
-    who = np.empty((EVICT_OUT * EVICT_OUT * EVICT_OUT, 3), dtype=np.int64)
+def _evicts(rounds, min_gain, gpus, outs, scratch, who, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool,
+            ong, nong):
+    """Evict moves on ``gpus``, up to ``rounds`` passes (``scratch``/``who``: ``_best_evict``'s
+    room); whether any moved."""
     any_moved = False
     for _ in range(rounds):
         moved = False
         for i in gpus:
             while True:
-                count, u = _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, fc, fm, fq, pool,
+                count, u = _best_evict(i, min_gain, outs, scratch, who, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool,
                                        npool, ong, nong)
                 if count == 0:
                     break
@@ -393,19 +421,37 @@ def _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, f
 @kernel
 def polish(rounds, min_gain, gpus, evict, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong):
     """Add/swap passes over ``gpus``, then refill and evict passes, repeated while the latter
-    move (at most ``2 rounds`` times), and a last add/swap pass (``evict`` False: no evict
-    moves). ``where`` and the loads change."""
-    picked = np.empty(REFILL_SCAN, dtype=np.int64)
-    outs = np.empty(3, dtype=np.int64)
+    move (at most ``2 rounds`` times), and a last add/swap pass unless the state is one where
+    a pass moves nothing (``evict`` False: no evict moves). ``where`` and the loads change."""
+    picked, outs, scratch, who = _room()
+    _polish(rounds, min_gain, gpus, evict, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong,
+            picked, outs, scratch, who)
+
+
+@kernel
+def _room():
+    """The moves' scratch arrays: refill's picks, evict's jobs out, evict's sets and their jobs."""
+    size = EVICT_OUT * EVICT_OUT * EVICT_OUT
+    return (np.empty(REFILL_SCAN, dtype=np.int64), np.empty(3, dtype=np.int64), np.empty((size, 3)),
+            np.empty((size, 3), dtype=np.int64))
+
+
+@kernel
+def _polish(rounds, min_gain, gpus, evict, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong,
+            picked, outs, scratch, who):
+    """``polish`` with its scratch arrays given (``_room``)."""
+    unsettled = refilled = evicted = False
     for _ in range(max(1, 2 * rounds)):
-        search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+        unsettled = search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong,
+                           nong)
         refilled = _refills(rounds, min_gain, gpus, picked, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool,
                             npool, ong, nong)
-        evicted = evict and _evicts(rounds, min_gain, gpus, outs, jc, jm, jq, garch, gnode, where, fc, fm, fq,
-                                    pool, npool, ong, nong)
+        evicted = evict and _evicts(rounds, min_gain, gpus, outs, scratch, who, jc, jm, jq, garch, gnode, where,
+                                    fc, fm, fq, pool, npool, ong, nong)
         if not (refilled or evicted):
             break
-    search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
+    if unsettled or refilled or evicted:         # else the last search pass moved nothing, and nothing since
+        search(rounds, min_gain, gpus, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
 
 
 @kernel
@@ -1046,6 +1092,7 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
     ranked = np.argsort(-values, kind="mergesort")            # stable: ties keep the start order
     identity = np.arange(n_jobs)
     every = np.arange(garch.shape[0])
+    pool = _pools(jc, n_arch)
     best = wfd_where.copy()
     best_value = -np.inf
     tried = 0
@@ -1054,7 +1101,7 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
             break
         where = wfd_where.copy() if t < 0 else starts[ranked[t]].copy()
         fc, fm, fq = retake(where, identity, jc, jm, jq, garch, gnode, base_c, base_m, base_q)
-        pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
+        npool, ong, nong = _rows(where, jc, garch, n_arch)
         polish(rounds, min_gain, every, True, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
         tried += 1
         got = value_of(where, jc, garch)
@@ -1063,8 +1110,9 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
         if fixed_value + best_value >= enough * ceiling - EPS:
             return best, best_value, ceiling, tried     # within ``enough`` of the bound
     if kicks > 0 and garch.shape[0] > 0:
-        best_value = _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, best, best_value, jc, jm, jq, garch, gnode, n_arch,
-                            base_c, base_m, base_q)
+        best_value = _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain,
+                               enough * ceiling - fixed_value, best, best_value, jc, jm, jq, garch, gnode, pool, n_arch,
+                               base_c, base_m, base_q)
     return best, best_value, ceiling, tried
 
 
@@ -1082,22 +1130,68 @@ def _on(gpus, jc, garch, ong, nong):
 
 
 @kernel
+def _save(local, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s_q):
+    """The undo journal of a kick on GPUs ``local``: their job lists, loads and nodes' cores."""
+    for t in range(2):
+        i = local[t]
+        s_nong[t] = nong[i]
+        for k in range(nong[i]):
+            s_ong[t, k] = ong[i, k]
+        s_c[t], s_m[t], s_q[t] = fc[i], fm[i], fq[gnode[i]]
+
+
+@kernel
+def _undo(local, where, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s_q):
+    """Restore the state ``_save`` journaled (a kick moves jobs on and off ``local`` only): the
+    jobs now on them back to unplaced, then the saved lists, their jobs' ``where`` and the loads
+    (the saved values themselves: exact)."""
+    for t in range(2):
+        i = local[t]
+        for k in range(nong[i]):
+            where[ong[i, k]] = -1
+    for t in range(2):
+        i = local[t]
+        nong[i] = s_nong[t]
+        for k in range(s_nong[t]):
+            ong[i, k] = s_ong[t, k]
+            where[s_ong[t, k]] = i
+        fc[i], fm[i], fq[gnode[i]] = s_c[t], s_m[t], s_q[t]
+
+
+@kernel
 def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, where, value, jc, jm, jq, garch, gnode, n_arch, base_c, base_m,
            base_q):
-    """``kicks`` times: about half the jobs of two GPUs (drawn by MINSTD from ``seed``) off, the
-    moves on those two GPUs, the result kept when it places no less (else undone). ``where`` is
-    changed; returns its value."""
+    """``_kicks_on`` without a value to stop at, the pools made here."""
+    return _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, np.inf, where, value, jc, jm, jq,
+                     garch, gnode, _pools(jc, n_arch), n_arch, base_c, base_m, base_q)
+
+
+@kernel
+def _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, stop, where, value, jc, jm, jq, garch,
+              gnode, pool, n_arch, base_c, base_m, base_q):
+    """Up to ``kicks`` times: about half the jobs of two GPUs (drawn by MINSTD from ``seed``) off,
+    the moves on those two GPUs, the result kept when it places no less (else undone from a
+    journal). Stops early once the value reaches ``stop`` or, ``patience`` > 0, after max(
+    ``patience``, ``PATIENCE_PER_GPU`` x the GPUs) kicks in a row without a gain (a kick tries
+    two GPUs: on a large cluster more kicks pass before each GPU has been tried). ``where`` is
+    changed (``pool``: ``_pools``); returns its value."""
     n_gpus = garch.shape[0]
+    wait = max(patience, PATIENCE_PER_GPU * n_gpus)
     fc, fm, fq = retake(where, np.arange(jc.shape[0]), jc, jm, jq, garch, gnode, base_c, base_m, base_q)
-    pool, npool, ong, nong = _lists(where, jc, garch, n_arch)
-    s_where, s_fc, s_fm, s_fq = where.copy(), fc.copy(), fm.copy(), fq.copy()
-    s_pool, s_npool, s_ong, s_nong = pool.copy(), npool.copy(), ong.copy(), nong.copy()
+    npool, ong, nong = _rows(where, jc, garch, n_arch)
+    s_ong = np.empty((2, jc.shape[0]), dtype=np.int64)     # the undo journal: the two GPUs' lists,
+    s_nong = np.empty(2, dtype=np.int64)                       # loads and nodes' cores before a kick
+    s_c, s_m, s_q = np.empty(2), np.empty(2), np.empty(2)
+    s_npool = npool.copy()
+    picked, outs, scratch, who = _room()
     local = np.empty(2, dtype=np.int64)
     state = seed % (_MOD - 1) + 1
     since = 0
     for _ in range(kicks):
-        if patience > 0 and since >= patience:
-            break                                    # ``patience`` kicks in a row gained nothing
+        if patience > 0 and since >= wait:
+            break                                    # ``wait`` kicks in a row gained nothing
+        if value >= stop - EPS:
+            break                                    # within ``enough`` of the bound: fill_search
         state = (state * 48271) % _MOD
         local[0] = state % n_gpus
         state = (state * 48271) % _MOD
@@ -1109,32 +1203,18 @@ def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, wher
                 local[1] = (local[1] + 1) % n_gpus
         if local[1] == local[0]:
             local[1] = (local[0] + 1) % n_gpus
+        _save(local, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s_q)
+        s_npool[:] = npool
         before = _on(local, jc, garch, ong, nong)
         for t in range(2):
             state = _kick(state, local[t], jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, ong, nong)
-        polish(kick_rounds, min_gain, local[:1] if n_gpus == 1 else local, kick_evict, jc, jm, jq, garch, gnode, where, fc, fm,
-               fq, pool, npool, ong, nong)
+        _polish(kick_rounds, min_gain, local[:1] if n_gpus == 1 else local, kick_evict, jc, jm, jq, garch, gnode,
+                where, fc, fm, fq, pool, npool, ong, nong, picked, outs, scratch, who)
         got = value - before + _on(local, jc, garch, ong, nong)
         since = 0 if got > value + EPS else since + 1
-        if got >= value - EPS:                       # kept: the copies follow
+        if got >= value - EPS:                       # kept
             value = max(got, value)
-            s_where[:] = where
-            s_fc[:] = fc
-            s_fm[:] = fm
-            s_fq[:] = fq
-            s_pool[:] = pool
-            s_npool[:] = npool
-            s_nong[:] = nong
-            for t in range(2):
-                s_ong[local[t]] = ong[local[t]]
-        else:                                        # undone
-            where[:] = s_where
-            fc[:] = s_fc
-            fm[:] = s_fm
-            fq[:] = s_fq
-            pool[:] = s_pool
+        else:                                        # undone from the journal
+            _undo(local, where, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s_q)
             npool[:] = s_npool
-            nong[:] = s_nong
-            for t in range(2):
-                ong[local[t]] = s_ong[local[t]]
     return value
