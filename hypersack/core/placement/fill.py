@@ -21,13 +21,15 @@ Data-parallel jobs (``gpus`` > 1) are placed by the WFD start and stay where the
 add/swap search, by *refill* moves (one placed job out, several unplaced in: where memory or cores
 bind) and by *evict* moves (two or three placed jobs out, one larger unplaced job in: where the
 compute of a GPU is left in fragments), repeated while a pass gains; every move gains at least
-``min_gain`` and keeps Eq. 1-4. Then ``kicks`` times: the best answer with about half the jobs of
-two GPUs (drawn by a generator seeded with ``seed``) taken off, those two GPUs polished again,
-kept when it places no less (else undone; ``patience`` > 0: the kicks stop after that many in a
-row without a gain). The kicks carry the worst cases: on the stored tight instances the worst
-ratio to CP-SAT is 0.983 without them and 0.993 with 300 (benchmarks/RESULTS.md). Once the best answer is at least ``enough`` x the dual bound L (the compute of
-the data-parallel jobs plus L of the price starts: an upper bound on any answer that keeps them
-where they are), the remaining starts and the kicks are skipped: none could gain more than the
+``min_gain`` and keeps Eq. 1-4. Then up to ``kicks`` times: the best answer with about half the
+jobs of two GPUs (drawn by a generator seeded with ``seed``) taken off, those two GPUs polished
+again without evict moves, kept when it places no less (else undone from a journal of the two
+GPUs); the kicks stop after max(``patience``, 3 per GPU) kicks in a row without a gain
+(``patience`` 0: never). The kicks carry the worst cases: on the 170 stored tight instances the
+worst ratio to CP-SAT is 0.977-0.986 without them and 0.992 with them (benchmarks/RESULTS.md).
+Once the best answer is at least ``enough`` x the dual bound L (the compute of the data-parallel
+jobs plus L of the price starts: an upper bound on any answer that keeps them where they are),
+the remaining starts and kicks are skipped: none could gain more than the
 1 - ``enough`` left. Deterministic.
 
 The work runs in ``fill_kernels`` (compiled by numba where installed: ``pip install
