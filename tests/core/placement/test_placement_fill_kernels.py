@@ -87,15 +87,20 @@ def _source(kernel: Any, compiled: bool) -> Any:
     return kernel if compiled else kernel.py_func
 
 
+def _tight_call(seed: int) -> tuple:
+    """``fill``'s call on tight instance ``seed`` (it has something to search), its arrays and
+    its density order."""
+    job_list, cluster = tight_instance(seed)
+    call = F._prepare(job_list, cluster)
+    assert isinstance(call, F._Call)
+    return call, call.arrays, F._density(call.c, call.m, call.q, call.arrays, call.base)
+
+
 def _kernel_answers(compiled: bool) -> list:
     """fill_search, prices and price_greedy on two tight instances, compiled or as Python."""
     out: list = []
     for seed in (3, 11):
-        job_list, cluster = tight_instance(seed)
-        call = F._prepare(job_list, cluster)
-        assert isinstance(call, F._Call)
-        arrays = call.arrays
-        dense = F._density(call.c, call.m, call.q, arrays, call.base)
+        call, arrays, dense = _tight_call(seed)
         search = _source(fk.fill_search, compiled)
         where, value, ceiling, tried = search(
             call.c, call.m, call.q, arrays.garch, arrays.gnode, len(arrays.free_q), arrays.n_arch, *call.base,
@@ -370,11 +375,7 @@ def test_jobs_of_one_kind_have_the_same_demands_and_the_first_of_them_is_its_kin
 @pytest.mark.skipif(not jit.COMPILED, reason="numba is not installed (pip install hypersack[fast])")
 def test_the_start_phase_compiled_and_as_python_gives_identical_starts():
     for seed in (3, 11):
-        job_list, cluster = tight_instance(seed)
-        call = F._prepare(job_list, cluster)
-        assert isinstance(call, F._Call)
-        arrays = call.arrays
-        dense = F._density(call.c, call.m, call.q, arrays, call.base)
+        call, arrays, dense = _tight_call(seed)
         args = (call.c, call.m, call.q, arrays.garch, arrays.gnode, len(arrays.free_q), *call.base, call.wfd_where,
                 dense, 40, 50, F._TARGETS)
         starts, values, low = fk._starts(*args)
