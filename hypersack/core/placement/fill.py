@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable, NamedTuple, Sequence
 
-from operator import attrgetter, is_
+from operator import attrgetter
 
 import numpy as np
 
@@ -77,9 +77,6 @@ ENOUGH = 0.99
 #: run k > 0, V + TARGETS[k] x (L - V), L the lowest dual bound of the runs before.
 _TARGETS = np.array([0.0, 0.5])
 _KICK = (2, False, False)
-#: ``fill``'s defaults (rounds, min_gain, steps, polish, enough, kicks, patience, seed): a call
-#: that passes these very objects skips their checks.
-_DEFAULTS = (2, MIN_GAIN, STEPS, POLISH, ENOUGH, KICKS, PATIENCE, 1)
 
 
 def density_order(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
@@ -226,13 +223,11 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
     starts improved besides WFD's; ``enough``: stop improving once the best answer is at least
     this fraction of the dual bound (> 1: never stop early); ``kicks``: perturbations of the best
     answer; ``seed``: their generator's seed."""
-    given = (rounds, min_gain, steps, polish, enough, kicks, patience, seed)
-    if not all(map(is_, given, _DEFAULTS)):              # the defaults themselves are valid
-        min_gain = _check_options(rounds, min_gain)
-        enough = check_number("placement.enough", enough)
-        for name, value in (("steps", steps), ("polish", polish), ("kicks", kicks), ("patience", patience),
-                            ("seed", seed)):
-            _check(name, value)
+    min_gain = _check_options(rounds, min_gain)
+    enough = check_number("placement.enough", enough)
+    for name, value in (("steps", steps), ("polish", polish), ("kicks", kicks), ("patience", patience),
+                        ("seed", seed)):
+        _check(name, value)
     jobs = list(jobs)
     if not jobs:
         return {}

@@ -1159,14 +1159,6 @@ def _undo(local, where, ong, nong, fc, fm, fq, gnode, s_ong, s_nong, s_c, s_m, s
 
 
 @kernel
-def _kicks(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, where, value, jc, jm, jq, garch, gnode, n_arch, base_c, base_m,
-           base_q):
-    """``_kicks_on`` without a value to stop at, the pools made here."""
-    return _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, np.inf, where, value, jc, jm, jq,
-                     garch, gnode, _pools(jc, n_arch), n_arch, base_c, base_m, base_q)
-
-
-@kernel
 def _kicks_on(kicks, patience, seed, kick_rounds, kick_evict, apart, min_gain, stop, where, value, jc, jm, jq, garch,
               gnode, pool, n_arch, base_c, base_m, base_q):
     """Up to ``kicks`` times: about half the jobs of two GPUs (drawn by MINSTD from ``seed``) off,
