@@ -49,7 +49,7 @@ def phases(repeats: int) -> dict:
     def run(polish: int, kicks: int, patience: int):
         return K.fill_search(call.c, call.m, call.q, arrays.garch, arrays.gnode, len(arrays.free_q), arrays.n_arch,
                              *call.base, call.wfd_where, dense, 2, 0.25, F.STEPS, F.SAMPLE, F._TARGETS, polish,
-                             F.ENOUGH, kicks, patience, 1, call.fixed_value, *F._KICK)
+                             F.ENOUGH, kicks, patience, 1, call.fixed_value, *F._KICK, F.PIVOTS)
 
     def cpu(fn) -> float:
         start = time.process_time()

@@ -66,7 +66,7 @@ def phases(K: Any, call: Any, dense: np.ndarray) -> dict[str, Callable[[], Any]]
     def search(steps: int, polish: int = 0, enough: float = 2.0, kicks: int = 0) -> Any:
         return K.fill_search(jc, jm, jq, garch, gnode, n_nodes, A.n_arch, bc, bm, bq, call.wfd_where, dense,
                              2, MIN_GAIN, steps, F.SAMPLE, F._TARGETS, polish, enough, kicks, F.PATIENCE, 1,
-                             call.fixed_value, *F._KICK)
+                             call.fixed_value, *F._KICK, F.PIVOTS)
 
     group, g_node, g_arch = K.groups_of(garch, gnode)
     cg, sc, sm, sq, fit = K._scaled(jc, jm, jq, group, g_node, g_arch, bc, bm, bq)

@@ -42,7 +42,7 @@ def _labels(call: Any) -> list[str]:
     cs, ts_c, ts_m, ts_q = K._columns(cg, sc, sm, sq, fit, stride, share) if stride > 1 else (ct, tc, tm, tq)
     dense = F._density(jc, jm, jq, A, call.base)
     _, values, _ = K._starts(jc, jm, jq, A.garch, A.gnode, n_nodes, bc, bm, bq, call.wfd_where, dense, F.STEPS,
-                             F.SAMPLE, F._TARGETS)
+                             F.SAMPLE, F._TARGETS, F.PIVOTS)
     floor = max(values[0], K.value_of(call.wfd_where, jc, A.garch))
     labels, low = ["dense"], np.inf
     gain, top = np.empty(n), np.empty(n, dtype=np.int64)
@@ -72,7 +72,7 @@ def usage(call: Any) -> tuple[list[str], str]:
     bc, bm, bq = call.base
     dense = F._density(jc, jm, jq, A, call.base)
     starts, values, low = K._starts(jc, jm, jq, A.garch, A.gnode, len(A.free_q), bc, bm, bq, call.wfd_where, dense,
-                                    F.STEPS, F.SAMPLE, F._TARGETS)
+                                    F.STEPS, F.SAMPLE, F._TARGETS, F.PIVOTS)
     labels = _labels(call)
     ceiling = call.fixed_value + low
     ranked = np.argsort(-values, kind="mergesort")

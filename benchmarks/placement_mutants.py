@@ -146,6 +146,21 @@ MUTANTS.update({
 })
 TESTS.insert(0, "tests/core/placement/test_placement_fill_kicks.py")
 
+# the exact LP bound (lp_kernels) and fill's use of it
+_L = P + "lp_kernels.py"
+MUTANTS.update({
+    "lp_ratio_key": (_L, "        if -rate > PIVOT:", "        if rate > PIVOT:"),
+    "lp_ratio_alone": (_L, "    if e_job >= 0 and not entering_seen:", "    if False:"),
+    "lp_enter_slack": (_L, "if not slack_basic[i] and -pi[i] > best:", "if not slack_basic[i] and pi[i] > best:"),
+    "lp_transposed_perm": (_L, "        out[perm[i]] = scratch[i]", "        out[i] = scratch[i]"),
+    "lp_rhs_keys": (_L, "                rhs[n_groups + g] -= tm[g, p]", "                rhs[n_groups + g] -= 0.0"),
+    "lp_pivot_new_key": (_L, "            key[q] = nk_var[k]\n", "            key[q] = -1\n"),
+    "lp_bound_clip": (_F, "np.maximum(pc, 0.0), np.maximum(pm, 0.0), np.maximum(pq, 0.0)", "pc, pm, pq"),
+    "fill_lp_used": (_F, "        low = min(low, _lp_bound(", "        low = max(low, _lp_bound("),
+    "fill_lp_pairs": (P + "fill.py", "    if len(call.singles) * len(arrays.garch) > LP_PAIRS:", "    if False:"),
+})
+TESTS.insert(0, "tests/core/placement/test_placement_lp_kernels.py")
+
 
 def run(name: str) -> bool:
     """True when the mutant is killed."""

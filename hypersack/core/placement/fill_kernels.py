@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from hypersack.core.jit import inline_kernel, kernel
+from hypersack.core.placement.lp_kernels import lp_prices
 
 EPS = 1e-9
 SCAN = 16          # add/swap: candidates looked at below the best compute (improve._SCAN)
@@ -988,10 +989,12 @@ def price_greedy(r, cg, fit, regret, balanced, group, g_node, g_arch, jc, jm, jq
 
 @kernel
 def _starts(jc, jm, jq, garch, gnode, n_nodes, base_c, base_m, base_q, wfd_where, dense_order, steps, sample,
-            targets):
+            targets, pivots):
     """``fill_search``'s greedy starts: worst-fit in ``dense_order``, then per run of ``targets``
     the price starts of its kept prices (regret or not, balanced or not). Returns (the starts,
-    their values, -inf for none, and the lowest dual bound L: inf without price runs)."""
+    their values, -inf for none, and the lowest dual bound L: inf without price runs; with
+    ``pivots`` > 0 also L at the LP's duals, ``lp_kernels``, from the best start: then L is the
+    LP's optimum unless the simplex needs more pivots)."""
     n_jobs = jc.shape[0]
     n_starts = 1 + 12 * targets.shape[0]
     starts = np.full((n_starts, n_jobs), -1, dtype=np.int64)
@@ -1049,7 +1052,22 @@ def _starts(jc, jm, jq, garch, gnode, n_nodes, base_c, base_m, base_q, wfd_where
                            size_c, size_m, kind, fc, fm, fq, top_c, top_m, dead, starts[s])
                     values[s] = value_of(starts[s], jc, garch)
                     s += 1
+    if pivots > 0:
+        low = min(low, _lp_bound(starts[np.argmax(values)], group, ct, tc, tm, tq, g_node, n_nodes, pivots, gain, top))
     return starts, values, low
+
+
+@kernel
+def _lp_bound(where, group, ct, tc, tm, tq, g_node, n_nodes, pivots, gain, top):
+    """L at the duals ``lp_kernels.lp_prices`` finds from the answer ``where`` in at most
+    ``pivots`` pivots, clipped to >= 0 (a valid bound whether or not they are optimal); inf
+    where it is not finite."""
+    key = np.empty(where.shape[0], dtype=np.int64)
+    for p in range(where.shape[0]):
+        key[p] = group[where[p]] if where[p] >= 0 else -1
+    pc, pm, pq, _, _ = lp_prices(ct, tc, tm, tq, g_node, n_nodes, key, pivots)
+    bound = _dual(ct, tc, tm, tq, g_node, np.maximum(pc, 0.0), np.maximum(pm, 0.0), np.maximum(pq, 0.0), gain, top)
+    return bound if np.isfinite(bound) else np.inf
 
 
 # ---- the whole search ----------------------------------------------------------------------------
@@ -1076,7 +1094,7 @@ def _kick(state, i, jc, jm, jq, garch, gnode, where, fc, fm, fq, pool, npool, on
 @kernel
 def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_q, wfd_where,
                 dense_order, rounds, min_gain, steps, sample, targets, polish_count, enough, kicks, patience, seed, fixed_value,
-                kick_rounds, kick_evict, apart):
+                kick_rounds, kick_evict, apart, pivots):
     """``fill``'s search (``fill`` module doc) on the single-GPU jobs, on top of ``base_*`` (the
     loads with the data-parallel jobs, ``fixed_value`` their compute): the WFD start
     ``wfd_where`` and the greedy starts, the best ``polish_count`` of the latter by their value,
@@ -1086,7 +1104,7 @@ def fill_search(jc, jm, jq, garch, gnode, n_nodes, n_arch, base_c, base_m, base_
     min_gain = max(min_gain, 2 * EPS)
     # the greedy starts: density order, then the price starts
     starts, values, low = _starts(jc, jm, jq, garch, gnode, n_nodes, base_c, base_m, base_q, wfd_where, dense_order,
-                                  steps, sample, targets)
+                                  steps, sample, targets, pivots)
     n_starts = values.shape[0]
     ceiling = fixed_value + low
     ranked = np.argsort(-values, kind="mergesort")            # stable: ties keep the start order

@@ -104,7 +104,7 @@ def _kernel_answers(compiled: bool) -> list:
         search = _source(fk.fill_search, compiled)
         where, value, ceiling, tried = search(
             call.c, call.m, call.q, arrays.garch, arrays.gnode, len(arrays.free_q), arrays.n_arch, *call.base,
-            call.wfd_where, dense, 2, 0.25, 60, 48, F._TARGETS, 4, 2.0, 30, 0, 7, 0.0, *F._KICK)
+            call.wfd_where, dense, 2, 0.25, 60, 48, F._TARGETS, 4, 2.0, 30, 0, 7, 0.0, *F._KICK, F.PIVOTS)
         out.append((where.tolist(), value, ceiling, tried))
         group, g_node, g_arch = fk.groups_of(arrays.garch, arrays.gnode)
         cg, sc, sm, sq, fit = fk._scaled(call.c, call.m, call.q, group, g_node, g_arch, *call.base)
@@ -377,7 +377,7 @@ def test_the_start_phase_compiled_and_as_python_gives_identical_starts():
     for seed in (3, 11):
         call, arrays, dense = _tight_call(seed)
         args = (call.c, call.m, call.q, arrays.garch, arrays.gnode, len(arrays.free_q), *call.base, call.wfd_where,
-                dense, 40, 50, F._TARGETS)
+                dense, 40, 50, F._TARGETS, F.PIVOTS)
         starts, values, low = fk._starts(*args)
         py_starts, py_values, py_low = fk._starts.py_func(*args)
         assert starts.tolist() == py_starts.tolist() and values.tolist() == py_values.tolist() and low == py_low
