@@ -46,10 +46,12 @@ def phases(repeats: int) -> dict:
     arrays = call.arrays
     dense = F._density(call.c, call.m, call.q, arrays, call.base)
 
+    lp = (F.PIVOTS,) if hasattr(F, "PIVOTS") else ()          # a checkout before the LP bound: none
+
     def run(polish: int, kicks: int, patience: int):
         return K.fill_search(call.c, call.m, call.q, arrays.garch, arrays.gnode, len(arrays.free_q), arrays.n_arch,
                              *call.base, call.wfd_where, dense, 2, 0.25, F.STEPS, F.SAMPLE, F._TARGETS, polish,
-                             F.ENOUGH, kicks, patience, 1, call.fixed_value, *F._KICK, F.PIVOTS)
+                             F.ENOUGH, kicks, patience, 1, call.fixed_value, *F._KICK, *lp)
 
     def cpu(fn) -> float:
         start = time.process_time()

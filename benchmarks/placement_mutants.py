@@ -158,6 +158,8 @@ MUTANTS.update({
     "lp_bound_clip": (_F, "np.maximum(pc, 0.0), np.maximum(pm, 0.0), np.maximum(pq, 0.0)", "pc, pm, pq"),
     "fill_lp_used": (_F, "        low = min(low, _lp_bound(", "        low = max(low, _lp_bound("),
     "fill_lp_pairs": (P + "fill.py", "    if len(call.singles) * len(arrays.garch) > LP_PAIRS:", "    if False:"),
+    "demand_table_origin": (P + "load.py", "            origin.__dict__[name] = row", "            pass"),
+    "renamed_origin_root": (P + "model.py", '        if "_origin" not in found:', "        if True:"),
 })
 TESTS.insert(0, "tests/core/placement/test_placement_lp_kernels.py")
 

@@ -132,13 +132,18 @@ def demand_table(jobs: Sequence[Job], archs: tuple[str, ...]) -> np.ndarray:
 
 
 def _store_rows(jobs: list[Job], name: str, table: np.ndarray) -> None:
-    """Cache row p of ``table`` (its bytes) on ``jobs[p]`` under ``name`` (``demand_table``)."""
+    """Cache row p of ``table`` (its bytes) on ``jobs[p]`` under ``name`` (``demand_table``), and
+    on its origin when it is a renamed copy (``Job``)."""
     data = table.tobytes()
     size = table.shape[1] * table.itemsize
     ends = range(size, len(data) + size, size)
     rows = map(data.__getitem__, map(slice, range(0, len(data), size), ends))
     for job, row in zip(jobs, rows):
-        job.__dict__[name] = row
+        found = job.__dict__
+        found[name] = row
+        origin = found.get("_origin")
+        if origin is not None:
+            origin.__dict__[name] = row          # renamed copies made from now on start with it
 
 
 def _compute_table(jobs: list[Job], archs: tuple[str, ...], width: int) -> np.ndarray:

@@ -132,7 +132,10 @@ class Job:
 
     A Job may carry derived numbers in its ``__dict__`` (``load.demand_table``'s rows, under
     ``_demand_row_...``): never part of its fields, equality, hash or ``to_dict``; valid because a
-    Job never changes (``renamed`` copies them: they do not hold the id).
+    Job never changes (``renamed`` copies them: they do not hold the id). A renamed copy also
+    keeps its *origin* (the Job first renamed, under ``_origin``), on which ``demand_table``
+    stores the rows it computes for the copy too: a study renames one template Job per trial on
+    every placement call, and copies made after the first call start with the rows.
     """
 
     id: Hashable
@@ -177,8 +180,11 @@ class Job:
         """This job under id ``job_id``: only the id is checked (the rest was on construction),
         so it is much cheaper than building an equal Job anew."""
         out = object.__new__(Job)
-        out.__dict__.update(self.__dict__)
+        found = out.__dict__
+        found.update(self.__dict__)
         object.__setattr__(out, "id", check_id("job.id", job_id))
+        if "_origin" not in found:
+            found["_origin"] = self
         return out
 
     def demand(self, arch: str) -> ArchDemand:

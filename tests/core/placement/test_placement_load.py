@@ -77,6 +77,20 @@ def test_renamed_and_copied_jobs_keep_valid_rows_and_the_cache_changes_no_compar
     np.testing.assert_array_equal(demand_table([shallow], ("H100", "A100")), reference([job], ("H100", "A100")))
 
 
+def test_rows_computed_for_renamed_copies_prime_their_template():
+    template = mixed()[2]                                # as a study's Demand renames one per trial
+    first = [template.renamed(f"t{i}") for i in range(3)]
+    table = demand_table(first, ("H100", "A100")).copy()
+    rows = {k for k in vars(template) if k.startswith("_demand_row_")}
+    assert len(rows) == 1                                # the template holds the row now
+    later = template.renamed("t9")
+    assert rows <= set(vars(later))                      # and copies made from now on start with it
+    np.testing.assert_array_equal(demand_table([later], ("H100", "A100")), table[:1])
+    again = later.renamed("t10")                         # a copy of a copy: the origin stays the template
+    assert vars(again)["_origin"] is template and "_origin" not in vars(template)
+    assert later == template.renamed("t9") and later.to_dict()["id"] == "t9"
+
+
 @dataclass(frozen=True)
 class _Sub(Job):
     pass
