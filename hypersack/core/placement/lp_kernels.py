@@ -19,6 +19,9 @@ basis, a dense m x m matrix rebuilt and factored at each pivot: exact enough, an
 small). The prices returned are the duals of the last basis; the caller bounds with L at them
 clipped to >= 0, which is a valid bound whether or not the simplex reached the optimum (weak
 duality): a pivot cap or a numerical failure can only make the bound looser, never wrong.
+
+numba caches ``fill_kernels``' compiled code with these kernels inside it and invalidates a cache
+only when its own file changes: after editing this file, touch ``fill_kernels.py`` too.
 """
 from __future__ import annotations
 
