@@ -109,18 +109,19 @@ MUTANTS.update({
 TESTS.insert(1, "tests/core/placement/test_placement_lagrange_kernels.py")
 
 # fill's Python side (issue 15): the demand table, its per-Job cache, answers in the jobs' order
+_F = P + "fill_kernels.py"
 MUTANTS.update({
     "demand_table_runtime": (P + "load.py", "longest = np.where(named < len(archs), top[:, 2], -np.inf)",
                              "longest = np.full(n, -np.inf)"),
     "demand_table_cache_key": (P + "load.py", 'name = "_demand_row_" + "_".join(a.encode().hex() for a in archs)',
                                'name = "_demand_row_"'),
     "fill_answer_order": (P + "fill.py", "placed = (at >= 0).nonzero()[0]", "placed = (at >= 0).nonzero()[0][::-1]"),
-    "fill_density_ties": (P + "fill.py", "if (tied & (by_c[1:] != by_c[:-1])).any():", "if False:"),
+    "fill_density_ties": (_F, "while u > start and jc[order[u - 1], 0] < jc[p, 0]:",
+                          "while u > start and jc[order[u - 1], 0] <= jc[p, 0]:"),
 })
 TESTS.append("tests/core/placement/test_placement_load.py")
 
 # fill's start phase (price loops over columns, shared orders, kinds): each must fail a test.
-_F = P + "fill_kernels.py"
 MUTANTS.update({
     "fk_kind_dead": (_F, "dead[kind[p]] = where[p] < 0", "dead[kind[p]] = True"),
     "fk_kinds_memory": (_F, "same = same and jc[o, a] == jc[p, a] and jm[o, a] == jm[p, a]",
@@ -133,7 +134,6 @@ MUTANTS.update({
 
 # fill's kicks and polish (the pools as every job in order, the undo journal, the stop rules,
 # the refill/evict skips where they cannot gain, polish's skipped last search)
-_F = P + "fill_kernels.py"
 MUTANTS.update({
     "fk_undo_where": (_F, "            where[ong[i, k]] = -1\n", "            pass\n"),
     "fk_pool_member": (_F, "while k >= 0 and where[pool[a, k]] >= 0:", "while k >= 0 and where[pool[a, k]] > 0:"),
@@ -157,6 +157,7 @@ MUTANTS.update({
     "lp_pivot_new_key": (_L, "            key[q] = nk_var[k]\n", "            key[q] = -1\n"),
     "lp_bound_clip": (_F, "np.maximum(pc, 0.0), np.maximum(pm, 0.0), np.maximum(pq, 0.0)", "pc, pm, pq"),
     "fill_lp_used": (_F, "        low = min(low, _lp_bound(", "        low = max(low, _lp_bound("),
+    "fill_density_cost": (_F, "cost = c * w_c + jq[p] * w_q + jm[p, 0] * w_m", "cost = c * w_c + jq[p] * w_q"),
     "fill_lp_pairs": (P + "fill.py", "    if len(call.singles) * len(arrays.garch) > LP_PAIRS:", "    if False:"),
     "demand_table_origin": (P + "load.py", "            origin.__dict__[name] = row", "            pass"),
     "renamed_origin_root": (P + "model.py", '        if "_origin" not in found:', "        if True:"),

@@ -170,32 +170,9 @@ class _Arrays:
 
 def _density(c: np.ndarray, m: np.ndarray, q: np.ndarray, arrays: _Arrays, base: tuple) -> np.ndarray:
     """``density_order``'s order (positions) of the single-GPU jobs with demands ``c``/``m``
-    (on the first architecture) and ``q``, on what ``base`` (compute, memory, cores) leaves."""
-    count = len(arrays.garch)
-    if count == 0:
-        return np.arange(len(q), dtype=np.int64)
-    cap_c, cap_m, cap_q = (float(_SUM(np.maximum(b, 0.0))) for b in base)
-    c0, m0 = c[:, 0], m[:, 0]
-    weights = []
-    for want, cap in ((float(_SUM(c0)), cap_c), (float(_SUM(q)), cap_q), (float(_SUM(m0)), cap_m)):
-        weights.append(0.0 if cap <= EPS else (want / cap) / (cap / count))
-    cost = np.multiply(c0, weights[0])
-    cost += np.multiply(q, weights[1])
-    cost += np.multiply(m0, weights[2])
-    density = np.empty(len(q))
-    density.fill(_INF)
-    np.divide(c0, cost, out=density, where=cost > EPS)
-    np.negative(density, out=density)                   # highest density first
-    order = density.argsort(kind="stable")
-    # lexsort((-c0, density)) is this order unless two jobs of equal density differ in compute
-    # (those with equal compute too stay in the given order either way)
-    ranked = density[order]
-    tied = ranked[1:] == ranked[:-1]
-    if tied.any():
-        by_c = c0[order]
-        if (tied & (by_c[1:] != by_c[:-1])).any():
-            order = np.lexsort((-c0, density))
-    return order.astype(np.int64, copy=False)
+    (on the first architecture) and ``q``, on what ``base`` (compute, memory, cores) leaves
+    (``fill_kernels.density_order``)."""
+    return _kernels().density_order(c, m, q, *base)
 
 
 def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_gain: float) -> dict:

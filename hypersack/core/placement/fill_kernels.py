@@ -1070,6 +1070,55 @@ def _lp_bound(where, group, ct, tc, tm, tq, g_node, n_nodes, pivots, gain, top):
     return bound if np.isfinite(bound) else np.inf
 
 
+@kernel
+def _weight(want, cap, count):
+    """``fill.density_order``'s pressure weight of a resource: (want / cap) / (cap / count)."""
+    return 0.0 if cap <= EPS else (want / cap) / (cap / count)
+
+
+@kernel
+def density_order(jc, jm, jq, base_c, base_m, base_q):
+    """``fill.density_order``'s order of the jobs (positions) on the loads ``base_*``: by density
+    ``c / (w_c c + w_q q + w_m m)`` (c, m on the first architecture) descending (a cost <= EPS:
+    first), ties by compute descending, then by position; the weights as ``density_order``'s
+    (what the jobs ask of a resource over what is left, over what an average GPU has left)."""
+    n, count = jq.shape[0], base_c.shape[0]
+    order = np.arange(n)
+    if count == 0:
+        return order
+    cap_c, cap_m, cap_q, want_c, want_m, want_q = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    for i in range(count):
+        cap_c += max(base_c[i], 0.0)
+        cap_m += max(base_m[i], 0.0)
+    for k in range(base_q.shape[0]):
+        cap_q += max(base_q[k], 0.0)
+    for p in range(n):
+        want_c += jc[p, 0]
+        want_m += jm[p, 0]
+        want_q += jq[p]
+    w_c, w_q, w_m = _weight(want_c, cap_c, count), _weight(want_q, cap_q, count), _weight(want_m, cap_m, count)
+    density = np.empty(n)
+    for p in range(n):
+        c = jc[p, 0]
+        cost = c * w_c + jq[p] * w_q + jm[p, 0] * w_m
+        density[p] = -(c / cost) if cost > EPS else -np.inf
+    order = np.argsort(density, kind="mergesort")          # stable
+    start = 0
+    while start < n:                                         # runs of equal density: by compute
+        end = start + 1
+        while end < n and density[order[end]] == density[order[start]]:
+            end += 1
+        for t in range(start + 1, end):                      # stable insertion, highest compute first
+            p = order[t]
+            u = t
+            while u > start and jc[order[u - 1], 0] < jc[p, 0]:
+                order[u] = order[u - 1]
+                u -= 1
+            order[u] = p
+        start = end
+    return order
+
+
 # ---- the whole search ----------------------------------------------------------------------------
 
 @kernel

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hypersack.core.placement import fill_kernels
 from hypersack.core.placement.fill import _Arrays, _density, fill
 from hypersack.core.placement.load import InJobOrder, Load, by_runtime, demand_table
 from hypersack.placement import GPU, Cluster, Job, Node, assign
@@ -178,3 +179,5 @@ def test_the_density_order_is_lexsorts_also_for_jobs_of_equal_density(shapes):
     cost = weights[0] * c0 + weights[1] * q + weights[2] * m0
     density = np.where(cost > 1e-9, c0 / np.where(cost > 1e-9, cost, 1.0), np.inf)
     assert got.tolist() == np.lexsort((-c0, -density)).tolist()
+    plain = getattr(fill_kernels.density_order, "py_func", fill_kernels.density_order)
+    assert plain(arrays.c, arrays.m, arrays.q, *base).tolist() == got.tolist()     # compiled = Python
