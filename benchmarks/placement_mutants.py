@@ -153,7 +153,9 @@ MUTANTS.update({
     "lp_ratio_alone": (_L, "    if e_job >= 0 and not entering_seen:", "    if False:"),
     "lp_enter_slack": (_L, "if not slack_basic[i] and -pi[i] > best:", "if not slack_basic[i] and pi[i] > best:"),
     "lp_transposed_perm": (_L, "        out[perm[i]] = scratch[i]", "        out[i] = scratch[i]"),
-    "lp_rhs_keys": (_L, "                rhs[n_groups + g] -= tm[g, p]", "                rhs[n_groups + g] -= 0.0"),
+    "lp_rhs_keys": (_L, "    rows[n_groups + g] += sign * tm[g, p]", "    rows[n_groups + g] += 0.0"),
+    "lp_left_update": (_L, "                _use(left, before, leave_job, 1.0, tc, tm, tq, g_node, n_groups)", "                pass"),
+    "lp_sigma_key": (_L, "            sigma[p] = r if key[p] == g else sigma[p]", "            sigma[p] = r if top[p] == g else sigma[p]"),
     "lp_pivot_new_key": (_L, "            key[q] = nk_var[k]\n", "            key[q] = -1\n"),
     "lp_bound_clip": (_F, "np.maximum(pc, 0.0), np.maximum(pm, 0.0), np.maximum(pq, 0.0)", "pc, pm, pq"),
     "fill_lp_used": (_F, "        low = min(low, _lp_bound(", "        low = max(low, _lp_bound("),
@@ -177,7 +179,9 @@ def run(name: str) -> bool:
         if old not in text:
             raise SystemExit(f"{name}: the text to mutate is not in {path}")
         target.write_text(text.replace(old, new, 1))
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *TESTS],
+        # (not the test of lp_kernels' hash in fill_kernels: any edit of lp_kernels fails it)
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                               "-k", "not holds_the_current_hash", *TESTS],
                               cwd=tmp, env={"PYTHONPATH": tmp, "PATH": "/usr/bin:/bin"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return proc.returncode != 0

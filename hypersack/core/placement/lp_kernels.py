@@ -20,8 +20,9 @@ small). The prices returned are the duals of the last basis; the caller bounds w
 clipped to >= 0, which is a valid bound whether or not the simplex reached the optimum (weak
 duality): a pivot cap or a numerical failure can only make the bound looser, never wrong.
 
-numba caches ``fill_kernels``' compiled code with these kernels inside it and invalidates a cache
-only when its own file changes: after editing this file, touch ``fill_kernels.py`` too.
+numba caches ``fill_kernels``' compiled code with these kernels inside it and invalidates that
+cache only when the text of ``fill_kernels.py`` changes: that file holds this one's hash
+(``LP_KERNELS_SHA``, checked by a test), so a change here changes it too.
 """
 from __future__ import annotations
 
@@ -41,6 +42,14 @@ def _add(w, k, g, p, sign, tc, tm, tq, g_node, n_groups):  # pragma: no cover - 
     w[g, k] += sign * tc[g, p]
     w[n_groups + g, k] += sign * tm[g, p]
     w[2 * n_groups + g_node[g], k] += sign * tq[g, p]
+
+
+@inline_kernel
+def _use(rows, g, p, sign, tc, tm, tq, g_node, n_groups):  # pragma: no cover - compiled (tested via py_func)
+    """``rows`` += ``sign`` x job ``p``'s demands on group ``g``'s rows."""
+    rows[g] += sign * tc[g, p]
+    rows[n_groups + g] += sign * tm[g, p]
+    rows[2 * n_groups + g_node[g]] += sign * tq[g, p]
 
 
 @kernel
@@ -106,26 +115,26 @@ def _solve_transposed(lu, perm, b, scratch, out):
 
 
 @kernel
-def _price(ct, tc, tm, tq, g_node, key, pi, sigma):
-    """Per job its dual ``sigma`` (the reduced profit of its key at the prices ``pi``; 0 when the
-    key is its slack)."""
-    n_groups = ct.shape[0]
-    for p in range(key.shape[0]):
-        g = key[p]
-        if g < 0:
-            sigma[p] = 0.0
-        else:
-            sigma[p] = ct[g, p] - tc[g, p] * pi[g] - tm[g, p] * pi[n_groups + g] \
-                - tq[g, p] * pi[2 * n_groups + g_node[g]]
-
-
-@kernel
-def _entering(ct, tc, tm, tq, g_node, key, pi, sigma, slack_basic, nk_job, nk_var):
-    """The nonbasic variable of the largest reduced cost above ``ENTER``: (job or -1, group or
-    -1 for the job's slack, or the row of a coupling slack when the job is -1); (-2, -2) when
-    none (the basis is optimal)."""
+def _entering(ct, tc, tm, tq, g_node, key, pi, sigma, slack_basic, nk_job, nk_var, gain, top):
+    """The nonbasic variable of the largest reduced cost above ``ENTER`` at the prices ``pi`` (a
+    job's placements: its best group's, ties to the lower group): (job or -1, group or -1 for
+    the job's slack, or the row of a coupling slack when the job is -1); (-2, -2) when none
+    (the basis is optimal). ``sigma`` (per job: its key's reduced profit, 0 for its slack),
+    ``gain`` and ``top`` are written (room, per job)."""
     n_groups, n_jobs = ct.shape
     m = pi.shape[0]
+    for p in range(n_jobs):
+        gain[p] = -np.inf
+        top[p] = -1
+        sigma[p] = 0.0
+    for g in range(n_groups):                    # one pass per group over the jobs (vectorized)
+        price_c, price_m, price_q = pi[g], pi[n_groups + g], pi[2 * n_groups + g_node[g]]
+        for p in range(n_jobs):
+            r = ct[g, p] - tc[g, p] * price_c - tm[g, p] * price_m - tq[g, p] * price_q
+            higher = r > gain[p]
+            gain[p] = r if higher else gain[p]
+            top[p] = g if higher else top[p]
+            sigma[p] = r if key[p] == g else sigma[p]
     best, e_job, e_var = ENTER, -2, -2
     for i in range(m):
         if not slack_basic[i] and -pi[i] > best:
@@ -138,12 +147,10 @@ def _entering(ct, tc, tm, tq, g_node, key, pi, sigma, slack_basic, nk_job, nk_va
                     basic = True
             if not basic:
                 best, e_job, e_var = -sigma[p], p, -1
-    for g in range(n_groups):
-        price_c, price_m, price_q = pi[g], pi[n_groups + g], pi[2 * n_groups + g_node[g]]
-        for p in range(n_jobs):
-            r = ct[g, p] - tc[g, p] * price_c - tm[g, p] * price_m - tq[g, p] * price_q - sigma[p]
-            if r > best:
-                best, e_job, e_var = r, p, g
+    for p in range(n_jobs):
+        r = gain[p] - sigma[p]
+        if r > best:
+            best, e_job, e_var = r, p, top[p]
     return e_job, e_var
 
 
@@ -160,18 +167,16 @@ def lp_prices(ct, tc, tm, tq, g_node, n_nodes, start, max_pivots):
     slack_basic = np.ones(m, dtype=np.bool_)
     w, perm = np.empty((m, m)), np.empty(m, dtype=np.int64)
     rhs, cost, x, pi, alpha, scratch = np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m)
-    sigma = np.empty(n_jobs)
+    sigma, gain, top = np.empty(n_jobs), np.empty(n_jobs), np.empty(n_jobs, dtype=np.int64)
     found = np.zeros(m)
+    left = np.ones(m)                             # 1 - what the keys use of each row
+    for p in range(n_jobs):
+        if key[p] >= 0:
+            _use(left, key[p], p, -1.0, tc, tm, tq, g_node, n_groups)
     pivots, optimal = 0, False
     while True:
         w[:, :] = 0.0
-        rhs[:] = 1.0
-        for p in range(n_jobs):
-            g = key[p]
-            if g >= 0:
-                rhs[g] -= tc[g, p]
-                rhs[n_groups + g] -= tm[g, p]
-                rhs[2 * n_groups + g_node[g]] -= tq[g, p]
+        rhs[:] = left
         for k in range(m):
             p, v = nk_job[k], nk_var[k]
             if p < 0:
@@ -190,8 +195,7 @@ def lp_prices(ct, tc, tm, tq, g_node, n_nodes, start, max_pivots):
         _solve(w, perm, rhs, x)
         _solve_transposed(w, perm, cost, scratch, pi)
         found[:] = pi
-        _price(ct, tc, tm, tq, g_node, key, pi, sigma)
-        e_job, e_var = _entering(ct, tc, tm, tq, g_node, key, pi, sigma, slack_basic, nk_job, nk_var)
+        e_job, e_var = _entering(ct, tc, tm, tq, g_node, key, pi, sigma, slack_basic, nk_job, nk_var, gain, top)
         if e_job == -2:
             optimal = True
             break
@@ -216,7 +220,13 @@ def lp_prices(ct, tc, tm, tq, g_node, n_nodes, start, max_pivots):
         if leave_k == -2:
             break                                     # unbounded: not for this LP (numerics)
         pivots += 1
+        before = key[leave_job] if leave_k < 0 else -1
         _pivot(leave_k, leave_job, e_job, e_var, key, nk_job, nk_var, slack_basic)
+        if leave_k < 0 and key[leave_job] != before:  # a job's key changed: what keys use too
+            if before >= 0:
+                _use(left, before, leave_job, 1.0, tc, tm, tq, g_node, n_groups)
+            if key[leave_job] >= 0:
+                _use(left, key[leave_job], leave_job, -1.0, tc, tm, tq, g_node, n_groups)
     return found[:n_groups].copy(), found[n_groups:2 * n_groups].copy(), found[2 * n_groups:].copy(), pivots, optimal
 
 

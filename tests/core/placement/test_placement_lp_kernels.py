@@ -208,3 +208,12 @@ def test_fill_bounds_at_the_duals_clipped_to_zero(monkeypatch):
     where = np.full(n_jobs, -1, dtype=np.int64)
     got = fk._lp_bound.py_func(where, group, *lp, 10, np.empty(n_jobs), np.empty(n_jobs, dtype=np.int64))
     assert got == pytest.approx(want, rel=1e-9)                  # not below: the memory prices as 0
+
+
+def test_fill_kernels_holds_the_current_hash_of_lp_kernels():
+    """numba would keep fill_kernels' cached code, with the old LP inside, after a change to
+    lp_kernels alone: the hash in fill_kernels.py makes its text change too."""
+    import hashlib
+    from pathlib import Path
+    digest = hashlib.sha256(Path(lk.__file__).read_bytes()).hexdigest()[:16]
+    assert fk.LP_KERNELS_SHA == digest, f"set fill_kernels.LP_KERNELS_SHA = {digest!r} (lp_kernels.py changed)"
