@@ -2,6 +2,7 @@
 
     python benchmarks/fill_lp.py              # the 170 stored tight instances and 384 x 16
     python benchmarks/fill_lp.py --sizes      # the LP's cost at larger sizes (why LP_PAIRS)
+    python benchmarks/fill_lp.py --per-instance   # fill with and without it, per tight instance
 
 Per instance, on ``fill``'s own arrays (its single-GPU jobs, the greedy starts' best as the first
 basis): the bound at the simplex's duals against HiGHS's optimum of the same LP (scipy), the
@@ -9,7 +10,9 @@ subgradient's L of the price runs, the pivots, and the LP's CPU microseconds (be
 the summary: the largest relative difference from HiGHS, the pivots' mean and maximum, and how
 much tighter the LP is than L. ``--sizes``: tight instances of seed 7's jobs repeated on larger
 clusters, with ``fill``'s CPU ms with the LP (``pivots`` = 200, ``LP_PAIRS`` lifted) and without
-(best of 3), its answers' values, and the LP's pivots.
+(best of 3), its answers' values, and the LP's pivots. ``--per-instance``: ``fill``'s CPU ms on
+each of the first 140 tight instances with the LP and with ``pivots=0`` (best of 3 each, by
+turns): the 5 slowest, the means, and how many are more than 5% slower with it.
 """
 from __future__ import annotations
 
@@ -121,11 +124,35 @@ def sizes() -> list:
     return out
 
 
+def per_instance() -> dict:
+    from hypersack.placement import assign
+    rows = []
+    for seed in range(140):
+        jobs, cluster = make_instance(seed)
+        best = {"lp": np.inf, "no_lp": np.inf}
+        assign(jobs, cluster, "fill")
+        for _ in range(3):
+            for label, options in (("lp", {}), ("no_lp", {"pivots": 0})):
+                start = time.process_time()
+                assign(jobs, cluster, "fill", **options)
+                best[label] = min(best[label], time.process_time() - start)
+        rows.append({"seed": seed, "jobs": len(jobs), "lp_ms": round(best["lp"] * 1e3, 2),
+                     "no_lp_ms": round(best["no_lp"] * 1e3, 2)})
+    rows.sort(key=lambda r: -r["lp_ms"])
+    return {"slowest": rows[:5], "mean_lp_ms": round(float(np.mean([r["lp_ms"] for r in rows])), 2),
+            "mean_no_lp_ms": round(float(np.mean([r["no_lp_ms"] for r in rows])), 2),
+            "slower_by_5pct": sum(r["lp_ms"] > 1.05 * r["no_lp_ms"] for r in rows)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", action="store_true")
-    if parser.parse_args().sizes:
+    parser.add_argument("--per-instance", action="store_true")
+    args = parser.parse_args()
+    if args.sizes:
         sizes()
+    elif args.per_instance:
+        print(json.dumps(per_instance(), indent=1))
     else:
         print(json.dumps(exactness(), indent=1))
 
