@@ -35,7 +35,7 @@ from hypersack.core.placement.lp_kernels import lp_prices
 #: The first 16 hex digits of lp_kernels.py's sha256. numba caches this module's compiled code
 #: with lp_kernels' kernels inside it and invalidates that cache only when the text of this file
 #: changes: this line changes with lp_kernels (a test checks that it is current).
-LP_KERNELS_SHA = "6d61a8739bb8d093"
+LP_KERNELS_SHA = "b746e9210c1ce9c4"
 
 EPS = 1e-9
 SCAN = 16          # add/swap: candidates looked at below the best compute (improve._SCAN)

@@ -207,14 +207,9 @@ def lp_prices(ct, tc, tm, tq, g_node, n_nodes, start, max_pivots):
             rhs[e_var] = 1.0
         else:
             if e_var >= 0:
-                rhs[e_var] += tc[e_var, e_job]
-                rhs[n_groups + e_var] += tm[e_var, e_job]
-                rhs[2 * n_groups + g_node[e_var]] += tq[e_var, e_job]
-            g = key[e_job]
-            if g >= 0:
-                rhs[g] -= tc[g, e_job]
-                rhs[n_groups + g] -= tm[g, e_job]
-                rhs[2 * n_groups + g_node[g]] -= tq[g, e_job]
+                _use(rhs, e_var, e_job, 1.0, tc, tm, tq, g_node, n_groups)
+            if key[e_job] >= 0:
+                _use(rhs, key[e_job], e_job, -1.0, tc, tm, tq, g_node, n_groups)
         _solve(w, perm, rhs, alpha)
         leave_k, leave_job, theta, size = _ratio(x, alpha, nk_job, e_job)
         if leave_k == -2:
