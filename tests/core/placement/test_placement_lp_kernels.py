@@ -217,3 +217,23 @@ def test_fill_kernels_holds_the_current_hash_of_lp_kernels():
     from pathlib import Path
     digest = hashlib.sha256(Path(lk.__file__).read_bytes()).hexdigest()[:16]
     assert fk.LP_KERNELS_SHA == digest, f"set fill_kernels.LP_KERNELS_SHA = {digest!r} (lp_kernels.py changed)"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_degenerate_lps_with_repeated_jobs_and_round_demands_reach_the_optimum(seed):
+    """Jobs repeated 3 times with demands in quarters of a row (ties in every ratio test and
+    pricing): the simplex still ends at HiGHS's optimum, within its pivots."""
+    rng = np.random.default_rng(100 + seed)
+    n_groups, n_nodes, kinds = 3, 2, 10
+    g_node = np.array([0, 0, 1])
+    ct = np.repeat(rng.integers(1, 5, (n_groups, kinds)).astype(float), 3, axis=1)
+    tc = np.repeat(rng.integers(0, 3, (n_groups, kinds)) / 4.0, 3, axis=1)
+    tm = np.repeat(rng.integers(0, 3, (n_groups, kinds)) / 4.0, 3, axis=1)
+    tq = np.repeat(rng.integers(0, 2, (1, kinds)) / 4.0, 3, axis=1).repeat(n_groups, axis=0)
+    ct[:, :3] = -np.inf if seed % 2 else ct[:, :3]          # a kind no group takes
+    lp = (ct, tc, tm, tq, g_node, n_nodes)
+    want = _highs(*lp)
+    for start in (np.full(ct.shape[1], -1, dtype=np.int64), _greedy(lp, range(ct.shape[1]))):
+        pc, pm, pq, pivots, optimal = lk.lp_prices(*lp, start, 10_000)
+        assert optimal
+        assert _bound(lp, pc, pm, pq) == pytest.approx(want, rel=1e-9, abs=1e-9)
