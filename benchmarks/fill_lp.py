@@ -3,6 +3,7 @@
     python benchmarks/fill_lp.py              # the 170 stored tight instances and 384 x 16
     python benchmarks/fill_lp.py --sizes      # the LP's cost at larger sizes (why LP_PAIRS)
     python benchmarks/fill_lp.py --per-instance   # fill with and without it, per tight instance
+    python benchmarks/fill_lp.py --fuzz 3000      # random degenerate LPs against HiGHS
 
 Per instance, on ``fill``'s own arrays (its single-GPU jobs, the greedy starts' best as the first
 basis): the bound at the simplex's duals against HiGHS's optimum of the same LP (scipy), the
@@ -12,7 +13,10 @@ much tighter the LP is than L. ``--sizes``: tight instances of seed 7's jobs rep
 clusters, with ``fill``'s CPU ms with the LP (``pivots`` = 200, ``LP_PAIRS`` lifted) and without
 (best of 3), its answers' values, and the LP's pivots. ``--per-instance``: ``fill``'s CPU ms on
 each of the first 140 tight instances with the LP and with ``pivots=0`` (best of 3 each, by
-turns): the 5 slowest, the means, and how many are more than 5% slower with it.
+turns): the 5 slowest, the means, and how many are more than 5% slower with it. ``--fuzz N``: N
+random degenerate LPs (1-5 groups, jobs repeated 1-3 times, demands in halves to thousandths of
+a row, some pairs barred), each from no placement and from a random greedy one: how many bounds
+are below HiGHS's optimum (invalid), optimal but not equal to it, or capped at 5,000 pivots.
 """
 from __future__ import annotations
 
@@ -144,12 +148,60 @@ def per_instance() -> dict:
             "slower_by_5pct": sum(r["lp_ms"] > 1.05 * r["no_lp_ms"] for r in rows)}
 
 
+def _greedy_start(lp, order) -> np.ndarray:
+    """Jobs in ``order``, each on its first group with room on every row (a feasible start)."""
+    ct, tc, tm, tq, g_node, n_nodes = lp
+    left = np.ones(2 * ct.shape[0] + n_nodes)
+    key = np.full(ct.shape[1], -1, dtype=np.int64)
+    for p in order:
+        for g in range(ct.shape[0]):
+            rows = (g, ct.shape[0] + g, 2 * ct.shape[0] + g_node[g])
+            need = (tc[g, p], tm[g, p], tq[g, p])
+            if np.isfinite(ct[g, p]) and all(d <= left[r] for r, d in zip(rows, need)):
+                for r, d in zip(rows, need):
+                    left[r] -= d
+                key[p] = g
+                break
+    return key
+
+
+def fuzz(count: int) -> dict:
+    out = {"lps": 0, "invalid": 0, "not_exact": 0, "capped": 0, "max_pivots": 0}
+    for seed in range(count):
+        rng = np.random.default_rng(seed)
+        n_groups = int(rng.integers(1, 6))
+        n_nodes = int(rng.integers(1, n_groups + 1))
+        g_node = np.sort(np.concatenate([np.arange(n_nodes), rng.integers(0, n_nodes, n_groups - n_nodes)]))
+        kinds, repeat, unit = int(rng.integers(1, 15)), int(rng.integers(1, 4)), int(rng.choice([2, 4, 8, 1000]))
+        ct = np.repeat(rng.integers(0, 6, (n_groups, kinds)).astype(float), repeat, axis=1)
+        ct[rng.random(ct.shape) < 0.2] = -np.inf
+        tc, tm = (np.repeat(rng.integers(0, 4, (n_groups, kinds)) / unit, repeat, axis=1) for _ in range(2))
+        tq = np.repeat(rng.integers(0, 3, (1, kinds)) / unit, repeat, axis=1).repeat(n_groups, axis=0)
+        lp = (ct, tc, tm, tq, g_node, n_nodes)
+        want = _highs(*lp) if np.isfinite(ct).any() else 0.0
+        n = ct.shape[1]
+        gain, top = np.empty(n), np.empty(n, dtype=np.int64)
+        for start in (np.full(n, -1, dtype=np.int64), _greedy_start(lp, rng.permutation(n))):
+            pc, pm, pq, pivots, optimal = LP.lp_prices(*lp, start, 5_000)
+            bound = K._dual(ct, tc, tm, tq, g_node, np.maximum(pc, 0), np.maximum(pm, 0), np.maximum(pq, 0), gain, top)
+            tol = 1e-7 * max(1.0, abs(want))
+            out["lps"] += 1
+            out["max_pivots"] = max(out["max_pivots"], int(pivots))
+            out["capped"] += not optimal
+            out["invalid"] += bound < want - tol
+            out["not_exact"] += bool(optimal and abs(bound - want) > tol)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", action="store_true")
     parser.add_argument("--per-instance", action="store_true")
+    parser.add_argument("--fuzz", type=int, default=0, metavar="N")
     args = parser.parse_args()
-    if args.sizes:
+    if args.fuzz:
+        print(json.dumps(fuzz(args.fuzz)))
+    elif args.sizes:
         sizes()
     elif args.per_instance:
         print(json.dumps(per_instance(), indent=1))
