@@ -21,8 +21,8 @@ The ratio of a policy on an instance = its placed compute (Eq. 5) / CP-SAT's bes
 (the optimum when CP-SAT proved it), and / CP-SAT's proven upper bound (a lower bound on the
 ratio to the true optimum). CP-SAT's results are stored in benchmarks/tight_optima.json with its
 status, so the ratios are reproducible without re-solving. ``--speed``: the best of 5 ``assign()``
-calls on SP4-like 384 jobs x 16 GPUs (of 2 at 10,000 jobs x 1,024 GPUs with two architectures),
-tight instances of those sizes.
+calls (``--repeats``) on SP4-like 384 jobs x 16 GPUs (of 2 at 10,000 jobs x 1,024 GPUs with two
+architectures), tight instances of those sizes, the policies' calls taking turns.
 """
 from __future__ import annotations
 
