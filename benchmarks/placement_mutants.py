@@ -116,8 +116,7 @@ MUTANTS.update({
     "demand_table_cache_key": (P + "load.py", 'name = "_demand_row_" + "_".join(a.encode().hex() for a in archs)',
                                'name = "_demand_row_"'),
     "fill_answer_order": (P + "fill.py", "placed = (at >= 0).nonzero()[0]", "placed = (at >= 0).nonzero()[0][::-1]"),
-    "fill_density_ties": (_F, "while u > start and jc[order[u - 1], 0] < jc[p, 0]:",
-                          "while u > start and jc[order[u - 1], 0] <= jc[p, 0]:"),
+    "fill_density_ties": (_F, "return _order_by(_order_by(order, jc[:, 0].copy()), key)", "return _order_by(order, key)"),
 })
 TESTS.append("tests/core/placement/test_placement_load.py")
 

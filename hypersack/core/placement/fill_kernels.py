@@ -755,7 +755,7 @@ def _radix_order(ranked, key):
 @kernel
 def _order_by(ranked, key):
     """The jobs of ``ranked`` by ``key`` descending, ties in ``ranked``'s order (``ranked[np.argsort(
-    -key[ranked], kind="mergesort")]``; no NaN in ``key``): a bucket sort, one bucket per job over
+    -key[ranked], kind="mergesort")]``; no NaN in ``key``; +inf: by ``_radix_order``): a bucket sort, one bucket per job over
     the finite keys' range (the bucket is a monotone function of the key: IEEE rounding is) and
     one for -inf, each sorted by insertion, or by ``_radix_order`` where it holds more than
     ``BUCKET`` jobs (keys far from evenly spread)."""
@@ -765,10 +765,10 @@ def _order_by(ranked, key):
         x = key[ranked[t]]
         if x > -np.inf:
             lo, hi = min(lo, x), max(hi, x)
+    if hi > 1e300 or lo < -1e300 or (hi > lo and hi - lo < 1e-300):
+        return _radix_order(ranked, key)                 # +inf, or the span or its scale would overflow
     scale = 0.0
     if hi > lo:
-        if hi > 1e300 or lo < -1e300 or hi - lo < 1e-300:
-            return _radix_order(ranked, key)             # the span or its scale would overflow
         scale = (n - 1) / (hi - lo)
     count = np.zeros(n + 2, dtype=np.int64)
     slot = np.empty(n, dtype=np.int64)
@@ -1085,8 +1085,9 @@ def _weight(want, cap, count):
 def density_order(jc, jm, jq, base_c, base_m, base_q):
     """``fill.density_order``'s order of the jobs (positions) on the loads ``base_*``: by density
     ``c / (w_c c + w_q q + w_m m)`` (c, m on the first architecture) descending (a cost <= EPS:
-    first), ties by compute descending, then by position; the weights as ``density_order``'s
-    (what the jobs ask of a resource over what is left, over what an average GPU has left)."""
+    first), ties by compute descending, then by position (two stable ``_order_by`` passes); the
+    weights as ``density_order``'s (what the jobs ask of a resource over what is left, over what
+    an average GPU has left)."""
     n, count = jq.shape[0], base_c.shape[0]
     order = np.arange(n)
     if count == 0:
@@ -1102,26 +1103,12 @@ def density_order(jc, jm, jq, base_c, base_m, base_q):
         want_m += jm[p, 0]
         want_q += jq[p]
     w_c, w_q, w_m = _weight(want_c, cap_c, count), _weight(want_q, cap_q, count), _weight(want_m, cap_m, count)
-    density = np.empty(n)
+    key = np.empty(n)                                        # density: c / cost, highest first
     for p in range(n):
         c = jc[p, 0]
         cost = c * w_c + jq[p] * w_q + jm[p, 0] * w_m
-        density[p] = -(c / cost) if cost > EPS else -np.inf
-    order = np.argsort(density, kind="mergesort")          # stable
-    start = 0
-    while start < n:                                         # runs of equal density: by compute
-        end = start + 1
-        while end < n and density[order[end]] == density[order[start]]:
-            end += 1
-        for t in range(start + 1, end):                      # stable insertion, highest compute first
-            p = order[t]
-            u = t
-            while u > start and jc[order[u - 1], 0] < jc[p, 0]:
-                order[u] = order[u - 1]
-                u -= 1
-            order[u] = p
-        start = end
-    return order
+        key[p] = c / cost if cost > EPS else np.inf
+    return _order_by(_order_by(order, jc[:, 0].copy()), key)    # ties: by compute, then position
 
 
 # ---- the whole search ----------------------------------------------------------------------------

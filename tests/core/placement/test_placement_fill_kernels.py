@@ -334,7 +334,7 @@ def test_the_price_kernels_give_the_row_wise_algorithms_answers(cluster, job_lis
 
 
 @SETTINGS
-@given(st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, 2.5, -3.0, -np.inf, 1e300, -1e300]),
+@given(st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, 2.5, -3.0, -np.inf, np.inf, 1e300, -1e300]),
                           st.floats(-1e3, 1e3), st.floats(allow_nan=False, allow_infinity=False).map(lambda x: x ** 3
                                                                                                       if abs(x) < 1e100
                                                                                                       else x)),
