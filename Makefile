@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	@echo "==> [3/3] installing hypersack and its dependencies (-e .[dev], pinned by $(or $(CONSTRAINTS),nothing))"
 	$(PIP) $(PIN) -e ".[dev]"
 	@echo "==> compiling the placement kernels once (numba caches them; ~40 s of CPU)"
-	$(BIN)/python -m hypersack.warm
+	$(BIN)/python -m hypersack.placement.warm
 	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 	@echo "==> $(VENV) is ready"

@@ -6,7 +6,7 @@ import pytest
 from hypersack.core.allocator import Demand
 from hypersack.core.demand import (DEFAULT_CONTEXT_GB, history_demand, member_demand,
                                    memory_floor_after_oom, needs_mps, with_history)
-from hypersack.core.placement import Job
+from hypersack.placement import Job
 from hypersack.errors import ConfigError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.trial import Launch, ResultReported, Stop
 from hypersack.errors import ConfigError
 from hypersack.sim.curves import CurveParams, ParametricCurves
