@@ -88,7 +88,7 @@ class Allocator:
         """The devices with the running trials' load, as an immutable placement Cluster."""
         return self._live.snapshot() if self._live is not None else self._cluster
 
-    def _assign(self, jobs: list[Any]) -> dict:
+    def _assign(self, jobs: list[Any]) -> dict[Any, Any]:
         if self._live is not None:
             return self._live.assign_checked(jobs, self.policy, self._checked or {})
         from hypersack.placement import assign
