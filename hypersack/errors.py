@@ -93,6 +93,23 @@ class UnsafePathError(HyperSackError):
         super().__init__(f"{self.path!r} {problem}")
 
 
+class StudyExistsError(StorageError):
+    """A study of that name is stored already; the message names every way on."""
+
+    def __init__(self, name: str, path: str):
+        self.name = name
+        super().__init__(
+            f"A study named {name!r} already exists in {path}. Continue it: 'hypersack resume "
+            f"{name}', 'hypersack run FILE --resume', or Study.run(if_exists='resume') "
+            "(load_if_exists=True); start it over: 'hypersack run FILE --replace' or "
+            "Study.run(if_exists='replace'); or give the study another name")
+
+
+class TrialsFailingError(HyperSackError):
+    """Trials failed the same way ``max_failures`` times in a row, so the study stopped
+    (resumable once the cause is fixed)."""
+
+
 class StudyBusyError(StorageError):
     """Another live driver holds the study (its lease names host, pid and last heartbeat)."""
 

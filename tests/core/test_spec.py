@@ -269,7 +269,7 @@ def test_objective_parse_returns_an_objective_unchanged():
 
 
 @pytest.mark.parametrize("given, field, value_text", [
-    (("acc", "maximize"), "objective.mode", "'maximize'"),
+    (("acc", "maximum"), "objective.mode", "'maximum'"),
     ({"metric": "acc", "mode": "MAX"}, "objective.mode", "'MAX'"),
     ({"metric": "acc", "direction": "max"}, "objective.direction", "'max'"),
     ({"mode": "min"}, "objective.metric", "None"),
@@ -284,6 +284,13 @@ def test_objective_parse_errors(given, field, value_text):
     with pytest.raises(ConfigError) as exc:
         Objective.parse(given)
     assert exc.value.field == field and value_text in str(exc.value)
+
+
+@pytest.mark.parametrize("word, mode", [("minimize", "min"), ("maximize", "max")])
+def test_optunas_directions_are_read_as_modes(word, mode):
+    assert Objective.parse(("acc", word)).mode == mode
+    assert Objective.parse({"metric": "acc", "mode": word}).to_dict() == {"metric": "acc",
+                                                                          "mode": mode}
 
 
 def test_objective_comparisons():
