@@ -129,3 +129,7 @@ class StorageCorruptError(StorageError):
 class ClusterError(HyperSackError):
     """The cluster an executor was pointed at cannot run the study (unreachable, a node that
     cannot serve it); raised before any trial starts."""
+
+
+class NoTrialCompletedWarning(RuntimeWarning):
+    """A study ended with no complete trial (every trial failed, most often)."""

@@ -30,7 +30,8 @@ from hypersack.core.timesharing import TimeSharing
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
-from hypersack.errors import ConfigError, HyperSackError, StudyExistsError, TrainableError
+from hypersack.errors import (ConfigError, HyperSackError, NoTrialCompletedWarning,
+                              StudyExistsError, TrainableError)
 from hypersack.runtime import queries
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.machine import prepare_machine
@@ -64,7 +65,7 @@ def _warn_without_result(store: Storage, ended: StudyRun) -> None:
     if not counts["complete"]:
         warnings.warn(f"Study {ended.name!r}: no trial completed ({counts['failed']} failed, "
                       f"{counts['pruned']} pruned); see Study.status() for errors and tracebacks",
-                      RuntimeWarning, stacklevel=3)
+                      NoTrialCompletedWarning, stacklevel=3)
 
 
 class Study:
@@ -310,8 +311,16 @@ class Study:
     # ---- results ---------------------------------------------------------------------------
 
     def best_trial(self) -> dict[str, Any] | None:
+        """The best trial as Ray Tune names it: the best last reported value of any trial that
+        did not fail (a pruned or paused one counts with the value it reached), or None."""
         with Storage(self.storage_path, readonly=True) as store:
             return queries.best_trial(store, self.name)
+
+    def best_complete_trial(self) -> dict[str, Any] | None:
+        """The best trial that trained to its end (state complete), or None; in multi-fidelity
+        studies ``best_trial()`` is often a trial pruned after a few steps."""
+        with Storage(self.storage_path, readonly=True) as store:
+            return queries.best_trial(store, self.name, complete=True)
 
     def status(self) -> dict[str, Any]:
         with Storage(self.storage_path, readonly=True) as store:

@@ -663,6 +663,10 @@ class Controller:
         resumed). Ties: the lower trial id."""
         return best_record(self.trials.values(), self.objective)
 
+    def best_complete(self) -> TrialRecord | None:
+        """The COMPLETE trial with the best objective value (ties: the lower trial id)."""
+        return best_record(self.trials.values(), self.objective, complete=True)
+
     def state_dict(self, now: float, full: bool = False) -> dict[str, Any]:
         """The state to store with a commit: the algorithm's, the time spent, time sharing's.
         An algorithm that keeps its state in parts (``Algorithm.state_delta``) gives only the
@@ -680,12 +684,16 @@ class Controller:
 
 
 
-def best_record(records: Iterable[TrialRecord], objective: Objective) -> TrialRecord | None:
-    """The best of ``records`` (in trial id order) by :meth:`Controller.best`'s rule; shared with
-    the read side of stored studies."""
+def best_record(records: Iterable[TrialRecord], objective: Objective, *,
+                complete: bool = False) -> TrialRecord | None:
+    """The best of ``records`` (in trial id order) by :meth:`Controller.best`'s rule, or with
+    ``complete`` the best COMPLETE one (a trial trained to its end: in multi-fidelity studies
+    the best by the first rule is often one pruned after a few steps); shared with the read side
+    of stored studies."""
     best: TrialRecord | None = None
     for r in records:
-        if r.value is not None and r.state is not TrialState.FAILED:
+        if r.value is not None and r.state is not TrialState.FAILED \
+                and (not complete or r.state is TrialState.COMPLETE):
             if best is None or best.value is None or objective.better(r.value, best.value):
                 best = r
     return best
