@@ -219,5 +219,7 @@ class TrainableRef:
     def load(self) -> Callable[..., Any]:
         if self.payload is not None:
             return cloudpickle.loads(self.payload)
-        assert self.reference is not None
+        if self.reference is None:
+            raise TrainableError(f"The trainable {self.key!r} was not sent to this worker (no "
+                                 "reference and no payload)")
         return resolve_reference(self.reference)

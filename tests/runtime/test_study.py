@@ -249,3 +249,18 @@ def test_a_trainable_with_a_syntax_error_fails_before_anything_is_stored(store_p
     with pytest.raises(ConfigError, match=r"syntax error at .*fp_syntax.py:2"):
         make_study(store_path).run("fp_syntax:train", progress=False)
     assert not store_path.exists()
+
+
+def test_a_trainable_that_cannot_be_imported_fails_every_trial_with_the_same_error(
+        store_path, tmp_path, monkeypatch):
+    """Later trials on the same worker were "AssertionError:" (the driver sends the reference
+    once per worker); each now names the import error, and the study stops at max_failures."""
+    (tmp_path / "fp_badimport.py").write_text("import fp_no_such_package\n"
+                                              "def train(config, ctx): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    study = make_study(store_path, n_trials=10, max_failures=3)
+    with pytest.raises(TrialsFailingError, match="3 trials in a row"):
+        study.run("fp_badimport:train", progress=False)
+    errors = [t["error"] for t in study.status()["trials"]]
+    assert len(errors) == 3
+    assert all("No module named 'fp_no_such_package'" in e for e in errors), errors
