@@ -19,7 +19,8 @@ import yaml
 
 from hypersack.errors import ConfigError
 
-__all__ = ["parse_yaml", "read_yaml_text", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES"]
+__all__ = ["parse_yaml", "dump_yaml", "read_yaml_text", "MAX_FILE_BYTES", "MAX_DEPTH",
+           "MAX_NODES"]
 
 #: Largest YAML file read (bytes); study and cluster files are a few kilobytes.
 MAX_FILE_BYTES = 1 << 20
@@ -172,6 +173,18 @@ def _measure(root: yaml.Node) -> None:
         return size, depth
 
     visit(root)
+
+
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper that also quotes strings ``parse_yaml`` reads as floats (``'1e-3'``)."""
+
+
+_Dumper.add_implicit_resolver(_TAG + "float", _FLOAT_12, list("-+.0123456789"))
+
+
+def dump_yaml(data: Any) -> str:
+    """``data`` as YAML text that ``parse_yaml`` reads back as ``data`` (keys in their order)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
 
 
 def read_yaml_text(path: Path, what: str) -> str:

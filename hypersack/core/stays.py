@@ -131,8 +131,8 @@ def trial_times(stays: Iterable[Stay], ends: Mapping[int, float | None],
             continue
         t = stay.trial_id
         firsts[t] = min(firsts.get(t, stay.start), stay.start)
-        end = stay.end if stay.end is not None else max(now, stay.start)
-        running[t] = running.get(t, 0.0) + max(0.0, end - stay.start)
+        left = stay.end if stay.end is not None else max(now, stay.start)
+        running[t] = running.get(t, 0.0) + max(0.0, left - stay.start)
     out = {}
     for t, first in firsts.items():
         end = ends.get(t)

@@ -22,9 +22,11 @@ from hypersack.workloads import BUILTINS
 __all__ = ["TrainableRef", "resolve_reference", "check_callable_signature"]
 
 
-def resolve_reference(reference: str) -> Callable[..., Any]:
-    """Import ``module:function`` (dots allowed after the colon) or a built-in workload name; a
-    ``FusableTask`` named so runs as a plain trial (``TaskTrainable``: a pack of one member)."""
+def resolve_reference(reference: str, adapt: Callable[[Any], Any] | None = None
+                      ) -> Callable[..., Any]:
+    """Import ``module:function`` (dots allowed after the colon) or a built-in workload name.
+    ``adapt(obj)`` may turn what is not callable into a trainable (None: it cannot): workers
+    run a ``FusableTask`` named so as a plain trial, a pack of one."""
     target = BUILTINS.get(reference.removeprefix("builtin:"), reference)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
@@ -42,9 +44,9 @@ def resolve_reference(reference: str) -> Callable[..., Any]:
                                  f"has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
-        from hypersack.runtime.pack_worker import TaskTrainable, is_task
-        if is_task(obj):     # a FusableTask run as a plain trial: a pack of one
-            return TaskTrainable(obj)
+        adapted = adapt(obj) if adapt is not None else None
+        if adapted is not None:
+            return adapted
         raise TrainableError(f"The value of trainable is {reference!r}, but it is not callable")
     return obj
 
@@ -96,7 +98,7 @@ def _check_binding(reference: str, tree: ast.Module, name: str) -> None:
     """ConfigError when the module's last top-level binding of ``name`` is plainly not a
     ``train(config, ctx)``: a literal, or a function that cannot take (config, ctx). Any other
     binding (a class, a call's result, an import) is left to run time."""
-    binding = None
+    binding: ast.AST | None = None
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             binding = node
@@ -216,10 +218,11 @@ class TrainableRef:
             return None
         return f"{module}:{qualname}"
 
-    def load(self) -> Callable[..., Any]:
+    def load(self, adapt: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
+        """The trainable (``adapt``: see ``resolve_reference``)."""
         if self.payload is not None:
             return cloudpickle.loads(self.payload)
         if self.reference is None:
             raise TrainableError(f"The trainable {self.key!r} was not sent to this worker (no "
                                  "reference and no payload)")
-        return resolve_reference(self.reference)
+        return resolve_reference(self.reference, adapt)

@@ -289,11 +289,17 @@ def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..
         if reference is None and payload is None and key in _LOAD_ERRORS:
             raise _LOAD_ERRORS[key]
         try:
-            cache[key] = TrainableRef(key, reference, payload).load()
+            cache[key] = TrainableRef(key, reference, payload).load(adapt=_task_as_trainable)
         except Exception as exc:
             _LOAD_ERRORS[key] = exc
             raise
     return cache[key]
+
+
+def _task_as_trainable(obj: Any) -> Callable[..., Any] | None:
+    """A ``FusableTask`` named as a plain trainable (``execution: separate``): a pack of one."""
+    from hypersack.runtime.pack_worker import TaskTrainable, is_task
+    return TaskTrainable(obj) if is_task(obj) else None
 
 
 def _report_returned(ctx, returned: Any, metric: str) -> None:

@@ -5,7 +5,6 @@ import pytest
 
 from hypersack.core.controller import Budget, Controller
 from hypersack.core.failures import FailureStreak, failure_kind
-from hypersack.core.objective import Objective
 from hypersack.core.trial import (FailureCause, ResultReported, Stop, StopReason, TrialFailed,
                                   TrialFinished, TrialState)
 from controller_helpers import on_slots
