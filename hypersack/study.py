@@ -202,9 +202,10 @@ class Study:
         ``FusableTask`` or ``"module:TASK"``; None: the one given to the constructor or YAML.
         ``if_exists``: "error" (StudyExistsError, naming every way on), "resume" or "replace"
         when a study of this name is already stored; ``load_if_exists=True`` (Optuna's word) is
-        ``if_exists="resume"``. ``progress``: "live", "lines", False, or None (live on a terminal, lines
-        otherwise). ``slots``: the devices to run on (default: this machine's GPUs, else its CPU
-        cores)."""
+        ``if_exists="resume"``. ``progress``: "live", "lines", False, or None (live on a
+        terminal, lines otherwise). ``slots``: the devices to run on (default: this machine's
+        GPUs, else its CPU cores). A study that ``max_failures`` stopped raises
+        TrialsFailingError (resumable once the cause is fixed)."""
         if_exists = _if_exists(if_exists, load_if_exists)
         prepared = self._prepare(trainable)     # bad input fails here, before any file is made
         with Storage(self.storage_path) as store:
@@ -254,6 +255,8 @@ class Study:
             row = store.get_study(self.name)
             # JSON round trip: the stored spec is JSON, so compare like with like.
             new_spec = json.loads(json.dumps(self.spec.to_dict()))
+            if "source_dir" in row.spec and "source_dir" not in new_spec:
+                new_spec["source_dir"] = row.spec["source_dir"]    # resumed from Python
             check_resumable(row.spec, new_spec)
             store.acquire_lease(row)           # one driver per study: refused while one runs
             store.end_open_stays(row.study_id)  # those of a driver that was killed
