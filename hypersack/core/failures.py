@@ -31,11 +31,15 @@ _CONFIG_DEPENDENT = (re.compile(r"^metric '.*' is .* at step"),
 def failure_kind(error: str | None) -> str | None:
     """The kind of a FAILED trial's ``error`` (its first line, numbers blanked as ``#``), or
     None when the failure depends on the trial's config and so says nothing of the others."""
-    first = (error or "unknown error").strip().splitlines()[0] if (error or "").strip() \
-        else "unknown error"
+    first = _first_line(error) or "unknown error"
     if any(p.search(first) for p in _CONFIG_DEPENDENT):
         return None
     return _NUMBER.sub("#", first)[:300]
+
+
+def _first_line(text: str | None) -> str:
+    stripped = (text or "").strip()
+    return stripped.splitlines()[0] if stripped else ""
 
 
 @dataclass
@@ -61,6 +65,6 @@ class FailureStreak:
     def message(self, example: str | None) -> str:
         """What to tell the user once tripped: how many trials, which, and the error of one."""
         ids = ", ".join(str(t) for t in self.trials)
-        first = (example or "").strip().splitlines()[0] if (example or "").strip() else "?"
+        first = _first_line(example) or "?"
         return (f"{len(self.trials)} trials in a row failed the same way (trials {ids}): "
                 f"{first}")
