@@ -2,8 +2,8 @@
 
 A bad run (a metric-name typo, a trainable that raises on its first line) fails every trial the
 same way; going on only burns the budget. ``FailureStreak`` counts trials that end FAILED in a
-row with the same *kind* (the error with its numbers, quoted values and addresses blanked, so
-``KeyError: 'los'`` of trial 3 and trial 7 are one kind); a trial that ends in any other way
+row with the same *kind* (the first line of the error, numbers and addresses blanked: ``ValueError:
+step 3`` and ``ValueError: step 12`` are one kind); a trial that ends in any other way
 (complete, pruned, paused) or fails another way starts a new streak. At ``max_failures`` it
 trips, and the controller stops the study (Ray Tune's ``fail_fast``, Optuna's ``catch``).
 
