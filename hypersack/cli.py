@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import warnings
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hypersack.errors import HyperSackError, NoTrialCompletedWarning
+from hypersack.errors import HyperSackError, NoTrialCompletedWarning, StudyExistsError
 from hypersack.runtime import queries
 from hypersack.runtime.storage import DEFAULT_STORAGE, Storage
 
@@ -157,7 +158,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hypersack.study import Study
     study = Study.from_yaml(args.file, storage=args.storage)
     if_exists = "resume" if args.resume else "replace" if args.replace else "error"
-    run = study.run(if_exists=if_exists, progress=_progress(args))
+    try:
+        run = study.run(if_exists=if_exists, progress=_progress(args))
+    except StudyExistsError as exc:          # name the file the user gave
+        raise StudyExistsError(exc.name, exc.path, shlex.quote(args.file)) from None
     return _finish(run, str(study.storage_path))
 
 

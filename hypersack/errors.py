@@ -96,12 +96,12 @@ class UnsafePathError(HyperSackError):
 class StudyExistsError(StorageError):
     """A study of that name is stored already; the message names every way on."""
 
-    def __init__(self, name: str, path: str):
-        self.name = name
+    def __init__(self, name: str, path: str, file: str = "FILE"):
+        self.name, self.path = name, path
         super().__init__(
             f"A study named {name!r} already exists in {path}. Continue it: 'hypersack resume "
-            f"{name}', 'hypersack run FILE --resume', or Study.run(if_exists='resume') "
-            "(load_if_exists=True); start it over: 'hypersack run FILE --replace' or "
+            f"{name}', 'hypersack run {file} --resume', or Study.run(if_exists='resume') "
+            f"(load_if_exists=True); start it over: 'hypersack run {file} --replace' or "
             "Study.run(if_exists='replace'); or give the study another name")
 
 

@@ -150,7 +150,8 @@ def test_run_existing_study_needs_resume_or_replace(ran, hs, tmp_path):
     ran = _copy(ran, tmp_path)
     again = hs(ran, "run", str(ran / "q.yaml"), check=False)
     assert again.returncode == 2 and "already exists" in again.stderr
-    for way in ("hypersack resume q", "--resume", "--replace", "if_exists="):
+    for way in ("hypersack resume q", f"hypersack run {ran / 'q.yaml'} --resume",
+                f"hypersack run {ran / 'q.yaml'} --replace", "if_exists="):
         assert way in again.stderr
     hs(ran, "run", str(ran / "q.yaml"), "--replace", "--progress", "none")
     done = hs(ran, "run", str(ran / "q.yaml"), "--resume", "--progress", "none")
