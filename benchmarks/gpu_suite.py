@@ -34,8 +34,9 @@ Writes ``DIR/gpu_results.json`` (``device_name`` as NVML reports it, driver, dat
 figures, goals and pass/fail) and ``DIR/gpu_results.md``, and prints the Markdown table last.
 ``--save-results`` also copies the JSON to ``benchmarks/results/gpu-<device>-<date>.json``.
 Budgets on one H100: full under 20 minutes, ``--quick`` under 8. ``--device cpu`` runs every
-check on the CPU with an in-memory FakeNvml (and whatever ``nvidia-cuda-mps-control`` is on PATH:
-the tests put a fake one there); ``--tiny`` shrinks every shape so the whole suite takes seconds.
+check on the CPU with an in-memory FakeNvml and, where no ``nvidia-cuda-mps-control`` is on PATH,
+the tests' fake one (``benchmarks/fake_mps.py``); ``--tiny`` shrinks every shape so the whole
+suite takes seconds.
 No network is needed: the data is synthetic.
 
 Layout: this file holds the plans, the runner (limits, process groups), the report and the
@@ -289,6 +290,7 @@ def run_suite(args: argparse.Namespace) -> int:
         plan["fusion"]["n"] = args.fusion_n
     (out / "work" / "plan.json").write_text(json.dumps(plan, indent=2))
     wanted = [0] + [n for n in range(1, 8) if not args.only or n in args.only]
+    fake_mps = _fake_mps_env(out / "work" / "fake-mps") if device == "cpu" else {}
     checks = []
     for number in wanted:
         if device == "none":
@@ -301,6 +303,7 @@ def run_suite(args: argparse.Namespace) -> int:
         env = python_env()
         if device == "cpu":
             env.setdefault("OMP_NUM_THREADS", "1")   # CPU mode: no thread-pool contention
+            env.update(fake_mps)
         if number != 7 and device == "cuda" and "CUDA_VISIBLE_DEVICES" not in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = "0"     # one GPU for every check but the two ranks
         print(f"[gpu_suite] check {number} {CHECK_NAMES[number]} (limit "
@@ -340,6 +343,16 @@ def _print_failed_logs(checks: list[dict], lines: int = 12) -> None:
         tail = Path(log).read_text(errors="replace").strip().splitlines()[-lines:]
         print(f"--- check {check['id']} {check['name']}: last {len(tail)} lines of {log}")
         print("\n".join(tail))
+
+
+def _fake_mps_env(folder: Path) -> dict[str, str]:
+    """CPU mode without NVIDIA MPS: the environment putting the tests' fake
+    ``nvidia-cuda-mps-control`` (benchmarks/fake_mps.py) first on PATH; {} where a real one is
+    on PATH."""
+    import fake_mps
+    if shutil.which(fake_mps.CONTROL):
+        return {}
+    return fake_mps.install(folder)
 
 
 def _cuda_available() -> bool:

@@ -11,13 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
+import warnings
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from hypersack.errors import HyperSackError
+from hypersack.errors import HyperSackError, NoTrialCompletedWarning, StudyExistsError
 from hypersack.runtime import queries
 from hypersack.runtime.storage import DEFAULT_STORAGE, Storage
 
@@ -56,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     resume = add("resume", "continue an interrupted study")
     resume.add_argument("--progress", choices=["live", "lines", "none"], default=None, help=_PROGRESS_HELP)
     add("status", "trial counts, best trial, failures", json_flag=True)
-    add("best", "the best trial", json_flag=True)
+    best = add("best", "the best trial", json_flag=True)
+    best.add_argument("--complete", action="store_true",
+                      help="the best trial trained to its end (complete), not one stopped early")
     export = add("export", "every trial and result")
     export.add_argument("--format", default="csv", help="csv, json or parquet (needs pyarrow)")
     export.add_argument("-o", "--output", default=None,
@@ -82,7 +86,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _COMMANDS[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            # run/resume say it themselves (``_finish``), with the command that shows why.
+            warnings.filterwarnings("ignore", category=NoTrialCompletedWarning)
+            return _COMMANDS[args.command](args)
     except HyperSackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -94,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """A warning on the command line: its message, not the source line that raised it."""
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def _progress(args: argparse.Namespace) -> Any:
@@ -109,6 +123,7 @@ def _finish(run, storage: str) -> int:
               file=sys.stderr)
         return EXIT_INTERRUPTED
     _print_best(run.name, info["best"])
+    _print_best_complete(run.name, info)
     if not info["complete"]:
         print(f"Study {run.name!r}: no trial completed ({info['failed']} failed, {info['pruned']} "
               f"pruned of {info['total']}); see: hypersack status {run.name}{suffix}", file=sys.stderr)
@@ -129,11 +144,24 @@ def _print_best(name: str, best: dict | None, width: int | None = None) -> None:
     print(config if width is None or len(config) <= width else config[:width - 1] + "…")
 
 
+def _print_best_complete(name: str, info: dict) -> None:
+    """The best complete trial, when the best one was stopped early (another trial)."""
+    best, full = info.get("best"), info.get("best_complete")
+    if best is None or full is None or full["trial_id"] == best["trial_id"]:
+        return
+    print(f"Best complete trial of {name!r}: trial {full['trial_id']} at step {full['step']}, "
+          f"{full['metric']} = {full['value']:.6g}")
+    print(f"  config: {json.dumps(full['config'])}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from hypersack.study import Study
     study = Study.from_yaml(args.file, storage=args.storage)
     if_exists = "resume" if args.resume else "replace" if args.replace else "error"
-    run = study.run(if_exists=if_exists, progress=_progress(args))
+    try:
+        run = study.run(if_exists=if_exists, progress=_progress(args))
+    except StudyExistsError as exc:          # name the file the user gave
+        raise StudyExistsError(exc.name, exc.path, shlex.quote(args.file)) from None
     return _finish(run, str(study.storage_path))
 
 
@@ -147,7 +175,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_best(args: argparse.Namespace) -> int:
     with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
-        best = queries.best_trial(store, args.name)
+        best = queries.best_trial(store, args.name, complete=args.complete)
     if args.json:
         print(json.dumps(best))
     else:
@@ -174,6 +202,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 console.print(t["traceback"], markup=False, highlight=False)
     if info["best"]:
         _print_best(args.name, info["best"], console.width)
+        _print_best_complete(args.name, info)
     return 0
 
 

@@ -93,6 +93,23 @@ class UnsafePathError(HyperSackError):
         super().__init__(f"{self.path!r} {problem}")
 
 
+class StudyExistsError(StorageError):
+    """A study of that name is stored already; the message names every way on."""
+
+    def __init__(self, name: str, path: str, file: str = "FILE"):
+        self.name, self.path = name, path
+        super().__init__(
+            f"A study named {name!r} already exists in {path}. Continue it: 'hypersack resume "
+            f"{name}', 'hypersack run {file} --resume', or Study.run(if_exists='resume') "
+            f"(load_if_exists=True); start it over: 'hypersack run {file} --replace' or "
+            "Study.run(if_exists='replace'); or give the study another name")
+
+
+class TrialsFailingError(HyperSackError):
+    """Trials failed the same way ``max_failures`` times in a row, so the study stopped
+    (resumable once the cause is fixed)."""
+
+
 class StudyBusyError(StorageError):
     """Another live driver holds the study (its lease names host, pid and last heartbeat)."""
 
@@ -112,3 +129,7 @@ class StorageCorruptError(StorageError):
 class ClusterError(HyperSackError):
     """The cluster an executor was pointed at cannot run the study (unreachable, a node that
     cannot serve it); raised before any trial starts."""
+
+
+class NoTrialCompletedWarning(RuntimeWarning):
+    """A study ended with no complete trial (every trial failed, most often)."""

@@ -29,7 +29,9 @@ from hypersack.core.space import SearchSpace
 from hypersack.core.timesharing import TimeSharing
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
-from hypersack.errors import ConfigError, HyperSackError, TrainableError
+from hypersack.core.failures import DEFAULT_MAX_FAILURES
+from hypersack.errors import (ConfigError, HyperSackError, NoTrialCompletedWarning,
+                              StudyExistsError, TrainableError)
 from hypersack.runtime import queries
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.machine import prepare_machine
@@ -63,7 +65,7 @@ def _warn_without_result(store: Storage, ended: StudyRun) -> None:
     if not counts["complete"]:
         warnings.warn(f"Study {ended.name!r}: no trial completed ({counts['failed']} failed, "
                       f"{counts['pruned']} pruned); see Study.status() for errors and tracebacks",
-                      RuntimeWarning, stacklevel=3)
+                      NoTrialCompletedWarning, stacklevel=3)
 
 
 class Study:
@@ -84,10 +86,14 @@ class Study:
       resumes. At least one is required; when time runs out, running trials stop at their next
       report and keep their last result.
     - ``storage``: the SQLite file (default ``hypersack.db`` in the working directory); trial logs
-      and checkpoints go to ``hypersack-runs/<name>/`` beside it.
+      and checkpoints go to ``hypersack-runs/<name>-<id>/trial-NNNNN/`` beside it (``<id>``: the
+      study's identity in the store, so a replaced study never reads another's files).
     - ``seed``: seeds the algorithm and each trial (``ctx.seed``).
     - ``workers``: worker processes; None: one per GPU, else one per CPU core.
     - ``max_retries``: restarts of a trial whose worker process died (from its checkpoint).
+    - ``max_failures``: once this many trials in a row failed the same way (the same exception,
+      the objective metric missing...), the study stops with one error instead of failing the
+      rest one by one (``hypersack.core.failures``); None: never. Default 5.
     - ``trial_timeout_s``: a trial running longer is killed and FAILED; None: no limit.
     - ``max_steps``: steps per trial, for progress bars and ETA: a number, or the name of a
       space parameter holding it (``"epochs"``).
@@ -128,7 +134,8 @@ class Study:
                  pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False,
                  durability: str = "power",
                  time_sharing: str | Mapping[str, Any] | None = None,
-                 executor: str | Mapping[str, Any] = "local"):
+                 executor: str | Mapping[str, Any] = "local",
+                 max_failures: int | None = DEFAULT_MAX_FAILURES):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -146,9 +153,11 @@ class Study:
             resources=Resources.from_dict(resources), execution=execution,
             pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints,
             durability=durability,
-            time_sharing=TimeSharing.parse(time_sharing))
+            time_sharing=TimeSharing.parse(time_sharing), max_failures=max_failures)
         self.storage_path = Path(storage)
         self._trainable = trainable
+        if self._algorithm_instance is None:       # a bad name or option fails here, not at run()
+            make_algorithm(self.spec.algorithm, self.spec.space, self.spec.objective, seed)
 
     @classmethod
     def from_spec(cls, spec: StudySpec | Mapping[str, Any], storage: str | Path = DEFAULT_STORAGE) -> "Study":
@@ -160,10 +169,14 @@ class Study:
 
     @classmethod
     def from_yaml(cls, path: str | Path, storage: str | Path | None = None) -> "Study":
+        """The study declared in the YAML file ``path``; its folder is stored with the study, so
+        ``resume`` from another folder still finds a ``module:function`` beside the file."""
         from hypersack.config import load_study_file
         data = load_study_file(path)
-        extend_sys_path(Path(path).parent, os.getcwd())
-        return cls.from_spec(data, storage or data.get("storage") or DEFAULT_STORAGE)
+        folder = Path(path).parent.resolve()
+        extend_sys_path(folder, os.getcwd())
+        return cls.from_spec({**data, "source_dir": str(folder)},
+                             storage or data.get("storage") or DEFAULT_STORAGE)
 
     @classmethod
     def load(cls, name: str, storage: str | Path = DEFAULT_STORAGE) -> "Study":
@@ -179,22 +192,26 @@ class Study:
     # ---- running ---------------------------------------------------------------------------
 
     def run(self, trainable: Trainable | None = None, *, if_exists: str = "error",
-            progress: str | bool | None = None, slots: list[Slot] | None = None) -> StudyRun:
+            progress: str | bool | None = None, slots: list[Slot] | None = None,
+            load_if_exists: bool = False) -> StudyRun:
         """Run the study to its budget and return how it ended (``status``: "complete" or
         "interrupted"); warns (RuntimeWarning) when it ended with no complete trial.
 
         ``trainable``: a callable ``train(config, ctx)`` (shipped to workers by value when it is
         defined in a script or notebook), ``"module:function"``, a built-in name, a
         ``FusableTask`` or ``"module:TASK"``; None: the one given to the constructor or YAML.
-        ``if_exists``: "error", "resume" or "replace" when a study of this name is already
-        stored. ``progress``: "live", "lines", False, or None (live on a terminal, lines
-        otherwise). ``slots``: the devices to run on (default: this machine's GPUs, else its CPU
-        cores)."""
-        if if_exists not in ("error", "resume", "replace"):
-            raise ConfigError("if_exists", if_exists, "must be 'error', 'resume' or 'replace'")
+        ``if_exists``: "error" (StudyExistsError, naming every way on), "resume" or "replace"
+        when a study of this name is already stored; ``load_if_exists=True`` (Optuna's word) is
+        ``if_exists="resume"``. ``progress``: "live", "lines", False, or None (live on a
+        terminal, lines otherwise). ``slots``: the devices to run on (default: this machine's
+        GPUs, else its CPU cores). A study that ``max_failures`` stopped raises
+        TrialsFailingError (resumable once the cause is fixed)."""
+        if_exists = _if_exists(if_exists, load_if_exists)
         prepared = self._prepare(trainable)     # bad input fails here, before any file is made
         with Storage(self.storage_path) as store:
             exists = store.has_study(self.name)
+            if exists and if_exists == "error":
+                raise StudyExistsError(self.name, str(self.storage_path))
             if exists and if_exists == "replace":
                 old = store.get_study(self.name)
                 store.delete_study(self.name)        # refused while a live driver runs it
@@ -208,6 +225,8 @@ class Study:
                slots: list[Slot] | None = None) -> StudyRun:
         """Continue a stored study: finished trials are kept, unfinished ones restart from their
         last checkpoint, the algorithm continues from its saved state."""
+        if self.spec.source_dir is not None:        # the study file's folder (from_yaml)
+            extend_sys_path(self.spec.source_dir)
         prepared = self._prepare(trainable)
         with Storage(self.storage_path, readonly=True) as store:
             store.get_study(self.name)   # a missing file or study: an error, and no file made
@@ -236,6 +255,8 @@ class Study:
             row = store.get_study(self.name)
             # JSON round trip: the stored spec is JSON, so compare like with like.
             new_spec = json.loads(json.dumps(self.spec.to_dict()))
+            if "source_dir" in row.spec and "source_dir" not in new_spec:
+                new_spec["source_dir"] = row.spec["source_dir"]    # resumed from Python
             check_resumable(row.spec, new_spec)
             store.acquire_lease(row)           # one driver per study: refused while one runs
             store.end_open_stays(row.study_id)  # those of a driver that was killed
@@ -293,8 +314,16 @@ class Study:
     # ---- results ---------------------------------------------------------------------------
 
     def best_trial(self) -> dict[str, Any] | None:
+        """The best trial as Ray Tune names it: the best last reported value of any trial that
+        did not fail (a pruned or paused one counts with the value it reached), or None."""
         with Storage(self.storage_path, readonly=True) as store:
             return queries.best_trial(store, self.name)
+
+    def best_complete_trial(self) -> dict[str, Any] | None:
+        """The best trial that trained to its end (state complete), or None; in multi-fidelity
+        studies ``best_trial()`` is often a trial pruned after a few steps."""
+        with Storage(self.storage_path, readonly=True) as store:
+            return queries.best_trial(store, self.name, complete=True)
 
     def status(self) -> dict[str, Any]:
         with Storage(self.storage_path, readonly=True) as store:
@@ -317,6 +346,19 @@ class Study:
     def results(self, trial_id: int | None = None) -> list[dict[str, Any]]:
         with Storage(self.storage_path, readonly=True) as store:
             return store.load_results(store.get_study(self.name).study_id, trial_id)
+
+
+def _if_exists(if_exists: Any, load_if_exists: Any) -> str:
+    """``run``'s choice for a stored study of the same name; ``load_if_exists`` (Optuna's
+    word) is ``if_exists="resume"``."""
+    if if_exists not in ("error", "resume", "replace"):
+        raise ConfigError("if_exists", if_exists, "must be 'error', 'resume' or 'replace'")
+    if not isinstance(load_if_exists, bool):
+        raise ConfigError("load_if_exists", load_if_exists, "must be True or False")
+    if load_if_exists and if_exists == "replace":
+        raise ConfigError("load_if_exists", load_if_exists,
+                          "contradicts if_exists='replace' (give one of them)")
+    return "resume" if load_if_exists else if_exists
 
 
 def _backend_options(executor: Any) -> dict[str, Any]:

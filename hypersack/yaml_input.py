@@ -4,11 +4,14 @@
 characters, nesting deeper than ``MAX_DEPTH``, documents that aliases expand to more than
 ``MAX_NODES`` nodes (the "billion laughs") or that refer to themselves. Only plain YAML types
 are built (null, bool, int, float, str, date, list, mapping): ``!!python/...``, ``!!set``,
-``!!binary`` and other tags are errors. ``read_yaml_text(path)`` reads a file of at most
+``!!binary`` and other tags are errors. Floats are read as YAML 1.2 writes them as well
+(``1e-4``, ``5E3``: PyYAML's YAML 1.1 rule wants a dot), and a key repeated in one mapping is an
+error naming both lines. ``read_yaml_text(path)`` reads a file of at most
 ``MAX_FILE_BYTES`` of UTF-8. Errors are ConfigError with ``location = "source:line"``.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,8 @@ import yaml
 
 from hypersack.errors import ConfigError
 
-__all__ = ["parse_yaml", "read_yaml_text", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES"]
+__all__ = ["parse_yaml", "dump_yaml", "read_yaml_text", "MAX_FILE_BYTES", "MAX_DEPTH",
+           "MAX_NODES"]
 
 #: Largest YAML file read (bytes); study and cluster files are a few kilobytes.
 MAX_FILE_BYTES = 1 << 20
@@ -49,6 +53,11 @@ class _PlainConstructor(yaml.constructor.SafeConstructor):
             None, None, f"has the tag {node.tag!r}; study files hold only plain values "
             "(numbers, strings, booleans, null, dates, lists and mappings)", node.start_mark)
 
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            _refuse_repeated_keys(node)
+        return super().construct_mapping(node, deep)
+
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
@@ -61,6 +70,26 @@ class _PlainConstructor(yaml.constructor.SafeConstructor):
 
 
 _PlainConstructor.add_constructor(None, _PlainConstructor.construct_undefined)
+
+#: YAML 1.2 core-schema floats with an exponent, which PyYAML's YAML 1.1 rule reads as strings
+#: (it wants a dot and a signed exponent: ``1e-4``, ``2E10``, ``1.5e3``); the others are its own.
+_FLOAT_12 = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
+
+
+def _refuse_repeated_keys(node: yaml.MappingNode) -> None:
+    """ConstructorError at the second of two equal scalar keys of one mapping (merge keys
+    ``<<`` aside: a merged mapping may be overridden on purpose)."""
+    seen: dict[tuple[str, str], int] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _TAG + "merge":
+            continue
+        key = (key_node.tag, key_node.value)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the mapping repeats the key {key_node.value!r} (first at line "
+                f"{seen[key]}, again at line {line}); keep one", key_node.start_mark)
+        seen[key] = line
 
 
 class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
@@ -81,10 +110,13 @@ class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,
             self._depth -= 1
 
 
+_PyLoader.add_implicit_resolver(_TAG + "float", _FLOAT_12, list("-+.0123456789"))
+
 if yaml.__with_libyaml__:
     class _CLoader(yaml.CSafeLoader, _PlainConstructor):
         """libyaml's parser and composer (3-12x faster, benchmarks/loader_limits.py) with the plain
         constructor; its composer recurses in C, so ``_check_depth`` reads the events first."""
+    _CLoader.add_implicit_resolver(_TAG + "float", _FLOAT_12, list("-+.0123456789"))
     _Loader: Any = _CLoader
 else:  # pragma: no cover - libyaml is part of PyYAML's wheels
     _Loader = _PyLoader
@@ -150,6 +182,18 @@ def _measure(root: yaml.Node) -> None:
     visit(root)
 
 
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper that also quotes strings ``parse_yaml`` reads as floats (``'1e-3'``)."""
+
+
+_Dumper.add_implicit_resolver(_TAG + "float", _FLOAT_12, list("-+.0123456789"))
+
+
+def dump_yaml(data: Any) -> str:
+    """``data`` as YAML text that ``parse_yaml`` reads back as ``data`` (keys in their order)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
+
+
 def read_yaml_text(path: Path, what: str) -> str:
     """The file's text: at most MAX_FILE_BYTES of UTF-8 without NUL bytes."""
     try:
@@ -172,6 +216,15 @@ def read_yaml_text(path: Path, what: str) -> str:
                           location=f"{path}:{line}") from None
 
 
+def _yaml_error(source: str, line: Any, problem: str) -> ConfigError:
+    """A ConfigError read as ``source:line: <problem>`` (``field``: "the YAML", ``value`` and
+    ``location``: "source:line"; ``problem`` is a sentence: "the YAML is malformed: ...")."""
+    where = f"{source}:{line}"
+    error = ConfigError("the YAML", where, problem, location=where)
+    error.args = (f"{where}: {problem}",)
+    return error
+
+
 def parse_yaml(text: str, source: str = "<string>") -> tuple[Any, yaml.Node | None]:
     """The data in the YAML ``text`` and its node tree, within the loader's limits; ConfigError
     with ``location = "source:line"`` otherwise (``source`` names the text in messages)."""
@@ -189,16 +242,18 @@ def parse_yaml(text: str, source: str = "<string>") -> tuple[Any, yaml.Node | No
         line = mark.line + 1 if mark else "?"
         problem = exc.problem or exc.context or "cannot be parsed"
         if _is_parser_depth_limit(problem):
-            problem = _too_deep(mark).problem or problem
-        elif not isinstance(exc, _LimitError):
-            problem = f"is malformed: {problem}"
-        raise ConfigError("the YAML", f"{source}:{line}", problem,
-                          location=f"{source}:{line}") from None
+            problem = f"the YAML {_too_deep(mark).problem}"
+        elif isinstance(exc, yaml.constructor.ConstructorError):
+            problem = problem if problem.startswith("the ") else f"the value {problem}"
+        elif isinstance(exc, _LimitError):
+            problem = f"the YAML {problem}"
+        else:
+            problem = f"the YAML is malformed: {problem}"
+        raise _yaml_error(source, line, problem) from None
     except yaml.reader.ReaderError as exc:
         line = text[:exc.position].count("\n") + 1
-        raise ConfigError("the YAML", f"{source}:{line}",
-                          f"contains the character {chr(exc.character)!r}, which YAML does not allow",
-                          location=f"{source}:{line}") from None
+        raise _yaml_error(source, line, f"the YAML contains the character {chr(exc.character)!r}, "
+                          "which YAML does not allow") from None
     finally:
         if loader is not None:
             loader.dispose()

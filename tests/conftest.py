@@ -35,22 +35,18 @@ def subprocess_env() -> dict[str, str]:
 
 @pytest.fixture
 def fake_mps(tmp_path, monkeypatch):
-    """The MPS tests' fake ``nvidia-cuda-mps-control`` first on PATH (tests/runtime/test_mps.py
+    """The MPS tests' fake ``nvidia-cuda-mps-control`` first on PATH (benchmarks/fake_mps.py
     has the program); returns a function giving its recorded calls."""
     import json
 
     from hypersack.runtime import mps as mps_module
-    if str(TESTS_DIR / "runtime") not in sys.path:
-        sys.path.insert(0, str(TESTS_DIR / "runtime"))
-    from test_mps import FAKE
+    if str(TESTS_DIR.parent / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(TESTS_DIR.parent / "benchmarks"))
+    from fake_mps import install
 
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    script = bindir / "nvidia-cuda-mps-control"
-    script.write_text(FAKE.format(python=sys.executable))
-    script.chmod(0o755)
-    record = tmp_path / "calls.jsonl"
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    env = install(tmp_path)
+    record = Path(env["FAKE_MPS_RECORD"])
+    monkeypatch.setenv("PATH", env["PATH"])
     monkeypatch.setenv("FAKE_MPS_RECORD", str(record))
     monkeypatch.setattr(mps_module, "_warned", set())
 

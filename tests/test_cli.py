@@ -150,6 +150,9 @@ def test_run_existing_study_needs_resume_or_replace(ran, hs, tmp_path):
     ran = _copy(ran, tmp_path)
     again = hs(ran, "run", str(ran / "q.yaml"), check=False)
     assert again.returncode == 2 and "already exists" in again.stderr
+    for way in ("hypersack resume q", f"hypersack run {ran / 'q.yaml'} --resume",
+                f"hypersack run {ran / 'q.yaml'} --replace", "if_exists="):
+        assert way in again.stderr
     hs(ran, "run", str(ran / "q.yaml"), "--replace", "--progress", "none")
     done = hs(ran, "run", str(ran / "q.yaml"), "--resume", "--progress", "none")
     assert "Best trial" in done.stdout
@@ -258,3 +261,28 @@ def test_missing_function_is_reported_before_anything_runs(tmp_path):
     assert out.returncode == 2
     assert "'mymodule:trian'" in out.stderr and "defines no 'trian'" in out.stderr
     assert not (tmp_path / "hypersack-runs").exists()
+
+
+def test_resume_from_another_folder_finds_the_module_beside_the_study_file(tmp_path):
+    """The printed resume command works wherever it is run: the study file's folder is stored."""
+    study_dir, elsewhere = tmp_path / "configs", tmp_path / "elsewhere"
+    study_dir.mkdir()
+    elsewhere.mkdir()
+    (study_dir / "mymodule.py").write_text(MODULE)
+    (study_dir / "s.yaml").write_text(QUICK.replace("trainables:quick", "mymodule:train"))
+    db = str(tmp_path / "s.db")
+    assert _cli(tmp_path, "run", "configs/s.yaml", "--progress", "none",
+                "--storage", db).returncode == 0
+    out = _cli(elsewhere, "resume", "q", "--progress", "none", "--storage", db)
+    assert out.returncode == 0, out.stderr
+    assert "Best trial of 'q'" in out.stdout
+
+
+def test_a_study_with_no_complete_trial_prints_its_message_without_a_warning_line(tmp_path):
+    (tmp_path / "failing.py").write_text("def train(config, ctx):\n    raise ValueError('no')\n")
+    (tmp_path / "s.yaml").write_text(QUICK.replace("trainables:quick", "failing:train")
+                                     .replace("trials: 4", "trials: 2"))
+    out = _cli(tmp_path, "run", "s.yaml", "--progress", "none")
+    assert out.returncode == 1
+    assert "no trial completed (2 failed" in out.stderr
+    assert "RuntimeWarning" not in out.stderr and "warn(" not in out.stderr

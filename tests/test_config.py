@@ -282,3 +282,53 @@ def test_the_parsers_own_depth_limit_reads_as_ours(monkeypatch):
         parse_yaml("name: x\nspace: [[]]\n", "f.yaml")
     assert exc.value.location == "f.yaml:2"
     assert "malformed" not in str(exc.value)
+
+
+# ---- what users write (issue 27) ----------------------------------------------------------------
+
+@pytest.mark.parametrize("text, value", [("1e-4", 1e-4), ("5E3", 5000.0), ("-2e+2", -200.0),
+                                         ("1.5e3", 1500.0), (".5e1", 5.0)])
+def test_yaml_12_floats_are_numbers(loader, text, value):
+    data, _ = parse_yaml(f"low: {text}\nquoted: '{text}'\nword: e5\n")
+    assert data["low"] == value and type(data["low"]) is float
+    assert data["quoted"] == text and data["word"] == "e5"
+
+
+def test_a_space_bound_written_1e_4_is_accepted(tmp_path, loader):
+    text = digits_with("low: 0.0003, high: 0.03", "low: 3e-4, high: 3e-2")
+    assert load_study_file(write(tmp_path, text))["space"]["lr"]["low"] == 3e-4
+
+
+def test_optunas_mode_words_are_accepted(tmp_path, loader):
+    text = digits_with("mode: max}", "mode: maximize}")
+    assert load_study_file(write(tmp_path, text))["objective"]["mode"] == "maximize"
+    from hypersack.core.spec import StudySpec
+    assert StudySpec.from_dict(load_study_file(write(tmp_path, text))).objective.mode == "max"
+
+
+def test_a_repeated_key_is_refused_naming_both_lines(tmp_path, loader):
+    text = digits_with("seed: 0", "seed: 0\nbudget: {trials: 8}")
+    exc = refused(write(tmp_path, text))
+    first, second = sorted(text.splitlines().index(line) + 1
+                           for line in ("budget: {trials: 32}", "budget: {trials: 8}"))
+    assert exc.location.endswith(f"study.yaml:{second}")
+    assert f"repeats the key 'budget' (first at line {first}, again at line {second})" in str(exc)
+
+
+def test_a_merge_key_may_be_overridden(loader):
+    data, _ = parse_yaml("base: &b {low: 1, high: 2}\nx: {<<: *b, high: 3}\n")
+    assert data["x"] == {"low": 1, "high": 3}
+
+
+def test_malformed_yaml_reads_as_a_sentence(tmp_path, loader):
+    exc = refused(write(tmp_path, "name: x\nspace:\n  a: [1, 2\nseed: 1\n"))
+    assert str(exc).startswith(f"{tmp_path / 'study.yaml'}:4: the YAML is malformed: ")
+    assert "The value of" not in str(exc)
+
+
+def test_an_unknown_algorithm_option_names_the_option_and_the_valid_ones(tmp_path):
+    text = digits_with("reduction_factor: 3", "reduction_factr: 3")
+    exc = refused(write(tmp_path, text))
+    assert exc.field == "algorithm.reduction_factr"
+    assert "is not an option of 'asha'" in str(exc) and "reduction_factor" in str(exc)
+    assert "__init__" not in str(exc)

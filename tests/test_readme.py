@@ -94,3 +94,15 @@ def test_quick_start_runs_verbatim(tmp_path, capsys):
     info = json.loads(out)
     assert info["total"] == 8 and info["complete"] >= 1      # ASHA's best trial trains to the end
     assert info["best"]["metric"] == "loss"
+
+
+def test_the_intro_and_the_demo_commands_tell_the_truth():
+    """Ray is built; right after ``make demo`` the demo's own next command must not be refused
+    ("already exists"); ``help(Study)`` names the run folder as it is made."""
+    import hypersack
+    intro = (REPO / "README.md").read_text().split("\n## ")[0]
+    assert "Ray" in intro and "Ray comes next" not in intro
+    demo = [line for kind, body in blocks("The demo study") for line in body.splitlines()
+            if " run examples/digits.yaml" in line]
+    assert demo and all("--replace" in line or "--resume" in line for line in demo)
+    assert "hypersack-runs/<name>-<id>/" in hypersack.Study.__doc__

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
+from hypersack.core.failures import DEFAULT_MAX_FAILURES, FailureStreak
 from hypersack.core.objective import Objective
 from hypersack.core.timeouts import timed_out
 from hypersack.core.stays import Stay, StayBook, StayOutcome
@@ -61,7 +62,8 @@ def trial_seed(study_seed: int, trial_id: int) -> int:
 class Controller:
     def __init__(self, algorithm: Algorithm, objective: Objective, budget: Budget, *,
                  seed: int = 0, max_retries: int = 2, now: float = 0.0,
-                 trial_timeout_s: float | None = None):
+                 trial_timeout_s: float | None = None,
+                 max_failures: int | None = DEFAULT_MAX_FAILURES):
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigError("max_retries", max_retries, "must be an integer >= 0")
         self.algorithm = algorithm
@@ -86,6 +88,8 @@ class Controller:
         self.shared: Any = None                # time-sharing (core.shared_devices), or None
         self._shared_state: Mapping[str, Any] | None = None   # restored, until set_time_sharing
         self.stays = StayBook()                # each trial's time on each device (reports)
+        self._failures = FailureStreak(max_failures)   # same-kind failures in a row
+        self.failure_stop: str | None = None   # why failing trials stopped the study, or None
 
     def set_time_sharing(self, options: Any) -> None:
         """Time-share the inventory's devices among trials (``core.timesharing``); needs
@@ -317,12 +321,19 @@ class Controller:
             record.device = event.device
             self.stays.place(record.trial_id, event.device)
         elif isinstance(event, ResultReported):
-            return self._on_result(record, event, now)
+            return self._on_result(record, event, now) + self._stop_if_failing()
         elif isinstance(event, TrialFinished):
             self._on_finished(record, now)
         elif isinstance(event, TrialFailed):
-            return self._on_failed(record, event, now)
-        return []
+            return self._on_failed(record, event, now) + self._stop_if_failing()
+        return self._stop_if_failing()
+
+    def _stop_if_failing(self) -> list[Command]:
+        """Once ``max_failures`` trials in a row failed the same way (``core.failures``), stop
+        the study as Ctrl-C does (``failure_stop`` says why; unfinished trials stay resumable)."""
+        if self.failure_stop is None or self._interrupted:
+            return []
+        return self.interrupt()
 
     def _on_result(self, record: TrialRecord, event: ResultReported, now: float) -> list[Command]:
         """Accept a step's result (to be stored with the trial's change, in one transaction),
@@ -338,6 +349,10 @@ class Controller:
             name, value = bad
             self._finish(record, TrialState.FAILED, now, error=(
                 f"metric {name!r} is {value!r} at step {event.step}"))
+            return [Stop(record.trial_id, StopReason.FAILED)]
+        missing = self._missing_objective(record, event)
+        if missing is not None:
+            self._finish(record, TrialState.FAILED, now, error=missing)
             return [Stop(record.trial_id, StopReason.FAILED)]
         record.last_step = event.step
         record.metrics = dict(event.metrics)
@@ -357,6 +372,17 @@ class Controller:
             return [Preempt(record.trial_id)] if record.stop_reason == _PREEMPTED else []
         record.stop_reason = reason
         return [Stop(record.trial_id, reason)]
+
+    def _missing_objective(self, record: TrialRecord, event: ResultReported) -> str | None:
+        """The error of a trial whose first report lacks the objective metric (a typo fails at
+        step 1, not after training to the end), or None."""
+        metric = self.objective.metric
+        if record.last_step is not None or metric in event.metrics:
+            return None
+        reported = ", ".join(repr(m) for m in sorted(event.metrics)) or "nothing"
+        return (f"the objective metric {metric!r} is missing from the trial's first report "
+                f"(step {event.step} reported {reported}); report it from the first step on, "
+                f"e.g. ctx.report(step, {metric}=...)")
 
     def _on_device(self, event: DeviceAdded | DeviceLost) -> None:
         if isinstance(event, DeviceAdded):
@@ -382,6 +408,7 @@ class Controller:
             return
         if record.stop_reason == _PAUSED:
             record.state, record.stop_reason = TrialState.PAUSED, None
+            self._failures.ended(record.trial_id, None, failed=False)
             if self.shared is not None:
                 self.shared.forget(record)
             return
@@ -463,6 +490,9 @@ class Controller:
             self.shared.forget(record)
         value = record.value if state is not TrialState.FAILED else None
         self.algorithm.on_complete(record.trial_id, value, state.value)
+        failed = state is TrialState.FAILED
+        if self._failures.ended(record.trial_id, error, failed) and self.failure_stop is None:
+            self.failure_stop = self._failures.message(error)
 
     # ---- study-wide ------------------------------------------------------------------------
 
@@ -634,6 +664,10 @@ class Controller:
         resumed). Ties: the lower trial id."""
         return best_record(self.trials.values(), self.objective)
 
+    def best_complete(self) -> TrialRecord | None:
+        """The COMPLETE trial with the best objective value (ties: the lower trial id)."""
+        return best_record(self.trials.values(), self.objective, complete=True)
+
     def state_dict(self, now: float, full: bool = False) -> dict[str, Any]:
         """The state to store with a commit: the algorithm's, the time spent, time sharing's.
         An algorithm that keeps its state in parts (``Algorithm.state_delta``) gives only the
@@ -651,12 +685,16 @@ class Controller:
 
 
 
-def best_record(records: Iterable[TrialRecord], objective: Objective) -> TrialRecord | None:
-    """The best of ``records`` (in trial id order) by :meth:`Controller.best`'s rule; shared with
-    the read side of stored studies."""
+def best_record(records: Iterable[TrialRecord], objective: Objective, *,
+                complete: bool = False) -> TrialRecord | None:
+    """The best of ``records`` (in trial id order) by :meth:`Controller.best`'s rule, or with
+    ``complete`` the best COMPLETE one (a trial trained to its end: in multi-fidelity studies
+    the best by the first rule is often one pruned after a few steps); shared with the read side
+    of stored studies."""
     best: TrialRecord | None = None
     for r in records:
-        if r.value is not None and r.state is not TrialState.FAILED:
+        if r.value is not None and r.state is not TrialState.FAILED \
+                and (not complete or r.state is TrialState.COMPLETE):
             if best is None or best.value is None or objective.better(r.value, best.value):
                 best = r
     return best

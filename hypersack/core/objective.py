@@ -1,7 +1,8 @@
 """The study's objective: one metric, minimised or maximised.
 
 The mode is required, as in Ray Tune: HyperSack never guesses whether a metric (``val_mse``,
-``accuracy``) is better high or low.
+``accuracy``) is better high or low. Optuna's words ``minimize`` and ``maximize`` are read as
+``min`` and ``max``.
 """
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from hypersack.errors import ConfigError
 __all__ = ["Objective"]
 
 
+#: Other spellings of a mode (Optuna's ``direction``), read as the mode they mean.
+MODE_ALIASES = {"minimize": "min", "maximize": "max"}
+
 _MODE_MISSING = ("must be 'min' or 'max': set it, e.g. objective: {metric: val_loss, mode: min} "
                  "in YAML or objective=(\"val_loss\", \"min\") in Python")
 
 
 @dataclass(frozen=True)
 class Objective:
-    """``metric``: the reported metric to optimise; ``mode``: "min" or "max" (required)."""
+    """``metric``: the reported metric to optimise; ``mode``: "min" or "max" (required;
+    "minimize" and "maximize" are kept as "min" and "max")."""
     metric: str
     mode: str | None = None
 
@@ -29,8 +34,11 @@ class Objective:
             raise ConfigError("objective.metric", self.metric, "must be a non-empty metric name")
         if self.mode is None:
             raise ConfigError("objective.mode", None, _MODE_MISSING)
+        if isinstance(self.mode, str) and self.mode in MODE_ALIASES:
+            object.__setattr__(self, "mode", MODE_ALIASES[self.mode])
         if self.mode not in ("min", "max"):
-            raise ConfigError("objective.mode", self.mode, "must be 'min' or 'max'")
+            raise ConfigError("objective.mode", self.mode,
+                              "must be 'min' or 'max' (or 'minimize' / 'maximize')")
 
     @classmethod
     def parse(cls, spec: Any) -> "Objective":

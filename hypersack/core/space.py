@@ -404,8 +404,8 @@ class SearchSpace(Mapping[str, Domain]):
         return cls(spec)
 
     def to_yaml(self) -> str:
-        import yaml
-        return str(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        from hypersack.yaml_input import dump_yaml
+        return dump_yaml(self.to_dict())
 
     @classmethod
     def from_yaml(cls, text: str) -> "SearchSpace":

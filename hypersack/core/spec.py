@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from hypersack.core.controller import Budget
+from hypersack.core.failures import DEFAULT_MAX_FAILURES
 from hypersack.core.objective import Objective
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
@@ -277,10 +278,15 @@ class StudySpec:
     durability: str = "power"
     # Time-sharing of devices among trials (Hermes and its baselines); None: none.
     time_sharing: TimeSharing | None = None
+    # Trials failing the same way in a row that stop the study (core.failures); None: never.
+    max_failures: int | None = DEFAULT_MAX_FAILURES
+    # The study file's folder (absolute), searched for a module:function trainable on resume.
+    source_dir: str | None = None
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
                "max_steps", "description", "storage", "placement", "oversubscription", "resources",
-               "execution", "pack", "unsafe_checkpoints", "durability", "time_sharing"}
+               "execution", "pack", "unsafe_checkpoints", "durability", "time_sharing",
+               "max_failures", "source_dir"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -300,6 +306,11 @@ class StudySpec:
             raise ConfigError("unsafe_checkpoints", self.unsafe_checkpoints, "must be true or false")
         check_durability(self.durability)
         object.__setattr__(self, "time_sharing", TimeSharing.parse(self.time_sharing))
+        if self.max_failures is not None:
+            check_integer("max_failures", self.max_failures, low=1, high=MAX_TRIALS,
+                          hint="or null (never stop the study for failing trials)")
+        if self.source_dir is not None:
+            check_name("source_dir", self.source_dir, max_len=4096)
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -336,13 +347,20 @@ class StudySpec:
                    execution=d.get("execution", "separate"), pack=PackOptions.from_dict(d.get("pack")),
                    unsafe_checkpoints=d.get("unsafe_checkpoints", False),
                    durability=d.get("durability", "power"),
-                   time_sharing=TimeSharing.parse(d.get("time_sharing")))
+                   time_sharing=TimeSharing.parse(d.get("time_sharing")),
+                   max_failures=d.get("max_failures", DEFAULT_MAX_FAILURES),
+                   source_dir=d.get("source_dir"))
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``time_sharing`` only when set, so older stored specs compare equal)."""
+        """The JSON form (``time_sharing``, ``max_failures`` and ``source_dir`` only when not
+        their defaults, so older stored specs compare equal)."""
         d = self._to_dict()
         if self.time_sharing is not None:
             d["time_sharing"] = self.time_sharing.to_dict()
+        if self.max_failures != DEFAULT_MAX_FAILURES:
+            d["max_failures"] = self.max_failures
+        if self.source_dir is not None:
+            d["source_dir"] = self.source_dir
         return d
 
     def _to_dict(self) -> dict[str, Any]:
@@ -362,7 +380,8 @@ class StudySpec:
 # Fields a resumed study may change: how much to run and how, not what is searched.
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
                                "oversubscription", "resources", "execution", "pack",
-                               "unsafe_checkpoints", "durability", "time_sharing"})
+                               "unsafe_checkpoints", "durability", "time_sharing",
+                               "max_failures", "source_dir"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Iterable, Mapping
 
-__all__ = ["Stay", "StayOutcome", "StayBook"]
+__all__ = ["Stay", "StayOutcome", "StayBook", "TrialTimes", "trial_times"]
 
 
 class StayOutcome(str, enum.Enum):
@@ -106,3 +106,36 @@ class StayBook:
         out = sorted(self._changed.values(), key=lambda s: (s.trial_id, s.attempt, s.rank))
         self._changed.clear()
         return out
+
+
+@dataclass(frozen=True)
+class TrialTimes:
+    """A trial's time over all its attempts (seconds, the stays' clock): ``first_start``, its
+    first launch; ``running_s``, the time it held devices, summed over attempts (a data-parallel
+    attempt counts once); ``waiting_s``, the rest of the time from its first launch to its end
+    (or ``now``): paused, preempted, queued for a retry or a promotion."""
+    first_start: float
+    running_s: float
+    waiting_s: float
+
+
+def trial_times(stays: Iterable[Stay], ends: Mapping[int, float | None],
+                now: float) -> dict[int, TrialTimes]:
+    """Each trial's ``TrialTimes`` from its stays (rank 0: one per attempt); ``ends``: each
+    trial's end (None: not finished, it counts to ``now``); an open stay runs to ``now``.
+    Trials without a stay are left out."""
+    firsts: dict[int, float] = {}
+    running: dict[int, float] = {}
+    for stay in stays:
+        if stay.rank != 0:
+            continue
+        t = stay.trial_id
+        firsts[t] = min(firsts.get(t, stay.start), stay.start)
+        left = stay.end if stay.end is not None else max(now, stay.start)
+        running[t] = running.get(t, 0.0) + max(0.0, left - stay.start)
+    out = {}
+    for t, first in firsts.items():
+        end = ends.get(t)
+        span = max(0.0, (end if end is not None else now) - first)
+        out[t] = TrialTimes(first, running[t], max(0.0, span - running[t]))
+    return out

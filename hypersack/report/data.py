@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hypersack.core.objective import Objective
-from hypersack.core.stays import Stay
+from hypersack.core.stays import Stay, trial_times
 from hypersack.report import series
 
 __all__ = ["StudyData", "from_storage", "from_simulation", "payload"]
@@ -47,17 +47,20 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
     """The study ``name`` from a ``Storage`` (opened read-only by the caller is enough)."""
     from hypersack.runtime.queries import trial_dict
     row = storage.get_study(name)
+    if now is None:
+        now = time.time() if row.status == "running" else row.updated_at
+    records = storage.load_trials(row.study_id)
+    stays = storage.load_stays(row.study_id)
+    times = trial_times(stays, {t.trial_id: t.finished_at for t in records}, now)
     trials = []
-    for t in storage.load_trials(row.study_id):
-        d = trial_dict(t)
+    for t in records:
+        d = trial_dict(t, times.get(t.trial_id))
         d["pack"] = t.info.get("pack")
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
     results = storage.load_metric(row.study_id, objective.metric)
-    if now is None:
-        now = time.time() if row.status == "running" else row.updated_at
-    return StudyData(name, row.status, objective, trials, results, storage.load_stays(row.study_id), storage.load_samples(row.study_id),
-                     now=now, source="store")
+    return StudyData(name, row.status, objective, trials, results, stays,
+                     storage.load_samples(row.study_id), now=now, source="store")
 
 
 def from_simulation(result: Any, store: Any) -> StudyData:
@@ -65,16 +68,19 @@ def from_simulation(result: Any, store: Any) -> StudyData:
     trials, the memory store's results (no report times: the trial's end stands in) and stays."""
     from hypersack.runtime.queries import trial_dict
     controller = result.controller
+    stays = store.load_stays(1)
+    times = trial_times(stays, {t.trial_id: t.finished_at for t in controller.trials.values()},
+                        result.makespan_s)
     trials = []
     for record in controller.trials.values():
-        d = trial_dict(record)
+        d = trial_dict(record, times.get(record.trial_id))
         d["pack"] = record.info.get("pack")
         trials.append(d)
     metric = controller.objective.metric
     results: list[tuple[int, int, float | None, Any]] = [
         (tid, step, None, m.get(metric)) for tid, step, m in store.results]
     return StudyData(result.scenario, "complete", controller.objective, trials, results,
-                     store.load_stays(1), [], now=result.makespan_s, source="simulation",
+                     stays, [], now=result.makespan_s, source="simulation",
                      extra={"policy": result.policy, "algorithm": result.algorithm,
                             "makespan_s": result.makespan_s})
 
@@ -162,12 +168,18 @@ def _summary(data: StudyData, valued: list[dict], occ: Mapping, origin: float,
         counts[t["state"]] = counts.get(t["state"], 0) + 1
     sign = data.objective.sign()
     best = max(valued, key=lambda t: (sign * t["value"], -t["trial_id"]), default=None)
+    full = max((t for t in valued if t["state"] == "complete"),
+               key=lambda t: (sign * t["value"], -t["trial_id"]), default=None)
     mean = series.occupancy_mean(occ, 0.0 + origin, now + origin) if now > 0 else {}
     return {"trials": len(data.trials), "counts": counts, "duration_s": _r(now),
             "devices": len(occ), "stays": len(data.stays),
             "mean_occupancy": _r(sum(mean.values()) / len(mean)) if mean else None,
-            "best": None if best is None else {"trial_id": best["trial_id"], "value": best["value"],
-                                               "config": best["config"], "state": best["state"]}}
+            "best": _best_card(best), "best_complete": _best_card(full)}
+
+
+def _best_card(t: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if t is None else {"trial_id": t["trial_id"], "value": t["value"],
+                                   "config": t["config"], "state": t["state"]}
 
 
 def _columns(rows: list[tuple], names: tuple[str, ...], origin: float) -> dict[str, list]:
@@ -216,10 +228,11 @@ def _parallel(valued: list[dict], metric: str) -> list[dict[str, Any]]:
 
 
 def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, Any]:
-    """Columns of the trials table; ``params``: one column per parameter (values as they are,
-    numbers rounded); ``traceback`` keeps its last characters."""
-    starts = [t["started_at"] for t in trials]
-    ends = [t["finished_at"] for t in trials]
+    """Columns of the trials table; ``start``: the trial's first launch; ``running``: its time
+    on devices summed over attempts; ``waiting``: the rest since its first launch (paused,
+    preempted, queued); ``params``: one column per parameter (values as they are, numbers
+    rounded); ``traceback`` keeps its last characters."""
+    starts = [t.get("first_started_at") or t["started_at"] for t in trials]
     names = sorted({k for t in trials for k in t["config"]})
     params = {}
     for name in names:
@@ -231,7 +244,8 @@ def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, Any]:
         "value": _rs([t["value"] for t in trials]), "step": [t["last_step"] for t in trials],
         "attempts": [t["attempts"] for t in trials],
         "start": _rs(starts, origin),
-        "duration": _rs([None if a is None or b is None else b - a for a, b in zip(starts, ends)]),
+        "running": _rs([t.get("running_s") for t in trials]),
+        "waiting": _rs([t.get("waiting_s") for t in trials]),
         "params": params, "error": [t["error"] for t in trials],
         "traceback": [t["traceback"][-_TRACEBACK_CHARS:] if t["traceback"] else None for t in trials],
     }

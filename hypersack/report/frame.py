@@ -3,9 +3,12 @@
 Columns: ``number``, ``value``, ``datetime_start``, ``datetime_complete``, ``duration``,
 ``params_<name>`` for each parameter, ``state`` (HyperSack's: complete, pruned, failed, paused,
 running, pending), ``metrics_<name>`` for each metric in the trial's last report (where Optuna
-has ``user_attrs_*``), then ``last_step``, ``attempts``, ``retries`` and ``error``. One row per
-trial, by number. ``datetime_*`` are pandas Timestamps (local wall time, as Optuna's), absent
-(NaT) where the trial has not started or finished; ``duration`` a Timedelta.
+has ``user_attrs_*``), then ``last_step``, ``attempts``, ``retries``, ``running``, ``waiting``
+and ``error``. One row per trial, by number. ``datetime_start`` is the trial's first launch and
+``datetime_complete`` its end: pandas Timestamps (local wall time, as Optuna's), absent (NaT)
+where the trial has not started or finished; ``duration`` (their difference), ``running`` (time
+on devices, summed over attempts: a promoted, preempted or retried trial ran several times) and
+``waiting`` (paused, preempted or queued since its first launch) are Timedeltas.
 """
 from __future__ import annotations
 
@@ -27,27 +30,37 @@ def _pandas() -> Any:
 
 def trials_dataframe(storage: Any, name: str) -> Any:
     """The trials of the stored study ``name`` (``storage``: a ``Storage``, read-only is enough)."""
+    from hypersack.runtime.queries import study_now, times_of
     pd = _pandas()
     row = storage.get_study(name)
     trials = storage.load_trials(row.study_id)
+    times = times_of(storage, row.study_id, trials, study_now(row.status, row.updated_at))
     params = sorted({k for t in trials for k in t.config})
     metrics = sorted({k for t in trials for k in t.metrics})
     columns = ["number", "value", "datetime_start", "datetime_complete", "duration",
                *[f"params_{p}" for p in params], "state", *[f"metrics_{m}" for m in metrics],
-               "last_step", "attempts", "retries", "error"]
+               "last_step", "attempts", "retries", "running", "waiting", "error"]
     rows = []
     for t in trials:
-        start = _time(pd, t.started_at)
+        spent = times.get(t.trial_id)
+        start = _time(pd, spent.first_start if spent else t.started_at)
         end = _time(pd, t.finished_at)
         rows.append([t.trial_id, t.value, start, end,
                      end - start if start is not pd.NaT and end is not pd.NaT else pd.NaT,
                      *[t.config.get(p) for p in params], t.state.value,
-                     *[t.metrics.get(m) for m in metrics], t.last_step, t.attempts, t.retries, t.error])
+                     *[t.metrics.get(m) for m in metrics], t.last_step, t.attempts, t.retries,
+                     _span(pd, spent.running_s if spent else None),
+                     _span(pd, spent.waiting_s if spent else None), t.error])
     frame = pd.DataFrame(rows, columns=columns)
     for column in ("datetime_start", "datetime_complete"):
         frame[column] = pd.to_datetime(frame[column])
-    frame["duration"] = pd.to_timedelta(frame["duration"])
+    for column in ("duration", "running", "waiting"):
+        frame[column] = pd.to_timedelta(frame[column])
     return frame
+
+
+def _span(pd: Any, seconds: float | None) -> Any:
+    return pd.NaT if seconds is None else pd.Timedelta(seconds=seconds)
 
 
 def _time(pd: Any, seconds: float | None) -> Any:

@@ -27,7 +27,7 @@ from hypersack.core.group_commit import GROUP_SIBLINGS, GROUP_WINDOW_S, GroupCom
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import (Command, Event, Launch, ResultReported, TrialFailed,
                                   TrialFinished)
-from hypersack.errors import StorageError, StorageFullError
+from hypersack.errors import StorageError, StorageFullError, TrialsFailingError
 from hypersack.runtime.executors.base import Executor
 from hypersack.runtime.heap import LoopHeap
 from hypersack.runtime.progress import Progress, NullProgress
@@ -55,7 +55,8 @@ def build_controller(spec: StudySpec, algorithm: Algorithm, row: StudyRow, stora
     """A controller for ``spec``; on resume it takes back the stored trials and algorithm state."""
     controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
                             max_retries=spec.executor.max_retries, now=now,
-                            trial_timeout_s=spec.executor.trial_timeout_s)
+                            trial_timeout_s=spec.executor.trial_timeout_s,
+                            max_failures=spec.max_failures)
     if resume:
         state = row.controller_state or {}
         controller.restore(storage.load_trials(row.study_id), state.get("algorithm"),
@@ -140,10 +141,19 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
         _set_status(storage, row, status, quiet=failure is not None)
     if failure is not None:
         raise _with_resume_hint(failure, row.name) from None
+    if controller.failure_stop and not halted:
+        raise _failing(row.name, controller.failure_stop)
     if halted:
         raise StorageFullError(f"Study {row.name!r} stopped: {halted}. Nothing stored was lost; "
                                f"free some space, then continue with: hypersack resume {row.name}")
     return StudyRun(row.name, status)
+
+
+def _failing(name: str, why: str) -> TrialsFailingError:
+    return TrialsFailingError(
+        f"Study {name!r} stopped: {why}. Fix the cause (every failure and its traceback: "
+        f"hypersack status {name}), then continue with: hypersack resume {name}; to run "
+        "on regardless, raise max_failures in the study (null: never stop)")
 
 
 def _with_resume_hint(exc: StorageError, name: str) -> StorageError:

@@ -119,15 +119,40 @@ def summary(name: str, controller: Controller, now: float | None = None,
             text += f", {counts[state]} {state.value}"
             if state is TrialState.PENDING and waiting:
                 text += f" ({waiting} waiting for their turn on a device)"
-    best = controller.best()
-    metric = controller.objective.metric
-    text += (f"; best {metric} {best.value:.4g} (trial {best.trial_id}, step {best.last_step})"
-             if best else "; no result yet")
+    text += _best_text(controller)
     if now is not None:
         text += f"; elapsed {_duration(controller.elapsed(now))}"
         eta = eta_s(controller, now, steps_for)
         if eta is not None and not controller.done(now):
             text += f", ETA ~{_duration(eta)}"
+    if stopping(controller):
+        text += f"; {STOPPING}"
+    return text
+
+
+#: What the first Ctrl-C does, said at once (the second kills the trials).
+STOPPING = "stopping at the next report; Ctrl-C again to kill"
+
+
+def stopping(controller: Controller) -> bool:
+    """Whether the study is stopping because of Ctrl-C (not a halt of its own)."""
+    return controller.interrupted and controller.halt_reason is None \
+        and controller.failure_stop is None
+
+
+def _best_text(controller: Controller) -> str:
+    """The best so far, and the best complete trial when the best was stopped early."""
+    best = controller.best()
+    metric = controller.objective.metric
+    if best is None:
+        return "; no result yet"
+    text = f"; best {metric} {best.value:.4g} (trial {best.trial_id}, step {best.last_step}"
+    if best.state is TrialState.COMPLETE:
+        return text + ")"
+    text += f", {best.state.value})"
+    full = controller.best_complete()
+    if full is not None:
+        text += f", best complete {full.value:.4g} (trial {full.trial_id})"
     return text
 
 
@@ -145,6 +170,7 @@ class LineProgress:
         self._said: dict[int, tuple] = {}       # trial -> (state, last step) last printed
         self._last_line = -float("inf")
         self._started = False
+        self._told_stop = False
         self._last: tuple[Controller, float] | None = None
 
     def update(self, controller: Controller, now: float) -> None:
@@ -157,6 +183,9 @@ class LineProgress:
             if self._said.get(r.trial_id) != key:
                 self._said[r.trial_id] = key
                 lines.append(_trial_line(r, controller.objective.metric))
+        if stopping(controller) and not self._told_stop:
+            self._told_stop = True
+            lines.append(STOPPING)
         wall = self._clock()
         running = any(r.state is TrialState.RUNNING for r in controller.trials.values())
         if not self._started and running:
@@ -200,7 +229,7 @@ class LiveProgress:
     def update(self, controller: Controller, now: float) -> None:
         self._controller, self._now = controller, now
         wall = time.monotonic()
-        if wall - self._last < self._refresh_s:
+        if wall - self._last < self._refresh_s and not stopping(controller):
             return
         self._last = wall
         self._live.update(self._render(controller, now), refresh=True)

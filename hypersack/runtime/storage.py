@@ -56,7 +56,7 @@ from hypersack.core.spec import DURABILITY, check_durability
 from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
-                              StudyBusyError, StudyNotFoundError)
+                              StudyBusyError, StudyExistsError, StudyNotFoundError)
 
 __all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S", "check_durability"]
 
@@ -327,9 +327,7 @@ class Storage:
                 "INSERT INTO studies (name, spec, status, created_at, updated_at, uuid) "
                 "VALUES (?,?,?,?,?,?)", (name, json.dumps(spec), "running", now, now, uuid.uuid4().hex))
         except sqlite3.IntegrityError:
-            raise StorageError(
-                f"A study named {name!r} already exists in {self.path}: resume it with "
-                f"'hypersack resume {name}', or pick another name") from None
+            raise StudyExistsError(name, str(self.path)) from None
         except sqlite3.Error as exc:
             raise self._error(exc, f"create study {name!r}") from None
         return self.get_study(name)

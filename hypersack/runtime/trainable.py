@@ -10,19 +10,23 @@ import ast
 import hashlib
 import importlib
 import importlib.util
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import cloudpickle
 
-from hypersack.errors import TrainableError
+from hypersack.errors import ConfigError, TrainableError
 from hypersack.workloads import BUILTINS
 
-__all__ = ["TrainableRef", "resolve_reference"]
+__all__ = ["TrainableRef", "resolve_reference", "check_callable_signature"]
 
 
-def resolve_reference(reference: str) -> Callable[..., Any]:
-    """Import ``module:function`` (dots allowed after the colon) or a built-in workload name."""
+def resolve_reference(reference: str, adapt: Callable[[Any], Any] | None = None
+                      ) -> Callable[..., Any]:
+    """Import ``module:function`` (dots allowed after the colon) or a built-in workload name.
+    ``adapt(obj)`` may turn what is not callable into a trainable (None: it cannot): workers
+    run a ``FusableTask`` named so as a plain trial, a pack of one."""
     target = BUILTINS.get(reference.removeprefix("builtin:"), reference)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
@@ -40,6 +44,9 @@ def resolve_reference(reference: str) -> Callable[..., Any]:
                                  f"has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
+        adapted = adapt(obj) if adapt is not None else None
+        if adapted is not None:
+            return adapted
         raise TrainableError(f"The value of trainable is {reference!r}, but it is not callable")
     return obj
 
@@ -59,26 +66,106 @@ def _check_module_exists(reference: str) -> None:
     if spec is None:
         raise TrainableError(
             f"The value of trainable is {reference!r}, but its module {module_name!r} cannot be "
-            "imported (not found on sys.path; the study file's folder and the working directory "
-            "are searched, then PYTHONPATH)")
-    names = _top_level_names(spec.origin)
+            f"imported: it is in none of the folders searched ({_searched()}); run from its "
+            "folder, or add that folder to PYTHONPATH")
+    tree = _source_tree(reference, spec.origin)
+    names = _top_level_names(tree)
     first = attr.split(".")[0]
     if names is not None and first not in names:
         raise TrainableError(
             f"The value of trainable is {reference!r}, but module {module_name!r} "
             f"({spec.origin}) defines no {first!r} at top level")
+    if tree is not None and first == attr:
+        _check_binding(reference, tree, attr)
 
 
-def _top_level_names(origin: str | None) -> set[str] | None:
-    """Names a Python source file binds at top level (def, class, assignment, import), or None
-    when that cannot be known without running it (no source, syntax error, ``import *``,
-    a module ``__getattr__``)."""
+def _source_tree(reference: str, origin: str | None) -> ast.Module | None:
+    """The parsed source of a trainable's module (None: no readable .py source); ConfigError
+    naming the file and line when it does not compile, as every trial would fail on it."""
     if not origin or not origin.endswith(".py"):
         return None
     try:
         with open(origin, "rb") as f:
-            tree = ast.parse(f.read(), filename=origin)
-    except (OSError, SyntaxError, ValueError):
+            return ast.parse(f.read(), filename=origin)
+    except SyntaxError as exc:
+        raise ConfigError("trainable", reference, f"its module has a syntax error at "
+                          f"{origin}:{exc.lineno}: {exc.msg}") from None
+    except (OSError, ValueError):
+        return None
+
+
+def _check_binding(reference: str, tree: ast.Module, name: str) -> None:
+    """ConfigError when the module's last top-level binding of ``name`` is plainly not a
+    ``train(config, ctx)``: a literal, or a function that cannot take (config, ctx). Any other
+    binding (a class, a call's result, an import) is left to run time."""
+    binding: ast.AST | None = None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            binding = node
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            binding = node.value
+    if isinstance(binding, (ast.Constant, ast.List, ast.Dict, ast.Tuple, ast.Set)):
+        raise ConfigError("trainable", reference, f"names a {type(binding).__name__.lower()} "
+                          f"at line {binding.lineno}, not a function train(config, ctx)")
+    if isinstance(binding, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        why = _signature_problem(binding.args)
+        if why is not None:
+            raise ConfigError("trainable", reference, f"is def {name}({ast.unparse(binding.args)}) "
+                              f"at line {binding.lineno}, which {why}; a trainable is "
+                              "train(config, ctx)")
+
+
+def _signature_problem(args: ast.arguments) -> str | None:
+    """Why a function with ``args`` cannot be called as ``f(config, ctx)``, or None."""
+    positional = len(args.posonlyargs) + len(args.args)
+    required = positional - len(args.defaults)
+    if positional < 2 and args.vararg is None:
+        return f"takes {positional} positional argument{'s' if positional != 1 else ''}, not 2"
+    if required > 2:
+        return f"requires {required} positional arguments, not 2"
+    missing = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    if missing:
+        return f"requires the keyword argument {missing[0]!r}"
+    return None
+
+
+def check_callable_signature(trainable: Callable[..., Any]) -> None:
+    """ConfigError when the callable ``trainable`` cannot be called as ``f(config, ctx)``
+    (a signature that cannot be read is left to run time)."""
+    try:
+        signature = inspect.signature(trainable)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        name = getattr(trainable, "__qualname__", type(trainable).__name__)
+        raise ConfigError("trainable", trainable, f"is {name}{signature}, which cannot be "
+                          f"called as train(config, ctx) ({exc})") from None
+
+
+def _searched(shown: int = 3) -> str:
+    """The first folders of sys.path, as a module is searched for (the working directory as
+    '.'), then how many more."""
+    import os
+    import sys
+    cwd = os.getcwd()
+    folders = [("." if (p or cwd) == cwd else p) for p in sys.path[:shown]]
+    more = len(sys.path) - shown
+    return ", ".join(folders) + (f" and {more} more" if more > 0 else "")
+
+
+def _top_level_names(tree: ast.Module | str | None) -> set[str] | None:
+    """Names a source file (parsed, or its path) binds at top level (def, class, assignment,
+    import), or None when that cannot be known without running it (no source, a syntax error,
+    ``import *``, a module ``__getattr__``)."""
+    if isinstance(tree, str):
+        try:
+            tree = _source_tree(tree, tree)
+        except ConfigError:
+            return None
+    if tree is None:
         return None
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -112,6 +199,7 @@ class TrainableRef:
         if not callable(trainable):
             raise TrainableError(f"The value of trainable is {trainable!r}, but must be a callable "
                                  "train(config, ctx) or a 'module:function' string")
+        check_callable_signature(trainable)
         try:
             payload = cloudpickle.dumps(trainable)
         except Exception as exc:
@@ -130,8 +218,11 @@ class TrainableRef:
             return None
         return f"{module}:{qualname}"
 
-    def load(self) -> Callable[..., Any]:
+    def load(self, adapt: Callable[[Any], Any] | None = None) -> Callable[..., Any]:
+        """The trainable (``adapt``: see ``resolve_reference``)."""
         if self.payload is not None:
             return cloudpickle.loads(self.payload)
-        assert self.reference is not None
-        return resolve_reference(self.reference)
+        if self.reference is None:
+            raise TrainableError(f"The trainable {self.key!r} was not sent to this worker (no "
+                                 "reference and no payload)")
+        return resolve_reference(self.reference, adapt)

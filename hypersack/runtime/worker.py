@@ -277,12 +277,29 @@ def _barrier(store, rank: int, size: int) -> None:
         pass
 
 
+# Why a trainable could not be loaded in this worker, by key: the driver sends a trainable's
+# reference or payload once per worker, so a later trial must get the first error again.
+_LOAD_ERRORS: dict[str, BaseException] = {}
+
+
 def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
     from hypersack.runtime.trainable import TrainableRef
     key, reference, payload = spec
     if key not in cache:
-        cache[key] = TrainableRef(key, reference, payload).load()
+        if reference is None and payload is None and key in _LOAD_ERRORS:
+            raise _LOAD_ERRORS[key]
+        try:
+            cache[key] = TrainableRef(key, reference, payload).load(adapt=_task_as_trainable)
+        except Exception as exc:
+            _LOAD_ERRORS[key] = exc
+            raise
     return cache[key]
+
+
+def _task_as_trainable(obj: Any) -> Callable[..., Any] | None:
+    """A ``FusableTask`` named as a plain trainable (``execution: separate``): a pack of one."""
+    from hypersack.runtime.pack_worker import TaskTrainable, is_task
+    return TaskTrainable(obj) if is_task(obj) else None
 
 
 def _report_returned(ctx, returned: Any, metric: str) -> None:

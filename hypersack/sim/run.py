@@ -74,7 +74,8 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True,
     algorithm = make_algorithm(dict(spec.algorithm), spec.space, spec.objective, seed=spec.seed)
     controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
                             max_retries=scenario.max_retries, now=executor.clock.now,
-                            trial_timeout_s=spec.executor.trial_timeout_s)
+                            trial_timeout_s=spec.executor.trial_timeout_s,
+                            max_failures=spec.max_failures)
     controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
     if spec.time_sharing is not None:
         controller.set_time_sharing(spec.time_sharing)

@@ -276,3 +276,15 @@ def test_the_data_parallel_check_wants_two_ranks_reported(tmp_path, monkeypatch,
     assert ran["trainable"] == "resnet18_cifar" and ran["options"]["algorithm"]["type"] == "rasda"
     slots = ran["options"]["slots"]
     assert len(slots) == 2 and all(s.env["CUDA_VISIBLE_DEVICES"] == "" for s in slots)
+
+
+def test_cpu_mode_puts_the_fake_mps_control_on_path_when_none_is_there(tmp_path, monkeypatch):
+    """README's ``--device cpu --tiny`` on a machine without MPS: check 2 finds the fake."""
+    import shutil
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    env = gpu_suite._fake_mps_env(tmp_path / "fake")
+    control = shutil.which("nvidia-cuda-mps-control", path=env["PATH"])
+    assert control is not None and control.startswith(str(tmp_path / "fake"))
+    assert env["FAKE_MPS_RECORD"].startswith(str(tmp_path / "fake"))
+    monkeypatch.setenv("PATH", env["PATH"])                  # a real one there: left as it is
+    assert gpu_suite._fake_mps_env(tmp_path / "again") == {}

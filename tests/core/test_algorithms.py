@@ -349,8 +349,8 @@ def test_make_algorithm_rejects_malformed_specs(spec):
 def test_make_algorithm_bad_option_names_it():
     with pytest.raises(ConfigError) as exc:
         make_algorithm({"type": "random", "temperature": 3}, SPACE, OBJ)
-    assert exc.value.field == "algorithm"
-    assert "temperature" in str(exc.value) and "random" in str(exc.value)
+    assert exc.value.field == "algorithm.temperature"
+    assert "is not an option of 'random'" in str(exc.value)
 
 
 class FirstChoice(Algorithm):

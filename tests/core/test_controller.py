@@ -10,7 +10,8 @@ from hypersack.core.algorithms import Algorithm, Decision, GridSearch, RandomSea
 from hypersack.core.controller import Budget, Controller, trial_seed
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.core.trial import (FailureCause, Launch, ResultReported, Stop, TrialFailed,
+from hypersack.core.trial import (FailureCause, Launch, ResultReported, Stop, StopReason,
+                                  TrialFailed,
                                   TrialFinished, TrialRecord, TrialStarted, TrialState)
 from hypersack.errors import ConfigError
 
@@ -237,18 +238,27 @@ def test_integer_metric_values_are_stored_as_floats():
     assert c.trials[0].value == 1.0 and type(c.trials[0].value) is float
 
 
-def test_trial_that_never_reported_the_metric_fails_naming_it():
+def test_a_first_report_without_the_objective_fails_the_trial_at_once_naming_it():
     alg = Scripted()
     c = make(trials=1, algorithm=alg)
     c.launches(0.0)
-    report(c, 0, 1, loss=0.3, f1=0.2)
-    finish(c, 0, 2.0)
+    assert report(c, 0, 1, now=1.0, loss=0.3, f1=0.2) == [Stop(0, StopReason.FAILED)]
+    finish(c, 0, 2.0)                       # late news of a trial already failed
     r = c.trials[0]
     assert r.state is TrialState.FAILED and r.value is None
-    assert "'acc'" in r.error and "never reported" in r.error
-    assert "f1" in r.error and "loss" in r.error
-    assert r.finished_at == 2.0
+    assert "'acc'" in r.error and "first report" in r.error
+    assert "'f1'" in r.error and "'loss'" in r.error
+    assert r.finished_at == 1.0
     assert alg.completed == [(0, None, "failed")]
+
+
+def test_a_later_report_may_leave_the_objective_out():
+    c = make(trials=1)
+    c.launches(0.0)
+    report(c, 0, 1, acc=0.5)
+    assert report(c, 0, 2, loss=0.1) == []
+    finish(c, 0, 2.0)
+    assert c.trials[0].state is TrialState.COMPLETE and c.trials[0].value == 0.5
 
 
 def test_trial_that_reported_nothing_fails():

@@ -9,7 +9,7 @@ import pytest
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.core.spec import ExecutorOptions, StudySpec
+from hypersack.core.spec import ExecutorOptions, StudySpec, check_resumable
 from hypersack.errors import ConfigError, SpaceError
 
 FULL = {
@@ -269,7 +269,7 @@ def test_objective_parse_returns_an_objective_unchanged():
 
 
 @pytest.mark.parametrize("given, field, value_text", [
-    (("acc", "maximize"), "objective.mode", "'maximize'"),
+    (("acc", "maximum"), "objective.mode", "'maximum'"),
     ({"metric": "acc", "mode": "MAX"}, "objective.mode", "'MAX'"),
     ({"metric": "acc", "direction": "max"}, "objective.direction", "'max'"),
     ({"mode": "min"}, "objective.metric", "None"),
@@ -286,6 +286,13 @@ def test_objective_parse_errors(given, field, value_text):
     assert exc.value.field == field and value_text in str(exc.value)
 
 
+@pytest.mark.parametrize("word, mode", [("minimize", "min"), ("maximize", "max")])
+def test_optunas_directions_are_read_as_modes(word, mode):
+    assert Objective.parse(("acc", word)).mode == mode
+    assert Objective.parse({"metric": "acc", "mode": word}).to_dict() == {"metric": "acc",
+                                                                          "mode": mode}
+
+
 def test_objective_comparisons():
     hi, lo = Objective("acc", "max"), Objective("loss", "min")
     assert hi.better(2.0, 1.0) and not hi.better(1.0, 2.0) and not hi.better(1.0, 1.0)
@@ -294,3 +301,17 @@ def test_objective_comparisons():
     values = [0.3, None, float("nan"), 0.9, float("inf"), 0.1]
     assert hi.best(values) == 0.9 and lo.best(values) == 0.1
     assert hi.best([]) is None and hi.best([None, float("nan")]) is None
+
+
+def test_max_failures_is_an_option_kept_with_the_study_only_when_set():
+    base = {"name": "s", "space": {"x": 1}, "objective": ["y", "max"], "budget": {"trials": 1}}
+    assert StudySpec.from_dict(base).max_failures == 5
+    assert "max_failures" not in StudySpec.from_dict(base).to_dict()     # older specs compare equal
+    never = StudySpec.from_dict({**base, "max_failures": None})
+    assert never.max_failures is None and never.to_dict()["max_failures"] is None
+    assert StudySpec.from_dict(never.to_dict()).max_failures is None
+    for bad in (0, -1, 2.5, True, "3"):
+        with pytest.raises(ConfigError) as exc:
+            StudySpec.from_dict({**base, "max_failures": bad})
+        assert exc.value.field == "max_failures"
+    check_resumable(StudySpec.from_dict(base).to_dict(), never.to_dict())   # may change on resume

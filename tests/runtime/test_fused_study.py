@@ -200,3 +200,17 @@ def test_the_plan_routes_by_task_acceptance_and_architecture():
     assert plan.key({"hidden": 16, "lr": 0.1}) == plan.key({"hidden": 16, "lr": 0.01})
     assert plan.key({"hidden": 16}) != plan.key({"hidden": 32})
     assert plan_execution("separate", "digits_mlp", 8) == ("digits_mlp", None)
+
+
+@pytest.mark.slow
+def test_a_fusable_task_named_as_module_task_runs_as_plain_trials_when_separate(store_path):
+    """Switching a FusableTask study from ``execution: fused`` to ``separate``: each trial runs
+    as a pack of one (was: every trial failed, "... is not callable")."""
+    pytest.importorskip("torch")
+    space = {"lr": 0.01, "optimizer": "adam", "hidden": 8, "batch_size": 16, "epochs": 1}
+    study = hypersack.Study(name="task-separate", space=space, objective=("loss", "min"),
+                            n_trials=2, storage=store_path, execution="separate")
+    study.run("fused_tasks:SMALL", progress=False, slots=default_slots(1, gpus=[]))
+    status = study.status()
+    assert status["complete"] == 2, [t["error"] for t in status["trials"]]
+    assert all(t["last_step"] == 1 for t in status["trials"])

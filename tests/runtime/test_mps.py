@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -24,47 +23,8 @@ from hypersack.runtime.mps import MpsDaemon, MpsUnavailableWarning
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MPS is Linux-only")
 
-FAKE = textwrap.dedent("""\
-    #!{python}
-    import json, os, subprocess, sys, time
-    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-    control = os.path.join(pipe, "control")
-    marker = os.path.join(pipe, "quit-requested")
-    mode = os.environ.get("FAKE_MPS_MODE", "ok")
-
-    def record(what):
-        with open(os.environ["FAKE_MPS_RECORD"], "a") as f:
-            f.write(json.dumps({{"what": what, "pipe": pipe,
-                                "log": os.environ.get("CUDA_MPS_LOG_DIRECTORY")}}) + "\\n")
-
-    args = sys.argv[1:]
-    if args == ["-d"]:
-        record("start")
-        if mode == "refuse":
-            print("Insufficient Permissions", file=sys.stderr)
-            sys.exit(1)
-        if os.path.exists(control):
-            print("An instance of this daemon is already running", file=sys.stderr)
-            sys.exit(1)
-        # like a sloppy daemon, the child keeps the parent's stdout and stderr open
-        subprocess.Popen([sys.executable, __file__, "--serve"], start_new_session=True,
-                         stdin=subprocess.DEVNULL)
-    elif args == ["--serve"]:
-        os.makedirs(pipe, exist_ok=True)
-        with open(control, "w") as f:
-            f.write(str(os.getpid()))
-        while not (os.path.exists(marker) and mode != "deaf"):
-            time.sleep(0.02)
-        os.unlink(marker)
-        os.unlink(control)
-    else:
-        command = sys.stdin.read().strip()
-        record(command)
-        if not os.path.exists(control):
-            print("Cannot find MPS control daemon process", file=sys.stderr)
-            sys.exit(1)
-        open(marker, "w").close()
-""")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from fake_mps import FAKE  # noqa: E402, F401  (the program: benchmarks/fake_mps.py)
 
 
 def wait_until(predicate, timeout: float = 10.0) -> bool:

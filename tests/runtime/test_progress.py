@@ -106,3 +106,27 @@ def test_lines_close_prints_what_the_end_of_the_study_changed():
     progress.close()
     assert "trial 0 pruned at step 1: acc=0.5" in out.getvalue()
     assert out.getvalue().splitlines()[-1].startswith("  s: 2 of 2 finished")
+
+
+def test_a_best_stopped_early_is_shown_with_the_best_complete_trial():
+    c = controller({(1, 1): Decision.STOP}, trials=2)
+    c.launches(0.0)
+    c.handle(ResultReported(0, 4, {"acc": 0.5}), 1.0)
+    c.handle(TrialFinished(0), 1.0)
+    c.handle(ResultReported(1, 1, {"acc": 0.9}), 1.0)
+    c.handle(TrialFinished(1), 1.0)
+    line = summary("s", c, 2.0, steps)
+    assert "best acc 0.9 (trial 1, step 1, pruned), best complete 0.5 (trial 0)" in line
+
+
+def test_the_first_ctrl_c_is_acknowledged_at_once():
+    c = controller()
+    out = io.StringIO()
+    progress = LineProgress("s", out, steps_for=steps, heartbeat_s=30.0, clock=lambda: 0.0)
+    c.launches(0.0)
+    progress.update(c, 0.0)
+    assert "Ctrl-C again" not in out.getvalue()
+    c.interrupt()
+    progress.update(c, 0.1)
+    assert "stopping at the next report; Ctrl-C again to kill" in out.getvalue()
+    assert "Ctrl-C again to kill" in summary("s", c, 0.2, steps)

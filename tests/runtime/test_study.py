@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 import hypersack
-from hypersack.errors import StorageError, TrainableError
+from hypersack.errors import (ConfigError, StorageError, StudyExistsError, TrainableError,
+                              TrialsFailingError)
 from hypersack.runtime.devices import default_slots
 
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
@@ -76,12 +77,15 @@ def test_nan_metric_fails_the_trial_with_that_reason(store_path):
     assert [r["step"] for r in study.results()] == [1, 2]    # step 3 never ran
 
 
-def test_trial_that_never_reports_the_objective_fails(store_path):
-    study = make_study(store_path, n_trials=1)
-    study.run("trainables:wrong_metric", progress=False)
-    trial = study.status()["trials"][0]
-    assert trial["state"] == "failed"
-    assert "'score' was never reported" in trial["error"] and "loss" in trial["error"]
+def test_a_metric_typo_stops_the_study_after_max_failures_trials(store_path):
+    study = make_study(store_path, n_trials=40, max_failures=2)
+    with pytest.raises(TrialsFailingError) as exc:
+        study.run("trainables:wrong_metric", progress=False)
+    assert "2 trials in a row failed the same way" in str(exc.value)
+    assert "'score' is missing from the trial's first report" in str(exc.value)
+    assert "'loss'" in str(exc.value) and "hypersack resume t" in str(exc.value)
+    status = study.status()
+    assert status["total"] == 2 and status["failed"] == 2 and status["status"] == "interrupted"
 
 
 def test_returned_number_is_the_final_objective(store_path):
@@ -177,8 +181,15 @@ def test_tpe_study_runs(store_path):
 
 def test_existing_study_is_an_error_unless_resumed_or_replaced(store_path):
     make_study(store_path, n_trials=1).run("trainables:quick", progress=False)
-    with pytest.raises(StorageError, match="already exists"):
+    with pytest.raises(StudyExistsError, match="already exists") as exc:
         make_study(store_path, n_trials=1).run("trainables:quick", progress=False)
+    for way in ("hypersack resume t", "--resume", "--replace", "if_exists='resume'",
+                "if_exists='replace'", "load_if_exists=True"):
+        assert way in str(exc.value)
+    assert isinstance(exc.value, StorageError)
+    make_study(store_path, n_trials=2).run("trainables:quick", load_if_exists=True,
+                                           progress=False)
+    assert make_study(store_path).status()["total"] == 2       # resumed with more trials
     make_study(store_path, n_trials=2).run("trainables:quick", if_exists="replace", progress=False)
     assert make_study(store_path).status()["total"] == 2
 
@@ -216,3 +227,40 @@ def test_resume_may_grow_the_budget_but_not_change_the_space(store_path):
     with pytest.raises(hypersack.ConfigError, match="The value of space is .* differs from the stored"):
         make_study(store_path, space=other_space).run("trainables:quick", if_exists="resume",
                                                       progress=False)
+
+
+def test_an_unknown_algorithm_is_refused_when_the_study_is_made(store_path):
+    with pytest.raises(ConfigError, match="algorithm.type"):
+        make_study(store_path, algorithm="nosuch")
+    with pytest.raises(ConfigError, match="algorithm.bogus"):
+        make_study(store_path, algorithm={"type": "asha", "min_t": 1, "max_t": 9, "bogus": 1})
+    assert not store_path.exists()
+
+
+def test_load_if_exists_cannot_contradict_replace(store_path):
+    with pytest.raises(ConfigError, match="load_if_exists"):
+        make_study(store_path).run("trainables:quick", if_exists="replace", load_if_exists=True)
+
+
+def test_a_trainable_with_a_syntax_error_fails_before_anything_is_stored(store_path, tmp_path,
+                                                                         monkeypatch):
+    (tmp_path / "fp_syntax.py").write_text("def train(config, ctx):\n    return (\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"syntax error at .*fp_syntax.py:2"):
+        make_study(store_path).run("fp_syntax:train", progress=False)
+    assert not store_path.exists()
+
+
+def test_a_trainable_that_cannot_be_imported_fails_every_trial_with_the_same_error(
+        store_path, tmp_path, monkeypatch):
+    """Later trials on the same worker were "AssertionError:" (the driver sends the reference
+    once per worker); each now names the import error, and the study stops at max_failures."""
+    (tmp_path / "fp_badimport.py").write_text("import fp_no_such_package\n"
+                                              "def train(config, ctx): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    study = make_study(store_path, n_trials=10, max_failures=3)
+    with pytest.raises(TrialsFailingError, match="3 trials in a row"):
+        study.run("fp_badimport:train", progress=False)
+    errors = [t["error"] for t in study.status()["trials"]]
+    assert len(errors) == 3
+    assert all("No module named 'fp_no_such_package'" in e for e in errors), errors

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hypersack.errors import TrainableError
+from hypersack.errors import ConfigError, TrainableError
 from hypersack.runtime.trainable import TrainableRef, _top_level_names
 
 
@@ -33,3 +33,50 @@ def test_a_missing_function_is_refused_and_a_present_one_accepted(tmp_path, monk
         TrainableRef.of("fc_probe:trian")
     with pytest.raises(TrainableError, match="cannot be imported"):
         TrainableRef.of("fc_probe_missing:train")
+
+
+# ---- what can be checked before the first launch (issue 27) -----------------------------------
+
+@pytest.mark.parametrize("text, words", [
+    ("def train(config):\n    pass\n", "takes 1 positional argument, not 2"),
+    ("def train():\n    pass\n", "takes 0 positional arguments"),
+    ("def train(config, ctx, model):\n    pass\n", "requires 3 positional arguments"),
+    ("def train(config, ctx, *, data):\n    pass\n", "keyword argument 'data'"),
+    ("train = 5\n", "names a constant at line 2"),
+    ("train = {'lr': 1}\n", "names a dict"),
+    ("def train(config, ctx):\n    return (\n", "syntax error at"),
+])
+def test_a_trainable_that_cannot_run_is_refused_before_any_launch(tmp_path, monkeypatch, text,
+                                                                  words):
+    write(tmp_path, "fp_bad", "import torch_is_not_imported_here\n" + text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="trainable") as exc:
+        TrainableRef.of("fp_bad:train")
+    assert words in str(exc.value) and "'fp_bad:train'" in str(exc.value)
+
+
+@pytest.mark.parametrize("text", ["def train(config, ctx): pass\n",
+                                  "def train(config, ctx=None, extra=1): pass\n",
+                                  "def train(*args, **kwargs): pass\n",
+                                  "class train:\n    def __init__(self, c, x): pass\n",
+                                  "import functools\ntrain = functools.partial(print)\n",
+                                  "train = 5\ndef train(config, ctx): pass\n"])
+def test_trainables_that_may_run_are_accepted(tmp_path, monkeypatch, text):
+    write(tmp_path, "fp_ok", text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert TrainableRef.of("fp_ok:train").reference == "fp_ok:train"
+
+
+def test_a_callable_with_the_wrong_signature_is_refused():
+    def train(config):
+        pass
+    with pytest.raises(ConfigError, match=r"train\(config\), which cannot be called"):
+        TrainableRef.of(train)
+    TrainableRef.of(lambda config, ctx: None)
+
+
+def test_a_module_not_found_names_the_folders_searched(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TrainableError) as exc:
+        TrainableRef.of("fp_nowhere:train")
+    assert str(tmp_path) in str(exc.value) and "study file's folder" not in str(exc.value)

@@ -3,7 +3,8 @@
 import), so ``base`` never imports an algorithm and no import cycle exists."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+import inspect
+from typing import Any, Callable, Mapping
 
 from hypersack.core.algorithms import (asha, bohb, grid, hyperband, optuna_search,  # noqa: F401
                                        pack_hyperband, random_search, rasda, sha, tpe)
@@ -37,7 +38,28 @@ def make_algorithm(spec: Any, space: SearchSpace, objective: Objective, seed: in
     if name not in factories:
         raise ConfigError("algorithm.type", name, f"must be one of {sorted(factories)}")
     seed = options.pop("seed", seed)
+    _check_options(name, factories[name], options)
     try:
         return factories[name](space, objective, seed=seed, **options)
     except TypeError as exc:
         raise ConfigError("algorithm", dict(spec), f"has options {name!r} does not take ({exc})") from None
+
+
+def _check_options(name: str, factory: Callable[..., Any], options: Mapping[str, Any]) -> None:
+    """ConfigError naming the first option ``factory`` does not take, and the ones it takes
+    (a factory with ``**kwargs``, or one whose signature cannot be read, is not checked)."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    valid = sorted(p for p, spec in parameters.items()
+                   if spec.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                    inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                   and p not in ("space", "objective", "seed", "self"))
+    for option in options:
+        if option not in parameters or option in ("space", "objective"):
+            raise ConfigError(f"algorithm.{option}", options[option],
+                              f"is not an option of {name!r} (its options: "
+                              f"{', '.join(valid) or 'none'})")

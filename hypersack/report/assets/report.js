@@ -60,6 +60,11 @@
     var cards = [["trials", s.trials], ["states", counts || "-"], ["best " + p.metric + " (" + p.mode + ")", s.best ? fmt(s.best.value) : "-"],
       ["best trial", s.best ? s.best.trial_id : "-"], ["duration", dur(s.duration_s)], ["devices", s.devices],
       ["mean occupancy", s.mean_occupancy === null ? "-" : fmt(s.mean_occupancy) + "%"], ["status", p.status]];
+    var full = s.best_complete;
+    if (s.best && s.best.state !== "complete") {    // the best was stopped early: name the best trained to its end
+      cards.splice(4, 0, ["best complete", full ? fmt(full.value) + " (trial " + full.trial_id + ")" : "-"]);
+      cards[3] = ["best trial", s.best.trial_id + " (" + s.best.state + ")"];
+    }
     var box = el("div", {"class": "cards"}, cards.map(function (c) {
       return el("div", {"class": "card"}, [el("div", {"class": "k", text: c[0]}), el("div", {"class": "v", text: String(c[1])})]);
     }));
@@ -160,7 +165,7 @@
       xaxis: {title: {text: "seconds since the first launch"}}, showlegend: traces.length <= 16}));
   }
 
-  var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "start", "duration"];
+  var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "start", "running", "waiting"];
 
   function tableView(box, p) {
     var t = p.table, n = t.id.length, order = [], sortKey = box.getAttribute("data-sort") || "id", desc = box.getAttribute("data-desc") === "1";
@@ -190,7 +195,7 @@
           if (t.traceback[r]) {
             td.appendChild(el("details", {}, [el("summary", {text: v}), el("pre", {text: t.traceback[r]})]));
           } else { td.textContent = v; }
-        } else { td.textContent = c === "duration" || c === "start" ? (v === null ? "-" : dur(v)) : fmt(v); }
+        } else { td.textContent = c === "running" || c === "waiting" || c === "start" ? (v === null ? "-" : dur(v)) : fmt(v); }
         tr.appendChild(td);
       });
       body.appendChild(tr);

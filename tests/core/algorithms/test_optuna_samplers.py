@@ -211,7 +211,7 @@ def test_samplers_by_class_name_short_name_mapping_or_object():
     ({"sampler": {"type": "CmaEsSampler", "options": {"lr_adapt": True, "with_margin": True}}},
      "algorithm.sampler.options", {"lr_adapt": True, "with_margin": True}),
     ({"sampler": {"name": "tpe"}}, "algorithm.sampler", {"name": "tpe"}),
-    ({"sampler": "tpe", "bogus": 1}, "algorithm", None),
+    ({"sampler": "tpe", "bogus": 1}, "algorithm.bogus", 1),   # the option and the valid ones
 ])
 def test_bad_sampler_names_and_options_name_the_field(spec, field, value):
     with pytest.raises(ConfigError) as exc:
