@@ -1,0 +1,124 @@
+"""A trainable's bad report fails its trial with a clear reason; it never crashes the driver."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hypersack
+from hypersack.errors import ReportError
+from hypersack.runtime.messages import BadMessage, Pipe, Reported
+from hypersack.validation import check_metric, check_step
+
+
+def _study(store_path, **kwargs):
+    kwargs.setdefault("workers", 1)
+    return hypersack.Study(name="bad", space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+                           objective=("score", "max"), n_trials=kwargs.pop("n_trials", 1),
+                           storage=store_path, **kwargs)
+
+
+def _only_trial(study):
+    status = study.status()
+    assert status["status"] == "complete"
+    (trial,) = status["trials"]
+    return trial
+
+
+def _report_ndarray(config, ctx):
+    ctx.report(1, score=np.array([1.0, 2.0]))
+
+
+def _report_tensor(config, ctx):
+    ctx.report(1, score=torch.tensor([0.5, 0.25]))
+
+
+def _report_huge_int(config, ctx):
+    ctx.report(1, score=10**400)
+
+
+def _report_huge_step(config, ctx):
+    ctx.report(10**30, score=1.0)
+
+
+def _report_float_step(config, ctx):
+    ctx.report(1.5, score=1.0)
+
+
+def _report_negative_step(config, ctx):
+    ctx.report(-1, score=1.0)
+
+
+@pytest.mark.parametrize("train, words", [
+    (_report_ndarray, ["metric 'score'", "numpy.ndarray"]),
+    (_report_tensor, ["metric 'score'", "torch.Tensor"]),
+    (_report_huge_int, ["metric 'score'", "float can hold"]),
+    (_report_huge_step, ["step", "integer in [0, 9007199254740992]"]),
+    (_report_float_step, ["step", "1.5", "float"]),
+    (_report_negative_step, ["step", "-1"]),
+])
+def test_a_bad_report_fails_its_trial_and_the_study_completes(store_path, train, words):
+    study = _study(store_path, max_retries=2)
+    assert study.run(train, progress=False).status == "complete"
+    trial = _only_trial(study)
+    assert trial["state"] == "failed" and trial["attempts"] == 1     # its own error: no retry
+    assert trial["error"].startswith("ReportError: ")
+    for word in words:
+        assert word in trial["error"]
+    assert "Traceback" in trial["traceback"]
+    assert study.results() == []
+
+
+def _report_scalars(config, ctx):
+    ctx.report(np.int64(1), score=torch.tensor(0.5), a=np.float32(0.25), b=np.array(2.0),
+               d=2**70)
+    ctx.report(torch.tensor(2), score=np.float64(0.75))
+
+
+def test_tensors_and_numpy_scalars_become_plain_numbers(store_path):
+    study = _study(store_path)
+    study.run(_report_scalars, progress=False)
+    trial = _only_trial(study)
+    assert trial["state"] == "complete" and trial["last_step"] == 2 and trial["value"] == 0.75
+    first = study.results()[0]
+    assert first["step"] == 1 and first["score"] == 0.5 and first["a"] == 0.25 and first["b"] == 2.0
+    assert first["d"] == float(2**70)
+
+
+def test_the_checks_convert_and_refuse_as_documented():
+    assert check_step(np.int64(3)) == 3 and type(check_step(torch.tensor(3))) is int
+    for bad in (1.5, 2.0, -1, 2**53 + 1, True, "1", None, torch.tensor([1])):
+        with pytest.raises(ReportError, match="step"):
+            check_step(bad)
+    assert type(check_metric("m", np.float32(0.5))) is float
+    assert type(check_metric("m", torch.tensor(3))) is int
+    assert check_metric("m", 2**64) == float(2**64) and check_metric("m", 2**62) == 2**62
+    assert np.isnan(check_metric("m", float("nan")))     # the controller fails the trial on it
+    for bad in (True, np.bool_(False), "1", [1.0], {"a": 1}, 1j, np.array([1.0]), torch.tensor([1.0]), None, 10**400,
+                torch.tensor(1j)):
+        with pytest.raises(ReportError, match="metric 'm'"):
+            check_metric("m", bad)
+
+
+class _Conn:
+    """One end of a pipe that hands over given bytes."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def recv_bytes(self) -> bytes:
+        return self.data
+
+
+def test_the_driver_refuses_what_it_cannot_use_with_bad_message():
+    import pickle
+    wire = pickle.dumps(("report", 1, np.int64(2), {"score": np.float32(0.5)}, None))
+    got = Pipe(_Conn(wire)).recv()
+    assert got == Reported(1, 2, {"score": 0.5})
+    assert type(got.step) is int and type(got.metrics["score"]) is float    # plain numbers
+    for data in (b"junk", pickle.dumps(("report", 1, 2.5, {"score": 1.0}, None)),
+                 pickle.dumps(("report", 1, 2, {"score": "high"}, None)),
+                 pickle.dumps(("report", 1, 2, {3: 1.0}, None)),
+                 pickle.dumps(("nonsense", 1)), pickle.dumps(("report", 1))):
+        with pytest.raises(BadMessage):
+            Pipe(_Conn(data)).recv()
