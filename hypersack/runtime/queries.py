@@ -41,10 +41,12 @@ def trial_dict(t: TrialRecord) -> dict[str, Any]:
 
 def status(storage: Storage, name: str) -> dict[str, Any]:
     """Counts by state (``complete``, ``running``, ``paused``, ``pending``, ``pruned``, ``failed``), the study's
-    status, the best trial and every trial."""
+    status (``Storage.shown_status``: running only while a live driver runs it), the best trial
+    and every trial."""
     row = storage.get_study(name)
     trials = storage.load_trials(row.study_id)
-    return {"name": name, "status": row.status, **storage.counts(row.study_id),
+    return {"name": name, "status": storage.shown_status(row.study_id, row.status),
+            **storage.counts(row.study_id),
             "total": len(trials), "best": best_trial(storage, name),
             "trials": [trial_dict(t) for t in trials]}
 
