@@ -16,7 +16,12 @@ def is_oom(exc: BaseException) -> bool:
     """The trainable ran out of device memory (CUDA OOM)."""
     torch = sys.modules.get("torch")
     oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    try:
+        return "out of memory" in str(exc).lower()
+    except Exception:           # an exception whose message cannot be made
+        return False
 
 
 def is_disk_full(exc: BaseException | None) -> bool:

@@ -133,15 +133,16 @@ def _set_parent_death_signal(sig: int) -> None:
 
 
 def worker_main(conn, env: dict[str, str]) -> None:
-    """Entry point of a worker process. It ends quietly when the driver goes away (a broken
-    pipe): the driver's death is reported by the driver's successor, not by its workers."""
+    """Entry point of a worker process. It ends quietly when its pipe breaks (the driver went
+    away, or a trainable closed it): the driver's death is reported by the driver's successor,
+    not by its workers; a worker that cannot talk is reported dead by its driver."""
     _die_with_parent()
     guard_process_group()
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the driver decides what Ctrl-C means
     try:
         _serve(Pipe(conn))
-    except (BrokenPipeError, ConnectionResetError, EOFError):
+    except (OSError, EOFError):     # its pipe is broken or closed (its trainable closed it)
         return
 
 

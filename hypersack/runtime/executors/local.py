@@ -274,7 +274,9 @@ class LocalExecutor:
     def _drain(self, job: _Job, w: Worker) -> list[Event]:
         """The messages waiting in ``w``'s pipe (found readable by ``poll``) as events. A
         message that cannot be used (``BadMessage``) fails the trial and kills its workers
-        (they may wait for an ack that will never come); it never stops the driver."""
+        (they may wait for an ack that will never come); a pipe closed under a worker that
+        still runs (its trainable closed the descriptor) is that worker's death. Neither stops
+        the driver, nor leaves it polling a dead pipe."""
         events: list[Event] = []
         try:
             while True:
@@ -283,8 +285,11 @@ class LocalExecutor:
                     events.append(event)
                 if job.trial_id not in self._jobs or not w.pipe.poll(0):
                     break
-        except (EOFError, OSError):
-            pass
+        except (EOFError, OSError):     # its end of the pipe is closed: it cannot go on
+            if job.trial_id in self._jobs:
+                w.process.kill()
+                w.process.join(1.0)
+                events.extend(self._worker_died(job, w))
         except BadMessage as exc:
             if job.trial_id in self._jobs:
                 self._end_job(job.trial_id, kill=True)
