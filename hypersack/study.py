@@ -261,7 +261,7 @@ class Study:
             check_resumable(row.spec, new_spec)
             store.acquire_lease(row)           # one driver per study: refused while one runs
             store.end_open_stays(row.study_id)  # those of a driver that was killed
-            store.update_spec(row.study_id, new_spec)    # marked running once its executor runs
+            on_started = _then(lambda: store.update_spec(row.study_id, new_spec), on_started)
         else:
             row = store.create_study(self.name, self.spec.to_dict())
             store.acquire_lease(row)
@@ -383,6 +383,16 @@ class _SampleSink:
         except HyperSackError:
             if not quiet:
                 raise
+
+
+def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    """``first`` then ``then``: what a run does once its executor has started (before that, a
+    run that fails or is stopped leaves the stored study as it was)."""
+    def both() -> None:
+        first()
+        if then is not None:
+            then()
+    return both
 
 
 def _put_back(store: Storage, parked: StudyRow, name: str) -> None:

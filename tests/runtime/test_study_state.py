@@ -72,9 +72,10 @@ def test_a_resume_stopped_before_its_loop_or_refused_leaves_the_study_as_it_was(
         raise KeyboardInterrupt        # Ctrl-C in resume's first half second
     monkeypatch.setattr(study_module, "prepare_machine", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        study.resume("trainables:quick", progress=False)
+        _study(store_path, n_trials=5).resume("trainables:quick", progress=False)
     with Storage(store_path) as store:
         assert store.get_study("s").status == "complete"
+        assert store.get_study("s").spec["budget"]["trials"] == 2      # not the refused 5
         row = store.get_study("s")
         store.acquire_lease(row)                     # a live driver holds it now
         with pytest.raises(StudyBusyError):
