@@ -25,47 +25,35 @@ def _only_trial(study):
     return trial
 
 
-def _report_ndarray(config, ctx):
-    ctx.report(1, score=np.array([1.0, 2.0]))
+_BAD = {   # case -> (what the trainable reports, words its trial's error must hold)
+    "ndarray": (lambda: ((1,), {"score": np.array([1.0, 2.0])}), ["metric 'score'", "numpy.ndarray"]),
+    "tensor": (lambda: ((1,), {"score": torch.tensor([0.5, 0.25])}), ["metric 'score'", "torch.Tensor"]),
+    "huge int": (lambda: ((1,), {"score": 10**400}), ["metric 'score'", "float can hold"]),
+    "huge step": (lambda: ((10**30,), {"score": 1.0}), ["step", "integer in [0, 9007199254740992]"]),
+    "float step": (lambda: ((1.5,), {"score": 1.0}), ["step", "1.5", "float"]),
+    "negative step": (lambda: ((-1,), {"score": 1.0}), ["step", "-1"]),
+}
 
 
-def _report_tensor(config, ctx):
-    ctx.report(1, score=torch.tensor([0.5, 0.25]))
+def _reports_bad(config, ctx):
+    args, metrics = _BAD[config["case"]][0]()
+    ctx.report(*args, **metrics)
 
 
-def _report_huge_int(config, ctx):
-    ctx.report(1, score=10**400)
-
-
-def _report_huge_step(config, ctx):
-    ctx.report(10**30, score=1.0)
-
-
-def _report_float_step(config, ctx):
-    ctx.report(1.5, score=1.0)
-
-
-def _report_negative_step(config, ctx):
-    ctx.report(-1, score=1.0)
-
-
-@pytest.mark.parametrize("train, words", [
-    (_report_ndarray, ["metric 'score'", "numpy.ndarray"]),
-    (_report_tensor, ["metric 'score'", "torch.Tensor"]),
-    (_report_huge_int, ["metric 'score'", "float can hold"]),
-    (_report_huge_step, ["step", "integer in [0, 9007199254740992]"]),
-    (_report_float_step, ["step", "1.5", "float"]),
-    (_report_negative_step, ["step", "-1"]),
-])
-def test_a_bad_report_fails_its_trial_and_the_study_completes(store_path, train, words):
-    study = _study(store_path, max_retries=2)
-    assert study.run(train, progress=False).status == "complete"
-    trial = _only_trial(study)
-    assert trial["state"] == "failed" and trial["attempts"] == 1     # its own error: no retry
-    assert trial["error"].startswith("ReportError: ")
-    for word in words:
-        assert word in trial["error"]
-    assert "Traceback" in trial["traceback"]
+def test_a_bad_report_fails_its_trial_and_the_study_completes(store_path):
+    study = hypersack.Study(name="bad", space={"case": {"type": "categorical", "choices": list(_BAD)}},
+                            objective=("score", "max"), n_trials=len(_BAD), algorithm="grid",
+                            storage=store_path, workers=2, max_retries=2)
+    with pytest.warns(RuntimeWarning, match="no trial completed"):
+        assert study.run(_reports_bad, progress=False).status == "complete"
+    trials = study.status()["trials"]
+    assert sorted(t["config"]["case"] for t in trials) == sorted(_BAD)
+    for trial in trials:
+        assert trial["state"] == "failed" and trial["attempts"] == 1    # its own error: no retry
+        assert trial["error"].startswith("ReportError: ")
+        for word in _BAD[trial["config"]["case"]][1]:
+            assert word in trial["error"], trial["error"]
+        assert "Traceback" in trial["traceback"]
     assert study.results() == []
 
 
