@@ -10,7 +10,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 import hypersack
+
+pytestmark = pytest.mark.filterwarnings("ignore:Study .*no trial completed:RuntimeWarning")
 
 REPO = Path(__file__).resolve().parents[2]
 
