@@ -138,3 +138,24 @@ def test_the_driver_fails_a_trial_whose_worker_sends_what_it_cannot_use(store_pa
                                 "The value of metric 'score' is array([1., 1.])")
     assert errors[1].startswith("its worker sent an unreadable message (UnpicklingError")
     assert all(t["attempts"] == 1 for t in trials)
+
+
+def test_a_pack_that_sends_what_the_driver_cannot_use_fails_its_members_and_ends():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_pack_host import _host, _launch    # the pack host's fakes
+    from hypersack.core.trial import FailureCause, TrialFailed
+
+    host, _ = _host(max_members=2)
+    pack = _launch(host, 0)
+    _launch(host, 1)
+
+    def bad():
+        raise BadMessage("an unreadable message (UnpicklingError: junk)")
+    pack.worker.pipe.inbox.append(None)     # something to read
+    pack.worker.pipe.recv = bad
+    reason = "its pack sent an unreadable message (UnpicklingError: junk)"
+    assert host.drain(pack) == [TrialFailed(0, reason, None, cause=FailureCause.ERROR),
+                                TrialFailed(1, reason, None, cause=FailureCause.ERROR)]
+    assert host.packs == [] and host.members == {} and pack.worker.process.exitcode == -9
