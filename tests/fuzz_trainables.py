@@ -1,5 +1,6 @@
-"""The trainable fuzzed by tests/runtime/test_trainable_fuzz.py: each trial does one random
-thing to its worker and its driver, chosen by its ``case`` (a seed)."""
+"""Trainables that misbehave, for tests/runtime/test_trainable_fuzz.py (``fuzzed``: each trial
+does one random thing to its worker and its driver, chosen by its ``case``, a seed) and
+tests/runtime/test_bad_reports.py (``sends_raw``). Light imports: workers start fast."""
 from __future__ import annotations
 
 import math
@@ -110,3 +111,17 @@ def fuzzed(config, ctx):
             ctx.checkpoint({"step": step})
         ctx.report(_step(rng, step), **metrics)
     return _end(rng, record, ctx)
+
+
+def sends_raw(config, ctx):
+    """Bypasses ctx.report: puts what ``config["wire"]`` says on its pipe to the driver, then
+    waits for an ack that never comes."""
+    import pickle
+
+    import numpy as np
+    conn = ctx._channel._pipe.conn
+    if config["wire"] == "junk":
+        conn.send_bytes(b"not a pickle")
+    else:
+        conn.send_bytes(pickle.dumps(("report", ctx.trial_id, 1, {"score": np.ones(2)}, None)))
+    ctx._channel.flush()

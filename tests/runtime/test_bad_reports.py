@@ -113,24 +113,12 @@ def test_the_driver_refuses_what_it_cannot_use_with_bad_message():
             Pipe(_Conn(data)).recv()
 
 
-def _sends_raw(config, ctx):
-    """Bypasses ctx.report: puts what ``config["wire"]`` says on its pipe to the driver, then
-    waits for an ack that never comes."""
-    import pickle
-    conn = ctx._channel._pipe.conn
-    if config["wire"] == "junk":
-        conn.send_bytes(b"not a pickle")
-    else:
-        conn.send_bytes(pickle.dumps(("report", ctx.trial_id, 1, {"score": np.ones(2)}, None)))
-    ctx._channel.flush()
-
-
 def test_the_driver_fails_a_trial_whose_worker_sends_what_it_cannot_use(store_path):
     study = hypersack.Study(name="raw", space={"wire": {"type": "categorical",
                                                         "choices": ["junk", "ndarray"]}},
                             objective=("score", "max"), n_trials=2, algorithm="grid",
                             storage=store_path, workers=1, max_retries=1)
-    assert study.run(_sends_raw, progress=False).status == "complete"
+    assert study.run("fuzz_trainables:sends_raw", progress=False).status == "complete"
     trials = study.status()["trials"]
     assert [t["state"] for t in trials] == ["failed", "failed"]
     errors = sorted(t["error"] for t in trials)
