@@ -251,11 +251,10 @@ class Storage:
                 f"what it holds with: sqlite3 {where} .recover | sqlite3 recovered.db")
         if "no such table" in str(exc):
             empty = self.path.exists() and self.path.stat().st_size == 0
-            return StorageError(
-                f"The study store {where!r} " + ("is an empty file (0 bytes): no study was ever "
-                                                 "stored in it" if empty else
-                                                 f"is not a HyperSack store ({exc})")
-                + f": cannot {doing} (check the path, or pass --storage FILE)")
+            what = ("is an empty file (0 bytes): no study was ever stored in it" if empty
+                    else "is not a HyperSack store")
+            return StorageError(f"The study store {where!r} {what} ({exc}): cannot {doing} "
+                                "(check the path, or pass --storage FILE)")
         if code == sqlite3.SQLITE_READONLY or "readonly" in str(exc):
             return StorageError(f"The study store {where!r} is read-only: cannot {doing}")
         if code == sqlite3.SQLITE_BUSY or "locked" in str(exc):

@@ -46,6 +46,8 @@ def test_a_study_whose_driver_died_shows_as_interrupted_with_how_to_resume(store
         assert store.get_study("s").status == "running"              # as stored
         assert queries.status(store, "s")["status"] == "interrupted"  # as it stands
         assert [s["status"] for s in store.list_studies()] == ["interrupted"]
+        from hypersack.report.data import from_storage
+        assert from_storage(store, "s").status == "interrupted"       # the HTML report too
     hint = f"interrupted (resume with: hypersack resume s --storage {store_path})"
     shown = _cli(capsys, store_path, "status", "s").splitlines()
     assert shown[0].startswith("s (interrupted): 0 trials") and shown[1] == hint
