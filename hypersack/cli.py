@@ -194,6 +194,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{info[s]} {s}" for s in states if s == "complete" or info.get(s))
     console.print(f"[bold]{info['name']}[/bold] ({info['status']}): {info['total']} trials: {counts}",
                   no_wrap=True, overflow="ellipsis")
+    if info["status"] == "interrupted":
+        console.print(_shown("interrupted", info["name"], args), markup=False, highlight=False,
+                      soft_wrap=True)
     console.print(_trials_table(info["trials"], console.width))
     for t in info["trials"]:
         if t["state"] == "failed":
@@ -204,6 +207,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         _print_best(args.name, info["best"], console.width)
         _print_best_complete(args.name, info)
     return 0
+
+
+def _shown(status: str, name: str, args: argparse.Namespace) -> str:
+    """A study's status for people: an interrupted one says how to go on."""
+    if status != "interrupted":
+        return status
+    storage = args.storage or DEFAULT_STORAGE
+    suffix = f" --storage {storage}" if storage != DEFAULT_STORAGE else ""
+    return f"interrupted (resume with: hypersack resume {name}{suffix})"
 
 
 def _trials_table(trials: list[dict], width: int) -> Table:
@@ -285,7 +297,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     for s in studies:
         c = s["counts"]
         table.add_row(s["name"], s["status"], *(str(c.get(k, 0)) for k in columns))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for s in studies:
+        if s["status"] == "interrupted":
+            console.print(f"{s['name']}: {_shown('interrupted', s['name'], args)}", markup=False,
+                          highlight=False, soft_wrap=True)
     return 0
 
 

@@ -73,6 +73,11 @@ class TrainableError(HyperSackError):
     """The trainable reference cannot be resolved or shipped to a worker."""
 
 
+class ReportError(ConfigError):
+    """A trainable's ``ctx.report`` got a step or a metric the study cannot store; the trial
+    fails with this message (the metric's name, its type and its value)."""
+
+
 class TrialStopped(BaseException):
     """Raised inside a trainable by ``ctx.report`` once the study has asked the trial to stop.
 

@@ -30,7 +30,7 @@ from hypersack.core.timesharing import TimeSharing
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
-from hypersack.errors import (ConfigError, HyperSackError, NoTrialCompletedWarning,
+from hypersack.errors import (ConfigError, HyperSackError, NoTrialCompletedWarning, StorageError,
                               StudyExistsError, TrainableError)
 from hypersack.runtime import queries
 from hypersack.runtime.devices import Slot
@@ -213,13 +213,34 @@ class Study:
             if exists and if_exists == "error":
                 raise StudyExistsError(self.name, str(self.storage_path))
             if exists and if_exists == "replace":
-                old = store.get_study(self.name)
-                store.delete_study(self.name)        # refused while a live driver runs it
-                _remove_run_folder(store.study_dir(old))
-            resume = exists and if_exists == "resume"
-            ended = self._run(store, prepared, resume=resume, progress=progress, slots=slots)
+                ended = self._replace(store, prepared, progress=progress, slots=slots)
+            else:
+                resume = exists and if_exists == "resume"
+                ended = self._run(store, prepared, resume=resume, progress=progress, slots=slots)
             _warn_without_result(store, ended)
             return ended
+
+    def _replace(self, store: Storage, prepared: tuple[TrainableRef, Any, Any], *,
+                 progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
+        """Run a new study in place of the stored one of this name (refused while a live
+        driver runs that). The old study (rows and run folder) is deleted only once the new
+        study's executor has started; until then any failure puts it back as it was."""
+        old = store.get_study(self.name)
+        parked = store.park_study(self.name)
+        started = False
+
+        def drop_old() -> None:
+            nonlocal started
+            store.delete_study(parked.name)
+            _remove_run_folder(store.study_dir(old))
+            started = True
+        try:
+            return self._run(store, prepared, resume=False, progress=progress, slots=slots,
+                             on_started=drop_old)
+        except BaseException:
+            if not started:
+                _put_back(store, parked, self.name)
+            raise
 
     def resume(self, trainable: Trainable | None = None, *, progress: str | bool | None = None,
                slots: list[Slot] | None = None) -> StudyRun:
@@ -246,7 +267,8 @@ class Study:
         return ref, plan, algorithm
 
     def _run(self, store: Storage, prepared: tuple[TrainableRef, Any, Any], *, resume: bool,
-             progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
+             progress: str | bool | None, slots: list[Slot] | None,
+             on_started: Callable[[], None] | None = None) -> StudyRun:
         ref, plan, algorithm = prepared
         # Model fits (Optuna samplers) run on this thread, off the loop's (see optuna_model);
         # it ends when the algorithm is dropped.
@@ -260,18 +282,19 @@ class Study:
             check_resumable(row.spec, new_spec)
             store.acquire_lease(row)           # one driver per study: refused while one runs
             store.end_open_stays(row.study_id)  # those of a driver that was killed
-            store.update_spec(row.study_id, new_spec)
-            store.set_status(row.study_id, "running")
+            on_started = _then(lambda: store.update_spec(row.study_id, new_spec), on_started)
         else:
             row = store.create_study(self.name, self.spec.to_dict())
             store.acquire_lease(row)
         try:
-            return self._drive(store, row, ref, plan, algorithm, resume, progress, slots)
+            return self._drive(store, row, ref, plan, algorithm, resume, progress, slots,
+                               on_started)
         finally:
             store.release_lease(row.study_id)
 
     def _drive(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any, algorithm: Any,
-               resume: bool, progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
+               resume: bool, progress: str | bool | None, slots: list[Slot] | None,
+               on_started: Callable[[], None] | None = None) -> StudyRun:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
         study_dir = ensure_private_dir(store.study_dir(row), root=store.artifacts_root)
         store.set_durability(self.spec.durability)
@@ -279,7 +302,8 @@ class Study:
             from hypersack.runtime.executors.ray import drive_on_ray
             # The job history shares the store's connection here too (one commit per turn).
             return drive_on_ray(self.spec, controller, store, row, ref, plan, study_dir,
-                                make_progress(self.name, self.spec.steps_for, progress))
+                                make_progress(self.name, self.spec.steps_for, progress),
+                                on_started=on_started)
         # The job history shares the store's connection: its profiles join each turn's commit.
         with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
@@ -299,7 +323,7 @@ class Study:
                 return run_loop(controller, executor, store, row,
                                 observers=[*machine.observers, sink.observe],
                                 progress=make_progress(self.name, self.spec.steps_for, progress),
-                                group_window_s=GROUP_WINDOW_S)
+                                group_window_s=GROUP_WINDOW_S, on_started=on_started)
             finally:
                 sink.flush(quiet=True)
 
@@ -401,6 +425,28 @@ class _SampleSink:
         except HyperSackError:
             if not quiet:
                 raise
+
+
+def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    """``first`` then ``then``: what a run does once its executor has started (before that, a
+    run that fails or is stopped leaves the stored study as it was)."""
+    def both() -> None:
+        first()
+        if then is not None:
+            then()
+    return both
+
+
+def _put_back(store: Storage, parked: StudyRow, name: str) -> None:
+    """A replacement that never started: the parked study gets its name back, and the
+    replacement's rows and run folder go."""
+    try:
+        new = store.get_study(name) if store.has_study(name) else None
+        store.unpark_study(parked, name)
+        if new is not None:
+            _remove_run_folder(store.study_dir(new))
+    except StorageError:          # the run's own error is the one to see
+        pass
 
 
 def _remove_run_folder(folder: Path) -> None:

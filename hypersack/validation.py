@@ -14,14 +14,19 @@ import math
 import numbers
 from typing import Any, Collection, Mapping, TypeGuard
 
-from hypersack.errors import ConfigError
+from hypersack.errors import ConfigError, ReportError
 
 __all__ = ["is_number", "is_integer", "is_finite", "check_number", "check_integer",
-           "check_choice", "check_name", "check_text", "check_plain_data", "check_workers_fit",
+           "check_choice", "check_name", "check_step", "check_metric", "MAX_STEP", "check_text", "check_plain_data", "check_workers_fit",
            "INT53", "MAX_OVERSUBSCRIPTION", "MAX_DEVICES_PER_NODE", "MAX_LOCAL_WORKERS_PER_CPU", "MAX_LOCAL_WORKERS_PER_GPU"]
 
 #: The largest integer a float holds exactly: integer domains stay within +/- this.
 INT53 = 2**53
+
+#: The largest step a report may carry (exact in a float, and a SQLite INTEGER).
+MAX_STEP = INT53
+#: Integer metrics beyond +/- this (SQLite's INTEGER range) are stored as the nearest float.
+_INT64 = 2**63 - 1
 
 #: Largest oversubscription ratio r (jobs on a device may ask for r x its compute).
 MAX_OVERSUBSCRIPTION = 100.0
@@ -158,3 +163,51 @@ def check_workers_fit(field: str, workers: int, cpus: int, gpus: int) -> int:
                          hint=f"(this machine has {cpus} CPU cores and {gpus} GPUs: at most "
                               f"{MAX_LOCAL_WORKERS_PER_CPU} workers per core and "
                               f"{MAX_LOCAL_WORKERS_PER_GPU} per GPU)")
+
+
+def check_step(value: Any) -> int:
+    """A report's step as an int: an integer (a 0-d integer tensor or numpy integer too) in
+    ``[0, MAX_STEP]``; ReportError otherwise (``1.5`` is refused, not cut to 1)."""
+    step = _scalar(value)
+    if not is_integer(step) or not 0 <= step <= MAX_STEP:
+        raise ReportError("the step of ctx.report(step, ...)", value,
+                          f"must be an integer in [0, {MAX_STEP}] (got {_type_name(value)})")
+    return int(step)
+
+
+def check_metric(name: str, value: Any) -> int | float:
+    """A reported metric as a plain Python int or float, ready for the pipe and the study
+    store: a real number, or a 0-d tensor / numpy array holding one (NaN and infinities pass:
+    the controller fails the trial on them). An int beyond SQLite's 64-bit range becomes the
+    nearest float. ReportError, naming the metric and its type, for anything else (bools,
+    arrays of several values, strings, containers, complex numbers, ints beyond any float)."""
+    number = _scalar(value)
+    if is_integer(number):
+        number = int(number)
+        if -_INT64 <= number <= _INT64:
+            return number
+        try:
+            return float(number)
+        except OverflowError:
+            raise ReportError(f"metric {name!r}", value,
+                              "must be a number a float can hold (|x| < 1.8e308)") from None
+    if is_number(number):
+        return float(number)
+    raise ReportError(f"metric {name!r}", value,
+                      "must be a number (an int or a float, or a tensor or numpy array of one "
+                      f"element with no dimensions), not {_type_name(value)}")
+
+
+def _scalar(value: Any) -> Any:
+    """A 0-d tensor's or numpy array's number (``.item()``); anything else unchanged."""
+    if getattr(value, "ndim", None) == 0 and not is_number(value):
+        try:
+            return value.item()
+        except Exception:       # a foreign object's item() may raise anything: not a number
+            return value
+    return value
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"

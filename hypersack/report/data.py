@@ -47,8 +47,9 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
     """The study ``name`` from a ``Storage`` (opened read-only by the caller is enough)."""
     from hypersack.runtime.queries import trial_dict
     row = storage.get_study(name)
+    status = storage.shown_status(row.study_id, row.status)    # running only while driven
     if now is None:
-        now = time.time() if row.status == "running" else row.updated_at
+        now = time.time() if status == "running" else row.updated_at
     records = storage.load_trials(row.study_id)
     stays = storage.load_stays(row.study_id)
     times = trial_times(stays, {t.trial_id: t.finished_at for t in records}, now)
@@ -59,7 +60,7 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
     results = storage.load_metric(row.study_id, objective.metric)
-    return StudyData(name, row.status, objective, trials, results, stays,
+    return StudyData(name, status, objective, trials, results, stays,
                      storage.load_samples(row.study_id), now=now, source="store")
 
 

@@ -2,8 +2,10 @@
 
 Contract for trainables:
 - ``ctx.report(step, checkpoint=state, **metrics)``: one result per step (an epoch, an
-  iteration...), steps increasing. Metrics are numbers (tensors and numpy scalars are
-  converted). ``checkpoint`` (optional) is the trial's state after this step; the result and the
+  iteration...), steps increasing. A step is an integer in ``[0, 2**53]``; a metric is a number
+  (a 0-d tensor or numpy scalar becomes a Python number). Both are checked here, in the worker,
+  before anything is sent: anything else raises ``ReportError`` (naming the metric and its
+  type), which fails the trial like any exception of the trainable. ``checkpoint`` (optional) is the trial's state after this step; the result and the
   checkpoint become durable together, in one transaction of the study store, before ``report``
   returns. A restore returns the checkpoint of the last durable report, never a newer one, so a
   trial killed anywhere resumes from a state whose step is stored, recomputes the next step
@@ -53,8 +55,9 @@ from hypersack.errors import TrialStopped
 from hypersack.runtime import checkpoints
 from hypersack.runtime.messages import Reported
 from hypersack.runtime.profiler import NullSampler
+from hypersack.validation import check_metric, check_step
 
-__all__ = ["TrialContext", "World", "to_number"]
+__all__ = ["TrialContext", "World"]
 
 
 class Channel(Protocol):
@@ -71,16 +74,6 @@ class Channel(Protocol):
 class World:
     rank: int = 0
     size: int = 1
-
-
-def to_number(value: Any) -> Any:
-    """Tensors and numpy scalars to Python numbers; anything else unchanged."""
-    if hasattr(value, "item") and callable(value.item):
-        try:
-            return value.item()
-        except (ValueError, RuntimeError):
-            return value
-    return value
 
 
 class TrialContext:
@@ -131,20 +124,22 @@ class TrialContext:
 
     def report(self, step: int, checkpoint: Any = None, **metrics: Any) -> None:
         """Store this step's result (and ``checkpoint``, the state after it) durably; see the
-        module contract. Raises ``TrialStopped`` once the study asked the trial to stop."""
+        module contract. Raises ``TrialStopped`` once the study asked the trial to stop, and
+        ``ReportError`` (nothing sent) for a step or a metric that cannot be stored."""
         if self._stopped:
             raise TrialStopped()
         if not metrics:
             raise TypeError("ctx.report() needs at least one metric, e.g. ctx.report(step, loss=0.1)")
-        clean = {name: to_number(v) for name, v in metrics.items()}
+        step = check_step(step)
+        clean = {name: check_metric(name, v) for name, v in metrics.items()}
         if checkpoint is not None:
             self.checkpoint(checkpoint)
         if self._meter is not None and not self._fine_grained:
             self._meter.mark()
-        self._last_step = int(step)
+        self._last_step = step
         if self.world.rank == 0:
-            message = Reported(self.trial_id, int(step), clean, self._pending)
-            if self._pending is None and _finite(clean) and self._may_post(int(step)):
+            message = Reported(self.trial_id, step, clean, self._pending)
+            if self._pending is None and _finite(clean) and self._may_post(step):
                 self._channel.post(message)           # type: ignore[attr-defined]
             else:
                 self._channel.request(message)

@@ -95,7 +95,8 @@ class _Interrupts:
 def run_loop(controller: Controller, executor: Executor, storage: Store, row: StudyRef, *,
              progress: Progress | None = None, clock: Callable[[], float] = time.time,
              observers: Sequence[Callable[[Event], None]] = (),
-             group_window_s: float = 0.0, group_siblings: int = GROUP_SIBLINGS) -> StudyRun:
+             group_window_s: float = 0.0, group_siblings: int = GROUP_SIBLINGS,
+             on_started: Callable[[], None] | None = None) -> StudyRun:
     """Run the study to its end. ``observers`` see every event before the controller does
     (profiles into the job history, OOM corrections...); their writes through the store's
     connection join the turn's transaction.
@@ -113,6 +114,10 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     store that offers ``background_checkpoints`` (SQLite) copies its WAL on a thread of its own,
     not inside a turn's commit.
 
+    The study is marked running (and ``on_started`` called: a replaced study is deleted
+    there) only once the executor has started: an executor that cannot start (no Ray cluster)
+    raises with the stored study as it was.
+
     Ctrl-C handling covers the whole run, shutdown included: a run interrupted once or twice
     returns status "interrupted". A storage fault (disk full, lease lost, damaged file) kills
     the workers, keeps what is stored, marks the study interrupted where the store still allows
@@ -124,6 +129,9 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     with _Interrupts() as interrupts:
         try:
             executor.start()
+            storage.set_status(row.study_id, "running")
+            if on_started is not None:
+                on_started()
             checkpoints = getattr(storage, "background_checkpoints", None)
             with LoopHeap() as heap, (checkpoints() if checkpoints else contextlib.nullcontext()):
                 _turns(controller, executor, storage, row, progress, clock, interrupts, observers,

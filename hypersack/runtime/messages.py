@@ -15,11 +15,15 @@ checkpoint, goes on and waits for that ack before its next report or its end), `
 from __future__ import annotations
 
 import operator
+import pickle
 import select
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-__all__ = ["Ack", "AddMember", "Done", "EndPack", "Failed", "MemberTask", "Message",
+from hypersack.errors import ReportError
+from hypersack.validation import check_metric, check_step
+
+__all__ = ["Ack", "AddMember", "BadMessage", "Done", "EndPack", "Failed", "MemberTask", "Message",
            "PackCap", "PackFailed", "PackSpec", "Pipe", "Profiled", "Reported", "RunTrial",
            "Shutdown", "StartPack", "Started", "StopTrial", "TrialTask", "WorldSpec", "decode",
            "encode"]
@@ -93,18 +97,35 @@ def _layout(cls: type) -> tuple[_Fields, frozenset[int]]:
     return layout
 
 
+class BadMessage(ValueError):
+    """What came through a pipe is not a message this side can use: it cannot be unpickled
+    (an object the reader cannot rebuild), is no HyperSack message, or is a report whose step or
+    metrics cannot be stored. The reader fails the sender's trial; it never crashes on it."""
+
+
 class Pipe:
-    """A connection that sends and receives messages (``multiprocessing`` underneath)."""
+    """A connection that sends and receives messages (``multiprocessing`` underneath).
+
+    Messages travel as plain pickles: never by the reducers ``torch.multiprocessing`` installs
+    for ``Connection.send`` (a tensor's storage handed over as a shared file descriptor, which a
+    driver that did not start the worker through multiprocessing cannot take)."""
 
     def __init__(self, conn: Any):
         self.conn = conn
         self._poller: Any = None
 
     def send(self, message: Message) -> None:
-        self.conn.send(encode(message))
+        self.conn.send_bytes(pickle.dumps(encode(message), pickle.HIGHEST_PROTOCOL))
 
     def recv(self) -> Message:
-        return decode(self.conn.recv())
+        """The next message. EOFError or OSError: the connection is closed; ``BadMessage``:
+        one message was read that is unusable (the stream stays in step)."""
+        data = self.conn.recv_bytes()
+        try:
+            message = decode(pickle.loads(data))
+        except Exception as exc:
+            raise BadMessage(f"an unreadable message ({_describe(exc)})") from None
+        return _checked(message) if isinstance(message, Reported) else message
 
     def poll(self, timeout: float = 0.0) -> bool:
         """Whether a message (or the end of the connection) can be read within ``timeout``
@@ -296,3 +317,33 @@ class PackFailed(Message):
     traceback: str | None = None
     oom: bool = False
 
+
+
+def _checked(message: Reported) -> Reported:
+    """``message`` with its step and metrics as plain Python numbers (what the store keeps);
+    BadMessage for a report that slipped past the worker's own check (``ctx.report``)."""
+    try:
+        step = check_step(message.step)
+        given = list(dict(message.metrics).items())
+        metrics = {_name(name): check_metric(_name(name), value) for name, value in given}
+    except (ReportError, TypeError, ValueError) as exc:
+        raise BadMessage(f"a report that cannot be stored: {_describe(exc)}") from None
+    if step is message.step and all(metrics.get(k) is v for k, v in given):
+        return message
+    return Reported(message.trial_id, step, metrics, message.checkpoint)
+
+
+def _name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"a metric name must be a string, not {type(name).__name__}")
+    return name
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: text`` of an exception, cut short; never raises."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = "?"
+    text = text if len(text) <= 500 else text[:500] + "..."
+    return f"{type(exc).__name__}: {text}"

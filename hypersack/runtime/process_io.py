@@ -16,7 +16,12 @@ def is_oom(exc: BaseException) -> bool:
     """The trainable ran out of device memory (CUDA OOM)."""
     torch = sys.modules.get("torch")
     oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    return (oom_type is not None and isinstance(exc, oom_type)) or "out of memory" in str(exc).lower()
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    try:
+        return "out of memory" in str(exc).lower()
+    except Exception:           # an exception whose message cannot be made
+        return False
 
 
 def is_disk_full(exc: BaseException | None) -> bool:
@@ -31,7 +36,9 @@ def is_disk_full(exc: BaseException | None) -> bool:
 
 @contextlib.contextmanager
 def redirected(log: Any) -> Iterator[None]:
-    """Point file descriptors 1 and 2 (so also C extensions' output) at ``log``."""
+    """Point file descriptors 1 and 2 (so also C extensions' output) at ``log``. Output the log
+    could not take (a full disk) is dropped on the way out: it never reaches the original
+    stdout or stderr (the driver's terminal), and leaving never raises for it."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -40,9 +47,31 @@ def redirected(log: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _flush_or_drop()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
+
+
+def _flush_or_drop() -> None:
+    """Flush Python's stdout and stderr into file descriptors 1 and 2; what cannot be written
+    there is flushed into /dev/null instead (a buffered stream keeps unwritten data otherwise,
+    and would write it wherever fd 1 points next)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return
+    except (OSError, ValueError):
+        pass
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+    finally:
+        os.close(null)

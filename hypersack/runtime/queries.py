@@ -67,12 +67,14 @@ def study_now(status: str, updated_at: float) -> float:
 
 def status(storage: Storage, name: str) -> dict[str, Any]:
     """Counts by state (``complete``, ``running``, ``paused``, ``pending``, ``pruned``, ``failed``), the study's
-    status, the best trial, the best complete trial (``best_complete``, often another in
-    multi-fidelity studies) and every trial."""
+    status (``Storage.shown_status``: running only while a live driver runs it), the best trial,
+    the best complete trial (``best_complete``, often another in multi-fidelity studies) and every
+    trial."""
     row = storage.get_study(name)
     trials = storage.load_trials(row.study_id)
     times = times_of(storage, row.study_id, trials, study_now(row.status, row.updated_at))
-    return {"name": name, "status": row.status, **storage.counts(row.study_id),
+    return {"name": name, "status": storage.shown_status(row.study_id, row.status),
+            **storage.counts(row.study_id),
             "total": len(trials), "best": best_trial(storage, name),
             "best_complete": best_trial(storage, name, complete=True),
             "trials": [trial_dict(t, times.get(t.trial_id)) for t in trials]}

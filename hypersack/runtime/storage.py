@@ -62,6 +62,7 @@ __all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S"
 
 DEFAULT_STORAGE = "hypersack.db"
 SCHEMA_VERSION = 4      # 3: stays and utilisation samples; 4: state_parts (tables added to older stores)
+_PARKED = "\x1freplaced-"    # in the name of a study set aside for its replacement (park_study)
 LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a dead driver
 CACHE_KIB = 65536       # the writer's page cache (KiB)
 AUTOCHECKPOINT_PAGES = 1000   # SQLite's default: a commit that grows the WAL past this copies it
@@ -248,6 +249,12 @@ class Storage:
             return StorageCorruptError(
                 f"The study store {where!r} is damaged or is not a HyperSack store ({exc}). Recover "
                 f"what it holds with: sqlite3 {where} .recover | sqlite3 recovered.db")
+        if "no such table" in str(exc):
+            empty = self.path.exists() and self.path.stat().st_size == 0
+            what = ("is an empty file (0 bytes): no study was ever stored in it" if empty
+                    else "is not a HyperSack store")
+            return StorageError(f"The study store {where!r} {what} ({exc}): cannot {doing} "
+                                "(check the path, or pass --storage FILE)")
         if code == sqlite3.SQLITE_READONLY or "readonly" in str(exc):
             return StorageError(f"The study store {where!r} is read-only: cannot {doing}")
         if code == sqlite3.SQLITE_BUSY or "locked" in str(exc):
@@ -384,18 +391,35 @@ class Storage:
         """``StudyBusyError`` if a live driver holds ``study`` (before replacing it, say)."""
         self._run(f"read the lease of study {study.name!r}", lambda: self._refuse_if_held(study))
 
-    def _refuse_if_held(self, study: StudyRow) -> None:
+    def shown_status(self, study_id: int, status: str) -> str:
+        """``status`` as it stands: a study stored as running that no live driver holds (its
+        driver was killed, or stopped before its loop began) is interrupted."""
+        if status != "running":
+            return status
+        held = self._run("read the study's lease", lambda: self._live_lease(study_id))
+        return "running" if held is not None and held[0] else "interrupted"
+
+    def _live_lease(self, study_id: int) -> tuple[bool, tuple] | None:
+        """(whether a live driver holds the lease, the lease's columns); None: no such study."""
         row = self._db.execute(
             "SELECT lease_owner, lease_host, lease_pid, lease_process_start, lease_heartbeat "
-            "FROM studies WHERE study_id = ?", (study.study_id,)).fetchone()
+            "FROM studies WHERE study_id = ?", (study_id,)).fetchone()
         if row is None:
-            raise StudyNotFoundError(study.name, str(self.path))
+            return None
         owner, host, pid, start, beat = row
-        if owner is None or owner == self._lease:
-            return
-        holder = _Holder(host or "", int(pid or 0), start)
+        if owner is None:
+            return False, row
+        if owner == self._lease:
+            return True, row
+        return _Holder(host or "", int(pid or 0), start).alive(time.time() - float(beat or 0.0)), row
+
+    def _refuse_if_held(self, study: StudyRow) -> None:
+        held = self._live_lease(study.study_id)
+        if held is None:
+            raise StudyNotFoundError(study.name, str(self.path))
+        alive, (owner, host, pid, _, beat) = held
         age = time.time() - float(beat or 0.0)
-        if holder.alive(age):
+        if alive and owner != self._lease:
             raise StudyBusyError(
                 f"Study {study.name!r} in {self.path} is being run by another driver (pid {pid} on "
                 f"{host}, last heartbeat {age:.0f} s ago). Stop that driver first (Ctrl-C); a driver "
@@ -429,13 +453,14 @@ class Storage:
             pass
 
     def list_studies(self) -> list[dict[str, Any]]:
-        """Every study with its status and trial counts by state."""
+        """Every study with its status (``shown_status``) and trial counts by state."""
         rows = self._run("list the studies", lambda: self._db.execute(
-            "SELECT study_id, name, status, created_at FROM studies ORDER BY study_id").fetchall())
+            "SELECT study_id, name, status, created_at FROM studies WHERE instr(name, ?) = 0 "
+            "ORDER BY study_id", (_PARKED,)).fetchall())
         out = []
         for study_id, name, status, created in rows:
-            out.append({"name": name, "status": status, "created_at": created,
-                        "counts": self.counts(study_id)})
+            out.append({"name": name, "status": self.shown_status(study_id, status),
+                        "created_at": created, "counts": self.counts(study_id)})
         return out
 
     def counts(self, study_id: int) -> dict[str, int]:
@@ -463,11 +488,41 @@ class Storage:
         def delete() -> None:
             with self._transaction():
                 self._refuse_if_held(study)
-                for table in ("results", "stays", "samples", "state_parts"):
-                    self._db.execute(f"DELETE FROM {table} WHERE study_id = ?", (study.study_id,))
-                self._db.execute("DELETE FROM trials WHERE study_id = ?", (study.study_id,))
-                self._db.execute("DELETE FROM studies WHERE study_id = ?", (study.study_id,))
+                self._delete_rows(study.study_id)
         self._run(f"delete study {name!r}", delete)
+
+    def _delete_rows(self, study_id: int) -> None:
+        for table in ("results", "stays", "samples", "state_parts", "trials", "studies"):
+            self._db.execute(f"DELETE FROM {table} WHERE study_id = ?", (study_id,))
+
+    def park_study(self, name: str) -> StudyRow:
+        """Move study ``name`` out of the way of a study replacing it (refused while a live
+        driver runs it), under a name no user study can have (it holds a control character);
+        parked studies are not listed. The replacement then ``delete_study``s the parked row once it has
+        started, or ``unpark_study`` puts it back."""
+        study = self.get_study(name)
+        parked = f"{name}{_PARKED}{study.uuid[:12]}"
+
+        def park() -> None:
+            with self._transaction():
+                self._refuse_if_held(study)
+                self._db.execute("UPDATE studies SET name = ? WHERE study_id = ?",
+                                 (parked, study.study_id))
+        self._run(f"set study {name!r} aside for its replacement", park)
+        return self.get_study(parked)
+
+    def unpark_study(self, parked: StudyRow, name: str) -> None:
+        """Give a parked study its name back, deleting the study ``name`` that was to replace
+        it (if any: its run never began), in one transaction."""
+        def unpark() -> None:
+            with self._transaction():
+                taken = self._db.execute("SELECT study_id FROM studies WHERE name = ?",
+                                         (name,)).fetchone()
+                if taken is not None:
+                    self._delete_rows(taken[0])
+                self._db.execute("UPDATE studies SET name = ? WHERE study_id = ?",
+                                 (name, parked.study_id))
+        self._run(f"put study {name!r} back", unpark)
 
     # ---- the journal -----------------------------------------------------------------------
 

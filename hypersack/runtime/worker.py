@@ -85,25 +85,64 @@ class PipeChannel:
 def _die_with_parent() -> None:
     """Linux: SIGKILL this worker when the driver dies, so an orphan never writes a checkpoint
     that a resumed study's new worker is reading."""
-    if not sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux"):
+        _set_parent_death_signal(signal.SIGKILL)
+
+
+def guard_process_group() -> None:
+    """Linux, in a worker that leads its own process group: fork a small guard that waits for
+    the worker's end, however it comes (a clean exit, a kill by the driver, the driver's own
+    death through PR_SET_PDEATHSIG), then SIGKILLs the whole group, itself included: processes
+    a trainable started never outlive their worker. Elsewhere, or in a worker started without
+    a group of its own (the guard must never signal the driver's group), it does nothing."""
+    if not sys.platform.startswith("linux") or os.getpgrp() != os.getpid():
         return
+    worker = os.getpid()
+    if os.fork() != 0:
+        return
+    try:                        # the guard: no Python cleanup, no inherited pipes held open
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, _max_fd())
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        _set_parent_death_signal(signal.SIGUSR1)
+        if os.getppid() == worker:          # else the worker is gone already
+            signal.sigwait({signal.SIGUSR1})
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (OSError, ValueError):
+        return 1024
+
+
+def _set_parent_death_signal(sig: int) -> None:
+    """Linux: ``sig`` is sent to this process when its parent dies (PR_SET_PDEATHSIG)."""
     try:
         import ctypes
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+        libc.prctl(1, int(sig))
     except (OSError, AttributeError):
         pass
 
 
 def worker_main(conn, env: dict[str, str]) -> None:
-    """Entry point of a worker process. It ends quietly when the driver goes away (a broken
-    pipe): the driver's death is reported by the driver's successor, not by its workers."""
+    """Entry point of a worker process. It ends quietly when its pipe breaks (the driver went
+    away, or a trainable closed it): the driver's death is reported by the driver's successor,
+    not by its workers; a worker that cannot talk is reported dead by its driver."""
     _die_with_parent()
+    guard_process_group()
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the driver decides what Ctrl-C means
     try:
         _serve(Pipe(conn))
-    except (BrokenPipeError, ConnectionResetError, EOFError):
+    except (OSError, EOFError):     # its pipe is broken or closed (its trainable closed it)
         return
 
 
@@ -126,9 +165,11 @@ def _serve(pipe: Pipe) -> None:
 
 
 def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]]):
-    """Run one trial, with stdout and stderr appended to its log file."""
+    """Run one trial, with stdout and stderr appended to its log file. Whatever the trainable
+    raises (KeyboardInterrupt and SystemExit included) is its trial's failure, with its
+    traceback; a log that cannot be written (a full disk) fails the trial with a message, never
+    a traceback on the driver's terminal."""
     from hypersack.runtime import checkpoints
-    from hypersack.runtime.context import TrialContext
 
     trial_id = task.trial_id
     trial_dir = Path(task.trial_dir)
@@ -138,44 +179,80 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
         log_fd = checkpoints.open_private(trial_dir / "trial.log", append=True)
     except (OSError, HyperSackError) as exc:
         pipe.send(Started(trial_id))
-        pipe.send(Failed(trial_id, f"{type(exc).__name__}: {exc}"))
+        pipe.send(_failed(trial_id, exc, None))
         return None
     if task.world.rank == 0:
         checkpoints.remove_other_checkpoints(trial_dir, [task.checkpoint])
     with open(log_fd, "ab", buffering=0) as log, redirected(log):
-        print(f"--- trial {trial_id} attempt {task.attempt} on {task.device} ---", flush=True)
         pipe.send(Started(trial_id))
         try:
-            train = _trainable(task.trainable, trainables)
-            _seed_everything(task.seed)
-            world, sync = _join_world(task.world, task.device)
-            meter = _sampler(task) if world.rank == 0 else None
-            ctx = TrialContext(trial_id=trial_id, seed=task.seed, device=task.device,
-                               attempt=task.attempt, trial_dir=trial_dir, channel=channel,
-                               max_steps=task.max_steps, world=world, sync_stop=sync,
-                               meter=meter, committed_checkpoint=task.checkpoint,
-                               unsafe_checkpoints=task.unsafe_checkpoints)
-            try:
-                returned = train(dict(task.config), ctx)
-                _report_returned(ctx, returned, task.metric)
-            finally:
-                _leave_world(world)
-                _send_profile(pipe, trial_id, meter)
-            channel.flush()          # the trial ends once its last report is durable
-            pipe.send(Done(trial_id))
-        except TrialStopped:
-            channel.flush()
-            pipe.send(Done(trial_id))
-        except (Exception, SystemExit) as exc:   # a trainable's sys.exit() ends its trial, not the worker
-            text = traceback.format_exc()
-            print(text, file=sys.stderr, flush=True)
-            channel.flush()
-            pipe.send(Failed(trial_id, f"{type(exc).__name__}: {exc}", text, is_oom(exc),
-                             is_disk_full(exc)))
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            print(f"--- trial {trial_id} attempt {task.attempt} on {task.device} ---", flush=True)
+        except OSError as exc:        # the log cannot be written (a full disk)
+            pipe.send(_failed(trial_id, exc, None))
+            return None
+        _run_trainable(pipe, task, trainables, channel)
     return _SHUTDOWN if channel.shutdown else None
+
+
+def _run_trainable(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]],
+                   channel: PipeChannel) -> None:
+    """Call the trainable and send how its trial ended (Done or Failed)."""
+    from hypersack.runtime.context import TrialContext
+    trial_id = task.trial_id
+    try:
+        train = _trainable(task.trainable, trainables)
+        _seed_everything(task.seed)
+        world, sync = _join_world(task.world, task.device)
+        meter = _sampler(task) if world.rank == 0 else None
+        ctx = TrialContext(trial_id=trial_id, seed=task.seed, device=task.device,
+                           attempt=task.attempt, trial_dir=Path(task.trial_dir),
+                           channel=channel, max_steps=task.max_steps, world=world,
+                           sync_stop=sync, meter=meter, committed_checkpoint=task.checkpoint,
+                           unsafe_checkpoints=task.unsafe_checkpoints)
+        try:
+            returned = train(dict(task.config), ctx)
+            _report_returned(ctx, returned, task.metric)
+        finally:
+            _leave_world(world)
+            _send_profile(pipe, trial_id, meter)
+        channel.flush()          # the trial ends once its last report is durable
+        pipe.send(Done(trial_id))
+    except TrialStopped:
+        channel.flush()
+        pipe.send(Done(trial_id))
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:   # the trial's, not the worker's
+        text = traceback.format_exc()
+        _log_quietly(text)
+        channel.flush()
+        pipe.send(_failed(trial_id, exc, text))
+    finally:
+        _flush_quietly()
+
+
+def _failed(trial_id: int, exc: BaseException, text: str | None) -> Failed:
+    """The Failed message for ``exc`` (its reason never raises, whatever ``exc`` is)."""
+    try:
+        reason = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        reason = f"{type(exc).__name__} (its message cannot be shown)"
+    return Failed(trial_id, reason[:10_000], text, is_oom(exc), is_disk_full(exc))
+
+
+def _log_quietly(text: str) -> None:
+    """Write ``text`` to the trial's log (stderr) if the log takes it (a full disk may not:
+    ``redirected`` then drops it)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _flush_quietly() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def _sampler(task: TrialTask):

@@ -13,9 +13,12 @@ The child gets, from the driver: its working directory, its environment plus the
 interpreter flags (``-O``, ``-X ...``), and its end of a duplex socket pair as a
 ``multiprocessing.connection.Connection``; stdin is /dev/null. ``WorkerProcess`` is the driver's
 handle: the part of ``multiprocessing.Process`` the pool uses (``pid``, ``sentinel``,
-``is_alive``, ``exitcode``, ``join``, ``kill``). Live workers are killed when the driver exits
-(as multiprocessing does with daemon children); on Linux a worker also dies with its driver
-(PR_SET_PDEATHSIG, set in ``worker_main``).
+``is_alive``, ``exitcode``, ``join``, ``kill``). Each worker leads a session and process
+group of its own (so a terminal's Ctrl-C reaches the driver alone, which decides what it
+means), and ``kill`` ends the whole group: processes a trainable started go with their worker.
+Live workers are killed when the driver exits (as multiprocessing does with daemon children);
+on Linux a worker also dies with its driver (PR_SET_PDEATHSIG, set in ``worker_main``), and a
+guard process takes the rest of its group with it (``worker.guard_process_group``).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import json
 import multiprocessing as mp
 import os
 import select
+import signal
 import subprocess
 import sys
 import weakref
@@ -56,7 +60,7 @@ class WorkerProcess:
         exit_r, exit_w = os.pipe()                # fallback sentinel: EOF once the child is gone
         try:
             self._popen = subprocess.Popen(command, env=environ, pass_fds=(child_fd, exit_w),
-                                           stdin=subprocess.DEVNULL)
+                                           stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             child.close()
             os.close(exit_w)
@@ -86,7 +90,14 @@ class WorkerProcess:
             self._popen.poll()
 
     def kill(self) -> None:
-        if self._popen.poll() is None:
+        """SIGKILL the worker and every process of its group (what its trainable started);
+        the group is signalled even when the worker is gone already (its children may not be)."""
+        running = self._popen.poll() is None
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if running:
             try:
                 self._popen.kill()
             except ProcessLookupError:

@@ -29,8 +29,9 @@ from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCau
 from hypersack.runtime.devices import Slot, slots_cluster
 from hypersack.runtime.executors.packs import PackHost, describe_exit, failure_event
 from hypersack.runtime.executors.pool import Worker, WorkerPool
-from hypersack.runtime.messages import (Ack, Done, Failed, Message, Profiled, Reported, RunTrial,
-                                        Started, StopTrial, TrialTask, WorldSpec)
+from hypersack.runtime.messages import (Ack, BadMessage, Done, Failed, Message, Profiled,
+                                        Reported, RunTrial, Started, StopTrial, TrialTask,
+                                        WorldSpec)
 from hypersack.runtime.trainable import TrainableRef
 
 if TYPE_CHECKING:
@@ -271,7 +272,11 @@ class LocalExecutor:
         return events
 
     def _drain(self, job: _Job, w: Worker) -> list[Event]:
-        """The messages waiting in ``w``'s pipe (found readable by ``poll``) as events."""
+        """The messages waiting in ``w``'s pipe (found readable by ``poll``) as events. A
+        message that cannot be used (``BadMessage``) fails the trial and kills its workers
+        (they may wait for an ack that will never come); a pipe closed under a worker that
+        still runs (its trainable closed the descriptor) is that worker's death. Neither stops
+        the driver, nor leaves it polling a dead pipe."""
         events: list[Event] = []
         try:
             while True:
@@ -280,8 +285,16 @@ class LocalExecutor:
                     events.append(event)
                 if job.trial_id not in self._jobs or not w.pipe.poll(0):
                     break
-        except (EOFError, OSError):
-            pass
+        except (EOFError, OSError):     # its end of the pipe is closed: it cannot go on
+            if job.trial_id in self._jobs:
+                w.process.kill()
+                w.process.join(1.0)
+                events.extend(self._worker_died(job, w))
+        except BadMessage as exc:
+            if job.trial_id in self._jobs:
+                self._end_job(job.trial_id, kill=True)
+                events.append(TrialFailed(job.trial_id, f"its worker sent {exc}",
+                                          cause=FailureCause.ERROR))
         return events
 
     def _event(self, job: _Job, w: Worker, message: Message) -> Event | None:

@@ -19,9 +19,9 @@ from hypersack.core.trial import (Event, FailureCause, Launch, ResultReported, T
                                   TrialFinished, TrialStarted)
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.executors.pool import Worker, WorkerPool
-from hypersack.runtime.messages import (AddMember, Done, EndPack, Failed, MemberTask, Message,
-                                        PackCap, PackFailed, PackSpec, Reported, StartPack,
-                                        Started, StopTrial)
+from hypersack.runtime.messages import (AddMember, BadMessage, Done, EndPack, Failed,
+                                        MemberTask, Message, PackCap, PackFailed, PackSpec,
+                                        Reported, StartPack, Started, StopTrial)
 
 if TYPE_CHECKING:
     from hypersack.runtime.pack_worker import PackPlan
@@ -114,6 +114,11 @@ class PackHost:
                 events.extend(self._event(pack, pack.worker.pipe.recv()))
         except (EOFError, OSError):
             pass
+        except BadMessage as exc:    # the pack is out of step with the driver: it ends
+            pack.worker.kill()
+            self.packs.remove(pack)
+            events.extend(self._fail_members(pack, f"its pack sent {exc}", None,
+                                             FailureCause.ERROR))
         if pack in self.packs and not pack.worker.process.is_alive():
             self.packs.remove(pack)
             pack.worker.pipe.close()

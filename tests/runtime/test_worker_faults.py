@@ -1,0 +1,167 @@
+"""What a trainable does to its worker stays the trial's: an interrupt it raises is its error,
+the processes it starts end with its worker, a full log is a clean failure."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import hypersack
+
+pytestmark = pytest.mark.filterwarnings("ignore:Study .*no trial completed:RuntimeWarning")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _study(store_path, **kwargs):
+    return hypersack.Study(name="w", space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+                           objective=("score", "max"), n_trials=kwargs.pop("n_trials", 1),
+                           storage=store_path, workers=1, **kwargs)
+
+
+def _raises_interrupt(config, ctx):
+    ctx.report(1, score=1.0)
+    raise KeyboardInterrupt
+
+
+def _exits(config, ctx):
+    ctx.report(1, score=1.0)
+    raise SystemExit(3)
+
+
+def test_an_interrupt_a_trainable_raises_is_its_error_with_its_traceback(store_path, capfd):
+    study = _study(store_path, n_trials=2, max_retries=2)
+    assert study.run(_raises_interrupt, progress=False).status == "complete"
+    trials = study.status()["trials"]
+    assert [t["state"] for t in trials] == ["failed", "failed"]
+    for t in trials:
+        assert t["error"] == "KeyboardInterrupt: " and t["attempts"] == 1    # no retry
+        assert "raise KeyboardInterrupt" in t["traceback"]
+    assert "Traceback" not in capfd.readouterr().err       # only in the trials' logs
+
+
+def test_system_exit_is_the_trials_error_too(store_path):
+    study = _study(store_path)
+    study.run(_exits, progress=False)
+    (trial,) = study.status()["trials"]
+    assert trial["state"] == "failed" and trial["error"] == "SystemExit: 3"
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def _wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if not _gone(p)]
+
+
+def _starts_sleeps(config, ctx):
+    """Starts two `sleep 300` (one in a grandchild shell), records their pids, then hangs."""
+    import subprocess as sp
+    first = sp.Popen(["sleep", "300"])
+    shell = sp.Popen(["sh", "-c", "sleep 300 & echo $!; wait"], stdout=sp.PIPE, text=True)
+    second = int(shell.stdout.readline())
+    Path(config["pids"]).write_text(f"{first.pid} {shell.pid} {second}")
+    ctx.report(1, score=1.0)
+    time.sleep(300)
+
+
+def test_processes_a_trainable_started_end_with_its_timed_out_worker(store_path, tmp_path):
+    pids = tmp_path / "pids"
+    study = hypersack.Study(name="w", space={"pids": str(pids)}, objective=("score", "max"),
+                            n_trials=1, storage=store_path, workers=1, trial_timeout_s=3,
+                            max_retries=0)
+    study.run(_starts_sleeps, progress=False)
+    (trial,) = study.status()["trials"]
+    assert trial["state"] == "failed" and "time" in trial["error"]
+    started = [int(p) for p in pids.read_text().split()]
+    assert _wait_gone(started) == []
+
+
+DRIVER = textwrap.dedent('''
+    import sys, time
+    from pathlib import Path
+    import hypersack
+
+    def train(config, ctx):
+        import subprocess as sp
+        child = sp.Popen(["sleep", "300"])
+        Path(config["pids"]).write_text(str(child.pid))
+        ctx.report(1, score=1.0)
+        time.sleep(300)
+
+    study = hypersack.Study(name="k", space={"pids": sys.argv[1]}, objective=("score", "max"),
+                            n_trials=1, storage=sys.argv[2], workers=1)
+    study.run(train, progress=False)
+''')
+
+
+def test_processes_a_trainable_started_end_when_the_driver_is_killed(tmp_path):
+    (tmp_path / "driver.py").write_text(DRIVER)
+    pids = tmp_path / "pids"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    driver = subprocess.Popen([sys.executable, "driver.py", str(pids), str(tmp_path / "s.db")],
+                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        sleep_pid = int(pids.read_text())
+        assert not _gone(sleep_pid)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    assert _wait_gone([sleep_pid]) == []
+
+
+FULL_LOG = textwrap.dedent('''
+    import os, sys
+    from hypersack.runtime import checkpoints, worker
+    from hypersack.runtime.messages import TrialTask, WorldSpec
+
+    class Pipe:
+        sent = []
+        def send(self, message):
+            self.sent.append(message)
+
+    def fill_up(config, ctx):       # from now on the log is a full disk
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, 1)
+        os.dup2(full, 2)
+        print("x" * 100, flush=True)
+
+    if sys.argv[1] == "header":
+        checkpoints.open_private = lambda path, append=False: os.open("/dev/full", os.O_WRONLY)
+    task = TrialTask(7, {}, 0, 1, "cpu", sys.argv[2], "score", None, WorldSpec(), False, None,
+                     False, ("k", None, None))
+    pipe = Pipe()
+    worker.run_task(pipe, task, {"k": fill_up})
+    print("SENT", [(type(m).__name__, getattr(m, "disk_full", None)) for m in pipe.sent])
+    print("after the trial", file=sys.stderr)
+''')
+
+
+def test_a_full_trial_log_is_a_clean_disk_full_failure_with_nothing_on_the_terminal(tmp_path):
+    (tmp_path / "full.py").write_text(FULL_LOG)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for where in ("header", "trainable"):
+        done = subprocess.run([sys.executable, "full.py", where, str(tmp_path / where)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == "after the trial\n"         # no traceback, no lost log lines
+        assert "SENT [('Started', None), ('Failed', True)]" in done.stdout
