@@ -49,6 +49,7 @@ _EXPORTS = {
     "StudyNotFoundError": "hypersack.errors", "StudyBusyError": "hypersack.errors",
     "CheckpointError": "hypersack.errors", "TrainableError": "hypersack.errors",
     "MissingDependencyError": "hypersack.errors", "TrialStopped": "hypersack.errors",
+    "Callback": "hypersack.callbacks", "FrozenTrial": "hypersack.callbacks",
 }
 
 __all__ = sorted(_EXPORTS)

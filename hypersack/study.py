@@ -11,6 +11,7 @@ built-in with a fusable task), or ``.run(task)`` / ``.run("module:TASK")`` with 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,14 +20,16 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
+from hypersack.callbacks import resolve_callbacks
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.algorithms.base import algorithm_spec as make_algorithm_spec
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.timesharing import TimeSharing
+from hypersack.core.warm_start import Enqueued, check_config
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
 from hypersack.errors import ConfigError, HyperSackError, TrainableError
@@ -37,6 +40,7 @@ from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
 from hypersack.runtime.pack_worker import plan_execution
 from hypersack.runtime.progress import make_progress
+from hypersack.runtime.callback_runner import CallbackRunner, freeze
 from hypersack.runtime.checkpoints import ensure_private_dir
 from hypersack.runtime.storage import DEFAULT_STORAGE, Storage, StudyRow
 from hypersack.runtime.trainable import TrainableRef
@@ -115,6 +119,10 @@ class Study:
       or ``{"backend": "ray", "address": "auto" | "host:port" | "ray://host:port",
       "runtime_env": {...}}`` (README "Running on a Ray cluster"; ``pip install
       'hypersack[ray]'``).
+    - ``callbacks``: ``hypersack.Callback`` objects or functions ``fn(study, trial)`` told about
+      trials as they start, report and end (``hypersack.callbacks``); YAML ``callbacks:
+      [module:object]``.
+    - ``enqueue``: configs (whole or partial) to run first, as ``Study.enqueue`` adds them.
     """
 
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
@@ -128,7 +136,8 @@ class Study:
                  pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False,
                  durability: str = "power",
                  time_sharing: str | Mapping[str, Any] | None = None,
-                 executor: str | Mapping[str, Any] = "local"):
+                 executor: str | Mapping[str, Any] = "local",
+                 callbacks: Sequence[Any] = (), enqueue: Sequence[Mapping[str, Any]] = ()):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -146,9 +155,11 @@ class Study:
             resources=Resources.from_dict(resources), execution=execution,
             pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints,
             durability=durability,
-            time_sharing=TimeSharing.parse(time_sharing))
+            time_sharing=TimeSharing.parse(time_sharing),
+            enqueue=tuple(dict(c) if isinstance(c, Mapping) else c for c in enqueue))
         self.storage_path = Path(storage)
         self._trainable = trainable
+        self._callbacks = resolve_callbacks(callbacks)
 
     @classmethod
     def from_spec(cls, spec: StudySpec | Mapping[str, Any], storage: str | Path = DEFAULT_STORAGE) -> "Study":
@@ -156,6 +167,7 @@ class Study:
         study = cls.__new__(cls)
         study.spec, study.storage_path = spec, Path(storage)
         study._trainable, study._algorithm_instance = spec.trainable, None
+        study._callbacks = []
         return study
 
     @classmethod
@@ -222,9 +234,14 @@ class Study:
         plain, plan = plan_execution(self.spec.execution, self._pick_trainable(trainable),
                                      self.spec.pack.max_members)
         ref = TrainableRef.of(plain)
+        self._resolved = self._callbacks + resolve_callbacks(self.spec.callbacks)
+        return ref, plan, self._algorithm()
+
+    def _algorithm(self) -> Any:
+        """The study's algorithm, running the enqueued configs first."""
         algorithm = make_algorithm(self._algorithm_instance or self.spec.algorithm,
                                    self.spec.space, self.spec.objective, self.spec.seed)
-        return ref, plan, algorithm
+        return Enqueued(algorithm, self.spec.enqueue) if self.spec.enqueue else algorithm
 
     def _run(self, store: Storage, prepared: tuple[TrainableRef, Any, Any], *, resume: bool,
              progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
@@ -252,13 +269,25 @@ class Study:
     def _drive(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any, algorithm: Any,
                resume: bool, progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
+        runner = CallbackRunner(self._resolved, self) if self._resolved else None
+        try:
+            return self._drive_with(store, row, ref, plan, controller, progress, slots,
+                                    [runner.listen] if runner else [])
+        finally:
+            if runner is not None:
+                runner.close(controller.trials)
+
+    def _drive_with(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
+                    controller: Any, progress: str | bool | None, slots: list[Slot] | None,
+                    listeners: list[Any]) -> StudyRun:
         study_dir = ensure_private_dir(store.study_dir(row), root=store.artifacts_root)
         store.set_durability(self.spec.durability)
         if self.spec.executor.backend == "ray":
             from hypersack.runtime.executors.ray import drive_on_ray
             # The job history shares the store's connection here too (one commit per turn).
             return drive_on_ray(self.spec, controller, store, row, ref, plan, study_dir,
-                                make_progress(self.name, self.spec.steps_for, progress))
+                                make_progress(self.name, self.spec.steps_for, progress),
+                                listeners=listeners)
         # The job history shares the store's connection: its profiles join each turn's commit.
         with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
@@ -278,7 +307,7 @@ class Study:
                 return run_loop(controller, executor, store, row,
                                 observers=[*machine.observers, sink.observe],
                                 progress=make_progress(self.name, self.spec.steps_for, progress),
-                                group_window_s=GROUP_WINDOW_S)
+                                group_window_s=GROUP_WINDOW_S, listeners=listeners)
             finally:
                 sink.flush(quiet=True)
 
@@ -289,6 +318,53 @@ class Study:
                 f"Study {self.name!r} has no trainable: pass one to run()/resume() (a callable "
                 "train(config, ctx) or 'module:function'), or set 'trainable' in its YAML")
         return chosen
+
+    # ---- warm start and ask/tell (Optuna's enqueue_trial, add_trial, ask, tell) ------------
+
+    def enqueue(self, config: Mapping[str, Any]) -> None:
+        """Run ``config`` (all or some of the space's parameters; the algorithm fills the rest)
+        before any suggested config, in the order enqueued. ConfigError naming the key and
+        value when it is not in the space. Call before ``run``: it is part of the stored study."""
+        checked = check_config(f"enqueue[{len(self.spec.enqueue)}]", config, self.spec.space,
+                               partial=True)
+        self.spec = dataclasses.replace(self.spec, enqueue=(*self.spec.enqueue, checked))
+
+    def add_trial(self, config: Mapping[str, Any], values: Any) -> dict[str, Any]:
+        """Store a trial run elsewhere, COMPLETE, so the algorithm learns from it (samplers
+        such as TPE observe it); it is not counted in ``n_trials``. ``values``: the objective
+        value, a mapping of metrics, or a list of them (one per step from 1). Returns it as
+        ``{"trial_id", "config", "value", ...}``. Creates the study in the store if needed."""
+        from hypersack.runtime.session import parse_results, session
+        checked = check_config("config", config, self.spec.space, partial=False)
+        results = parse_results(values, self.spec.objective.metric)
+        with session(self.spec, self.storage_path, self._algorithm()) as controller:
+            record = controller.add_external(checked, results, time.time())
+        return dataclasses.asdict(freeze(record))
+
+    def ask(self) -> Any:
+        """A new trial for a loop of your own: a ``hypersack.FrozenTrial`` (``trial.trial_id``,
+        ``trial.config``), RUNNING until ``tell``; None when the budget is spent or the
+        algorithm has nothing more. Not for algorithms that pause trials (SHA, Hyperband...)."""
+        from hypersack.runtime.session import session
+        with session(self.spec, self.storage_path, self._algorithm()) as controller:
+            record = controller.ask(time.time())
+        return None if record is None else freeze(record)
+
+    def tell(self, trial: Any, value: Any = None, *, state: str = "complete") -> None:
+        """End a trial from ``ask`` (or its id): ``value`` is the objective value or a mapping
+        of metrics holding it; ``state="failed"`` (value None) records a failure."""
+        from hypersack.runtime.session import check_metrics, session
+        trial_id = getattr(trial, "trial_id", trial)
+        if state not in ("complete", "failed"):
+            raise ConfigError("state", state, "must be 'complete' or 'failed'")
+        metrics = None
+        if state == "complete":
+            metrics = check_metrics("value", {self.spec.objective.metric: value}
+                                    if not isinstance(value, Mapping) else value)
+            if self.spec.objective.metric not in metrics:
+                raise ConfigError("value", value, f"must hold the objective {self.spec.objective.metric!r}")
+        with session(self.spec, self.storage_path, self._algorithm()) as controller:
+            controller.tell(trial_id, metrics, None, time.time())
 
     # ---- results ---------------------------------------------------------------------------
 

@@ -158,3 +158,16 @@ def check_workers_fit(field: str, workers: int, cpus: int, gpus: int) -> int:
                          hint=f"(this machine has {cpus} CPU cores and {gpus} GPUs: at most "
                               f"{MAX_LOCAL_WORKERS_PER_CPU} workers per core and "
                               f"{MAX_LOCAL_WORKERS_PER_GPU} per GPU)")
+
+
+def check_references(field: str, value: Any) -> tuple[str, ...]:
+    """A list of ``module:object`` references (YAML ``callbacks``) as a tuple; None: empty.
+    ConfigError naming the item (``callbacks[1]``) otherwise."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(field, value, "must be a list of 'module:object' references")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or item.count(":") != 1 or not all(item.split(":")):
+            raise ConfigError(f"{field}[{i}]", item, "must be a 'module:object' reference")
+    return tuple(value)

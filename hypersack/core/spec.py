@@ -13,9 +13,11 @@ from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
+from hypersack.core.warm_start import check_enqueued
 from hypersack.errors import ConfigError
 from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_choice, check_integer, check_name,
-                                  check_number, check_plain_data, check_text, is_integer)
+                                  check_number, check_plain_data, check_references, check_text,
+                                  is_integer)
 
 __all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTION_MODES",
            "check_resumable"]
@@ -277,10 +279,15 @@ class StudySpec:
     durability: str = "power"
     # Time-sharing of devices among trials (Hermes and its baselines); None: none.
     time_sharing: TimeSharing | None = None
+    # "module:object" callbacks (hypersack.callbacks), resolved by the driver at run time.
+    callbacks: tuple[str, ...] = ()
+    # Configs (whole or partial) to run first, in order (Optuna's enqueue_trial).
+    enqueue: tuple[dict[str, Any], ...] = ()
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
                "max_steps", "description", "storage", "placement", "oversubscription", "resources",
-               "execution", "pack", "unsafe_checkpoints", "durability", "time_sharing"}
+               "execution", "pack", "unsafe_checkpoints", "durability", "time_sharing",
+               "callbacks", "enqueue"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -300,6 +307,8 @@ class StudySpec:
             raise ConfigError("unsafe_checkpoints", self.unsafe_checkpoints, "must be true or false")
         check_durability(self.durability)
         object.__setattr__(self, "time_sharing", TimeSharing.parse(self.time_sharing))
+        object.__setattr__(self, "callbacks", check_references("callbacks", self.callbacks))
+        object.__setattr__(self, "enqueue", check_enqueued(self.enqueue, self.space))
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -336,13 +345,18 @@ class StudySpec:
                    execution=d.get("execution", "separate"), pack=PackOptions.from_dict(d.get("pack")),
                    unsafe_checkpoints=d.get("unsafe_checkpoints", False),
                    durability=d.get("durability", "power"),
-                   time_sharing=TimeSharing.parse(d.get("time_sharing")))
+                   time_sharing=TimeSharing.parse(d.get("time_sharing")),
+                   callbacks=d.get("callbacks") or (), enqueue=d.get("enqueue") or ())
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``time_sharing`` only when set, so older stored specs compare equal)."""
         d = self._to_dict()
         if self.time_sharing is not None:
             d["time_sharing"] = self.time_sharing.to_dict()
+        if self.callbacks:
+            d["callbacks"] = list(self.callbacks)
+        if self.enqueue:
+            d["enqueue"] = [dict(c) for c in self.enqueue]
         return d
 
     def _to_dict(self) -> dict[str, Any]:
@@ -362,7 +376,8 @@ class StudySpec:
 # Fields a resumed study may change: how much to run and how, not what is searched.
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
                                "oversubscription", "resources", "execution", "pack",
-                               "unsafe_checkpoints", "durability", "time_sharing"})
+                               "unsafe_checkpoints", "durability", "time_sharing",
+                               "callbacks"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

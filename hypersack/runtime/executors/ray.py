@@ -496,9 +496,10 @@ def driver_paths() -> tuple[tuple[str, ...], str]:
 
 
 def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: Any, plan: Any,
-                 study_dir: Path, progress: Any) -> Any:
+                 study_dir: Path, progress: Any, listeners: Any = ()) -> Any:
     """Run one study on Ray (``Study.run``'s ``backend: ray`` branch): connect (or start a local
-    Ray), start the agents (errors before any trial), then the ordinary loop."""
+    Ray), start the agents (errors before any trial), then the ordinary loop (``listeners``:
+    ``run_loop``'s)."""
     from hypersack.runtime.loop import GROUP_WINDOW_S, run_loop
     from hypersack.runtime.machine import prepare_driver
     with ray_session(spec.executor.address, spec.executor.runtime_env):
@@ -516,6 +517,7 @@ def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: An
                 if spec.time_sharing is not None:
                     controller.set_time_sharing(spec.time_sharing)
                 return run_loop(controller, executor, store, row, observers=machine.observers,
-                                progress=progress, group_window_s=GROUP_WINDOW_S)
+                                progress=progress, group_window_s=GROUP_WINDOW_S,
+                                listeners=listeners)
         finally:
             executor.shutdown(kill=True)     # after run_loop's own shutdown: a no-op

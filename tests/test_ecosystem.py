@@ -1,0 +1,230 @@
+"""What an Optuna or Ray Tune user reaches for (issue 31): callbacks, enqueue, add_trial,
+ask/tell."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+import hypersack
+from hypersack.callbacks import FrozenTrial, resolve_callbacks
+from hypersack.core.trial import ResultReported, TrialFinished, TrialRecord, TrialStarted, TrialState
+from hypersack.errors import ConfigError
+from hypersack.runtime.callback_runner import CallbackRunner
+
+
+class Recorder(hypersack.Callback):
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.threads: set[str] = set()
+
+    def _add(self, *call):
+        self.threads.add(threading.current_thread().name)
+        self.calls.append(call)
+
+    def on_trial_start(self, study, trial):
+        self._add("start", trial.trial_id)
+
+    def on_trial_result(self, study, trial, result):
+        self._add("result", trial.trial_id, result["step"])
+
+    def on_trial_complete(self, study, trial):
+        self._add("complete", trial.trial_id, trial.state)
+
+    def on_trial_error(self, study, trial):
+        self._add("error", trial.trial_id, trial.error)
+
+    def on_study_end(self, study):
+        self._add("end")
+
+
+def _record(trial_id, state=TrialState.RUNNING, step=None):
+    return TrialRecord(trial_id, {"x": 1.0}, 0, state=state, last_step=step,
+                       value=None if step is None else 1.0)
+
+
+# ---- the runner, without a study ----------------------------------------------------------
+
+def test_runner_tells_start_results_and_end_once_in_order_off_the_calling_thread():
+    rec = Recorder()
+    runner = CallbackRunner([rec], study="S")
+    trials = {0: _record(0)}
+    runner.listen([TrialStarted(0, "cpu")], trials)
+    trials[0].last_step = 1
+    runner.listen([ResultReported(0, 1, {"y": 1.0})], trials)
+    runner.listen([ResultReported(0, 1, {"y": 1.0})], trials)     # a replay: told once
+    trials[0].state = TrialState.PRUNED
+    runner.listen([TrialFinished(0)], trials)
+    runner.listen([], trials)
+    runner.close(trials)
+    assert rec.calls == [("start", 0), ("result", 0, 1), ("complete", 0, "pruned"), ("end",)]
+    assert rec.threads == {"hypersack-callbacks"}
+
+
+def test_runner_tells_ends_the_loop_never_saw_at_close_and_skips_stored_ones():
+    rec = Recorder()
+    runner = CallbackRunner([rec], study="S")
+    trials = {0: _record(0, TrialState.COMPLETE, 3), 1: _record(1, TrialState.PENDING)}
+    runner.listen([], trials)                       # a resume: trial 0 ended before
+    trials[1].state, trials[1].error = TrialState.FAILED, "no device"
+    runner.close(trials)
+    assert rec.calls == [("error", 1, "no device"), ("end",)]
+
+
+def test_a_raising_callback_is_logged_once_and_the_others_still_run(caplog):
+    seen = []
+
+    def broken(study, trial):
+        raise RuntimeError("boom")
+
+    runner = CallbackRunner([broken, lambda study, trial: seen.append(trial.number)], study="S")
+    trials = {i: _record(i, TrialState.COMPLETE, 1) for i in range(3)}
+    with caplog.at_level(logging.ERROR, logger="hypersack.callbacks"):
+        runner.listen([], {})
+        runner.listen([TrialFinished(i) for i in range(3)], trials)
+        runner.close(trials)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "boom" in caplog.text and errors[0].exc_info
+    assert seen == [0, 1, 2]
+    assert list(runner.failures.values()) == [3]
+
+
+def test_callbacks_are_resolved_from_objects_classes_functions_and_references():
+    out = resolve_callbacks([Recorder, Recorder(), print, "callbacks_helper:CALLBACK"])
+    assert isinstance(out[0], Recorder) and out[2] is print
+    with pytest.raises(ConfigError) as err:
+        resolve_callbacks([1])
+    assert err.value.field == "callbacks[0]"
+    with pytest.raises(ConfigError, match="callbacks\\[0\\]"):
+        resolve_callbacks(["no_such_module_xyz:cb"])
+
+
+def test_frozen_trial_speaks_optuna():
+    trial = FrozenTrial(3, {"x": 1}, "complete", 0.5)
+    assert trial.number == 3 and trial.params == {"x": 1}
+
+
+# ---- callbacks in a running study ---------------------------------------------------------
+
+@pytest.mark.slow
+def test_study_callbacks_see_every_trial_and_a_broken_one_does_not_stop_it(tmp_path, caplog):
+    rec, ends = Recorder(), []
+
+    def optuna_style(study, trial):
+        ends.append((trial.number, trial.state, study.name))
+
+    def broken(study, trial):
+        raise ValueError("callback bug")
+
+    study = hypersack.Study(name="cb", space={"x": hypersack.Float(-1.0, 1.0)},
+                            objective=("score", "max"), n_trials=4, workers=2,
+                            storage=tmp_path / "s.db", callbacks=[rec, optuna_style, broken],
+                            enqueue=[{"x": -0.5}, {"x": 0.5}, {"x": 0.25}, {"x": 0.75}])
+    with caplog.at_level(logging.ERROR, logger="hypersack.callbacks"):
+        study.run("trainables:raises_for_negative", progress=False)
+    assert sorted(t for t, *_ in ends) == [0, 1, 2, 3]
+    assert dict((t, s) for t, s, _ in ends) == {0: "failed", 1: "complete", 2: "complete",
+                                                3: "complete"}
+    assert {c[0] for c in rec.calls} == {"start", "result", "complete", "error", "end"}
+    assert rec.calls[-1] == ("end",)
+    for trial_id in range(4):
+        mine = [c[0] for c in rec.calls if len(c) > 1 and c[1] == trial_id]
+        assert mine[0] == "start" and mine[-1] in ("complete", "error")
+    assert caplog.text.count("ValueError: callback bug") == 1
+
+
+# ---- enqueue -----------------------------------------------------------------------------
+
+def test_enqueue_is_validated_against_the_space_naming_key_and_value():
+    study = hypersack.Study(name="e", space={"x": hypersack.Float(0.0, 1.0), "k": 3},
+                            objective=("y", "max"), n_trials=2)
+    with pytest.raises(ConfigError) as err:
+        study.enqueue({"x": 2.0})
+    assert err.value.field == "enqueue[0].x" and err.value.value == 2.0
+    with pytest.raises(ConfigError, match="enqueue\\[0\\].z"):
+        study.enqueue({"z": 1})
+    study.enqueue({"x": 0.25})
+    assert study.spec.to_dict()["enqueue"] == [{"x": 0.25}]
+    with pytest.raises(ConfigError, match="enqueue\\[1\\].x"):
+        hypersack.Study(name="e", space={"x": hypersack.Float(0.0, 1.0)}, objective=("y", "max"),
+                        n_trials=2, enqueue=[{"x": 0.5}, {"x": "a"}])
+
+
+@pytest.mark.parametrize("algorithm", ["random", "grid", "tpe",
+                                       {"type": "asha", "min_t": 1, "max_t": 9},
+                                       {"type": "bohb", "min_t": 1, "max_t": 9}])
+def test_enqueued_configs_come_first_and_partial_ones_are_filled(algorithm):
+    from hypersack.core.algorithms import make_algorithm
+    from hypersack.core.objective import Objective
+    from hypersack.core.space import SearchSpace
+    from hypersack.core.warm_start import Enqueued
+    space = SearchSpace({"x": hypersack.Float(0.0, 1.0), "n": hypersack.Int(1, 4)})
+    inner = make_algorithm(algorithm, space, Objective("y", "max"), 0)
+    algo = Enqueued(inner, [{"x": 0.5, "n": 2}, {"x": 0.75}])
+    first, second, third = (algo.suggest(i) for i in range(3))
+    assert first.config == {"x": 0.5, "n": 2} and first.info["enqueued"]
+    assert second.config["x"] == 0.75 and 1 <= second.config["n"] <= 4
+    assert "enqueued" not in third.info
+    for trial_id in range(3):
+        algo.on_result(trial_id, 1, {"y": 0.1 * trial_id})
+        algo.on_complete(trial_id, 0.1 * trial_id, "complete")
+    state = algo.state_dict()
+    again = Enqueued(make_algorithm(algorithm, space, Objective("y", "max"), 0),
+                     [{"x": 0.5, "n": 2}, {"x": 0.75}])
+    again.load_state_dict(state)
+    assert again.taken == 2
+    assert again.suggest(3).config == algo.suggest(3).config
+
+
+def test_pinned_configs_are_what_tpe_learns():
+    from hypersack.core.algorithms import make_algorithm
+    from hypersack.core.objective import Objective
+    from hypersack.core.space import SearchSpace
+    from hypersack.core.warm_start import Enqueued
+    space = SearchSpace({"x": hypersack.Float(0.0, 1.0)})
+    algo = Enqueued(make_algorithm("tpe", space, Objective("y", "max"), 0), [{"x": 0.125}])
+    algo.suggest(0)
+    algo.on_complete(0, 3.0, "complete")
+    journal = algo.inner.model.trials()
+    assert [e["s"] for e in journal] == ["F", "C"] and journal[1]["p"] == [0.125]
+
+
+# ---- add_trial, ask and tell --------------------------------------------------------------
+
+def test_add_trial_stores_a_complete_trial_outside_the_budget_and_tpe_learns_it(tmp_path):
+    study = hypersack.Study(name="warm", space={"x": hypersack.Float(0.0, 1.0)},
+                            objective=("y", "max"), n_trials=1, algorithm="tpe",
+                            storage=tmp_path / "s.db")
+    added = study.add_trial({"x": 0.5}, [{"y": 0.2}, {"y": 0.4}])
+    assert added["trial_id"] == 0 and added["state"] == "complete" and added["value"] == 0.4
+    assert study.best_trial()["value"] == 0.4
+    assert [r["step"] for r in study.results(0)] == [1, 2]
+    with pytest.raises(ConfigError, match="config.x"):
+        study.add_trial({"x": 5.0}, 1.0)
+    with pytest.raises(ConfigError, match="values"):
+        study.add_trial({"x": 0.5}, {"other": 1.0})
+    trial = study.ask()                       # the budget (1) does not count the added trial
+    assert trial is not None and trial.trial_id == 1
+    study.tell(trial, 0.9)
+    assert study.ask() is None
+    assert study.best_trial()["trial_id"] == 1
+
+
+def test_ask_and_tell_drive_a_study_and_refuse_a_second_tell(tmp_path):
+    study = hypersack.Study(name="at", space={"x": hypersack.Float(-1.0, 1.0)},
+                            objective=("y", "min"), n_trials=3, storage=tmp_path / "s.db",
+                            enqueue=[{"x": 0.0}])
+    values = []
+    while (trial := study.ask()) is not None:
+        if trial.trial_id == 2:
+            study.tell(trial, state="failed")
+            continue
+        values.append(trial.config["x"])
+        study.tell(trial.trial_id, {"y": trial.config["x"] ** 2})
+    assert values[0] == 0.0 and len(values) == 2
+    status = study.status()
+    assert (status["complete"], status["failed"]) == (2, 1)
+    assert study.best_trial()["config"] == {"x": 0.0}
+    with pytest.raises(ConfigError, match="trial"):
+        study.tell(0, 1.0)
