@@ -43,7 +43,9 @@ from hypersack.runtime.progress import make_progress
 from hypersack.runtime.callback_runner import CallbackRunner, freeze
 from hypersack.runtime.checkpoints import ensure_private_dir
 from hypersack.runtime.storage import DEFAULT_STORAGE, Storage, StudyRow
+from hypersack.runtime.shared import WithShared, check_shared
 from hypersack.runtime.trainable import TrainableRef
+from hypersack.runtime.user_attrs import STUDY as STUDY_ATTRS, AttrsImporter, load_attrs, save_attrs
 
 __all__ = ["Study"]
 
@@ -123,6 +125,9 @@ class Study:
       trials as they start, report and end (``hypersack.callbacks``); YAML ``callbacks:
       [module:object]``.
     - ``enqueue``: configs (whole or partial) to run first, as ``Study.enqueue`` adds them.
+    - ``shared``: large objects (a data set...) sent once to each worker with the trainable,
+      not once per trial; trials read them as ``ctx.shared[name]`` (Ray Tune's
+      ``tune.with_parameters``). Not stored: pass them again to resume. Separate execution only.
     """
 
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
@@ -137,7 +142,8 @@ class Study:
                  durability: str = "power",
                  time_sharing: str | Mapping[str, Any] | None = None,
                  executor: str | Mapping[str, Any] = "local",
-                 callbacks: Sequence[Any] = (), enqueue: Sequence[Mapping[str, Any]] = ()):
+                 callbacks: Sequence[Any] = (), enqueue: Sequence[Mapping[str, Any]] = (),
+                 shared: Mapping[str, Any] | None = None):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -160,6 +166,8 @@ class Study:
         self.storage_path = Path(storage)
         self._trainable = trainable
         self._callbacks = resolve_callbacks(callbacks)
+        self._pending_attrs: dict[str, Any] = {}     # set_attr before the study is stored
+        self._shared = check_shared(shared) if shared is not None else None
 
     @classmethod
     def from_spec(cls, spec: StudySpec | Mapping[str, Any], storage: str | Path = DEFAULT_STORAGE) -> "Study":
@@ -167,7 +175,7 @@ class Study:
         study = cls.__new__(cls)
         study.spec, study.storage_path = spec, Path(storage)
         study._trainable, study._algorithm_instance = spec.trainable, None
-        study._callbacks = []
+        study._callbacks, study._pending_attrs, study._shared = [], {}, None
         return study
 
     @classmethod
@@ -233,6 +241,11 @@ class Study:
         opened, so a bad trainable or algorithm option fails before anything is stored."""
         plain, plan = plan_execution(self.spec.execution, self._pick_trainable(trainable),
                                      self.spec.pack.max_members)
+        if self._shared is not None:
+            if plan is not None:
+                raise ConfigError("shared", sorted(self._shared), "works with execution "
+                                  "'separate' only (fused packs build their data from the task)")
+            plain = WithShared(plain, self._shared)
         ref = TrainableRef.of(plain)
         self._resolved = self._callbacks + resolve_callbacks(self.spec.callbacks)
         return ref, plan, self._algorithm()
@@ -270,10 +283,13 @@ class Study:
                resume: bool, progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
         runner = CallbackRunner(self._resolved, self) if self._resolved else None
+        attrs = AttrsImporter(store, row.study_id, lambda trial_id: store.trial_dir(row, trial_id))
+        save_attrs(store, row.study_id, STUDY_ATTRS, self._pending_attrs)
         try:
             return self._drive_with(store, row, ref, plan, controller, progress, slots,
-                                    [runner.listen] if runner else [])
+                                    [attrs.listen, *([runner.listen] if runner else [])])
         finally:
+            attrs.close(controller.trials)
             if runner is not None:
                 runner.close(controller.trials)
 
@@ -365,6 +381,24 @@ class Study:
                 raise ConfigError("value", value, f"must hold the objective {self.spec.objective.metric!r}")
         with session(self.spec, self.storage_path, self._algorithm()) as controller:
             controller.tell(trial_id, metrics, None, time.time())
+
+    def set_attr(self, key: str, value: Any) -> None:
+        """Attach a JSON value to the study (Optuna's ``set_user_attr``); stored at once when
+        the study is in the store, else when it is first run. ConfigError naming the key."""
+        from hypersack.runtime.user_attrs import check_attr
+        check_attr(key, value)
+        if self.storage_path.exists():
+            with Storage(self.storage_path) as store:
+                if store.has_study(self.name):
+                    save_attrs(store, store.get_study(self.name).study_id, STUDY_ATTRS, {key: value})
+                    return
+        self._pending_attrs[key] = value
+
+    def user_attrs(self, trial_id: int | None = None) -> dict[str, Any]:
+        """The study's attributes (``set_attr``), or those trial ``trial_id`` set (``ctx.set_attr``)."""
+        with Storage(self.storage_path, readonly=True) as store:
+            attrs = load_attrs(store, store.get_study(self.name).study_id)
+        return attrs.get(STUDY_ATTRS if trial_id is None else trial_id, {})
 
     # ---- results ---------------------------------------------------------------------------
 

@@ -228,3 +228,55 @@ def test_ask_and_tell_drive_a_study_and_refuse_a_second_tell(tmp_path):
     assert study.best_trial()["config"] == {"x": 0.0}
     with pytest.raises(ConfigError, match="trial"):
         study.tell(0, 1.0)
+
+
+# ---- user attributes and shared objects ---------------------------------------------------
+
+def test_attributes_are_validated_naming_the_key(tmp_path):
+    from hypersack.runtime.user_attrs import check_attr, read_trial_attrs, write_trial_attr
+    with pytest.raises(ConfigError) as err:
+        check_attr("when", float("nan"))
+    assert err.value.field == "user_attrs.when"
+    with pytest.raises(ConfigError, match="user_attrs"):
+        check_attr("bad key!", 1)
+    with pytest.raises(ConfigError, match="at most"):
+        check_attr("big", "x" * 70_000)
+    write_trial_attr(tmp_path, "a", {"b": [1, 2]})
+    write_trial_attr(tmp_path, "c", "d")
+    assert read_trial_attrs(tmp_path) == {"a": {"b": [1, 2]}, "c": "d"}
+
+
+@pytest.mark.slow
+def test_trial_and_study_attributes_reach_the_store_dataframe_and_report(tmp_path):
+    pytest.importorskip("pandas")
+    study = hypersack.Study(name="attrs", space={"x": hypersack.Categorical([1.0, 2.0])},
+                            objective=("score", "max"), n_trials=2, workers=1, algorithm="grid",
+                            storage=tmp_path / "s.db", shared={"offset": 7})
+    study.set_attr("owner", "me")                       # before the study is stored
+    study.run("ecosystem_trainables:with_attrs", progress=False)
+    study.set_attr("phase", 2)                          # after: stored at once
+    assert study.user_attrs() == {"owner": "me", "phase": 2}
+    assert study.user_attrs(0) == {"layers": [1, 2], "note": "x=1.0", "offset": 7}
+    frame = study.trials_dataframe()
+    assert list(frame["user_attrs_note"]) == ["x=1.0", "x=2.0"]
+    assert list(frame["user_attrs_offset"]) == [7, 7]          # ctx.shared reached each trial
+    html = study.report(tmp_path / "r.html").read_text()
+    assert "user_attrs_note" in html
+
+
+def test_shared_objects_ride_once_with_the_trainable():
+    import cloudpickle
+    from hypersack.runtime.shared import WithShared, check_shared
+    from hypersack.runtime.trainable import TrainableRef
+
+    class Ctx:
+        shared = None
+
+    ref = TrainableRef.of(WithShared("ecosystem_trainables:with_attrs", {"big": list(range(10))}))
+    train = cloudpickle.loads(ref.payload)
+    seen = []
+    train.train = lambda config, ctx: seen.append(ctx.shared["big"][-1])
+    train({}, Ctx())
+    assert seen == [9]
+    with pytest.raises(ConfigError, match="shared"):
+        check_shared({1: 2})

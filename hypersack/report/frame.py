@@ -2,8 +2,9 @@
 
 Columns: ``number``, ``value``, ``datetime_start``, ``datetime_complete``, ``duration``,
 ``params_<name>`` for each parameter, ``state`` (HyperSack's: complete, pruned, failed, paused,
-running, pending), ``metrics_<name>`` for each metric in the trial's last report (where Optuna
-has ``user_attrs_*``), then ``last_step``, ``attempts``, ``retries`` and ``error``. One row per
+running, pending), ``metrics_<name>`` for each metric in the trial's last report,
+``user_attrs_<key>`` for each attribute trials set (``ctx.set_attr``), then ``last_step``,
+``attempts``, ``retries`` and ``error``. One row per
 trial, by number. ``datetime_*`` are pandas Timestamps (local wall time, as Optuna's), absent
 (NaT) where the trial has not started or finished; ``duration`` a Timedelta.
 """
@@ -30,11 +31,14 @@ def trials_dataframe(storage: Any, name: str) -> Any:
     pd = _pandas()
     row = storage.get_study(name)
     trials = storage.load_trials(row.study_id)
+    from hypersack.runtime.user_attrs import load_attrs
+    attrs = load_attrs(storage, row.study_id)
     params = sorted({k for t in trials for k in t.config})
     metrics = sorted({k for t in trials for k in t.metrics})
+    keys = sorted({k for t in trials for k in attrs.get(t.trial_id, {})})
     columns = ["number", "value", "datetime_start", "datetime_complete", "duration",
                *[f"params_{p}" for p in params], "state", *[f"metrics_{m}" for m in metrics],
-               "last_step", "attempts", "retries", "error"]
+               *[f"user_attrs_{k}" for k in keys], "last_step", "attempts", "retries", "error"]
     rows = []
     for t in trials:
         start = _time(pd, t.started_at)
@@ -42,7 +46,9 @@ def trials_dataframe(storage: Any, name: str) -> Any:
         rows.append([t.trial_id, t.value, start, end,
                      end - start if start is not pd.NaT and end is not pd.NaT else pd.NaT,
                      *[t.config.get(p) for p in params], t.state.value,
-                     *[t.metrics.get(m) for m in metrics], t.last_step, t.attempts, t.retries, t.error])
+                     *[t.metrics.get(m) for m in metrics],
+                     *[attrs.get(t.trial_id, {}).get(k) for k in keys],
+                     t.last_step, t.attempts, t.retries, t.error])
     frame = pd.DataFrame(rows, columns=columns)
     for column in ("datetime_start", "datetime_complete"):
         frame[column] = pd.to_datetime(frame[column])
