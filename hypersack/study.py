@@ -29,6 +29,7 @@ from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.timesharing import TimeSharing
+from hypersack.core.keep_best import KeepBest
 from hypersack.core.warm_start import Enqueued, check_config
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
@@ -40,6 +41,7 @@ from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
 from hypersack.runtime.pack_worker import plan_execution
 from hypersack.runtime.progress import make_progress
+from hypersack.runtime.best_checkpoint import CheckpointKeeper
 from hypersack.runtime.callback_runner import CallbackRunner, freeze
 from hypersack.runtime.checkpoints import ensure_private_dir
 from hypersack.runtime.storage import DEFAULT_STORAGE, Storage, StudyRow
@@ -128,6 +130,9 @@ class Study:
     - ``shared``: large objects (a data set...) sent once to each worker with the trainable,
       not once per trial; trials read them as ``ctx.shared[name]`` (Ray Tune's
       ``tune.with_parameters``). Not stored: pass them again to resume. Separate execution only.
+    - ``keep_checkpoints_num``: keep the checkpoints of only this many best ended trials (by the
+      objective); others are deleted when they end or are outdone (Ray Tune's ``num_to_keep``).
+      None (default): keep every trial's last checkpoint. See ``best_checkpoint()``.
     """
 
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
@@ -143,7 +148,8 @@ class Study:
                  time_sharing: str | Mapping[str, Any] | None = None,
                  executor: str | Mapping[str, Any] = "local",
                  callbacks: Sequence[Any] = (), enqueue: Sequence[Mapping[str, Any]] = (),
-                 shared: Mapping[str, Any] | None = None):
+                 shared: Mapping[str, Any] | None = None,
+                 keep_checkpoints_num: int | None = None):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -162,7 +168,8 @@ class Study:
             pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints,
             durability=durability,
             time_sharing=TimeSharing.parse(time_sharing),
-            enqueue=tuple(dict(c) if isinstance(c, Mapping) else c for c in enqueue))
+            enqueue=tuple(dict(c) if isinstance(c, Mapping) else c for c in enqueue),
+            keep_checkpoints_num=keep_checkpoints_num)
         self.storage_path = Path(storage)
         self._trainable = trainable
         self._callbacks = resolve_callbacks(callbacks)
@@ -283,13 +290,18 @@ class Study:
                resume: bool, progress: str | bool | None, slots: list[Slot] | None) -> StudyRun:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
         runner = CallbackRunner(self._resolved, self) if self._resolved else None
-        attrs = AttrsImporter(store, row.study_id, lambda trial_id: store.trial_dir(row, trial_id))
+        trial_dir = lambda trial_id: store.trial_dir(row, trial_id)   # noqa: E731
+        attrs = AttrsImporter(store, row.study_id, trial_dir)
         save_attrs(store, row.study_id, STUDY_ATTRS, self._pending_attrs)
+        keep = self.spec.keep_checkpoints_num
+        keeper = CheckpointKeeper(KeepBest(self.spec.objective, keep), trial_dir) if keep else None
+        listeners = [attrs.listen, *(x.listen for x in (keeper, runner) if x is not None)]
         try:
-            return self._drive_with(store, row, ref, plan, controller, progress, slots,
-                                    [attrs.listen, *([runner.listen] if runner else [])])
+            return self._drive_with(store, row, ref, plan, controller, progress, slots, listeners)
         finally:
             attrs.close(controller.trials)
+            if keeper is not None:
+                keeper.close(controller.trials)
             if runner is not None:
                 runner.close(controller.trials)
 
@@ -405,6 +417,20 @@ class Study:
     def best_trial(self) -> dict[str, Any] | None:
         with Storage(self.storage_path, readonly=True) as store:
             return queries.best_trial(store, self.name)
+
+    def best_checkpoint(self) -> Any:
+        """The state the best trial (``best_trial()``) saved with its last checkpointed report,
+        read safely as ``ctx.restore()`` reads it; CheckpointError when there is none."""
+        from hypersack.runtime.best_checkpoint import best_checkpoint
+        with Storage(self.storage_path, readonly=True) as store:
+            return best_checkpoint(store, self.name, self.spec.unsafe_checkpoints)[1]
+
+    def export_best(self, out_dir: str | Path) -> Path:
+        """Copy the best trial's checkpoint file and ``best.json`` into ``out_dir``
+        (``hypersack export-best``); returns the copied file's path."""
+        from hypersack.runtime.best_checkpoint import export_best
+        with Storage(self.storage_path, readonly=True) as store:
+            return export_best(store, self.name, out_dir)
 
     def status(self) -> dict[str, Any]:
         with Storage(self.storage_path, readonly=True) as store:

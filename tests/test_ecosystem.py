@@ -280,3 +280,45 @@ def test_shared_objects_ride_once_with_the_trainable():
     assert seen == [9]
     with pytest.raises(ConfigError, match="shared"):
         check_shared({1: 2})
+
+
+# ---- best checkpoints ---------------------------------------------------------------------
+
+def test_keep_best_keeps_the_n_best_ended_trials():
+    from hypersack.core.keep_best import KeepBest
+    from hypersack.core.objective import Objective
+    keep = KeepBest(Objective("loss", "min"), 2)
+    assert keep.offer(0, 0.5, "complete") == []
+    assert keep.offer(1, 0.9, "pruned") == []
+    assert keep.offer(2, 0.1, "complete") == [1]          # pushes the worst out
+    assert keep.offer(3, 0.7, "complete") == [3]
+    assert keep.offer(4, None, "pruned") == [4]
+    assert keep.offer(5, 0.0, "failed") == [5]
+    assert keep.trials == [2, 0]
+    with pytest.raises(ConfigError, match="keep_checkpoints_num"):
+        KeepBest(Objective("loss", "min"), 0)
+    with pytest.raises(ConfigError, match="keep_checkpoints_num"):
+        hypersack.Study(name="k", space={"x": 1}, objective=("y", "max"), n_trials=1,
+                        keep_checkpoints_num=-1)
+
+
+@pytest.mark.slow
+def test_only_the_best_checkpoints_are_kept_and_the_best_is_exported(tmp_path, capsys):
+    from hypersack._entry import main
+    study = hypersack.Study(name="ckpt", space={"x": hypersack.Categorical([1.0, 4.0, 2.0, 3.0]),
+                                                "peak": 3},
+                            objective=("score", "max"), n_trials=4, workers=2, algorithm="grid",
+                            storage=tmp_path / "s.db", keep_checkpoints_num=2)
+    study.run("ecosystem_trainables:checkpoints_each_step", progress=False)
+    with hypersack.runtime.storage.Storage(tmp_path / "s.db", readonly=True) as store:
+        row = store.get_study("ckpt")
+        kept = {t.config["x"] for t in store.load_trials(row.study_id)
+                if any(p.name.startswith("checkpoint-") for p in store.trial_dir(row, t.trial_id).iterdir())}
+    assert kept == {4.0, 3.0}
+    assert study.best_checkpoint() == {"step": 4, "x": 4.0}   # its last state, past its peak
+    assert main(["export-best", "ckpt", "--storage", str(tmp_path / "s.db"),
+                 "-o", str(tmp_path / "best")]) == 0
+    import json
+    info = json.loads((tmp_path / "best" / "best.json").read_text())
+    assert info["config"]["x"] == 4.0 and info["checkpoint_step"] == 4
+    assert (tmp_path / "best" / info["checkpoint"]).is_file()

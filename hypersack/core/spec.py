@@ -13,6 +13,7 @@ from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
+from hypersack.core.keep_best import MAX_KEEP
 from hypersack.core.warm_start import check_enqueued
 from hypersack.errors import ConfigError
 from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_choice, check_integer, check_name,
@@ -283,11 +284,13 @@ class StudySpec:
     callbacks: tuple[str, ...] = ()
     # Configs (whole or partial) to run first, in order (Optuna's enqueue_trial).
     enqueue: tuple[dict[str, Any], ...] = ()
+    # Keep the checkpoints of only this many best ended trials (core.keep_best); None: all.
+    keep_checkpoints_num: int | None = None
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
                "max_steps", "description", "storage", "placement", "oversubscription", "resources",
                "execution", "pack", "unsafe_checkpoints", "durability", "time_sharing",
-               "callbacks", "enqueue"}
+               "callbacks", "enqueue", "keep_checkpoints_num"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -309,6 +312,8 @@ class StudySpec:
         object.__setattr__(self, "time_sharing", TimeSharing.parse(self.time_sharing))
         object.__setattr__(self, "callbacks", check_references("callbacks", self.callbacks))
         object.__setattr__(self, "enqueue", check_enqueued(self.enqueue, self.space))
+        if self.keep_checkpoints_num is not None:
+            check_integer("keep_checkpoints_num", self.keep_checkpoints_num, low=1, high=MAX_KEEP)
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -346,7 +351,8 @@ class StudySpec:
                    unsafe_checkpoints=d.get("unsafe_checkpoints", False),
                    durability=d.get("durability", "power"),
                    time_sharing=TimeSharing.parse(d.get("time_sharing")),
-                   callbacks=d.get("callbacks") or (), enqueue=d.get("enqueue") or ())
+                   callbacks=d.get("callbacks") or (), enqueue=d.get("enqueue") or (),
+                   keep_checkpoints_num=d.get("keep_checkpoints_num"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``time_sharing`` only when set, so older stored specs compare equal)."""
@@ -357,6 +363,8 @@ class StudySpec:
             d["callbacks"] = list(self.callbacks)
         if self.enqueue:
             d["enqueue"] = [dict(c) for c in self.enqueue]
+        if self.keep_checkpoints_num is not None:
+            d["keep_checkpoints_num"] = self.keep_checkpoints_num
         return d
 
     def _to_dict(self) -> dict[str, Any]:
@@ -377,7 +385,7 @@ class StudySpec:
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
                                "oversubscription", "resources", "execution", "pack",
                                "unsafe_checkpoints", "durability", "time_sharing",
-                               "callbacks"})
+                               "callbacks", "keep_checkpoints_num"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:
