@@ -385,7 +385,7 @@ class StudySpec:
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
                                "oversubscription", "resources", "execution", "pack",
                                "unsafe_checkpoints", "durability", "time_sharing",
-                               "callbacks", "keep_checkpoints_num"})
+                               "callbacks", "keep_checkpoints_num", "enqueue"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

@@ -24,7 +24,8 @@ __all__ = ["CheckpointKeeper", "best_checkpoint", "export_best"]
 
 class CheckpointKeeper:
     """A loop listener: deletes the checkpoint files of ended trials outside the ``keep``
-    best (``core.keep_best``). On a resume, the stored ended trials are offered first."""
+    best (``core.keep_best``); trials that saved no checkpoint take no place among them. On a
+    resume, the stored ended trials are offered first."""
 
     def __init__(self, keep: KeepBest, trial_dir: Callable[[int], Path]):
         self.keep, self.trial_dir = keep, trial_dir
@@ -50,6 +51,8 @@ class CheckpointKeeper:
         if not record.state.finished or record.trial_id in self._offered:
             return
         self._offered.add(record.trial_id)
+        if record.checkpoint is None:
+            return                     # nothing to keep (a trial added from elsewhere...)
         for trial_id in self.keep.offer(record.trial_id, record.value, record.state.value):
             checkpoints.remove_other_checkpoints(Path(self.trial_dir(trial_id)), [])
 
