@@ -322,3 +322,32 @@ def test_only_the_best_checkpoints_are_kept_and_the_best_is_exported(tmp_path, c
     info = json.loads((tmp_path / "best" / "best.json").read_text())
     assert info["config"]["x"] == 4.0 and info["checkpoint_step"] == 4
     assert (tmp_path / "best" / info["checkpoint"]).is_file()
+
+
+# ---- the study file's fields --------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, named", [
+    ("callbacks", 3, "callbacks"), ("callbacks", ["no_colon"], "callbacks[0]"),
+    ("enqueue", [{"lr": 5.0}], "enqueue[0].lr"), ("enqueue", [{"width": 1}], "enqueue[0].width"),
+    ("enqueue", {"lr": 0.1}, "enqueue"), ("keep_checkpoints_num", 0, "keep_checkpoints_num")])
+def test_study_file_fields_are_validated_naming_the_field(field, value, named):
+    from hypersack.core.spec import StudySpec
+    base = {"name": "s", "objective": {"metric": "loss", "mode": "min"}, "budget": {"trials": 1},
+            "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}}}
+    with pytest.raises(ConfigError) as err:
+        StudySpec.from_dict({**base, field: value})
+    assert err.value.field == named
+    spec = StudySpec.from_dict({**base, "callbacks": ["m:cb"], "enqueue": [{"lr": 0.01}],
+                                "keep_checkpoints_num": 2})
+    assert StudySpec.from_dict(spec.to_dict()) == spec
+    assert "callbacks" not in StudySpec.from_dict(base).to_dict()     # old stored specs compare equal
+
+
+def test_export_best_without_a_checkpoint_is_an_error_naming_the_trial(tmp_path, capsys):
+    from hypersack._entry import main
+    study = hypersack.Study(name="nock", space={"x": hypersack.Float(0.0, 1.0)},
+                            objective=("y", "max"), n_trials=1, storage=tmp_path / "s.db")
+    study.add_trial({"x": 0.5}, 1.0)
+    assert main(["export-best", "nock", "--storage", str(tmp_path / "s.db"), "-o",
+                 str(tmp_path / "out")]) == 2
+    assert "trial 0" in capsys.readouterr().err and not (tmp_path / "out").exists()
