@@ -90,6 +90,23 @@ def test_a_raising_callback_is_logged_once_and_the_others_still_run(caplog):
     assert list(runner.failures.values()) == [3]
 
 
+def test_a_slow_callback_never_holds_the_loop_and_close_waits_for_it():
+    release, seen = threading.Event(), []
+
+    def slow(study, trial):
+        release.wait(10)
+        seen.append(trial.trial_id)
+
+    runner = CallbackRunner([slow], study="S")
+    trials = {i: _record(i, TrialState.COMPLETE, 1) for i in range(3)}
+    runner.listen([], {})
+    runner.listen([TrialFinished(i) for i in range(3)], trials)     # returns at once
+    assert seen == []
+    release.set()
+    runner.close(trials)
+    assert seen == [0, 1, 2]
+
+
 def test_callbacks_are_resolved_from_objects_classes_functions_and_references():
     out = resolve_callbacks([Recorder, Recorder(), print, "callbacks_helper:CALLBACK"])
     assert isinstance(out[0], Recorder) and out[2] is print
