@@ -8,6 +8,10 @@
 Fused packs: ``Study(..., execution="fused", pack={"max_members": 16}).run("digits_mlp")`` (a
 built-in with a fusable task), or ``.run(task)`` / ``.run("module:TASK")`` with a
 ``hypersack.fusion.FusableTask``; ``execution="auto"`` fuses the trials the task accepts.
+
+Coming from Optuna or Ray Tune (README section of that name): ``callbacks=``, ``enqueue()``,
+``add_trial()``, ``ask()``/``tell()``, ``set_attr()``/``user_attrs()``, ``shared=``,
+``keep_checkpoints_num=``, ``best_checkpoint()``/``export_best()``.
 """
 from __future__ import annotations
 

@@ -194,6 +194,33 @@ def test_enqueued_configs_come_first_and_partial_ones_are_filled(algorithm):
     assert again.suggest(3).config == algo.suggest(3).config
 
 
+def test_an_enqueued_asha_keeps_its_state_in_parts_as_a_store_does():
+    from hypersack.core.algorithms import make_algorithm
+    from hypersack.core.algorithms.base import StateParts
+    from hypersack.core.objective import Objective
+    from hypersack.core.space import SearchSpace
+    from hypersack.core.warm_start import Enqueued
+    space = SearchSpace({"x": hypersack.Float(0.0, 1.0)})
+
+    def build():
+        inner = make_algorithm({"type": "asha", "min_t": 1, "max_t": 9}, space,
+                               Objective("y", "max"), 0)
+        return Enqueued(inner, [{"x": 0.5}, {"x": 0.25}])
+
+    algo, parts, rest = build(), {}, {}
+    for trial_id in range(4):
+        algo.suggest(trial_id)
+        algo.on_result(trial_id, 1, {"y": trial_id / 10})
+        delta = algo.state_delta()
+        assert delta is not None and isinstance(delta.get("parts"), StateParts)
+        parts.update({k: v for k, v in delta["parts"].items() if v is not None})
+        rest = {k: v for k, v in delta.items() if k != "parts"}
+    again = build()
+    again.load_state_dict({**rest, "parts": parts})              # what get_study hands back
+    assert again.taken == 2
+    assert again.suggest(4).config == algo.suggest(4).config
+
+
 def test_pinned_configs_are_what_tpe_learns():
     from hypersack.core.algorithms import make_algorithm
     from hypersack.core.objective import Objective
