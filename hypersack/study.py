@@ -303,11 +303,12 @@ class Study:
         try:
             return self._drive_with(store, row, ref, plan, controller, progress, slots, listeners)
         finally:
-            attrs.close(controller.trials)
             if keeper is not None:
                 keeper.close(controller.trials)
             if runner is not None:
                 runner.close(controller.trials)
+            # With the run's own error in flight, a store fault here is not the one to see.
+            attrs.close(controller.trials, quiet=sys.exc_info()[0] is not None)
 
     def _drive_with(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
                     controller: Any, progress: str | bool | None, slots: list[Slot] | None,

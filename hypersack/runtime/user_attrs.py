@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from hypersack.errors import ConfigError
+from hypersack.errors import ConfigError, StorageError
 from hypersack.validation import check_plain_data
 
 __all__ = ["check_attr", "write_trial_attr", "read_trial_attrs", "save_attrs", "load_attrs",
@@ -110,10 +110,15 @@ class AttrsImporter:
             if record is not None and record.state.value != "running":
                 self._import(record.trial_id)
 
-    def close(self, trials: Mapping[int, Any]) -> None:
-        for trial_id, record in trials.items():
-            if record.attempts:
-                self._import(trial_id)
+    def close(self, trials: Mapping[int, Any], quiet: bool = False) -> None:
+        """Import every launched trial's file; ``quiet``: a store fault is dropped."""
+        try:
+            for trial_id, record in trials.items():
+                if record.attempts:
+                    self._import(trial_id)
+        except StorageError:
+            if not quiet:
+                raise
 
     def _import(self, trial_id: int) -> None:
         path = Path(self.trial_dir(trial_id)) / FILE
