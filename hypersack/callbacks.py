@@ -81,6 +81,9 @@ def check_callback_names(names: Any) -> tuple[str, ...]:
 def resolve_callbacks(items: Sequence[Any], field_name: str = "callbacks") -> list[Any]:
     """Each item as a callback object: a ``module:object`` string imported, a Callback subclass
     built, a Callback or a function kept. ConfigError naming the item otherwise."""
+    if isinstance(items, (str, Callback)) or not isinstance(items, (list, tuple)):
+        raise ConfigError(field_name, items, "must be a list of callbacks (objects, functions "
+                          "or 'module:object' references)")
     out = []
     for i, item in enumerate(items):
         where = f"{field_name}[{i}]"

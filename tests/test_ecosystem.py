@@ -115,6 +115,9 @@ def test_callbacks_are_resolved_from_objects_classes_functions_and_references():
     assert err.value.field == "callbacks[0]"
     with pytest.raises(ConfigError, match="callbacks\\[0\\]"):
         resolve_callbacks(["no_such_module_xyz:cb"])
+    with pytest.raises(ConfigError, match="must be a list"):
+        hypersack.Study(name="c", space={"x": 1}, objective=("y", "max"), n_trials=1,
+                        callbacks=Recorder())
 
 
 def test_frozen_trial_speaks_optuna():
