@@ -27,6 +27,11 @@ Glossary (one word, one meaning, in the code, the docs and the messages):
 - *stay*: one period a trial spent on a device, from its launch to the moment it left.
 - *executor*: the transport that runs launches (local processes, Ray, the simulator); a
   *worker* is a process that runs trials for it.
+- *callback*: user code the driver tells about trials as they start, report and end
+  (``hypersack.callbacks``); a *user attribute* is a JSON value set on a trial or a study
+  (``ctx.set_attr``); *shared objects* (``Study(shared=...)``, ``ctx.shared``) are the user's
+  large objects sent once to each worker, unrelated to a trial's *share* or to time-sharing.
+- *enqueued config*: a config the user asks to run before the algorithm's own (``enqueue``).
 """
 from __future__ import annotations
 
@@ -50,6 +55,7 @@ _EXPORTS = {
     "CheckpointError": "hypersack.errors", "TrainableError": "hypersack.errors",
     "MissingDependencyError": "hypersack.errors", "TrialStopped": "hypersack.errors",
     "ReportError": "hypersack.errors",
+    "Callback": "hypersack.callbacks", "FrozenTrial": "hypersack.callbacks",
 }
 
 __all__ = sorted(_EXPORTS)

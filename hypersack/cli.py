@@ -1,4 +1,4 @@
-"""Command line: run, resume, status, best, export, list, report, dashboard, simulate.
+"""Command line: run, resume, status, best, export, export-best, list, report, dashboard, simulate.
 
 Exit codes: 0 success; 1 the study ended but no trial completed (``run``/``resume``), or it has
 no result yet (``best``); 2 an error (bad study file or option, unknown study, missing
@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--format", default="csv", help="csv, json or parquet (needs pyarrow)")
     export.add_argument("-o", "--output", default=None,
                         help="write to this file (parquet: default NAME.parquet; others: stdout)")
+    best = add("export-best", "copy the best trial's checkpoint and best.json into a folder")
+    best.add_argument("-o", "--output", required=True, help="the folder (created if needed)")
     add("list", "studies in the store", json_flag=True, study=False)
     report = add("report", "an HTML report of a study, or two side by side (opens offline)",
                  study=False)
@@ -265,6 +267,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_best(args: argparse.Namespace) -> int:
+    from hypersack.runtime.best_checkpoint import export_best
+    with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
+        print(export_best(store, args.name, args.output))
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from hypersack.report import build_report
     out = args.output or ("-vs-".join(args.names) + ".html" if len(args.names) > 1
@@ -313,7 +322,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 _COMMANDS = {"run": cmd_run, "resume": cmd_resume, "status": cmd_status, "best": cmd_best,
              "export": cmd_export, "list": cmd_list, "simulate": cmd_simulate,
-             "report": cmd_report, "dashboard": cmd_dashboard}
+             "report": cmd_report, "dashboard": cmd_dashboard, "export-best": cmd_export_best}
 
 
 if __name__ == "__main__":

@@ -8,9 +8,14 @@
 Fused packs: ``Study(..., execution="fused", pack={"max_members": 16}).run("digits_mlp")`` (a
 built-in with a fusable task), or ``.run(task)`` / ``.run("module:TASK")`` with a
 ``hypersack.fusion.FusableTask``; ``execution="auto"`` fuses the trials the task accepts.
+
+Coming from Optuna or Ray Tune (README section of that name): ``callbacks=``, ``enqueue()``,
+``add_trial()``, ``ask()``/``tell()``, ``set_attr()``/``user_attrs()``, ``shared=``,
+``keep_checkpoints_num=``, ``best_checkpoint()``/``export_best()``.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,14 +24,17 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
+from hypersack.callbacks import resolve_callbacks
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.algorithms.base import algorithm_spec as make_algorithm_spec
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.timesharing import TimeSharing
+from hypersack.core.keep_best import KeepBest
+from hypersack.core.warm_start import Enqueued, check_config
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
@@ -39,9 +47,13 @@ from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
 from hypersack.runtime.pack_worker import plan_execution
 from hypersack.runtime.progress import make_progress
+from hypersack.runtime.best_checkpoint import CheckpointKeeper
+from hypersack.runtime.callback_runner import CallbackRunner, freeze
 from hypersack.runtime.checkpoints import ensure_private_dir
 from hypersack.runtime.storage import DEFAULT_STORAGE, Storage, StudyRow
+from hypersack.runtime.shared import WithShared, check_shared
 from hypersack.runtime.trainable import TrainableRef
+from hypersack.runtime.user_attrs import STUDY as STUDY_ATTRS, AttrsImporter, load_attrs, save_attrs
 
 __all__ = ["Study"]
 
@@ -121,6 +133,16 @@ class Study:
       or ``{"backend": "ray", "address": "auto" | "host:port" | "ray://host:port",
       "runtime_env": {...}}`` (README "Running on a Ray cluster"; ``pip install
       'hypersack[ray]'``).
+    - ``callbacks``: ``hypersack.Callback`` objects or functions ``fn(study, trial)`` told about
+      trials as they start, report and end (``hypersack.callbacks``); YAML ``callbacks:
+      [module:object]``.
+    - ``enqueue``: configs (whole or partial) to run first, as ``Study.enqueue`` adds them.
+    - ``shared``: large objects (a data set...) sent once to each worker with the trainable,
+      not once per trial; trials read them as ``ctx.shared[name]`` (Ray Tune's
+      ``tune.with_parameters``). Not stored: pass them again to resume. Separate execution only.
+    - ``keep_checkpoints_num``: keep the checkpoints of only this many best ended trials (by the
+      objective); others are deleted when they end or are outdone (Ray Tune's ``num_to_keep``).
+      None (default): keep every trial's last checkpoint. See ``best_checkpoint()``.
     """
 
     def __init__(self, space: Mapping[str, Any] | SearchSpace, objective: Any, *,
@@ -135,7 +157,10 @@ class Study:
                  durability: str = "power",
                  time_sharing: str | Mapping[str, Any] | None = None,
                  executor: str | Mapping[str, Any] = "local",
-                 max_failures: int | None = DEFAULT_MAX_FAILURES):
+                 max_failures: int | None = DEFAULT_MAX_FAILURES,
+                 callbacks: Sequence[Any] = (), enqueue: Sequence[Mapping[str, Any]] = (),
+                 shared: Mapping[str, Any] | None = None,
+                 keep_checkpoints_num: int | None = None):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
@@ -153,11 +178,16 @@ class Study:
             resources=Resources.from_dict(resources), execution=execution,
             pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints,
             durability=durability,
-            time_sharing=TimeSharing.parse(time_sharing), max_failures=max_failures)
+            time_sharing=TimeSharing.parse(time_sharing), max_failures=max_failures,
+            enqueue=tuple(dict(c) if isinstance(c, Mapping) else c for c in enqueue),
+            keep_checkpoints_num=keep_checkpoints_num)
         self.storage_path = Path(storage)
         self._trainable = trainable
         if self._algorithm_instance is None:       # a bad name or option fails here, not at run()
             make_algorithm(self.spec.algorithm, self.spec.space, self.spec.objective, seed)
+        self._callbacks = resolve_callbacks(callbacks)
+        self._pending_attrs: dict[str, Any] = {}     # set_attr before the study is stored
+        self._shared = check_shared(shared) if shared is not None else None
 
     @classmethod
     def from_spec(cls, spec: StudySpec | Mapping[str, Any], storage: str | Path = DEFAULT_STORAGE) -> "Study":
@@ -165,6 +195,7 @@ class Study:
         study = cls.__new__(cls)
         study.spec, study.storage_path = spec, Path(storage)
         study._trainable, study._algorithm_instance = spec.trainable, None
+        study._callbacks, study._pending_attrs, study._shared = [], {}, None
         return study
 
     @classmethod
@@ -261,10 +292,20 @@ class Study:
         opened, so a bad trainable or algorithm option fails before anything is stored."""
         plain, plan = plan_execution(self.spec.execution, self._pick_trainable(trainable),
                                      self.spec.pack.max_members)
+        if self._shared is not None:
+            if plan is not None:
+                raise ConfigError("shared", sorted(self._shared), "works with execution "
+                                  "'separate' only (fused packs build their data from the task)")
+            plain = WithShared(plain, self._shared)
         ref = TrainableRef.of(plain)
+        self._resolved = self._callbacks + resolve_callbacks(self.spec.callbacks)
+        return ref, plan, self._algorithm()
+
+    def _algorithm(self) -> Any:
+        """The study's algorithm, running the enqueued configs first."""
         algorithm = make_algorithm(self._algorithm_instance or self.spec.algorithm,
                                    self.spec.space, self.spec.objective, self.spec.seed)
-        return ref, plan, algorithm
+        return Enqueued(algorithm, self.spec.enqueue) if self.spec.enqueue else algorithm
 
     def _run(self, store: Storage, prepared: tuple[TrainableRef, Any, Any], *, resume: bool,
              progress: str | bool | None, slots: list[Slot] | None,
@@ -296,6 +337,28 @@ class Study:
                resume: bool, progress: str | bool | None, slots: list[Slot] | None,
                on_started: Callable[[], None] | None = None) -> StudyRun:
         controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
+        runner = CallbackRunner(self._resolved, self) if self._resolved else None
+        trial_dir = lambda trial_id: store.trial_dir(row, trial_id)   # noqa: E731
+        attrs = AttrsImporter(store, row.study_id, trial_dir)
+        save_attrs(store, row.study_id, STUDY_ATTRS, self._pending_attrs)
+        keep = self.spec.keep_checkpoints_num
+        keeper = CheckpointKeeper(KeepBest(self.spec.objective, keep), trial_dir) if keep else None
+        listeners = [attrs.listen, *(x.listen for x in (keeper, runner) if x is not None)]
+        try:
+            return self._drive_with(store, row, ref, plan, controller, progress, slots, listeners,
+                                    on_started)
+        finally:
+            if keeper is not None:
+                keeper.close(controller.trials)
+            if runner is not None:
+                runner.close(controller.trials)
+            # With the run's own error in flight, a store fault here is not the one to see.
+            attrs.close(controller.trials, quiet=sys.exc_info()[0] is not None)
+
+    def _drive_with(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
+                    controller: Any, progress: str | bool | None, slots: list[Slot] | None,
+                    listeners: list[Any],
+                    on_started: Callable[[], None] | None = None) -> StudyRun:
         study_dir = ensure_private_dir(store.study_dir(row), root=store.artifacts_root)
         store.set_durability(self.spec.durability)
         if self.spec.executor.backend == "ray":
@@ -303,7 +366,8 @@ class Study:
             # The job history shares the store's connection here too (one commit per turn).
             return drive_on_ray(self.spec, controller, store, row, ref, plan, study_dir,
                                 make_progress(self.name, self.spec.steps_for, progress),
-                                on_started=on_started)
+                                on_started=on_started,
+                                listeners=listeners)
         # The job history shares the store's connection: its profiles join each turn's commit.
         with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
@@ -323,7 +387,8 @@ class Study:
                 return run_loop(controller, executor, store, row,
                                 observers=[*machine.observers, sink.observe],
                                 progress=make_progress(self.name, self.spec.steps_for, progress),
-                                group_window_s=GROUP_WINDOW_S, on_started=on_started)
+                                group_window_s=GROUP_WINDOW_S, on_started=on_started,
+                                listeners=listeners)
             finally:
                 sink.flush(quiet=True)
 
@@ -334,6 +399,71 @@ class Study:
                 f"Study {self.name!r} has no trainable: pass one to run()/resume() (a callable "
                 "train(config, ctx) or 'module:function'), or set 'trainable' in its YAML")
         return chosen
+
+    # ---- warm start and ask/tell (Optuna's enqueue_trial, add_trial, ask, tell) ------------
+
+    def enqueue(self, config: Mapping[str, Any]) -> None:
+        """Run ``config`` (all or some of the space's parameters; the algorithm fills the rest)
+        before any suggested config, in the order enqueued. ConfigError naming the key and
+        value when it is not in the space. Call before ``run``: it is part of the stored study."""
+        checked = check_config(f"enqueue[{len(self.spec.enqueue)}]", config, self.spec.space,
+                               partial=True)
+        self.spec = dataclasses.replace(self.spec, enqueue=(*self.spec.enqueue, checked))
+
+    def add_trial(self, config: Mapping[str, Any], values: Any) -> dict[str, Any]:
+        """Store a trial run elsewhere, COMPLETE, so the algorithm learns from it (samplers
+        such as TPE observe it); it is not counted in ``n_trials``. ``values``: the objective
+        value, a mapping of metrics, or a list of them (one per step from 1). Returns it as
+        ``{"trial_id", "config", "value", ...}``. Creates the study in the store if needed."""
+        from hypersack.runtime.session import parse_results, session
+        checked = check_config("config", config, self.spec.space, partial=False)
+        results = parse_results(values, self.spec.objective.metric)
+        with session(self.spec, self.storage_path, self._algorithm()) as controller:
+            record = controller.add_external(checked, results, time.time())
+        return dataclasses.asdict(freeze(record))
+
+    def ask(self) -> Any:
+        """A new trial for a loop of your own: a ``hypersack.FrozenTrial`` (``trial.trial_id``,
+        ``trial.config``), RUNNING until ``tell``; None when the budget is spent or the
+        algorithm has nothing more. Not for algorithms that pause trials (SHA, Hyperband...)."""
+        from hypersack.runtime.session import session
+        with session(self.spec, self.storage_path, self._algorithm()) as controller:
+            record = controller.ask(time.time())
+        return None if record is None else freeze(record)
+
+    def tell(self, trial: Any, value: Any = None, *, state: str = "complete") -> None:
+        """End a trial from ``ask`` (or its id): ``value`` is the objective value or a mapping
+        of metrics holding it; ``state="failed"`` (value None) records a failure."""
+        from hypersack.runtime.session import check_metrics, session
+        trial_id = getattr(trial, "trial_id", trial)
+        if state not in ("complete", "failed"):
+            raise ConfigError("state", state, "must be 'complete' or 'failed'")
+        metrics = None
+        if state == "complete":
+            metrics = check_metrics("value", {self.spec.objective.metric: value}
+                                    if not isinstance(value, Mapping) else value)
+            if self.spec.objective.metric not in metrics:
+                raise ConfigError("value", value, f"must hold the objective {self.spec.objective.metric!r}")
+        with session(self.spec, self.storage_path, self._algorithm()) as controller:
+            controller.tell(trial_id, metrics, None, time.time())
+
+    def set_attr(self, key: str, value: Any) -> None:
+        """Attach a JSON value to the study (Optuna's ``set_user_attr``); stored at once when
+        the study is in the store, else when it is first run. ConfigError naming the key."""
+        from hypersack.runtime.user_attrs import check_attr
+        check_attr(key, value)
+        if self.storage_path.exists():
+            with Storage(self.storage_path) as store:
+                if store.has_study(self.name):
+                    save_attrs(store, store.get_study(self.name).study_id, STUDY_ATTRS, {key: value})
+                    return
+        self._pending_attrs[key] = value
+
+    def user_attrs(self, trial_id: int | None = None) -> dict[str, Any]:
+        """The study's attributes (``set_attr``), or those trial ``trial_id`` set (``ctx.set_attr``)."""
+        with Storage(self.storage_path, readonly=True) as store:
+            attrs = load_attrs(store, store.get_study(self.name).study_id)
+        return attrs.get(STUDY_ATTRS if trial_id is None else trial_id, {})
 
     # ---- results ---------------------------------------------------------------------------
 
@@ -348,6 +478,20 @@ class Study:
         studies ``best_trial()`` is often a trial pruned after a few steps."""
         with Storage(self.storage_path, readonly=True) as store:
             return queries.best_trial(store, self.name, complete=True)
+
+    def best_checkpoint(self) -> Any:
+        """The state the best trial (``best_trial()``) saved with its last checkpointed report,
+        read safely as ``ctx.restore()`` reads it; CheckpointError when there is none."""
+        from hypersack.runtime.best_checkpoint import best_checkpoint
+        with Storage(self.storage_path, readonly=True) as store:
+            return best_checkpoint(store, self.name, self.spec.unsafe_checkpoints)[1]
+
+    def export_best(self, out_dir: str | Path) -> Path:
+        """Copy the best trial's checkpoint file and ``best.json`` into ``out_dir``
+        (``hypersack export-best``); returns the copied file's path."""
+        from hypersack.runtime.best_checkpoint import export_best
+        with Storage(self.storage_path, readonly=True) as store:
+            return export_best(store, self.name, out_dir)
 
     def status(self) -> dict[str, Any]:
         with Storage(self.storage_path, readonly=True) as store:

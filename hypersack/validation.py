@@ -211,3 +211,16 @@ def _scalar(value: Any) -> Any:
 def _type_name(value: Any) -> str:
     kind = type(value)
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def check_references(field: str, value: Any) -> tuple[str, ...]:
+    """A list of ``module:object`` references (YAML ``callbacks``) as a tuple; None: empty.
+    ConfigError naming the item (``callbacks[1]``) otherwise."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(field, value, "must be a list of 'module:object' references")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or item.count(":") != 1 or not all(item.split(":")):
+            raise ConfigError(f"{field}[{i}]", item, "must be a 'module:object' reference")
+    return tuple(value)

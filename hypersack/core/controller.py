@@ -90,6 +90,7 @@ class Controller:
         self.stays = StayBook()                # each trial's time on each device (reports)
         self._failures = FailureStreak(max_failures)   # same-kind failures in a row
         self.failure_stop: str | None = None   # why failing trials stopped the study, or None
+        self._external = 0                     # trials run elsewhere (add_external): no budget
 
     def set_time_sharing(self, options: Any) -> None:
         """Time-share the inventory's devices among trials (``core.timesharing``); needs
@@ -122,6 +123,7 @@ class Controller:
         self._shared_state = time_sharing
         for record in sorted(trials, key=lambda r: r.trial_id):
             self.trials[record.trial_id] = record
+            self._external += bool(record.info.get("external"))
             if not record.state.finished and record.state is not TrialState.PAUSED:
                 record.state = TrialState.PENDING
                 record.stop_reason = None
@@ -275,7 +277,7 @@ class Controller:
         return min(max(1, int(wanted)), max(1, self._placer().device_count()))
 
     def _may_create(self, now: float) -> bool:
-        if self.budget.trials is not None and len(self.trials) >= self.budget.trials:
+        if self.budget.trials is not None and len(self.trials) - self._external >= self.budget.trials:
             return False
         return not self._out_of_time(now) and not self.algorithm.exhausted
 
@@ -493,6 +495,69 @@ class Controller:
         failed = state is TrialState.FAILED
         if self._failures.ended(record.trial_id, error, failed) and self.failure_stop is None:
             self.failure_stop = self._failures.message(error)
+
+    # ---- trials run outside the loop (Study.add_trial, Study.ask / tell) ------------------
+
+    def add_external(self, config: Mapping[str, Any], results: list[tuple[int, dict[str, Any]]],
+                     now: float) -> TrialRecord:
+        """A trial run elsewhere: COMPLETE with ``results`` (``(step, metrics)``, steps
+        increasing, the objective in the last), stored like any trial's, not counted in the
+        trial budget; the algorithm ``observe``s it. The caller validates config and results."""
+        record = self._new_record(config, {"external": True}, now)
+        self._external += 1
+        for step, metrics in results:
+            self._results.append((record.trial_id, step, dict(metrics)))
+        record.last_step, record.metrics = results[-1][0], dict(results[-1][1])
+        record.value = float(results[-1][1][self.objective.metric])
+        record.state, record.finished_at = TrialState.COMPLETE, now
+        self.algorithm.observe(record.trial_id, record.config, record.value)
+        return record
+
+    def ask(self, now: float) -> TrialRecord | None:
+        """A new trial, RUNNING on no device, for a caller that trains it (``tell`` ends it);
+        None when the budget is spent or the algorithm has nothing to propose."""
+        if not self._may_create(now):
+            return None
+        suggestion = self.algorithm.suggest(len(self.trials))
+        if suggestion is None:
+            return None
+        if suggestion.resume is not None:
+            raise ConfigError("algorithm", self.algorithm.__class__.__name__, "pauses and resumes "
+                              "trials, which ask/tell cannot do: use Study.run, or an algorithm "
+                              "that does not pause (random, grid, tpe, optuna, asha with mode: stop)")
+        record = self._new_record(suggestion.config, dict(suggestion.info), now)
+        record.state, record.attempts = TrialState.RUNNING, 1
+        return record
+
+    def tell(self, trial_id: int, metrics: Mapping[str, Any] | None, step: int | None,
+             now: float) -> TrialRecord:
+        """End an asked trial: COMPLETE with ``metrics`` at ``step`` (the objective among them),
+        FAILED without (None). ConfigError when the trial is unknown or already ended."""
+        record = self.trials.get(trial_id)
+        if record is None or record.state.finished or record.attempts == 0:
+            raise ConfigError("trial", trial_id, "must be a trial from ask() that was not told yet")
+        self._changed.add(trial_id)
+        record.finished_at = now
+        if metrics is None:
+            record.state, record.error = TrialState.FAILED, "told failed"
+            self.algorithm.on_complete(trial_id, None, TrialState.FAILED.value)
+            return record
+        step = (record.last_step or 0) + 1 if step is None else step
+        self._results.append((trial_id, step, dict(metrics)))
+        record.last_step, record.metrics = step, dict(metrics)
+        record.value = float(metrics[self.objective.metric])
+        self.algorithm.on_result(trial_id, step, metrics)
+        record.state = TrialState.COMPLETE
+        self.algorithm.on_complete(trial_id, record.value, record.state.value)
+        return record
+
+    def _new_record(self, config: Mapping[str, Any], info: dict[str, Any], now: float) -> TrialRecord:
+        trial_id = len(self.trials)
+        record = TrialRecord(trial_id, dict(config), trial_seed(self.seed, trial_id), info=info)
+        record.started_at = now
+        self.trials[trial_id] = record
+        self._changed.add(trial_id)
+        return record
 
     # ---- study-wide ------------------------------------------------------------------------
 

@@ -14,9 +14,12 @@ from hypersack.core.failures import DEFAULT_MAX_FAILURES
 from hypersack.core.objective import Objective
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
+from hypersack.core.keep_best import MAX_KEEP
+from hypersack.core.warm_start import check_enqueued
 from hypersack.errors import ConfigError
 from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_choice, check_integer, check_name,
-                                  check_number, check_plain_data, check_text, is_integer)
+                                  check_number, check_plain_data, check_references, check_text,
+                                  is_integer)
 
 __all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTION_MODES",
            "check_resumable"]
@@ -282,11 +285,18 @@ class StudySpec:
     max_failures: int | None = DEFAULT_MAX_FAILURES
     # The study file's folder (absolute), searched for a module:function trainable on resume.
     source_dir: str | None = None
+    # "module:object" callbacks (hypersack.callbacks), resolved by the driver at run time.
+    callbacks: tuple[str, ...] = ()
+    # Configs (whole or partial) to run first, in order (Optuna's enqueue_trial).
+    enqueue: tuple[dict[str, Any], ...] = ()
+    # Keep the checkpoints of only this many best ended trials (core.keep_best); None: all.
+    keep_checkpoints_num: int | None = None
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
                "max_steps", "description", "storage", "placement", "oversubscription", "resources",
                "execution", "pack", "unsafe_checkpoints", "durability", "time_sharing",
-               "max_failures", "source_dir"}
+               "max_failures", "source_dir", "callbacks", "enqueue",
+               "keep_checkpoints_num"}
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -311,6 +321,10 @@ class StudySpec:
                           hint="or null (never stop the study for failing trials)")
         if self.source_dir is not None:
             check_name("source_dir", self.source_dir, max_len=4096)
+        object.__setattr__(self, "callbacks", check_references("callbacks", self.callbacks))
+        object.__setattr__(self, "enqueue", check_enqueued(self.enqueue, self.space))
+        if self.keep_checkpoints_num is not None:
+            check_integer("keep_checkpoints_num", self.keep_checkpoints_num, low=1, high=MAX_KEEP)
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""
@@ -349,7 +363,9 @@ class StudySpec:
                    durability=d.get("durability", "power"),
                    time_sharing=TimeSharing.parse(d.get("time_sharing")),
                    max_failures=d.get("max_failures", DEFAULT_MAX_FAILURES),
-                   source_dir=d.get("source_dir"))
+                   source_dir=d.get("source_dir"),
+                   callbacks=d.get("callbacks") or (), enqueue=d.get("enqueue") or (),
+                   keep_checkpoints_num=d.get("keep_checkpoints_num"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``time_sharing``, ``max_failures`` and ``source_dir`` only when not
@@ -361,6 +377,12 @@ class StudySpec:
             d["max_failures"] = self.max_failures
         if self.source_dir is not None:
             d["source_dir"] = self.source_dir
+        if self.callbacks:
+            d["callbacks"] = list(self.callbacks)
+        if self.enqueue:
+            d["enqueue"] = [dict(c) for c in self.enqueue]
+        if self.keep_checkpoints_num is not None:
+            d["keep_checkpoints_num"] = self.keep_checkpoints_num
         return d
 
     def _to_dict(self) -> dict[str, Any]:
@@ -381,7 +403,8 @@ class StudySpec:
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
                                "oversubscription", "resources", "execution", "pack",
                                "unsafe_checkpoints", "durability", "time_sharing",
-                               "max_failures", "source_dir"})
+                               "max_failures", "source_dir", "callbacks",
+                               "keep_checkpoints_num", "enqueue"})
 
 
 def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:

@@ -9,6 +9,8 @@ significant digits (the page draws them, nobody reads 17 digits), so 10,000 tria
 """
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from dataclasses import dataclass, field
@@ -53,10 +55,13 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
     records = storage.load_trials(row.study_id)
     stays = storage.load_stays(row.study_id)
     times = trial_times(stays, {t.trial_id: t.finished_at for t in records}, now)
+    from hypersack.runtime.user_attrs import load_attrs
+    attrs = load_attrs(storage, row.study_id)
     trials = []
     for t in records:
         d = trial_dict(t, times.get(t.trial_id))
         d["pack"] = t.info.get("pack")
+        d["user_attrs"] = attrs.get(t.trial_id, {})
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
     results = storage.load_metric(row.study_id, objective.metric)
@@ -240,6 +245,8 @@ def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, Any]:
         column = [t["config"].get(name) for t in trials]
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column)
         params[name] = _rs(column) if numeric else [None if v is None else str(v) for v in column]
+    for key in sorted({k for t in trials for k in t.get("user_attrs", {})}):   # after the params
+        params[f"user_attrs_{key}"] = [_attr_text(t.get("user_attrs", {}).get(key)) for t in trials]
     return {
         "id": [t["trial_id"] for t in trials], "state": [t["state"] for t in trials],
         "value": _rs([t["value"] for t in trials]), "step": [t["last_step"] for t in trials],
@@ -250,3 +257,10 @@ def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, Any]:
         "params": params, "error": [t["error"] for t in trials],
         "traceback": [t["traceback"][-_TRACEBACK_CHARS:] if t["traceback"] else None for t in trials],
     }
+
+
+def _attr_text(value: Any) -> Any:
+    """A user attribute as the table shows it: numbers and text as they are, else JSON."""
+    if value is None or isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return value
+    return json.dumps(value)

@@ -2,9 +2,9 @@
 
 Columns: ``number``, ``value``, ``datetime_start``, ``datetime_complete``, ``duration``,
 ``params_<name>`` for each parameter, ``state`` (HyperSack's: complete, pruned, failed, paused,
-running, pending), ``metrics_<name>`` for each metric in the trial's last report (where Optuna
-has ``user_attrs_*``), then ``last_step``, ``attempts``, ``retries``, ``running``, ``waiting``
-and ``error``. One row per trial, by number. ``datetime_start`` is the trial's first launch and
+running, pending), ``metrics_<name>`` for each metric in the trial's last report,
+``user_attrs_<key>`` for each attribute trials set (``ctx.set_attr``), then ``last_step``,
+``attempts``, ``retries``, ``running``, ``waiting`` and ``error``. One row per trial, by number. ``datetime_start`` is the trial's first launch and
 ``datetime_complete`` its end: pandas Timestamps (local wall time, as Optuna's), absent (NaT)
 where the trial has not started or finished; ``duration`` (their difference), ``running`` (time
 on devices, summed over attempts: a promoted, preempted or retried trial ran several times) and
@@ -35,11 +35,15 @@ def trials_dataframe(storage: Any, name: str) -> Any:
     row = storage.get_study(name)
     trials = storage.load_trials(row.study_id)
     times = times_of(storage, row.study_id, trials, study_now(row.status, row.updated_at))
+    from hypersack.runtime.user_attrs import load_attrs
+    attrs = load_attrs(storage, row.study_id)
     params = sorted({k for t in trials for k in t.config})
     metrics = sorted({k for t in trials for k in t.metrics})
+    keys = sorted({k for t in trials for k in attrs.get(t.trial_id, {})})
     columns = ["number", "value", "datetime_start", "datetime_complete", "duration",
                *[f"params_{p}" for p in params], "state", *[f"metrics_{m}" for m in metrics],
-               "last_step", "attempts", "retries", "running", "waiting", "error"]
+               *[f"user_attrs_{k}" for k in keys], "last_step", "attempts", "retries", "running",
+               "waiting", "error"]
     rows = []
     for t in trials:
         spent = times.get(t.trial_id)
@@ -48,7 +52,9 @@ def trials_dataframe(storage: Any, name: str) -> Any:
         rows.append([t.trial_id, t.value, start, end,
                      end - start if start is not pd.NaT and end is not pd.NaT else pd.NaT,
                      *[t.config.get(p) for p in params], t.state.value,
-                     *[t.metrics.get(m) for m in metrics], t.last_step, t.attempts, t.retries,
+                     *[t.metrics.get(m) for m in metrics],
+                     *[attrs.get(t.trial_id, {}).get(k) for k in keys],
+                     t.last_step, t.attempts, t.retries,
                      _span(pd, spent.running_s if spent else None),
                      _span(pd, spent.waiting_s if spent else None), t.error])
     frame = pd.DataFrame(rows, columns=columns)

@@ -33,6 +33,8 @@ Contract for trainables:
   registered with ``hypersack.allow_checkpoint_types``; a study with ``unsafe_checkpoints:
   true`` reads any pickle.
 - ``ctx.should_stop()``: True once a stop was asked; long steps may poll it.
+- ``ctx.set_attr(key, value)``: a JSON value attached to the trial (``runtime.user_attrs``).
+- ``ctx.shared``: the study's shared objects (``Study(shared=...)``, ``runtime.shared``), or None.
 - ``ctx.sampler``: wrap training iterations in ``with ctx.sampler.iteration():`` so the Sampler
   measures the trial's first iterations (time, memory, GPU utilisation) for the job history.
 - ``ctx.device`` ("cpu" or "cuda:0": the trial's GPU is the only one it sees), ``ctx.seed``,
@@ -99,6 +101,7 @@ class TrialContext:
         self._pending: str | None = None         # written, rides with the next report
         self._writes = 0
         self._unsafe = unsafe_checkpoints
+        self.shared: Any = None                  # the study's shared objects (runtime.shared)
 
     @property
     def sampler(self) -> Any:
@@ -185,6 +188,16 @@ class TrialContext:
             checkpoints.remove_other_checkpoints(self.trial_dir, [self._committed, name])
         self._pending = name
         return self.trial_dir / name
+
+    def set_attr(self, key: str, value: Any) -> None:
+        """Attach a JSON value to this trial (Optuna's ``trial.set_user_attr``): kept in the
+        trial's folder at once, stored with the study when the trial stops (a column
+        ``user_attrs_<key>`` of ``trials_dataframe()``). ConfigError naming the key otherwise.
+        Only rank 0's are kept."""
+        from hypersack.runtime.user_attrs import check_attr, write_trial_attr
+        check_attr(key, value)
+        if self.world.rank == 0:
+            write_trial_attr(self.trial_dir, key, value)
 
     def restore(self) -> Any:
         """The checkpoint of this trial's last durable report, or None if it has none."""

@@ -96,10 +96,13 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
              progress: Progress | None = None, clock: Callable[[], float] = time.time,
              observers: Sequence[Callable[[Event], None]] = (),
              group_window_s: float = 0.0, group_siblings: int = GROUP_SIBLINGS,
-             on_started: Callable[[], None] | None = None) -> StudyRun:
+             on_started: Callable[[], None] | None = None,
+             listeners: Sequence[Callable[[list[Event], Any], None]] = ()) -> StudyRun:
     """Run the study to its end. ``observers`` see every event before the controller does
     (profiles into the job history, OOM corrections...); their writes through the store's
-    connection join the turn's transaction.
+    connection join the turn's transaction. ``listeners`` are called after each turn is
+    durable with the turn's events and the controller's trials (the study's callbacks, which
+    must not block: ``runtime.callback_runner``).
 
     ``group_window_s``: once a poll returned events, the loop keeps polling for up to this many
     seconds (wall clock) for more, while at least ``group_siblings`` running trials may still
@@ -135,7 +138,7 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
             checkpoints = getattr(storage, "background_checkpoints", None)
             with LoopHeap() as heap, (checkpoints() if checkpoints else contextlib.nullcontext()):
                 _turns(controller, executor, storage, row, progress, clock, interrupts, observers,
-                       group, heap)
+                       group, heap, listeners)
         except KeyboardInterrupt:
             pass
         except StorageError as exc:
@@ -211,7 +214,8 @@ def _gather(executor: Executor, events: list[Event], controller: Controller,
 def _turns(controller: Controller, executor: Executor, storage: Store, row: StudyRef,
            progress: Progress, clock: Callable[[], float], interrupts: _Interrupts,
            observers: Sequence[Callable[[Event], None]] = (),
-           group: GroupCommit = GroupCommit(0.0), heap: LoopHeap | None = None) -> None:
+           group: GroupCommit = GroupCommit(0.0), heap: LoopHeap | None = None,
+           listeners: Sequence[Callable[[list[Event], Any], None]] = ()) -> None:
     interrupted = False
     first = True
     last_beat = clock()
@@ -227,6 +231,8 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
         # What the controller was told, not what the counter says now: a signal that lands
         # after the turn read the counter (during its commit, say) is handed over next turn.
         interrupted = controller.interrupted
+        for listen in listeners:
+            listen(events, controller.trials)
         for command in commands:
             executor.submit(command)
         executor.acknowledge()

@@ -61,7 +61,8 @@ def eta_s(controller: Controller, now: float, steps_for: StepsFor = lambda confi
     left_by_time = None if budget.time_s is None else max(0.0, budget.time_s - elapsed)
     left_by_trials = None
     if budget.trials is not None:
-        done = sum(_fraction_done(r, steps_for) for r in controller.trials.values())
+        done = sum(_fraction_done(r, steps_for) for r in controller.trials.values()
+                   if not r.info.get("external"))       # added trials are not in the budget
         fraction = min(1.0, done / budget.trials)
         if fraction > 0:
             left_by_trials = elapsed * (1 - fraction) / fraction
@@ -102,6 +103,8 @@ def summary(name: str, controller: Controller, now: float | None = None,
     counts = {s: 0 for s in TrialState}
     starting_now, any_report = 0, False
     for r in controller.trials.values():
+        if r.info.get("external"):     # Study.add_trial: not in the budget
+            continue
         counts[r.state] += 1
         starting_now += starting(r) is not None
         any_report = any_report or r.last_step is not None

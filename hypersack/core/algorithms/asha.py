@@ -271,6 +271,10 @@ class ASHA(Algorithm):
             return self.space.sample(self._rng)
         return self._rung_model.propose(trial_id, self._rng, defer=self._running > 0)
 
+    def pin(self, trial_id: int, config: Mapping[str, Any]) -> None:
+        if self._rung_model is not None:
+            self._rung_model.pin(trial_id, config)
+
     def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
         if self._rung_model is not None:
             self._rung_model.use_background(runner, wait_s)

@@ -29,6 +29,10 @@ Contract:
   (after ``load_state_dict``: every part). A store keeps parts by key and hands the rest back with
   every stored part under ``"parts"`` (a plain dict); ``load_state_dict`` of that must continue
   exactly as from ``state_dict()``. Each call hands its changes over: call it once per commit.
+- ``pin(trial_id, config)``: the study runs the trial just suggested with ``config`` instead
+  (an enqueued config, ``core.warm_start``); a model-based algorithm learns from that config.
+  ``observe(trial_id, config, value)``: a finished trial this algorithm never suggested, with
+  its final objective value (``Study.add_trial``, ``Study.tell``). Defaults: nothing to learn.
 - ``use_background(runner)``: the study offers a runner (``runner.submit(fn)`` returns a
   ``concurrent.futures.Future``) for slow, deterministic work such as model fits; an algorithm
   may then return None from ``suggest`` while another of its trials runs ("ask again").
@@ -96,6 +100,14 @@ class Algorithm:
 
     def resources(self, trial_id: int) -> int:
         return 1
+
+    def pin(self, trial_id: int, config: Mapping[str, Any]) -> None:
+        """Trial ``trial_id`` runs ``config``, not the config suggested (see the contract)."""
+        return None
+
+    def observe(self, trial_id: int, config: Mapping[str, Any], value: float) -> None:
+        """A finished trial run elsewhere with ``config`` reached ``value`` (see the contract)."""
+        return None
 
     def next_decision_step(self, trial_id: int) -> int:
         """The trial's next decision point (see the module contract); 0: every step is one."""

@@ -9,6 +9,7 @@ early stopping with a sampler, combine it with a multi-fidelity algorithm
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from hypersack.core.algorithms.base import Algorithm, Suggestion, register_algorithm
@@ -35,6 +36,7 @@ class OptunaSearch(Algorithm):
         direction = "maximize" if objective.mode == "max" else "minimize"
         self.model = OptunaModel(self.sampler, space, direction, seed, self._feature)
         self._live: set[int] = set()          # proposed, not ended
+        self._pinned: dict[int, dict[str, Any]] = {}   # trial -> the config it really runs
 
     def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
         self.model.use_background(runner, wait_s)
@@ -50,12 +52,29 @@ class OptunaSearch(Algorithm):
 
     def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
         self._live.discard(trial_id)
-        self.model.finish(trial_id, value, state)
+        pinned = self._pinned.pop(trial_id, None)
+        if pinned is None:
+            self.model.finish(trial_id, value, state)
+        elif value is not None and math.isfinite(value) and state == "complete":
+            self.model.observe(pinned, value)
+
+    def pin(self, trial_id: int, config: Mapping[str, Any]) -> None:
+        """The proposal is dropped (failed in the model); the config run is observed at the end."""
+        self.model.finish(trial_id, None, "failed")
+        self._pinned[trial_id] = dict(config)
+
+    def observe(self, trial_id: int, config: Mapping[str, Any], value: float) -> None:
+        if math.isfinite(value):
+            self.model.observe(config, value)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "live": sorted(self._live)}
+        state = {"model": self.model.state_dict(), "live": sorted(self._live)}
+        if self._pinned:
+            state["pinned"] = {str(t): c for t, c in self._pinned.items()}
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self._live = {int(t) for t in state.get("live", [])}
+        self._pinned = {int(t): dict(c) for t, c in state.get("pinned", {}).items()}
 

@@ -59,6 +59,10 @@ class RungModel:
         self._model(steps).observe(config, value)
         self.counts[steps] = self.counts.get(steps, 0) + 1
 
+    def pin(self, trial_id: int, config: Mapping[str, Any]) -> None:
+        """``trial_id`` runs ``config`` (an enqueued one): its results feed the rungs' models."""
+        self.configs[trial_id] = dict(config)
+
     def propose(self, trial_id: int, rng: np.random.Generator, defer: bool
                 ) -> dict[str, Any] | None:
         """The config of new trial ``trial_id``, or None (``defer``: still being computed)."""

@@ -227,6 +227,10 @@ class BracketSearch(Algorithm):
         self._rng = np.random.default_rng(seed)
         self._rung_model = rung_model         # a RungModel proposes new configs (BOHB), or None
 
+    def pin(self, trial_id: int, config: Mapping[str, Any]) -> None:
+        if self._rung_model is not None:
+            self._rung_model.pin(trial_id, config)
+
     def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
         if self._rung_model is not None:
             self._rung_model.use_background(runner, wait_s)

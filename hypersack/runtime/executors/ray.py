@@ -496,10 +496,11 @@ def driver_paths() -> tuple[tuple[str, ...], str]:
 
 
 def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: Any, plan: Any,
-                 study_dir: Path, progress: Any, on_started: Any = None) -> Any:
+                 study_dir: Path, progress: Any, on_started: Any = None,
+                 listeners: Any = ()) -> Any:
     """Run one study on Ray (``Study.run``'s ``backend: ray`` branch): connect (or start a local
-    Ray), start the agents (errors before any trial), then the ordinary loop (``on_started``:
-    as ``run_loop``'s)."""
+    Ray), start the agents (errors before any trial), then the ordinary loop (``on_started``,
+    ``listeners``: as ``run_loop``'s)."""
     from hypersack.runtime.loop import GROUP_WINDOW_S, run_loop
     from hypersack.runtime.machine import prepare_driver
     with ray_session(spec.executor.address, spec.executor.runtime_env):
@@ -518,6 +519,6 @@ def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: An
                     controller.set_time_sharing(spec.time_sharing)
                 return run_loop(controller, executor, store, row, observers=machine.observers,
                                 progress=progress, group_window_s=GROUP_WINDOW_S,
-                                on_started=on_started)
+                                on_started=on_started, listeners=listeners)
         finally:
             executor.shutdown(kill=True)     # after run_loop's own shutdown: a no-op

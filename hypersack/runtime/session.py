@@ -1,0 +1,75 @@
+"""Trials a caller runs outside the study loop: ``Study.add_trial`` (results obtained elsewhere),
+``Study.ask`` / ``Study.tell`` (the caller trains). Each call is one short session: open the
+store, take the study's lease, rebuild the controller from the store (as a resume does), make
+one change, store it durably with the algorithm's state, release the lease. The study is created
+on first use.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from typing import Any, Iterator, Mapping, Sequence
+
+from hypersack.core.controller import Controller
+from hypersack.core.spec import StudySpec, check_resumable
+from hypersack.errors import ConfigError
+from hypersack.runtime.loop import build_controller
+from hypersack.runtime.storage import Storage
+
+__all__ = ["session", "parse_results"]
+
+
+@contextlib.contextmanager
+def session(spec: StudySpec, storage: Any, algorithm: Any) -> Iterator[Controller]:
+    """The study's controller; what it changed is stored when the block ends without error."""
+    with Storage(storage) as store:
+        exists = store.has_study(spec.name)
+        new_spec = json.loads(json.dumps(spec.to_dict()))
+        if exists:
+            row = store.get_study(spec.name)
+            check_resumable(row.spec, new_spec)
+        else:
+            row = store.create_study(spec.name, new_spec)
+        store.acquire_lease(row)
+        try:
+            now = time.time()
+            controller = build_controller(spec, algorithm, row, store, now, resume=exists)
+            controller.take_changes()          # restored trials stay as stored
+            yield controller
+            changes = controller.take_changes()
+            store.save_batch(row.study_id, changes, controller.take_results(),
+                             lambda: controller.state_dict(now, full=True))
+        finally:
+            store.release_lease(row.study_id)
+
+
+def parse_results(values: Any, metric: str) -> list[tuple[int, dict[str, Any]]]:
+    """``add_trial``'s ``values``: a number (the objective, at step 1), a mapping of metrics
+    (step 1), or a sequence of such mappings (steps 1, 2, ...); the last must hold ``metric``.
+    Every metric a finite number; ConfigError naming ``values`` otherwise."""
+    if isinstance(values, (int, float)) and not isinstance(values, bool):
+        values = {metric: values}
+    steps = [values] if isinstance(values, Mapping) else values
+    if not isinstance(steps, Sequence) or isinstance(steps, str) or not steps:
+        raise ConfigError("values", values, "must be a number, a mapping of metrics, or a "
+                          "non-empty list of such mappings (one per step)")
+    out = []
+    for i, metrics in enumerate(steps, start=1):
+        out.append((i, check_metrics(f"values[{i - 1}]", metrics)))
+    if metric not in out[-1][1]:
+        raise ConfigError("values", values, f"must report the objective {metric!r} (last step)")
+    return out
+
+
+def check_metrics(field: str, metrics: Any) -> dict[str, float]:
+    """A mapping of metric names to finite numbers, as a dict."""
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise ConfigError(field, metrics, "must be a non-empty mapping of metric names to numbers")
+    for name, value in metrics.items():
+        if not isinstance(name, str) or isinstance(value, bool) \
+                or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{field}.{name}", value, "must be a finite number")
+    return {name: float(value) for name, value in metrics.items()}
+

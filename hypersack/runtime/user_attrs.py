@@ -1,0 +1,136 @@
+"""User attributes (Optuna's ``set_user_attr``): JSON values a trainable (``ctx.set_attr``) or
+the caller (``Study.set_attr``) attaches to a trial or to the study.
+
+A trial's attributes are written by its worker to ``user_attrs.json`` in the trial's folder
+(atomically, the whole mapping each time); the driver copies them into the store's
+``user_attrs`` table when the trial ends (:class:`AttrsImporter`, a loop listener), so a trial
+that is killed keeps those it set before its last durable end. Study attributes go to the store
+at once (trial id -1). Readers: ``load_attrs``; ``trials_dataframe()`` has ``user_attrs_<key>``
+columns, the report's trials table shows them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from hypersack.errors import ConfigError, StorageError
+from hypersack.validation import check_plain_data
+
+__all__ = ["check_attr", "write_trial_attr", "read_trial_attrs", "save_attrs", "load_attrs",
+           "AttrsImporter", "STUDY"]
+
+STUDY = -1                          # the trial id of the study's own attributes
+FILE = "user_attrs.json"
+MAX_ATTR_BYTES = 64 * 1024          # one value's JSON; far above a note, tag or small table
+MAX_ATTRS = 256                     # per trial or study
+_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_TABLE = """CREATE TABLE IF NOT EXISTS user_attrs (
+    study_id INTEGER NOT NULL, trial_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (study_id, trial_id, key))"""
+
+
+def check_attr(key: Any, value: Any) -> str:
+    """The JSON text of ``value`` when ``key`` is a name (letters, digits, ``_ . -``, as a
+    column suffix) and ``value`` is JSON data of at most MAX_ATTR_BYTES; ConfigError naming
+    ``user_attrs.<key>`` otherwise."""
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise ConfigError("user_attrs (a key)", key, "must be 1-128 letters, digits, '_', '.' or '-'")
+    field = f"user_attrs.{key}"
+    check_plain_data(field, value)
+    text = json.dumps(value)
+    if len(text) > MAX_ATTR_BYTES:
+        raise ConfigError(field, value, f"must be at most {MAX_ATTR_BYTES} bytes as JSON")
+    return text
+
+
+def read_trial_attrs(trial_dir: Path) -> dict[str, Any]:
+    """The attributes a trial's worker wrote ({} when none, or the file is unreadable)."""
+    try:
+        data = json.loads((Path(trial_dir) / FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_trial_attr(trial_dir: Path, key: str, value: Any) -> None:
+    """Worker side: set ``key`` in the trial's attribute file (validated; atomic rename)."""
+    check_attr(key, value)
+    attrs = read_trial_attrs(trial_dir)
+    attrs[key] = value
+    if len(attrs) > MAX_ATTRS:
+        raise ConfigError("user_attrs", key, f"must hold at most {MAX_ATTRS} keys per trial")
+    path = Path(trial_dir) / FILE
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(attrs, f)
+    os.replace(tmp, path)
+
+
+def save_attrs(store: Any, study_id: int, trial_id: int, attrs: Mapping[str, Any]) -> None:
+    """Store ``attrs`` of a trial (or STUDY) in one transaction; a key set before is replaced."""
+    rows = [(study_id, trial_id, str(k), check_attr(k, v)) for k, v in attrs.items()]
+    if not rows:
+        return
+    with store.transaction("store user attributes"):
+        db = store.connection
+        db.execute(_TABLE)
+        db.executemany("INSERT OR REPLACE INTO user_attrs VALUES (?,?,?,?)", rows)
+
+
+def load_attrs(store: Any, study_id: int) -> dict[int, dict[str, Any]]:
+    """trial id (STUDY for the study) -> its attributes; {} from a store without the table."""
+    db = store.connection
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'user_attrs'"
+                  ).fetchone() is None:
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    for trial_id, key, value in db.execute(
+            "SELECT trial_id, key, value FROM user_attrs WHERE study_id = ? ORDER BY trial_id, key",
+            (study_id,)):
+        out.setdefault(trial_id, {})[key] = json.loads(value)
+    return out
+
+
+class AttrsImporter:
+    """A loop listener: copies each trial's attribute file into the store once the trial has
+    stopped running (ended, paused or waiting), and every trial's at ``close``."""
+
+    def __init__(self, store: Any, study_id: int, trial_dir: Any):
+        self.store, self.study_id, self.trial_dir = store, study_id, trial_dir
+        self._seen: dict[int, float] = {}     # trial -> mtime of the file last imported
+
+    def listen(self, events: Sequence[Any], trials: Mapping[int, Any]) -> None:
+        for event in events:
+            trial_id = getattr(event, "trial_id", None)
+            record = trials.get(trial_id) if trial_id is not None else None
+            if record is not None and record.state.value != "running":
+                self._import(record.trial_id)
+
+    def close(self, trials: Mapping[int, Any], quiet: bool = False) -> None:
+        """Import every launched trial's file; ``quiet``: a store fault is dropped."""
+        try:
+            for trial_id, record in trials.items():
+                if record.attempts:
+                    self._import(trial_id)
+        except StorageError:
+            if not quiet:
+                raise
+
+    def _import(self, trial_id: int) -> None:
+        path = Path(self.trial_dir(trial_id)) / FILE
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return
+        if self._seen.get(trial_id) == mtime:
+            return
+        self._seen[trial_id] = mtime
+        attrs = read_trial_attrs(path.parent)
+        try:
+            save_attrs(self.store, self.study_id, trial_id, attrs)
+        except ConfigError:
+            pass                       # a hand-edited file: the worker wrote only valid values
