@@ -35,7 +35,7 @@ from hypersack.runtime.devices import Slot
 from hypersack.runtime.machine import prepare_machine
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
-from hypersack.runtime.pack_worker import plan_execution
+from hypersack.runtime.executors.packs import plan_execution
 from hypersack.runtime.progress import make_progress
 from hypersack.runtime.checkpoints import ensure_private_dir
 from hypersack.runtime.storage import DEFAULT_STORAGE, Storage, StudyRow
@@ -271,6 +271,7 @@ class Study:
                 unsafe_checkpoints=self.spec.unsafe_checkpoints,
                 decision_step=controller.next_decision_step)
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
+            controller.set_packs(plan)
             if self.spec.time_sharing is not None:
                 controller.set_time_sharing(self.spec.time_sharing)
             sink = _SampleSink(store, row.study_id, machine.samples)

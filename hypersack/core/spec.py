@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
+from hypersack.core.packs import EXECUTION_MODES
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
 from hypersack.errors import ConfigError
@@ -144,9 +145,6 @@ class Resources:
 
     def to_dict(self) -> dict[str, Any]:
         return {"compute": self.compute, "memory_gb": self.memory_gb, "cpus": self.cpus}
-
-
-EXECUTION_MODES = ("separate", "fused", "auto")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ carries the file name of the checkpoint that rides with it), Profiled, Done, Fai
 names the trial's committed checkpoint: the only file a restore reads; other checkpoint files in
 the folder (left by killed attempts) are deleted.
 ("pack", spec) turns the worker into a fused pack until the driver ends it (protocol in
-``hypersack.runtime.pack_worker``); it then takes plain trials or packs again.
+``hypersack.runtime.pack_member_worker``); it then takes plain trials or packs again.
 """
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def _serve(pipe: Pipe) -> None:
             if run_task(pipe, message.task, trainables) is _SHUTDOWN:
                 return
         elif isinstance(message, StartPack):
-            from hypersack.runtime.pack_worker import run_pack_task
+            from hypersack.runtime.pack_member_worker import run_pack_task
             if run_pack_task(pipe, message.spec, trainables) == "shutdown":
                 return
 

@@ -513,6 +513,7 @@ def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: An
             with prepare_driver(spec, cluster, store, trainable_name=trainable.key,
                                 fuses=plan.fuses if plan else None) as machine:
                 controller.set_inventory(cluster, spec.placement, machine.demand)
+                controller.set_packs(plan)
                 if spec.time_sharing is not None:
                     controller.set_time_sharing(spec.time_sharing)
                 return run_loop(controller, executor, store, row, observers=machine.observers,
