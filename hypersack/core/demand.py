@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Protocol
 
-from hypersack.core.allocator import Demand
 from hypersack.errors import ConfigError
 from hypersack.validation import is_finite
 

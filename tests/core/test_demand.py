@@ -3,7 +3,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from hypersack.core.allocator import Demand
 from hypersack.core.demand import (DEFAULT_CONTEXT_GB, history_demand,
                                    memory_floor_after_oom, needs_mps, with_history)
 from hypersack.core.placement import Job

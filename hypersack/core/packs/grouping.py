@@ -44,7 +44,8 @@ def _hashable(value: Any) -> Hashable:
         return tuple(sorted((str(k), _hashable(v)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
         return tuple(_hashable(v) for v in value)
-    return value
+    scalar: Hashable = value
+    return scalar
 
 
 def fusibility_key(config: Mapping[str, Any], architecture_keys: Sequence[str]) -> FusibilityKey:
@@ -128,9 +129,8 @@ def distance_matrix(configs: Sequence[Mapping[str, Any]], keys: Sequence[str] | 
     codes, numeric = encode_configs(configs, keys, levels)
     diff = np.abs(codes[:, None, :] - codes[None, :, :])
     diff[:, :, ~numeric] = (diff[:, :, ~numeric] > 0).astype(float)
-    if metric == "manhattan":
-        return diff.sum(axis=2)
-    return np.sqrt((diff ** 2).sum(axis=2))
+    out: np.ndarray = diff.sum(axis=2) if metric == "manhattan" else np.sqrt((diff ** 2).sum(axis=2))
+    return out
 
 
 # ---- caps --------------------------------------------------------------------------------------
