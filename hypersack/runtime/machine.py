@@ -6,11 +6,12 @@ GPUs, and the NVML state monitor; on exit (normal, Ctrl-C or error) it stops bot
 (``ProfileStore``, in the study's SQLite file) gives each trial's demand from earlier profiles and
 learns from this run's (Sampler) profiles and out-of-memory failures.
 
-Fused packs (``fuses``: the executor's routing predicate): a trial that runs in a pack demands
-the pack's per-member share of its device (``core.packs.member_demand``: ``compute`` = 100 /
-``pack.max_members`` percent, or ``resources.compute`` when the study sets it, ``memory_gb`` =
-``resources.memory_gb``, ``cpus`` = ``resources.cpus`` / ``max_members``), so placement puts up
-to ``max_members`` members on one device and oversubscription (MPS) still applies across packs.
+Fused packs (``fuses``: the pack plan's predicate, the one the controller seats by): a trial
+that runs in a pack demands the pack's per-member share of its device
+(``core.packs.member_demand``: ``compute`` = 100 / ``pack.max_members`` percent, or
+``resources.compute`` when the study sets it, ``memory_gb`` = ``resources.memory_gb``, ``cpus``
+= ``resources.cpus`` / ``max_members``), so placement puts up to ``max_members`` members on one
+device and oversubscription (MPS) still applies across packs.
 Profiles of plain trials do not describe members, so the job history is not used for them.
 Whether MPS starts is ``core.demand.needs_mps``; the history's demand is
 ``core.demand.history_demand`` (through ``ProfileStore.demand_for``).

@@ -93,7 +93,7 @@ def group_key(fusibility: Hashable, group: Hashable | None) -> Hashable:
 
 @dataclass(frozen=True)
 class PackSeats:
-    """A running pack as routing sees it: its id, device, key, members and cap."""
+    """A running pack as ``choose_pack`` sees it: its id, device, key, members and cap."""
     pack_id: int
     device: Hashable
     key: Hashable
