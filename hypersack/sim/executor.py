@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hypersack.core.devices import first_free_device
 from hypersack.core.timeouts import deadline
@@ -177,15 +177,19 @@ class SimExecutor:
                            TrialFailed(command.trial_id, command.reason,
                                        cause=FailureCause.CANCELLED))
 
-    def acknowledge(self) -> None:
+    def acknowledge(self, trial_ids: Iterable[int] | None = None,
+                    free_below: Mapping[int, int] | None = None) -> None:
+        """Every waiting trial, or those of ``trial_ids``, goes on (the ``Executor`` contract);
+        the simulator does not pipeline: ``free_below`` is ignored."""
         now = self.clock.now
+        chosen = set(self._waiting) if trial_ids is None else set(trial_ids)
         for trial_id in self._waiting:
             run = self._runs.get(trial_id)
-            if run is not None and run.waiting_ack:
+            if trial_id in chosen and run is not None and run.waiting_ack:
                 run.waiting_ack = False
                 run.work_left, run.updated_at = run.step_work, now
                 self._schedule_step(run, now)
-        self._waiting = []
+        self._waiting = [t for t in self._waiting if t not in chosen]
 
     def poll(self, timeout: float = 0.0) -> list[Event]:
         """Every event of the next event time (the clock moves there), after ``PackCapped(id, 0)``
