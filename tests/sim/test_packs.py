@@ -301,3 +301,23 @@ def test_bad_fusion_fields_in_a_scenario_are_clear_errors():
         scenario_from_dict(d)
     with pytest.raises(ConfigError, match="execution"):
         scenario_from_dict(_mini(execution="together"))
+
+
+def test_fused_scenarios_give_the_figures_they_gave_when_executors_routed_members():
+    """Pinned on main 4c5c27c, before the controller seated members (``core.packs.PackBook``):
+    pack-aware Hyperband's scenario (packs capped by the memory their neighbours leave, emptied
+    packs ended, members stopped with their ack freeing seats at once), and a cluster whose
+    memory caps every pack at two members."""
+    from pathlib import Path
+    from hypersack.sim.scenario import load_scenario
+    root = Path(__file__).resolve().parents[2]
+    phb = simulate(load_scenario(root / "examples" / "sim" / "pack_hyperband_mlp3.yaml"))
+    assert (phb.packs, phb.largest_pack, phb.best_trial) == (71, 16, 98)
+    assert phb.makespan_s == pytest.approx(2480.905853, abs=1e-5)
+    d = _mini(execution="fused", pack={"max_members": 8}, budget={"trials": 16})
+    d["perf"]["fused"] = SPEEDUP
+    for node in d["cluster"]["nodes"]:
+        for gpu in node["gpus"]:
+            gpu["memory_gb"] = 10
+    tight = simulate(scenario_from_dict(d))
+    assert (tight.packs, tight.largest_pack, tight.makespan_s) == (2, 2, pytest.approx(428.0))
