@@ -6,7 +6,13 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean gpu-check browser
+.PHONY: demo test venv bench clean gpu-check browser upgrade-deps
+
+# Every install takes the versions the suite last passed with (constraints.txt, written by
+# `make upgrade-deps`), so a new upstream release never changes what a fresh clone installs.
+# CONSTRAINTS= (empty) installs the newest releases the ranges in pyproject.toml allow.
+CONSTRAINTS ?= constraints.txt
+PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
 # Test processes (pytest-xdist); a test file stays in one process. 2 matches CI's two cores.
 TEST_WORKERS ?= 2
@@ -15,15 +21,15 @@ TEST_WORKERS ?= 2
 # --no-warn-script-location and --disable-pip-version-check only trim noise.
 PIP := $(BIN)/pip install --disable-pip-version-check --no-warn-script-location
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	@echo "==> [1/3] creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "==> [2/3] installing torch==2.13.0 (pinned: here the ready CPU build, never the CUDA wheels; the longest step)"
-	$(PIP) torch==2.13.0
-	@echo "==> [3/3] installing hypersack and its dependencies (-e .[dev])"
-	$(PIP) -e ".[dev]"
+	$(PIP) $(PIN) torch==2.13.0
+	@echo "==> [3/3] installing hypersack and its dependencies (-e .[dev], pinned by $(or $(CONSTRAINTS),nothing))"
+	$(PIP) $(PIN) -e ".[dev]"
 	@echo "==> compiling the placement kernels once (numba caches them; ~40 s of CPU)"
-	$(BIN)/python -m hypersack.warm
+	$(BIN)/python -m hypersack.placement.warm
 	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 	@echo "==> $(VENV) is ready"
@@ -57,6 +63,18 @@ demo: $(STAMP)
 test: $(STAMP) browser
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# Refreshes constraints.txt: a new venv with the newest releases pyproject.toml allows (torch stays
+# 2.13.0), their versions written down, then the whole suite on them. Commit constraints.txt only
+# if the suite passed.
+upgrade-deps:
+	rm -rf $(VENV)
+	$(MAKE) --no-print-directory venv CONSTRAINTS=
+	@echo "# The versions the suite last passed with; written by \`make upgrade-deps\`." > constraints.txt
+	$(BIN)/pip freeze --exclude-editable --disable-pip-version-check \
+		| grep -v '^hypersack' | sed -E 's/^(torch==[^+]*)[+].*/\1/' >> constraints.txt
+	touch $(STAMP)
+	$(MAKE) --no-print-directory test
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

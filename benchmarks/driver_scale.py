@@ -47,7 +47,7 @@ from hypersack.core.algorithms import make_algorithm
 from hypersack.core.allocator import Demand
 from hypersack.core.controller import Budget, Controller
 from hypersack.core.objective import Objective
-from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.space import SearchSpace
 from hypersack.core.trial import (Cancel, Launch, ResultReported, Stop, TrialFinished,
                                   TrialStarted)

@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tight_instances import make_instance, speed_instance  # noqa: E402
-from hypersack.core.placement import fill as F  # noqa: E402
-from hypersack.core.placement import fill_kernels as K  # noqa: E402
-from hypersack.core.placement import lp_kernels as LP  # noqa: E402
+from hypersack.placement import fill as F  # noqa: E402
+from hypersack.placement import fill_kernels as K  # noqa: E402
+from hypersack.placement import lp_kernels as LP  # noqa: E402
 
 
 def _highs(ct, tc, tm, tq, g_node, n_nodes) -> float:
@@ -102,7 +102,7 @@ def exactness() -> dict:
 
 
 def sizes() -> list:
-    from hypersack.instances import tight_instance
+    from hypersack.placement.instances import tight_instance
     from hypersack.placement import assign, placed_compute
     out = []
     for seed, nodes, per_node, n in ((7, 4, 4, 384), (7, 8, 4, 800), (3, 8, 8, 1500), (7, 16, 4, 1560)):

@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 
 def _instance_384():
     """``tight_instances.py --speed``'s 384 x 16 instance (seed 7's jobs repeated)."""
-    from hypersack.instances import tight_instance
+    from hypersack.placement.instances import tight_instance
     nodes, per_node, n = 4, 4, 384                              # tight_instances.SIZES["384x16"]
     jobs, cluster = tight_instance(7, nodes=nodes, gpus_per_node=per_node)
     jobs = (jobs * (n // len(jobs) + 1))[:n]
@@ -37,8 +37,8 @@ def _instance_384():
 
 def phases(repeats: int) -> dict:
     """Per-phase best CPU microseconds at 384 x 16 (module doc)."""
-    from hypersack.core.placement import fill as F
-    from hypersack.core.placement import fill_kernels
+    from hypersack.placement import fill as F
+    from hypersack.placement import fill_kernels
     K: Any = fill_kernels
     jobs, cluster = _instance_384()
     call = F._prepare(jobs, cluster)
@@ -72,7 +72,7 @@ def phases(repeats: int) -> dict:
 
 def tight_ms() -> dict:
     """Mean and max CPU ms of one ``fill`` call over the 140 stored tight instances (best of 3)."""
-    from hypersack.instances import tight_instance
+    from hypersack.placement.instances import tight_instance
     from hypersack.placement import assign
     instances = [tight_instance(seed) for seed in range(140)]
     assign(*instances[0], "fill")

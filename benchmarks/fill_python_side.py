@@ -17,8 +17,8 @@ import argparse
 import json
 import time
 
-from hypersack.core.placement import fill_kernels
-from hypersack.instances import tight_instance
+from hypersack.placement import fill_kernels
+from hypersack.placement.instances import tight_instance
 from hypersack.placement import assign
 
 NODES, PER_NODE, JOBS = 4, 4, 384
@@ -67,7 +67,7 @@ def _parts(jobs: list, cluster, whole: float, repeats: int) -> dict:
     """Per piece: microseconds the best call loses when that piece returns a stored result."""
     import numpy as np
 
-    from hypersack.core.placement import api, fill
+    from hypersack.placement import api, fill
     call = fill._prepare(jobs, cluster)
     arrays = call.arrays
     stored = {

@@ -3,7 +3,7 @@
 
     python benchmarks/fill_start_phases.py                          # this checkout
     python benchmarks/fill_start_phases.py --baseline OLD.py        # and another fill_kernels.py
-    git show main:hypersack/core/placement/fill_kernels.py > /tmp/fk_main.py   # e.g. main's
+    git show main:hypersack/placement/fill_kernels.py > /tmp/fk_main.py   # e.g. main's
 
 The other version is loaded from its file as a second module (numba caches it beside that
 file); the calls alternate between the versions, each figure is the best of ``--repeats``
@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tight_instances import SIZES, make_instance
 
-from hypersack.core.placement import fill as F
-from hypersack.core.placement import fill_kernels
-from hypersack.core.placement.improve import MIN_GAIN
+from hypersack.placement import fill as F
+from hypersack.placement import fill_kernels
+from hypersack.placement.improve import MIN_GAIN
 
 
 def _load(path: str) -> Any:

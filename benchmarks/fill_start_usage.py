@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from tight_instances import SIZES, make_instance
 
-from hypersack.core.placement import fill as F
-from hypersack.core.placement import fill_kernels as K
-from hypersack.core.placement.improve import MIN_GAIN
+from hypersack.placement import fill as F
+from hypersack.placement import fill_kernels as K
+from hypersack.placement.improve import MIN_GAIN
 
 
 def _labels(call: Any) -> list[str]:

@@ -5,7 +5,7 @@
 
 The first call in a process pays numba: compiling the kernels (``--cold``, or after their source
 changed) or loading them from the on-disk cache (``__pycache__`` beside
-hypersack/core/placement/lagrange_kernels.py). Prints wall and CPU ms (this process) of the
+hypersack/placement/lagrange_kernels.py). Prints wall and CPU ms (this process) of the
 import of hypersack.placement, of the first call and the best of ``--repeats`` later calls, on
 ``benchmarks/tight_instances.py --speed``'s 10,000 x 1,024 instance (two architectures).
 """
@@ -39,7 +39,7 @@ def main() -> None:
         os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="numba-cold-")   # before numba loads
     _, imported = _ms(lambda: __import__("hypersack.placement"))
     from benchmarks.tight_instances import make_instance
-    from hypersack.core import jit
+    from hypersack.placement import jit
     from hypersack.placement import assign
     jobs, cluster = make_instance(7, nodes=128, gpus_per_node=8)
     jobs = (jobs * (10_000 // len(jobs) + 1))[:10_000]

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-P = "hypersack/core/placement/"
+P = "hypersack/placement/"
 MUTANTS = {
     "one_node_tie": (P + "load.py", "score > best_score + EPS", "score >= best_score - EPS"),
     "k_cores": (P + "load.py", "cores[node[i]] = left - q", "cores[node[i]] = left"),
@@ -75,10 +75,10 @@ MUTANTS = {
                         "if fq[g_node[g]] + EPS < q or top_c[g] + EPS < c or top_m[g] + EPS < m:",
                         "if top_c[g] + EPS < c or top_m[g] + EPS < m:"),
 }
-TESTS = ["tests/core/placement/test_placement_fill_kernels.py", "tests/core/placement/test_placement_fill.py",
-         "tests/core/placement/test_placement_lagrange.py", "tests/core/placement/test_placement_properties.py",
-         "tests/core/placement/test_placement_live.py", "tests/core/placement/test_placement_hay.py",
-         "tests/core/placement/test_placement_policies.py"]
+TESTS = ["tests/placement/test_placement_fill_kernels.py", "tests/placement/test_placement_fill.py",
+         "tests/placement/test_placement_lagrange.py", "tests/placement/test_placement_properties.py",
+         "tests/placement/test_placement_live.py", "tests/placement/test_placement_hay.py",
+         "tests/placement/test_placement_policies.py"]
 
 # lagrange's kernels, demand arrays, the job check and the answer order (issue 15, the large
 # size). The lagrange_* entries above whose text moved into lagrange_kernels.py (one greedy for
@@ -106,7 +106,7 @@ MUTANTS.update({
     "check_job_running": (P + "check.py", "(running and not running.keys().isdisjoint(ids))", "False"),
     "api_answer_order": (P + "api.py", "        answer = {jid: raw[jid] for jid in order}", "        answer = dict(raw)"),
 })
-TESTS.insert(1, "tests/core/placement/test_placement_lagrange_kernels.py")
+TESTS.insert(1, "tests/placement/test_placement_lagrange_kernels.py")
 
 # fill's Python side (issue 15): the demand table, its per-Job cache, answers in the jobs' order
 _F = P + "fill_kernels.py"
@@ -118,7 +118,7 @@ MUTANTS.update({
     "fill_answer_order": (P + "fill.py", "placed = (at >= 0).nonzero()[0]", "placed = (at >= 0).nonzero()[0][::-1]"),
     "fill_density_ties": (_F, "return _order_by(_order_by(order, jc[:, 0].copy()), key)", "return _order_by(order, key)"),
 })
-TESTS.append("tests/core/placement/test_placement_load.py")
+TESTS.append("tests/placement/test_placement_load.py")
 
 # fill's start phase (price loops over columns, shared orders, kinds): each must fail a test.
 MUTANTS.update({
@@ -143,7 +143,7 @@ MUTANTS.update({
     "fk_kick_stop": (_F, "        if value >= stop - EPS:\n", "        if value >= stop + 1e9:\n"),
     "fk_enough_kicks": (_F, "enough * ceiling - fixed_value, best,", "np.inf, best,"),
 })
-TESTS.insert(0, "tests/core/placement/test_placement_fill_kicks.py")
+TESTS.insert(0, "tests/placement/test_placement_fill_kicks.py")
 
 # the exact LP bound (lp_kernels) and fill's use of it
 _L = P + "lp_kernels.py"
@@ -163,7 +163,7 @@ MUTANTS.update({
     "demand_table_origin": (P + "load.py", "            origin.__dict__[name] = row", "            pass"),
     "renamed_origin_root": (P + "model.py", '        if "_origin" not in found:', "        if True:"),
 })
-TESTS.insert(0, "tests/core/placement/test_placement_lp_kernels.py")
+TESTS.insert(0, "tests/placement/test_placement_lp_kernels.py")
 
 
 def run(name: str) -> bool:

@@ -35,14 +35,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hypersack.instances import tight_instance  # noqa: E402
+from hypersack.placement.instances import tight_instance  # noqa: E402
 from hypersack.placement import Cluster, Job, assign, check_placement, placed_compute  # noqa: E402
 
 OPTIMA = Path(__file__).with_name("tight_optima.json")
 POLICIES = ["ff", "ffd", "wf", "wfd", "wfd-ls", "fill", "lagrange", "auto"]
 
 
-make_instance = tight_instance   # the generator lives in hypersack.instances (shared with the tests)
+make_instance = tight_instance   # the generator lives in hypersack.placement.instances (shared with the tests)
 
 
 def solve(count: int, time_limit: float, workers: int) -> None:
@@ -159,7 +159,7 @@ t, c = time.perf_counter(), time.process_time()
 sys.path.insert(0, {bench!r})
 from tight_instances import make_instance
 from hypersack.placement import assign
-import hypersack.core.placement.fill_kernels
+import hypersack.placement.fill_kernels
 jobs, cluster = make_instance(7)
 t1, c1 = time.perf_counter(), time.process_time()
 assign(jobs, cluster, "fill")
@@ -188,12 +188,12 @@ def first_call() -> dict:
 
 def lagrange_bound(jobs: list[Job], cluster: Cluster) -> float:
     """An upper bound on any placement's compute: the dual of the placement LP (GPUs pooled per
-    node and architecture, cores per node; ``hypersack.core.placement.prices``) at the prices
+    node and architecture, cores per node; ``hypersack.placement.prices``) at the prices
     ``lagrange`` computes, mapped to every group and node (weak duality: any prices >= 0 give a
     bound). Single-GPU jobs on an empty cluster only."""
     import numpy as np
-    from hypersack.core.placement import lagrange as lg
-    from hypersack.core.placement.load import Load
+    from hypersack.placement import lagrange as lg
+    from hypersack.placement.load import Load
     load = Load(cluster)
     archs = list(load.by_arch)
     pools = lg._Pools(load, archs)
@@ -230,8 +230,8 @@ def lp_bound(jobs: list[Job], cluster: Cluster) -> float:
     import numpy as np
     from scipy.optimize import linprog  # type: ignore[import-untyped]
     from scipy.sparse import coo_matrix  # type: ignore[import-untyped]
-    from hypersack.core.placement import lagrange as lg
-    from hypersack.core.placement.load import Load
+    from hypersack.placement import lagrange as lg
+    from hypersack.placement.load import Load
     load = Load(cluster)
     pools = lg._Pools(load, list(load.by_arch))
     c, m, q = lg._demand_arrays(jobs, list(load.by_arch))

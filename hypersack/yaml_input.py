@@ -110,6 +110,13 @@ def _check_depth(text: str) -> None:
         parser.dispose()
 
 
+def _is_parser_depth_limit(problem: str) -> bool:
+    """Whether ``problem`` is the parser's own nesting limit (libyaml 0.2.6+ in PyYAML 6.0.3+ stops
+    at 1,000 levels while scanning ahead, before ``_check_depth`` sees the events): the same limit
+    as ours, so it gets our message whichever PyYAML is installed."""
+    return "nesting depth" in problem
+
+
 def _measure(root: yaml.Node) -> None:
     """Raise _LimitError when aliases make ``root`` cyclic, deeper than MAX_DEPTH or larger than
     MAX_NODES once expanded. Shared nodes are measured once (memo), so this is linear in the
@@ -181,7 +188,9 @@ def parse_yaml(text: str, source: str = "<string>") -> tuple[Any, yaml.Node | No
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else "?"
         problem = exc.problem or exc.context or "cannot be parsed"
-        if not isinstance(exc, _LimitError):
+        if _is_parser_depth_limit(problem):
+            problem = _too_deep(mark).problem or problem
+        elif not isinstance(exc, _LimitError):
             problem = f"is malformed: {problem}"
         raise ConfigError("the YAML", f"{source}:{line}", problem,
                           location=f"{source}:{line}") from None

@@ -268,3 +268,17 @@ def test_a_bad_algorithm_option_names_its_line(tmp_path):
     assert exc.field.startswith("algorithm")
     line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("algorithm:"))
     assert exc.location.endswith(f"study.yaml:{line}")
+
+
+def test_the_parsers_own_depth_limit_reads_as_ours(monkeypatch):
+    """PyYAML 6.0.3+ bundles a libyaml whose scanner stops at 1,000 levels before our event
+    check runs; whichever limit fires first, the user reads one message at the right line."""
+    def scanner_limit(text):
+        mark = yaml_input.yaml.Mark("<string>", 0, 1, 7, None, None)
+        raise yaml_input.yaml.scanner.ScannerError("while increasing flow level", mark,
+                                                   "exceeded maximum nesting depth", mark)
+    monkeypatch.setattr(yaml_input, "_check_depth", scanner_limit)
+    with pytest.raises(ConfigError, match=f"nests deeper than {MAX_DEPTH} levels") as exc:
+        parse_yaml("name: x\nspace: [[]]\n", "f.yaml")
+    assert exc.value.location == "f.yaml:2"
+    assert "malformed" not in str(exc.value)

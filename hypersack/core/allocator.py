@@ -2,7 +2,7 @@
 
 Pure: the controller owns one Allocator. It keeps the inventory (from the executor, then changed by
 DeviceAdded / DeviceLost events) with the load of every running trial, and asks a placement policy
-(``hypersack.core.placement``) where waiting trials fit. A trial's demand comes from ``demand``:
+(``hypersack.placement``) where waiting trials fit. A trial's demand comes from ``demand``:
 a function of the trial's record (profiles, user-declared resources) returning a placement Job.
 
 ``policy`` is a name or the study YAML's mapping ``{policy: hay, w_frag: 1, w_entire: 2}``
@@ -46,7 +46,7 @@ class Demand:
         gpus = max(1, int(record.resources))
         template = _TEMPLATES.get((self, gpus))
         if template is None:
-            from hypersack.core.placement import Job
+            from hypersack.placement import Job
             template = Job(0, self.compute, self.memory_gb, cpus=self.cpus, gpus=gpus)
             if len(_TEMPLATES) > 1024:
                 _TEMPLATES.clear()
@@ -64,9 +64,9 @@ def default_demand(record: TrialRecord) -> Any:
 class Allocator:
     def __init__(self, cluster: Any, policy: str | Mapping[str, Any] = "wfd",
                  demand: Callable[[TrialRecord], Any] = default_demand):
-        from hypersack.core.placement import parse_placement
+        from hypersack.placement import parse_placement
         self.policy, self.options = parse_placement(policy)
-        from hypersack.core.placement.live import POLICIES, check_options
+        from hypersack.placement.live import POLICIES, check_options
         self._checked = check_options(self.policy, self.options) if self.policy in POLICIES else None
         self.inventory = cluster          # devices without load
         self.demand = demand
@@ -77,7 +77,7 @@ class Allocator:
 
     def _set_load(self, cluster: Any) -> None:
         """Hold ``cluster`` (devices with the running trials' load) in the form the policy uses."""
-        from hypersack.core.placement.live import POLICIES, LiveCluster
+        from hypersack.placement.live import POLICIES, LiveCluster
         self._live = LiveCluster(cluster) if self.policy in POLICIES else None
         self._version += 1
         self._cluster: Any = None if self._live is not None else cluster
@@ -88,10 +88,10 @@ class Allocator:
         """The devices with the running trials' load, as an immutable placement Cluster."""
         return self._live.snapshot() if self._live is not None else self._cluster
 
-    def _assign(self, jobs: list[Any]) -> dict:
+    def _assign(self, jobs: list[Any]) -> dict[Any, Any]:
         if self._live is not None:
             return self._live.assign_checked(jobs, self.policy, self._checked or {})
-        from hypersack.core.placement import assign
+        from hypersack.placement import assign
         return assign(jobs, self._cluster, self.policy, **self.options)
 
     # ---- placing ----------------------------------------------------------------------------
@@ -166,7 +166,7 @@ class Allocator:
 
     def unplaceable(self, record: TrialRecord) -> str | None:
         """Why ``record`` can never run on this inventory (even with every device idle), or None."""
-        from hypersack.core.placement import assign
+        from hypersack.placement import assign
         job = self.demand(record)
         if assign([job], self.inventory, self.policy, **self.options):
             return None
@@ -181,7 +181,7 @@ class Allocator:
         ``node_cpus`` cores (ConfigError from the cluster when that is not given)."""
         cluster = self.cluster
         if node_cpus is not None and all(n.id != node_id for n in self.inventory.nodes):
-            from hypersack.core.placement import Node
+            from hypersack.placement import Node
             self.inventory = self.inventory.with_node(Node(node_id, node_cpus))
             cluster = cluster.with_node(Node(node_id, node_cpus))
         cluster = cluster.with_gpu(node_id, gpu)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
@@ -110,7 +110,8 @@ class Controller:
             self.shared.left(self.trials[trial_id])
         self._changed.update(self.shared.take_touched())
 
-    def set_inventory(self, cluster: Any, policy: str = "wfd", demand=None) -> None:
+    def set_inventory(self, cluster: Any, policy: str = "wfd",
+                      demand: Callable[[TrialRecord], Any] | None = None) -> None:
         """Place trials on ``cluster``'s devices with ``policy``; ``demand(record) -> Job``."""
         self.allocator = Allocator(cluster, policy, demand or default_demand)
 

@@ -78,7 +78,7 @@ class SharedDevices:
         for r in list(on_device) + [record]:
             demand = self.allocator.demand(r).demand(gpu.arch)
             compute, memory = compute + demand.compute, memory + demand.memory_gb
-        return compute <= gpu.capacity + _EPS and memory <= gpu.memory_gb + _EPS
+        return bool(compute <= gpu.capacity + _EPS and memory <= gpu.memory_gb + _EPS)
 
     def _running_on(self, running: Iterable[TrialRecord]) -> dict[Key, list[TrialRecord]]:
         out: dict[Key, list[TrialRecord]] = {key: [] for key in self.share.devices}

@@ -44,7 +44,7 @@ class Domain:
         return SpaceError(f"space.{self.name}.{attr}", value, problem)
 
 
-def _check_values(domain: "Float | Int", values: Any) -> tuple | None:
+def _check_values(domain: "Float | Int", values: Any) -> tuple[Any, ...] | None:
     """The grid values as a tuple, each checked against the domain before any conversion."""
     if values is None:
         return None
@@ -59,7 +59,7 @@ def _check_values(domain: "Float | Int", values: Any) -> tuple | None:
     for v in values:
         if not domain.contains(v):
             raise domain._fail("values", v, f"must be {kind} in [{domain.low}, {domain.high}]{lattice}")
-    return values
+    return tuple(values)
 
 
 @dataclass(frozen=True)
@@ -261,7 +261,7 @@ class Constant(Domain):
         return [self.value]
 
     def contains(self, value: Any) -> bool:
-        return value == self.value
+        return bool(value == self.value)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "constant", "value": self.value}
@@ -405,7 +405,7 @@ class SearchSpace(Mapping[str, Domain]):
 
     def to_yaml(self) -> str:
         import yaml
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return str(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
     def from_yaml(cls, text: str) -> "SearchSpace":

@@ -242,7 +242,7 @@ def check_durability(value: Any, field_name: str = "durability") -> str:
 
 def _check_placement(value: Any) -> None:
     """A policy name, or ``{policy: NAME, OPTION: VALUE}`` (``placement.parse_placement``)."""
-    from hypersack.core.placement import parse_placement
+    from hypersack.placement import parse_placement
     parse_placement(value)
 
 

@@ -323,7 +323,7 @@ class TimeShare:
 
     # ---- node scheduling (Algorithm 3) ----------------------------------------------------
 
-    def rank_key(self, job: JobShare) -> tuple:
+    def rank_key(self, job: JobShare) -> tuple[Any, ...]:
         """Sort key: lower runs first."""
         policy = self.options.policy
         if policy == "fifo":

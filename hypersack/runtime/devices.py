@@ -52,7 +52,7 @@ def slots_cluster(slots: list[Slot], node_id: str = "local", oversubscription: f
     devices of arch "gpu" with ``gpu_memory_gb``. The node's CPU cores are no limit beyond the
     slots themselves: ``cpus`` defaults to one per device and oversubscribed job.
     """
-    from hypersack.core.placement import GPU, Cluster, Node
+    from hypersack.placement import GPU, Cluster, Node
     seen: dict[str, Slot] = {}
     for slot in slots:
         seen.setdefault(slot.key, slot)

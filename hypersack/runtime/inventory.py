@@ -125,7 +125,7 @@ def _placement() -> Any:
     try:
         return importlib.import_module("hypersack.placement")
     except ImportError:
-        return importlib.import_module("hypersack.core.placement")
+        return importlib.import_module("hypersack.placement")
 
 
 def gpu_from_device(device: DeviceInfo, overrides: Mapping[str, float] | None = None) -> Any:

@@ -104,7 +104,7 @@ def _gpu_cluster(nvml: Any, oversubscription: Any) -> Any | None:
 
 
 def _with_ratio(cluster: Any, ratio: float) -> Any:
-    from hypersack.core.placement import Cluster, Node
+    from hypersack.placement import Cluster, Node
     return Cluster([Node(n.id, n.cpus, tuple(dataclasses.replace(g, oversubscription=ratio) for g in n.gpus))
                     for n in cluster.nodes])
 
@@ -143,7 +143,7 @@ def _cpu_ratio(oversubscription: Any, slots: list[Slot]) -> float:
 
 
 def _shares_gpus(spec: StudySpec, machine: Machine) -> bool:
-    from hypersack.core.placement import parse_placement
+    from hypersack.placement import parse_placement
     policy, _ = parse_placement(spec.placement)
     return needs_mps(policy, [g.oversubscription for _, g in machine.cluster.gpus() if g.arch != "cpu"],
                      any(s.gpu is not None for s in machine.slots))

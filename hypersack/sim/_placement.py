@@ -1,4 +1,4 @@
-"""The simulator's only contact with ``hypersack.core.placement``: building Jobs and Clusters."""
+"""The simulator's only contact with ``hypersack.placement``: building Jobs and Clusters."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -12,7 +12,7 @@ def make_job(perf: Any, record: Any) -> Any:
     (its ``resources``, at least the profile's ``gpus``: a model always trained on k devices).
     Memory is ``perf.memory_gb`` (raised after an out-of-memory); a trial that fuses demands a
     pack member's share (``_member_job``)."""
-    from hypersack.core.placement import Job
+    from hypersack.placement import Job
     fusion = getattr(perf, "fusion", None)
     if fusion is not None and fusion.fuses(record.config, record.info.get("pack_size")):
         return _member_job(perf, fusion, record)
@@ -37,7 +37,7 @@ def _member_job(perf: Any, fusion: Any, record: Any) -> Any:
     architecture with its own memory)."""
     from hypersack.core.allocator import Demand
     from hypersack.core.packs import member_demand
-    from hypersack.core.placement import Job
+    from hypersack.placement import Job
     config, ref_arch = record.config, perf.reference_arch
     cpus = perf.profile(config, ref_arch).cpus
     member = member_demand(Demand(100.0, perf.memory_gb(config, ref_arch), cpus), fusion.max_members)
@@ -51,7 +51,7 @@ def _member_job(perf: Any, fusion: Any, record: Any) -> Any:
 def cluster_from_dict(d: Mapping[str, Any]) -> Any:
     """``Cluster.from_dict`` with every node and GPU id turned into a string (Launch commands name
     devices by strings)."""
-    from hypersack.core.placement import GPU, Cluster, Node
+    from hypersack.placement import GPU, Cluster, Node
     cluster = Cluster.from_dict(d)
     nodes = [Node(str(n.id), n.cpus, tuple(GPU(str(g.id), g.arch, g.memory_gb, g.compute, g.oversubscription)
                                            for g in n.gpus)) for n in cluster.nodes]
@@ -59,21 +59,21 @@ def cluster_from_dict(d: Mapping[str, Any]) -> Any:
 
 
 def policy_names() -> list[str]:
-    from hypersack.core.placement import policy_names as names
+    from hypersack.placement import policy_names as names
     return list(names())
 
 
 def check_policy(value: Any, field: str) -> Any:
     """A scenario's placement: a policy name or ``{policy: hay, w_frag: .., w_entire: ..}``
     (ConfigError naming ``field`` otherwise); returned as given."""
-    from hypersack.core.placement import parse_placement
+    from hypersack.placement import parse_placement
     parse_placement(value, field)
     return value
 
 
 def policy_label(value: Any) -> str:
     """``hay`` for a name, ``hay(w_frag=1,w_entire=2)`` for a mapping with options."""
-    from hypersack.core.placement import parse_placement
+    from hypersack.placement import parse_placement
     name, options = parse_placement(value)
     if not options:
         return name

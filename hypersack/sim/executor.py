@@ -158,7 +158,7 @@ class SimExecutor:
     def inventory(self) -> Any:
         """The live devices as a placement Cluster (no load)."""
         if self._inventory is None:
-            from hypersack.core.placement import Cluster, Node
+            from hypersack.placement import Cluster, Node
             nodes = [Node(n.id, n.cpus, tuple(self._devices[k].gpu for k in n.devices
                                                if self._devices[k].alive))
                      for n in self._nodes.values()]

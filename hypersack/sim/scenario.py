@@ -256,7 +256,7 @@ def _fail(d: Any, at: float, where: str) -> DeviceChange:
 
 
 def _add(d: Any, at: float, where: str) -> DeviceChange:
-    from hypersack.core.placement import GPU
+    from hypersack.placement import GPU
     _check_keys(f"{where}.add", d, {"node", "cpus", "gpu"})
     if "node" not in d or not isinstance(d.get("gpu"), Mapping):
         raise ConfigError(f"{where}.add", d, "must have a node and a gpu {id, arch, memory_gb}")

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import pytest
 
-from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.trial import (Cancel, Event, FailureCause, Launch, Preempt, ResultReported,
                                   Stop, TrialFailed, TrialFinished, TrialStarted)
 

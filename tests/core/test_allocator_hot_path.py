@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hypersack.core.allocator import Allocator, Demand
-from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.trial import TrialRecord
 from hypersack.errors import ConfigError
 

@@ -1,4 +1,5 @@
-"""hypersack.core stays pure: no torch, ray, processes, wall clock or global RNG."""
+"""hypersack.core and hypersack.placement stay pure: no torch, ray, processes, wall clock or global
+RNG (placement's two tools, the kernels' warm-up and the benchmarks' instance generator, aside)."""
 from __future__ import annotations
 
 import ast
@@ -11,9 +12,19 @@ from pathlib import Path
 import pytest
 
 import hypersack.core
+import hypersack.placement
 
 CORE = Path(hypersack.core.__file__).resolve().parent
-CORE_FILES = sorted(CORE.rglob("*.py"))
+PLACEMENT = Path(hypersack.placement.__file__).resolve().parent
+#: Tools, not decisions: ``python -m hypersack.placement.warm`` times itself, and the tight
+#: instances are drawn from a seeded ``random.Random``.
+PLACEMENT_TOOLS = {"warm.py", "instances.py"}
+CORE_FILES = sorted(CORE.rglob("*.py")) + sorted(
+    p for p in PLACEMENT.rglob("*.py") if p.name not in PLACEMENT_TOOLS)
+
+
+def file_id(path: Path) -> str:
+    return path.relative_to(CORE.parent).as_posix()
 
 # Never imported anywhere in core.
 FORBIDDEN_ANYWHERE = {"torch", "ray", "subprocess", "multiprocessing", "time", "random", "threading",
@@ -80,12 +91,14 @@ def test_checkers_catch_violations():
 # ---- the real package -------------------------------------------------------------------------
 
 def test_core_files_are_found():
-    names = {p.relative_to(CORE).as_posix() for p in CORE_FILES}
-    assert {"space.py", "controller.py", "spec.py", "trial.py", "objective.py",
-            "algorithms/tpe.py", "algorithms/random_search.py"} <= names
+    names = {file_id(p) for p in CORE_FILES}
+    assert {"core/space.py", "core/controller.py", "core/spec.py", "core/trial.py",
+            "core/objective.py", "core/algorithms/tpe.py", "core/algorithms/random_search.py",
+            "placement/fill.py", "placement/api.py", "placement/jit.py"} <= names
+    assert "placement/warm.py" not in names
 
 
-@pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: p.relative_to(CORE).as_posix())
+@pytest.mark.parametrize("path", CORE_FILES, ids=file_id)
 def test_no_forbidden_imports(path):
     roots = imported_roots(path.read_text(), top_level_only=False)
     bad = {name: line for name, line in roots.items() if name in FORBIDDEN_ANYWHERE}
@@ -94,7 +107,7 @@ def test_no_forbidden_imports(path):
     assert "optuna" not in top, f"{path.name} imports optuna at module level (it is optional)"
 
 
-@pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: p.relative_to(CORE).as_posix())
+@pytest.mark.parametrize("path", CORE_FILES, ids=file_id)
 def test_no_clock_or_global_rng(path):
     assert forbidden_calls(path.read_text()) == []
 
@@ -117,6 +130,7 @@ BLOCKED_IMPORT = textwrap.dedent("""
 
     import hypersack.core.space, hypersack.core.controller, hypersack.core.algorithms
     import hypersack.core.spec, hypersack.core.trial, hypersack.core.objective
+    import hypersack.placement
     import hypersack.core.packs, hypersack.core.devices
     from hypersack.core.algorithms import make_algorithm
     from hypersack.core.objective import Objective

@@ -5,7 +5,7 @@ import pytest
 
 from hypersack.core.demand import (DEFAULT_CONTEXT_GB, history_demand,
                                    memory_floor_after_oom, needs_mps, with_history)
-from hypersack.core.placement import Job
+from hypersack.placement import Job
 from hypersack.errors import ConfigError
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from hypersack.core.allocator import Allocator
 from hypersack.core.objective import Objective
-from hypersack.core.placement import GPU, Cluster, Job, Node
+from hypersack.placement import GPU, Cluster, Job, Node
 from hypersack.core.shared_devices import SharedDevices
 from hypersack.core.timesharing import (TimeShare, TimeSharing, convergence, find_device,
                                         quantum_length, representative_loss, slaq_priority)

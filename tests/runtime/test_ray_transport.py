@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.trial import (Cancel, DeviceAdded, DeviceLost, FailureCause, Launch,
                                   ResultReported, Stop, TrialFailed, TrialFinished, TrialStarted)
 from hypersack.runtime.messages import WorldSpec

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.trial import (DeviceAdded, DeviceLost, Launch, ResultReported,
                                   Stop, TrialFailed, TrialFinished, TrialStarted)
 from hypersack.sim.clock import SimulationStalled

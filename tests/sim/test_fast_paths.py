@@ -7,7 +7,7 @@ import pytest
 
 from hypersack.core.trial import TrialRecord
 from hypersack.placement import register_policy, unregister_policy
-from hypersack.core.placement.policies import exclusive, first_fit, worst_fit_decreasing
+from hypersack.placement.policies import exclusive, first_fit, worst_fit_decreasing
 from hypersack.sim import scenario_from_dict, simulate
 from hypersack.sim._placement import make_job
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hypersack.core.placement.model import EPS
+from hypersack.placement.model import EPS
 from hypersack.sim import load_scenario, scenario_from_dict, simulate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sim"

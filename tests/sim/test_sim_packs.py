@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hypersack.core.placement import GPU, Cluster, Node
+from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.packs import PackBook
 from hypersack.core.trial import Launch, PackCapped, ResultReported, Stop
 from hypersack.errors import ConfigError

@@ -119,13 +119,13 @@ class ASHA(Algorithm):
         self.milestones = [m for m in self._milestones() if m < self.max_t]
         self._rng = np.random.default_rng(seed)
         self._created = 0
-        self._trials: dict[int, list] = {}           # id -> [next rung index, status]
+        self._trials: dict[int, list[Any]] = {}      # id -> [next rung index, status]
         self._rungs = [Rung() for _ in self.milestones]
         self._running = 0       # trials with status RUNNING
         self._through = 0       # trials past the last rung (any status)
         self._dirty: set[int] = set()    # trials whose state part changed since ``state_delta``
 
-    def _set(self, entry: list, rung: int | None = None, status: str | None = None) -> None:
+    def _set(self, entry: list[Any], rung: int | None = None, status: str | None = None) -> None:
         """Change a trial's ``[next rung index, status]`` in place, keeping the two counters
         (``_running``, ``_through``) that make ``exhausted``/``_end_game`` O(1)."""
         last = len(self.milestones)
@@ -188,7 +188,7 @@ class ASHA(Algorithm):
             return 0
         if entry[1] == DONE or entry[0] >= len(self.milestones):
             return NO_DECISION
-        return self.milestones[entry[0]]
+        return int(self.milestones[entry[0]])
 
     def _passes(self, trial_id: int, rung: Rung, value: float) -> bool:
         """Whether a trial arriving at ``rung`` with ``value`` goes on (not yet recorded)."""
@@ -196,7 +196,7 @@ class ASHA(Algorithm):
             return not len(rung) or value >= rung.quantile(1 - 1 / self.rf)
         return rung.rank(trial_id, value) < (len(rung) + 1) // self.rf
 
-    def _cut(self, trial_id: int, entry: list) -> Decision:
+    def _cut(self, trial_id: int, entry: list[Any]) -> Decision:
         if self.mode == "stop":
             self._set(entry, status=DONE)
             return Decision.STOP
@@ -305,7 +305,7 @@ class ASHA(Algorithm):
         self._dirty = set()
         return state
 
-    def _part(self, trial_id: int) -> list | None:
+    def _part(self, trial_id: int) -> list[Any] | None:
         """A trial's state: ``[next rung index, status, [its value at rung 0, 1, ... (None
         where it has none)]]`` (None: no such trial)."""
         entry = self._trials.get(trial_id)

@@ -67,7 +67,7 @@ class Suggestion:
     resume: int | None = None
 
 
-class StateParts(dict):
+class StateParts(dict[str, Any]):
     """The keyed parts of an algorithm's state changed since its previous ``state_delta`` (key
     -> JSON value; None: the part is gone): a store writes these by key instead of the whole
     state (see the module contract and ``Store``)."""
@@ -131,7 +131,8 @@ AlgorithmFactory = Callable[..., Algorithm]
 _REGISTRY: dict[str, AlgorithmFactory] = {}
 
 
-def register_algorithm(name: str, factory: AlgorithmFactory | None = None):
+def register_algorithm(name: str, factory: AlgorithmFactory | None = None
+                       ) -> AlgorithmFactory | Callable[[AlgorithmFactory], AlgorithmFactory]:
     """Register ``factory(space, objective, seed=..., **options)`` under ``name``; usable as a decorator."""
     def _add(f: AlgorithmFactory) -> AlgorithmFactory:
         _REGISTRY[name] = f

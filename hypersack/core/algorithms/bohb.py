@@ -52,7 +52,8 @@ class BOHB(Hyperband):
 
     def model_rung(self) -> int | None:
         """Steps of the rung the model would be fitted on now (None: not enough results)."""
-        return self._rung_model.model_steps()
+        steps: int | None = self._rung_model.model_steps()
+        return steps
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if "model" in state:
@@ -60,7 +61,7 @@ class BOHB(Hyperband):
             return
         # Saved before the incremental models: refeed the recorded results (bracket by bracket,
         # rung by rung, by trial id: the order the old code replayed them in).
-        empty: dict[str, dict] = {"models": {}, "counts": {}, "configs": {}}
+        empty: dict[str, dict[str, Any]] = {"models": {}, "counts": {}, "configs": {}}
         super().load_state_dict({**state, "model": empty})
         self._rung_model.configs = {int(t): dict(c) for t, c in state["configs"].items()}
         for bracket in self._brackets:

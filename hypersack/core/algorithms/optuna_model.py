@@ -60,7 +60,7 @@ _STATES = {"R": "RUNNING", "C": "COMPLETE", "P": "PRUNED", "F": "FAIL"}
 _CODES = {v: k for k, v in _STATES.items()}
 
 
-def import_optuna(feature: str = "The TPE algorithm"):
+def import_optuna(feature: str = "The TPE algorithm") -> Any:
     """Optuna, quietened; MissingDependencyError naming ``feature`` and the `tpe` extra."""
     try:
         import optuna
@@ -70,7 +70,7 @@ def import_optuna(feature: str = "The TPE algorithm"):
     return optuna
 
 
-def distribution(optuna, domain: Domain):
+def distribution(optuna: Any, domain: Domain) -> Any:
     d = optuna.distributions
     if isinstance(domain, Float):
         return d.FloatDistribution(domain.low, domain.high, log=domain.log)
@@ -88,7 +88,7 @@ def trial_sampler_seed(seed: int, trial_id: int) -> int:
 
 # ---- naming and validating a sampler ---------------------------------------------------------
 
-def _sampler_classes(optuna) -> dict[str, type]:
+def _sampler_classes(optuna: Any) -> dict[str, type]:
     base = optuna.samplers.BaseSampler
     return {name: cls for name, cls in vars(optuna.samplers).items()
             if isinstance(cls, type) and issubclass(cls, base) and name not in _NOT_NAMEABLE}
@@ -98,7 +98,7 @@ def _key(name: str) -> str:
     return name.lower().removesuffix("sampler").replace("_", "").replace("-", "")
 
 
-def sampler_names(optuna=None) -> list[str]:
+def sampler_names(optuna: Any = None) -> list[str]:
     """Class names of the samplers that can be named (``TPESampler``, ``GPSampler``, ...)."""
     return sorted(_sampler_classes(optuna or import_optuna("Optuna samplers")))
 
@@ -114,7 +114,7 @@ class SamplerSpec:
     field: str = "algorithm"
     options_field: str = "algorithm.options"
 
-    def resolve(self, optuna) -> type:
+    def resolve(self, optuna: Any) -> type:
         classes = _sampler_classes(optuna)
         by_key = {_key(n): c for n, c in classes.items()}
         if not isinstance(self.name, str) or _key(self.name) not in by_key:
@@ -122,7 +122,7 @@ class SamplerSpec:
                               f"must be one of {', '.join(sorted(classes))}")
         return by_key[_key(self.name)]
 
-    def build(self, optuna, seed: int | None):
+    def build(self, optuna: Any, seed: int | None) -> Any:
         """A new sampler; ConfigError naming the options when the class refuses them."""
         if self.instance is not None:
             return self.instance
@@ -229,7 +229,7 @@ class OptunaModel:
         self._journal: list[dict[str, Any]] = []   # study trials, in study order
         self._number: dict[int, int] = {}          # HyperSack trial -> Optuna trial number
         self._study_attrs: dict[str, Any] = {}
-        self._queue: list[list] = []               # results waiting while an ask runs
+        self._queue: list[list[Any]] = []             # results waiting while an ask runs
         self._inflight: int | None = None          # trial whose proposal is being computed
         self._keep = True                          # keep the asked trial (else: fail it)
         self._future: Any = None
@@ -251,7 +251,8 @@ class OptunaModel:
 
     # ---- proposals -----------------------------------------------------------------------
 
-    def propose(self, trial_id: int, defer: bool = False, keep: bool = True) -> dict | None:
+    def propose(self, trial_id: int, defer: bool = False, keep: bool = True
+                ) -> dict[str, Any] | None:
         """The config for ``trial_id``; None when ``defer`` and it is still being computed.
         ``keep=False``: the asked trial is failed at once (it is no observation of this model).
         """
@@ -288,7 +289,7 @@ class OptunaModel:
         job: Callable[[], Any] = lambda: self._ask(study, keep)   # noqa: E731
         return self._runner.submit(job) if self._runner is not None else _Done(job())
 
-    def _ask(self, study, keep: bool) -> tuple[dict, dict]:
+    def _ask(self, study: Any, keep: bool) -> tuple[dict[str, Any], dict[str, Any]]:
         """Runs off the loop's thread with a runner: touches only the study and sampler."""
         trial = study.ask(self._dists)
         if not keep:
@@ -296,7 +297,7 @@ class OptunaModel:
         attrs = study._storage.get_trial(trial._trial_id).system_attrs
         return trial.params, dict(attrs) if attrs else {}
 
-    def _collect(self, timeout: float | None) -> dict | None:
+    def _collect(self, timeout: float | None) -> dict[str, Any] | None:
         if timeout is not None and timeout <= 0:
             if not self._future.done():         # no wait: waiting gives the GIL away
                 return None
@@ -342,13 +343,13 @@ class OptunaModel:
         """A finished result that belongs to no proposal of this model."""
         self._submit(["observe", [config[n] for n in self._names], float(value)])
 
-    def _submit(self, op: list) -> None:
+    def _submit(self, op: list[Any]) -> None:
         if self._inflight is not None:
             self._queue.append(op)
         else:
             self._apply(op)
 
-    def _apply(self, op: list) -> None:
+    def _apply(self, op: list[Any]) -> None:
         study = self._ensure_study()
         TrialState = self._optuna.trial.TrialState
         kind = op[0]
@@ -379,7 +380,7 @@ class OptunaModel:
 
     # ---- the study and its journal ------------------------------------------------------
 
-    def _ensure_study(self):
+    def _ensure_study(self) -> Any:
         if self._study is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -391,7 +392,7 @@ class OptunaModel:
                 self._study._storage.set_study_system_attr(self._study._study_id, key, value)
         return self._study
 
-    def _add(self, study, entry: dict[str, Any], journal: bool = True) -> None:
+    def _add(self, study: Any, entry: dict[str, Any], journal: bool = True) -> None:
         state = self._optuna.trial.TrialState[_STATES[entry["s"]]]
         steps = {int(s): v for s, v in entry.get("i", {}).items()}
         study.add_trial(self._optuna.trial.create_trial(

@@ -91,7 +91,7 @@ def _check_keys(name: str, value: Any, space: SearchSpace) -> tuple[str, ...]:
 def _check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
     if value not in allowed:
         raise ConfigError(f"algorithm.{name}", value, f"must be one of {list(allowed)}")
-    return value
+    return str(value)
 
 
 @register_algorithm("pack_hyperband")

@@ -120,7 +120,7 @@ class RASDA(ASHA):
         state["launched"] = {str(t): d for t, d in self._launched.items()}
         return state
 
-    def _part(self, trial_id: int) -> list | None:
+    def _part(self, trial_id: int) -> list[Any] | None:
         """ASHA's part of the trial, then the devices of its current launch (None: none)."""
         part = super()._part(trial_id)
         return None if part is None else [*part, self._launched.get(trial_id)]

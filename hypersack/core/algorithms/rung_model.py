@@ -59,7 +59,8 @@ class RungModel:
         self._model(steps).observe(config, value)
         self.counts[steps] = self.counts.get(steps, 0) + 1
 
-    def propose(self, trial_id: int, rng: np.random.Generator, defer: bool) -> dict | None:
+    def propose(self, trial_id: int, rng: np.random.Generator, defer: bool
+                ) -> dict[str, Any] | None:
         """The config of new trial ``trial_id``, or None (``defer``: still being computed)."""
         if self._plan is None or self._plan[0] != trial_id:
             steps = self.model_steps()

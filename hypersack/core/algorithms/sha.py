@@ -114,7 +114,7 @@ class SHBracket:
     def __init__(self, rungs: list[tuple[int, int]]):
         self.rungs = [(int(n), int(r)) for n, r in rungs]
         self.created = 0
-        self.trials: dict[int, list] = {}              # id -> [rung index, status]
+        self.trials: dict[int, list[Any]] = {}         # id -> [rung index, status]
         self.records: list[dict[int, float]] = [{} for _ in self.rungs]
         self.queue: list[int] = []                     # promoted, resume not yet handed out
         self.closed = [False] * len(self.rungs)
@@ -157,7 +157,7 @@ class SHBracket:
             return 0 if entry is None or entry[1] != DONE else NO_DECISION
         if entry[0] == len(self.rungs) - 1:
             return NO_DECISION
-        return self.rungs[entry[0]][1]
+        return int(self.rungs[entry[0]][1])
 
     def on_complete(self, trial_id: int) -> None:
         entry = self.trials.get(trial_id)
@@ -268,7 +268,8 @@ class BracketSearch(Algorithm):
         if self._rung_model is None:
             return self.space.sample(self._rng)
         busy = any(s in (RUNNING, QUEUED) for b in self._brackets for _, s in b.trials.values())
-        return self._rung_model.propose(trial_id, self._rng, defer=busy)
+        proposal: dict[str, Any] | None = self._rung_model.propose(trial_id, self._rng, defer=busy)
+        return proposal
 
     def on_result(self, trial_id: int, step: int, metrics: Mapping[str, float]) -> Decision:
         if trial_id not in self._home:

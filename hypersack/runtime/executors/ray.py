@@ -123,7 +123,7 @@ class RayExecutor:
 
     def inventory(self) -> Any:
         """The devices of every live node, as one placement Cluster (node ids: Ray's, short)."""
-        from hypersack.core.placement import Cluster
+        from hypersack.placement import Cluster
         self._ensure_agents()
         return Cluster([n for node in self._nodes.values() for n in node.cluster.nodes])
 

@@ -195,6 +195,6 @@ def node_cluster(cluster: Any, node_id: str, has_gpus: bool, cpus: float) -> Any
     than one per GPU must fit a GPU node that has them. A CPU-only node's slots were made from
     ``cpus`` already (``node_slots``); so was its figure. A node Ray gives no CPU keeps the
     local figure."""
-    from hypersack.core.placement import Cluster, Node
+    from hypersack.placement import Cluster, Node
     return Cluster([Node(node_id, float(cpus) if has_gpus and cpus >= 1 else n.cpus, n.gpus)
                     for n in cluster.nodes])
