@@ -18,8 +18,8 @@ from hypersack.core.timeouts import timed_out
 from hypersack.core.stays import Stay, StayBook, StayOutcome
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
                                   Launch, PackCapped, Preempt, ResultReported, Stop, StopReason,
-                                  TrialFailed,
-                                  TrialFinished, TrialRecord, TrialStarted, TrialState)
+                                  TrialFailed, TrialFinished, TrialRecord, TrialStarted,
+                                  TrialState)
 from hypersack.errors import ConfigError
 
 __all__ = ["Budget", "Controller", "best_record"]

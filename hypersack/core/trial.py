@@ -128,7 +128,8 @@ class DeviceLost:
 @dataclass(frozen=True)
 class PackCapped:
     """A running pack takes at most ``cap`` members from now on: what it measured (>= 1, on
-    CUDA), or 0 once it failed or its process died (its members fail separately)."""
+    CUDA), or 0 once it ended (empty at a poll), failed or its process died (its members fail
+    separately). The controller's ``core.packs.PackBook`` seats by it."""
     pack_id: int
     cap: int
     trial_id: None = None
