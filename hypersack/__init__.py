@@ -21,6 +21,8 @@ Glossary (one word, one meaning, in the code, the docs and the messages):
   compute a GPU is given; a trial's *share* is the percent of a device's compute it gets.
 - *pack*: a fused process training several *members* (same-architecture trials) as one model,
   each in a *slot* of the pack. (The placement policies are never called "packers" in the API.)
+  A member's *seat* is its place in the pack as the controller assigns it (``Launch.seat``,
+  ``core.packs``); the pack process loads it into a free slot.
 - *group*: an algorithm's set of similar configs (a bracket, a rung cohort) that may share a pack.
 - *profiler*: the HyperSack paper's Sampler, which measures a trial's GPU use over a few
   iterations; an Optuna *sampler* proposes configs. The *job history* keeps the profiles.

@@ -45,7 +45,7 @@ from hypersack.runtime.devices import Slot
 from hypersack.runtime.machine import prepare_machine
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
-from hypersack.runtime.pack_worker import plan_execution
+from hypersack.runtime.executors.packs import plan_execution
 from hypersack.runtime.progress import make_progress
 from hypersack.runtime.best_checkpoint import CheckpointKeeper
 from hypersack.runtime.callback_runner import CallbackRunner, freeze
@@ -380,6 +380,7 @@ class Study:
                 unsafe_checkpoints=self.spec.unsafe_checkpoints,
                 decision_step=controller.next_decision_step)
             controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
+            controller.set_packs(plan)
             if self.spec.time_sharing is not None:
                 controller.set_time_sharing(self.spec.time_sharing)
             sink = _SampleSink(store, row.study_id, machine.samples)

@@ -139,3 +139,36 @@ def test_executors_import_decisions_only_from_core():
            if module.startswith("hypersack.runtime.executors") for target in targets
            if target.startswith(forbidden)}
     assert bad == set()
+
+
+#: The pack decisions (``core.packs``) only the controller takes: executors obey its Launch.
+_ROUTING = {"choose_pack", "PackBook", "PackSeats", "group_key", "pack_cap", "member_cap"}
+
+
+def _names_from(path: Path, prefix: str) -> set[str]:
+    """Names imported (``from X import name``, anywhere in the file) from modules under ``prefix``."""
+    tree = ast.parse(path.read_text())
+    return {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and node.module and node.module.startswith(prefix) for alias in node.names}
+
+
+def test_executors_do_not_route_members_the_controller_seats_them():
+    """No executor asks which pack or seat, nor a pack's cap: the controller's Launch says."""
+    executors = [p for p in (ROOT / "runtime" / "executors").glob("*.py")]
+    executors += [ROOT / "sim" / "executor.py", ROOT / "sim" / "packs.py"]
+    bad = {(p.name, name) for p in executors for name in _names_from(p, "hypersack.core.packs")
+           if name in _ROUTING}
+    assert bad == set()
+
+
+def test_packs_have_one_home_in_core_and_a_seam_between_driver_and_worker():
+    modules = import_graph()
+    for gone in ("hypersack.core.fusing", "hypersack.core.routing", "hypersack.runtime.pack_worker"):
+        assert gone not in modules
+    assert "hypersack.core.packs.seating" in modules and "hypersack.core.packs.grouping" in modules
+    # the pack process (worker side) knows the pipe protocol, never the executor (driver side)
+    worker = modules["hypersack.runtime.pack_member_worker"]
+    assert not {t for t in worker if t.startswith("hypersack.runtime.executors")}
+    # the compatibility module left for fusion/ (another branch) is imported by nothing else
+    users = {m for m, targets in modules.items() if "hypersack.core.packing" in targets}
+    assert users <= {m for m in users if m.startswith("hypersack.fusion")}

@@ -131,7 +131,7 @@ def test_check_workers_fit_names_the_machine_limit():
 
 
 def test_numbers_beyond_floats_are_clear_errors_in_placement_and_packing():
-    from hypersack.core.packing import member_cap
+    from hypersack.core.packs import member_cap
     from hypersack.errors import ConfigError
     from hypersack.placement import GPU, Node
     for make in (lambda: GPU("g", "A100", 10**400), lambda: Node("n", 10**400, ()),

@@ -14,11 +14,13 @@ from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.failures import DEFAULT_MAX_FAILURES, FailureStreak
 from hypersack.core.objective import Objective
+from hypersack.core.packs import PackBook, PackPolicy, Seat
 from hypersack.core.timeouts import timed_out
 from hypersack.core.stays import Stay, StayBook, StayOutcome
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
-                                  Launch, Preempt, ResultReported, Stop, StopReason, TrialFailed,
-                                  TrialFinished, TrialRecord, TrialStarted, TrialState)
+                                  Launch, PackCapped, Preempt, ResultReported, Stop, StopReason,
+                                  TrialFailed, TrialFinished, TrialRecord, TrialStarted,
+                                  TrialState)
 from hypersack.errors import ConfigError
 
 __all__ = ["Budget", "Controller", "best_record"]
@@ -91,6 +93,13 @@ class Controller:
         self._failures = FailureStreak(max_failures)   # same-kind failures in a row
         self.failure_stop: str | None = None   # why failing trials stopped the study, or None
         self._external = 0                     # trials run elsewhere (add_external): no budget
+        self.packs: PackBook | None = None     # fused packs (set_packs), or None
+        self._reported: set[int] = set()       # members that reported this turn (ack pending)
+
+    def set_packs(self, policy: PackPolicy | None) -> None:
+        """Seat the trials that fuse in packs (``core.packs.PackBook``: which pack and seat,
+        named in each Launch); None: every trial runs alone."""
+        self.packs = PackBook(policy) if policy is not None else None
 
     def set_time_sharing(self, options: Any) -> None:
         """Time-share the inventory's devices among trials (``core.timesharing``); needs
@@ -141,6 +150,25 @@ class Controller:
         The placement policy of the inventory (``set_inventory``, required) decides what fits;
         each Launch names its devices.
         """
+        book = self.packs
+        if book is None:
+            return self._launches(now)
+        self._free_stopped_seats(book)
+        out = self._launches(now)
+        book.end_turn()                # executors end emptied packs at their next poll
+        return out
+
+    def _free_stopped_seats(self, book: PackBook) -> None:
+        """A member asked to stop (not preempted) with the ack of the report it made this turn
+        leaves its pack at that report: its seat takes this turn's launches."""
+        for trial_id in sorted(self._reported):
+            record = self.trials[trial_id]
+            if record.state is not TrialState.RUNNING or (
+                    record.stop_reason is not None and record.stop_reason != _PREEMPTED):
+                book.leave(trial_id)
+        self._reported.clear()
+
+    def _launches(self, now: float) -> list[Launch]:
         if self._interrupted or self._out_of_time(now):
             return []
         self._take_promotions(now)
@@ -297,9 +325,22 @@ class Controller:
         share = self._share(record)
         self.stays.open(record.trial_id, record.attempts, record.devices, now, share,
                         record.info.get("pack"), record.device)
+        seat = self._seat(record)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
-                      record.checkpoint, tuple(devices), share, record.info.get("pack"),
-                      record.info.get("pack_size"))
+                      record.checkpoint, tuple(devices), share,
+                      seat.pack if seat else None, seat.seat if seat else None)
+
+    def _seat(self, record: TrialRecord) -> Seat | None:
+        """The pack and seat of a trial that fuses, on its first device (None: it runs alone)."""
+        book = self.packs
+        if (book is None or not record.devices
+                or not book.fuses(record.config, record.info.get("pack_size"))):
+            return None
+        device = record.devices[0]
+        neighbours = [self.trials[t].config for t in sorted(self._running_ids)
+                      if t != record.trial_id and device in self.trials[t].devices]
+        return book.join(record.trial_id, record.config, record.info.get("pack"), device,
+                         neighbours)
 
     def _share(self, record: TrialRecord) -> float | None:
         """Percent of each device's compute this trial was given (None: a whole device)."""
@@ -315,6 +356,12 @@ class Controller:
         if isinstance(event, (DeviceAdded, DeviceLost)):
             self._on_device(event)
             return []
+        if isinstance(event, PackCapped):
+            if self.packs is not None:
+                self.packs.capped(event.pack_id, event.cap)
+            return []
+        if self.packs is not None and isinstance(event, (TrialFinished, TrialFailed)):
+            self.packs.leave(event.trial_id)     # its seat is free, whatever the trial became
         record = self.trials.get(event.trial_id)
         if record is None or record.state is not TrialState.RUNNING:
             return []          # late news of a trial already decided (e.g. failed on NaN)
@@ -323,6 +370,8 @@ class Controller:
             record.device = event.device
             self.stays.place(record.trial_id, event.device)
         elif isinstance(event, ResultReported):
+            if self.packs is not None:
+                self._reported.add(record.trial_id)
             return self._on_result(record, event, now) + self._stop_if_failing()
         elif isinstance(event, TrialFinished):
             self._on_finished(record, now)

@@ -1,4 +1,4 @@
-"""What a trial asks of a device: a pack member's share, the demand the job history gives, the
+"""What a trial asks of a device: the demand the job history gives, the
 memory floor an out-of-memory leaves, and whether trials share GPUs through MPS. Pure: used
 alike by the local machine set-up (``runtime/machine.py``, ``runtime/profiles.py``) and the
 simulator (``sim/perf.py``, ``sim/run.py``).
@@ -10,27 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Protocol
 
-from hypersack.core.allocator import Demand
 from hypersack.errors import ConfigError
 from hypersack.validation import is_finite
 
-__all__ = ["member_demand", "history_demand", "memory_floor_after_oom", "with_history",
+__all__ = ["history_demand", "memory_floor_after_oom", "with_history",
            "needs_mps", "Measured", "DEFAULT_CONTEXT_GB"]
 
 #: Per-process CUDA context that ``torch.cuda.max_memory_allocated`` does not count (GiB).
 DEFAULT_CONTEXT_GB = 0.5
-
-
-def member_demand(resources: Demand, max_members: int) -> Demand:
-    """A fused pack member's demand on its device: ``compute`` = 100 / ``max_members`` (or the
-    study's own ``resources.compute`` when it sets one below 100), ``memory_gb`` = the trial's,
-    ``cpus`` = ``resources.cpus / max_members``: placement then puts up to ``max_members``
-    members on one device, and oversubscription still applies across packs."""
-    if isinstance(max_members, bool) or not isinstance(max_members, int) or max_members < 1:
-        raise ConfigError("pack.max_members", max_members, "must be an integer >= 1")
-    r = resources
-    compute = r.compute if r.compute != 100.0 else 100.0 / max_members
-    return Demand(compute, r.memory_gb, r.cpus / max_members)
 
 
 class Measured(Protocol):

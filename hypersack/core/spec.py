@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from hypersack.core.controller import Budget
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
 from hypersack.core.objective import Objective
+from hypersack.core.packs import EXECUTION_MODES
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
 from hypersack.core.keep_best import MAX_KEEP
@@ -148,9 +149,6 @@ class Resources:
 
     def to_dict(self) -> dict[str, Any]:
         return {"compute": self.compute, "memory_gb": self.memory_gb, "cpus": self.cpus}
-
-
-EXECUTION_MODES = ("separate", "fused", "auto")
 
 
 @dataclass(frozen=True)

@@ -125,8 +125,18 @@ class DeviceLost:
     trial_id: None = None
 
 
+@dataclass(frozen=True)
+class PackCapped:
+    """A running pack takes at most ``cap`` members from now on: what it measured (>= 1, on
+    CUDA), or 0 once it ended (empty at a poll), failed or its process died (its members fail
+    separately). The controller's ``core.packs.PackBook`` seats by it."""
+    pack_id: int
+    cap: int
+    trial_id: None = None
+
+
 Event = (TrialStarted | ResultReported | TrialFinished | TrialFailed
-         | TrialProfiled | DeviceAdded | DeviceLost)
+         | TrialProfiled | DeviceAdded | DeviceLost | PackCapped)
 
 
 # ---- commands: controller -> executor -------------------------------------------------------
@@ -142,10 +152,11 @@ class Launch:
     devices: tuple[tuple[str, str], ...] = ()
     # Percent of each device's compute given to this job (MPS thread percentage); None: all.
     compute_share: float | None = None
-    # Fused execution: only trials of the same group share a pack (the algorithm's pack id).
-    group: Any = None
-    # Members of that algorithm pack (None: the algorithm forms no packs); 1: it runs alone.
-    pack_size: int | None = None
+    # Fused execution (``core.packs.PackBook``): the pack it joins, started by this launch when
+    # it is not running (ids unique over the controller's life), and its seat there (0-based).
+    # None: a plain trial.
+    pack: int | None = None
+    seat: int | None = None
 
 
 class StopReason(str, enum.Enum):

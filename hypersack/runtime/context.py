@@ -51,7 +51,7 @@ import math
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from hypersack.errors import TrialStopped
 from hypersack.runtime import checkpoints
@@ -59,7 +59,7 @@ from hypersack.runtime.messages import Reported
 from hypersack.runtime.profiler import NullSampler
 from hypersack.validation import check_metric, check_step
 
-__all__ = ["TrialContext", "World"]
+__all__ = ["TrialContext", "World", "Channel", "PipelinedChannel"]
 
 
 class Channel(Protocol):
@@ -70,6 +70,16 @@ class Channel(Protocol):
     def send(self, message: Reported) -> None: ...
     def request(self, message: Reported) -> None: ...
     def stop_requested(self) -> bool: ...
+
+
+@runtime_checkable
+class PipelinedChannel(Channel, Protocol):
+    """A channel that pipelines (the worker's pipe): ``post`` sends a report whose ack the next
+    report (or the trial's end) waits for; ``may_post(step)``: whether a report at ``step`` may
+    be posted (below the ack's decision point). A channel without them waits at every report."""
+
+    def post(self, message: Reported) -> None: ...
+    def may_post(self, step: int) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,8 @@ class TrialContext:
         self.max_steps = max_steps
         self.world = world
         self._channel = channel
+        # the channel when it pipelines (checked once, not at every report), else None
+        self._poster = channel if isinstance(channel, PipelinedChannel) else None
         self._sync_stop = sync_stop
         self._meter = meter          # the worker's Sampler: each report ends one measured step
         self._fine_grained = False   # the trainable delimits iterations itself (ctx.sampler)
@@ -142,8 +154,10 @@ class TrialContext:
         self._last_step = step
         if self.world.rank == 0:
             message = Reported(self.trial_id, step, clean, self._pending)
-            if self._pending is None and _finite(clean) and self._may_post(step):
-                self._channel.post(message)           # type: ignore[attr-defined]
+            poster = self._poster
+            if (poster is not None and self._pending is None and _finite(clean)
+                    and poster.may_post(step)):
+                poster.post(message)
             else:
                 self._channel.request(message)
                 if self._pending is not None:
@@ -151,12 +165,6 @@ class TrialContext:
         if self._stop_now():
             self._stopped = True
             raise TrialStopped()
-
-    def _may_post(self, step: int) -> bool:
-        """A report at ``step`` need not wait for its ack: the channel pipelines and no decision
-        can stop the trial there (see the module contract)."""
-        may_post = getattr(self._channel, "may_post", None)
-        return may_post is not None and bool(may_post(step))
 
     def _commit(self, name: str) -> None:
         """``name`` rode with a durable report: it is the trial's checkpoint now."""

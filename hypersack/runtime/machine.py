@@ -6,11 +6,12 @@ GPUs, and the NVML state monitor; on exit (normal, Ctrl-C or error) it stops bot
 (``ProfileStore``, in the study's SQLite file) gives each trial's demand from earlier profiles and
 learns from this run's (Sampler) profiles and out-of-memory failures.
 
-Fused packs (``fuses``: the executor's routing predicate): a trial that runs in a pack demands
-the pack's per-member share of its device (``core.demand.member_demand``: ``compute`` = 100 /
-``pack.max_members`` percent, or ``resources.compute`` when the study sets it, ``memory_gb`` =
-``resources.memory_gb``, ``cpus`` = ``resources.cpus`` / ``max_members``), so placement puts up
-to ``max_members`` members on one device and oversubscription (MPS) still applies across packs.
+Fused packs (``fuses``: the pack plan's predicate, the one the controller seats by): a trial
+that runs in a pack demands the pack's per-member share of its device
+(``core.packs.member_demand``: ``compute`` = 100 / ``pack.max_members`` percent, or
+``resources.compute`` when the study sets it, ``memory_gb`` = ``resources.memory_gb``, ``cpus``
+= ``resources.cpus`` / ``max_members``), so placement puts up to ``max_members`` members on one
+device and oversubscription (MPS) still applies across packs.
 Profiles of plain trials do not describe members, so the job history is not used for them.
 Whether MPS starts is ``core.demand.needs_mps``; the history's demand is
 ``core.demand.history_demand`` (through ``ProfileStore.demand_for``).
@@ -26,8 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from hypersack.core.allocator import Demand
-from hypersack.core.demand import member_demand as core_member_demand
 from hypersack.core.demand import needs_mps, with_history
+from hypersack.core.packs import member_demand as core_member_demand
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event, TrialFailed, TrialFinished, TrialProfiled, TrialRecord
 from hypersack.runtime.devices import Slot, default_slots, slots_cluster
@@ -243,7 +244,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
 
 
 def member_demand(spec: StudySpec) -> Demand:
-    """A pack member's demand on its device (``core.demand.member_demand``)."""
+    """A pack member's demand on its device (``core.packs.member_demand``)."""
     r = spec.resources
     return core_member_demand(Demand(r.compute, r.memory_gb, r.cpus), spec.pack.max_members)
 

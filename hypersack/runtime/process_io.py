@@ -1,5 +1,5 @@
 """What a worker process needs around a trainable, shared by the trial worker (``worker``) and
-the pack worker (``pack_worker``): its output sent to a log file, and what a failure was (out of
+the pack worker (``pack_member_worker``): its output sent to a log file, and what a failure was (out of
 device memory, disk full), reported to the driver as facts for core's retry decision."""
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ carries the file name of the checkpoint that rides with it), Profiled, Done, Fai
 names the trial's committed checkpoint: the only file a restore reads; other checkpoint files in
 the folder (left by killed attempts) are deleted.
 ("pack", spec) turns the worker into a fused pack until the driver ends it (protocol in
-``hypersack.runtime.pack_worker``); it then takes plain trials or packs again.
+``hypersack.runtime.pack_member_worker``); it then takes plain trials or packs again.
 """
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ def _serve(pipe: Pipe) -> None:
             if run_task(pipe, message.task, trainables) is _SHUTDOWN:
                 return
         elif isinstance(message, StartPack):
-            from hypersack.runtime.pack_worker import run_pack_task
+            from hypersack.runtime.pack_member_worker import run_pack_task
             if run_pack_task(pipe, message.spec, trainables) == "shutdown":
                 return
 
@@ -375,7 +375,7 @@ def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..
 
 def _task_as_trainable(obj: Any) -> Callable[..., Any] | None:
     """A ``FusableTask`` named as a plain trainable (``execution: separate``): a pack of one."""
-    from hypersack.runtime.pack_worker import TaskTrainable, is_task
+    from hypersack.runtime.pack_member_worker import TaskTrainable, is_task
     return TaskTrainable(obj) if is_task(obj) else None
 
 

@@ -32,11 +32,11 @@ def make_job(perf: Any, record: Any) -> Any:
 
 
 def _member_job(perf: Any, fusion: Any, record: Any) -> Any:
-    """A pack member's Job: ``core.demand.member_demand`` of a trial asking for a whole device
+    """A pack member's Job: ``core.packs.member_demand`` of a trial asking for a whole device
     (compute 100), its profile's memory and cores, as the local machine's members (each
     architecture with its own memory)."""
     from hypersack.core.allocator import Demand
-    from hypersack.core.demand import member_demand
+    from hypersack.core.packs import member_demand
     from hypersack.placement import Job
     config, ref_arch = record.config, perf.reference_arch
     cpus = perf.profile(config, ref_arch).cpus

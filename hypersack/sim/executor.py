@@ -18,14 +18,15 @@ Contract, mirroring the local executor:
 * Scheduled device failures emit ``DeviceLost`` then ``TrialFailed(DEVICE_LOST)`` for each trial
   that held it; a relaunch from a checkpoint resumes after that checkpoint's step and pays
   ``restore_s``. Scheduled additions emit ``DeviceAdded``.
-* Fused packs (``perf.fusion`` set, ``sim.packs``): a launch that fuses joins a pack on its
-  first placed device, or starts one there, by the same core decisions as the local executor's;
-  its steps take the time the fused model says (``perf.FusedModel``).
+* Fused packs (``perf.fusion`` set, ``sim.packs``): a launch whose ``pack`` is set joins that
+  running pack, or starts it on its first placed device, as the controller decided
+  (``core.packs.PackBook``, the same decisions as a local study's); its steps take the time the
+  fused model says (``perf.FusedModel``).
 * With ``trial_timeout_s`` the clock also stops at each trial's timeout deadline
   (``core.timeouts.deadline``): ``poll`` returns no event then, so the loop's ``tick`` lets the
   controller time the trial out on time; what a timeout means is the controller's.
-* A launch without devices (no placement) takes a pack with its key and a seat (fusing), else
-  the first idle device (``core.routing.first_free_device``).
+* A launch without devices (no placement) runs where its pack runs (a member of a running
+  pack), else on the first idle device (``core.devices.first_free_device``).
 * ``log`` lists every event returned, as ``(time, kind, trial_id, detail)``: two runs with the
   same seed and scenario give the same log.
 """
@@ -33,16 +34,16 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from hypersack.core.routing import first_free_device
+from hypersack.core.devices import first_free_device
 from hypersack.core.timeouts import deadline
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
-                                  Launch, Preempt, ResultReported, Stop, TrialFailed,
+                                  Launch, PackCapped, Preempt, ResultReported, Stop, TrialFailed,
                                   TrialFinished, TrialStarted)
 from hypersack.sim.clock import SimClock, SimulationStalled
 from hypersack.sim.curves import Curve, CurveModel
-from hypersack.sim.packs import PackBook, SimPack
+from hypersack.sim.packs import RunningPacks, SimPack
 from hypersack.sim.perf import PerfModel
 from hypersack.sim.timeline import Interval, Timeline
 
@@ -131,7 +132,7 @@ class SimExecutor:
         self.oom_failures = 0
         self._timeout = trial_timeout_s
         fusion = getattr(perf, "fusion", None)
-        self.packs: PackBook | None = PackBook(fusion) if fusion is not None else None
+        self.packs: RunningPacks | None = RunningPacks(fusion) if fusion is not None else None
         for node in cluster.nodes:
             self._add_node(str(node.id), node.cpus)
             for gpu in node.gpus:
@@ -148,6 +149,11 @@ class SimExecutor:
         now = self.clock.now
         for trial_id in list(self._runs):
             self._end_run(trial_id, now, "stopped")
+
+    def gpu(self, key: Key) -> Any:
+        """The simulated GPU ``key`` names (a placement GPU), None when it is gone."""
+        device = self._devices.get(key)
+        return device.gpu if device is not None and device.alive else None
 
     def inventory(self) -> Any:
         """The live devices as a placement Cluster (no load)."""
@@ -171,21 +177,25 @@ class SimExecutor:
                            TrialFailed(command.trial_id, command.reason,
                                        cause=FailureCause.CANCELLED))
 
-    def acknowledge(self) -> None:
+    def acknowledge(self, trial_ids: Iterable[int] | None = None,
+                    free_below: Mapping[int, int] | None = None) -> None:
+        """Every waiting trial, or those of ``trial_ids``, goes on (the ``Executor`` contract);
+        the simulator does not pipeline: ``free_below`` is ignored."""
         now = self.clock.now
+        chosen = set(self._waiting) if trial_ids is None else set(trial_ids)
         for trial_id in self._waiting:
             run = self._runs.get(trial_id)
-            if run is not None and run.waiting_ack:
+            if trial_id in chosen and run is not None and run.waiting_ack:
                 run.waiting_ack = False
                 run.work_left, run.updated_at = run.step_work, now
                 self._schedule_step(run, now)
-        self._waiting = []
+        self._waiting = [t for t in self._waiting if t not in chosen]
 
     def poll(self, timeout: float = 0.0) -> list[Event]:
-        """Every event of the next event time (the clock moves there); ``timeout`` is ignored."""
+        """Every event of the next event time (the clock moves there), after ``PackCapped(id, 0)``
+        for each pack that ended (empty at this poll); ``timeout`` is ignored."""
         events: list[Event] = []
-        if self.packs is not None:
-            self.packs.end_empty()
+        ended: list[Event] = [PackCapped(p, 0) for p in self.packs.end_empty()] if self.packs else []
         woke = False
         while self._heap and not events and not woke:
             t = self._heap[0][0]
@@ -200,6 +210,7 @@ class SimExecutor:
             self._stalled()
         else:
             self._empty_polls = 0
+        events = ended + events
         if self.log is not None:
             for e in events:
                 self.log.append((self.clock.now, type(e).__name__, getattr(e, "trial_id", None), _detail(e)))
@@ -244,7 +255,7 @@ class SimExecutor:
 
     def _launch(self, launch: Launch) -> None:
         now = self.clock.now
-        fused = self.packs is not None and self.packs.fusion.fuses(launch.config, launch.pack_size)
+        fused = launch.pack is not None
         devices = self._devices_for(launch, fused)
         self._push(now, "event", launch.trial_id, TrialStarted(launch.trial_id, _label(devices)))
         if devices is None:
@@ -277,30 +288,26 @@ class SimExecutor:
             self._push(limit, "wake", run.trial_id, run.attempt)
 
     def _devices_for(self, launch: Launch, fused: bool) -> tuple[Key, ...] | None:
-        """The devices a launch runs on: the placed ones (a pack member: the first), else a
-        pack's with a seat (fusing), else the first idle one; None when one is not alive."""
+        """The devices a launch runs on: the placed ones (a pack member: the first), else its
+        running pack's, else the first idle one; None when one is not alive."""
         if launch.devices:
             keys = tuple((str(n), str(g)) for n, g in launch.devices)
             ok = all(k in self._devices and self._devices[k].alive for k in keys)
             return (keys[:1] if fused else keys) if ok else None
-        if fused and self.packs is not None:
-            seated = self.packs.devices_with_seats(self.packs.fusion.key(launch.config, launch.group))
-            if seated:
-                return (seated[0],)
+        running = self.packs.pack(launch.pack) if self.packs and launch.pack is not None else None
+        if running is not None:
+            return (running.device,)
         alive = {f"{k[0]}/{k[1]}": k for k, d in self._devices.items() if d.alive}
         busy = [label for label, k in alive.items() if self._devices[k].runs]
         free = first_free_device(list(alive), busy)
         return (alive[free],) if free is not None else None
 
     def _seat(self, run: _Run, launch: Launch) -> None:
-        """Seat a fusing trial in a pack on its device (``PackBook.join``)."""
-        if self.packs is None:      # a bug: only fusing launches come here
-            raise RuntimeError(f"trial {run.trial_id} fuses, but the simulation has no fusion plan")
-        device = run.devices[0]
-        used = sum(self._runs[t].memory[device] for t in self._devices[device].runs)
-        key = self.packs.fusion.key(launch.config, launch.group)
-        run.pack = self.packs.join(run.trial_id, key, device,
-                                   self._devices[device].gpu.memory_gb - used, run.memory[device])
+        """Seat a member where its Launch says (``RunningPacks.join``)."""
+        if self.packs is None or launch.pack is None:   # a bug: the controller seats no member then
+            raise RuntimeError(f"trial {run.trial_id} has a pack, but the simulation has no fusion plan")
+        seat = launch.seat if launch.seat is not None else -1
+        run.pack = self.packs.join(run.trial_id, launch.pack, seat, run.devices[0])
 
     def _new_run(self, launch: Launch, devices: tuple[Key, ...], now: float,
                  fused: bool = False) -> _Run:
@@ -425,7 +432,7 @@ class SimExecutor:
             if pack.members:
                 eff = self._pack_efficiency(pack)
                 demand = min(100.0, eff * sum(runs[t].utilization[key] for t in pack.members))
-                out.append((demand, runs[pack.members[0]].rate / eff))
+                out.append((demand, runs[next(iter(pack.members))].rate / eff))
         return out
 
     def _pack_efficiency(self, pack: SimPack) -> float:

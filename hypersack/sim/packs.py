@@ -1,28 +1,25 @@
-"""Fused packs in the simulator: the study's fusion plan and the packs running on devices.
+"""Fused packs in the simulator: the scenario's fusion plan, its pack policy for the controller,
+and the packs running on the simulated devices.
 
-The decisions are core's, the same as the local executor's (``runtime/executors/packs.py``):
-whether a trial fuses (``core.fusing.runs_fused``; the simulated task accepts every config, so
-``auto`` fuses every trial), its key (``core.packing.fusibility_key`` of the workload's
-``architecture_keys``, with the algorithm's pack group: ``core.routing.group_key``), the pack
-it joins (``core.routing.choose_pack``: same device, same key, a free seat), and a new pack's
-cap (``core.fusing.pack_cap`` of the device memory free when it starts, a member costing its
-profile's ``memory_gb``). A member's demand on placement is ``core.demand.member_demand``.
-
-A pack left without members ends at the executor's next poll (a launch of the same turn joins
-it), as the local executor's does.
+The decisions are core's and the controller's, as in a local study: whether a trial fuses
+(``core.packs.runs_fused``; the simulated task accepts every config, so ``auto`` fuses every
+trial), its key (``core.packs.fusibility_key`` of the workload's ``architecture_keys``), the pack
+and seat it takes and a new pack's cap (``core.packs.PackBook``, with a member costing its
+profile's ``memory_gb`` of its device's memory: ``SimPackPolicy``); a member's demand on
+placement is ``core.packs.member_demand``. The executor only obeys the Launch (``RunningPacks``):
+a member joins the running pack its Launch names, or starts it; a pack left without members
+ends at the executor's next poll (a launch of the same turn joins it), as the local executor's.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Mapping
+from typing import Any
 
-from hypersack.core.fusing import pack_cap, runs_fused
-from hypersack.core.packing import fusibility_key
-from hypersack.core.routing import PackSeats, choose_pack, group_key
-from hypersack.core.spec import EXECUTION_MODES
+from hypersack.core.packs import EXECUTION_MODES, fusibility_key, runs_fused
 from hypersack.errors import ConfigError
 
-__all__ = ["SimFusion", "SimPack", "PackBook"]
+__all__ = ["SimFusion", "SimPackPolicy", "SimPack", "RunningPacks"]
 
 Key = tuple[str, str]
 
@@ -44,24 +41,46 @@ class SimFusion:
     def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
         return runs_fused(self.mode, lambda: True, pack_size)
 
-    def key(self, config: Mapping[str, Any], group: Any) -> Hashable:
-        return group_key(fusibility_key(config, self.architecture_keys), group)
+    def key(self, config: Mapping[str, Any]) -> Hashable:
+        return fusibility_key(config, self.architecture_keys)
+
+
+class SimPackPolicy:
+    """The controller's ``core.packs.PackPolicy`` of a simulated study: ``fusion``'s answers, a
+    member's memory from ``perf``'s profile on its device's architecture, and a device's memory
+    from ``gpu_of(device)`` (the simulated GPU, None once it is gone)."""
+
+    def __init__(self, fusion: SimFusion, perf: Any, gpu_of: Callable[[Key], Any]):
+        self.fusion, self._perf, self._gpu_of = fusion, perf, gpu_of
+
+    @property
+    def max_members(self) -> int:
+        return self.fusion.max_members
+
+    def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
+        return self.fusion.fuses(config, pack_size)
+
+    def key(self, config: Mapping[str, Any]) -> Hashable:
+        return self.fusion.key(config)
+
+    def member_memory(self, config: Mapping[str, Any], device: Key) -> float | None:
+        gpu = self._gpu_of(device)
+        return None if gpu is None else float(self._perf.profile(config, gpu.arch).memory_gb)
+
+    def device_memory(self, device: Key) -> float | None:
+        gpu = self._gpu_of(device)
+        return None if gpu is None else float(gpu.memory_gb)
 
 
 @dataclass(eq=False)
 class SimPack:
-    """A pack process on one device: its members (trial ids, in join order) and its cap."""
+    """A pack process on one device: its members (trial id -> seat, in join order)."""
     pack_id: int
     device: Key
-    key: Hashable
-    cap: int
-    members: list[int] = field(default_factory=list)
-
-    def seats(self) -> PackSeats:
-        return PackSeats(self.pack_id, _label(self.device), self.key, len(self.members), self.cap)
+    members: dict[int, int] = field(default_factory=dict)
 
 
-class PackBook:
+class RunningPacks:
     """The running packs of a simulated cluster; ``of[trial_id]`` is a member's pack."""
 
     def __init__(self, fusion: SimFusion):
@@ -72,24 +91,19 @@ class PackBook:
         self.started = 0                           # packs started so far
         self.largest = 0                           # most members a pack held at once
 
-    def devices_with_seats(self, key: Hashable) -> list[Key]:
-        """Devices of packs with ``key`` and a seat, in start order (a launch not placed)."""
-        return [p.device for p in self.packs if p.key == key and p.seats().has_seat]
+    def pack(self, pack_id: int) -> SimPack | None:
+        return next((p for p in self.packs if p.pack_id == pack_id), None)
 
-    def join(self, trial_id: int, key: Hashable, device: Key, free_gb: float,
-             member_gb: float) -> SimPack:
-        """Seat ``trial_id`` in the pack ``choose_pack`` names on ``device``, or in a new pack
-        there whose cap is ``pack_cap`` of ``free_gb`` (the memory free before this member)."""
-        chosen = choose_pack([p.seats() for p in self.on.get(device, ())], key, [_label(device)])
-        pack = next((p for p in self.on.get(device, ()) if p.pack_id == chosen), None)
+    def join(self, trial_id: int, pack_id: int, seat: int, device: Key) -> SimPack:
+        """Seat ``trial_id`` in the running pack ``pack_id``, else in a new pack of that id on
+        ``device`` (as its Launch says)."""
+        pack = self.pack(pack_id)
         if pack is None:
             self.started += 1
-            per_member = member_gb if member_gb > 0 else None
-            cap = pack_cap(self.fusion.max_members, free_gb if per_member else None, per_member)
-            pack = SimPack(self.started, device, key, cap)
+            pack = SimPack(pack_id, device)
             self.packs.append(pack)
             self.on.setdefault(device, []).append(pack)
-        pack.members.append(trial_id)
+        pack.members[trial_id] = seat
         self.of[trial_id] = pack
         self.largest = max(self.largest, len(pack.members))
         return pack
@@ -98,15 +112,13 @@ class PackBook:
         """The member leaves its pack (which stays, maybe empty, until ``end_empty``)."""
         pack = self.of.pop(trial_id, None)
         if pack is not None:
-            pack.members.remove(trial_id)
+            del pack.members[trial_id]
         return pack
 
-    def end_empty(self) -> None:
-        """Packs without members end."""
-        if any(not p.members for p in self.packs):
+    def end_empty(self) -> list[int]:
+        """Packs without members end; returns their ids, in start order."""
+        ended = [p.pack_id for p in self.packs if not p.members]
+        if ended:
             self.packs = [p for p in self.packs if p.members]
             self.on = {d: kept for d, ps in self.on.items() if (kept := [p for p in ps if p.members])}
-
-
-def _label(device: Key) -> str:
-    return f"{device[0]}/{device[1]}"
+        return ended

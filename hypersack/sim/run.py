@@ -16,6 +16,7 @@ from hypersack.core.trial import TrialFailed, TrialState
 from hypersack.runtime.loop import run_loop
 from hypersack.sim._placement import policy_label
 from hypersack.sim.executor import SimExecutor
+from hypersack.sim.packs import SimPackPolicy
 from hypersack.sim.scenario import Scenario
 from hypersack.sim.store import MemoryStore, SimStudyRow
 
@@ -77,6 +78,8 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True,
                             trial_timeout_s=spec.executor.trial_timeout_s,
                             max_failures=spec.max_failures)
     controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
+    if scenario.perf.fusion is not None:
+        controller.set_packs(SimPackPolicy(scenario.perf.fusion, scenario.perf, executor.gpu))
     if spec.time_sharing is not None:
         controller.set_time_sharing(spec.time_sharing)
     store = MemoryStore(keep_results=keep_results)

@@ -222,3 +222,21 @@ def test_the_inventory_names_the_devices_a_launch_may_use(backend):
         ex.submit(Launch(trial_id, backend.config, seed=trial_id, attempt=1, devices=(device,)))
     events = backend.until(ex, lambda ev: all(_of(ev, t, TrialFinished) for t in (0, 1)))
     assert {_of(events, t, TrialStarted)[0].trial_id for t in (0, 1)} == {0, 1}
+
+
+def test_an_acknowledgement_of_some_trials_lets_only_those_go_on(backend):
+    ex = backend.make()
+    for trial_id in (0, 1):
+        ex.submit(Launch(trial_id, backend.config, seed=trial_id, attempt=1,
+                         devices=(_device(ex, trial_id),)))
+    events = backend.until(ex, lambda ev: all(_of(ev, t, ResultReported) for t in (0, 1)),
+                           ack=False)
+    ex.acknowledge([0], {0: 0})
+    events = backend.until(ex, lambda ev: len(_of(ev, 0, ResultReported)) >= 1, ack=False)
+    for _ in range(10):
+        events += backend.poll(ex, ack=False)
+    assert [e.step for e in _of(events, 0, ResultReported)] == [2]   # then waits for its ack
+    assert _of(events, 1, ResultReported) == []                        # still waits for its own
+    ex.acknowledge()
+    events = backend.until(ex, lambda ev: len(_of(ev, 1, ResultReported)) >= 1, ack=False)
+    assert _of(events, 1, ResultReported)[0].step == 2

@@ -131,6 +131,7 @@ BLOCKED_IMPORT = textwrap.dedent("""
     import hypersack.core.space, hypersack.core.controller, hypersack.core.algorithms
     import hypersack.core.spec, hypersack.core.trial, hypersack.core.objective
     import hypersack.placement
+    import hypersack.core.packs, hypersack.core.devices
     from hypersack.core.algorithms import make_algorithm
     from hypersack.core.objective import Objective
     from hypersack.core.space import SearchSpace

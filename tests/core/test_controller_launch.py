@@ -1,5 +1,5 @@
-"""What a Launch carries that the executors act on: the algorithm's pack group (fused studies
-route on it) and, for a grown data-parallel trial, devices that free up for the next trial when
+"""What a Launch carries that the executors act on: the pack and seat the controller chose
+(``core.packs``; more in tests/core/test_controller_packs.py) and, for a grown data-parallel trial, devices that free up for the next trial when
 it is stopped. The end-to-end runs are in tests/runtime/test_fused_study.py and
 tests/runtime/test_placement_study.py."""
 from __future__ import annotations
@@ -35,17 +35,24 @@ class TwoPacks(Algorithm):
         return {"pack": "a" if trial_id < 2 else "b"}
 
 
-def test_a_launch_names_the_algorithms_pack_as_its_group_and_the_record_keeps_it():
+def test_the_record_keeps_the_algorithms_pack_and_a_study_without_packs_launches_plain_trials():
     c = on_slots(Controller(TwoPacks(), OBJ, Budget(trials=4)), 4)
     launches = c.launches(now=0.0)
-    assert [(l.trial_id, l.group) for l in launches] == [(0, "a"), (1, "a"), (2, "b"), (3, "b")]
+    assert [(l.trial_id, l.pack, l.seat) for l in launches] == [(t, None, None) for t in range(4)]
     assert [c.trials[t].info["pack"] for t in range(4)] == ["a", "a", "b", "b"]
 
 
-def test_without_an_algorithm_pack_every_launch_has_no_group():
-    from hypersack.core.algorithms import RandomSearch
-    c = on_slots(Controller(RandomSearch(SPACE, OBJ, seed=0), OBJ, Budget(trials=2)), 2)
-    assert [l.group for l in c.launches(now=0.0)] == [None, None]
+def test_the_algorithms_packs_keep_their_members_apart_when_the_study_fuses():
+    from hypersack.core.packs import PackBook
+    c = on_slots(Controller(TwoPacks(), OBJ, Budget(trials=4)), 1)
+    c.set_packs(type("P", (), {"max_members": 4, "fuses": lambda self, config, size=None: True,
+                               "key": lambda self, config: "k",
+                               "member_memory": lambda self, config, device: None,
+                               "device_memory": lambda self, device: None})())
+    assert isinstance(c.packs, PackBook)
+    (first,) = c.launches(now=0.0)                  # one device, one trial at a time
+    assert (first.pack, first.seat) == (1, 0)
+    assert c.packs.packs[0].key == ("k", ("group", "a"))
 
 
 class GrowThenStop(Algorithm):

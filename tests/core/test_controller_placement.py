@@ -219,7 +219,7 @@ def test_room_for_a_new_trial_is_asked_of_real_trials_only_and_stops_creation():
 
 def test_a_promoted_trial_is_placed_with_the_pack_it_resumes_in():
     """Its demand is asked with the algorithm's info for its next launch (a pack of one runs as
-    a plain trial and demands as one), and its Launch names that pack and its size."""
+    a plain trial and demands as one), and its Launch seats it in a pack, or in none alone."""
     class Packed(Scripted):
         def __init__(self):
             super().__init__(decisions={(0, 1): Decision.PAUSE}, limit=1)
@@ -237,12 +237,17 @@ def test_a_promoted_trial_is_placed_with_the_pack_it_resumes_in():
     algo = Packed()
     c = Controller(algo, OBJ, Budget(trials=1))
     c.set_inventory(cluster(1), "wfd", demand)
+    from hypersack.core.packs import runs_fused
+    c.set_packs(type("P", (), {"max_members": 4, "key": lambda self, config: "k",
+                               "fuses": lambda self, config, size=None: runs_fused("fused", bool, size),
+                               "member_memory": lambda self, config, device: None,
+                               "device_memory": lambda self, device: None})())
     (first,) = c.launches(now=0.0)
-    assert (first.group, first.pack_size) == (2, 2)
+    assert (first.pack, first.seat) == (1, 0) and c.trials[0].info["pack_size"] == 2
     c.handle(ResultReported(0, 1, {"acc": 0.5}), 1.0)
     c.handle(TrialFinished(0), 1.0)
     algo.size, algo.to_promote = 1, [0]
     seen.clear()
     (resumed,) = c.launches(now=1.0)
-    assert (resumed.group, resumed.pack_size) == (1, 1)
+    assert (resumed.pack, resumed.seat) == (None, None)     # alone in its algorithm pack
     assert seen and all(size == 1 for _, size in seen)

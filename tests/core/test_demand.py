@@ -1,10 +1,9 @@
-"""What a trial asks of a device (core.demand): pack members, the job history, OOM floors, MPS."""
+"""What a trial asks of a device (core.demand): the job history, OOM floors, MPS."""
 from dataclasses import dataclass
 
 import pytest
 
-from hypersack.core.allocator import Demand
-from hypersack.core.demand import (DEFAULT_CONTEXT_GB, history_demand, member_demand,
+from hypersack.core.demand import (DEFAULT_CONTEXT_GB, history_demand,
                                    memory_floor_after_oom, needs_mps, with_history)
 from hypersack.placement import Job
 from hypersack.errors import ConfigError
@@ -15,14 +14,6 @@ class Measured:
     gpu_util_percent: float | None
     peak_memory_gb: float
     time_per_iter_s: float
-
-
-def test_a_member_takes_its_share_of_a_device_unless_the_study_sets_compute():
-    assert member_demand(Demand(100.0, 3.0, 8), 16) == Demand(6.25, 3.0, 0.5)
-    assert member_demand(Demand(30.0, 3.0, 4), 4) == Demand(30.0, 3.0, 1.0)
-    assert member_demand(Demand(100.0, 0.0, 1), 1) == Demand(100.0, 0.0, 1.0)
-    with pytest.raises(ConfigError, match="pack.max_members"):
-        member_demand(Demand(), 0)
 
 
 def test_the_history_gives_utilisation_peak_plus_context_and_runtime():

@@ -11,7 +11,7 @@ if importlib.util.find_spec("sklearn") is None:      # its data file is read, sk
 
 from fusion_helpers import run_members  # noqa: E402
 
-from hypersack.core.packing import fusibility_key  # noqa: E402
+from hypersack.core.packs import fusibility_key  # noqa: E402
 from hypersack.errors import ConfigError  # noqa: E402
 from hypersack.fusion.task import Member  # noqa: E402
 from hypersack.workloads import digits  # noqa: E402

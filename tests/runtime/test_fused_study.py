@@ -12,7 +12,7 @@ from hypersack.core.spec import StudySpec
 from hypersack.errors import ConfigError
 from hypersack.runtime.devices import default_slots
 from hypersack.runtime.machine import member_demand
-from hypersack.runtime.pack_worker import plan_execution
+from hypersack.runtime.executors.packs import plan_execution
 from hypersack.runtime.storage import Storage
 
 _HEADER = re.compile(r"pack (\d+) \(pid (\d+)\), with members \[([0-9, ]*)\]")

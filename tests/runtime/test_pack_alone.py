@@ -1,14 +1,14 @@
 """A trial alone in its algorithm pack (``pack_size`` 1) is a plain trial on the local side too:
-it demands a plain trial's share of its device, and the executor's pack host does not take it."""
+it demands a plain trial's share of its device, the study's pack plan does not fuse it, and the
+controller seats it in no pack (its Launch has none)."""
 from __future__ import annotations
 
 import pytest
 
 from hypersack.core.spec import StudySpec
-from hypersack.core.trial import Launch, TrialRecord
-from hypersack.runtime.executors.packs import PackHost
+from hypersack.core.trial import TrialRecord
+from hypersack.runtime.executors.packs import PackPlan
 from hypersack.runtime.machine import Machine, _fused_demand
-from hypersack.runtime.pack_worker import PackPlan
 
 SPEC = StudySpec.from_dict({"name": "s", "space": {"x": 1}, "objective": ["y", "max"],
                             "budget": {"trials": 1}, "pack": {"max_members": 10},
@@ -28,10 +28,6 @@ def test_a_lone_trial_demands_a_plain_trials_share(pack_size, member):
     assert job.cpus == pytest.approx(0.1 if member else 1.0)    # a member: cpus / max_members
 
 
-def test_the_pack_host_routes_a_lone_trial_to_a_plain_worker():
-    plan = PackPlan(task=object(), ref=None, mode="fused", max_members=4)
-    host = PackHost(plan, pool=None, trial_dir=lambda t: None, steps_for=lambda c: None,  # type: ignore[arg-type]
-                    unsafe_checkpoints=False)
-    lone = Launch(0, {"x": 1}, seed=0, attempt=1, group=7, pack_size=1)
-    member = Launch(1, {"x": 1}, seed=1, attempt=1, group=8, pack_size=2)
-    assert not host.fuses(lone) and host.fuses(member)
+def test_the_pack_plan_does_not_fuse_a_lone_trial():
+    plan = PackPlan(task=object(), ref=None, mode="fused", max_members=4)  # type: ignore[arg-type]
+    assert not plan.fuses({"x": 1}, 1) and plan.fuses({"x": 1}, 2) and plan.fuses({"x": 1})

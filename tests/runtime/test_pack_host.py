@@ -1,18 +1,19 @@
-"""The local executor's pack host without processes: routing members into pack processes, seats
-freed by members that end, algorithm pack groups kept apart, and a dead pack failing its members.
-(The routing rule itself is ``core.routing``'s, tested in tests/core/test_routing.py; one real
-fused study runs in tests/runtime/test_fused_study.py.)"""
+"""The local executor's pack host without processes: members sent to the pack their Launch names
+(started on the slot it gives when not running), seats freed by members that end, caps and ends
+reported as ``PackCapped``, and a dead pack failing its members. (Which pack and seat is
+``core.packs``'s decision, tested in tests/core/test_packs.py; one real fused study runs in
+tests/runtime/test_fused_study.py.)"""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from hypersack.core.trial import (FailureCause, Launch, ResultReported, TrialFailed,
-                                  TrialFinished, TrialStarted)
+from hypersack.core.trial import (FailureCause, Launch, PackCapped, ResultReported,
+                                  TrialFailed, TrialFinished, TrialStarted)
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.executors.packs import PackHost
 from hypersack.runtime.executors.pool import Worker
-from hypersack.runtime.messages import (AddMember, Done, EndPack, PackFailed, Reported, StartPack,
-                                        Started, StopTrial)
+from hypersack.runtime.messages import (AddMember, Done, EndPack, PackCap, PackFailed, Reported,
+                                        StartPack, Started, StopTrial)
 
 
 class FakeProcess:
@@ -65,9 +66,8 @@ class FakePool:
 
 
 def _plan(max_members: int):
-    """A pack plan as the host uses it: every config fuses, keyed by its "hidden" width."""
-    return SimpleNamespace(max_members=max_members, fuses=lambda config: True,
-                           key=lambda config: config.get("hidden", 8),
+    """A pack plan as the host uses it: how a new pack starts (the controller seats members)."""
+    return SimpleNamespace(max_members=max_members,
                            ref=SimpleNamespace(key="k", reference="fused_tasks:SMALL", payload=None))
 
 
@@ -81,34 +81,41 @@ def _host(max_members: int = 2) -> tuple[PackHost, FakePool]:
     return host, pool
 
 
-def _launch(host: PackHost, trial_id: int, group=None, **config):
+def _launch(host: PackHost, trial_id: int, pack: int = 1, seat: int | None = None,
+            slot: Slot = SLOT, **config):
+    """Send a member where the controller's Launch says (``seat`` default: the trial id)."""
+    seat = trial_id if seat is None else seat
     return host.launch(Launch(trial_id, {"hidden": 8, **config}, seed=trial_id, attempt=1,
-                              group=group), [SLOT.key], lambda: SLOT)
+                              pack=pack, seat=seat), lambda: slot)
 
 
 def _members_sent(worker: Worker) -> list[int]:
     return [m.member.trial_id for m in worker.pipe.sent if isinstance(m, AddMember)]
 
 
-def test_members_fill_a_pack_up_to_its_cap_then_start_another():
+def test_members_join_the_pack_their_launch_names_and_a_new_id_starts_one():
     host, pool = _host(max_members=2)
-    packs = [_launch(host, t) for t in range(3)]
+    packs = [_launch(host, t, pack=p) for t, p in enumerate([4, 4, 9])]
     assert packs[0] is packs[1] is not packs[2]
+    assert [(p.pack_id, p.members) for p in host.packs] == [(4, {0: 0, 1: 1}), (9, {2: 2})]
     assert [_members_sent(w) for w in pool.taken] == [[0, 1], [2]]
     assert all(isinstance(w.pipe.sent[0], StartPack) for w in pool.taken)   # one start each
-    assert _launch(host, 3, hidden=16) not in packs                           # another architecture
+    assert [w.pipe.sent[0].spec.pack_id for w in pool.taken] == [4, 9]
+    assert _launch(host, 3, pack=4, seat=5) is packs[0]     # obeyed: the host decides nothing
+    assert host.packs[0].members == {0: 0, 1: 1, 3: 5}
 
 
-def test_a_member_placed_on_another_device_starts_a_pack_there():
+def test_a_new_pack_starts_on_the_slot_its_launch_gives_and_later_members_follow_it():
     host, pool = _host(max_members=4)
     first = _launch(host, 0)
     other = Slot(1, None, {})
-    second = host.launch(Launch(1, {"hidden": 8}, seed=1, attempt=1), [other.key], lambda: other)
+    second = _launch(host, 1, pack=2, slot=other)
     assert second is not first and second.worker.slot is other
-    assert _launch(host, 2) is first                   # a seat on its own device
+    assert _launch(host, 2, pack=2) is second          # its pack runs on the other slot
+    assert _launch(host, 3) is first
 
 
-def test_a_member_that_ends_frees_its_seat_for_a_pending_trial_while_the_pack_runs():
+def test_a_member_that_ends_frees_its_seat_while_the_pack_runs():
     host, pool = _host(max_members=2)
     pack = _launch(host, 0)
     _launch(host, 1)
@@ -118,10 +125,17 @@ def test_a_member_that_ends_frees_its_seat_for_a_pending_trial_while_the_pack_ru
                                Done(0)]
     assert host.drain(pack) == [TrialStarted(0, "cpu/0"), TrialStarted(1, "cpu/0"),
                                 ResultReported(0, 1, {"loss": 1.0}, "c"), TrialFinished(0)]
-    assert host.members == {1: pack}
-    host.end_empty()                                   # trial 1 still runs: the pack stays
-    assert _launch(host, 2) is pack and len(pool.taken) == 1
+    assert host.members == {1: pack} and pack.members == {1: 1}
+    assert host.end_empty() == []                      # trial 1 still runs: the pack stays
+    assert _launch(host, 2, seat=0) is pack and len(pool.taken) == 1
     assert _members_sent(pack.worker) == [0, 1, 2]
+
+
+def test_a_measured_cap_is_reported_to_the_controller():
+    host, _ = _host(max_members=8)
+    pack = _launch(host, 0, pack=3)
+    pack.worker.pipe.inbox.append(PackCap(0))
+    assert host.drain(pack) == [PackCapped(3, 1)]      # at least one member
 
 
 def test_an_emptied_pack_takes_a_launch_of_the_same_turn_and_else_returns_to_the_pool():
@@ -129,19 +143,12 @@ def test_an_emptied_pack_takes_a_launch_of_the_same_turn_and_else_returns_to_the
     pack = _launch(host, 0)
     pack.worker.pipe.inbox.append(Done(0))
     assert host.drain(pack) == [TrialFinished(0)]
-    assert _launch(host, 1) is pack                    # before the next poll: it joins
+    assert _launch(host, 1, seat=0) is pack            # before the next poll: it joins
     pack.worker.pipe.inbox.append(Done(1))
     host.drain(pack)
-    host.end_empty()
+    assert host.end_empty() == [PackCapped(1, 0)]      # ended: the controller's book drops it
     assert pack.worker.pipe.sent[-1] == EndPack() and pool.returned == [pack.worker]
-    assert host.packs == [] and _launch(host, 2) is not pack
-
-
-def test_trials_of_different_algorithm_packs_never_share_a_pack_process():
-    host, pool = _host(max_members=4)
-    packs = [_launch(host, t, group="a" if t < 2 else "b") for t in range(4)]
-    assert packs[0] is packs[1] and packs[2] is packs[3] and packs[0] is not packs[2]
-    assert [_members_sent(w) for w in pool.taken] == [[0, 1], [2, 3]]
+    assert host.packs == [] and _launch(host, 2, pack=2) is not pack
 
 
 def test_a_dead_pack_process_fails_each_member_as_a_lost_worker_once():
@@ -150,19 +157,19 @@ def test_a_dead_pack_process_fails_each_member_as_a_lost_worker_once():
     _launch(host, 1)
     pack.worker.process.exitcode = -9
     events = host.drain(pack)
-    assert events == [TrialFailed(0, "pack process died (killed by SIGKILL)", None,
+    assert events == [PackCapped(1, 0),
+                      TrialFailed(0, "pack process died (killed by SIGKILL)", None,
                                   cause=FailureCause.WORKER_DIED),
                       TrialFailed(1, "pack process died (killed by SIGKILL)", None,
                                   cause=FailureCause.WORKER_DIED)]
     assert host.members == {} and host.packs == [] and pack.worker.pipe.closed
     assert host.drain(pack) == []
-    assert _launch(host, 0) is not pack                # the retry goes to a new pack
+    assert _launch(host, 0, pack=2) is not pack        # the retry goes to a new pack
 
 
 def test_a_failed_pack_fails_its_members_with_the_cause_and_takes_no_new_one():
     host, _ = _host(max_members=4)
     pack = _launch(host, 0)
     pack.worker.pipe.inbox.append(PackFailed("OutOfMemoryError: CUDA", "tb", oom=True))
-    (event,) = host.drain(pack)
-    assert event == TrialFailed(0, "OutOfMemoryError: CUDA", "tb", cause=FailureCause.OOM)
-    assert _launch(host, 1) is not pack
+    assert host.drain(pack) == [PackCapped(1, 0), TrialFailed(0, "OutOfMemoryError: CUDA", "tb",
+                                                              cause=FailureCause.OOM)]

@@ -177,9 +177,14 @@ def test_an_ack_read_while_polling_for_a_stop_is_not_waited_for_again():
 
 
 class _Channel:
+    """A ``PipelinedChannel`` (``runtime.context``) that records what the context sends."""
+
     def __init__(self, free_below):
         self.free_below = free_below
         self.calls: list[tuple[str, int, str | None]] = []
+
+    def send(self, message):
+        self.calls.append(("send", message.step, message.checkpoint))
 
     def may_post(self, step):
         return step < self.free_below

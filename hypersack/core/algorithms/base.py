@@ -115,7 +115,7 @@ class Algorithm:
 
     def trial_info(self, trial_id: int) -> Mapping[str, Any]:
         """Annotations for the trial's next launch (its rung, bracket, pack...), merged into its
-        record's ``info``; ``info["pack"]`` asks the executor to fuse only trials of one pack."""
+        record's ``info``; ``info["pack"]`` asks the controller to fuse only trials of one pack (``core.packs``)."""
         return {}
 
     def promote(self) -> int | None:

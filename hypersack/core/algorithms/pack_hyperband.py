@@ -2,7 +2,7 @@
 
 Each bracket samples its ``n`` configs up front (from the same seeded stream, in the same order,
 as :class:`~hypersack.core.algorithms.hyperband.Hyperband` with the same seed: the two search
-the same configs), groups them into packs with ``hypersack.core.packing`` and hands them out
+the same configs), groups them into packs with ``hypersack.core.packs`` and hands them out
 pack by pack. When a rung closes, its best ``n_{i+1}`` trials (the top ``1/eta``, as in
 Hyperband) are *re-packed* among themselves before they resume into the next rung, and their
 promotions come out pack by pack too.
@@ -33,7 +33,7 @@ from hypersack.core.algorithms.hyperband import hyperband_steps
 from hypersack.core.algorithms.sha import (DISCARDED, PAUSED, QUEUED, BracketSearch, SHBracket,
                                            check_horizon, check_int, ranked)
 from hypersack.core.objective import Objective
-from hypersack.core.packing import (METRICS, batch_size_packs, fusibility_key, pack_opt,
+from hypersack.core.packs import (METRICS, batch_size_packs, fusibility_key, pack_opt,
                                     random_packs)
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
@@ -100,7 +100,7 @@ class PackHyperband(BracketSearch):
 
     Options as :class:`Hyperband` (``min_t``, ``max_t``, ``reduction_factor``, ``repeat``) plus:
     ``grouping`` ("knn" | "random" | "batch_size"), ``max_pack`` (members per pack, >= 1: the
-    memory cap, e.g. ``packing.member_cap`` of a measured footprint), ``threshold`` (largest
+    memory cap, e.g. ``packs.member_cap`` of a measured footprint), ``threshold`` (largest
     kNN distance a centroid accepts, >= 0; None/inf: no limit), ``fusibility_keys`` (parameters
     that change tensor shapes; only equal values fuse), ``metric`` ("euclidean" | "manhattan"),
     ``levels_per_axis`` (grid points that index a float/int axis, >= 2), ``batch_key`` (the batch

@@ -6,7 +6,7 @@ The contract is tested against every executor in ``tests/contracts/test_executor
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from hypersack.core.trial import Command, Event
 
@@ -26,8 +26,14 @@ class Executor(Protocol):
         """Events since the last poll; waits up to ``timeout`` seconds when there are none. A
         trial that reported waits, and reports nothing more, until ``acknowledge``."""
 
-    def acknowledge(self) -> None:
-        """The results returned by the last poll are durable: let their trials go on."""
+    def acknowledge(self, trial_ids: Iterable[int] | None = None,
+                    free_below: Mapping[int, int] | None = None) -> None:
+        """The results returned by the last poll are durable: let their trials go on. Every
+        trial that waits for an ack (``trial_ids`` None), or only those of ``trial_ids`` (the
+        others keep waiting). ``free_below``: each acked trial's next decision point, below
+        which its reports need not wait for an ack (pipelining; a trial it leaves out: 0); None:
+        the executor's own ``decision_step``, where it has one. Pack members wait at every
+        report whatever ``free_below`` says; an executor that does not pipeline ignores it."""
 
     def shutdown(self, kill: bool = False) -> None:
         """Release every worker; ``kill`` ends running trials at once."""

@@ -3,7 +3,7 @@
 Transport only. Each device (a GPU, or a share of the CPU cores without GPUs) keeps warm workers
 (``pool``), so a trainable's imports (torch included) are paid once per worker. Several trials
 may share a device (placement with oversubscription): a device then keeps more warm workers
-(``core.routing.warm_workers``). A data-parallel trial placed on k devices runs as k workers
+(``core.devices.warm_workers``). A data-parallel trial placed on k devices runs as k workers
 (ranks) that rendezvous through torch.distributed on a free port; rank 0 talks for the trial.
 Fused packs are the ``PackHost``'s (``packs``). What a failure means, timeouts included, is the
 controller's to decide: this executor reports facts (a worker died, a device was lost, the
@@ -19,23 +19,20 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from hypersack.core.routing import first_free_device, warm_workers
+from hypersack.core.devices import first_free_device, warm_workers
 from hypersack.core.timeouts import straggling
 from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCause, Launch,
                                   Preempt, ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialProfiled, TrialStarted)
 from hypersack.runtime.devices import Slot, slots_cluster
-from hypersack.runtime.executors.packs import PackHost, describe_exit, failure_event
+from hypersack.runtime.executors.packs import PackHost, PackPlan, describe_exit, failure_event
 from hypersack.runtime.executors.pool import Worker, WorkerPool
 from hypersack.runtime.messages import (Ack, BadMessage, Done, Failed, Message, Profiled,
                                         Reported, RunTrial, Started, StopTrial, TrialTask,
                                         WorldSpec)
 from hypersack.runtime.trainable import TrainableRef
-
-if TYPE_CHECKING:
-    from hypersack.runtime.pack_worker import PackPlan
 
 __all__ = ["LocalExecutor"]
 
@@ -61,7 +58,7 @@ class LocalExecutor:
                  cluster: Any = None, share_env: Callable[[Slot, float | None], dict] | None = None,
                  profile: Callable[[dict], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
-                 packs: "PackPlan | None" = None, unsafe_checkpoints: bool = False,
+                 packs: PackPlan | None = None, unsafe_checkpoints: bool = False,
                  decision_step: Callable[[int], int] | None = None):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
@@ -125,7 +122,7 @@ class LocalExecutor:
 
     def submit(self, command: Command) -> None:
         if isinstance(command, Launch):
-            if self._packs is not None and self._packs.fuses(command):
+            if command.pack is not None:
                 self._launch_member(command)
             else:
                 self._launch(command)
@@ -156,17 +153,13 @@ class LocalExecutor:
         return job.workers if job else []
 
     def _launch_member(self, launch: Launch) -> None:
-        """A fusing trial joins a pack on its placed device (without placement: any pack's),
-        or starts one there (without placement: on a free device)."""
-        if self._packs is None:         # a loop bug: only fusing launches come here
-            raise RuntimeError(f"trial {launch.trial_id} fuses, but the study has no pack plan")
-        if launch.devices:
-            slot = self._slot(launch.devices[0][1], launch.trial_id)
-            self._packs.launch(launch, [slot.key], lambda: slot)
-        else:
-            self._packs.launch(launch, [p.worker.slot.key for p in self._packs.packs],
-                               lambda: self._slot(self._any_free_slot(launch.trial_id),
-                                                  launch.trial_id))
+        """A member joins the pack its Launch names, or starts it on its placed device (a
+        Launch without devices: on a free one)."""
+        if self._packs is None:         # a loop bug: the controller seats no member then
+            raise RuntimeError(f"trial {launch.trial_id} has a pack, but the study has no pack plan")
+        key = launch.devices[0][1] if launch.devices else None
+        self._packs.launch(launch, lambda: self._slot(
+            key if key is not None else self._any_free_slot(launch.trial_id), launch.trial_id))
 
     def _launch(self, launch: Launch) -> None:
         keys = [gpu for _, gpu in launch.devices] or [self._any_free_slot(launch.trial_id)]
@@ -236,7 +229,7 @@ class LocalExecutor:
         events: list[Event] = self._pending + self._stragglers() + self._devices_changed()
         self._pending = []
         if self._packs is not None:
-            self._packs.end_empty()
+            events = self._packs.end_empty() + events
         busy = self._busy_workers()
         idle = self._pool.idle
         ready = _ready([w.pipe.fileno() for w in busy] + [w.process.sentinel for w in busy + idle],

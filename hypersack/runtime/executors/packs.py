@@ -1,73 +1,184 @@
-"""Fused packs on this machine: pack processes, their members, and their messages as events.
+"""Fused packs on this machine, driver side: which trials of a study fuse (``plan_execution``,
+``PackPlan``: the controller's pack policy), and the pack processes the executor runs as the
+controller's ``Launch`` says. The worker side, what runs inside a pack process, is
+``hypersack.runtime.pack_member_worker``; the seam is the pipe protocol of
+``hypersack.runtime.messages`` (StartPack, AddMember, ..., PackCap, PackFailed).
 
-A launch whose config fuses joins the pack ``core.routing.choose_pack`` names (same device,
-same key, a free seat), else starts a new pack in a worker of that device. To the study a member
-is an ordinary trial: its own events, acks, stop and checkpoint. A member that ends frees its
-seat; a pack with no members left is ended at the next poll (launches of the turn in between
-have joined it) and its process returns to the idle pool. A pack process that dies fails every
-member as a lost worker would (they restart from their checkpoints). A member that is cancelled
-or times out is asked to stop (its pack keeps running) and reported failed at once.
+Transport only: a launch with ``pack`` set joins the running pack of that id, else starts it on
+its placed device (``core.packs.PackBook`` decided which), and ``seat`` is recorded with the
+member. To the study a member is an ordinary trial: its own events, acks, stop and checkpoint.
+A member that ends frees its seat; a pack with no members left is ended at the next poll
+(launches of the turn in between have joined it) and its process returns to the idle pool. A
+pack's measured cap, and its failure or death (cap 0), are reported as ``PackCapped``. A pack
+process that dies fails every member as a lost worker would (they restart from their
+checkpoints). A member that is cancelled or times out is asked to stop (its pack keeps running)
+and reported failed at once.
+
+``execution`` (separate | fused | auto) and the trainable (a built-in name, ``module:NAME``, a
+callable or a ``FusableTask`` object) give the plain trainable and a ``PackPlan``. ``auto`` fuses
+a trial when the trainable has a fusable task and the task accepts its config (optimizer,
+schedule, batch size...); ``fused`` sends every trial to a pack (a config the task refuses fails).
 """
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Mapping
 
-from hypersack.core.routing import PackSeats, choose_pack, group_key
-from hypersack.core.trial import (Event, FailureCause, Launch, ResultReported, TrialFailed,
-                                  TrialFinished, TrialStarted)
+from hypersack.core.packs import EXECUTION_MODES, fusibility_key, runs_fused
+from hypersack.core.trial import (Event, FailureCause, Launch, PackCapped, ResultReported,
+                                  TrialFailed, TrialFinished, TrialStarted)
+from hypersack.errors import ConfigError
 from hypersack.runtime.devices import Slot
 from hypersack.runtime.executors.pool import Worker, WorkerPool
 from hypersack.runtime.messages import (AddMember, BadMessage, Done, EndPack, Failed,
                                         MemberTask, Message, PackCap, PackFailed, PackSpec,
                                         Reported, StartPack, Started, StopTrial)
+from hypersack.runtime.pack_member_worker import TaskTrainable, is_task, resolve_reference
+from hypersack.runtime.trainable import TrainableRef
+from hypersack.workloads import FUSED_BUILTINS
 
-if TYPE_CHECKING:
-    from hypersack.runtime.pack_worker import PackPlan
+__all__ = ["EXECUTION_MODES", "PackPlan", "plan_execution", "Pack", "PackHost", "describe_exit",
+           "failure_event"]
 
-__all__ = ["Pack", "PackHost", "describe_exit"]
 
+# ---- which trials fuse ---------------------------------------------------------------------------
+
+@dataclass
+class PackPlan:
+    """How a study fuses: ``task`` (a FusableTask, in the driver), ``ref`` (how workers load
+    it), ``mode`` ("fused" or "auto"), ``max_members`` (members per pack, >= 1). It is the
+    controller's ``core.packs.PackPolicy`` and the executor's recipe for a new pack."""
+    task: Any
+    ref: TrainableRef
+    mode: str
+    max_members: int
+    _cache: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
+        """Whether a trial with ``config``, in an algorithm pack of ``pack_size`` members (None:
+        no algorithm pack), runs in a pack (``core.packs.runs_fused``)."""
+        return runs_fused(self.mode, lambda: self._accepts(config), pack_size)
+
+    def _accepts(self, config: Mapping[str, Any]) -> bool:
+        key = json.dumps(config, sort_keys=True, default=repr)
+        if key not in self._cache:
+            self._cache[key] = _task_accepts(self.task, config)
+        return self._cache[key]
+
+    def key(self, config: Mapping[str, Any]) -> Hashable:
+        """The fusibility key: trials fuse only when theirs are equal."""
+        return fusibility_key(config, self.task.architecture_keys)
+
+    def member_memory(self, config: Mapping[str, Any], device: tuple[str, str]) -> float | None:
+        """Not known in the driver: a pack measures its own cap (``PackCap``, on CUDA)."""
+        return None
+
+    def device_memory(self, device: tuple[str, str]) -> float | None:
+        return None
+
+
+def _task_accepts(task: Any, config: Mapping[str, Any]) -> bool:
+    try:
+        batch = task.batch_size(config)
+        task.optimizer(config, 1)
+        task.max_steps(config, None)
+    except (ConfigError, ValueError, TypeError, KeyError):
+        return False
+    return isinstance(batch, int) and batch >= 1
+
+
+def _task_ref(trainable: Any) -> TrainableRef:
+    if isinstance(trainable, str):
+        reference = FUSED_BUILTINS.get(trainable.removeprefix("builtin:"), trainable)
+        return TrainableRef(key=f"task:{reference}", reference=reference)
+    import cloudpickle
+    payload = cloudpickle.dumps(trainable)
+    return TrainableRef(key="task-pickle:" + hashlib.sha1(payload).hexdigest(), payload=payload)
+
+
+def _find_task(trainable: Any) -> Any | None:
+    """The fusable task a trainable names, or None (a plain trainable)."""
+    if is_task(trainable):
+        return trainable
+    if not isinstance(trainable, str):
+        return None
+    name = trainable.removeprefix("builtin:")
+    if name in FUSED_BUILTINS:
+        return resolve_reference(FUSED_BUILTINS[name])
+    if ":" not in name:
+        return None
+    obj = resolve_reference(name)
+    return obj if is_task(obj) else None
+
+
+def plan_execution(execution: str, trainable: Any, max_members: int) -> tuple[Any, PackPlan | None]:
+    """(the plain trainable, the pack plan or None) for a study's ``execution`` mode.
+
+    A task object also gets a plain trainable (``TaskTrainable``: the fused runner with one
+    member), so ``separate`` and the non-fusable trials of ``auto`` run it as ordinary trials.
+    Raises ConfigError for an unknown mode, or "fused" with a trainable that has no task.
+    """
+    if execution not in EXECUTION_MODES:
+        raise ConfigError("execution", execution, f"must be one of {', '.join(EXECUTION_MODES)}")
+    if execution == "separate":
+        return (TaskTrainable(trainable) if is_task(trainable) else trainable), None
+    task = _find_task(trainable)
+    if task is None:
+        if execution == "fused":
+            raise ConfigError("execution", execution, (
+                f"needs a fusable task and the trainable {_name(trainable)} has none (fusable "
+                f"built-ins: {', '.join(sorted(FUSED_BUILTINS))}; or pass a FusableTask, or "
+                "'module:TASK', to run())"))
+        return trainable, None
+    ref = _task_ref(trainable if isinstance(trainable, str) else task)
+    plain = trainable if not is_task(trainable) else TaskTrainable(task)
+    if isinstance(trainable, str) and trainable.removeprefix("builtin:") not in FUSED_BUILTINS:
+        plain = TaskTrainable(task)     # "module:TASK" names a task, not a train() function
+    return plain, PackPlan(task, ref, execution, max_members)
+
+
+def _name(trainable: Any) -> str:
+    return repr(trainable) if isinstance(trainable, str) else \
+        repr(getattr(trainable, "__qualname__", type(trainable).__name__))
+
+
+# ---- the pack processes --------------------------------------------------------------------------
 
 @dataclass(eq=False)
 class Pack:
-    """A pack process: ``members`` are the trials it holds (sent and not yet done or failed)."""
+    """A pack process: ``members`` maps the trials it holds (sent and not yet done or failed) to
+    their seats, as their Launches named them."""
     pack_id: int
     worker: Worker
-    key: Any
-    cap: int
-    members: set[int] = field(default_factory=set)
-    failed: bool = False
-
-    def seats(self) -> PackSeats:
-        return PackSeats(self.pack_id, self.worker.slot.key, self.key, len(self.members), self.cap,
-                         self.failed)
+    members: dict[int, int] = field(default_factory=dict)
 
 
 class PackHost:
     """The packs of one executor. ``members`` maps a member's trial id to its pack."""
 
-    def __init__(self, plan: "PackPlan", pool: WorkerPool, *, trial_dir: Callable[[int], Path],
+    def __init__(self, plan: PackPlan, pool: WorkerPool, *, trial_dir: Callable[[int], Path],
                  steps_for: Callable[[dict], int | None], unsafe_checkpoints: bool):
         self.plan, self._pool = plan, pool
         self._trial_dir, self._steps_for = trial_dir, steps_for
         self._unsafe = unsafe_checkpoints
         self.packs: list[Pack] = []
         self.members: dict[int, Pack] = {}
-        self._count = 0
 
-    def fuses(self, launch: Launch) -> bool:
-        return self.plan.fuses(launch.config, launch.pack_size)
+    def pack(self, pack_id: int) -> Pack | None:
+        """The running pack ``pack_id``, or None."""
+        return next((p for p in self.packs if p.pack_id == pack_id), None)
 
-    def launch(self, launch: Launch, devices: list[str], new_on: Callable[[], Slot]) -> Pack:
-        """Send the member to a pack with a seat on one of ``devices``, or to a new pack on the
-        slot ``new_on()`` gives."""
-        key = group_key(self.plan.key(launch.config), launch.group)
-        chosen = choose_pack([p.seats() for p in self.packs], key, devices)
-        pack = next((p for p in self.packs if p.pack_id == chosen), None)
-        if pack is None:
-            pack = self._start(new_on(), key, launch)
-        pack.members.add(launch.trial_id)
+    def launch(self, launch: Launch, slot: Callable[[], Slot]) -> Pack:
+        """Seat the member where ``launch`` says: in its running pack ``launch.pack``, else in a
+        new pack of that id on the slot ``slot()`` gives."""
+        if launch.pack is None:           # a loop bug: only members come here
+            raise RuntimeError(f"trial {launch.trial_id} has no pack to join")
+        pack = self.pack(launch.pack) or self._start(launch.pack, slot(), launch)
+        pack.members[launch.trial_id] = launch.seat if launch.seat is not None else -1
         self.members[launch.trial_id] = pack
         pack.worker.send(AddMember(MemberTask(
             launch.trial_id, launch.config, launch.seed, launch.attempt,
@@ -75,15 +186,14 @@ class PackHost:
             launch.checkpoint, self._unsafe)))
         return pack
 
-    def _start(self, slot: Slot, key: Any, launch: Launch) -> Pack:
-        self._count += 1
+    def _start(self, pack_id: int, slot: Slot, launch: Launch) -> Pack:
         worker = self._pool.take(slot, None)
         ref = self.plan.ref
-        log = Path(self._trial_dir(launch.trial_id)).parent / "packs" / f"pack-{self._count}.log"
-        worker.send(StartPack(PackSpec(self._count, (ref.key, ref.reference, ref.payload),
+        log = Path(self._trial_dir(launch.trial_id)).parent / "packs" / f"pack-{pack_id}.log"
+        worker.send(StartPack(PackSpec(pack_id, (ref.key, ref.reference, ref.payload),
                                        slot.device, self.plan.max_members, dict(launch.config),
                                        str(log))))
-        pack = Pack(self._count, worker, key, self.plan.max_members)
+        pack = Pack(pack_id, worker)
         self.packs.append(pack)
         return pack
 
@@ -98,13 +208,17 @@ class PackHost:
         self.stop(trial_id)
         self.members.pop(trial_id, None)
 
-    def end_empty(self) -> None:
-        """Packs left without members go back to the idle pool."""
+    def end_empty(self) -> list[Event]:
+        """Packs left without members end (their processes go back to the idle pool):
+        ``PackCapped(id, 0)`` for each."""
+        events: list[Event] = []
         for pack in [p for p in self.packs if not p.members]:
             self.packs.remove(pack)
+            events.append(PackCapped(pack.pack_id, 0))
             if pack.worker.process.is_alive():
                 pack.worker.send(EndPack())
                 self._pool.give_back(pack.worker)
+        return events
 
     def drain(self, pack: Pack) -> list[Event]:
         """Events from ``pack``'s pipe; its members fail if its process died."""
@@ -137,15 +251,13 @@ class PackHost:
 
     def _event(self, pack: Pack, message: Message) -> list[Event]:
         if isinstance(message, PackCap):
-            pack.cap = max(1, int(message.cap))
-            return []
+            return [PackCapped(pack.pack_id, max(1, int(message.cap)))]
         if isinstance(message, PackFailed):
-            pack.failed = True
             cause = FailureCause.OOM if message.oom else FailureCause.ERROR
             return self._fail_members(pack, message.reason, message.traceback, cause)
         trial_id: int = getattr(message, "trial_id", -1)
         if isinstance(message, (Done, Failed)):
-            pack.members.discard(trial_id)
+            pack.members.pop(trial_id, None)
         if self.members.get(trial_id) is not pack:
             return []                     # a member cancelled or timed out: stale news
         if isinstance(message, Started):
@@ -163,8 +275,9 @@ class PackHost:
 
     def _fail_members(self, pack: Pack, reason: str, text: str | None,
                       cause: FailureCause) -> list[Event]:
-        """Every member of ``pack`` failed with it; the pack holds none afterwards."""
-        events: list[Event] = []
+        """Every member of ``pack`` failed with it; the pack holds none afterwards and takes
+        none again (``PackCapped`` 0, first)."""
+        events: list[Event] = [PackCapped(pack.pack_id, 0)]
         for trial_id in sorted(pack.members):
             if self.members.get(trial_id) is pack:
                 del self.members[trial_id]

@@ -1,7 +1,7 @@
 """Warm worker processes per device: spawned once, reused for trial after trial.
 
 Transport only: which device a worker serves and how many stay warm are decided elsewhere
-(``core.routing.warm_workers``, the controller's placement). A worker that dies while idle is
+(``core.devices.warm_workers``, the controller's placement). A worker that dies while idle is
 replaced; a busy one is reported by its owner (the executor), which ends its job.
 """
 from __future__ import annotations

@@ -39,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
                                   Launch, ResultReported, TrialFailed, TrialFinished)
@@ -342,16 +342,21 @@ class RayExecutor:
         nodes = list(self._nodes.values())
         return max(nodes, key=lambda n: len(n.devices) - len(n.trials)) if nodes else None
 
-    def acknowledge(self) -> None:
-        """Each node acks exactly the results received from it, with each trial's next decision
-        point (pipelining: reports below it need not wait; the node's executor gives pack
-        members 0)."""
+    def acknowledge(self, trial_ids: Iterable[int] | None = None,
+                    free_below: Mapping[int, int] | None = None) -> None:
+        """Each node acks exactly the results received from it (all, or those of
+        ``trial_ids``), with each trial's next decision point: ``free_below``'s, else the
+        driver's ``decision_step`` (pipelining: reports below it need not wait; the node's
+        executor gives pack members 0)."""
         step = self._decision_step
+        chosen = None if trial_ids is None else set(trial_ids)
         for node in self._nodes.values():
-            if node.unacked:
-                trials = sorted(node.unacked)
-                node.actor.acknowledge.remote(trials, {t: step(t) if step else 0 for t in trials})
-                node.unacked = set()
+            trials = sorted(node.unacked if chosen is None else node.unacked & chosen)
+            if trials:
+                below = {t: (free_below.get(t, 0) if free_below is not None
+                             else step(t) if step else 0) for t in trials}
+                node.actor.acknowledge.remote(trials, below)
+                node.unacked -= set(trials)
 
     # ---- events ----------------------------------------------------------------------------
 
@@ -515,6 +520,7 @@ def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: An
             with prepare_driver(spec, cluster, store, trainable_name=trainable.key,
                                 fuses=plan.fuses if plan else None) as machine:
                 controller.set_inventory(cluster, spec.placement, machine.demand)
+                controller.set_packs(plan)
                 if spec.time_sharing is not None:
                     controller.set_time_sharing(spec.time_sharing)
                 return run_loop(controller, executor, store, row, observers=machine.observers,

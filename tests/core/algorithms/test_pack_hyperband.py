@@ -10,7 +10,7 @@ import pytest
 from hypersack.algorithms import Hyperband, PackHyperband
 from hypersack.core.algorithms import Decision, make_algorithm
 from hypersack.core.objective import Objective
-from hypersack.core.packing import distance_matrix
+from hypersack.core.packs import distance_matrix
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 

@@ -1,15 +1,17 @@
-"""Fused packs, timeouts and out-of-memory retries in the simulator (the same core decisions as
-the local executor's), and the fused performance model."""
+"""Fused packs, timeouts and out-of-memory retries in the simulator: the executor seats members
+where the controller's Launch says (``core.packs.PackBook`` decides, with the sim's pack policy),
+and the fused performance model."""
 from __future__ import annotations
 
 import pytest
 
 from hypersack.placement import GPU, Cluster, Node
-from hypersack.core.trial import Launch, ResultReported, Stop
+from hypersack.core.packs import PackBook
+from hypersack.core.trial import Launch, PackCapped, ResultReported, Stop
 from hypersack.errors import ConfigError
 from hypersack.sim.curves import CurveParams, ParametricCurves
 from hypersack.sim.executor import SimExecutor
-from hypersack.sim.packs import SimFusion
+from hypersack.sim.packs import SimFusion, SimPackPolicy
 from hypersack.sim.perf import FUSED_PRESETS, FusedModel, PerfModel, PerfParams, ProfileTable, WorkloadKeys
 from hypersack.sim.run import simulate
 from hypersack.sim.scenario import scenario_from_dict
@@ -35,13 +37,15 @@ def _executor(fusion: SimFusion | None = SimFusion("fused", 8), gpus: int = 2, *
                        steps_for=lambda c: 3, **kw)
 
 
-def _launch(trial_id: int, gpu: str | None = "0", bs: int = 64, group=None, attempt: int = 1,
-            pack_size: int | None = None):
+def _launch(trial_id: int, gpu: str | None = "0", bs: int = 64, pack: int | None = 1,
+            seat: int | None = None, attempt: int = 1):
+    """A Launch as the controller makes one: ``pack`` and ``seat`` (default: the trial id) say
+    where a member runs; ``pack`` None: a plain trial."""
     devices = (("n0", gpu),) if gpu is not None else ()
+    if pack is not None and seat is None:
+        seat = trial_id
     return Launch(trial_id, {"bs": bs, "lr": 0.01}, seed=trial_id, attempt=attempt, devices=devices,
-                  group=group, pack_size=pack_size)
-
-
+                  pack=pack, seat=seat)
 
 
 def _reports(events, trial_id):
@@ -70,13 +74,13 @@ def test_a_bad_fused_table_is_a_clear_error(bad):
         PerfParams.from_dict({"fused": bad})
 
 
-# ---- packs on the executor ------------------------------------------------------------------
+# ---- packs on the executor: it obeys the Launch -----------------------------------------------
 
 def test_members_on_one_device_share_one_pack_and_step_at_speedup_over_k():
     ex = _executor()
     ex.submit(_launch(0))
     ex.submit(_launch(1))
-    assert [sorted(p.members) for p in ex.packs.packs] == [[0, 1]]
+    assert [p.members for p in ex.packs.packs] == [{0: 0, 1: 1}]
     events = drain(ex)
     # one process of demand min(100, 1.5/2 * 120) = 90 <= 100: f_gpu 1; members at 1.5 / 2
     assert _reports(events, 0) == pytest.approx([12 / 0.75, 12 / 0.75 + 10 / 0.75, 12 / 0.75 + 20 / 0.75])
@@ -85,8 +89,8 @@ def test_members_on_one_device_share_one_pack_and_step_at_speedup_over_k():
 
 def test_the_same_launches_unfused_share_the_device_by_the_sharing_formula():
     ex = _executor(fusion=None)
-    ex.submit(_launch(0))
-    ex.submit(_launch(1))
+    ex.submit(_launch(0, pack=None))
+    ex.submit(_launch(1, pack=None))
     assert ex.packs is None
     events = drain(ex)
     assert _reports(events, 0)[0] == pytest.approx(12 / ((100 / 120) / 1.1))
@@ -94,12 +98,21 @@ def test_the_same_launches_unfused_share_the_device_by_the_sharing_formula():
 
 def test_packs_count_once_among_the_processes_of_a_device():
     ex = _executor()
-    ex.submit(_launch(0, group=1))
-    ex.submit(_launch(1, group=2))            # another algorithm pack: another process
+    ex.submit(_launch(0, pack=1))
+    ex.submit(_launch(1, pack=2))            # another pack named: another process
     assert len(ex.packs.packs) == 2
     events = drain(ex)
     # two packs of 1: each demands 0.5 * 60 = 30; f_gpu = 1 / (1 + 0.1); members at 0.5
     assert _reports(events, 0)[0] == pytest.approx(12 / (0.5 / 1.1))
+
+
+def test_the_executor_seats_members_where_their_launches_say_and_decides_nothing():
+    ex = _executor(fusion=SimFusion("fused", 2))
+    for t, (pack, seat) in enumerate([(5, 1), (5, 0), (5, 7), (9, 0)]):
+        ex.submit(_launch(t, pack=pack, seat=seat))     # pack 5 past max_members: obeyed
+    assert [(p.pack_id, p.device, p.members) for p in ex.packs.packs] == [
+        (5, ("n0", "0"), {0: 1, 1: 0, 2: 7}), (9, ("n0", "0"), {3: 0})]
+    assert ex.packs.started == 2 and ex.packs.largest == 3
 
 
 def test_a_member_leaving_reprices_the_members_left():
@@ -114,46 +127,26 @@ def test_a_member_leaving_reprices_the_members_left():
     assert _reports(rest, 0)[0] == pytest.approx(t1 + 10 / 0.5)     # a pack of 1 now
 
 
-def test_a_new_pack_is_capped_by_the_memory_free_when_it_starts():
-    ex = _executor()
-    ex.submit(_launch(0, bs=128))     # 30 GB members on 40 GB: floor(0.9 * 40 / 30) = 1
-    assert ex.packs.packs[0].cap == 1
-    ex.submit(_launch(1, gpu="1"))    # 4 GB members: floor(36 / 4) = 9 > max_members 8
-    assert ex.packs.packs[1].cap == 8
-    big = SimExecutor(Cluster([Node("n0", 16, (GPU("0", "A100", 20),))]),
-                      _perf(SimFusion("fused", 16)), ParametricCurves("accuracy", CurveParams()),
-                      steps_for=lambda c: 3)
-    big.submit(_launch(0))
-    assert big.packs.packs[0].cap == 4            # floor(0.9 * 20 / 4)
-
-
-def test_a_full_pack_sends_the_next_member_to_a_new_pack_on_the_device():
-    ex = _executor(fusion=SimFusion("fused", 2))
-    for t in range(3):
-        ex.submit(_launch(t))
-    assert [p.members for p in ex.packs.packs] == [[0, 1], [2]]
-
-
 def test_an_emptied_pack_takes_a_launch_of_the_same_turn_and_ends_at_the_next_poll():
     ex = _executor()
     ex.submit(_launch(0))
     drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
     ex.submit(Stop(0, "paused"))                  # ends at once (waiting for its ack)
-    ex.submit(_launch(1))                         # the same turn: joins the empty pack
-    assert [(p.pack_id, p.members) for p in ex.packs.packs] == [(1, [1])]
+    ex.submit(_launch(1, seat=0))                 # the same turn: joins the empty pack
+    assert [(p.pack_id, p.members) for p in ex.packs.packs] == [(1, {1: 0})]
     ex.submit(Stop(1, "paused"))                  # mid-step: ends at its next report
     drain(ex)
     assert ex.running() == 0 and len(ex.packs.packs) == 1     # empty, until the next poll
-    assert ex.poll() == []
+    assert ex.poll() == [PackCapped(1, 0)]        # ended: the controller's book drops it
     assert ex.packs.packs == [] and ex.packs.on == {}
 
 
-def test_an_unplaced_member_joins_a_pack_with_a_seat_on_any_device():
+def test_an_unplaced_member_runs_where_its_pack_runs_else_on_the_first_idle_device():
     ex = _executor()
     ex.submit(_launch(0, gpu="1"))
-    ex.submit(_launch(1, gpu=None))
-    assert [p.members for p in ex.packs.packs] == [[0, 1]]
-    ex.submit(_launch(2, gpu=None, group=5))      # no pack with its key: the first idle device
+    ex.submit(_launch(1, gpu=None))               # pack 1 runs on device 1
+    assert [(p.device, p.members) for p in ex.packs.packs] == [(("n0", "1"), {0: 0, 1: 1})]
+    ex.submit(_launch(2, gpu=None, pack=2))       # pack 2 runs nowhere: the first idle device
     assert ex.packs.packs[-1].device == ("n0", "0")
 
 
@@ -161,22 +154,69 @@ def test_auto_and_separate_modes_follow_the_core_rule():
     assert SimFusion("auto").fuses({"bs": 64}) and SimFusion("fused").fuses({})
     assert not SimFusion("separate").fuses({"bs": 64})
     assert not SimFusion("fused").fuses({"bs": 64}, pack_size=1)
-
-
-def test_a_trial_alone_in_its_algorithm_pack_runs_outside_any_pack():
-    ex = _executor()
-    ex.submit(_launch(0, group=3, pack_size=1))
-    ex.submit(_launch(1, group=4, pack_size=2))
-    assert [p.members for p in ex.packs.packs] == [[1]]
     with pytest.raises(ConfigError, match="execution"):
         SimFusion("sometimes")
+
+
+def test_a_launch_without_a_pack_runs_outside_any_pack():
+    ex = _executor()
+    ex.submit(_launch(0, pack=None))
+    ex.submit(_launch(1, pack=4, seat=0))
+    assert [p.members for p in ex.packs.packs] == [{1: 0}]
+
+
+# ---- packs in the controller: the sim's pack policy ---------------------------------------------
+
+def _book(max_members: int = 8, gpus: int = 2, memory_gb: float = 40) -> PackBook:
+    cluster = Cluster([Node("n0", 16, tuple(GPU(str(i), "A100", memory_gb) for i in range(gpus)))])
+    ex = SimExecutor(cluster, _perf(SimFusion("fused", max_members)),
+                     ParametricCurves("accuracy", CurveParams()), steps_for=lambda c: 3)
+    return PackBook(SimPackPolicy(SimFusion("fused", max_members), ex.perf, ex.gpu))
+
+
+def test_a_new_pack_is_capped_by_the_memory_free_when_it_starts():
+    book = _book()
+    book.join(0, {"bs": 128}, None, ("n0", "0"), [])   # 30 GB members on 40 GB: floor(36 / 30)
+    assert book.packs[0].cap == 1
+    book.join(1, {"bs": 64}, None, ("n0", "1"), [])    # 4 GB members: floor(36 / 4) = 9 > 8
+    assert book.packs[1].cap == 8
+    book.join(2, {"bs": 64}, None, ("n0", "0"), [{"bs": 128}])   # 10 GB left: floor(9 / 4)
+    assert book.packs[2].cap == 2
+    assert _book(16, memory_gb=20).join(0, {"bs": 64}, None, ("n0", "0"), []).new
+    big = _book(16, memory_gb=20)
+    big.join(0, {"bs": 64}, None, ("n0", "0"), [])
+    assert big.packs[0].cap == 4                       # floor(0.9 * 20 / 4)
+
+
+def test_a_full_pack_sends_the_next_member_to_a_new_pack_on_the_device():
+    book = _book(max_members=2)
+    seats = [book.join(t, {"bs": 64}, None, ("n0", "0"), []) for t in range(3)]
+    assert [(s.pack, s.seat) for s in seats] == [(1, 0), (1, 1), (2, 0)]
+
+
+def test_a_simulated_study_launches_members_as_the_controller_seats_them(monkeypatch):
+    d = _mini(execution="fused", pack={"max_members": 3}, budget={"trials": 8})
+    d["perf"]["fused"] = SPEEDUP
+    seen = []
+    submit = SimExecutor.submit
+
+    def spy(self, command):
+        submit(self, command)
+        if isinstance(command, Launch):
+            pack = self.packs.of.get(command.trial_id)
+            seen.append((command.pack, command.seat, pack.pack_id if pack else None,
+                         pack.members.get(command.trial_id) if pack else None))
+    monkeypatch.setattr(SimExecutor, "submit", spy)
+    result = simulate(scenario_from_dict(d))
+    assert seen and all(c[0] is not None and c[:2] == c[2:] for c in seen)
+    assert result.largest_pack == 3
 
 
 # ---- timeouts -------------------------------------------------------------------------------
 
 def test_the_clock_stops_at_a_trials_timeout_deadline_with_no_event():
     ex = _executor(fusion=None, trial_timeout_s=5.0)
-    ex.submit(_launch(0))
+    ex.submit(_launch(0, pack=None))
     ex.poll()                                     # TrialStarted at 0
     assert ex.poll() == [] and 5.0 < ex.clock.now < 5.0 + 1e-9
     assert ex.running() == 1                      # the executor decides nothing
@@ -261,3 +301,23 @@ def test_bad_fusion_fields_in_a_scenario_are_clear_errors():
         scenario_from_dict(d)
     with pytest.raises(ConfigError, match="execution"):
         scenario_from_dict(_mini(execution="together"))
+
+
+def test_fused_scenarios_give_the_figures_they_gave_when_executors_routed_members():
+    """Pinned on main 4c5c27c, before the controller seated members (``core.packs.PackBook``):
+    pack-aware Hyperband's scenario (packs capped by the memory their neighbours leave, emptied
+    packs ended, members stopped with their ack freeing seats at once), and a cluster whose
+    memory caps every pack at two members."""
+    from pathlib import Path
+    from hypersack.sim.scenario import load_scenario
+    root = Path(__file__).resolve().parents[2]
+    phb = simulate(load_scenario(root / "examples" / "sim" / "pack_hyperband_mlp3.yaml"))
+    assert (phb.packs, phb.largest_pack, phb.best_trial) == (71, 16, 98)
+    assert phb.makespan_s == pytest.approx(2480.905853, abs=1e-5)
+    d = _mini(execution="fused", pack={"max_members": 8}, budget={"trials": 16})
+    d["perf"]["fused"] = SPEEDUP
+    for node in d["cluster"]["nodes"]:
+        for gpu in node["gpus"]:
+            gpu["memory_gb"] = 10
+    tight = simulate(scenario_from_dict(d))
+    assert (tight.packs, tight.largest_pack, tight.makespan_s) == (2, 2, pytest.approx(428.0))

@@ -1,15 +1,9 @@
-"""Fused packs inside a study: which trials fuse (driver side), and the pack a worker runs.
+"""The worker side of fused packs: what runs inside a pack process, and a fusable task run as a
+plain trial. Its driver side (which trials fuse, starting packs and seating members as the
+controller's ``Launch`` says) is ``hypersack.runtime.executors.packs``; the seam between them
+is the pipe protocol of ``hypersack.runtime.messages``.
 
-Driver side (no torch unless the study fuses): ``plan_execution`` turns the study's
-``execution`` (separate | fused | auto) and its trainable (a built-in name, ``module:NAME``, a
-callable or a ``FusableTask`` object) into the plain trainable and a ``PackPlan``: the fusable
-task, how workers load it, and ``fuses(config)`` / ``key(config)``, the routing questions the
-executor and the demand ask per trial. ``auto`` fuses a trial when the trainable has a fusable
-task and the task accepts its config (optimizer, schedule, batch size...); the others run as
-ordinary trials. ``fused`` sends every trial to a pack (a config the task refuses fails).
-
-Worker side: ``run_pack_task`` is what a worker process runs on ``StartPack``. Protocol on the
-worker's pipe (``hypersack.runtime.messages``), on top of the plain one:
+``run_pack_task`` is what a worker process runs on ``StartPack``. On top of the plain protocol:
 
 - driver -> worker: AddMember loads a trial into a free slot without restarting the pack;
   StopTrial and Ack as for plain trials; EndPack once the pack is empty and nothing is routed to
@@ -26,37 +20,31 @@ asked to stop (cancelled, timed out) before its report is freed without reportin
 recomputed from its committed checkpoint if it runs again. One whose stop comes with the ack of
 its report is freed right after it. Reports of members
 whose epochs end on the same iteration go out together and their acks are awaited together.
+
+``TaskTrainable`` runs a fusable task as an ordinary trial (the fused runner with one member).
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import os
 import sys
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from hypersack.core.fusing import pack_cap, runs_fused
-from hypersack.core.spec import EXECUTION_MODES
+from hypersack.core.packs import pack_cap
 from hypersack.errors import ConfigError
 from hypersack.runtime import checkpoints
 from hypersack.runtime.process_io import is_oom, redirected
 from hypersack.runtime.messages import (Ack, AddMember, Done, EndPack, Failed, MemberTask, Message,
                                         PackCap, PackFailed, PackSpec, Pipe, Reported, Shutdown,
                                         Started, StopTrial)
-from hypersack.runtime.trainable import TrainableRef
-from hypersack.workloads import FUSED_BUILTINS
 
-__all__ = ["EXECUTION_MODES", "PackPlan", "plan_execution", "run_pack_task", "TaskTrainable",
-           "is_task"]
+__all__ = ["run_pack_task", "TaskTrainable", "is_task", "resolve_reference"]
 
 _SHUTDOWN = "shutdown"
 
-
-# ---- driver side: which trials fuse -----------------------------------------------------------
 
 def is_task(obj: Any) -> bool:
     """Duck-typed ``FusableTask`` check (no torch import for plain trainables)."""
@@ -65,44 +53,7 @@ def is_task(obj: Any) -> bool:
         and callable(getattr(obj, "optimizer", None))
 
 
-@dataclass
-class PackPlan:
-    """How a study fuses: ``task`` (a FusableTask, in the driver), ``ref`` (how workers load
-    it), ``mode`` ("fused" or "auto"), ``max_members`` (members per pack, >= 1)."""
-    task: Any
-    ref: TrainableRef
-    mode: str
-    max_members: int
-    _cache: dict[str, bool] = field(default_factory=dict, repr=False)
-
-    def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
-        """Whether a trial with ``config``, in an algorithm pack of ``pack_size`` members (None:
-        no algorithm pack), runs in a pack (``core.fusing.runs_fused``)."""
-        return runs_fused(self.mode, lambda: self._accepts(config), pack_size)
-
-    def _accepts(self, config: Mapping[str, Any]) -> bool:
-        key = json.dumps(config, sort_keys=True, default=repr)
-        if key not in self._cache:
-            self._cache[key] = _task_accepts(self.task, config)
-        return self._cache[key]
-
-    def key(self, config: Mapping[str, Any]) -> tuple:
-        """The fusibility key: trials fuse only when theirs are equal."""
-        from hypersack.core.packing import fusibility_key
-        return fusibility_key(config, self.task.architecture_keys)
-
-
-def _task_accepts(task: Any, config: Mapping[str, Any]) -> bool:
-    try:
-        batch = task.batch_size(config)
-        task.optimizer(config, 1)
-        task.max_steps(config, None)
-    except (ConfigError, ValueError, TypeError, KeyError):
-        return False
-    return isinstance(batch, int) and batch >= 1
-
-
-def _resolve(reference: str) -> Any:
+def resolve_reference(reference: str) -> Any:
     """Import ``module:attr`` (dots allowed after the colon) without requiring a callable."""
     module_name, sep, attr = reference.partition(":")
     if not sep or not module_name or not attr:
@@ -115,60 +66,6 @@ def _resolve(reference: str) -> Any:
         raise ConfigError("trainable", reference, f"cannot be imported ({exc})") from exc
     return obj
 
-
-def _task_ref(trainable: Any) -> TrainableRef:
-    if isinstance(trainable, str):
-        reference = FUSED_BUILTINS.get(trainable.removeprefix("builtin:"), trainable)
-        return TrainableRef(key=f"task:{reference}", reference=reference)
-    import cloudpickle
-    payload = cloudpickle.dumps(trainable)
-    return TrainableRef(key="task-pickle:" + hashlib.sha1(payload).hexdigest(), payload=payload)
-
-
-def _find_task(trainable: Any) -> Any | None:
-    """The fusable task a trainable names, or None (a plain trainable)."""
-    if is_task(trainable):
-        return trainable
-    if not isinstance(trainable, str):
-        return None
-    name = trainable.removeprefix("builtin:")
-    if name in FUSED_BUILTINS:
-        return _resolve(FUSED_BUILTINS[name])
-    if ":" not in name:
-        return None
-    obj = _resolve(name)
-    return obj if is_task(obj) else None
-
-
-def plan_execution(execution: str, trainable: Any, max_members: int) -> tuple[Any, PackPlan | None]:
-    """(the plain trainable, the pack plan or None) for a study's ``execution`` mode.
-
-    A task object also gets a plain trainable (``TaskTrainable``: the fused runner with one
-    member), so ``separate`` and the non-fusable trials of ``auto`` run it as ordinary trials.
-    Raises ConfigError for an unknown mode, or "fused" with a trainable that has no task.
-    """
-    if execution not in EXECUTION_MODES:
-        raise ConfigError("execution", execution, f"must be one of {', '.join(EXECUTION_MODES)}")
-    if execution == "separate":
-        return (TaskTrainable(trainable) if is_task(trainable) else trainable), None
-    task = _find_task(trainable)
-    if task is None:
-        if execution == "fused":
-            raise ConfigError("execution", execution, (
-                f"needs a fusable task and the trainable {_name(trainable)} has none (fusable "
-                f"built-ins: {', '.join(sorted(FUSED_BUILTINS))}; or pass a FusableTask, or "
-                "'module:TASK', to run())"))
-        return trainable, None
-    ref = _task_ref(trainable if isinstance(trainable, str) else task)
-    plain = trainable if not is_task(trainable) else TaskTrainable(task)
-    if isinstance(trainable, str) and trainable.removeprefix("builtin:") not in FUSED_BUILTINS:
-        plain = TaskTrainable(task)     # "module:TASK" names a task, not a train() function
-    return plain, PackPlan(task, ref, execution, max_members)
-
-
-def _name(trainable: Any) -> str:
-    return repr(trainable) if isinstance(trainable, str) else \
-        repr(getattr(trainable, "__qualname__", type(trainable).__name__))
 
 
 class TaskTrainable:
@@ -211,7 +108,8 @@ class _ContextSource:
         raise error
 
 
-# ---- worker side: the pack ----------------------------------------------------------------------
+
+# ---- the pack process ---------------------------------------------------------------------------
 
 def _load_task(spec: tuple, cache: dict[str, Any]) -> Any:
     key, reference, payload = spec
@@ -220,7 +118,7 @@ def _load_task(spec: tuple, cache: dict[str, Any]) -> Any:
             import cloudpickle
             cache[key] = cloudpickle.loads(payload)
         else:
-            cache[key] = _resolve(reference)
+            cache[key] = resolve_reference(reference)
         if not is_task(cache[key]):
             raise ConfigError("trainable", reference or key, "is not a FusableTask")
     return cache[key]
@@ -374,7 +272,7 @@ def _log(trial_dir: Path, text: str) -> None:
 
 
 def _memory_cap(task: Any, config: Mapping[str, Any], device: str, max_members: int) -> int:
-    """``core.fusing.pack_cap`` of what this device measures: on CUDA the free memory and the
+    """``core.packs.pack_cap`` of what this device measures: on CUDA the free memory and the
     task's per-member and base bytes (``measure_member_memory``). On the CPU nothing is
     measured (host RAM is the placement's ``memory_gb`` question): ``max_members``."""
     if not device.startswith("cuda"):
