@@ -1,4 +1,4 @@
-"""Fused training throughput: N models fused (vmap) vs a Python loop vs N separate processes.
+"""Fused training throughput: N models fused (horizontally, or vmap) vs a loop vs N processes.
 
 For each model and N, reports model-steps/s (mini-batch updates summed over the N models),
 steps/s per model, the speed-up of fused over loop, and peak memory. Every measurement runs in a
@@ -12,6 +12,7 @@ Models: ``mlp`` / ``cnn`` are the digits workloads (real data, hidden 64, channe
 ``resnet18`` is a CIFAR-shaped ResNet-18 (BatchNorm) on synthetic 3x32x32 data (GPU use).
 
     python benchmarks/fusion_throughput.py --quick
+    python benchmarks/fusion_throughput.py --models mlp,cnn --n 32 --modes fused,vmap
     python benchmarks/fusion_throughput.py --models mlp,cnn --n 1,2,4,8,16,32,64 --json out.json
     python benchmarks/fusion_throughput.py --device cuda --models mlp,cnn,resnet18
 """
@@ -123,10 +124,13 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def measure_fused(task, n, args) -> float:
+def measure_fused(task, n, args, engine="auto") -> float:
+    """A pack of ``n`` members on ``engine``: "auto" (horizontally fused) or "vmap"."""
     from hypersack.fusion.runner import Pack
+    from hypersack.fusion.stack import StackOptions
     from hypersack.fusion.task import Member
-    pack = Pack(task, args.device)
+    options = StackOptions(capacity=n, engine=engine, precision=args.precision)
+    pack = Pack(task, args.device, options=options)
     for i in range(n):
         pack.load(Member(trial_id=i, config=config_for(i, args.batch_size), seed=i))
     for _ in range(args.warmup):
@@ -183,8 +187,11 @@ def worker(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     task = task_for(args.model)
-    measure = measure_fused if args.mode == "fused" else measure_loop
-    seconds = measure(task, args.members, args)
+    if args.mode == "loop":
+        seconds = measure_loop(task, args.members, args)
+    else:
+        seconds = measure_fused(task, args.members, args,
+                                engine="vmap" if args.mode == "vmap" else "auto")
     print(json.dumps({"seconds": seconds, "steps": args.steps,
                       "peak_mb": peak_memory_mb(args.device)}))
 
@@ -195,7 +202,7 @@ def run_worker(model, mode, members, args) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model, "--mode", mode,
            "--members", str(members), "--device", args.device, "--threads", str(args.threads),
            "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--batch-size", str(args.batch_size)]
+           "--batch-size", str(args.batch_size), "--precision", args.precision]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -231,7 +238,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,cnn")
     parser.add_argument("--n", default="1,2,4,8,16,32,64")
-    parser.add_argument("--modes", default="fused,loop,procs")
+    parser.add_argument("--modes", default="fused,loop,procs",
+                        help="fused (horizontally fused engine), vmap (the vmap engine), loop, "
+                             "procs")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=40)
