@@ -65,8 +65,12 @@ class Pack:
                  dtype: torch.dtype = torch.float32, options: StackOptions | None = None):
         self.task, self.device, self.dtype = task, torch.device(device), dtype
         self.options = options or StackOptions(precision=getattr(task, "precision", "fp32"))
+        if self.options.graphs == "on" and self.device.type != "cuda":
+            raise ConfigError("pack.graphs", "on", f"needs a CUDA device (the pack is on "
+                                                   f"{self.device})")
         self.data = PackData.from_task(task, self.device, dtype)
         self.stacks: dict[str, FusedStack] = {}
+        self.engines: dict[str, str] = {}     # optimizer kind -> "hfused" | "vmap", as built
         self.architecture: tuple[tuple[str, Hashable], ...] | None = None
 
     def __len__(self) -> int:
@@ -87,6 +91,7 @@ class Pack:
         stack = self.stacks.get(optimizer.kind)
         if stack is None:
             stack = FusedStack(self.task, optimizer.kind, model, self.data, self.options)
+            self.engines[optimizer.kind] = stack.engine
         slot = stack.add(member, model, optimizer, batch, max_steps)
         self.stacks[optimizer.kind] = stack
         self.architecture = key
