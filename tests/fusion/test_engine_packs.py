@@ -188,3 +188,45 @@ def test_reduced_precision_trains_close_to_fp32(precision):
             torch.testing.assert_close(got[name], want[name], rtol=0.1, atol=0.05)
         assert low.reports[m.trial_id][-1][1]["loss"] == pytest.approx(
             exact.reports[m.trial_id][-1][1]["loss"], rel=0.05)
+
+
+def _builtin(name):
+    from hypersack.workloads import lm, vision
+    from hypersack.workloads.digits_fused import DIGITS_CNN, DIGITS_MLP
+    from hypersack.workloads.synthetic import SyntheticTask
+    images = {"train_size": 12, "val_size": 4, "image_size": 8}
+    tokens = {"train_size": 12, "val_size": 4, "seq_len": 6, "vocab": 32}
+    tiny = {
+        "digits_mlp": (DIGITS_MLP, {"hidden": 8, "dropout": 0.2}),
+        "digits_cnn": (DIGITS_CNN, {"hidden": 8, "channels": 2, "dropout": 0.2}),
+        "resnet18_cifar": (SyntheticTask(vision.RESNET18_WORKLOAD, **images),
+                           {**images, "width": 2}),
+        "mobilenet_v3_small": (SyntheticTask(vision.MOBILENET_WORKLOAD, **images),
+                               {**images, "width": 2, "dropout": 0.2}),
+        "gpt_lm": (SyntheticTask(lm.GPT_WORKLOAD, **tokens), {**tokens, "width": 8, "layers": 1,
+                                                              "heads": 2, "dropout": 0.1}),
+    }
+    return tiny[name]
+
+
+@pytest.mark.parametrize("name", ["digits_mlp", "digits_cnn", "resnet18_cifar",
+                                  "mobilenet_v3_small", "gpt_lm"])
+def test_builtin_workloads_fuse_horizontally(name, recwarn):
+    task, config = _builtin(name)
+    pack = Pack(task, "cpu", torch.float64, StackOptions(capacity=2))
+    pack.load(Member(0, {**config, "batch_size": 4, "epochs": 1}, seed=1))
+    assert pack.engines == {"adam": "hfused"}
+    assert not [w for w in recwarn if "vmap" in str(w.message)]
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "gpt_lm"])
+def test_builtin_members_equal_their_alone_runs(name):
+    task, config = _builtin(name)
+    members = [Member(i, {**config, "batch_size": b, "lr": 0.01 / (i + 1), "epochs": 1},
+                      seed=i) for i, b in enumerate((4, 5))]
+    packed, _ = run_members(task, members, max_members=2)
+    # atol: a BatchNorm bias followed (through a conv) by another BatchNorm has a true gradient
+    # of 0; Adam turns its rounding noise into ~1e-9 moves, whichever way it is computed.
+    for m in members:
+        assert_same_state(packed.checkpoints[m.trial_id], alone(task, m).checkpoints[m.trial_id],
+                          rtol=1e-9, atol=1e-8)
