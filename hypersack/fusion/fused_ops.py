@@ -130,8 +130,7 @@ def fused_conv(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
     w = w.reshape(-1, *w.shape[2:])
     bias = None if b is None else b.reshape(-1)
     fn = F.conv1d if isinstance(conv, nn.Conv1d) else F.conv2d
-    out = fn(t, w, bias, conv.stride, conv.padding, conv.dilation,  # type: ignore[operator]
-             conv.groups * ctx.n)
+    out = fn(t, w, bias, conv.stride, conv.padding, conv.dilation, conv.groups * ctx.n)
     return Value(out, CF)
 
 
@@ -144,8 +143,7 @@ def fused_batchnorm(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Valu
     w, b = _stacked(ctx, name, "weight"), _stacked(ctx, name, "bias")
     flat_w = None if w is None else w.reshape(-1)
     flat_b = None if b is None else b.reshape(-1)
-    use_batch = ctx.training or mean is None
-    if not use_batch:
+    if not ctx.training and mean is not None and var is not None:
         return Value(F.batch_norm(t, mean.reshape(-1), var.reshape(-1), flat_w, flat_b, False,
                                   0.0, bn.eps), CF)
     tracked = _stacked(ctx, name, "num_batches_tracked")
@@ -153,9 +151,9 @@ def fused_batchnorm(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Valu
         if tracked is not None and ctx.training:
             tracked.add_(1)
         running = ctx.training and mean is not None
-        return Value(F.batch_norm(t, mean.reshape(-1) if running else None,
-                                  var.reshape(-1) if running else None, flat_w, flat_b, True,
-                                  bn.momentum, bn.eps), CF)
+        return Value(F.batch_norm(t, mean.reshape(-1) if running and mean is not None else None,
+                                  var.reshape(-1) if running and var is not None else None,
+                                  flat_w, flat_b, True, bn.momentum, bn.eps), CF)
     return Value(_masked_batchnorm(ctx, bn, t, (mean, var, tracked), w, b), CF)
 
 

@@ -64,7 +64,7 @@ class Pack:
     def __init__(self, task: FusableTask, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32, options: StackOptions | None = None):
         self.task, self.device, self.dtype = task, torch.device(device), dtype
-        self.options = options or StackOptions(precision=getattr(task, "precision", "fp32"))
+        self.options = options or StackOptions(precision=task.precision)
         if self.options.graphs == "on" and self.device.type != "cuda":
             raise ConfigError("pack.graphs", "on", f"needs a CUDA device (the pack is on "
                                                    f"{self.device})")
@@ -134,14 +134,13 @@ def run_pack(task: FusableTask, source: MemberSource, device: torch.device | str
     """Train members from ``source`` fused, at most ``max_members`` at a time (see module doc).
 
     ``dtype``: floating type of parameters and data (float64 for exact-isolation tests).
-    ``precision``: "fp32" (exact), "bf16" or "fp16" (None: the task's ``precision`` attribute,
-    else fp32); ``engine``: "auto" | "hfused" | "vmap"; ``graphs``: "auto" | "on" | "off"
+    ``precision``: "fp32" (exact), "bf16" or "fp16" (None: the task's ``precision``); ``engine``: "auto" | "hfused" | "vmap"; ``graphs``: "auto" | "on" | "off"
     (``hypersack.fusion.stack.StackOptions``). Each stack has ``max_members`` slots.
     Exceptions raised by ``source`` or by training propagate: the pack as a whole failed.
     """
     _check_max_members(max_members)
     options = StackOptions(capacity=int(max_members), engine=engine, graphs=graphs,
-                           precision=precision or getattr(task, "precision", "fp32"))
+                           precision=precision or task.precision)
     pack, stats = Pack(task, device, dtype, options), PackStats()
     ask = True
     while True:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Hashable, Iterator, Mapping, cast
 
 import numpy as np
 import torch
@@ -100,6 +100,35 @@ class Slot:
     optimizer: OptimizerConfig
 
 
+class SlotTable:
+    """A stack's members by slot: ``table[i]`` is slot i's ``Slot`` (IndexError when it is
+    free); iterating yields ``Slot | None`` for every slot; ``len`` is the capacity."""
+
+    def __init__(self, capacity: int):
+        self._slots: list[Slot | None] = [None] * capacity
+
+    def __getitem__(self, i: int) -> Slot:
+        slot = self._slots[i]
+        if slot is None:
+            raise IndexError(f"slot {i} is free")
+        return slot
+
+    def __setitem__(self, i: int, slot: Slot | None) -> None:
+        self._slots[i] = slot
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __iter__(self) -> Iterator[Slot | None]:
+        return iter(self._slots)
+
+    def free(self) -> list[int]:
+        return [i for i, s in enumerate(self._slots) if s is None]
+
+    def occupied(self) -> int:
+        return sum(s is not None for s in self._slots)
+
+
 @dataclass(frozen=True)
 class StackOptions:
     """How a stack trains (all results equal in fp32 whatever the engine and graph mode).
@@ -128,7 +157,7 @@ class FusedStack:
     """Members of one architecture and optimizer kind, trained together (see module docstring).
 
     ``template`` is any member's model after ``prepare_module``; it fixes the architecture.
-    ``slots[i]`` is the member in slot i (None: free); ``len(stack)`` counts members.
+    ``slots[i]`` is the member in slot i (``SlotTable``); ``len(stack)`` counts members.
     """
 
     def __init__(self, task: FusableTask, kind: str, template: nn.Module, data: PackData,
@@ -147,7 +176,7 @@ class FusedStack:
         self.device = data.x_train.device
         self.rows: dict[str, torch.Tensor] = {}
         self.host: dict[str, np.ndarray] = {}
-        self.slots: list[Slot | None] = []
+        self.slots = SlotTable(0)
         self._arange = torch.arange(data.n, device=self.device)
         self._pos = torch.zeros(0, dtype=torch.int64, device=self.device)
         self._counts = torch.zeros(0, dtype=torch.int64, device=self.device)
@@ -167,7 +196,7 @@ class FusedStack:
         return choose_engine(self.options.engine, self.base, sample, vmapped, rtol)
 
     def __len__(self) -> int:
-        return sum(slot is not None for slot in self.slots)
+        return self.slots.occupied()
 
     @property
     def capacity(self) -> int:
@@ -180,12 +209,12 @@ class FusedStack:
         """Write ``member`` (its prepared model on the pack's device and dtype) into a free slot;
         returns the slot. Shapes change only when no slot is free (capacity doubles)."""
         rows, host = self._member_rows(member, model, optimizer, batch_size)
-        if not self.slots:
+        if len(self.slots) == 0:
             self._allocate(rows, host, self.options.capacity)
-        free = [i for i, s in enumerate(self.slots) if s is None]
+        free = self.slots.free()
         if not free:
             self._grow(rows, host)
-            free = [i for i, s in enumerate(self.slots) if s is None]
+            free = self.slots.free()
         slot = free[0]
         with torch.no_grad():
             for k, v in rows.items():
@@ -212,7 +241,7 @@ class FusedStack:
         self.rows["active"] = torch.zeros(capacity, dtype=torch.bool, device=self.device)
         self.host = {k: np.zeros(capacity, dtype=v.dtype) for k, v in host.items()}
         self.host["active"] = np.zeros(capacity, dtype=bool)
-        self.slots = [None] * capacity
+        self.slots = SlotTable(capacity)
         self._static_buffers(capacity)
         self._releaf()
 
@@ -221,11 +250,12 @@ class FusedStack:
         capacity = 2 * len(old_slots)
         self._allocate(rows, host, capacity)
         with torch.no_grad():
-            for k, v in old_rows.items():
-                self.rows[k][:len(old_slots)] = v.detach()
-        for k, v in old_host.items():
-            self.host[k][:len(old_slots)] = v
-        self.slots[:len(old_slots)] = old_slots
+            for k, tensor in old_rows.items():
+                self.rows[k][:len(old_slots)] = tensor.detach()
+        for k, array in old_host.items():
+            self.host[k][:len(old_slots)] = array
+        for i, old in enumerate(old_slots):
+            self.slots[i] = old
         self.runner.reset()
 
     def _static_buffers(self, capacity: int) -> None:
@@ -308,9 +338,10 @@ class FusedStack:
         return tuple(i for i, shape in enumerate(self._drop_shapes) if shape is not None and (
             self.runner.enabled or np.any(self.host[f"drop.{i}"][active] > 0)))
 
-    def _device_step(self, key: tuple) -> None:
-        """The static step: gather, forward, backward, optimizer; device tensors only."""
-        width, padded, layers, masked = key
+    def _device_step(self, key: Hashable) -> None:
+        """The static step: gather, forward, backward, optimizer; device tensors only.
+        ``key``: (padded width, any padding, dropout layers with masks, mask the update)."""
+        width, padded, layers, masked = cast(tuple, key)
         rows, n = self.rows, self.data.n
         span = self._arange[:width]
         idx = rows["order"].gather(1, (self._pos[:, None] + span[None]).clamp(max=n - 1))
