@@ -248,8 +248,13 @@ def headline(check: dict) -> str:
             return "; ".join(f"{r['study']} {r['makespan_s']} s ({r['speedup_vs_exclusive']}x)"
                              for r in f.get("rows", []))
         if name == "fusion":
+            if f.get("engines"):
+                return "; ".join(
+                    f"{k}: fused/alone {r['fused_vs_alone']}x, same precision "
+                    f"{r['fused_vs_alone_same_precision']}x, /MPS {r['fused_vs_mps']}x"
+                    for k, r in f["engines"]["ratios"].items())
             goal = (check.get("goals") or {}).get("fused_vs_procs_at_n32", {})
-            study = f.get("study", {})
+            study = f.get("study") or {}
             return (f"fused/procs at N>=32: {goal.get('value')}; fused study "
                     f"{study.get('fused_speedup')}x separate")
         if name == "oom_retry":

@@ -109,13 +109,8 @@ def _stacked(ctx: FuseContext, name: str, attr: str) -> torch.Tensor | None:
 
 def fused_linear(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
     """``y_i = x_i W_i^T + b_i``: one batched matmul over ``[N, rows, in]``."""
-    t = to_nb(x, ctx.n)
-    w, b = _stacked(ctx, name, "weight"), _stacked(ctx, name, "bias")
-    assert w is not None
-    flat = t.reshape(ctx.n, -1, t.shape[-1])
-    wt = w.transpose(1, 2)
-    out = torch.bmm(flat, wt) if b is None else torch.baddbmm(b.unsqueeze(1), flat, wt)
-    return Value(out.view(*t.shape[:-1], w.shape[1]), NB)
+    return Value(fused_linear_raw(to_nb(x, ctx.n), _stacked(ctx, name, "weight"),
+                                  _stacked(ctx, name, "bias")), NB)
 
 
 def fused_conv(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
@@ -223,6 +218,53 @@ def fused_embedding(ctx: FuseContext, name: str, m: nn.Module, x: Value | torch.
     return Value(rows.view(n, *x.shape, w.shape[2]), NB)
 
 
+def fused_attention(ctx: FuseContext, name: str, m: nn.Module, query: Value, key: Value,
+                    value: Value, key_padding_mask: Any = None, need_weights: bool = True,
+                    attn_mask: Any = None, average_attn_weights: bool = True,
+                    is_causal: bool = False) -> tuple[Value, None]:
+    """``nn.MultiheadAttention`` as batched projections and one attention over N x B batches.
+
+    Returns ``(output, None)``: the attention weights are not computed (a model that uses
+    them fails the pack's probe and trains under vmap)."""
+    mha = m
+    assert isinstance(mha, nn.MultiheadAttention)
+    if (mha.dropout and ctx.training) or not mha._qkv_same_embed_dim or mha.bias_k is not None \
+            or mha.add_zero_attn or key_padding_mask is not None \
+            or any(isinstance(a, Value) for a in (attn_mask,)) \
+            or not all(isinstance(a, Value) for a in (query, key, value)):
+        raise Unfusable(f"model.{name}", "MultiheadAttention with dropout, kdim/vdim, bias_k, "
+                                         "zero attention or a key padding mask")
+    n, heads = ctx.n, mha.num_heads
+    w, b = _stacked(ctx, name, "in_proj_weight"), _stacked(ctx, name, "in_proj_bias")
+    assert w is not None
+    q, k, v = (to_nb(a, n) if mha.batch_first else to_nb(a, n).transpose(1, 2)
+               for a in (query, key, value))                                  # [N, B, T, E]
+    ws, bs = w.chunk(3, dim=1), (b.chunk(3, dim=1) if b is not None else (None,) * 3)
+
+    def project(x: torch.Tensor, i: int) -> torch.Tensor:
+        out = fused_linear_raw(x, ws[i], bs[i])
+        return out.flatten(0, 1).unflatten(-1, (heads, -1)).transpose(1, 2)  # [NB, H, T, d]
+    if isinstance(attn_mask, torch.Tensor) and attn_mask.dtype == torch.bool:
+        attn_mask = ~attn_mask               # nn.MultiheadAttention: True = may not attend
+    out = F.scaled_dot_product_attention(project(q, 0), project(k, 1), project(v, 2),
+                                         attn_mask=attn_mask,
+                                         is_causal=bool(is_causal and attn_mask is None))
+    out = out.transpose(1, 2).flatten(2).unflatten(0, (n, -1))               # [N, B, T, E]
+    out = fused_linear_raw(out, _stacked(ctx, name, "out_proj.weight"),
+                           _stacked(ctx, name, "out_proj.bias"))
+    return Value(out if mha.batch_first else out.transpose(1, 2), NB), None
+
+
+def fused_linear_raw(t: torch.Tensor, w: torch.Tensor | None,
+                     b: torch.Tensor | None) -> torch.Tensor:
+    """``[N, ..., in] @ W_i^T + b_i`` for stacked ``w`` ``[N, out, in]``."""
+    assert w is not None
+    flat = t.reshape(t.shape[0], -1, t.shape[-1])
+    wt = w.transpose(1, 2)
+    out = torch.bmm(flat, wt) if b is None else torch.baddbmm(b.unsqueeze(1), flat, wt)
+    return out.view(*t.shape[:-1], w.shape[1])
+
+
 def fused_dropout(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
     """Multiply by the member's own mask (``hypersack.fusion.layers``); none: identity."""
     mask = ctx.masks.get(ctx.dropout_index[name]) if ctx.training else None
@@ -257,12 +299,13 @@ _ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Har
 _POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d, nn.AdaptiveAvgPool1d,
           nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d)
 
-FusedOp = Callable[[FuseContext, str, nn.Module, Any], Value]
+FusedOp = Callable[..., Any]
 
 #: The table: layer type -> fused op. Nothing else with parameters or randomness fuses.
 FUSED_MODULES: dict[type, FusedOp] = {
     nn.Linear: fused_linear, nn.Conv1d: fused_conv, nn.Conv2d: fused_conv,
     MaskedBatchNorm: fused_batchnorm, nn.LayerNorm: fused_layernorm,
+    nn.MultiheadAttention: fused_attention,
     nn.Embedding: fused_embedding, MemberDropout: fused_dropout,
     nn.Flatten: generic_module, nn.Unflatten: generic_module,
     **{cls: channelwise for cls in _POOLS},

@@ -207,7 +207,8 @@ def _b(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def fused_step(kind: str, params: Mapping[str, torch.Tensor], grads: Mapping[str, torch.Tensor],
                state: Mapping[str, torch.Tensor], h: Mapping[str, torch.Tensor],
-               t: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+               t: torch.Tensor, keep: torch.Tensor | None = None,
+               restore: bool = True) -> None:
     """Update ``params`` and ``state`` in place for all N members.
 
     ``h``: hyperparameter rows [N] (``hparam_rows``); ``t``: int64 [N], updates each member has
@@ -215,10 +216,12 @@ def fused_step(kind: str, params: Mapping[str, torch.Tensor], grads: Mapping[str
     parameter that took no part in the loss) counts as zero; torch.optim would skip such a
     parameter instead, which differs only under weight decay or momentum.
 
-    ``keep``: bool [N] or None (all). Rows where it is False (free slots, members whose fp16
-    gradients overflowed) get learning rate 0 and keep their parameters and state bit for bit
-    (``torch.where`` on the slot mask): shapes never change, nothing is skipped in Python.
-    The loop is over parameters, never over members.
+    ``keep``: bool [N] or None (all). Rows where it is False get learning rate 0 and a zero
+    gradient, so their parameters stay bit for bit (every rule moves a parameter by lr x a
+    finite number); with ``restore`` their optimizer state is kept too (``torch.where`` against
+    a copy: members whose fp16 gradients overflowed), without it the state of those rows may
+    decay (free slots, whose rows the next load overwrites). Shapes never change and nothing is
+    skipped in Python: the loop is over parameters, never over members.
     """
     lr = h["lr"] * schedule_factor(h, t)
     if keep is not None:
@@ -232,9 +235,13 @@ def fused_step(kind: str, params: Mapping[str, torch.Tensor], grads: Mapping[str
         if keep is None:
             rule(p, g, st, h, lr, step, t)
             continue
+        g = torch.where(_b(keep, g), g, 0)
+        if not restore:
+            rule(p, g, st, h, lr, step, t)
+            continue
         tensors = [p, *st.values()]
         before = [x.clone() for x in tensors]
-        rule(p, torch.where(_b(keep, g), g, 0), st, h, lr, step, t)
+        rule(p, g, st, h, lr, step, t)
         for x, old in zip(tensors, before):
             x.copy_(torch.where(_b(keep, x), x, old))
 

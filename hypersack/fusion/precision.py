@@ -36,7 +36,9 @@ def autocast(precision: str, device: torch.device) -> Iterator[None]:
     if precision == "fp32":
         yield
         return
-    with torch.autocast(device_type=device.type, dtype=_DTYPES[precision]):
+    # No weight-cast cache: the step may be recorded in a CUDA graph, where a cache kept
+    # across steps would replay stale casts.
+    with torch.autocast(device_type=device.type, dtype=_DTYPES[precision], cache_enabled=False):
         yield
 
 

@@ -322,9 +322,7 @@ class FusedStack:
         with torch.no_grad():
             self._pos.copy_(torch.as_tensor(self.host["pos"].astype(np.int64)))
             self._counts.copy_(torch.as_tensor(counts_h.astype(np.int64)))
-        layers = self._mask_layers()
-        masked = self.runner.enabled or self._scaler is not None or not bool(active.all())
-        self.runner((width, padded, layers, masked))
+        self.runner((width, padded, self._mask_layers()))
         self.host["pos"] = np.where(active, self.host["pos"] + counts_h, self.host["pos"])
         self.host["loss_count"] = self.host["loss_count"] + active
         ended = active & (self.host["pos"] >= n)
@@ -340,8 +338,8 @@ class FusedStack:
 
     def _device_step(self, key: Hashable) -> None:
         """The static step: gather, forward, backward, optimizer; device tensors only.
-        ``key``: (padded width, any padding, dropout layers with masks, mask the update)."""
-        width, padded, layers, masked = cast(tuple, key)
+        ``key``: (padded width, any padding, dropout layers with masks)."""
+        width, padded, layers = cast(tuple, key)
         rows, n = self.rows, self.data.n
         span = self._arange[:width]
         idx = rows["order"].gather(1, (self._pos[:, None] + span[None]).clamp(max=n - 1))
@@ -356,26 +354,28 @@ class FusedStack:
         per_sample = per_sample.to(self.dtype).view(self.capacity, width)
         member_loss = torch.where(valid_b, per_sample, 0).sum(1) \
             / self._counts.clamp(min=1).to(self.dtype)
-        keep = rows["active"]
-        self._optimize(member_loss, keep if masked else None)
+        keep = self._optimize(member_loss)
         with torch.no_grad():
             rows["iter"] += keep.to(torch.int64)
             rows["loss_sum"] += torch.where(keep, member_loss.detach(), 0)
 
-    def _optimize(self, member_loss: torch.Tensor, keep: torch.Tensor | None) -> None:
+    def _optimize(self, member_loss: torch.Tensor) -> torch.Tensor:
+        """Backward and the fused update of the active slots; returns the slots updated (fp16:
+        an overflowing member skips its update, parameters and state untouched)."""
         params = self._params()
         names = list(params)
         loss = member_loss if self._scaler is None else \
             self._scaler.scale(member_loss, self.rows["amp.scale"])
         found = torch.autograd.grad(loss.sum(), [params[k] for k in names], allow_unused=True)
         grads = {k: g for k, g in zip(names, found) if g is not None}
+        keep = self.rows["active"]
         if self._scaler is not None:
             grads, finite = self._scaler.unscale(grads, self.rows["amp.scale"])
-            active = self.rows["active"]
-            self._scaler.update(self.rows["amp.scale"], self.rows["amp.growth"], finite, active)
-            keep = active & finite
+            self._scaler.update(self.rows["amp.scale"], self.rows["amp.growth"], finite, keep)
+            keep = keep & finite
         fused_step(self.kind, params, grads, self._prefixed("o."), self._prefixed("h."),
-                   self.rows["iter"], keep=keep)
+                   self.rows["iter"], keep=keep, restore=self._scaler is not None)
+        return keep
 
     def _params(self) -> dict[str, torch.Tensor]:
         return {n: self.rows["p." + n] for n in self.param_names}

@@ -86,6 +86,22 @@ class TinyLM(nn.Module):
         return self.head(h)
 
 
+class AttentionBlock(nn.Module):
+    """nn.MultiheadAttention (batch first or not, causal mask or none) in a residual block."""
+
+    def __init__(self, batch_first: bool, causal: bool):
+        super().__init__()
+        self.causal = causal
+        self.ln = nn.LayerNorm(12)
+        self.attn = nn.MultiheadAttention(12, 3, batch_first=batch_first)
+
+    def forward(self, x):
+        h = self.ln(x)
+        mask = torch.ones(6, 6, dtype=torch.bool).triu(1) if self.causal else None
+        out, _ = self.attn(h, h, h, need_weights=False, attn_mask=mask)
+        return x + out
+
+
 IMAGE, SEQ, TOKENS, FLAT = (5, 3, 8, 8), (5, 6, 12), (5, 4), (5, 6)
 MODELS = {
     "linear_mlp": (lambda: nn.Sequential(nn.Linear(6, 7), nn.Tanh(), nn.Linear(7, 2)), FLAT),
@@ -109,6 +125,9 @@ MODELS = {
     "unflatten": (lambda: nn.Sequential(nn.Unflatten(1, (2, 3)), nn.Conv1d(2, 2, 2),
                                         nn.Flatten(), nn.Linear(4, 2)), FLAT),
     "language_model": (TinyLM, TOKENS),
+    "multihead_attention": (lambda: AttentionBlock(batch_first=True, causal=True), SEQ),
+    "multihead_attention_seq_first": (lambda: AttentionBlock(batch_first=False, causal=False),
+                                      (6, 5, 12)),
     "language_model_sdpa": (lambda: TinyLM(sdpa=True), TOKENS),
 }
 
