@@ -36,10 +36,20 @@ class Graph(Protocol):
     def replay(self) -> None: ...
 
 
+_POOLS: dict[torch.device, Any] = {}
+
+
 def cuda_capture(step: Callable[[Hashable], None], key: Hashable, device: torch.device) -> Graph:
-    """Record ``step(key)`` into a new CUDA graph (its kernels do not run: replay them)."""
+    """Record ``step(key)`` into a new CUDA graph (its kernels do not run: replay them).
+
+    The graphs of one device share one memory pool: they replay one at a time on one stream,
+    and each reads only persistent tensors (none reads another's temporaries), so a pack
+    holds one step's worth of activations however many shapes it has captured."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    pool = _POOLS.get(device)
+    if pool is None:
+        pool = _POOLS[device] = torch.cuda.graph_pool_handle()
+    with torch.cuda.graph(graph, pool=pool):
         step(key)
     return graph
 

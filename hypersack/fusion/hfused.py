@@ -158,8 +158,9 @@ def choose_engine(engine: str, base: nn.Module, sample: torch.Tensor,
     """The fused program for ``base``, or None for vmap (with one warning naming the cause).
 
     ``engine``: "auto" (fuse if the model fuses and a two-member probe forward on ``sample``
-    (``[2, B, ...]``) agrees with ``vmap_forward`` to ``rtol``), "hfused" (fuse or raise
-    ``Unfusable``) or "vmap". The probe runs on copies: the stack's state is untouched.
+    (``[2, B, ...]``) agrees with ``vmap_forward`` to ``rtol``, or runs where vmap cannot),
+    "hfused" (fuse or raise) or "vmap". The probe runs on copies: the stack's state is
+    untouched.
     """
     if engine == "vmap":
         return None
@@ -185,12 +186,15 @@ def _probe(program: FusedProgram, base: nn.Module, sample: torch.Tensor,
             out[k] = torch.stack([v, other]).clone()
         return out
     params, buffers = stacked(base.named_parameters()), stacked(base.named_buffers())
-    want = vmap_forward(params, copy.deepcopy(buffers), sample)
+    dtype = next((p.dtype for p in params.values() if p.is_floating_point()), torch.float32)
     ctx = FuseContext(n=2, params=params, buffers=copy.deepcopy(buffers), training=True,
                       dropout_index=program.dropout_index,
-                      row_weight=torch.ones(sample.shape[:2], dtype=want.dtype,
-                                            device=sample.device))
+                      row_weight=torch.ones(sample.shape[:2], dtype=dtype, device=sample.device))
     got = program.run(ctx, sample)
+    try:
+        want = vmap_forward(params, copy.deepcopy(buffers), sample)
+    except Exception:       # a model vmap cannot run: the fused program is all there is
+        return
     if got.shape != want.shape or not torch.allclose(got, want, rtol=rtol, atol=rtol):
         raise Unfusable("model", "a probe forward that differs from the vmapped one")
 
