@@ -1,4 +1,4 @@
-"""Fused training throughput: N models fused (vmap) vs a Python loop vs N separate processes.
+"""Fused training throughput: N models fused (horizontally, or vmap) vs a loop vs N processes.
 
 For each model and N, reports model-steps/s (mini-batch updates summed over the N models),
 steps/s per model, the speed-up of fused over loop, and peak memory. Every measurement runs in a
@@ -12,6 +12,7 @@ Models: ``mlp`` / ``cnn`` are the digits workloads (real data, hidden 64, channe
 ``resnet18`` is a CIFAR-shaped ResNet-18 (BatchNorm) on synthetic 3x32x32 data (GPU use).
 
     python benchmarks/fusion_throughput.py --quick
+    python benchmarks/fusion_throughput.py --models mlp,cnn --n 32 --modes fused,vmap --turns 3
     python benchmarks/fusion_throughput.py --models mlp,cnn --n 1,2,4,8,16,32,64 --json out.json
     python benchmarks/fusion_throughput.py --device cuda --models mlp,cnn,resnet18
 """
@@ -123,10 +124,13 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def measure_fused(task, n, args) -> float:
+def measure_fused(task, n, args, engine="auto") -> float:
+    """A pack of ``n`` members on ``engine``: "auto" (horizontally fused) or "vmap"."""
     from hypersack.fusion.runner import Pack
+    from hypersack.fusion.stack import StackOptions
     from hypersack.fusion.task import Member
-    pack = Pack(task, args.device)
+    options = StackOptions(capacity=n, engine=engine, precision=args.precision)
+    pack = Pack(task, args.device, options=options)
     for i in range(n):
         pack.load(Member(trial_id=i, config=config_for(i, args.batch_size), seed=i))
     for _ in range(args.warmup):
@@ -137,6 +141,33 @@ def measure_fused(task, n, args) -> float:
         pack.train_iteration()
     _sync(args.device)
     return time.perf_counter() - start
+
+
+def measure_engines_by_turns(task, n, args) -> dict:
+    """The fused and the vmap engine in this one process, taking turns: ``args.turns`` rounds
+    of ``args.steps`` steps each, so a slow spell of a shared machine falls on both."""
+    from hypersack.fusion.runner import Pack
+    from hypersack.fusion.stack import StackOptions
+    from hypersack.fusion.task import Member
+    packs = {}
+    for mode, engine in (("fused", "auto"), ("vmap", "vmap")):
+        pack = Pack(task, args.device, options=StackOptions(capacity=n, engine=engine,
+                                                            precision=args.precision))
+        for i in range(n):
+            pack.load(Member(trial_id=i, config=config_for(i, args.batch_size), seed=i))
+        for _ in range(args.warmup):
+            pack.train_iteration()
+        packs[mode] = pack
+    seconds = {mode: 0.0 for mode in packs}
+    for _ in range(args.turns):
+        for mode, pack in packs.items():
+            _sync(args.device)
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                pack.train_iteration()
+            _sync(args.device)
+            seconds[mode] += time.perf_counter() - start
+    return {mode: {"seconds": s, "steps": args.steps * args.turns} for mode, s in seconds.items()}
 
 
 def measure_loop(task, n, args) -> float:
@@ -183,8 +214,16 @@ def worker(args) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     task = task_for(args.model)
-    measure = measure_fused if args.mode == "fused" else measure_loop
-    seconds = measure(task, args.members, args)
+    if args.mode == "engines":
+        got = measure_engines_by_turns(task, args.members, args)
+        peak = peak_memory_mb(args.device)
+        print(json.dumps({mode: dict(r, peak_mb=peak) for mode, r in got.items()}))
+        return
+    if args.mode == "loop":
+        seconds = measure_loop(task, args.members, args)
+    else:
+        seconds = measure_fused(task, args.members, args,
+                                engine="vmap" if args.mode == "vmap" else "auto")
     print(json.dumps({"seconds": seconds, "steps": args.steps,
                       "peak_mb": peak_memory_mb(args.device)}))
 
@@ -195,7 +234,8 @@ def run_worker(model, mode, members, args) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--model", model, "--mode", mode,
            "--members", str(members), "--device", args.device, "--threads", str(args.threads),
            "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--batch-size", str(args.batch_size)]
+           "--batch-size", str(args.batch_size), "--precision", args.precision,
+           "--turns", str(args.turns)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -221,6 +261,26 @@ def measure_procs(model, n, args) -> dict:
     return {"seconds": seconds, "steps": args.steps, "peak_mb": peak}
 
 
+def measure_by_turns(model, n, modes, args) -> dict:
+    """Each mode measured ``args.turns`` times, the modes taking turns (so a slow spell of a
+    shared machine falls on all of them); seconds and steps summed over the turns. The fused
+    and vmap engines take their turns inside one process (``measure_engines_by_turns``); their
+    peak memory is that process's (both packs)."""
+    results: dict = {}
+    if "fused" in modes and "vmap" in modes:      # both engines in one process, by turns
+        results.update(run_worker(model, "engines", n, args))
+        modes = [m for m in modes if m not in results]
+    for _ in range(args.turns):
+        for mode in modes:
+            got = measure_procs(model, n, args) if mode == "procs" \
+                else run_worker(model, mode, n, args)
+            total = results.setdefault(mode, {"seconds": 0.0, "steps": 0, "peak_mb": 0.0})
+            total["seconds"] += got["seconds"]
+            total["steps"] += got["steps"]
+            total["peak_mb"] = max(total["peak_mb"], got["peak_mb"])
+    return results
+
+
 def row(model, mode, n, result) -> dict:
     total = n * result["steps"] / result["seconds"]
     return {"model": model, "mode": mode, "n": n, "model_steps_per_s": round(total, 1),
@@ -231,13 +291,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,cnn")
     parser.add_argument("--n", default="1,2,4,8,16,32,64")
-    parser.add_argument("--modes", default="fused,loop,procs")
+    parser.add_argument("--modes", default="fused,loop,procs",
+                        help="fused (horizontally fused engine), vmap (the vmap engine), loop, "
+                             "procs")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--procs-parallel", type=int, default=2)
+    parser.add_argument("--turns", type=int, default=1,
+                        help="measure each mode this many times, the modes taking turns")
     parser.add_argument("--procs-max-n", type=int, default=16,
                         help="skip 'procs' above this N (each process costs seconds to start)")
     parser.add_argument("--quick", action="store_true", help="mlp, N in {1, 8, 32}, 15 steps")
@@ -255,20 +320,19 @@ def main() -> None:
     print(f"device={args.device} threads/process={args.threads} batch={args.batch_size} "
           f"steps={args.steps} procs {args.procs_parallel} at a time")
     print(f"{'model':9} {'N':>3} {'mode':6} {'model-steps/s':>14} {'per model':>10} "
-          f"{'peak MB':>9} {'fused/loop':>10}")
+          f"{'peak MB':>9} {'fused/this':>10}")
     for model in args.models.split(","):
         for n in (int(v) for v in args.n.split(",")):
             by_mode = {}
-            for mode in args.modes.split(","):
-                if mode == "procs" and n > args.procs_max_n:
-                    continue
-                result = measure_procs(model, n, args) if mode == "procs" \
-                    else run_worker(model, mode, n, args)
-                by_mode[mode] = r = row(model, mode, n, result)
+            modes = [m for m in args.modes.split(",") if m != "procs" or n <= args.procs_max_n]
+            results = measure_by_turns(model, n, modes, args)
+            for mode in modes:
+                by_mode[mode] = r = row(model, mode, n, results[mode])
                 rows.append(r)
                 ratio = ""
                 if mode != "fused" and "fused" in by_mode:
                     ratio = f"{by_mode['fused']['model_steps_per_s'] / r['model_steps_per_s']:.2f}x"
+                    r["fused_speedup"] = round(float(ratio[:-1]), 2)
                 print(f"{model:9} {n:>3} {mode:6} {r['model_steps_per_s']:>14} "
                       f"{r['steps_per_s_per_model']:>10} {r['peak_mb']:>9} {ratio:>10}",
                       flush=True)

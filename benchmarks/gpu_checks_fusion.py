@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from gpu_checks_engines import (SMALL_CNN, check_engines, measure_engines,
+                                small_cnn_workload)
 from gpu_common import SMALL_MODELS, CheckFailed, _last_line, python_env, run_study, torch_device
 
 SUITE = Path(__file__).resolve().with_name("gpu_suite.py")
@@ -49,8 +51,12 @@ def check_fusion(plan: dict, work: Path) -> dict:
                                  peak_memory_mb=round(got["peak_mb"], 1)))
     _ratios(rows)
     figures: dict[str, Any] = {"rows": rows, "memory": memories,
-                               "study": _fused_study(plan, work)}
+                               "study": _fused_study(plan, work) if fusion["study"] else None}
+    if fusion.get("engines"):
+        figures["engines"] = check_engines(plan, measure_in_child, run_procs)
+        errors += figures["engines"].pop("errors")
     goals = _fusion_goals(rows)
+    goals.update(_engine_goals(figures.get("engines")))
     if errors:
         raise CheckFailed("; ".join(errors)[:600], figures, goals)
     return {"figures": figures, "goals": goals}
@@ -85,6 +91,17 @@ def _fusion_goals(rows: list[dict]) -> dict:
     return {"fused_vs_procs_at_n32": {"target": 10.0, "value": best or None, "met": met}}
 
 
+def _engine_goals(engines: dict | None) -> dict:
+    """The fused engine at N = 32 against N processes (bf16 + graph): goal 10x, small models."""
+    if not engines:
+        return {}
+    value = {name: r["fused_vs_mps"] for name, r in engines["ratios"].items()
+             if r.get("fused_vs_mps")}
+    measured = [name for name in SMALL_MODELS if name in value]
+    met = bool(measured) and all(value[name] >= 10 for name in measured)
+    return {"fused_engine_vs_mps": {"target": 10.0, "value": value or None, "met": met}}
+
+
 def measure_in_child(plan: dict, job: dict) -> dict:
     """One measurement in a fresh process (its own peak memory); ``--measure JOB``."""
     job = dict(job, device=torch_device(plan), steps=plan["fusion"]["steps"],
@@ -97,16 +114,17 @@ def measure_in_child(plan: dict, job: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_procs(plan: dict, name: str, config: dict, n: int) -> dict:
+def run_procs(plan: dict, name: str, config: dict, n: int,
+              env: dict[str, str] | None = None) -> dict:
     """N processes, one model each, started together behind a file barrier; the time from the
-    first one's timed start to the last one's end."""
+    first one's timed start to the last one's end. ``env``: extra environment (MPS's)."""
     with tempfile.TemporaryDirectory() as barrier:
         job = {"what": "loop", "workload": name, "config": config, "n": 1,
                "device": torch_device(plan), "steps": plan["fusion"]["steps"],
                "warmup": plan["fusion"]["warmup"], "barrier": barrier}
         procs = [subprocess.Popen([sys.executable, str(SUITE), "--measure",
                                    json.dumps(dict(job, rank=i))], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=python_env())
+                                  stderr=subprocess.PIPE, text=True, env=python_env(env))
                  for i in range(n)]
         deadline = time.monotonic() + 300
         while len(list(Path(barrier).glob("ready-*"))) < n:
@@ -168,6 +186,9 @@ def _peak_mb(device: str) -> float:
 def _task(job: dict) -> Any:
     from hypersack.workloads import lm, vision
     from hypersack.workloads.synthetic import SyntheticTask
+    if job["workload"] == SMALL_CNN:
+        workload = small_cnn_workload()
+        return workload, SyntheticTask(workload)
     workload = {"resnet18_cifar": vision.RESNET18_WORKLOAD, "gpt_lm": lm.GPT_WORKLOAD,
                 "mobilenet_v3_small": vision.MOBILENET_WORKLOAD}[job["workload"]]
     data = {k: job["config"][k] for k in workload.data_keys if k in job["config"]}
@@ -187,6 +208,8 @@ def measure(job: dict) -> dict:
         free = torch.cuda.mem_get_info()[0] if device.startswith("cuda") else 0
         return {"measured": profile.measured, "base_bytes": profile.base_bytes,
                 "per_member_bytes": profile.per_member_bytes, "free_bytes": free}
+    if job["what"] == "engines":
+        return measure_engines(job, workload, task, _loop_step, _sync, _peak_mb)
     configs = [dict(job["config"], lr=1e-3 * (1 + i % 7), optimizer="adam")
                for i in range(job["n"])]
     if job["what"] == "fused":

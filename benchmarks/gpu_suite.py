@@ -24,7 +24,13 @@ its last error line):
    (``hypersack.fusion.Pack``), of N models in one Python loop and of N concurrent processes
    (one model each); sizes that ``measure_member_memory`` says cannot fit are skipped. Then a
    fused study end to end against a separate one (``execution: fused`` vs ``separate``).
-   Goal: fused >= 10x one-process-per-trial at N >= 32 for the image models.
+   Goal: fused >= 10x one-process-per-trial at N >= 32 for the image models. Then the engine
+   part (``gpu_checks_engines``): for ResNet-18, MobileNet, the GPT LM and a small CNN at
+   N = 32, the trial alone (fp32 eager; bf16 + CUDA graph) against the fused pack (fp32 eager,
+   bf16 eager, bf16 + graph) and N processes under MPS, with ``fused_vs_alone``,
+   ``fused_vs_alone_same_precision`` and ``fused_vs_mps`` per workload. ``--quick`` and
+   ``--tiny`` run only the engine part; the full run only the per-N rows and the study (the
+   20-minute budget).
 6. ``oom_retry``: two trials that each hold 60% of the device are co-located; the one that runs
    out of memory is retried (the job history raises its demand) and runs alone.
 7. ``data_parallel``: one trial on two ranks (RASDA with two devices per trial): NCCL across two
@@ -63,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_checks_device import (check_detect, check_mps, check_nvml_monitor,  # noqa: E402
                                check_profiles)
+from gpu_checks_engines import engine_configs  # noqa: E402
 from gpu_checks_fusion import check_fusion, measure  # noqa: E402
 from gpu_checks_studies import check_data_parallel, check_makespan, check_oom  # noqa: E402
 from gpu_common import (ROOT, WORKLOADS, CheckFailed, _last_line,  # noqa: E402
@@ -106,15 +113,19 @@ def make_plan(mode: str, device: str) -> dict[str, Any]:
                                              else [1.0, 2.0, 2.5, 3.0, 4.0]),
                 "time_slicing_ratio": 2.0 if tiny else 2.5,
                 "workers": 1 if device == "cpu" else None},
-        "fusion": {"workloads": ["gpt_lm"] if tiny else (["resnet18_cifar"] if mode == "quick"
-                                                         else list(WORKLOADS)),
+        "fusion": {"workloads": [] if mode != "full" else list(WORKLOADS),
                    "n": [1, 2] if tiny else ([32] if mode == "quick" else [1, 8, 32, 64]),
                    "steps": 2 if tiny else (10 if mode == "quick" else 15),
                    "warmup": 1 if tiny else 3, "procs_max_n": 2 if tiny else 32,
                    "memory_fraction": 0.85,
-                   "study": {"trials": 2 if tiny else (8 if mode == "quick" else 32),
-                             "epochs": 1 if tiny else 2, "max_members": 2 if tiny else 16,
-                             "workers": 1 if device == "cpu" else None}},
+                   "study": None if mode != "full" else {
+                       "trials": 32, "epochs": 2, "max_members": 16,
+                       "workers": 1 if device == "cpu" else None},
+                   "engines": None if mode == "full" else {
+                               "workloads": ["small_cnn", "gpt_lm"] if tiny
+                               else list(WORKLOADS) + ["small_cnn"],
+                               "n": 2 if tiny else 32, "mps": True,
+                               "configs": engine_configs(tiny)}},
         "oom": {"fraction": 0.6, "steps": 3, "step_s": 0.3 if tiny else 1.0,
                 "workers": 1 if device == "cpu" else None},
         "dp": {"epochs": 1 if tiny else 2},
@@ -124,7 +135,8 @@ def make_plan(mode: str, device: str) -> dict[str, Any]:
     # Hard caps: their sum bounds the whole run (full < 20 min, quick < 8 min on one GPU). The
     # quick caps follow H100 runs (2026-11-22: checks 0-3 and 6-7 took 4-19 s each; check 4
     # took 183 s at the earlier sizes and 128 s at these; check 5 took 247 s with two workloads
-    # and ran past 150 s with ResNet-18 alone, so its cap of 200 s is not yet confirmed).
+    # and ran past 150 s with ResNet-18 alone; --quick now runs only its engine part, 4
+    # workloads x 6 modes at N = 32, estimated at 150-200 s, not yet run on a GPU).
     limits = {"tiny": {0: 60, 1: 60, 2: 90, 3: 90, 4: 240, 5: 400, 6: 120, 7: 120},
               "quick": {0: 15, 1: 25, 2: 25, 3: 25, 4: 140, 5: 200, 6: 20, 7: 29},
               "full": {0: 40, 1: 50, 2: 50, 3: 90, 4: 380, 5: 480, 6: 45, 7: 50}}[mode]
@@ -237,8 +249,13 @@ def headline(check: dict) -> str:
             return "; ".join(f"{r['study']} {r['makespan_s']} s ({r['speedup_vs_exclusive']}x)"
                              for r in f.get("rows", []))
         if name == "fusion":
+            if f.get("engines"):
+                return "; ".join(
+                    f"{k}: fused/alone {r['fused_vs_alone']}x, same precision "
+                    f"{r['fused_vs_alone_same_precision']}x, /MPS {r['fused_vs_mps']}x"
+                    for k, r in f["engines"]["ratios"].items())
             goal = (check.get("goals") or {}).get("fused_vs_procs_at_n32", {})
-            study = f.get("study", {})
+            study = f.get("study") or {}
             return (f"fused/procs at N>=32: {goal.get('value')}; fused study "
                     f"{study.get('fused_speedup')}x separate")
         if name == "oom_retry":

@@ -6,6 +6,13 @@
 - ``OptimizerConfig`` / ``Schedule``: per-member optimizers over stacked parameters
   (``hypersack.fusion.optim``).
 - ``measure_member_memory``: the per-member memory that caps a pack's size.
+- ``StackOptions``: slots, engine, precision and CUDA graphs of a pack's stacks
+  (``hypersack.fusion.stack``; ``run_pack`` takes the same as keyword arguments).
+
+Engines: ``hfused`` (``hypersack.fusion.hfused`` over the op table of
+``hypersack.fusion.fused_ops``) is the default; a model it cannot fuse trains under vmap.
+The step runs eagerly or as a CUDA graph (``hypersack.fusion.graphs``) in fp32, bf16 or fp16
+(``hypersack.fusion.precision``).
 
 Which trials fuse is decided by ``hypersack.core.packing`` (pure, no torch).
 """
@@ -19,7 +26,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from hypersack.fusion.memory import MemoryProfile, measure_member_memory
 from hypersack.fusion.optim import OptimizerConfig, Schedule
 from hypersack.fusion.runner import Pack, PackStats, run_pack
+from hypersack.fusion.stack import StackOptions
 from hypersack.fusion.task import FusableTask, Member, MemberSource
 
 __all__ = ["run_pack", "Pack", "PackStats", "FusableTask", "Member", "MemberSource",
-           "OptimizerConfig", "Schedule", "MemoryProfile", "measure_member_memory"]
+           "OptimizerConfig", "Schedule", "MemoryProfile", "measure_member_memory",
+           "StackOptions"]

@@ -146,7 +146,7 @@ class MaskedBatchNorm(nn.modules.batchnorm._BatchNorm):
         dims = [0] + list(range(2, x.dim()))
         w = self.row_weight if self.row_weight is not None else x.new_ones(x.shape[0])
         w = w.to(x.dtype).view((-1,) + (1,) * (x.dim() - 1))
-        count = w.sum() * (x[0, 0].numel())
+        count = (w.sum() * (x[0, 0].numel())).clamp(min=1)   # an empty (free) slot: no NaN
         mean = (x * w).sum(dims) / count
         centred = x - mean.view(shape)
         var = (centred * centred * w).sum(dims) / count

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import torch
 
 from hypersack.fusion.runner import Pack
+from hypersack.fusion.stack import StackOptions
 from hypersack.fusion.task import FusableTask, Member
 
 __all__ = ["MemoryProfile", "measure_member_memory"]
@@ -28,8 +29,10 @@ class MemoryProfile:
 
 
 def _pack(task: FusableTask, config: Mapping[str, Any], n: int, device: torch.device,
-          dtype: torch.dtype) -> Pack:
-    pack = Pack(task, device, dtype)
+          dtype: torch.dtype, precision: str | None = None) -> Pack:
+    """A pack of ``n`` members in exactly ``n`` slots, on the default (fused) engine."""
+    options = StackOptions(capacity=n, precision=precision or task.precision)
+    pack = Pack(task, device, dtype, options)
     for i in range(n):
         pack.load(Member(trial_id=i, config=config, seed=i, max_steps=1))
     return pack
@@ -44,19 +47,22 @@ def _state_bytes(pack: Pack) -> float:
 
 
 def measure_member_memory(task: FusableTask, config: Mapping[str, Any],
-                          device: torch.device | str = "cpu", iterations: int = 3,
-                          dtype: torch.dtype = torch.float32) -> MemoryProfile:
-    """The memory profile of ``config``'s architecture on ``device`` (see the module doc)."""
+                          device: torch.device | str = "cpu", iterations: int = 4,
+                          dtype: torch.dtype = torch.float32,
+                          precision: str | None = None) -> MemoryProfile:
+    """The memory profile of ``config``'s architecture on ``device`` (see the module doc),
+    measured on the engine, slots, precision and (on CUDA) graph step a pack really uses:
+    ``iterations`` >= 3 includes the capture of the step's graph."""
     device = torch.device(device)
     if device.type != "cuda":
-        one = _state_bytes(_pack(task, config, 1, device, dtype))
+        one = _state_bytes(_pack(task, config, 1, device, dtype, precision))
         return MemoryProfile(base_bytes=0.0, per_member_bytes=one, measured=False)
     peaks = []
     for n in (1, 2):
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-        pack = _pack(task, config, n, device, dtype)
+        pack = _pack(task, config, n, device, dtype, precision)
         for _ in range(iterations):
             pack.train_iteration()
         torch.cuda.synchronize(device)

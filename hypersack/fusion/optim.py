@@ -207,21 +207,43 @@ def _b(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def fused_step(kind: str, params: Mapping[str, torch.Tensor], grads: Mapping[str, torch.Tensor],
                state: Mapping[str, torch.Tensor], h: Mapping[str, torch.Tensor],
-               t: torch.Tensor) -> None:
+               t: torch.Tensor, keep: torch.Tensor | None = None,
+               restore: bool = True) -> None:
     """Update ``params`` and ``state`` in place for all N members.
 
     ``h``: hyperparameter rows [N] (``hparam_rows``); ``t``: int64 [N], updates each member has
     done before this one (drives the schedule and bias corrections). A missing gradient (a
     parameter that took no part in the loss) counts as zero; torch.optim would skip such a
     parameter instead, which differs only under weight decay or momentum.
+
+    ``keep``: bool [N] or None (all). Rows where it is False get learning rate 0 and a zero
+    gradient, so their parameters stay bit for bit (every rule moves a parameter by lr x a
+    finite number); with ``restore`` their optimizer state is kept too (``torch.where`` against
+    a copy: members whose fp16 gradients overflowed), without it the state of those rows may
+    decay (free slots, whose rows the next load overwrites). Shapes never change and nothing is
+    skipped in Python: the loop is over parameters, never over members.
     """
     lr = h["lr"] * schedule_factor(h, t)
+    if keep is not None:
+        lr = lr * keep.to(lr.dtype)
     step = (t + 1).to(lr.dtype)
     rule = _RULES[kind]
     for name, p in params.items():
         g = grads.get(name)
         g = torch.zeros_like(p) if g is None else g
-        rule(p, g, {s: state[f"{s}/{name}"] for s in _STATE[kind]}, h, lr, step, t)
+        st = {s: state[f"{s}/{name}"] for s in _STATE[kind]}
+        if keep is None:
+            rule(p, g, st, h, lr, step, t)
+            continue
+        g = torch.where(_b(keep, g), g, 0)
+        if not restore:
+            rule(p, g, st, h, lr, step, t)
+            continue
+        tensors = [p, *st.values()]
+        before = [x.clone() for x in tensors]
+        rule(p, g, st, h, lr, step, t)
+        for x, old in zip(tensors, before):
+            x.copy_(torch.where(_b(keep, x), x, old))
 
 
 def _sgd(p, g, st, h, lr, step, t) -> None:

@@ -8,6 +8,9 @@ checkpoint and its report, and frees it when it has done its ``max_steps`` epoch
 the next pending member at once; the pack never restarts. It returns when no member is active
 and ``next_member()`` has none to give.
 
+Each stack is horizontally fused where its model fuses (vmap otherwise), with fixed slots, a
+CUDA-graph step on CUDA and the pack's precision (``StackOptions``).
+
 Members with different optimizer kinds (e.g. adam and sgd) live in separate stacks of the same
 pack: they share the process, the device and the data set, and each stack is one fused
 computation. Members whose architecture key differs from the pack's are refused through
@@ -38,7 +41,7 @@ import torch
 from hypersack.core.packing import fusibility_key
 from hypersack.errors import ConfigError
 from hypersack.fusion.layers import prepare_module
-from hypersack.fusion.stack import FusedStack, PackData, steps_per_epoch
+from hypersack.fusion.stack import FusedStack, PackData, StackOptions, steps_per_epoch
 from hypersack.fusion.task import FusableTask, Member, MemberSource
 
 __all__ = ["Pack", "PackStats", "run_pack"]
@@ -59,10 +62,15 @@ class Pack:
     """The members of one pack, one ``FusedStack`` per optimizer kind, sharing ``PackData``."""
 
     def __init__(self, task: FusableTask, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, options: StackOptions | None = None):
         self.task, self.device, self.dtype = task, torch.device(device), dtype
+        self.options = options or StackOptions(precision=task.precision)
+        if self.options.graphs == "on" and self.device.type != "cuda":
+            raise ConfigError("pack.graphs", "on", f"needs a CUDA device (the pack is on "
+                                                   f"{self.device})")
         self.data = PackData.from_task(task, self.device, dtype)
         self.stacks: dict[str, FusedStack] = {}
+        self.engines: dict[str, str] = {}     # optimizer kind -> "hfused" | "vmap", as built
         self.architecture: tuple[tuple[str, Hashable], ...] | None = None
 
     def __len__(self) -> int:
@@ -82,11 +90,12 @@ class Pack:
         model = self._build(member)
         stack = self.stacks.get(optimizer.kind)
         if stack is None:
-            stack = FusedStack(self.task, optimizer.kind, model, self.data)
-        stack.add(member, model, optimizer, batch, max_steps)
+            stack = FusedStack(self.task, optimizer.kind, model, self.data, self.options)
+            self.engines[optimizer.kind] = stack.engine
+        slot = stack.add(member, model, optimizer, batch, max_steps)
         self.stacks[optimizer.kind] = stack
         self.architecture = key
-        return optimizer.kind, len(stack) - 1
+        return optimizer.kind, slot
 
     def _build(self, member: Member) -> torch.nn.Module:
         with torch.random.fork_rng(devices=[]):
@@ -119,14 +128,20 @@ def _check_max_members(max_members: int) -> None:
 
 
 def run_pack(task: FusableTask, source: MemberSource, device: torch.device | str = "cpu",
-             max_members: int = 8, dtype: torch.dtype = torch.float32) -> PackStats:
+             max_members: int = 8, dtype: torch.dtype = torch.float32, *,
+             precision: str | None = None, engine: str = "auto",
+             graphs: str = "auto") -> PackStats:
     """Train members from ``source`` fused, at most ``max_members`` at a time (see module doc).
 
     ``dtype``: floating type of parameters and data (float64 for exact-isolation tests).
+    ``precision``: "fp32" (exact), "bf16" or "fp16" (None: the task's ``precision``); ``engine``: "auto" | "hfused" | "vmap"; ``graphs``: "auto" | "on" | "off"
+    (``hypersack.fusion.stack.StackOptions``). Each stack has ``max_members`` slots.
     Exceptions raised by ``source`` or by training propagate: the pack as a whole failed.
     """
     _check_max_members(max_members)
-    pack, stats = Pack(task, device, dtype), PackStats()
+    options = StackOptions(capacity=int(max_members), engine=engine, graphs=graphs,
+                           precision=precision or task.precision)
+    pack, stats = Pack(task, device, dtype, options), PackStats()
     ask = True
     while True:
         if ask:

@@ -31,6 +31,9 @@ class FusableTask:
 
     name: str = "task"
     architecture_keys: tuple[str, ...] = ()
+    #: Training precision of this task's packs: "fp32" (exact), "bf16" or "fp16" (autocast over
+    #: fp32 master weights; ``hypersack.fusion.precision``). ``run_pack(precision=...)`` wins.
+    precision: str = "fp32"
 
     def build_model(self, config: Mapping[str, Any]) -> nn.Module:
         """A new model for ``config``. Called with the global torch RNG seeded by the member's

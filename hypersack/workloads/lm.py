@@ -25,6 +25,7 @@ import math
 from typing import Any, Mapping
 
 import torch
+import torch.fx
 from torch import nn
 from torch.nn import functional as F
 
@@ -54,10 +55,19 @@ def token_data(config: Mapping[str, Any]):
     return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
 
+def causal_mask(t: int, device: torch.device) -> torch.Tensor:
+    """``[t, t]`` True on and below the diagonal (a leaf for torch.fx: ``t`` may be traced)."""
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+
+
+torch.fx.wrap("causal_mask")
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, width: int, heads: int, dropout: float):
         super().__init__()
         self.heads = heads
+        self.root_head_width = math.sqrt(width // heads)   # a constant: torch.fx traces forward
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
         self.drop = nn.Dropout(dropout)
@@ -65,8 +75,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
-        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        scores = (q @ k.transpose(-2, -1)) / self.root_head_width
+        causal = causal_mask(t, x.device)
         scores = scores.masked_fill(~causal, float("-inf"))
         out = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, c)
         return self.drop(self.proj(out))

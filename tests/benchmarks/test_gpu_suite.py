@@ -33,7 +33,8 @@ def test_hard_limits_bound_the_whole_run():
     assert set(full["limits"]) == {str(n) for n in gpu_suite.CHECK_NAMES}
     assert full["sp3"]["trials"] >= 16 and full["sp3"]["ratios"] == [1.0, 2.0, 2.5, 3.0, 4.0]
     assert max(full["fusion"]["n"]) == 64 and 32 in quick["fusion"]["n"]
-    assert "resnet18_cifar" in quick["fusion"]["workloads"]
+    assert {"resnet18_cifar", "gpt_lm", "small_cnn"} <= set(quick["fusion"]["engines"]["workloads"])
+    assert quick["fusion"]["engines"]["n"] == 32
     assert set(gpu_suite.WORKLOADS) <= set(full["fusion"]["workloads"])
     tiny = gpu_suite.make_plan("tiny", "cpu")
     assert tiny["fake_nvml"] and not full["fake_nvml"]

@@ -165,3 +165,19 @@ def test_invalid_schedule_names_field():
     with pytest.raises(ConfigError, match="optimizer.kind"):
         hparam_rows([OptimizerConfig(kind="sgd"), OptimizerConfig(kind="adam")],
                     torch.float64, "cpu")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_keep_mask_skips_rows_bit_for_bit_and_updates_the_rest(name):
+    cfg = CASES[name]
+    params = {k: torch.stack([v, v + 1]) for k, v in start_params(3).items()}
+    state = {k: torch.stack([v, v]) for k, v in init_state(cfg, start_params(3)).items()}
+    h, t = hparam_rows([cfg, cfg], torch.float64, "cpu"), torch.tensor([4, 4])
+    grads = {k: torch.full_like(v, float("nan")) for k, v in params.items()}
+    for k in grads:
+        grads[k][1] = 0.3                      # row 0: a free slot (or an fp16 overflow)
+    before = {k: v.clone() for k, v in {**params, **state}.items()}
+    fused_step(cfg.kind, params, grads, state, h, t, keep=torch.tensor([False, True]))
+    for k, v in {**params, **state}.items():
+        assert torch.equal(v[0], before[k][0]), k
+    assert all(not torch.equal(params[k][1], before[k][1]) for k in params)

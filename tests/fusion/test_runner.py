@@ -32,6 +32,8 @@ def test_each_member_sees_each_sample_once_per_epoch(monkeypatch):
         ids = self.rows["order"].gather(1, (torch.as_tensor(self.host["pos"])[:, None]
                                             + torch.arange(x.shape[1])[None]).clamp(max=N_TRAIN - 1))
         for row, slot in enumerate(self.slots):
+            if slot is None:      # a free slot trains on nothing
+                continue
             key = (slot.member.trial_id, int(self.host["epoch"][row]))
             seen.setdefault(key, []).extend(ids[row][valid[row] > 0].tolist())
         return original(self, x, masks, valid)

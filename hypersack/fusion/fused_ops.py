@@ -1,0 +1,414 @@
+"""Horizontally fused ops: one table from each ``nn`` layer type to its fused counterpart.
+
+A fused value holds N members' activations in one tensor, in one of two layouts:
+
+- ``NB`` (member-major): ``[N, *member_shape]``; linear layers, embeddings, layer norm and every
+  op without a rule below work on it (the last ones through ``torch.vmap`` of that one op).
+- ``CF`` (channel-folded, HFTA's layout): ``[B, N * C, *spatial]`` for a member shape
+  ``[B, C, *spatial]``; convolutions become one grouped convolution (``groups * N``), BatchNorm
+  one normalisation over ``N * C`` channels, pooling and element-wise ops run unchanged.
+
+Conversions happen only where a layer needs the other layout. Every fused op computes, for
+member i, what the original layer computes on member i's input with member i's parameters:
+members never mix (grouped convolution, batched matmul, per-channel statistics).
+
+``FUSED_MODULES`` is the table (exact types only: a subclass may change ``forward``); a model
+with a parametrised layer that is not in it cannot be fused (``Unfusable``).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from hypersack.errors import HyperSackError
+from hypersack.fusion.layers import MaskedBatchNorm, MemberDropout
+
+__all__ = ["NB", "CF", "Value", "FuseContext", "Unfusable", "FUSED_MODULES", "ELEMENTWISE",
+           "RANDOM_FUNCTIONS", "to_nb", "to_cf", "member_shape", "call_generic"]
+
+NB, CF = "nb", "cf"
+
+
+class Unfusable(HyperSackError):
+    """A layer or op the horizontally fused engine cannot run; the pack falls back to vmap."""
+
+    def __init__(self, where: str, what: str):
+        self.where, self.what = where, what
+        super().__init__(f"{where} ({what}) cannot be fused horizontally")
+
+
+@dataclass
+class Value:
+    """A fused (per-member) tensor and its layout; anything else in a graph is shared."""
+    t: torch.Tensor
+    layout: str
+
+
+@dataclass
+class FuseContext:
+    """What fused ops need besides their inputs, for one forward of ``n`` members.
+
+    ``params`` / ``buffers``: stacked ``[n, ...]`` tensors by the member model's names.
+    ``masks``: scaled dropout keep-masks ``[n, B, *features]`` by dropout index (absent: p = 0).
+    ``row_weight``: ``[n, B]`` 1.0 for real rows, 0.0 for padding; None when no row is padding.
+    """
+    n: int
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    training: bool
+    masks: dict[int, torch.Tensor] = field(default_factory=dict)
+    row_weight: torch.Tensor | None = None
+    dropout_index: dict[str, int] = field(default_factory=dict)
+    channels_last: bool = False
+
+    def tensor(self, name: str) -> torch.Tensor | None:
+        return self.params.get(name, self.buffers.get(name))
+
+
+# ---- layouts -----------------------------------------------------------------------------------
+
+def member_shape(v: Value, n: int) -> torch.Size:
+    """The shape one member sees."""
+    if v.layout == NB:
+        return v.t.shape[1:]
+    b, folded, *rest = v.t.shape
+    return torch.Size([b, folded // n, *rest])
+
+
+def to_nb(v: Value, n: int) -> torch.Tensor:
+    if v.layout == NB:
+        return v.t
+    b, folded, *rest = v.t.shape
+    return v.t.reshape(b, n, folded // n, *rest).movedim(1, 0)
+
+
+def to_cf(v: Value, n: int, channels_last: bool = False) -> torch.Tensor:
+    """``[B, N * C, *spatial]`` of a value whose member shape has at least 2 dimensions."""
+    if v.layout == CF:
+        return v.t
+    t = v.t
+    if t.dim() < 3:
+        raise Unfusable("a channel-folded op", f"member input of {t.dim() - 1} dimension(s)")
+    out = t.movedim(0, 1).reshape(t.shape[1], -1, *t.shape[3:])
+    if channels_last and out.dim() == 4:
+        out = out.contiguous(memory_format=torch.channels_last)
+    return out
+
+
+def _stacked(ctx: FuseContext, name: str, attr: str) -> torch.Tensor | None:
+    return ctx.tensor(f"{name}.{attr}" if name else attr)
+
+
+# ---- fused layers ------------------------------------------------------------------------------
+
+def fused_linear(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
+    """``y_i = x_i W_i^T + b_i``: one batched matmul over ``[N, rows, in]``."""
+    return Value(fused_linear_raw(to_nb(x, ctx.n), _stacked(ctx, name, "weight"),
+                                  _stacked(ctx, name, "bias")), NB)
+
+
+def fused_conv(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
+    """One grouped convolution over ``N * C`` channels (``groups * N``)."""
+    conv = m
+    assert isinstance(conv, (nn.Conv1d, nn.Conv2d))
+    if conv.padding_mode != "zeros":
+        raise Unfusable(f"model.{name}", f"padding_mode={conv.padding_mode!r}")
+    t = to_cf(x, ctx.n, ctx.channels_last)
+    w, b = _stacked(ctx, name, "weight"), _stacked(ctx, name, "bias")
+    assert w is not None
+    w = w.reshape(-1, *w.shape[2:])
+    bias = None if b is None else b.reshape(-1)
+    fn = F.conv1d if isinstance(conv, nn.Conv1d) else F.conv2d
+    out = fn(t, w, bias, conv.stride, conv.padding, conv.dilation, conv.groups * ctx.n)
+    return Value(out, CF)
+
+
+def fused_batchnorm(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
+    """Per-member BatchNorm over ``N * C`` channels; padded rows (``row_weight``) excluded."""
+    bn = m
+    assert isinstance(bn, MaskedBatchNorm)
+    t = to_cf(x, ctx.n, ctx.channels_last)
+    mean, var = _stacked(ctx, name, "running_mean"), _stacked(ctx, name, "running_var")
+    w, b = _stacked(ctx, name, "weight"), _stacked(ctx, name, "bias")
+    flat_w = None if w is None else w.reshape(-1)
+    flat_b = None if b is None else b.reshape(-1)
+    if not ctx.training and mean is not None and var is not None:
+        return Value(F.batch_norm(t, mean.reshape(-1), var.reshape(-1), flat_w, flat_b, False,
+                                  0.0, bn.eps), CF)
+    tracked = _stacked(ctx, name, "num_batches_tracked")
+    if ctx.row_weight is None and bn.momentum is not None:
+        if tracked is not None and ctx.training:
+            tracked.add_(1)
+        running = ctx.training and mean is not None
+        return Value(F.batch_norm(t, mean.reshape(-1) if running and mean is not None else None,
+                                  var.reshape(-1) if running and var is not None else None,
+                                  flat_w, flat_b, True, bn.momentum, bn.eps), CF)
+    return Value(_masked_batchnorm(ctx, bn, t, (mean, var, tracked), w, b), CF)
+
+
+def _masked_batchnorm(ctx: FuseContext, bn: MaskedBatchNorm, t: torch.Tensor,
+                      running: tuple, w: torch.Tensor | None,
+                      b: torch.Tensor | None) -> torch.Tensor:
+    """``MaskedBatchNorm``'s arithmetic on all members at once (layers.py states it)."""
+    n, batch = ctx.n, t.shape[0]
+    xs = t.reshape(batch, n, t.shape[1] // n, -1)                       # [B, N, C, L]
+    weight = ctx.row_weight.t() if ctx.row_weight is not None else t.new_ones(batch, n)
+    weight = weight.to(t.dtype)[:, :, None, None]
+    count = (weight.sum(0) * xs.shape[3]).clamp(min=1)                  # [N, 1, 1]
+    mean = (xs * weight).sum((0, 3), keepdim=True) / count
+    centred = xs - mean
+    var = (centred * centred * weight).sum((0, 3), keepdim=True) / count
+    if ctx.training and running[0] is not None:
+        _update_running(bn, running, mean.view(n, -1), var.view(n, -1), count.view(n, 1))
+    out = centred * torch.rsqrt(var + bn.eps)
+    if w is not None and b is not None:
+        out = out * w[None, :, :, None] + b[None, :, :, None]
+    return out.reshape(t.shape)
+
+
+@torch.no_grad()
+def _update_running(bn: MaskedBatchNorm, running: tuple, mean: torch.Tensor, var: torch.Tensor,
+                    count: torch.Tensor) -> None:
+    run_mean, run_var, tracked = running
+    tracked.add_(1)
+    if bn.momentum is None:
+        factor: torch.Tensor | float = 1.0 / tracked.to(mean.dtype).view(-1, 1)
+    else:
+        factor = bn.momentum
+    unbiased = var * count / (count - 1).clamp(min=1)
+    run_mean.mul_(1 - factor).add_(factor * mean.detach())
+    run_var.mul_(1 - factor).add_(factor * unbiased.detach())
+
+
+def fused_layernorm(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
+    ln = m
+    assert isinstance(ln, nn.LayerNorm)
+    t = to_nb(x, ctx.n)
+    out = F.layer_norm(t, ln.normalized_shape, None, None, ln.eps)
+    w, b = _stacked(ctx, name, "weight"), _stacked(ctx, name, "bias")
+    view = (ctx.n,) + (1,) * (t.dim() - 1 - len(ln.normalized_shape)) + tuple(ln.normalized_shape)
+    if w is not None:
+        out = out * w.view(view)
+    if b is not None:
+        out = out + b.view(view)
+    return Value(out, NB)
+
+
+def fused_embedding(ctx: FuseContext, name: str, m: nn.Module, x: Value | torch.Tensor) -> Value:
+    """Row lookup in each member's own table (member i's ids offset by ``i * vocab``)."""
+    emb = m
+    assert isinstance(emb, nn.Embedding)
+    if emb.padding_idx is not None or emb.max_norm is not None or emb.scale_grad_by_freq \
+            or emb.sparse:
+        raise Unfusable(f"model.{name}", "Embedding with padding_idx/max_norm/sparse")
+    w = _stacked(ctx, name, "weight")
+    assert w is not None
+    n, vocab = ctx.n, w.shape[1]
+    if isinstance(x, Value):
+        ids = to_nb(x, n)
+        offsets = torch.arange(n, device=ids.device).view((n,) + (1,) * (ids.dim() - 1))
+        return Value(F.embedding(ids + offsets * vocab, w.reshape(n * vocab, -1)), NB)
+    rows = w.index_select(1, x.reshape(-1))
+    return Value(rows.view(n, *x.shape, w.shape[2]), NB)
+
+
+def fused_attention(ctx: FuseContext, name: str, m: nn.Module, query: Value, key: Value,
+                    value: Value, key_padding_mask: Any = None, need_weights: bool = True,
+                    attn_mask: Any = None, average_attn_weights: bool = True,
+                    is_causal: bool = False) -> tuple[Value, None]:
+    """``nn.MultiheadAttention`` as batched projections and one attention over N x B batches.
+
+    Returns ``(output, None)``: the attention weights are not computed (a model that uses
+    them fails the pack's probe and trains under vmap)."""
+    mha = m
+    assert isinstance(mha, nn.MultiheadAttention)
+    if (mha.dropout and ctx.training) or not mha._qkv_same_embed_dim or mha.bias_k is not None \
+            or mha.add_zero_attn or key_padding_mask is not None \
+            or any(isinstance(a, Value) for a in (attn_mask,)) \
+            or not all(isinstance(a, Value) for a in (query, key, value)):
+        raise Unfusable(f"model.{name}", "MultiheadAttention with dropout, kdim/vdim, bias_k, "
+                                         "zero attention or a key padding mask")
+    n, heads = ctx.n, mha.num_heads
+    w, b = _stacked(ctx, name, "in_proj_weight"), _stacked(ctx, name, "in_proj_bias")
+    assert w is not None
+    q, k, v = (to_nb(a, n) if mha.batch_first else to_nb(a, n).transpose(1, 2)
+               for a in (query, key, value))                                  # [N, B, T, E]
+    ws, bs = w.chunk(3, dim=1), (b.chunk(3, dim=1) if b is not None else (None,) * 3)
+
+    def project(x: torch.Tensor, i: int) -> torch.Tensor:
+        out = fused_linear_raw(x, ws[i], bs[i])
+        return out.flatten(0, 1).unflatten(-1, (heads, -1)).transpose(1, 2)  # [NB, H, T, d]
+    if isinstance(attn_mask, torch.Tensor) and attn_mask.dtype == torch.bool:
+        attn_mask = ~attn_mask               # nn.MultiheadAttention: True = may not attend
+    out = F.scaled_dot_product_attention(project(q, 0), project(k, 1), project(v, 2),
+                                         attn_mask=attn_mask,
+                                         is_causal=bool(is_causal and attn_mask is None))
+    out = out.transpose(1, 2).flatten(2).unflatten(0, (n, -1))               # [N, B, T, E]
+    out = fused_linear_raw(out, _stacked(ctx, name, "out_proj.weight"),
+                           _stacked(ctx, name, "out_proj.bias"))
+    return Value(out if mha.batch_first else out.transpose(1, 2), NB), None
+
+
+def fused_linear_raw(t: torch.Tensor, w: torch.Tensor | None,
+                     b: torch.Tensor | None) -> torch.Tensor:
+    """``[N, ..., in] @ W_i^T + b_i`` for stacked ``w`` ``[N, out, in]``."""
+    assert w is not None
+    flat = t.reshape(t.shape[0], -1, t.shape[-1])
+    wt = w.transpose(1, 2)
+    out = torch.bmm(flat, wt) if b is None else torch.baddbmm(b.unsqueeze(1), flat, wt)
+    return out.view(*t.shape[:-1], w.shape[1])
+
+
+def fused_dropout(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
+    """Multiply by the member's own mask (``hypersack.fusion.layers``); none: identity."""
+    mask = ctx.masks.get(ctx.dropout_index[name]) if ctx.training else None
+    if mask is None:
+        return x
+    if x.layout == CF:
+        mask = mask.to(x.t.dtype)
+        mask = mask.movedim(0, 1).reshape(x.t.shape)
+    return Value(x.t * mask, x.layout)
+
+
+def channelwise(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
+    """Pooling: each channel on its own, so the channel-folded layout runs as it is."""
+    spatial = 1 if "1d" in type(m).__name__ else 2
+    if len(member_shape(x, ctx.n)) != spatial + 2:
+        raise Unfusable(f"model.{name}", f"{type(m).__name__} on an unbatched input")
+    return Value(m(to_cf(x, ctx.n, ctx.channels_last)), CF)
+
+
+def elementwise_module(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
+    return Value(m(x.t), x.layout)
+
+
+def generic_module(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
+    """A parameter-free module that reshapes (Flatten, Unflatten): vmapped over members."""
+    return call_generic(m, (x,), {}, ctx.n)
+
+
+_ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Hardswish,
+                nn.Hardsigmoid, nn.LeakyReLU, nn.ELU, nn.Softplus, nn.Mish, nn.Identity,
+                nn.Hardtanh, nn.SELU, nn.CELU, nn.Tanhshrink)
+_POOLS = (nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d, nn.AdaptiveAvgPool1d,
+          nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d)
+
+FusedOp = Callable[..., Any]
+
+#: The table: layer type -> fused op. Nothing else with parameters or randomness fuses.
+FUSED_MODULES: dict[type, FusedOp] = {
+    nn.Linear: fused_linear, nn.Conv1d: fused_conv, nn.Conv2d: fused_conv,
+    MaskedBatchNorm: fused_batchnorm, nn.LayerNorm: fused_layernorm,
+    nn.MultiheadAttention: fused_attention,
+    nn.Embedding: fused_embedding, MemberDropout: fused_dropout,
+    nn.Flatten: generic_module, nn.Unflatten: generic_module,
+    **{cls: channelwise for cls in _POOLS},
+    **{cls: elementwise_module for cls in _ACTIVATIONS},
+}
+
+# ---- functions and methods ---------------------------------------------------------------------
+
+#: Element-wise functions (and method names): any layout passes through when the operands agree.
+ELEMENTWISE: set[Any] = {
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.pow,
+    torch.add, torch.sub, torch.mul, torch.div, torch.relu, torch.sigmoid, torch.tanh,
+    torch.exp, torch.sqrt, torch.rsqrt, torch.abs, torch.clamp, torch.where,
+    F.relu, F.relu6, F.gelu, F.silu, F.hardswish, F.hardsigmoid, F.leaky_relu, F.elu,
+    F.softplus, F.mish, F.sigmoid, F.tanh,
+    "add", "sub", "mul", "div", "neg", "pow", "relu", "sigmoid", "tanh", "exp", "sqrt",
+    "rsqrt", "abs", "clamp", "contiguous",
+}
+#: Functions that draw random numbers: their per-member streams are not reproducible here.
+RANDOM_FUNCTIONS: set[Any] = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
+                              F.feature_alpha_dropout, torch.rand, torch.randn, torch.randint,
+                              torch.bernoulli, torch.rand_like, torch.randn_like,
+                              torch.multinomial, "bernoulli_", "uniform_", "normal_",
+                              "random_", "exponential_"}
+
+
+def _operands(args: tuple, kwargs: dict) -> list[Any]:
+    flat, _ = tree_flatten((args, kwargs))
+    return flat
+
+
+def elementwise(fn: Any, args: tuple, kwargs: dict, n: int) -> Value:
+    """``fn`` on the raw tensors when every fused operand has one layout and one rank and
+    every shared tensor is a scalar; otherwise the generic (vmapped) call."""
+    flat = _operands(args, kwargs)
+    values = [a for a in flat if isinstance(a, Value)]
+    layouts = {v.layout for v in values}
+    ranks = {v.t.dim() for v in values}
+    shared_ok = all(a.dim() == 0 for a in flat if isinstance(a, torch.Tensor))
+    if len(layouts) == 1 and len(ranks) == 1 and shared_ok:
+        raw_args, raw_kwargs = tree_map(lambda a: a.t if isinstance(a, Value) else a,
+                                        (args, kwargs))
+        call = getattr(raw_args[0], fn) if isinstance(fn, str) else fn
+        out = call(*raw_args[1:], **raw_kwargs) if isinstance(fn, str) else call(*raw_args,
+                                                                                **raw_kwargs)
+        return Value(out, values[0].layout)
+    return call_generic(fn, args, kwargs, n)
+
+
+def reduction(fn: Any, args: tuple, kwargs: dict, n: int) -> Value:
+    """mean/sum/amax over spatial dimensions of a channel-folded value stay folded."""
+    x = args[0]
+    dims = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    if isinstance(x, Value) and x.layout == CF and dims is not None and len(args) <= 2:
+        rank = x.t.dim()
+        dims_t = (dims,) if isinstance(dims, int) else tuple(dims)
+        if all((d % rank) >= 2 for d in dims_t):
+            rest = {k: v for k, v in kwargs.items() if k != "dim"}
+            out = getattr(x.t, fn)(dim=dims_t, **rest) if isinstance(fn, str) else \
+                fn(x.t, dim=dims_t, **rest)
+            return Value(out, CF)
+    return call_generic(fn, args, kwargs, n)
+
+
+def sdpa(fn: Any, args: tuple, kwargs: dict, n: int) -> Value:
+    """scaled_dot_product_attention folds members into its batch dimensions."""
+    q, k, v = args[:3]
+    mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+    if all(isinstance(a, Value) for a in (q, k, v)) and not isinstance(mask, Value):
+        raw = [to_nb(a, n) for a in (q, k, v)]
+        return Value(fn(*raw, *args[3:], **kwargs), NB)
+    return call_generic(fn, args, kwargs, n)
+
+
+def call_generic(fn: Any, args: tuple, kwargs: dict, n: int) -> Any:
+    """``fn`` vmapped over the members of its fused operands (shared operands broadcast)."""
+    flat, spec = tree_flatten((args, kwargs))
+    where = [i for i, a in enumerate(flat) if isinstance(a, Value)]
+    if not where:
+        a, k = tree_unflatten(flat, spec)
+        return _apply(fn, a, k)
+    tensors = [to_nb(flat[i], n) for i in where]
+
+    def one(*ts: torch.Tensor) -> Any:
+        local = list(flat)
+        for i, t in zip(where, ts):
+            local[i] = t
+        a, k = tree_unflatten(local, spec)
+        return _apply(fn, a, k)
+
+    out = torch.vmap(one, randomness="error")(*tensors)
+    return tree_map(lambda o: Value(o, NB) if isinstance(o, torch.Tensor) else o, out)
+
+
+def _apply(fn: Any, args: Any, kwargs: Any) -> Any:
+    if isinstance(fn, str):
+        return getattr(args[0], fn)(*args[1:], **kwargs)
+    return fn(*args, **kwargs)
+
+
+#: Rules for call_function / call_method targets with a layout-aware implementation.
+FUNCTION_RULES: dict[Any, Callable[[Any, tuple, dict, int], Any]] = {
+    **{fn: elementwise for fn in ELEMENTWISE},
+    **{fn: reduction for fn in ("mean", "sum", "amax", torch.mean, torch.sum, torch.amax)},
+    F.scaled_dot_product_attention: sdpa,
+}
