@@ -163,12 +163,10 @@ def test_executors_do_not_route_members_the_controller_seats_them():
 
 def test_packs_have_one_home_in_core_and_a_seam_between_driver_and_worker():
     modules = import_graph()
-    for gone in ("hypersack.core.fusing", "hypersack.core.routing", "hypersack.runtime.pack_worker"):
+    for gone in ("hypersack.core.fusing", "hypersack.core.routing", "hypersack.core.packing",
+                 "hypersack.runtime.pack_worker"):
         assert gone not in modules
     assert "hypersack.core.packs.seating" in modules and "hypersack.core.packs.grouping" in modules
     # the pack process (worker side) knows the pipe protocol, never the executor (driver side)
     worker = modules["hypersack.runtime.pack_member_worker"]
     assert not {t for t in worker if t.startswith("hypersack.runtime.executors")}
-    # the compatibility module left for fusion/ (another branch) is imported by nothing else
-    users = {m for m, targets in modules.items() if "hypersack.core.packing" in targets}
-    assert users <= {m for m in users if m.startswith("hypersack.fusion")}

@@ -14,7 +14,7 @@ Engines: ``hfused`` (``hypersack.fusion.hfused`` over the op table of
 The step runs eagerly or as a CUDA graph (``hypersack.fusion.graphs``) in fp32, bf16 or fp16
 (``hypersack.fusion.precision``).
 
-Which trials fuse is decided by ``hypersack.core.packing`` (pure, no torch).
+Which trials fuse is decided by ``hypersack.core.packs`` (pure, no torch).
 """
 from hypersack.errors import MissingDependencyError
 

@@ -14,7 +14,7 @@ CUDA-graph step on CUDA and the pack's precision (``StackOptions``).
 Members with different optimizer kinds (e.g. adam and sgd) live in separate stacks of the same
 pack: they share the process, the device and the data set, and each stack is one fused
 computation. Members whose architecture key differs from the pack's are refused through
-``source.failed`` (``hypersack.core.packing`` keeps them out of the pack in the first place).
+``source.failed`` (``hypersack.core.packs`` keeps them out of the pack in the first place).
 
 A sketch of an executor's source::
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hypersack.core.packing import fusibility_key
+from hypersack.core.packs import fusibility_key
 from hypersack.errors import ConfigError
 from hypersack.fusion.layers import prepare_module
 from hypersack.fusion.stack import FusedStack, PackData, StackOptions, steps_per_epoch

@@ -25,7 +25,7 @@ class FusableTask:
     """A workload that fused training can run. Subclasses override the methods below.
 
     ``architecture_keys``: the config keys whose values change tensor shapes (layer widths,
-    channels...). Trials fuse only when these are equal (``hypersack.core.packing``); every other
+    channels...). Trials fuse only when these are equal (``hypersack.core.packs``); every other
     key (learning rate, optimizer, batch size, dropout, ...) may differ per member.
     """
 

@@ -150,8 +150,14 @@ class _PackSession:
 
     def __init__(self, pipe: Pipe, spec: PackSpec, task: Any):
         from hypersack.fusion.runner import Pack
+        from hypersack.fusion.stack import StackOptions
         self.pipe, self.spec, self.task = pipe, spec, task
-        self.pack = Pack(task, spec.device)
+        # On a GPU, as many slots as the pack may seat, so its shapes (and CUDA graphs) never
+        # change; on the CPU free slots cost their full share of compute: start small, double.
+        cuda = str(spec.device).startswith("cuda")
+        options = StackOptions(capacity=max(1, spec.max_members) if cuda else 4,
+                               precision=task.precision)
+        self.pack = Pack(task, spec.device, options=options)
         self.queue: list[MemberTask] = []
         self.seats: dict[int, _Seat] = {}
         self.stops: set[int] = set()
