@@ -135,7 +135,7 @@ GPT_WORKLOAD = Workload(
     data_keys=("train_size", "val_size", "seq_len", "vocab"),
     defaults={"train_size": 512, "val_size": 16, "seq_len": 128, "vocab": 50304, "width": 256,
               "layers": 6, "heads": 8, "batch_size": 8},
-    eval_batch=8)
+    eval_batch=8, inputs="tokens")
 
 
 def train_gpt(config: Mapping[str, Any], ctx: Any) -> None:
