@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from hypersack.core.allocator import Demand
 from hypersack.core.demand import member_demand as core_member_demand
-from hypersack.core.demand import needs_mps, with_history
+from hypersack.core.demand import needs_mps, with_history, with_loader_cpus
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event, TrialFailed, TrialFinished, TrialProfiled, TrialRecord
 from hypersack.runtime.devices import Slot, default_slots, slots_cluster
@@ -48,6 +48,8 @@ class Machine:
     profile: Callable[[dict], bool] = lambda config: False
     # Utilisation samples (node, gpu, monitor.Sample) since the last call; None: no NVML monitor.
     samples: Callable[[], list[tuple[str, str, Any]]] | None = None
+    # oversubscription: auto -> per GPU architecture, the ratio chosen and why (RatioChoice)
+    ratios: dict[str, Any] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -91,8 +93,9 @@ def _gpu_cluster(nvml: Any, oversubscription: Any) -> Any | None:
     try:
         source = NvmlSource(nvml)
         with source:
-            cluster = cluster_from_nvml(source, node_id="local",
-                                        oversubscription=oversubscription if isinstance(oversubscription, Mapping) else None)
+            cluster = cluster_from_nvml(
+                source, node_id="local",
+                oversubscription=oversubscription if isinstance(oversubscription, Mapping) else None)
     except (MissingDependencyError, NvmlUnavailable, OSError):
         return None
     if not any(True for _ in cluster.gpus()):
@@ -133,7 +136,7 @@ def _gpu_slots(cluster: Any, workers: int | None) -> list[Slot]:
 
 
 def _cpu_ratio(oversubscription: Any, slots: list[Slot]) -> float:
-    if oversubscription is None:
+    if oversubscription is None or isinstance(oversubscription, str):   # auto, paper: 1 on CPUs
         return 1.0
     if isinstance(oversubscription, Mapping):
         arch = "cpu" if all(s.gpu is None for s in slots) else "gpu"
@@ -184,6 +187,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     """Demand from the job history; profiles and OOM corrections written back to it."""
     from hypersack.runtime.profiles import ProfileStore, profile_key
     store = stack.enter_context(ProfileStore(storage_path))
+    _auto_ratios(machine, spec, store)
     model_keys = _model_keys(spec)
     archs = sorted({g.arch for _, g in machine.cluster.gpus()})
     memory = {g.arch: g.memory_gb for _, g in machine.cluster.gpus()}
@@ -205,7 +209,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
             return hit[1]
         key = _history_key(record.config, model_keys)
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
-        job = with_history(default.job(record), per_arch)
+        job = _with_loaders(with_history(default.job(record), per_arch), record.config)
         jobs[record.trial_id] = (record.resources, job, key)
         keyed.setdefault(key, set()).add(record.trial_id)
         return job
@@ -224,9 +228,11 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
             if isinstance(event, TrialProfiled):
                 from hypersack.runtime.profiler import Profile
                 profile = Profile.from_dict(event.profile)
-                store.put(profile_key(trainable_name, record.config, model_keys, profile.device_arch),
-                          profile)
-                forget(record.config)
+                pkey = profile_key(trainable_name, record.config, model_keys, profile.device_arch)
+                sharing = _sharing(record, records)
+                _record_colocation(store, pkey, profile, [record, *sharing], jobs)
+                if store.put(pkey, profile, corunners=len(sharing)):
+                    forget(record.config)
             elif isinstance(event, TrialFailed) and event.oom:
                 for arch in archs:
                     store.correct_after_oom(profile_key(trainable_name, record.config, model_keys, arch),
@@ -240,6 +246,72 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
             log.warning("job history not updated for trial %s: %s", event.trial_id, exc)
     machine.demand, machine.observers = demand, [observe]
     machine.profile = lambda config: True
+
+
+def _with_loaders(job: Any, config: dict) -> Any:
+    """``job`` with cores for the config's loader workers (``core.demand.with_loader_cpus``); a
+    config whose ``data`` or ``cpus`` is invalid keeps ``job`` (its trial fails on it)."""
+    from hypersack.errors import ConfigError
+    try:
+        return with_loader_cpus(job, config)
+    except ConfigError:
+        return job
+
+
+def _sharing(record: TrialRecord, records: Mapping[int, TrialRecord]) -> list[TrialRecord]:
+    """The other running trials on ``record``'s devices now (its profile was measured beside
+    them: a profile arrives when its trial ends or after its first iterations)."""
+    mine = set(record.devices)
+    if not mine:
+        return []
+    from hypersack.core.trial import TrialState
+    return [r for r in records.values() if r.trial_id != record.trial_id
+            and r.state == TrialState.RUNNING and mine & set(r.devices)]
+
+
+def _record_colocation(store: Any, key: Any, profile: Any, on_device: list[TrialRecord],
+                       jobs: Mapping[int, tuple[int, Any, str]]) -> None:
+    """Append to the job history what sharing did to ``profile``'s trial: the summed demand of
+    the trials on its device and its slowdown against its profile measured alone (nothing when
+    it ran alone, or its model was never profiled alone on this architecture)."""
+    from hypersack.core.oversubscription import colocation
+    if len(on_device) < 2 or store.corunners(key) != 0:
+        return
+    alone = store.get(key)
+    demands = [jobs[r.trial_id][1].demand(key.arch).compute for r in on_device if r.trial_id in jobs]
+    if alone is None or len(demands) != len(on_device):
+        return
+    measured = colocation(alone.time_per_iter_s, profile.time_per_iter_s, demands)
+    if measured is not None:
+        store.record_colocation(key.arch, key.signature, measured)
+
+
+def _auto_ratios(machine: Machine, spec: StudySpec, store: Any) -> None:
+    """``oversubscription: auto``: each GPU architecture's ratio from the job history's
+    co-location measurements (``core.oversubscription.auto_ratio``), set on the inventory and
+    kept in ``machine.ratios``; other modes and CPU slots are left as they are."""
+    from hypersack.core.oversubscription import auto_ratio, ratio_mode
+    if ratio_mode(spec.oversubscription) != "auto":
+        return
+    archs = sorted({g.arch for _, g in machine.cluster.gpus() if g.arch != "cpu"})
+    if not archs:
+        return
+    for arch in archs:
+        try:
+            measured = store.colocations(arch)
+        except Exception as exc:      # the history is an optimisation: never fail the study on it
+            log.warning("co-location history not read for %s: %s", arch, exc)
+            measured = []
+        machine.ratios[arch] = auto_ratio(arch, measured)
+        log.info("oversubscription auto: %s", machine.ratios[arch].reason)
+    machine.cluster = _with_ratios(machine.cluster, {a: c.ratio for a, c in machine.ratios.items()})
+
+
+def _with_ratios(cluster: Any, ratios: Mapping[str, float]) -> Any:
+    from hypersack.core.placement import Cluster, Node
+    return Cluster([Node(n.id, n.cpus, tuple(
+        dataclasses.replace(g, oversubscription=ratios.get(g.arch, g.oversubscription))
+        for g in n.gpus)) for n in cluster.nodes])
 
 
 def member_demand(spec: StudySpec) -> Demand:

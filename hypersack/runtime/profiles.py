@@ -12,6 +12,13 @@ learning rate...) do not change a job's demand and share the profile.
 A job that ran out of GPU memory while co-located gets its memory estimate raised with
 :meth:`ProfileStore.correct_after_oom` (to the device's memory by default, so the placement puts
 it alone); the correction survives later ``put`` calls for the same key.
+
+A profile records how many other trials shared the device while it was measured
+(``corunners``): a profile measured alone is never replaced by one measured beside others (whose
+utilisation is the whole device's, not the job's). Co-location measurements
+(``core.oversubscription.Colocation``: summed demand, slowdown against the alone profile) go to
+the table ``colocation``, per GPU architecture and model signature, for ``oversubscription:
+auto`` (:meth:`ProfileStore.colocations`).
 """
 from __future__ import annotations
 
@@ -40,7 +47,18 @@ CREATE TABLE IF NOT EXISTS profiles (
     updated_at REAL NOT NULL,
     PRIMARY KEY (signature, batch_size, arch)
 );
+CREATE TABLE IF NOT EXISTS colocation (
+    arch TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    demand_percent REAL NOT NULL,
+    slowdown REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS colocation_arch ON colocation (arch, updated_at);
 """
+
+#: Co-location measurements kept per (architecture, signature): the newest.
+KEEP_COLOCATIONS = 64
 
 
 @dataclass(frozen=True)
@@ -117,13 +135,50 @@ class ProfileStore:
         row = self._row(key)
         return None if row is None or row[0] is None else Profile.from_dict(json.loads(row[0]))
 
-    def put(self, key: ProfileKey, profile: Profile) -> None:
-        """Store (or replace) the measured profile of ``key``; keeps its OOM correction."""
+    def put(self, key: ProfileKey, profile: Profile, corunners: int = 0) -> bool:
+        """Store the measured profile of ``key``, measured beside ``corunners`` other trials;
+        keeps its OOM correction. A stored profile measured with fewer co-runners is kept
+        (returns False), so a shared measurement never replaces one taken alone."""
+        stored = self.corunners(key)
+        if stored is not None and stored < corunners:
+            return False
+        text = json.dumps({**profile.to_dict(), "corunners": int(corunners)})
         self._db.execute(
             "INSERT INTO profiles (signature, batch_size, arch, profile, updated_at) "
             "VALUES (?,?,?,?,?) ON CONFLICT (signature, batch_size, arch) DO UPDATE SET "
             "profile = excluded.profile, updated_at = excluded.updated_at",
-            (key.signature, key.batch_size, key.arch, json.dumps(profile.to_dict()), time.time()))
+            (key.signature, key.batch_size, key.arch, text, time.time()))
+        return True
+
+    def corunners(self, key: ProfileKey) -> int | None:
+        """Other trials on the device while ``key``'s stored profile was measured (0: alone;
+        profiles written before this was recorded count as alone), None without a profile."""
+        row = self._row(key)
+        if row is None or row[0] is None:
+            return None
+        return int(json.loads(row[0]).get("corunners", 0))
+
+    def record_colocation(self, arch: str, signature_: str, measurement: Any) -> None:
+        """Append one ``Colocation`` measurement for ``(arch, signature_)``; the oldest beyond
+        ``KEEP_COLOCATIONS`` are dropped."""
+        self._db.execute("INSERT INTO colocation (arch, signature, demand_percent, slowdown, "
+                         "updated_at) VALUES (?,?,?,?,?)",
+                         (arch, signature_, float(measurement.demand_percent),
+                          float(measurement.slowdown), time.time()))
+        self._db.execute(
+            "DELETE FROM colocation WHERE arch = ? AND signature = ? AND rowid NOT IN (SELECT "
+            "rowid FROM colocation WHERE arch = ? AND signature = ? ORDER BY rowid DESC LIMIT ?)",
+            (arch, signature_, arch, signature_, KEEP_COLOCATIONS))
+
+    def colocations(self, arch: str, signatures: Iterable[str] | None = None) -> list[Any]:
+        """The ``Colocation`` measurements on ``arch``, oldest first: of ``signatures`` when
+        given and any was measured, else of every model measured on ``arch``."""
+        from hypersack.core.oversubscription import Colocation
+        rows = self._db.execute("SELECT signature, demand_percent, slowdown FROM colocation "
+                                "WHERE arch = ? ORDER BY rowid", (arch,)).fetchall()
+        wanted = set(signatures) if signatures is not None else set()
+        mine = [r for r in rows if r[0] in wanted]
+        return [Colocation(float(r[1]), float(r[2])) for r in (mine or rows)]
 
     def keys(self) -> list[ProfileKey]:
         """Every key with a stored profile."""

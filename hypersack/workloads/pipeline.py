@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from hypersack.core.demand import loader_workers
-from hypersack.validation import check_name
+from hypersack.validation import check_integer, check_name
 
 __all__ = ["CIFAR_MEAN", "CIFAR_STD", "PAD", "uint8_images", "image_arrays", "AugmentedImages",
            "TokenSequences", "make_loader", "normalise", "pipeline_data", "train_epoch_loader"]
@@ -158,26 +158,29 @@ def make_loader(dataset: Dataset, config: Mapping[str, Any], batch_size: int, *,
                       prefetch_factor=2 if workers else None)
 
 
-def pipeline_data(config: Mapping[str, Any], kind: str,
-                  host_data: Any) -> tuple[Dataset, torch.Tensor, torch.Tensor]:
+def pipeline_data(config: Mapping[str, Any], kind: str, host_data: Any,
+                  data_seed: int = 0) -> tuple[Dataset, torch.Tensor, torch.Tensor]:
     """``(training dataset, x_val, y_val)`` for a workload of ``kind`` ("images" or "tokens"):
     validation comes as CPU tensors (images normalised, not augmented). ``host_data``: the
     workload's ``(x_train, y_train, x_val, y_val)`` for tokens (images are generated here as
-    uint8)."""
+    uint8 from ``data_seed``)."""
     if kind == "tokens":
         x, y, x_val, y_val = host_data
         return TokenSequences(x, y), x_val, y_val
-    from hypersack.workloads.synthetic import DATA_SEED, count
-    n_train, n_val = count(config, "train_size", 4096), count(config, "val_size", 256)
+    n_train, n_val = _count(config, "train_size", 4096), _count(config, "val_size", 256)
     data_dir = config.get("data_dir")
     if data_dir is not None:
         check_name("config.data_dir", data_dir, max_len=4096)
-    images, labels = image_arrays(n_train + n_val, count(config, "image_size", 32),
-                                  count(config, "channels", 3), count(config, "classes", 10),
-                                  DATA_SEED, data_dir)
+    images, labels = image_arrays(n_train + n_val, _count(config, "image_size", 32),
+                                  _count(config, "channels", 3), _count(config, "classes", 10),
+                                  data_seed, data_dir)
     x_val = normalise(torch.from_numpy(np.ascontiguousarray(images[n_train:])))
     return (AugmentedImages(images[:n_train], labels[:n_train], augment=True), x_val,
             torch.from_numpy(np.asarray(labels[n_train:])))
+
+
+def _count(config: Mapping[str, Any], key: str, default: int) -> int:
+    return int(check_integer(f"config.{key}", config.get(key, default), low=1))
 
 
 def train_epoch_loader(model: torch.nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,

@@ -223,7 +223,7 @@ def _epoch_runner(workload: Workload, config: Mapping[str, Any], s: Settings,
     if data_mode(config) == "pipeline":
         from hypersack.workloads.pipeline import pipeline_data, train_epoch_loader
         host = cached_data(workload, config) if workload.inputs == "tokens" else None
-        dataset, x_val, y_val = pipeline_data(config, workload.inputs, host)
+        dataset, x_val, y_val = pipeline_data(config, workload.inputs, host, DATA_SEED)
 
         def run(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> tuple[float, int]:
             return train_epoch_loader(model, optimizer, dataset, config, s.batch_size, seed,

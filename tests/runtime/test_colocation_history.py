@@ -1,0 +1,107 @@
+"""What the runtime learns from co-located trials (``oversubscription: auto``): profiles taken
+alone are kept, shared ones become co-location measurements in the job history, and the next
+study on that architecture starts from them; loader workers count as the trial's cores."""
+from __future__ import annotations
+
+import pytest
+
+from hypersack.core.oversubscription import Colocation
+from hypersack.core.spec import StudySpec
+from hypersack.core.trial import TrialProfiled, TrialRecord, TrialState
+from hypersack.runtime.devices import default_slots
+from hypersack.runtime.machine import prepare_machine
+from hypersack.runtime.profiles import ProfileStore, profile_key
+from hypersack.runtime.profiler import Profile
+
+
+def _spec(**extra) -> StudySpec:
+    return StudySpec.from_dict({"name": "s", "objective": {"metric": "score", "mode": "max"},
+                                "space": {"width": {"type": "categorical", "choices": [16]},
+                                          "x": {"type": "float", "low": 0.0, "high": 1.0}},
+                                "budget": {"trials": 4}, **extra})
+
+
+def _profiled(trial_id: int, seconds: float, util: float = 40.0) -> TrialProfiled:
+    profile = Profile(time_per_iter_s=seconds, peak_memory_gb=1.0, gpu_util_percent=util,
+                      data_time_fraction=0.1, iters_measured=3, device_arch="cpu")
+    return TrialProfiled(trial_id, profile.to_dict())
+
+
+def _running(trial_id: int, device: str = "cpu0", **config) -> TrialRecord:
+    return TrialRecord(trial_id, {"width": 16, "x": 0.1 * trial_id, **config}, seed=0,
+                       state=TrialState.RUNNING, devices=[("local", device)])
+
+
+def test_a_shared_profile_is_a_colocation_measurement_not_the_jobs_demand(tmp_path):
+    key = profile_key("t", {"width": 16}, ["width"], "cpu")
+    with prepare_machine(_spec(), tmp_path / "runs", tmp_path / "s.db", trainable_name="t",
+                         slots=default_slots(2, gpus=[])) as machine:
+        (observe,) = machine.observers
+        alone = _running(0)
+        machine.demand(alone)
+        observe(_profiled(0, 0.1))                                  # alone: the job's profile
+        alone.state = TrialState.COMPLETE
+        pair = [_running(1), _running(2)]
+        assert [machine.demand(r).demand("cpu").compute for r in pair] == [40.0, 40.0]
+        observe(_profiled(1, 0.3, util=95.0))                       # beside trial 2
+        elsewhere = _running(3, device="cpu1")
+        machine.demand(elsewhere)
+        observe(_profiled(3, 0.5))                                  # alone on its own device
+    with ProfileStore(tmp_path / "s.db") as store:
+        assert store.colocations("cpu") == [Colocation(80.0, pytest.approx(3.0))]
+        assert store.corunners(key) == 0
+        assert store.get(key).time_per_iter_s == 0.5               # alone again: replaced
+        assert store.get(key).gpu_util_percent == 40.0             # never the shared 95%
+
+
+def test_without_an_alone_profile_nothing_is_measured_and_the_shared_one_is_kept(tmp_path):
+    key = profile_key("t", {"width": 16}, ["width"], "cpu")
+    with prepare_machine(_spec(), tmp_path / "runs", tmp_path / "s.db", trainable_name="t",
+                         slots=default_slots(2, gpus=[])) as machine:
+        (observe,) = machine.observers
+        pair = [_running(1), _running(2)]
+        for r in pair:
+            machine.demand(r)
+        observe(_profiled(1, 0.3))
+    with ProfileStore(tmp_path / "s.db") as store:
+        assert store.colocations("cpu") == []
+        assert store.corunners(key) == 1 and store.get(key).time_per_iter_s == 0.3
+
+
+def test_colocations_are_kept_per_architecture_and_signature(tmp_path):
+    with ProfileStore(tmp_path / "h.db") as store:
+        store.record_colocation("H100", "a", Colocation(200, 1.0))
+        store.record_colocation("H100", "b", Colocation(300, 1.5))
+        store.record_colocation("A100", "a", Colocation(100, 1.0))
+        assert store.colocations("H100") == [Colocation(200, 1.0), Colocation(300, 1.5)]
+        assert store.colocations("H100", ["b"]) == [Colocation(300, 1.5)]
+        assert store.colocations("H100", ["zzz"]) == store.colocations("H100")
+        for i in range(70):
+            store.record_colocation("A100", "a", Colocation(100 + i, 1.0))
+        assert len(store.colocations("A100")) == 64
+        assert store.colocations("A100")[-1] == Colocation(169, 1.0)
+
+
+@pytest.mark.parametrize("mode, ratio", [(None, 2.0), ("auto", 2.0), ("paper", 1.0), (3, 3.0)])
+def test_the_next_study_starts_from_what_the_history_learned(tmp_path, mode, ratio):
+    with ProfileStore(tmp_path / "s.db") as store:
+        store.record_colocation("gpu", "sig", Colocation(320, 1.6))      # capacity 200%
+    extra = {} if mode is None else {"oversubscription": mode}
+    with prepare_machine(_spec(**extra), tmp_path / "runs", tmp_path / "s.db",
+                         trainable_name="t", slots=default_slots(1, gpus=[0])) as machine:
+        assert {g.oversubscription for _, g in machine.cluster.gpus()} == {ratio}
+        if ratio == 2.0:
+            assert "capacity 200%" in machine.ratios["gpu"].reason
+        else:
+            assert machine.ratios == {}
+
+
+def test_loader_workers_count_as_the_trials_cores(tmp_path):
+    spec = _spec(resources={"cpus": 2})
+    with prepare_machine(spec, tmp_path / "runs", tmp_path / "s.db", trainable_name="t",
+                         slots=default_slots(2, gpus=[])) as machine:
+        assert machine.demand(_running(0)).cpus == 2                              # declared
+        assert machine.demand(_running(1, data="pipeline")).cpus == 3             # 1 + 2 loaders
+        assert machine.demand(_running(2, data="pipeline", cpus=6)).cpus == 6
+        assert machine.demand(_running(3, data="pipeline", cpus=1)).cpus == 2    # declared wins
+        assert machine.demand(_running(4, data="nonsense")).cpus == 2            # fails itself
