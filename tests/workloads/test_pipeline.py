@@ -132,3 +132,17 @@ def test_pipeline_trains_differently_from_synthetic(tmp_path):
     vision.train_resnet18({**plain, "epochs": 1}, make_ctx(tmp_path / "s", synthetic_run))
     vision.train_resnet18({**IMAGES, "epochs": 1}, make_ctx(tmp_path / "p", piped))
     assert synthetic_run.reports[-1][1]["train_loss"] != piped.reports[-1][1]["train_loss"]
+
+
+def test_cifar_classifier_trains_the_model_its_config_names(tmp_path):
+    from hypersack.runtime.trainable import resolve_reference
+    train = resolve_reference("cifar_classifier")
+    reports = {}
+    for model in ("resnet18_cifar", "mobilenet_v3_small"):
+        channel = FakeChannel()
+        train({**IMAGES, "model": model, "epochs": 1}, make_ctx(tmp_path / model, channel))
+        reports[model] = channel.reports[-1][1]["train_loss"]
+    assert reports["resnet18_cifar"] != reports["mobilenet_v3_small"]
+    with pytest.raises(ConfigError) as info:
+        train({**IMAGES, "model": "vgg"}, make_ctx(tmp_path / "x", FakeChannel()))
+    assert info.value.field == "config.model"
