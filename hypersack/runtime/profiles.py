@@ -104,7 +104,8 @@ class ProfileStore:
         try:
             if shared is not None:
                 self._db = shared
-                self._db.execute(_SCHEMA)
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
             else:
                 self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
                 self._db.execute("PRAGMA journal_mode=WAL")
