@@ -50,6 +50,8 @@ class Machine:
     samples: Callable[[], list[tuple[str, str, Any]]] | None = None
     # oversubscription: auto -> per GPU architecture, the ratio chosen and why (RatioChoice)
     ratios: dict[str, Any] = field(default_factory=dict)
+    # execution: auto -> per model (job-history key), the mode chosen and why (ExecutionChoice)
+    execution: dict[str, Any] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -210,6 +212,8 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
         key = _history_key(record.config, model_keys)
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
         job = _with_loaders(with_history(default.job(record), per_arch), record.config)
+        if spec.execution == "auto":
+            job = _execution_auto(machine, key, job, per_arch)
         jobs[record.trial_id] = (record.resources, job, key)
         keyed.setdefault(key, set()).add(record.trial_id)
         return job
@@ -256,6 +260,29 @@ def _with_loaders(job: Any, config: dict) -> Any:
         return with_loader_cpus(job, config)
     except ConfigError:
         return job
+
+
+def _execution_auto(machine: Machine, key: str, job: Any,
+                    per_arch: Mapping[str, Mapping[str, float]]) -> Any:
+    """``execution: auto`` for a trial that does not fuse: ``core.execution.choose_execution``
+    from its profile (the busiest architecture's); ``exclusive`` makes its demand each device's
+    whole capacity, so it runs alone. The choice is kept in ``machine.execution`` and logged
+    when it changes."""
+    from hypersack.core.execution import Group, choose_execution
+    util = max((d["compute"] for d in per_arch.values()), default=None)
+    memory = max((d["memory_gb"] for d in per_arch.values()), default=None)
+    device_memory = min((g.memory_gb for _, g in machine.cluster.gpus()), default=None)
+    choice = choose_execution(Group(key, 1, False, util, memory, device_memory))
+    if machine.execution.get(key) != choice:
+        machine.execution[key] = choice
+        log.info("execution auto: %s -> %s", choice.mode, choice.reason)
+    if choice.mode != "exclusive":
+        return job
+    capacity = {g.arch: g.compute * g.oversubscription for _, g in machine.cluster.gpus()}
+    whole = {arch: {"compute": capacity[arch], "memory_gb": d["memory_gb"],
+                    "runtime": d["runtime"]} for arch, d in per_arch.items() if arch in capacity}
+    return dataclasses.replace(job, compute=max(capacity.values(), default=job.compute),
+                               per_arch=whole or None)
 
 
 def _sharing(record: TrialRecord, records: Mapping[int, TrialRecord]) -> list[TrialRecord]:

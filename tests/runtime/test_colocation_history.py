@@ -105,3 +105,32 @@ def test_loader_workers_count_as_the_trials_cores(tmp_path):
         assert machine.demand(_running(2, data="pipeline", cpus=6)).cpus == 6
         assert machine.demand(_running(3, data="pipeline", cpus=1)).cpus == 2    # declared wins
         assert machine.demand(_running(4, data="nonsense")).cpus == 2            # fails itself
+
+
+@pytest.mark.parametrize("util, mode", [(95.0, "exclusive"), (40.0, "co-located")])
+def test_execution_auto_runs_a_trial_that_fills_the_gpu_alone(tmp_path, util, mode):
+    spec = _spec(execution="auto", oversubscription=2)
+    with prepare_machine(spec, tmp_path / "runs", tmp_path / "s.db", trainable_name="t",
+                         slots=default_slots(2, gpus=[])) as machine:
+        (observe,) = machine.observers
+        first = _running(0)
+        assert machine.demand(first).compute == 100.0                 # declared, not profiled
+        (before,) = machine.execution.values()
+        assert before.mode == "co-located" and "not profiled" in before.reason
+        observe(_profiled(0, 0.1, util=util))
+        job = machine.demand(_running(1))
+        (after,) = machine.execution.values()
+        assert after.mode == mode
+        capacity = 100.0 * 2          # the whole device: 100% x the ratio 2
+        expected = capacity if mode == "exclusive" else util
+        assert job.demand("cpu").compute == expected
+
+
+def test_execution_separate_keeps_the_profiled_demand(tmp_path):
+    with prepare_machine(_spec(), tmp_path / "runs", tmp_path / "s.db", trainable_name="t",
+                         slots=default_slots(2, gpus=[])) as machine:
+        (observe,) = machine.observers
+        machine.demand(_running(0))
+        observe(_profiled(0, 0.1, util=95.0))
+        assert machine.demand(_running(1)).demand("cpu").compute == 95.0
+        assert machine.execution == {}
