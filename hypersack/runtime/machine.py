@@ -233,7 +233,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
                 from hypersack.runtime.profiler import Profile
                 profile = Profile.from_dict(event.profile)
                 pkey = profile_key(trainable_name, record.config, model_keys, profile.device_arch)
-                sharing = _sharing(record, records)
+                sharing = _sharing(record, [records[t] for t in jobs if t in records])
                 _record_colocation(store, pkey, profile, [record, *sharing], jobs)
                 if store.put(pkey, profile, corunners=len(sharing)):
                     forget(record.config)
@@ -285,14 +285,15 @@ def _execution_auto(machine: Machine, key: str, job: Any,
                                per_arch=whole or None)
 
 
-def _sharing(record: TrialRecord, records: Mapping[int, TrialRecord]) -> list[TrialRecord]:
-    """The other running trials on ``record``'s devices now (its profile was measured beside
-    them: a profile arrives when its trial ends or after its first iterations)."""
+def _sharing(record: TrialRecord, live: list[TrialRecord]) -> list[TrialRecord]:
+    """The other running trials of ``live`` (those not ended) on ``record``'s devices now:
+    its profile was measured beside them (a profile arrives as its trial ends, so trials that
+    came and went while it ran are missed)."""
     mine = set(record.devices)
     if not mine:
         return []
     from hypersack.core.trial import TrialState
-    return [r for r in records.values() if r.trial_id != record.trial_id
+    return [r for r in live if r.trial_id != record.trial_id
             and r.state == TrialState.RUNNING and mine & set(r.devices)]
 
 
@@ -302,11 +303,11 @@ def _record_colocation(store: Any, key: Any, profile: Any, on_device: list[Trial
     the trials on its device and its slowdown against its profile measured alone (nothing when
     it ran alone, or its model was never profiled alone on this architecture)."""
     from hypersack.core.oversubscription import colocation
-    if len(on_device) < 2 or store.corunners(key) != 0:
+    if len(on_device) < 2:
         return
-    alone = store.get(key)
     demands = [jobs[r.trial_id][1].demand(key.arch).compute for r in on_device if r.trial_id in jobs]
-    if alone is None or len(demands) != len(on_device):
+    alone = store.alone(key) if len(demands) == len(on_device) else None
+    if alone is None:
         return
     measured = colocation(alone.time_per_iter_s, profile.time_per_iter_s, demands)
     if measured is not None:

@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS colocation (
     slowdown REAL NOT NULL,
     updated_at REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS colocation_arch ON colocation (arch, updated_at);
+CREATE INDEX IF NOT EXISTS colocation_arch ON colocation (arch, signature);
 """
 
 #: Co-location measurements kept per (architecture, signature): the newest.
@@ -101,6 +101,7 @@ class ProfileStore:
         shared = getattr(source, "connection", None)
         self.path = Path(source.path) if shared is not None else Path(source)
         self._owns = shared is None
+        self._stored: dict[ProfileKey, dict[str, Any] | None] = {}
         try:
             if shared is not None:
                 self._db = shared
@@ -143,38 +144,52 @@ class ProfileStore:
         stored = self.corunners(key)
         if stored is not None and stored < corunners:
             return False
-        text = json.dumps({**profile.to_dict(), "corunners": int(corunners)})
+        data = {**profile.to_dict(), "corunners": int(corunners)}
         self._db.execute(
             "INSERT INTO profiles (signature, batch_size, arch, profile, updated_at) "
             "VALUES (?,?,?,?,?) ON CONFLICT (signature, batch_size, arch) DO UPDATE SET "
             "profile = excluded.profile, updated_at = excluded.updated_at",
-            (key.signature, key.batch_size, key.arch, text, time.time()))
+            (key.signature, key.batch_size, key.arch, json.dumps(data), time.time()))
+        self._stored[key] = data
         return True
 
     def corunners(self, key: ProfileKey) -> int | None:
         """Other trials on the device while ``key``'s stored profile was measured (0: alone;
         profiles written before this was recorded count as alone), None without a profile."""
-        row = self._row(key)
-        if row is None or row[0] is None:
-            return None
-        return int(json.loads(row[0]).get("corunners", 0))
+        data = self._stored_profile(key)
+        return None if data is None else int(data.get("corunners", 0))
+
+    def alone(self, key: ProfileKey) -> Profile | None:
+        """``key``'s stored profile if it was measured alone on its device, else None."""
+        data = self._stored_profile(key)
+        return Profile.from_dict(data) if data is not None and data.get("corunners", 0) == 0 \
+            else None
+
+    def _stored_profile(self, key: ProfileKey) -> dict[str, Any] | None:
+        """The stored profile's JSON (with ``corunners``), read once per key and then kept as
+        this store writes it (a study's driver is the history's one writer while it runs)."""
+        if key not in self._stored:
+            row = self._row(key)
+            self._stored[key] = None if row is None or row[0] is None else json.loads(row[0])
+        return self._stored[key]
 
     def record_colocation(self, arch: str, signature_: str, measurement: Any) -> None:
-        """Append one ``Colocation`` measurement for ``(arch, signature_)``; the oldest beyond
-        ``KEEP_COLOCATIONS`` are dropped."""
+        """Append one ``Colocation`` measurement for ``(arch, signature_)`` (one insert: the
+        oldest beyond ``KEEP_COLOCATIONS`` go when :meth:`colocations` reads them)."""
         self._db.execute("INSERT INTO colocation (arch, signature, demand_percent, slowdown, "
                          "updated_at) VALUES (?,?,?,?,?)",
                          (arch, signature_, float(measurement.demand_percent),
                           float(measurement.slowdown), time.time()))
-        self._db.execute(
-            "DELETE FROM colocation WHERE arch = ? AND signature = ? AND rowid NOT IN (SELECT "
-            "rowid FROM colocation WHERE arch = ? AND signature = ? ORDER BY rowid DESC LIMIT ?)",
-            (arch, signature_, arch, signature_, KEEP_COLOCATIONS))
 
     def colocations(self, arch: str, signatures: Iterable[str] | None = None) -> list[Any]:
-        """The ``Colocation`` measurements on ``arch``, oldest first: of ``signatures`` when
-        given and any was measured, else of every model measured on ``arch``."""
+        """The newest ``KEEP_COLOCATIONS`` ``Colocation`` measurements per model on ``arch``,
+        oldest first: of ``signatures`` when given and any was measured, else of every model
+        measured on ``arch``. Drops the older ones from the history."""
         from hypersack.core.oversubscription import Colocation
+        self._db.execute(
+            "DELETE FROM colocation WHERE arch = ? AND rowid NOT IN (SELECT rowid FROM (SELECT "
+            "rowid, ROW_NUMBER() OVER (PARTITION BY signature ORDER BY rowid DESC) AS age FROM "
+            "colocation WHERE arch = ?) WHERE age <= ?)", (arch, arch, KEEP_COLOCATIONS))
         rows = self._db.execute("SELECT signature, demand_percent, slowdown FROM colocation "
                                 "WHERE arch = ? ORDER BY rowid", (arch,)).fetchall()
         wanted = set(signatures) if signatures is not None else set()
