@@ -33,9 +33,11 @@ __all__ = ["ResNet18", "MobileNetV3Small", "train_resnet18", "train_mobilenet", 
            "train_image_model", "IMAGE_MODELS",
            "RESNET18_WORKLOAD", "MOBILENET_WORKLOAD", "RESNET18", "MOBILENET"]
 
-_DATA_KEYS = ("train_size", "val_size", "image_size", "channels", "classes")
+# ``data`` is a data key: a fused task (device-resident synthetic data) refuses ``pipeline``
+# configs, so ``execution: auto`` runs them as plain trials and ``fused`` fails them loudly.
+_DATA_KEYS = ("train_size", "val_size", "image_size", "channels", "classes", "data")
 _DATA_DEFAULTS = {"train_size": 4096, "val_size": 256, "image_size": 32, "channels": 3,
-                  "classes": 10, "batch_size": 128}
+                  "classes": 10, "batch_size": 128, "data": "synthetic"}
 
 
 # ---- data --------------------------------------------------------------------------------------

@@ -146,3 +146,15 @@ def test_cifar_classifier_trains_the_model_its_config_names(tmp_path):
     with pytest.raises(ConfigError) as info:
         train({**IMAGES, "model": "vgg"}, make_ctx(tmp_path / "x", FakeChannel()))
     assert info.value.field == "config.model"
+
+
+def test_a_fused_task_refuses_pipeline_configs():
+    """Packs train on device-resident synthetic data: a ``data: pipeline`` member is refused
+    (``execution: auto`` then runs it as a plain trial), never silently trained on other data."""
+    from hypersack.runtime.pack_worker import _task_accepts
+    task = vision.RESNET18
+    assert _task_accepts(task, {"batch_size": 8})
+    assert not _task_accepts(task, {"batch_size": 8, "data": "pipeline"})
+    with pytest.raises(ConfigError) as info:
+        task.batch_size({"data": "pipeline"})
+    assert info.value.field == "config.data"
