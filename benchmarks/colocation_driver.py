@@ -39,6 +39,9 @@ def run_once(trials: int, slots: int) -> float:
                             slots=default_slots(slots, gpus=[])) as machine:
         store.set_durability("process")                     # no fsync: time the driver's work
         (observe,) = machine.observers
+        demand = machine.demand
+        if demand is None:
+            raise SystemExit("the machine has no job history")
         live: list[TrialRecord] = []
         start = time.perf_counter()
         for i in range(trials):
@@ -46,7 +49,7 @@ def run_once(trials: int, slots: int) -> float:
                                      "x": i / trials}, seed=i, state=TrialState.RUNNING,
                                  devices=[("local", f"cpu{i % slots}")])
             with store.transaction():                     # one loop turn: one commit
-                machine.demand(record)
+                demand(record)
                 live.append(record)
                 profile = Profile(0.01 * (1 + len(live) % 4), 0.5, 30.0, 0.2, 10, "cpu")
                 observe(TrialProfiled(i, profile.to_dict()))
