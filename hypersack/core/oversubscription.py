@@ -18,6 +18,11 @@ are the knapsack's other dimensions (Eqs. 3-4), so ``r`` is about compute alone.
   unsaturated demand (at least the prior); with none at all it is the prior (the paper's ratio).
   Clamped to [1, ``MAX_AUTO_RATIO``].
 
+During a run the inventory keeps the ratio ``r0`` it started with; when ``auto`` learns ``r``
+from the run's own measurements, demands placed from then on are scaled by ``r0 / r``
+(``scaled_compute``): Eq. 2 with capacity ``r0 x 100`` and demands ``d x r0 / r`` is Eq. 2 with
+``r x 100`` and ``d``.
+
 Pure: measurements come from the job history (``runtime.profiles.ProfileStore``), which records
 them as the study runs, per GPU architecture and model signature, so the next study on that
 architecture starts from what this one learned.
@@ -33,7 +38,7 @@ from hypersack.validation import is_finite
 
 __all__ = ["PAPER_RATIOS", "PAPER_FALLBACK", "MODES", "SATURATED", "PROBE", "MAX_AUTO_RATIO",
            "Colocation", "RatioChoice", "paper_ratio", "auto_ratio", "colocation",
-           "ratio_mode", "fixed_ratio"]
+           "ratio_mode", "fixed_ratio", "scaled_compute"]
 
 #: The paper's best ratio per architecture (Sec. V-D); ``PAPER_FALLBACK`` for the others.
 PAPER_RATIOS: dict[str, float] = {"A100": 3.0, "A800": 3.0, "H100": 2.5, "H800": 2.5}
@@ -130,3 +135,11 @@ def auto_ratio(arch: str, measurements: Iterable[Colocation],
 
 def _clamp(ratio: float) -> float:
     return round(min(MAX_AUTO_RATIO, max(1.0, ratio)), 3)
+
+
+def scaled_compute(compute: float, start_ratio: float, ratio: float) -> float:
+    """A compute demand (percent) for an inventory built at ``start_ratio`` that places as
+    ``compute`` would at ``ratio`` (both >= 1; see the module docstring)."""
+    if not (is_finite(start_ratio) and is_finite(ratio)) or start_ratio < 1 or ratio < 1:
+        raise ConfigError("oversubscription", (start_ratio, ratio), "must be ratios >= 1")
+    return float(compute) * float(start_ratio) / float(ratio)

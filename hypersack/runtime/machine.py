@@ -198,24 +198,32 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     cache: dict[str, Any] = {}
     records: dict[int, TrialRecord] = {}
 
-    # trial -> (resources, Job, history key): built once per trial, dropped when the history of
-    # its key changes (a profile or an OOM correction of a config with the same model keys and
-    # batch size: nothing else changes what the history says of it) or when the trial ends
-    jobs: dict[int, tuple[int, Any, str]] = {}
+    # trial -> (resources, Job, history key, ratio generation): built once per trial, dropped
+    # when the history of its key changes (a profile or an OOM correction of a config with the
+    # same model keys and batch size: nothing else changes what the history says of it) or
+    # when the trial ends; rebuilt when ``oversubscription: auto`` learns another ratio during
+    # the run (the generation changes)
+    jobs: dict[int, tuple[int, Any, str, int]] = {}
     keyed: dict[str, set[int]] = {}           # history key -> trials with a Job in ``jobs``
+    # trial -> its last Job before the online ratio, until it ends: the live trials, and their
+    # demands as profiled (what a co-location measurement sums)
+    live: dict[int, Any] = {}
+    online = _OnlineRatios(machine, spec, store)
 
     def demand(record: TrialRecord) -> Any:
         records[record.trial_id] = record
         hit = jobs.get(record.trial_id)
-        if hit is not None and hit[0] == record.resources:
+        if hit is not None and hit[0] == record.resources and hit[3] == online.generation:
             return hit[1]
         key = _history_key(record.config, model_keys)
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
-        job = _with_loaders(with_history(default.job(record), per_arch), record.config)
+        base = _with_loaders(with_history(default.job(record), per_arch), record.config)
+        job = online.scaled(base)
         if spec.execution == "auto":
             job = _execution_auto(machine, key, job, per_arch)
-        jobs[record.trial_id] = (record.resources, job, key)
+        jobs[record.trial_id] = (record.resources, job, key, online.generation)
         keyed.setdefault(key, set()).add(record.trial_id)
+        live[record.trial_id] = base
         return job
 
     def forget(config: dict) -> None:
@@ -233,16 +241,20 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
                 from hypersack.runtime.profiler import Profile
                 profile = Profile.from_dict(event.profile)
                 pkey = profile_key(trainable_name, record.config, model_keys, profile.device_arch)
-                sharing = _sharing(record, [records[t] for t in jobs if t in records])
-                _record_colocation(store, pkey, profile, [record, *sharing], jobs)
+                sharing = _sharing(record, [records[t] for t in live if t in records])
+                measured = _record_colocation(store, pkey, profile, [record, *sharing], live)
                 if store.put(pkey, profile, corunners=len(sharing)):
                     forget(record.config)
+                if measured is not None:
+                    online.learn(pkey.arch, measured)
             elif isinstance(event, TrialFailed) and event.oom:
                 for arch in archs:
                     store.correct_after_oom(profile_key(trainable_name, record.config, model_keys, arch),
                                             memory[arch])
                 forget(record.config)
+                live.pop(event.trial_id, None)
             elif isinstance(event, (TrialFinished, TrialFailed)):   # rebuilt if it runs again
+                live.pop(event.trial_id, None)
                 ended = jobs.pop(event.trial_id, None)
                 if ended is not None:
                     keyed.get(ended[2], set()).discard(event.trial_id)
@@ -298,20 +310,72 @@ def _sharing(record: TrialRecord, live: list[TrialRecord]) -> list[TrialRecord]:
 
 
 def _record_colocation(store: Any, key: Any, profile: Any, on_device: list[TrialRecord],
-                       jobs: Mapping[int, tuple[int, Any, str]]) -> None:
-    """Append to the job history what sharing did to ``profile``'s trial: the summed demand of
-    the trials on its device and its slowdown against its profile measured alone (nothing when
-    it ran alone, or its model was never profiled alone on this architecture)."""
+                       live: Mapping[int, Any]) -> Any:
+    """Append to the job history what sharing did to ``profile``'s trial, and return it: the
+    summed demand of the trials on its device (as profiled, before any online ratio) and its
+    slowdown against its profile measured alone. None when it ran alone, or its model was never
+    profiled alone on this architecture."""
     from hypersack.core.oversubscription import colocation
     if len(on_device) < 2:
-        return
-    demands = [jobs[r.trial_id][1].demand(key.arch).compute for r in on_device if r.trial_id in jobs]
+        return None
+    demands = [live[r.trial_id].demand(key.arch).compute for r in on_device if r.trial_id in live]
     alone = store.alone(key) if len(demands) == len(on_device) else None
     if alone is None:
-        return
+        return None
     measured = colocation(alone.time_per_iter_s, profile.time_per_iter_s, demands)
     if measured is not None:
         store.record_colocation(key.arch, key.signature, measured)
+    return measured
+
+
+class _OnlineRatios:
+    """``oversubscription: auto`` during the run: each new co-location measurement re-runs
+    ``core.oversubscription.auto_ratio`` over the architecture's measurements; when the ratio
+    moves (by more than ``ONLINE_STEP``), demands placed from then on are rescaled
+    (``core.oversubscription.scaled_compute``: the inventory keeps the ratio the run started
+    with) and ``generation`` changes, so cached demands are rebuilt. Other modes: inert."""
+
+    ONLINE_STEP = 0.02
+
+    def __init__(self, machine: Machine, spec: StudySpec, store: Any):
+        from hypersack.core.oversubscription import ratio_mode
+        self.machine, self.generation = machine, 0
+        self.start = {a: c.ratio for a, c in machine.ratios.items()}
+        self.now = dict(self.start)
+        self.measured: dict[str, list[Any]] = {}
+        if ratio_mode(spec.oversubscription) == "auto":
+            self.measured = {arch: list(_colocations(store, arch)) for arch in self.start}
+
+    def learn(self, arch: str, measurement: Any) -> None:
+        from hypersack.core.oversubscription import auto_ratio
+        if arch not in self.measured:
+            return
+        self.measured[arch].append(measurement)
+        choice = auto_ratio(arch, self.measured[arch])
+        if abs(choice.ratio - self.now[arch]) <= self.ONLINE_STEP * self.now[arch]:
+            return
+        self.now[arch], self.machine.ratios[arch] = choice.ratio, choice
+        self.generation += 1
+        log.info("oversubscription auto (learned during the run): %s", choice.reason)
+
+    def scaled(self, job: Any) -> Any:
+        """``job`` with its compute on each architecture rescaled to the ratio learned now."""
+        from hypersack.core.oversubscription import scaled_compute
+        if self.now == self.start:
+            return job
+        per_arch = {arch: {"compute": scaled_compute(job.demand(arch).compute, self.start[arch],
+                                                     self.now[arch]),
+                           "memory_gb": job.demand(arch).memory_gb,
+                           "runtime": job.demand(arch).runtime} for arch in self.now}
+        return dataclasses.replace(job, per_arch={**dict(job.per_arch or {}), **per_arch})
+
+
+def _colocations(store: Any, arch: str) -> list[Any]:
+    try:
+        return list(store.colocations(arch))
+    except Exception as exc:      # the history is an optimisation: never fail the study on it
+        log.warning("co-location history not read for %s: %s", arch, exc)
+        return []
 
 
 def _auto_ratios(machine: Machine, spec: StudySpec, store: Any) -> None:
@@ -325,12 +389,7 @@ def _auto_ratios(machine: Machine, spec: StudySpec, store: Any) -> None:
     if not archs:
         return
     for arch in archs:
-        try:
-            measured = store.colocations(arch)
-        except Exception as exc:      # the history is an optimisation: never fail the study on it
-            log.warning("co-location history not read for %s: %s", arch, exc)
-            measured = []
-        machine.ratios[arch] = auto_ratio(arch, measured)
+        machine.ratios[arch] = auto_ratio(arch, _colocations(store, arch))
         log.info("oversubscription auto: %s", machine.ratios[arch].reason)
     machine.cluster = _with_ratios(machine.cluster, {a: c.ratio for a, c in machine.ratios.items()})
 

@@ -83,3 +83,13 @@ def test_a_colocation_measurement():
     assert colocation(0.0, 0.2, [40, 40]) is None
     assert colocation(0.1, float("inf"), [40, 40]) is None
     assert colocation(0.1, 0.2, [40, float("nan")]) is None
+
+
+def test_scaled_compute_places_as_the_learned_ratio_would():
+    from hypersack.core.oversubscription import scaled_compute
+    # inventory at r0 = 2.5 (capacity 250), learned r = 5: a 40% job counts as 20%
+    assert scaled_compute(40.0, 2.5, 5.0) == pytest.approx(20.0)
+    assert scaled_compute(40.0, 2.5, 1.25) == pytest.approx(80.0)
+    assert scaled_compute(40.0, 2.0, 2.0) == 40.0
+    with pytest.raises(ConfigError):
+        scaled_compute(40.0, 2.0, 0.5)

@@ -134,3 +134,84 @@ def test_execution_separate_keeps_the_profiled_demand(tmp_path):
         observe(_profiled(0, 0.1, util=95.0))
         assert machine.demand(_running(1)).demand("cpu").compute == 95.0
         assert machine.execution == {}
+
+
+def test_a_profile_of_the_same_model_does_not_hide_its_running_siblings(tmp_path):
+    """Three trials of one model share a device; the first profile refreshes the model's
+    demand, and the next profile must still see the other two as co-runners (not as alone)."""
+    key = profile_key("t", {"width": 16}, ["width"], "cpu")
+    with prepare_machine(_spec(), tmp_path / "runs", tmp_path / "s.db", trainable_name="t",
+                         slots=default_slots(2, gpus=[])) as machine:
+        (observe,) = machine.observers
+        alone = _running(0, device="cpu1")
+        machine.demand(alone)
+        observe(_profiled(0, 0.1))
+        alone.state = TrialState.COMPLETE
+        trio = [_running(i) for i in (1, 2, 3)]
+        for r in trio:
+            machine.demand(r)
+        observe(_profiled(1, 0.3))
+        observe(_profiled(2, 0.3))
+    with ProfileStore(tmp_path / "s.db") as store:
+        assert store.colocations("cpu") == [Colocation(120.0, pytest.approx(3.0))] * 2
+        assert store.get(key).time_per_iter_s == 0.1 and store.corunners(key) == 0
+
+
+def _gpu_profiled(trial_id: int, seconds: float, util: float = 40.0) -> TrialProfiled:
+    profile = Profile(time_per_iter_s=seconds, peak_memory_gb=1.0, gpu_util_percent=util,
+                      data_time_fraction=0.1, iters_measured=3, device_arch="gpu")
+    return TrialProfiled(trial_id, profile.to_dict())
+
+
+def test_auto_learns_during_the_run_and_rescales_later_demands(tmp_path):
+    """Start from the prior (no history: the paper's 2 for an unknown GPU); four trials of 40%
+    each 1.6x slower say the capacity is 160 / 1.6 = 100%: r = 1, so demands placed from then
+    on are scaled by 2 / 1 on the inventory built at r = 2 (that run keeps its inventory)."""
+    with prepare_machine(_spec(oversubscription="auto"), tmp_path / "runs", tmp_path / "s.db",
+                         trainable_name="t", slots=default_slots(1, gpus=[0])) as machine:
+        (observe,) = machine.observers
+        assert machine.ratios["gpu"].ratio == 2.0
+        first = _running(0, device="gpu0")
+        machine.demand(first)
+        observe(_gpu_profiled(0, 0.1))                                 # alone: 40%
+        first.state = TrialState.COMPLETE
+        four = [_running(i, device="gpu0") for i in (1, 2, 3, 4)]
+        assert [machine.demand(r).demand("gpu").compute for r in four] == [40.0] * 4
+        observe(_gpu_profiled(1, 0.16))
+        assert machine.ratios["gpu"].ratio == pytest.approx(1.0)
+        assert "capacity 100%" in machine.ratios["gpu"].reason
+        assert machine.demand(_running(5, device="gpu0")).demand("gpu").compute == \
+            pytest.approx(80.0)
+        assert machine.demand(four[1]).demand("gpu").compute == pytest.approx(80.0)
+
+
+def test_fixed_ratios_do_not_learn_during_the_run(tmp_path):
+    with prepare_machine(_spec(oversubscription=2), tmp_path / "runs", tmp_path / "s.db",
+                         trainable_name="t", slots=default_slots(1, gpus=[0])) as machine:
+        (observe,) = machine.observers
+        first = _running(0, device="gpu0")
+        machine.demand(first)
+        observe(_gpu_profiled(0, 0.1))
+        first.state = TrialState.COMPLETE
+        four = [_running(i, device="gpu0") for i in (1, 2, 3, 4)]
+        for r in four:
+            machine.demand(r)
+        observe(_gpu_profiled(1, 0.16))
+        assert machine.demand(_running(5, device="gpu0")).demand("gpu").compute == 40.0
+    with ProfileStore(tmp_path / "s.db") as store:
+        assert len(store.colocations("gpu")) == 1          # measured all the same
+
+
+def test_siblings_stay_co_runners_after_their_models_first_profile(tmp_path):
+    """No alone profile yet: the first shared profile is stored (and refreshes the model's
+    demand); a sibling's profile after it must still count the others, not pass as alone."""
+    key = profile_key("t", {"width": 16}, ["width"], "cpu")
+    with prepare_machine(_spec(), tmp_path / "runs", tmp_path / "s.db", trainable_name="t",
+                         slots=default_slots(2, gpus=[])) as machine:
+        (observe,) = machine.observers
+        for r in [_running(i) for i in (1, 2, 3)]:
+            machine.demand(r)
+        observe(_profiled(1, 0.3))
+        observe(_profiled(2, 0.3))
+    with ProfileStore(tmp_path / "s.db") as store:
+        assert store.corunners(key) == 2
