@@ -56,8 +56,10 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
     results = storage.load_metric(row.study_id, objective.metric)
     if now is None:
         now = time.time() if row.status == "running" else row.updated_at
+    from hypersack.runtime.profiles import read_decisions
     return StudyData(name, row.status, objective, trials, results, storage.load_stays(row.study_id), storage.load_samples(row.study_id),
-                     now=now, source="store")
+                     now=now, source="store",
+                     extra={"decisions": read_decisions(storage.connection, name)})
 
 
 def from_simulation(result: Any, store: Any) -> StudyData:

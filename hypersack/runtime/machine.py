@@ -220,7 +220,8 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
         base = _with_loaders(with_history(default.job(record), per_arch), record.config)
         job = online.scaled(base)
         if spec.execution == "auto":
-            job = _execution_auto(machine, key, job, per_arch)
+            job = _execution_auto(machine, key, job, per_arch,
+                                  lambda why: _note(store, spec.name, "execution", _label(key), why))
         jobs[record.trial_id] = (record.resources, job, key, online.generation)
         keyed.setdefault(key, set()).add(record.trial_id)
         live[record.trial_id] = base
@@ -274,20 +275,30 @@ def _with_loaders(job: Any, config: dict) -> Any:
         return job
 
 
+def _note(store: Any, study: str, kind: str, subject: str, reason: str) -> None:
+    """Log a decision and keep its reason in the study's file (for the report)."""
+    log.info("%s auto: %s", kind, reason)
+    try:
+        store.note(study, kind, subject, reason)
+    except Exception as exc:      # a note is an explanation: never fail the study on it
+        log.warning("decision not stored: %s", exc)
+
+
 def _execution_auto(machine: Machine, key: str, job: Any,
-                    per_arch: Mapping[str, Mapping[str, float]]) -> Any:
+                    per_arch: Mapping[str, Mapping[str, float]],
+                    note: Callable[[str], None] = lambda why: None) -> Any:
     """``execution: auto`` for a trial that does not fuse: ``core.execution.choose_execution``
     from its profile (the busiest architecture's); ``exclusive`` makes its demand each device's
-    whole capacity, so it runs alone. The choice is kept in ``machine.execution`` and logged
+    whole capacity, so it runs alone. The choice is kept in ``machine.execution`` and ``note``d
     when it changes."""
     from hypersack.core.execution import Group, choose_execution
     util = max((d["compute"] for d in per_arch.values()), default=None)
     memory = max((d["memory_gb"] for d in per_arch.values()), default=None)
     device_memory = min((g.memory_gb for _, g in machine.cluster.gpus()), default=None)
-    choice = choose_execution(Group(key, 1, False, util, memory, device_memory))
+    choice = choose_execution(Group(_label(key), 1, False, util, memory, device_memory))
     if machine.execution.get(key) != choice:
         machine.execution[key] = choice
-        log.info("execution auto: %s -> %s", choice.mode, choice.reason)
+        note(f"{choice.reason} -> {choice.mode}")
     if choice.mode != "exclusive":
         return job
     capacity = {g.arch: g.compute * g.oversubscription for _, g in machine.cluster.gpus()}
@@ -295,6 +306,12 @@ def _execution_auto(machine: Machine, key: str, job: Any,
                     "runtime": d["runtime"]} for arch, d in per_arch.items() if arch in capacity}
     return dataclasses.replace(job, compute=max(capacity.values(), default=job.compute),
                                per_arch=whole or None)
+
+
+def _label(history_key: str) -> str:
+    """``model=resnet18_cifar, batch_size=64`` for a history key (its JSON)."""
+    import json
+    return ", ".join(f"{k}={v}" for k, v in json.loads(history_key).items())
 
 
 def _sharing(record: TrialRecord, live: list[TrialRecord]) -> list[TrialRecord]:
@@ -339,7 +356,7 @@ class _OnlineRatios:
 
     def __init__(self, machine: Machine, spec: StudySpec, store: Any):
         from hypersack.core.oversubscription import ratio_mode
-        self.machine, self.generation = machine, 0
+        self.machine, self.generation, self.store, self.study = machine, 0, store, spec.name
         self.start = {a: c.ratio for a, c in machine.ratios.items()}
         self.now = dict(self.start)
         self.measured: dict[str, list[Any]] = {}
@@ -356,7 +373,8 @@ class _OnlineRatios:
             return
         self.now[arch], self.machine.ratios[arch] = choice.ratio, choice
         self.generation += 1
-        log.info("oversubscription auto (learned during the run): %s", choice.reason)
+        _note(self.store, self.study, "oversubscription", arch,
+              f"{choice.reason} (learned during the run)")
 
     def scaled(self, job: Any) -> Any:
         """``job`` with its compute on each architecture rescaled to the ratio learned now."""
@@ -390,7 +408,7 @@ def _auto_ratios(machine: Machine, spec: StudySpec, store: Any) -> None:
         return
     for arch in archs:
         machine.ratios[arch] = auto_ratio(arch, _colocations(store, arch))
-        log.info("oversubscription auto: %s", machine.ratios[arch].reason)
+        _note(store, spec.name, "oversubscription", arch, machine.ratios[arch].reason)
     machine.cluster = _with_ratios(machine.cluster, {a: c.ratio for a, c in machine.ratios.items()})
 
 

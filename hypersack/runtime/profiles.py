@@ -34,7 +34,8 @@ from hypersack.core.demand import DEFAULT_CONTEXT_GB, history_demand, memory_flo
 from hypersack.errors import ConfigError, StorageError
 from hypersack.runtime.profiler import Profile
 
-__all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB"]
+__all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB",
+           "read_decisions"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS profiles (
@@ -55,6 +56,14 @@ CREATE TABLE IF NOT EXISTS colocation (
     updated_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS colocation_arch ON colocation (arch, signature);
+CREATE TABLE IF NOT EXISTS decisions (
+    study TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (study, kind, subject)
+);
 """
 
 #: Co-location measurements kept per (architecture, signature): the newest.
@@ -248,7 +257,26 @@ class ProfileStore:
         return history_demand(self._measured(key), self.memory_floor(key), arch,
                               iterations=iterations, context_gb=context_gb)
 
+    def note(self, study: str, kind: str, subject: str, reason: str) -> None:
+        """Keep the one-line ``reason`` of the study's latest ``kind`` decision ("oversubscription",
+        "execution") about ``subject`` (a GPU architecture, a model): the report shows them."""
+        self._db.execute(
+            "INSERT INTO decisions (study, kind, subject, reason, updated_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT (study, kind, subject) DO UPDATE SET reason = excluded.reason, "
+            "updated_at = excluded.updated_at", (study, kind, subject, reason, time.time()))
+
     def _row(self, key: ProfileKey) -> tuple | None:
         return self._db.execute(
             "SELECT profile, memory_floor_gb FROM profiles WHERE signature = ? AND batch_size = ? "
             "AND arch = ?", (key.signature, key.batch_size, key.arch)).fetchone()
+
+
+def read_decisions(db: sqlite3.Connection, study: str) -> list[dict[str, str]]:
+    """``{"kind", "subject", "reason"}`` of every decision noted for ``study`` (by kind and
+    subject), read through any connection to the file; [] where none was ever noted."""
+    try:
+        rows = db.execute("SELECT kind, subject, reason FROM decisions WHERE study = ? "
+                          "ORDER BY kind, subject", (study,)).fetchall()
+    except sqlite3.OperationalError:        # a file from before the table existed
+        return []
+    return [{"kind": k, "subject": s, "reason": r} for k, s, r in rows]

@@ -3,6 +3,9 @@ alone are kept, shared ones become co-location measurements in the job history, 
 study on that architecture starts from them; loader workers count as the trial's cores."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from hypersack.core.oversubscription import Colocation
@@ -12,6 +15,8 @@ from hypersack.runtime.devices import default_slots
 from hypersack.runtime.machine import prepare_machine
 from hypersack.runtime.profiles import ProfileStore, profile_key
 from hypersack.runtime.profiler import Profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 
 
 def _spec(**extra) -> StudySpec:
@@ -215,3 +220,32 @@ def test_siblings_stay_co_runners_after_their_models_first_profile(tmp_path):
         observe(_profiled(2, 0.3))
     with ProfileStore(tmp_path / "s.db") as store:
         assert store.corunners(key) == 2
+
+
+def test_decisions_are_kept_with_the_study_and_reach_the_report(tmp_path):
+    """What auto chose and why, one line each, in the study's file; the report's payload and
+    page carry them (``extra.decisions``)."""
+    from report_store import fill_store
+
+    from hypersack.report.data import from_storage, payload
+    from hypersack.runtime.profiles import read_decisions
+    from hypersack.runtime.storage import Storage
+    db = tmp_path / "s.db"
+    fill_store(db, name="s")
+    with ProfileStore(db) as store:
+        store.record_colocation("gpu", "sig", Colocation(320, 1.6))
+    with prepare_machine(_spec(execution="auto"), tmp_path / "runs", db, trainable_name="t",
+                         slots=default_slots(1, gpus=[0])) as machine:
+        (observe,) = machine.observers
+        machine.demand(_running(0, device="gpu0"))
+        observe(_gpu_profiled(0, 0.1, util=95.0))
+        machine.demand(_running(1, device="gpu0"))
+    with Storage(db, readonly=True) as store:
+        noted = read_decisions(store.connection, "s")
+        assert read_decisions(store.connection, "other") == []
+        p = payload(from_storage(store, "s"))
+    kinds = {(d["kind"], d["subject"]): d["reason"] for d in noted}
+    assert "capacity 200%" in kinds[("oversubscription", "gpu")]
+    assert kinds[("execution", "batch_size=None, width=16")].endswith("-> exclusive")
+    assert "fills the GPU alone" in kinds[("execution", "batch_size=None, width=16")]
+    assert p["extra"]["decisions"] == noted
