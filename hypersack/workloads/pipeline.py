@@ -7,8 +7,8 @@ batch on the CPU while the GPU trains on the previous one; a lightweight model t
 GPU idle between batches (the HyperSack paper's 22-50% utilisation), which is what co-location
 fills. This module is that pipeline:
 
-- images: CIFAR-10-shaped uint8 ``[N, H, W, C]`` arrays (class prototypes plus noise, clipped to
-  0-255) drawn once from ``DATA_SEED``, the same on every machine, no download; kept in host memory
+- images: CIFAR-10-shaped uint8 ``[N, H, W, C]`` arrays (smooth class prototypes plus noise,
+  clipped to 0-255) drawn once from ``DATA_SEED``, the same on every machine, no download; kept in host memory
   per process, or in ``<data_dir>/<name>.npy`` when the config sets ``data_dir`` (written once,
   then memory-mapped: loader workers share the pages);
 - augmentation (training only): random crop with zero padding 4, horizontal flip with probability
@@ -47,9 +47,16 @@ PAD = 4                      # random-crop padding (pixels)
 def uint8_images(n: int, size: int, channels: int, classes: int,
                  seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``(images uint8 [n, size, size, channels], labels int64 [n])``: each image is its class's
-    prototype (uniform in 40-215) plus Gaussian noise of deviation 40, clipped to 0-255."""
+    prototype plus Gaussian noise of deviation 40, clipped to 0-255. A prototype is smooth, like
+    a photograph and unlike pixel noise, so a crop shifted by a few pixels or a mirror image is
+    still its class: a colour (each channel uniform in 60-195) plus a 4 x 4 pattern (deviation
+    30) scaled up to the image."""
     rng = np.random.default_rng(seed)
-    prototypes = rng.uniform(40, 215, size=(classes, size, size, channels))
+    colours = rng.uniform(60, 195, size=(classes, 1, 1, channels))
+    cells = -(-size // 4)
+    pattern = rng.normal(0, 30, size=(classes, 4, 4, channels))
+    pattern = pattern.repeat(cells, axis=1).repeat(cells, axis=2)[:, :size, :size]
+    prototypes = colours + pattern
     labels = rng.integers(0, classes, size=n)
     images = np.empty((n, size, size, channels), dtype=np.uint8)
     for start in range(0, n, 4096):       # bounded temporaries for large n
