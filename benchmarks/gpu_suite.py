@@ -106,7 +106,7 @@ def make_plan(mode: str, device: str) -> dict[str, Any]:
         "profile_iters": 3 if tiny else 10,
         "sp3": {"trials": 2 if tiny else (16 if mode == "quick" else 32),
                 "epochs": 1 if tiny else (2 if mode == "quick" else 3),
-                "trial_s": 0 if tiny else (4.0 if mode == "quick" else 8.0),
+                "trial_s": 0 if tiny else (3.0 if mode == "quick" else 5.0),
                 # fixed ratios beside paper and auto (the paper's Figs. 13-14 sweep)
                 "ratios": [] if mode != "full" else [2.0, 4.0],
                 # host cores per trial: the training process and cpus - 1 loader workers
@@ -131,7 +131,7 @@ def make_plan(mode: str, device: str) -> dict[str, Any]:
     # quick caps follow H100 runs (2026-11-22: checks 0-3 and 6-7 took 4-19 s each; check 5
     # took 247 s with two workloads and ran past 150 s with ResNet-18 alone, so its cap of 200 s
     # is not yet confirmed). Check 4 became the realistic SP3-like study (issue 30: 16 trials
-    # of ~4 s alone through the data pipeline, five studies): its 6 minutes are sized, not yet
+    # of ~3 s alone through the data pipeline, five studies): its 6 minutes are sized, not yet
     # measured on an H100.
     limits = {"tiny": {0: 60, 1: 60, 2: 90, 3: 90, 4: 240, 5: 400, 6: 120, 7: 120},
               "quick": {0: 15, 1: 25, 2: 25, 3: 25, 4: 360, 5: 200, 6: 20, 7: 29},
