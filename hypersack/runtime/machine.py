@@ -14,6 +14,14 @@ to ``max_members`` members on one device and oversubscription (MPS) still applie
 Profiles of plain trials do not describe members, so the job history is not used for them.
 Whether MPS starts is ``core.demand.needs_mps``; the history's demand is
 ``core.demand.history_demand`` (through ``ProfileStore.demand_for``).
+
+Co-location (issue 30): a trial's ``cpus`` cover its data loader's workers
+(``core.demand.with_loader_cpus``); a profile taken beside other trials becomes a co-location
+measurement against the model's profile taken alone; ``oversubscription: auto`` sets each GPU
+architecture's ratio from those measurements at the start and rescales later demands when the
+run's own measurements move it (``core.oversubscription``); ``execution: auto`` runs a model
+whose profile fills the GPU alone exclusively (``core.execution``). Both decisions are logged and
+noted in the study's file with their reasons (``ProfileStore.note``).
 """
 from __future__ import annotations
 
