@@ -73,14 +73,19 @@ def in_dir(path: Path) -> Iterator[Path]:
 
 def run_study(name: str, work: Path, space: dict, trials: int, trainable: Any,
               **options: Any) -> dict[str, Any]:
-    """One study through ``hypersack.Study`` in a fresh store; makespan, outcome, MPS use."""
+    """One study through ``hypersack.Study``; makespan, outcome, MPS use, trials per GPU-hour,
+    mean GPU utilisation (NVML samples; None without a monitor) and the best ``accuracy``.
+    ``storage`` (optional): the SQLite file, shared by studies that should share the job
+    history; default a fresh store per study."""
     import hypersack
     from hypersack.runtime.mps import MpsUnavailableWarning
     slots = options.pop("slots", None)
+    gpus = options.pop("gpus", 1)
+    storage = options.pop("storage", None) or work / name / "study.db"
     with in_dir(work / name), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MpsUnavailableWarning)
         study = hypersack.Study(name=name, space=space, objective=("accuracy", "max"),
-                                n_trials=trials, storage=work / name / "study.db",
+                                n_trials=trials, storage=storage,
                                 max_steps="epochs", seed=0, **options)
         start = time.perf_counter()
         study.run(trainable, progress=False, slots=slots)
@@ -88,9 +93,21 @@ def run_study(name: str, work: Path, space: dict, trials: int, trainable: Any,
         status = study.status()
         results = study.results()
     mps_off = [str(w.message) for w in caught if issubclass(w.category, MpsUnavailableWarning)]
+    accuracies = [r["accuracy"] for r in results if isinstance(r.get("accuracy"), (int, float))]
     return {"study": name, "makespan_s": round(wall, 2),
-            "trials_per_min": round(60 * trials / wall, 2), "complete": status.get("complete", 0),
+            "trials_per_min": round(60 * trials / wall, 2),
+            "trials_per_gpu_hour": round(3600 * trials / wall / max(1, gpus), 1),
+            "mean_gpu_util": mean_utilization(storage, name),
+            "best_accuracy": round(max(accuracies), 4) if accuracies else None,
+            "complete": status.get("complete", 0),
             "failed": status.get("failed", 0), "mps_fallback": mps_off[0][:160] if mps_off else None,
             "results": results}
 
 
+def mean_utilization(storage: Path, name: str) -> float | None:
+    """Mean NVML utilisation (percent) over the study's stored samples, None if none."""
+    from hypersack.runtime.storage import Storage
+    with Storage(storage, readonly=True) as store:
+        samples = store.load_samples(store.get_study(name).study_id)
+    values = [s["utilization"] for s in samples if s["utilization"] is not None]
+    return round(sum(values) / len(values), 1) if values else None

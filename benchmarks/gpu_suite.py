@@ -16,10 +16,15 @@ its last error line):
    fallback when MPS is refused.
 3. ``profiles``: the Sampler (``profile_trainable``) on each workload: time per iteration, peak
    memory, GPU utilisation.
-4. ``sp3_makespan``: an SP3-like study (ResNet-18, ``--trials`` trials of a few seconds each,
-   random search over lr, batch size and optimizer) run by ``hypersack.Study`` under
-   ``exclusive`` and under ``wfd`` at each oversubscription r with MPS, and at r = 2.5 with time
-   slicing only (MPS off); makespan and speed-up against exclusive. Goal: >= 4x with MPS.
+4. ``sp3_makespan``: an SP3-like study (32 trials, quick 16, of ResNet-18 and MobileNet-v3-small
+   on CIFAR-shaped uint8 images through a DataLoader with crop/flip/normalise in loader workers,
+   2-3 epochs; random search over model, lr, batch size and optimizer) run by
+   ``hypersack.Study`` under ``exclusive``, ``wfd`` with MPS at the paper's ratio (and, full
+   mode, at fixed ratios), ``wfd`` with MPS at ``oversubscription: auto``, ``wfd`` time-sliced
+   (MPS off) at the paper's ratio, and ``execution: auto``; the studies share one job history
+   (auto starts from what the earlier ones measured). Makespan, speed-up against exclusive,
+   trials per GPU-hour, mean NVML utilisation, best accuracy. Goals: >= 4x with MPS; auto at
+   least the paper's ratio.
 5. ``fusion``: for each workload and N, model-steps/s and peak memory of a fused pack
    (``hypersack.fusion.Pack``), of N models in one Python loop and of N concurrent processes
    (one model each); sizes that ``measure_member_memory`` says cannot fit are skipped. Then a
@@ -39,7 +44,8 @@ its last error line):
 Writes ``DIR/gpu_results.json`` (``device_name`` as NVML reports it, driver, date, every check's
 figures, goals and pass/fail) and ``DIR/gpu_results.md``, and prints the Markdown table last.
 ``--save-results`` also copies the JSON to ``benchmarks/results/gpu-<device>-<date>.json``.
-Budgets on one H100: full under 20 minutes, ``--quick`` under 8. ``--device cpu`` runs every
+Budgets on one H100: full under 30 minutes, ``--quick`` under 12 (check 4, the realistic SP3-like
+study, takes up to 6 of them; sized, not yet timed, on an H100). ``--device cpu`` runs every
 check on the CPU with an in-memory FakeNvml and, where no ``nvidia-cuda-mps-control`` is on PATH,
 the tests' fake one (``benchmarks/fake_mps.py``); ``--tiny`` shrinks every shape so the whole
 suite takes seconds.
@@ -106,12 +112,13 @@ def make_plan(mode: str, device: str) -> dict[str, Any]:
         "monitor_job_s": 2.0 if tiny else 8.0,
         "mps_job_s": 1.0 if tiny else 4.0,
         "profile_iters": 3 if tiny else 10,
-        "sp3": {"trials": 2 if tiny else (6 if mode == "quick" else 16),
-                "epochs": 1 if tiny else 2,
-                "trial_s": 0 if tiny else (3.0 if mode == "quick" else 6.0),
-                "ratios": [2.0] if tiny else ([4.0] if mode == "quick"
-                                             else [1.0, 2.0, 2.5, 3.0, 4.0]),
-                "time_slicing_ratio": 2.0 if tiny else 2.5,
+        "sp3": {"trials": 2 if tiny else (16 if mode == "quick" else 32),
+                "epochs": 1 if tiny else (2 if mode == "quick" else 3),
+                "trial_s": 0 if tiny else (3.0 if mode == "quick" else 5.0),
+                # fixed ratios beside paper and auto (the paper's Figs. 13-14 sweep)
+                "ratios": [] if mode != "full" else [2.0, 4.0],
+                # host cores per trial: the training process and cpus - 1 loader workers
+                "cpus": 1 if tiny else 2,
                 "workers": 1 if device == "cpu" else None},
         "fusion": {"workloads": [] if mode != "full" else list(WORKLOADS),
                    "n": [1, 2] if tiny else ([32] if mode == "quick" else [1, 8, 32, 64]),
@@ -132,14 +139,15 @@ def make_plan(mode: str, device: str) -> dict[str, Any]:
     }
     if tiny:
         plan["workloads"]["resnet18_cifar"]["train_size"] = 16
-    # Hard caps: their sum bounds the whole run (full < 20 min, quick < 8 min on one GPU). The
-    # quick caps follow H100 runs (2026-11-22: checks 0-3 and 6-7 took 4-19 s each; check 4
-    # took 183 s at the earlier sizes and 128 s at these; check 5 took 247 s with two workloads
-    # and ran past 150 s with ResNet-18 alone; --quick now runs only its engine part, 4
-    # workloads x 6 modes at N = 32, estimated at 150-200 s, not yet run on a GPU).
+    # Hard caps: their sum bounds the whole run (full < 30 min, quick < 12 min on one GPU). The
+    # quick caps follow H100 runs (2026-11-22: checks 0-3 and 6-7 took 4-19 s each; check 5
+    # took 247 s with two workloads and ran past 150 s with ResNet-18 alone; --quick now runs
+    # only its engine part, 4 workloads x 6 modes at N = 32, estimated at 150-200 s, not yet run
+    # on a GPU). Check 4 became the realistic SP3-like study (issue 30: 16 trials of ~3 s alone
+    # through the data pipeline, five studies): its 6 minutes are sized, not yet measured.
     limits = {"tiny": {0: 60, 1: 60, 2: 90, 3: 90, 4: 240, 5: 400, 6: 120, 7: 120},
-              "quick": {0: 15, 1: 25, 2: 25, 3: 25, 4: 140, 5: 200, 6: 20, 7: 29},
-              "full": {0: 40, 1: 50, 2: 50, 3: 90, 4: 380, 5: 480, 6: 45, 7: 50}}[mode]
+              "quick": {0: 15, 1: 25, 2: 25, 3: 25, 4: 360, 5: 200, 6: 20, 7: 29},
+              "full": {0: 40, 1: 50, 2: 50, 3: 90, 4: 900, 5: 480, 6: 45, 7: 50}}[mode]
     plan["limits"] = {str(k): v for k, v in limits.items()}
     return plan
 
@@ -246,7 +254,9 @@ def headline(check: dict) -> str:
             return "; ".join(f"{k}: {v['time_per_iter_ms']} ms/it, {v['peak_memory_gb']} GiB, "
                              f"util {_fmt(v['gpu_util_percent'])}%" for k, v in f.items())
         if name == "sp3_makespan":
-            return "; ".join(f"{r['study']} {r['makespan_s']} s ({r['speedup_vs_exclusive']}x)"
+            return "; ".join(f"{r['study']} {r['makespan_s']} s ({r['speedup_vs_exclusive']}x"
+                             + (f", util {_fmt(r['mean_gpu_util'])}%" if r.get("mean_gpu_util")
+                                is not None else "") + ")"
                              for r in f.get("rows", []))
         if name == "fusion":
             if f.get("engines"):

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Protocol
 
 from hypersack.errors import ConfigError
-from hypersack.validation import is_finite
+from hypersack.validation import check_choice, check_integer, is_finite
 
 __all__ = ["history_demand", "memory_floor_after_oom", "with_history",
-           "needs_mps", "Measured", "DEFAULT_CONTEXT_GB"]
+           "needs_mps", "Measured", "DEFAULT_CONTEXT_GB", "DATA_MODES", "PIPELINE_CPUS",
+           "data_mode", "trial_cpus", "loader_workers", "with_loader_cpus"]
 
 #: Per-process CUDA context that ``torch.cuda.max_memory_allocated`` does not count (GiB).
 DEFAULT_CONTEXT_GB = 0.5
@@ -79,3 +80,42 @@ def needs_mps(policy: str, ratios: Iterable[float], gpu_slots: bool) -> bool:
     """Whether the run starts an MPS daemon: trials may share a GPU (a policy other than
     ``exclusive``, and a GPU with an oversubscription ratio above 1) and trials run on GPUs."""
     return policy != "exclusive" and gpu_slots and any(r > 1 for r in ratios)
+
+
+#: A trial's ``data`` config key: ``synthetic`` (device-resident tensors, no input pipeline) or
+#: ``pipeline`` (host-memory uint8 data through a DataLoader with CPU augmentation).
+DATA_MODES = ("synthetic", "pipeline")
+#: Host cores of a ``data: pipeline`` trial whose config sets no ``cpus``: the training process
+#: and two loader workers.
+PIPELINE_CPUS = 3
+MAX_TRIAL_CPUS = 4096
+
+
+def data_mode(config: Mapping[str, Any]) -> str:
+    """The config's ``data`` mode (default ``synthetic``); ConfigError naming ``config.data``."""
+    return str(check_choice("config.data", config.get("data", "synthetic"), DATA_MODES))
+
+
+def trial_cpus(config: Mapping[str, Any]) -> int:
+    """Host cores a trial uses: its config's ``cpus`` (an integer >= 1), else ``PIPELINE_CPUS``
+    for ``data: pipeline`` and 1 otherwise. One core runs the training loop, the others the
+    data loader's worker processes (``loader_workers``)."""
+    default = PIPELINE_CPUS if data_mode(config) == "pipeline" else 1
+    return int(check_integer("config.cpus", config.get("cpus", default), low=1, high=MAX_TRIAL_CPUS))
+
+
+def loader_workers(config: Mapping[str, Any]) -> int:
+    """DataLoader worker processes of a trial: ``trial_cpus - 1`` (0: load in the training
+    process)."""
+    return trial_cpus(config) - 1
+
+
+def with_loader_cpus(job: Any, config: Mapping[str, Any]) -> Any:
+    """``job`` (a placement Job) whose ``cpus`` covers the trial's loader workers: at least
+    ``trial_cpus(config)``, so the node's core budget (the knapsack's Eq. 4) counts every loader
+    process and placement refuses a device whose node has no cores left for them."""
+    need = trial_cpus(config)
+    if job.cpus >= need:
+        return job
+    import dataclasses
+    return dataclasses.replace(job, cpus=need)

@@ -179,7 +179,12 @@ def _check_execution(mode: Any) -> None:
 
 
 def _check_oversubscription(value: Any) -> None:
+    """None, ``auto``, ``paper``, a ratio >= 1, or ``{architecture: ratio}``."""
     if value is None:
+        return
+    if isinstance(value, str):
+        from hypersack.core.oversubscription import ratio_mode
+        ratio_mode(value)
         return
     items = value.items() if isinstance(value, Mapping) else [(None, value)]
     for arch, r in items:
@@ -263,9 +268,11 @@ class StudySpec:
     max_steps: int | str | None = None    # steps per trial (int) or the config key holding it
     description: str = ""
     placement: Any = "wfd"                # policy name, or {policy: hay, w_frag: .., w_entire: ..}
-    # Oversubscription ratio r: one number for every device, or per architecture ({A100: 3}).
-    # None: the inventory's defaults (profiled per GPU architecture; 1 for CPU slots).
-    oversubscription: float | dict[str, float] | None = None
+    # Oversubscription ratio r (core.oversubscription): "auto" (learned from co-located trials
+    # per GPU architecture, the paper's ratio until measured), "paper" (the paper's table), one
+    # number for every device, or per architecture ({A100: 3}). None: "auto" on GPUs; 1 for CPU
+    # slots in every mode but a number.
+    oversubscription: str | float | dict[str, float] | None = None
     resources: Resources = Resources()    # a trial's demand when no profile says otherwise
     # separate: one process per trial; fused: every trial in a pack of its fusable task; auto:
     # the trials the task accepts fuse, the others run separately.

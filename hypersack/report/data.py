@@ -65,8 +65,10 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
     results = storage.load_metric(row.study_id, objective.metric)
+    from hypersack.runtime.profiles import read_decisions
     return StudyData(name, status, objective, trials, results, stays,
-                     storage.load_samples(row.study_id), now=now, source="store")
+                     storage.load_samples(row.study_id), now=now, source="store",
+                     extra={"decisions": read_decisions(storage.connection, name)})
 
 
 def from_simulation(result: Any, store: Any) -> StudyData:

@@ -15,6 +15,14 @@ device and oversubscription (MPS) still applies across packs.
 Profiles of plain trials do not describe members, so the job history is not used for them.
 Whether MPS starts is ``core.demand.needs_mps``; the history's demand is
 ``core.demand.history_demand`` (through ``ProfileStore.demand_for``).
+
+Co-location (issue 30): a trial's ``cpus`` cover its data loader's workers
+(``core.demand.with_loader_cpus``); a profile taken beside other trials becomes a co-location
+measurement against the model's profile taken alone; ``oversubscription: auto`` sets each GPU
+architecture's ratio from those measurements at the start and rescales later demands when the
+run's own measurements move it (``core.oversubscription``); ``execution: auto`` runs a model
+whose profile fills the GPU alone exclusively (``core.execution``). Both decisions are logged and
+noted in the study's file with their reasons (``ProfileStore.note``).
 """
 from __future__ import annotations
 
@@ -27,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from hypersack.core.allocator import Demand
-from hypersack.core.demand import needs_mps, with_history
+from hypersack.core.demand import needs_mps, with_history, with_loader_cpus
 from hypersack.core.packs import member_demand as core_member_demand
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event, TrialFailed, TrialFinished, TrialProfiled, TrialRecord
@@ -49,6 +57,10 @@ class Machine:
     profile: Callable[[dict], bool] = lambda config: False
     # Utilisation samples (node, gpu, monitor.Sample) since the last call; None: no NVML monitor.
     samples: Callable[[], list[tuple[str, str, Any]]] | None = None
+    # oversubscription: auto -> per GPU architecture, the ratio chosen and why (RatioChoice)
+    ratios: dict[str, Any] = field(default_factory=dict)
+    # execution: auto -> per model (job-history key), the mode chosen and why (ExecutionChoice)
+    execution: dict[str, Any] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -92,8 +104,9 @@ def _gpu_cluster(nvml: Any, oversubscription: Any) -> Any | None:
     try:
         source = NvmlSource(nvml)
         with source:
-            cluster = cluster_from_nvml(source, node_id="local",
-                                        oversubscription=oversubscription if isinstance(oversubscription, Mapping) else None)
+            cluster = cluster_from_nvml(
+                source, node_id="local",
+                oversubscription=oversubscription if isinstance(oversubscription, Mapping) else None)
     except (MissingDependencyError, NvmlUnavailable, OSError):
         return None
     if not any(True for _ in cluster.gpus()):
@@ -134,7 +147,7 @@ def _gpu_slots(cluster: Any, workers: int | None) -> list[Slot]:
 
 
 def _cpu_ratio(oversubscription: Any, slots: list[Slot]) -> float:
-    if oversubscription is None:
+    if oversubscription is None or isinstance(oversubscription, str):   # auto, paper: 1 on CPUs
         return 1.0
     if isinstance(oversubscription, Mapping):
         arch = "cpu" if all(s.gpu is None for s in slots) else "gpu"
@@ -185,6 +198,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     """Demand from the job history; profiles and OOM corrections written back to it."""
     from hypersack.runtime.profiles import ProfileStore, profile_key
     store = stack.enter_context(ProfileStore(storage_path))
+    _auto_ratios(machine, spec, store)
     model_keys = _model_keys(spec)
     archs = sorted({g.arch for _, g in machine.cluster.gpus()})
     memory = {g.arch: g.memory_gb for _, g in machine.cluster.gpus()}
@@ -193,22 +207,33 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     cache: dict[str, Any] = {}
     records: dict[int, TrialRecord] = {}
 
-    # trial -> (resources, Job, history key): built once per trial, dropped when the history of
-    # its key changes (a profile or an OOM correction of a config with the same model keys and
-    # batch size: nothing else changes what the history says of it) or when the trial ends
-    jobs: dict[int, tuple[int, Any, str]] = {}
+    # trial -> (resources, Job, history key, ratio generation): built once per trial, dropped
+    # when the history of its key changes (a profile or an OOM correction of a config with the
+    # same model keys and batch size: nothing else changes what the history says of it) or
+    # when the trial ends; rebuilt when ``oversubscription: auto`` learns another ratio during
+    # the run (the generation changes)
+    jobs: dict[int, tuple[int, Any, str, int]] = {}
     keyed: dict[str, set[int]] = {}           # history key -> trials with a Job in ``jobs``
+    # trial -> its last Job before the online ratio, until it ends: the live trials, and their
+    # demands as profiled (what a co-location measurement sums)
+    live: dict[int, Any] = {}
+    online = _OnlineRatios(machine, spec, store)
 
     def demand(record: TrialRecord) -> Any:
         records[record.trial_id] = record
         hit = jobs.get(record.trial_id)
-        if hit is not None and hit[0] == record.resources:
+        if hit is not None and hit[0] == record.resources and hit[3] == online.generation:
             return hit[1]
         key = _history_key(record.config, model_keys)
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
-        job = with_history(default.job(record), per_arch)
-        jobs[record.trial_id] = (record.resources, job, key)
+        base = _with_loaders(with_history(default.job(record), per_arch), record.config)
+        job = online.scaled(base)
+        if spec.execution == "auto":
+            job = _execution_auto(machine, key, job, per_arch,
+                                  lambda why: _note(store, spec.name, "execution", _label(key), why))
+        jobs[record.trial_id] = (record.resources, job, key, online.generation)
         keyed.setdefault(key, set()).add(record.trial_id)
+        live[record.trial_id] = base
         return job
 
     def forget(config: dict) -> None:
@@ -225,15 +250,21 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
             if isinstance(event, TrialProfiled):
                 from hypersack.runtime.profiler import Profile
                 profile = Profile.from_dict(event.profile)
-                store.put(profile_key(trainable_name, record.config, model_keys, profile.device_arch),
-                          profile)
-                forget(record.config)
+                pkey = profile_key(trainable_name, record.config, model_keys, profile.device_arch)
+                sharing = _sharing(record, [records[t] for t in live if t in records])
+                measured = _record_colocation(store, pkey, profile, [record, *sharing], live)
+                if store.put(pkey, profile, corunners=len(sharing)):
+                    forget(record.config)
+                if measured is not None:
+                    online.learn(pkey.arch, measured)
             elif isinstance(event, TrialFailed) and event.oom:
                 for arch in archs:
                     store.correct_after_oom(profile_key(trainable_name, record.config, model_keys, arch),
                                             memory[arch])
                 forget(record.config)
+                live.pop(event.trial_id, None)
             elif isinstance(event, (TrialFinished, TrialFailed)):   # rebuilt if it runs again
+                live.pop(event.trial_id, None)
                 ended = jobs.pop(event.trial_id, None)
                 if ended is not None:
                     keyed.get(ended[2], set()).discard(event.trial_id)
@@ -241,6 +272,160 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
             log.warning("job history not updated for trial %s: %s", event.trial_id, exc)
     machine.demand, machine.observers = demand, [observe]
     machine.profile = lambda config: True
+
+
+def _with_loaders(job: Any, config: dict) -> Any:
+    """``job`` with cores for the config's loader workers (``core.demand.with_loader_cpus``); a
+    config whose ``data`` or ``cpus`` is invalid keeps ``job`` (its trial fails on it)."""
+    from hypersack.errors import ConfigError
+    try:
+        return with_loader_cpus(job, config)
+    except ConfigError:
+        return job
+
+
+def _note(store: Any, study: str, kind: str, subject: str, reason: str) -> None:
+    """Log a decision and keep its reason in the study's file (for the report)."""
+    log.info("%s auto: %s", kind, reason)
+    try:
+        store.note(study, kind, subject, reason)
+    except Exception as exc:      # a note is an explanation: never fail the study on it
+        log.warning("decision not stored: %s", exc)
+
+
+def _execution_auto(machine: Machine, key: str, job: Any,
+                    per_arch: Mapping[str, Mapping[str, float]],
+                    note: Callable[[str], None] = lambda why: None) -> Any:
+    """``execution: auto`` for a trial that does not fuse: ``core.execution.choose_execution``
+    from its profile (the busiest architecture's); ``exclusive`` makes its demand each device's
+    whole capacity, so it runs alone. The choice is kept in ``machine.execution`` and ``note``d
+    when it changes."""
+    from hypersack.core.execution import Group, choose_execution
+    util = max((d["compute"] for d in per_arch.values()), default=None)
+    memory = max((d["memory_gb"] for d in per_arch.values()), default=None)
+    device_memory = min((g.memory_gb for _, g in machine.cluster.gpus()), default=None)
+    choice = choose_execution(Group(_label(key), 1, False, util, memory, device_memory))
+    if machine.execution.get(key) != choice:
+        machine.execution[key] = choice
+        note(f"{choice.reason} -> {choice.mode}")
+    if choice.mode != "exclusive":
+        return job
+    capacity = {g.arch: g.compute * g.oversubscription for _, g in machine.cluster.gpus()}
+    whole = {arch: {"compute": capacity[arch], "memory_gb": d["memory_gb"],
+                    "runtime": d["runtime"]} for arch, d in per_arch.items() if arch in capacity}
+    return dataclasses.replace(job, compute=max(capacity.values(), default=job.compute),
+                               per_arch=whole or None)
+
+
+def _label(history_key: str) -> str:
+    """``model=resnet18_cifar, batch_size=64`` for a history key (its JSON)."""
+    import json
+    return ", ".join(f"{k}={v}" for k, v in json.loads(history_key).items())
+
+
+def _sharing(record: TrialRecord, live: list[TrialRecord]) -> list[TrialRecord]:
+    """The other running trials of ``live`` (those not ended) on ``record``'s devices now:
+    its profile was measured beside them (a profile arrives as its trial ends, so trials that
+    came and went while it ran are missed)."""
+    mine = set(record.devices)
+    if not mine:
+        return []
+    from hypersack.core.trial import TrialState
+    return [r for r in live if r.trial_id != record.trial_id
+            and r.state == TrialState.RUNNING and mine & set(r.devices)]
+
+
+def _record_colocation(store: Any, key: Any, profile: Any, on_device: list[TrialRecord],
+                       live: Mapping[int, Any]) -> Any:
+    """Append to the job history what sharing did to ``profile``'s trial, and return it: the
+    summed demand of the trials on its device (as profiled, before any online ratio) and its
+    slowdown against its profile measured alone. None when it ran alone, or its model was never
+    profiled alone on this architecture."""
+    from hypersack.core.oversubscription import colocation
+    if len(on_device) < 2:
+        return None
+    demands = [live[r.trial_id].demand(key.arch).compute for r in on_device if r.trial_id in live]
+    alone = store.alone(key) if len(demands) == len(on_device) else None
+    if alone is None:
+        return None
+    measured = colocation(alone.time_per_iter_s, profile.time_per_iter_s, demands)
+    if measured is not None:
+        store.record_colocation(key.arch, key.signature, measured)
+    return measured
+
+
+class _OnlineRatios:
+    """``oversubscription: auto`` during the run: each new co-location measurement re-runs
+    ``core.oversubscription.auto_ratio`` over the architecture's measurements; when the ratio
+    moves (by more than ``ONLINE_STEP``), demands placed from then on are rescaled
+    (``core.oversubscription.scaled_compute``: the inventory keeps the ratio the run started
+    with) and ``generation`` changes, so cached demands are rebuilt. Other modes: inert."""
+
+    ONLINE_STEP = 0.02
+
+    def __init__(self, machine: Machine, spec: StudySpec, store: Any):
+        from hypersack.core.oversubscription import ratio_mode
+        self.machine, self.generation, self.store, self.study = machine, 0, store, spec.name
+        self.start = {a: c.ratio for a, c in machine.ratios.items()}
+        self.now = dict(self.start)
+        self.measured: dict[str, list[Any]] = {}
+        if ratio_mode(spec.oversubscription) == "auto":
+            self.measured = {arch: list(_colocations(store, arch)) for arch in self.start}
+
+    def learn(self, arch: str, measurement: Any) -> None:
+        from hypersack.core.oversubscription import auto_ratio
+        if arch not in self.measured:
+            return
+        self.measured[arch].append(measurement)
+        choice = auto_ratio(arch, self.measured[arch])
+        if abs(choice.ratio - self.now[arch]) <= self.ONLINE_STEP * self.now[arch]:
+            return
+        self.now[arch], self.machine.ratios[arch] = choice.ratio, choice
+        self.generation += 1
+        _note(self.store, self.study, "oversubscription", arch,
+              f"{choice.reason} (learned during the run)")
+
+    def scaled(self, job: Any) -> Any:
+        """``job`` with its compute on each architecture rescaled to the ratio learned now."""
+        from hypersack.core.oversubscription import scaled_compute
+        if self.now == self.start:
+            return job
+        per_arch = {arch: {"compute": scaled_compute(job.demand(arch).compute, self.start[arch],
+                                                     self.now[arch]),
+                           "memory_gb": job.demand(arch).memory_gb,
+                           "runtime": job.demand(arch).runtime} for arch in self.now}
+        return dataclasses.replace(job, per_arch={**dict(job.per_arch or {}), **per_arch})
+
+
+def _colocations(store: Any, arch: str) -> list[Any]:
+    try:
+        return list(store.colocations(arch))
+    except Exception as exc:      # the history is an optimisation: never fail the study on it
+        log.warning("co-location history not read for %s: %s", arch, exc)
+        return []
+
+
+def _auto_ratios(machine: Machine, spec: StudySpec, store: Any) -> None:
+    """``oversubscription: auto``: each GPU architecture's ratio from the job history's
+    co-location measurements (``core.oversubscription.auto_ratio``), set on the inventory and
+    kept in ``machine.ratios``; other modes and CPU slots are left as they are."""
+    from hypersack.core.oversubscription import auto_ratio, ratio_mode
+    if ratio_mode(spec.oversubscription) != "auto":
+        return
+    archs = sorted({g.arch for _, g in machine.cluster.gpus() if g.arch != "cpu"})
+    if not archs:
+        return
+    for arch in archs:
+        machine.ratios[arch] = auto_ratio(arch, _colocations(store, arch))
+        _note(store, spec.name, "oversubscription", arch, machine.ratios[arch].reason)
+    machine.cluster = _with_ratios(machine.cluster, {a: c.ratio for a, c in machine.ratios.items()})
+
+
+def _with_ratios(cluster: Any, ratios: Mapping[str, float]) -> Any:
+    from hypersack.placement import Cluster, Node
+    return Cluster([Node(n.id, n.cpus, tuple(
+        dataclasses.replace(g, oversubscription=ratios.get(g.arch, g.oversubscription))
+        for g in n.gpus)) for n in cluster.nodes])
 
 
 def member_demand(spec: StudySpec) -> Demand:

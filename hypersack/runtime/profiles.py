@@ -12,6 +12,13 @@ learning rate...) do not change a job's demand and share the profile.
 A job that ran out of GPU memory while co-located gets its memory estimate raised with
 :meth:`ProfileStore.correct_after_oom` (to the device's memory by default, so the placement puts
 it alone); the correction survives later ``put`` calls for the same key.
+
+A profile records how many other trials shared the device while it was measured
+(``corunners``): a profile measured alone is never replaced by one measured beside others (whose
+utilisation is the whole device's, not the job's). Co-location measurements
+(``core.oversubscription.Colocation``: summed demand, slowdown against the alone profile) go to
+the table ``colocation``, per GPU architecture and model signature, for ``oversubscription:
+auto`` (:meth:`ProfileStore.colocations`).
 """
 from __future__ import annotations
 
@@ -27,7 +34,8 @@ from hypersack.core.demand import DEFAULT_CONTEXT_GB, history_demand, memory_flo
 from hypersack.errors import ConfigError, StorageError
 from hypersack.runtime.profiler import Profile
 
-__all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB"]
+__all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB",
+           "read_decisions"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS profiles (
@@ -40,7 +48,26 @@ CREATE TABLE IF NOT EXISTS profiles (
     updated_at REAL NOT NULL,
     PRIMARY KEY (signature, batch_size, arch)
 );
+CREATE TABLE IF NOT EXISTS colocation (
+    arch TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    demand_percent REAL NOT NULL,
+    slowdown REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS colocation_arch ON colocation (arch, signature);
+CREATE TABLE IF NOT EXISTS decisions (
+    study TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (study, kind, subject)
+);
 """
+
+#: Co-location measurements kept per (architecture, signature): the newest.
+KEEP_COLOCATIONS = 64
 
 
 @dataclass(frozen=True)
@@ -83,10 +110,12 @@ class ProfileStore:
         shared = getattr(source, "connection", None)
         self.path = Path(source.path) if shared is not None else Path(source)
         self._owns = shared is None
+        self._stored: dict[ProfileKey, dict[str, Any] | None] = {}
         try:
             if shared is not None:
                 self._db = shared
-                self._db.execute(_SCHEMA)
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    self._db.execute(statement)
             else:
                 self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
                 self._db.execute("PRAGMA journal_mode=WAL")
@@ -117,13 +146,64 @@ class ProfileStore:
         row = self._row(key)
         return None if row is None or row[0] is None else Profile.from_dict(json.loads(row[0]))
 
-    def put(self, key: ProfileKey, profile: Profile) -> None:
-        """Store (or replace) the measured profile of ``key``; keeps its OOM correction."""
+    def put(self, key: ProfileKey, profile: Profile, corunners: int = 0) -> bool:
+        """Store the measured profile of ``key``, measured beside ``corunners`` other trials;
+        keeps its OOM correction. A stored profile measured with fewer co-runners is kept
+        (returns False), so a shared measurement never replaces one taken alone."""
+        stored = self.corunners(key)
+        if stored is not None and stored < corunners:
+            return False
+        data = {**profile.to_dict(), "corunners": int(corunners)}
         self._db.execute(
             "INSERT INTO profiles (signature, batch_size, arch, profile, updated_at) "
             "VALUES (?,?,?,?,?) ON CONFLICT (signature, batch_size, arch) DO UPDATE SET "
             "profile = excluded.profile, updated_at = excluded.updated_at",
-            (key.signature, key.batch_size, key.arch, json.dumps(profile.to_dict()), time.time()))
+            (key.signature, key.batch_size, key.arch, json.dumps(data), time.time()))
+        self._stored[key] = data
+        return True
+
+    def corunners(self, key: ProfileKey) -> int | None:
+        """Other trials on the device while ``key``'s stored profile was measured (0: alone;
+        profiles written before this was recorded count as alone), None without a profile."""
+        data = self._stored_profile(key)
+        return None if data is None else int(data.get("corunners", 0))
+
+    def alone(self, key: ProfileKey) -> Profile | None:
+        """``key``'s stored profile if it was measured alone on its device, else None."""
+        data = self._stored_profile(key)
+        return Profile.from_dict(data) if data is not None and data.get("corunners", 0) == 0 \
+            else None
+
+    def _stored_profile(self, key: ProfileKey) -> dict[str, Any] | None:
+        """The stored profile's JSON (with ``corunners``), read once per key and then kept as
+        this store writes it (a study's driver is the history's one writer while it runs)."""
+        if key not in self._stored:
+            row = self._row(key)
+            self._stored[key] = None if row is None or row[0] is None else json.loads(row[0])
+        return self._stored[key]
+
+    def record_colocation(self, arch: str, signature_: str, measurement: Any) -> None:
+        """Append one ``Colocation`` measurement for ``(arch, signature_)`` (one insert: the
+        oldest beyond ``KEEP_COLOCATIONS`` go when :meth:`colocations` reads them)."""
+        self._db.execute("INSERT INTO colocation (arch, signature, demand_percent, slowdown, "
+                         "updated_at) VALUES (?,?,?,?,?)",
+                         (arch, signature_, float(measurement.demand_percent),
+                          float(measurement.slowdown), time.time()))
+
+    def colocations(self, arch: str, signatures: Iterable[str] | None = None) -> list[Any]:
+        """The newest ``KEEP_COLOCATIONS`` ``Colocation`` measurements per model on ``arch``,
+        oldest first: of ``signatures`` when given and any was measured, else of every model
+        measured on ``arch``. Drops the older ones from the history."""
+        from hypersack.core.oversubscription import Colocation
+        self._db.execute(
+            "DELETE FROM colocation WHERE arch = ? AND rowid NOT IN (SELECT rowid FROM (SELECT "
+            "rowid, ROW_NUMBER() OVER (PARTITION BY signature ORDER BY rowid DESC) AS age FROM "
+            "colocation WHERE arch = ?) WHERE age <= ?)", (arch, arch, KEEP_COLOCATIONS))
+        rows = self._db.execute("SELECT signature, demand_percent, slowdown FROM colocation "
+                                "WHERE arch = ? ORDER BY rowid", (arch,)).fetchall()
+        wanted = set(signatures) if signatures is not None else set()
+        mine = [r for r in rows if r[0] in wanted]
+        return [Colocation(float(r[1]), float(r[2])) for r in (mine or rows)]
 
     def keys(self) -> list[ProfileKey]:
         """Every key with a stored profile."""
@@ -177,7 +257,26 @@ class ProfileStore:
         return history_demand(self._measured(key), self.memory_floor(key), arch,
                               iterations=iterations, context_gb=context_gb)
 
+    def note(self, study: str, kind: str, subject: str, reason: str) -> None:
+        """Keep the one-line ``reason`` of the study's latest ``kind`` decision ("oversubscription",
+        "execution") about ``subject`` (a GPU architecture, a model): the report shows them."""
+        self._db.execute(
+            "INSERT INTO decisions (study, kind, subject, reason, updated_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT (study, kind, subject) DO UPDATE SET reason = excluded.reason, "
+            "updated_at = excluded.updated_at", (study, kind, subject, reason, time.time()))
+
     def _row(self, key: ProfileKey) -> tuple | None:
         return self._db.execute(
             "SELECT profile, memory_floor_gb FROM profiles WHERE signature = ? AND batch_size = ? "
             "AND arch = ?", (key.signature, key.batch_size, key.arch)).fetchone()
+
+
+def read_decisions(db: sqlite3.Connection, study: str) -> list[dict[str, str]]:
+    """``{"kind", "subject", "reason"}`` of every decision noted for ``study`` (by kind and
+    subject), read through any connection to the file; [] where none was ever noted."""
+    try:
+        rows = db.execute("SELECT kind, subject, reason FROM decisions WHERE study = ? "
+                          "ORDER BY kind, subject", (study,)).fetchall()
+    except sqlite3.OperationalError:        # a file from before the table existed
+        return []
+    return [{"kind": k, "subject": s, "reason": r} for k, s, r in rows]

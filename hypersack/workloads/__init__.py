@@ -13,6 +13,7 @@ BUILTINS: dict[str, str] = {
     "synthetic_chain": "hypersack.workloads.chain:chain",
     "resnet18_cifar": "hypersack.workloads.vision:train_resnet18",
     "mobilenet_v3_small": "hypersack.workloads.vision:train_mobilenet",
+    "cifar_classifier": "hypersack.workloads.vision:train_image_model",
     "gpt_lm": "hypersack.workloads.lm:train_gpt",
 }
 

@@ -142,10 +142,10 @@ def _build(config: Mapping[str, Any]) -> nn.Module:
 GPT_WORKLOAD = Workload(
     name="gpt_lm", build=_build, data=token_data, per_sample_loss=token_loss,
     metrics=token_metrics, model_keys=("width", "layers", "heads"),
-    data_keys=("train_size", "val_size", "seq_len", "vocab"),
+    data_keys=("train_size", "val_size", "seq_len", "vocab", "data"),
     defaults={"train_size": 512, "val_size": 16, "seq_len": 128, "vocab": 50304, "width": 256,
-              "layers": 6, "heads": 8, "batch_size": 8},
-    eval_batch=8)
+              "layers": 6, "heads": 8, "batch_size": 8, "data": "synthetic"},
+    eval_batch=8, inputs="tokens")
 
 
 def train_gpt(config: Mapping[str, Any], ctx: Any) -> None:

@@ -27,6 +27,11 @@ Config keys shared by every GPU workload (anything unknown is ignored):
 - ``train_size`` / ``val_size`` (workload defaults) >= 1: samples drawn for training / validation.
   They shape the data, so in a fused pack they must equal the task's own.
 
+``data`` ("synthetic") selects the input: "synthetic" as above, or "pipeline": host-memory data
+(uint8 images, token sequences) through a DataLoader with ``cpus`` - 1 worker processes and the
+usual CPU augmentation (``hypersack.workloads.pipeline``); ``cpus`` (3 with a pipeline, else 1)
+is also the trial's host-core demand in placement. Fused packs use the synthetic data.
+
 Every epoch reports ``loss`` (validation), ``train_loss`` (mean over the epoch's batches),
 ``steps`` (optimizer steps so far), ``workers`` and the workload's own metrics (``accuracy`` for
 the image models, ``perplexity`` for the language model). Data-parallel trials
@@ -91,6 +96,7 @@ class Workload:
     data_keys: tuple[str, ...]
     defaults: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
     eval_batch: int = 256
+    inputs: str = "images"    # what ``data: pipeline`` loads: "images" (uint8, augmented) or "tokens"
 
     def with_defaults(self, config: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.defaults, **config}
@@ -179,7 +185,7 @@ def fit(workload: Workload, config: Mapping[str, Any], ctx: Any) -> None:
     """Train ``workload`` for ``epochs`` epochs on ``ctx.device``, resuming from ``ctx.restore()``."""
     config = workload.with_defaults(config)
     s = parse_settings(config, ctx.max_steps)
-    x_train, y_train, x_val, y_val = (t.to(ctx.device) for t in cached_data(workload, config))
+    train_one_epoch, x_val, y_val = _epoch_runner(workload, config, s, ctx)
     torch.manual_seed(ctx.seed)
     model = workload.build(config).to(ctx.device)
     optimizer = build_optimizer(model, s)
@@ -196,14 +202,40 @@ def fit(workload: Workload, config: Mapping[str, Any], ctx: Any) -> None:
     for epoch in range(first_epoch, s.epochs + 1):
         if ctx.should_stop():   # a stop asked after the last report: skip the wasted epoch
             raise TrialStopped()
-        train_loss, taken = train_epoch(trained, optimizer, x_train, y_train, s.batch_size,
-                                        _epoch_seed(ctx.seed, epoch), workload.per_sample_loss,
-                                        ctx.world, getattr(ctx, "sampler", None))
+        train_loss, taken = train_one_epoch(trained, optimizer, _epoch_seed(ctx.seed, epoch))
         steps += taken
         metrics = evaluate(model, x_val, y_val, workload.metrics, workload.eval_batch)
         save_and_report(ctx, epoch, {"epoch": epoch, "steps": steps, "model": model.state_dict(),
                                      "optimizer": optimizer.state_dict()},
                         train_loss=train_loss, steps=steps, workers=workers, **metrics)
+
+
+EpochRunner = Callable[[nn.Module, torch.optim.Optimizer, int], tuple[float, int]]
+
+
+def _epoch_runner(workload: Workload, config: Mapping[str, Any], s: Settings,
+                  ctx: Any) -> tuple[EpochRunner, torch.Tensor, torch.Tensor]:
+    """``(run, x_val, y_val)``: ``run(model, optimizer, epoch_seed) -> (train loss, steps)`` for
+    the config's ``data`` mode (``synthetic``: device-resident tensors; ``pipeline``:
+    ``workloads.pipeline``), and the validation tensors on the device."""
+    from hypersack.core.demand import data_mode
+    sampler = getattr(ctx, "sampler", None)
+    if data_mode(config) == "pipeline":
+        from hypersack.workloads.pipeline import pipeline_data, train_epoch_loader
+        host = cached_data(workload, config) if workload.inputs == "tokens" else None
+        dataset, x_val, y_val = pipeline_data(config, workload.inputs, host, DATA_SEED)
+
+        def run(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> tuple[float, int]:
+            return train_epoch_loader(model, optimizer, dataset, config, s.batch_size, seed,
+                                      workload.per_sample_loss, ctx.device, ctx.world, sampler)
+    else:
+        x_train, y_train, x_val, y_val = cached_data(workload, config)
+        x_train, y_train = x_train.to(ctx.device), y_train.to(ctx.device)
+
+        def run(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> tuple[float, int]:
+            return train_epoch(model, optimizer, x_train, y_train, s.batch_size, seed,
+                               workload.per_sample_loss, ctx.world, sampler)
+    return run, x_val.to(ctx.device), y_val.to(ctx.device)
 
 
 _DATA: dict[tuple, Data] = {}

@@ -7,6 +7,10 @@ ResNet-18 (3x3 stem, no max-pool, four stages of two basic blocks, BatchNorm), s
 squeeze-and-excitation, hard-swish; 1.5M parameters at ``width`` 16) with a stride-1 stem for
 32x32 inputs; every channel count is scaled by ``width`` / 16.
 
+``train_image_model`` (``cifar_classifier``) trains the one its config's ``model`` names. With
+``data: pipeline`` the images come as uint8 through a DataLoader with CPU augmentation
+(``hypersack.workloads.pipeline``).
+
 Both are written in plain torch (no torchvision) and train on ``train_size`` images of
 ``channels`` x ``image_size`` x ``image_size`` (3 x 32 x 32) in ``classes`` (10) classes: each
 image is its class's fixed random prototype plus unit Gaussian noise (``hypersack.workloads.
@@ -26,11 +30,14 @@ from torch.nn import functional as F
 from hypersack.workloads.synthetic import (DATA_SEED, SyntheticTask, Workload, count, fit)
 
 __all__ = ["ResNet18", "MobileNetV3Small", "train_resnet18", "train_mobilenet", "image_data",
+           "train_image_model", "IMAGE_MODELS",
            "RESNET18_WORKLOAD", "MOBILENET_WORKLOAD", "RESNET18", "MOBILENET"]
 
-_DATA_KEYS = ("train_size", "val_size", "image_size", "channels", "classes")
+# ``data`` is a data key: a fused task (device-resident synthetic data) refuses ``pipeline``
+# configs, so ``execution: auto`` runs them as plain trials and ``fused`` fails them loudly.
+_DATA_KEYS = ("train_size", "val_size", "image_size", "channels", "classes", "data")
 _DATA_DEFAULTS = {"train_size": 4096, "val_size": 256, "image_size": 32, "channels": 3,
-                  "classes": 10, "batch_size": 128}
+                  "classes": 10, "batch_size": 128, "data": "synthetic"}
 
 
 # ---- data --------------------------------------------------------------------------------------
@@ -205,6 +212,18 @@ def train_resnet18(config: Mapping[str, Any], ctx: Any) -> None:
 def train_mobilenet(config: Mapping[str, Any], ctx: Any) -> None:
     """MobileNet-v3-small on synthetic CIFAR-10-shaped images (see the module docstring)."""
     fit(MOBILENET_WORKLOAD, config, ctx)
+
+
+IMAGE_MODELS = {"resnet18_cifar": RESNET18_WORKLOAD, "mobilenet_v3_small": MOBILENET_WORKLOAD}
+
+
+def train_image_model(config: Mapping[str, Any], ctx: Any) -> None:
+    """``cifar_classifier``: the model ``config["model"]`` names (``resnet18_cifar``, the
+    default, or ``mobilenet_v3_small``), so one study searches over both (the paper's SP3-like
+    mixes). Not fusable: its packs would mix architectures."""
+    from hypersack.workloads.synthetic import choice
+    name = choice(config, "model", "resnet18_cifar", tuple(IMAGE_MODELS))
+    fit(IMAGE_MODELS[name], {k: v for k, v in config.items() if k != "model"}, ctx)
 
 
 RESNET18 = SyntheticTask(RESNET18_WORKLOAD)

@@ -28,10 +28,12 @@ CHECK_KEYS = {"id", "name", "status", "reason", "seconds", "limit_s", "figures",
 
 def test_hard_limits_bound_the_whole_run():
     full, quick = gpu_suite.make_plan("full", "cuda"), gpu_suite.make_plan("quick", "cuda")
-    assert sum(full["limits"].values()) < 20 * 60
-    assert sum(quick["limits"].values()) < 8 * 60
+    assert sum(full["limits"].values()) < 30 * 60
+    assert sum(quick["limits"].values()) < 12 * 60
+    assert quick["limits"]["4"] <= 6 * 60                      # the SP3-like study: 6 minutes
     assert set(full["limits"]) == {str(n) for n in gpu_suite.CHECK_NAMES}
-    assert full["sp3"]["trials"] >= 16 and full["sp3"]["ratios"] == [1.0, 2.0, 2.5, 3.0, 4.0]
+    assert full["sp3"]["trials"] == 32 and quick["sp3"]["trials"] == 16
+    assert full["sp3"]["ratios"] == [2.0, 4.0] and quick["sp3"]["ratios"] == []
     assert max(full["fusion"]["n"]) == 64 and 32 in quick["fusion"]["n"]
     assert {"resnet18_cifar", "gpt_lm", "small_cnn"} <= set(quick["fusion"]["engines"]["workloads"])
     assert quick["fusion"]["engines"]["n"] == 32
@@ -184,12 +186,23 @@ def test_the_cpu_memory_holder_fails_like_a_cuda_oom(tmp_path):
     assert ledger.read_text() == "0.5"                  # nothing was taken
 
 
-def test_sp3_space_is_a_resnet_study():
+def test_sp3_space_is_a_resnet_and_mobilenet_study_on_the_pipeline():
     plan = gpu_suite.make_plan("full", "cuda")
     space = gpu_checks_studies.sp3_space(plan, 8192)
-    assert space["train_size"] == 8192 and space["width"] == 64
+    assert space["train_size"] == 8192 and "width" not in space     # each model's own width
+    assert space["model"]["choices"] == ["resnet18_cifar", "mobilenet_v3_small"]
+    assert space["data"] == "pipeline" and space["cpus"] == 2 and space["epochs"] == 3
     assert space["batch_size"]["choices"] == [32, 64, 128]
     assert space["optimizer"]["choices"] == ["sgd", "adam"]
+
+
+def test_sp3_studies_share_a_history_exclusive_first_then_paper_then_auto():
+    names = [s["name"] for s in gpu_checks_studies.sp3_studies(gpu_suite.make_plan("quick",
+                                                                                   "cuda"))]
+    assert names == ["exclusive", "wfd-mps-paper", "wfd-mps-auto", "wfd-timeslice-paper",
+                     "wfd-mps-auto-execution-auto"]
+    full = gpu_checks_studies.sp3_studies(gpu_suite.make_plan("full", "cuda"))
+    assert [s["oversubscription"] for s in full][2:4] == [2.0, 4.0]
 
 
 # ---- whole checks on the CPU ------------------------------------------------------------------

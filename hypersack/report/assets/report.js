@@ -69,7 +69,10 @@
       return el("div", {"class": "card"}, [el("div", {"class": "k", text: c[0]}), el("div", {"class": "v", text: String(c[1])})]);
     }));
     var cfg = s.best ? el("div", {"class": "best-config", text: "best config: " + JSON.stringify(s.best.config)}) : null;
-    return el("div", {"data-view": "summary"}, [box, cfg]);
+    var decisions = ((p.extra || {}).decisions || []).map(function (d) {
+      return el("div", {"class": "best-config", "data-view": "decision", text: d.kind + ": " + d.reason});
+    });
+    return el("div", {"data-view": "summary"}, [box, cfg].concat(decisions));
   }
 
   function bestChart(div, p) {
