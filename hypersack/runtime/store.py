@@ -1,12 +1,16 @@
 """The store interface the study loop writes to (SQLite ``runtime.storage``; ``sim.store`` in memory)."""
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Iterable, Protocol
+from typing import Any, Callable, ContextManager, Iterable, Protocol, runtime_checkable
 
 from hypersack.core.stays import Stay
 from hypersack.core.trial import TrialRecord
 
-__all__ = ["Store", "StudyRef"]
+__all__ = ["BackgroundCheckpoints", "LAUNCH_FIELDS", "Store", "StudyRef"]
+
+#: The ``TrialRecord`` fields of a running launch (its devices, a stop asked and not yet
+#: honoured): ``Controller.restore`` resets them, so a store need not keep them.
+LAUNCH_FIELDS = ("devices", "stop_reason")
 
 
 class StudyRef(Protocol):
@@ -57,3 +61,12 @@ class Store(Protocol):
 
     def heartbeat(self, study_id: int) -> None:
         """Renew this driver's hold on the study (no-op for a store without leases)."""
+
+
+@runtime_checkable
+class BackgroundCheckpoints(Protocol):
+    """A store that can move its housekeeping (SQLite's WAL checkpoints) off the commits: the
+    loop holds ``background_checkpoints()`` while it runs (``isinstance(store,
+    BackgroundCheckpoints)``)."""
+
+    def background_checkpoints(self) -> ContextManager[Any]: ...
