@@ -517,7 +517,7 @@ class Storage:
         state is the whole state: the stored parts go."""
         algorithm = state.get("algorithm")
         parts = algorithm.get("parts") if isinstance(algorithm, dict) else None
-        if not isinstance(parts, StateParts):
+        if not isinstance(algorithm, dict) or not isinstance(parts, StateParts):
             self._db.execute("DELETE FROM state_parts WHERE study_id = ?", (study_id,))
         else:
             state = {**state, "algorithm": {**algorithm, "parts": {}}}
@@ -594,14 +594,15 @@ class Storage:
         10,000 trials parses no JSON here; Python does where SQLite cannot: a name it cannot
         match (non-ASCII, a quote, a backslash: stored escaped) or a NaN or infinity in any
         result (not JSON to SQLite). ``since``: only results stored after that wall time."""
-        where, args = "WHERE study_id = ?", (study_id,)
+        where, args = "WHERE study_id = ?", list[Any]([study_id])
         if since is not None:
-            where, args = where + " AND reported_at > ?", args + (since,)
+            where += " AND reported_at > ?"
+            args.append(since)
         if metric.isascii() and metric.isprintable() and not {'"', "\\"} & set(metric):
             try:
                 return self._db.execute(
                     f"SELECT trial_id, step, reported_at, json_extract(metrics, ?) FROM results "
-                    f"{where} ORDER BY trial_id, step", ('$."' + metric + '"', *args)).fetchall()
+                    f"{where} ORDER BY trial_id, step", ['$."' + metric + '"', *args]).fetchall()
             except sqlite3.Error as exc:
                 if "malformed JSON" not in str(exc):
                     raise self._error(exc, "read the results") from None
