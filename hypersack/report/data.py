@@ -54,10 +54,9 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
     results = storage.load_metric(row.study_id, objective.metric)
-    status = storage.shown_status(row.study_id, row.status)    # running only while driven
     if now is None:
-        now = time.time() if status == "running" else row.updated_at
-    return StudyData(name, status, objective, trials, results, storage.load_stays(row.study_id), storage.load_samples(row.study_id),
+        now = time.time() if row.status == "running" else row.updated_at
+    return StudyData(name, row.status, objective, trials, results, storage.load_stays(row.study_id), storage.load_samples(row.study_id),
                      now=now, source="store")
 
 
