@@ -32,7 +32,7 @@ from hypersack.runtime.executors.base import Executor
 from hypersack.runtime.heap import LoopHeap
 from hypersack.runtime.progress import Progress, NullProgress
 from hypersack.runtime.storage import Storage, StudyRow
-from hypersack.runtime.store import Store, StudyRef
+from hypersack.runtime.store import BackgroundCheckpoints, Store, StudyRef
 
 __all__ = ["GROUP_SIBLINGS", "GROUP_WINDOW_S", "StudyRun", "run_loop"]
 
@@ -114,7 +114,7 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
 
     While the turns run, no full garbage collection walks the study's objects (``heap.LoopHeap``:
     survivors of the young generations are frozen after each turn that promoted some), and a
-    store that offers ``background_checkpoints`` (SQLite) copies its WAL on a thread of its own,
+    store that offers ``BackgroundCheckpoints`` (SQLite) copies its WAL on a thread of its own,
     not inside a turn's commit.
 
     The study is marked running (and ``on_started`` called: a replaced study is deleted
@@ -135,8 +135,9 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
             storage.set_status(row.study_id, "running")
             if on_started is not None:
                 on_started()
-            checkpoints = getattr(storage, "background_checkpoints", None)
-            with LoopHeap() as heap, (checkpoints() if checkpoints else contextlib.nullcontext()):
+            checkpoints = (storage.background_checkpoints()
+                           if isinstance(storage, BackgroundCheckpoints) else contextlib.nullcontext())
+            with LoopHeap() as heap, checkpoints:
                 _turns(controller, executor, storage, row, progress, clock, interrupts, observers,
                        group, heap, listeners)
         except KeyboardInterrupt:

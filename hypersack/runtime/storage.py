@@ -364,7 +364,9 @@ class Storage:
         except sqlite3.Error as exc:
             raise self._error(exc, "read the algorithm's state") from None
         if rows:
-            algorithm["parts"] = {key: json.loads(value) for key, value in rows}
+            inline = algorithm.get("parts")     # {} where the parts went by key
+            algorithm["parts"] = {**(inline if isinstance(inline, dict) else {}),
+                                  **{key: json.loads(value) for key, value in rows}}
 
     def has_study(self, name: str) -> bool:
         return self._run("read the studies", lambda: self._db.execute(
@@ -547,7 +549,7 @@ class Storage:
                 self._renew(study_id, now)
             result_rows, last = [], {}
             for tid, step, m in results:
-                text = json.dumps(m)
+                text = json.dumps(m, default=str)   # a bad metric (the trial fails on it) as text
                 result_rows.append((study_id, tid, step, text, now))
                 last[tid] = (step, m, text)
             trial_rows = [(study_id, *_trial_row(t, self._config_json(study_id, t),
@@ -563,12 +565,15 @@ class Storage:
     def _write_state(self, study_id: int, state: dict[str, Any], now: float) -> None:
         """Inside the batch's transaction: the controller state, whose algorithm parts
         (``state["algorithm"]["parts"]``, a ``StateParts`` of those changed since the previous
-        batch) go to ``state_parts`` by key (None deletes one) and the rest to the study's row;
-        ``get_study`` puts every stored part back."""
+        batch) go to ``state_parts`` by key (None deletes one) and the rest to the study's row,
+        with ``"parts": {}`` where they go; ``get_study`` puts every stored part back. Any other
+        state is the whole state: the stored parts go."""
         algorithm = state.get("algorithm")
         parts = algorithm.get("parts") if isinstance(algorithm, dict) else None
-        if isinstance(algorithm, dict) and isinstance(parts, StateParts):
-            state = {**state, "algorithm": {k: v for k, v in algorithm.items() if k != "parts"}}
+        if not isinstance(algorithm, dict) or not isinstance(parts, StateParts):
+            self._db.execute("DELETE FROM state_parts WHERE study_id = ?", (study_id,))
+        else:
+            state = {**state, "algorithm": {**algorithm, "parts": {}}}
             gone = [(study_id, key) for key, value in parts.items() if value is None]
             if gone:
                 self._db.executemany("DELETE FROM state_parts WHERE study_id = ? AND key = ?", gone)
@@ -639,15 +644,25 @@ class Storage:
                     ) -> list[tuple[int, int, float, Any]]:
         """One metric of every result as ``(trial_id, step, reported_at, value)`` by trial then
         step (value None where that result lacks it). SQLite extracts the value, so a report of
-        10,000 trials parses no JSON here. ``since``: only results stored after that wall time."""
-        query = ("SELECT trial_id, step, reported_at, json_extract(metrics, ?) FROM results "
-                 "WHERE study_id = ?")
-        args: tuple = ('$."' + metric.replace('"', '""') + '"', study_id)
+        10,000 trials parses no JSON here; Python does where SQLite cannot: a name it cannot
+        match (non-ASCII, a quote, a backslash: stored escaped) or a NaN or infinity in any
+        result (not JSON to SQLite). ``since``: only results stored after that wall time."""
+        where, args = "WHERE study_id = ?", list[Any]([study_id])
         if since is not None:
-            query += " AND reported_at > ?"
-            args += (since,)
-        return self._run("read the results", lambda: self._db.execute(
-            query + " ORDER BY trial_id, step", args).fetchall())
+            where += " AND reported_at > ?"
+            args.append(since)
+        if metric.isascii() and metric.isprintable() and not {'"', "\\"} & set(metric):
+            try:
+                return self._db.execute(
+                    f"SELECT trial_id, step, reported_at, json_extract(metrics, ?) FROM results "
+                    f"{where} ORDER BY trial_id, step", ['$."' + metric + '"', *args]).fetchall()
+            except sqlite3.Error as exc:
+                if "malformed JSON" not in str(exc):
+                    raise self._error(exc, "read the results") from None
+        rows = self._run("read the results", lambda: self._db.execute(
+            f"SELECT trial_id, step, reported_at, metrics FROM results {where} "
+            "ORDER BY trial_id, step", args).fetchall())
+        return [(t, s, at, json.loads(m).get(metric)) for t, s, at, m in rows]
 
     def _has_table(self, name: str) -> bool:
         return self._run("read the schema", lambda: self._db.execute(
