@@ -29,6 +29,7 @@ from hypersack.sim.store import MemoryStore
 class _Sqlite:
     """The embedded store; read back through its own queries."""
     name = "sqlite"
+    resumable = True                # a new driver reads back what the last one wrote
     calls_state_callable = True     # the state is made when the batch is written
     studies = True                  # one file holds many studies
     may_fail = True                 # a write can be refused (read-only file, full disk)
@@ -57,6 +58,10 @@ class _Sqlite:
     def state(self, name="s"):
         return self.store.get_study(name).controller_state
 
+    def reopen(self):
+        self.store.close()
+        self.store = Storage(self.path, durability="process")
+
     def close(self):
         self.store.close()
 
@@ -64,6 +69,7 @@ class _Sqlite:
 class _Memory:
     """The simulator's store: plain dicts."""
     name = "memory"
+    resumable = False
     calls_state_callable = False
     studies = False
     may_fail = False
@@ -409,6 +415,17 @@ def test_a_whole_state_replaces_the_stored_parts(subject):
     assert subject.state()["algorithm"]["parts"] == {"t5": [5]}
 
 
+def test_a_whole_state_after_a_rolled_back_one_still_replaces_the_parts(subject):
+    _save(subject, [], [], _delta({"t0": [1]}))
+    with pytest.raises(RuntimeError):
+        with subject.store.transaction():
+            _save(subject, [], [], {"elapsed_s": 2.0, "algorithm": {"rng": [2]}})
+            raise RuntimeError
+    assert subject.state()["algorithm"]["parts"] == {"t0": [1]}
+    _save(subject, [], [], {"elapsed_s": 3.0, "algorithm": {"rng": [3]}})
+    assert subject.state() == {"elapsed_s": 3.0, "algorithm": {"rng": [3]}}
+
+
 def test_state_parts_given_by_a_function_are_kept_by_key(subject):
     _needs(subject, "calls_state_callable", "never calls a state function (never resumed)")
     _save(subject, [], [], lambda: _delta({"t0": [0], "t1": [1]}))
@@ -601,6 +618,31 @@ def test_a_heartbeat_without_a_lease_writes_nothing_and_raises_nothing(subject):
         subject.store.heartbeat(subject.study.study_id)
     assert list(subject.trials()) == [0] and subject.results() == [(0, 1, {"v": 1.0})]
     assert subject.state() == {"elapsed_s": 1.0}
+
+
+# ---- resuming ------------------------------------------------------------------------------
+
+def test_everything_a_batch_wrote_is_read_back_by_the_next_driver(subject):
+    _needs(subject, "resumable", "is never resumed (nothing of a simulation outlives it)")
+    record = _full_record()
+    stays = [Stay(7, 3, "n0", "gpu0", 1.0, end=2.0, outcome=StayOutcome.PAUSED),
+             Stay(7, 4, "n0", "gpu1", 3.0, 50.0, pack="p", rank=0)]
+    with subject.store.transaction():
+        _save(subject, [record], [(7, 9, {"loss": 0.25, "n": float("nan")})],
+              _delta({"t7": [1, "paused", [0.5]], "t8": [0, "running", []]}, created=9), stays)
+        _save(subject, [], [], lambda: _delta({"t8": None}, created=9))
+    subject.store.set_status(subject.study.study_id, "interrupted")
+    subject.reopen()
+    back = subject.trials()[7]
+    assert all(_same(getattr(back, f.name), getattr(record, f.name))
+               for f in dataclasses.fields(TrialRecord) if f.name not in LAUNCH_FIELDS)
+    [(trial_id, step, metrics)] = subject.results()
+    assert (trial_id, step) == (7, 9)
+    assert metrics["loss"] == 0.25 and math.isnan(metrics["n"])
+    assert subject.state() == {"elapsed_s": 1.0, "algorithm": {
+        "rng": [1], "created": 9, "parts": {"t7": [1, "paused", [0.5]]}}}
+    assert subject.store.load_stays(subject.study.study_id) == stays
+    assert subject.status() == "interrupted"
 
 
 # ---- several studies in one store ---------------------------------------------------------
