@@ -3,9 +3,10 @@
 Every test runs on each store of ``STORES`` (SQLite ``runtime.storage.Storage``, memory
 ``sim.store.MemoryStore``), as Optuna's storage suite runs on every backend. Where two stores
 legitimately differ, the subject says so by a capability and the test is skipped with the
-reason (never silently): the memory store never calls a state function (a simulation is never
-resumed), holds one study, and cannot fail to write. Reading back is each store's own: the
-subjects below are the only code that knows how.
+reason (never silently): the memory store is never resumed (nothing outlives the process), so
+it never calls a state function; it holds one study and cannot fail to write. Reading back is
+each store's own: the subjects below are the only code that knows how. Each test was seen to
+fail on at least one deliberately broken store (a mutant of either store).
 """
 from __future__ import annotations
 
