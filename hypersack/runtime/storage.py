@@ -193,6 +193,7 @@ class Storage:
         self._depth = 0                  # nesting of transaction()
         self._configs: dict[tuple[int, int], tuple[dict, str]] = {}
         self._lease: str | None = None
+        self._partless: set[int] = set()  # studies with no state parts stored (this connection)
         if self.path.is_dir():
             raise StorageError(f"The storage path {str(self.path)!r} is a directory, not a database file")
         if readonly and not self.path.exists():
@@ -571,8 +572,11 @@ class Storage:
         algorithm = state.get("algorithm")
         parts = algorithm.get("parts") if isinstance(algorithm, dict) else None
         if not isinstance(algorithm, dict) or not isinstance(parts, StateParts):
-            self._db.execute("DELETE FROM state_parts WHERE study_id = ?", (study_id,))
+            if study_id not in self._partless:
+                self._db.execute("DELETE FROM state_parts WHERE study_id = ?", (study_id,))
+                self._partless.add(study_id)
         else:
+            self._partless.discard(study_id)
             state = {**state, "algorithm": {**algorithm, "parts": {}}}
             gone = [(study_id, key) for key, value in parts.items() if value is None]
             if gone:
@@ -734,12 +738,14 @@ class _Transaction:
             return
         db = store._db
         if exc_type is not None:
+            store._partless.clear()   # a DELETE of parts may be undone
             if db.in_transaction:
                 db.execute("ROLLBACK")
             return
         try:
             db.execute("COMMIT")
         except sqlite3.Error as error:
+            store._partless.clear()
             if db.in_transaction:     # a failed COMMIT (disk full) leaves it open
                 db.execute("ROLLBACK")
             if self._raw:

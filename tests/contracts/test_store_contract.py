@@ -3,14 +3,16 @@
 Every test runs on each store of ``STORES`` (SQLite ``runtime.storage.Storage``, memory
 ``sim.store.MemoryStore``), as Optuna's storage suite runs on every backend. Where two stores
 legitimately differ, the subject says so by a capability and the test is skipped with the
-reason (never silently): the memory store never calls a state function (a simulation is never
-resumed), holds one study, and cannot fail to write. Reading back is each store's own: the
-subjects below are the only code that knows how.
+reason (never silently): the memory store is never resumed (nothing outlives the process), so
+it never calls a state function; it holds one study and cannot fail to write. Reading back is
+each store's own: the subjects below are the only code that knows how. Each test was seen to
+fail on at least one deliberately broken store (a mutant of either store).
 """
 from __future__ import annotations
 
 import dataclasses
 import decimal
+import inspect
 import math
 import time
 
@@ -28,6 +30,7 @@ from hypersack.sim.store import MemoryStore
 class _Sqlite:
     """The embedded store; read back through its own queries."""
     name = "sqlite"
+    resumable = True                # a new driver reads back what the last one wrote
     calls_state_callable = True     # the state is made when the batch is written
     studies = True                  # one file holds many studies
     may_fail = True                 # a write can be refused (read-only file, full disk)
@@ -56,6 +59,10 @@ class _Sqlite:
     def state(self, name="s"):
         return self.store.get_study(name).controller_state
 
+    def reopen(self):
+        self.store.close()
+        self.store = Storage(self.path, durability="process")
+
     def close(self):
         self.store.close()
 
@@ -63,6 +70,7 @@ class _Sqlite:
 class _Memory:
     """The simulator's store: plain dicts."""
     name = "memory"
+    resumable = False
     calls_state_callable = False
     studies = False
     may_fail = False
@@ -129,11 +137,14 @@ def _same(a, b) -> bool:
 
 # ---- the protocol and its capabilities ----------------------------------------------------
 
-def test_each_store_has_every_method_of_the_protocol(subject):
-    for name in ("transaction", "save_batch", "load_stays", "set_status", "heartbeat"):
-        assert callable(getattr(subject.store, name, None)), name
-    store: Store = subject.store      # mypy checks this line: the store satisfies the Protocol
-    assert store is subject.store
+def test_each_store_has_every_method_of_the_protocol_with_its_parameters(subject):
+    wanted = [name for name in vars(Store) if not name.startswith("_")]
+    assert sorted(wanted) == ["heartbeat", "load_stays", "save_batch", "set_status", "transaction"]
+    for name in wanted:
+        method = getattr(subject.store, name, None)
+        assert callable(method), name
+        expected = list(inspect.signature(getattr(Store, name)).parameters)[1:]
+        assert list(inspect.signature(method).parameters)[:len(expected)] == expected, name
 
 
 def test_background_checkpoints_is_a_capability_the_loop_can_ask_for(subject):
@@ -316,12 +327,6 @@ def test_results_of_trials_reported_interleaved_come_back_per_trial_in_step_orde
         1: [(1, {"v": 0.1}), (2, {"v": 0.5})], 2: [(5, {"v": 0.3}), (6, {"v": 0.7})]}
 
 
-def test_a_result_keeps_the_metrics_as_handed_over(subject):
-    metrics = {"v": 0.5}
-    _save(subject, [_record(0)], [(0, 1, metrics)])
-    assert subject.results() == [(0, 1, {"v": 0.5})]
-
-
 # ---- the controller state -----------------------------------------------------------------
 
 def test_a_state_given_as_a_dict_round_trips(subject):
@@ -409,6 +414,17 @@ def test_a_whole_state_replaces_the_stored_parts(subject):
     assert subject.state() == whole
     _save(subject, [], [], _delta({"t5": [5]}))
     assert subject.state()["algorithm"]["parts"] == {"t5": [5]}
+
+
+def test_a_whole_state_after_a_rolled_back_one_still_replaces_the_parts(subject):
+    _save(subject, [], [], _delta({"t0": [1]}))
+    with pytest.raises(RuntimeError):
+        with subject.store.transaction():
+            _save(subject, [], [], {"elapsed_s": 2.0, "algorithm": {"rng": [2]}})
+            raise RuntimeError
+    assert subject.state()["algorithm"]["parts"] == {"t0": [1]}
+    _save(subject, [], [], {"elapsed_s": 3.0, "algorithm": {"rng": [3]}})
+    assert subject.state() == {"elapsed_s": 3.0, "algorithm": {"rng": [3]}}
 
 
 def test_state_parts_given_by_a_function_are_kept_by_key(subject):
@@ -603,6 +619,31 @@ def test_a_heartbeat_without_a_lease_writes_nothing_and_raises_nothing(subject):
         subject.store.heartbeat(subject.study.study_id)
     assert list(subject.trials()) == [0] and subject.results() == [(0, 1, {"v": 1.0})]
     assert subject.state() == {"elapsed_s": 1.0}
+
+
+# ---- resuming ------------------------------------------------------------------------------
+
+def test_everything_a_batch_wrote_is_read_back_by_the_next_driver(subject):
+    _needs(subject, "resumable", "is never resumed (nothing of a simulation outlives it)")
+    record = _full_record()
+    stays = [Stay(7, 3, "n0", "gpu0", 1.0, end=2.0, outcome=StayOutcome.PAUSED),
+             Stay(7, 4, "n0", "gpu1", 3.0, 50.0, pack="p", rank=0)]
+    with subject.store.transaction():
+        _save(subject, [record], [(7, 9, {"loss": 0.25, "n": float("nan")})],
+              _delta({"t7": [1, "paused", [0.5]], "t8": [0, "running", []]}, created=9), stays)
+        _save(subject, [], [], lambda: _delta({"t8": None}, created=9))
+    subject.store.set_status(subject.study.study_id, "interrupted")
+    subject.reopen()
+    back = subject.trials()[7]
+    assert all(_same(getattr(back, f.name), getattr(record, f.name))
+               for f in dataclasses.fields(TrialRecord) if f.name not in LAUNCH_FIELDS)
+    [(trial_id, step, metrics)] = subject.results()
+    assert (trial_id, step) == (7, 9)
+    assert metrics["loss"] == 0.25 and math.isnan(metrics["n"])
+    assert subject.state() == {"elapsed_s": 1.0, "algorithm": {
+        "rng": [1], "created": 9, "parts": {"t7": [1, "paused", [0.5]]}}}
+    assert subject.store.load_stays(subject.study.study_id) == stays
+    assert subject.status() == "interrupted"
 
 
 # ---- several studies in one store ---------------------------------------------------------
