@@ -133,7 +133,7 @@ def test_a_pack_that_sends_what_the_driver_cannot_use_fails_its_members_and_ends
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).parent))
     from test_pack_host import _host, _launch    # the pack host's fakes
-    from hypersack.core.trial import FailureCause, TrialFailed
+    from hypersack.core.trial import FailureCause, PackCapped, TrialFailed
 
     host, _ = _host(max_members=2)
     pack = _launch(host, 0)
@@ -144,6 +144,7 @@ def test_a_pack_that_sends_what_the_driver_cannot_use_fails_its_members_and_ends
     pack.worker.pipe.inbox.append(None)     # something to read
     pack.worker.pipe.recv = bad
     reason = "its pack sent an unreadable message (UnpicklingError: junk)"
-    assert host.drain(pack) == [TrialFailed(0, reason, None, cause=FailureCause.ERROR),
+    assert host.drain(pack) == [PackCapped(pack.pack_id, 0),       # the pack is gone
+                                TrialFailed(0, reason, None, cause=FailureCause.ERROR),
                                 TrialFailed(1, reason, None, cause=FailureCause.ERROR)]
     assert host.packs == [] and host.members == {} and pack.worker.process.exitcode == -9
