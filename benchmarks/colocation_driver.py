@@ -24,10 +24,10 @@ from pathlib import Path
 def run_once(trials: int, slots: int) -> float:
     from hypersack.core.spec import StudySpec
     from hypersack.core.trial import TrialFinished, TrialProfiled, TrialRecord, TrialState
-    from hypersack.runtime.devices import default_slots
-    from hypersack.runtime.machine import prepare_machine
-    from hypersack.runtime.profiler import Profile
-    from hypersack.runtime.storage import Storage
+    from hypersack.runtime.devices.slots import default_slots
+    from hypersack.runtime.devices.machine import prepare_machine
+    from hypersack.runtime.devices.profiler import Profile
+    from hypersack.runtime.storage.sqlite import Storage
     spec = StudySpec.from_dict({
         "name": "bench", "objective": {"metric": "score", "mode": "max"},
         "space": {"width": {"type": "categorical", "choices": [16, 32, 64]},

@@ -51,11 +51,11 @@ from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.space import SearchSpace
 from hypersack.core.trial import (Cancel, Launch, ResultReported, Stop, TrialFinished,
                                   TrialStarted)
-from hypersack.runtime.loop import run_loop
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.loop.run import run_loop
+from hypersack.runtime.storage.sqlite import Storage
 
 try:                      # the same harness runs against code before group commit (``--before``)
-    from hypersack.runtime.loop import GROUP_WINDOW_S
+    from hypersack.runtime.loop.run import GROUP_WINDOW_S
 except ImportError:       # pragma: no cover - older HyperSack
     GROUP_WINDOW_S = 0.0
 GROUP_COMMIT = hasattr(Storage, "transaction")
@@ -254,7 +254,7 @@ class _DefaultHeap:
 
 
 def use_default_gc() -> None:
-    import hypersack.runtime.loop as loop
+    import hypersack.runtime.loop.run as loop
     if hasattr(loop, "LoopHeap"):
         loop.LoopHeap = _DefaultHeap   # type: ignore[misc,assignment]
 

@@ -49,8 +49,8 @@ def _text(value: Any) -> str:
 # ---- check 1: NVML inventory and the monitor ---------------------------------------------------
 
 def check_nvml_monitor(plan: dict, work: Path) -> dict:
-    from hypersack.runtime.inventory import cluster_from_nvml
-    from hypersack.runtime.monitor import DeviceMonitor
+    from hypersack.runtime.devices.inventory import cluster_from_nvml
+    from hypersack.runtime.devices.monitor import DeviceMonitor
     source = nvml_source(plan)
     try:
         cluster = cluster_from_nvml(source, node_id="local")
@@ -80,9 +80,9 @@ def check_nvml_monitor(plan: dict, work: Path) -> dict:
 
 _TRAIN_FOR = """
 import json, sys, time, torch
-from hypersack.runtime.trainable import resolve_reference
-from hypersack.runtime.context import TrialContext
-from hypersack.runtime.profiler import NullSampler
+from hypersack.runtime.worker.trainable import resolve_reference
+from hypersack.runtime.worker.context import TrialContext
+from hypersack.runtime.devices.profiler import NullSampler
 name, config, device, seconds = {name!r}, {config!r}, {device!r}, {seconds!r}
 class Channel:
     def __init__(self): self.start = time.time()
@@ -140,7 +140,7 @@ def _run_monitored_job(plan: dict, source: Any) -> float:
 # ---- check 2: MPS ------------------------------------------------------------------------------
 
 def check_mps(plan: dict, work: Path) -> dict:
-    from hypersack.runtime.mps import MPS_CONTROL, MpsDaemon, MpsUnavailableWarning
+    from hypersack.runtime.devices.mps import MPS_CONTROL, MpsDaemon, MpsUnavailableWarning
     if shutil.which(MPS_CONTROL) is None:
         raise CheckFailed(f"{MPS_CONTROL} is not on PATH: MPS cannot be tested here")
     figures: dict[str, Any] = {}
@@ -196,7 +196,7 @@ def _colocated(plan: dict, daemon: Any, work: Path) -> tuple[list[dict], int]:
 
 def _stale_recovery(study: Path) -> bool:
     """Start a daemon, 'crash' its owner (the lock names a dead pid), start again."""
-    from hypersack.runtime.mps import MpsDaemon
+    from hypersack.runtime.devices.mps import MpsDaemon
     crashed = MpsDaemon(study, timeout_s=20)
     if not crashed.start():
         return False
@@ -216,7 +216,7 @@ def _stale_recovery(study: Path) -> bool:
 
 def _refused(work: Path) -> dict:
     """A control program that refuses (as without permission): start() falls back."""
-    from hypersack.runtime.mps import MpsDaemon
+    from hypersack.runtime.devices.mps import MpsDaemon
     refusing = work / "refusing-mps-control"
     refusing.write_text("#!/bin/sh\necho 'Insufficient Permissions' >&2\nexit 1\n")
     refusing.chmod(0o755)
@@ -231,8 +231,8 @@ def _refused(work: Path) -> dict:
 # ---- check 3: profiles -------------------------------------------------------------------------
 
 def check_profiles(plan: dict, work: Path) -> dict:
-    from hypersack.runtime.profile_offline import profile_trainable
-    from hypersack.runtime.trainable import resolve_reference
+    from hypersack.runtime.devices.profile_trainable import profile_trainable
+    from hypersack.runtime.worker.trainable import resolve_reference
     rows = {}
     for name, config in plan["workloads"].items():
         profile = profile_trainable(resolve_reference(name), dict(config, epochs=10**6),

@@ -71,7 +71,7 @@ def check_engines(plan: dict, measure_in_child: Callable, run_procs: Callable) -
 def _mps(plan: dict, name: str, config: dict, n: int, run_procs: Callable) -> dict:
     daemon, env = None, None
     if plan["device"] == "cuda":
-        from hypersack.runtime.mps import MpsDaemon
+        from hypersack.runtime.devices.mps import MpsDaemon
         import tempfile
         daemon = MpsDaemon(tempfile.mkdtemp(prefix="hs-mps-"), timeout_s=20)
         env = daemon.env_for(100.0) if daemon.start() else None

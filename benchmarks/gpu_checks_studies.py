@@ -48,7 +48,7 @@ def calibrate_train_size(plan: dict) -> int:
                   data="pipeline", cpus=plan["sp3"]["cpus"])
     seconds = run_python(
         "import json\n"
-        "from hypersack.runtime.profile_offline import profile_trainable\n"
+        "from hypersack.runtime.devices.profile_trainable import profile_trainable\n"
         "from hypersack.workloads.vision import train_resnet18\n"
         f"p = profile_trainable(train_resnet18, {config!r}, n_iters=10, "
         f"device={torch_device(plan)!r})\n"
@@ -59,7 +59,7 @@ def calibrate_train_size(plan: dict) -> int:
 
 def _without_mps_on_path() -> str:
     """PATH minus every directory holding ``nvidia-cuda-mps-control`` (forces time slicing)."""
-    from hypersack.runtime.mps import MPS_CONTROL
+    from hypersack.runtime.devices.mps import MPS_CONTROL
     keep = [d for d in os.environ.get("PATH", "").split(os.pathsep)
             if d and not (Path(d) / MPS_CONTROL).exists()]
     return os.pathsep.join(keep)
@@ -88,7 +88,7 @@ def sp3_studies(plan: dict) -> list[dict[str, Any]]:
 def _auto_ratio_now(history: Path, arch: str) -> dict[str, Any]:
     """What ``oversubscription: auto`` chooses for ``arch`` from the history as it is now."""
     from hypersack.core.oversubscription import auto_ratio
-    from hypersack.runtime.profiles import ProfileStore
+    from hypersack.runtime.devices.job_history import ProfileStore
     with ProfileStore(history) as store:
         choice = auto_ratio(arch, store.colocations(arch))
     return {"ratio": choice.ratio, "reason": choice.reason}
@@ -98,7 +98,7 @@ def _arch(plan: dict) -> str:
     if plan["device"] != "cuda":
         return "cpu"
     from gpu_common import nvml_source
-    from hypersack.runtime.inventory import arch_from_name
+    from hypersack.runtime.devices.inventory import arch_from_name
     source = nvml_source(plan)
     try:
         devices = source.snapshot()
@@ -249,7 +249,7 @@ def check_oom(plan: dict, work: Path) -> dict:
 # ---- check 7: data-parallel ranks --------------------------------------------------------------
 
 def check_data_parallel(plan: dict, work: Path) -> dict:
-    from hypersack.runtime.devices import Slot
+    from hypersack.runtime.devices.slots import Slot
     epochs = plan["dp"]["epochs"]
     config = dict(plan["workloads"]["resnet18_cifar"], epochs=epochs)
     config["lr"] = 0.01

@@ -32,7 +32,7 @@ def torch_device(plan: dict) -> str:
 
 def nvml_source(plan: dict) -> Any:
     """An open NvmlSource: the real NVML on a GPU, a FakeNvml H100 with ``--device cpu``."""
-    from hypersack.runtime.nvml import FakeNvml, NvmlSource
+    from hypersack.runtime.devices.nvml import FakeNvml, NvmlSource
     if plan["fake_nvml"]:
         return NvmlSource(FakeNvml([("NVIDIA H100 80GB HBM3 (FakeNvml)", 79.6)])).open()
     return NvmlSource().open()
@@ -78,7 +78,7 @@ def run_study(name: str, work: Path, space: dict, trials: int, trainable: Any,
     ``storage`` (optional): the SQLite file, shared by studies that should share the job
     history; default a fresh store per study."""
     import hypersack
-    from hypersack.runtime.mps import MpsUnavailableWarning
+    from hypersack.runtime.devices.mps import MpsUnavailableWarning
     slots = options.pop("slots", None)
     gpus = options.pop("gpus", 1)
     storage = options.pop("storage", None) or work / name / "study.db"
@@ -106,7 +106,7 @@ def run_study(name: str, work: Path, space: dict, trials: int, trainable: Any,
 
 def mean_utilization(storage: Path, name: str) -> float | None:
     """Mean NVML utilisation (percent) over the study's stored samples, None if none."""
-    from hypersack.runtime.storage import Storage
+    from hypersack.runtime.storage.sqlite import Storage
     with Storage(storage, readonly=True) as store:
         samples = store.load_samples(store.get_study(name).study_id)
     values = [s["utilization"] for s in samples if s["utilization"] is not None]

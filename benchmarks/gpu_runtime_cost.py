@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from hypersack.runtime.monitor import DeviceMonitor
-from hypersack.runtime.nvml import FakeNvml, NvmlSource
-from hypersack.runtime.profile_offline import profile_trainable
-from hypersack.runtime.profiler import Profile, Sampler
-from hypersack.runtime.profiles import ProfileKey, ProfileStore
+from hypersack.runtime.devices.monitor import DeviceMonitor
+from hypersack.runtime.devices.nvml import FakeNvml, NvmlSource
+from hypersack.runtime.devices.profile_trainable import profile_trainable
+from hypersack.runtime.devices.profiler import Profile, Sampler
+from hypersack.runtime.devices.job_history import ProfileKey, ProfileStore
 
 
 def best_of(fn: Callable[[], float], repeats: int) -> float:

@@ -3,7 +3,7 @@
     python benchmarks/hermes_gpu_suspend.py [--batch 64] [--iters 20] [--repeats 3] [--json out.json]
 
 What HyperSack does when time-sharing preempts a trial (Hermes, Sec. 3.4): the trial saves its
-state after its current step (``hypersack.runtime.checkpoints.write_checkpoint``, fsync'd), its
+state after its current step (``hypersack.runtime.worker.checkpoints.write_checkpoint``, fsync'd), its
 worker process exits, and the device memory is free for the next trial; resuming starts a new
 process that reads the checkpoint (``read_checkpoint``: safe ``torch.load``) and goes on. Here a
 ResNet-18 (the project's CIFAR one, ``hypersack.workloads.vision.ResNet18``: 11 M parameters,
@@ -70,7 +70,7 @@ def train_then_suspend(folder: str, batch: int, iters: int, out: Any) -> None:
     """Child 1: train, save (timed), report memory, exit (the suspension)."""
     import torch
 
-    from hypersack.runtime.checkpoints import write_checkpoint
+    from hypersack.runtime.worker.checkpoints import write_checkpoint
     model, optimizer, x, y = _setup(batch)
     for _ in range(iters):
         loss = _step(model, optimizer, x, y)
@@ -89,7 +89,7 @@ def resume(folder: str, name: str, batch: int, spawned_at: float, out: Any) -> N
     """Child 2: a new process restores (timed) and runs one step."""
     import torch
 
-    from hypersack.runtime.checkpoints import read_checkpoint
+    from hypersack.runtime.worker.checkpoints import read_checkpoint
     model, optimizer, x, y = _setup(batch)
     torch.cuda.synchronize()
     ready = time.monotonic()

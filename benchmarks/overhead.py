@@ -217,7 +217,7 @@ def bench_ray_backend(tmp: Path, args: argparse.Namespace, workers: int) -> list
     rounds (local, ray, local, ray, ...), then Ray Tune on the same cluster."""
     import ray
 
-    from hypersack.runtime.ray_cluster import local_cluster
+    from hypersack.runtime.executors.ray_cluster import local_cluster
     cpus_per_node = max(1, workers // args.ray_nodes)
     rows: list[dict[str, Any]] = []
     with local_cluster(args.ray_nodes, cpus_per_node):

@@ -95,7 +95,7 @@ class _Ctx:
     """The trainable context for one separate trial: stops it at ``until`` epochs."""
 
     def __init__(self, seed: int, checkpoint: Any, until: int):
-        from hypersack.runtime.context import World
+        from hypersack.runtime.worker.context import World
         self.seed, self.device, self.max_steps, self.world = seed, "cpu", None, World()
         self.state, self.until, self.reports = checkpoint, until, []
 

@@ -42,7 +42,7 @@ def run_once(file: str, db: Path, executor: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from overhead import machine_info
 
-    from hypersack.runtime.ray_cluster import local_cluster
+    from hypersack.runtime.executors.ray_cluster import local_cluster
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--nodes", type=int, default=2)

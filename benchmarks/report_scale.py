@@ -24,7 +24,7 @@ from pathlib import Path
 from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.report import build_report
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.storage.sqlite import Storage
 
 RUNGS = (1, 3, 9, 27)
 

@@ -7,7 +7,7 @@
 Each raylet is a Ray node of its own (``ray.cluster_utils.Cluster``), with ``--cpus`` CPUs and
 ``--gpus`` GPUs (declared: fake ones where the machine has none; trainables that really use CUDA
 need real ones). The dashboard is off and the cluster's files go to a temp folder of its own
-(``hypersack.runtime.ray_cluster.local_cluster``). Ctrl-C (or SIGTERM) shuts down exactly this
+(``hypersack.runtime.executors.ray_cluster.local_cluster``). Ctrl-C (or SIGTERM) shuts down exactly this
 cluster's processes.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.nodes < 1 or args.cpus < 0 or args.gpus < 0:
         parser.error("--nodes must be >= 1, --cpus and --gpus >= 0")
-    from hypersack.runtime.ray_cluster import local_cluster
+    from hypersack.runtime.executors.ray_cluster import local_cluster
     with local_cluster(args.nodes, args.cpus, args.gpus, connect=False) as cluster:
         cluster.wait_for_nodes()
         print(f"RAY_ADDRESS={cluster.address}", flush=True)

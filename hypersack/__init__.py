@@ -50,7 +50,7 @@ _EXPORTS = {
     "Objective": "hypersack.core.objective",
     "Algorithm": "hypersack.core.algorithms", "Decision": "hypersack.core.algorithms",
     "Suggestion": "hypersack.core.algorithms", "register_algorithm": "hypersack.core.algorithms",
-    "allow_checkpoint_types": "hypersack.runtime.checkpoints",
+    "allow_checkpoint_types": "hypersack.runtime.worker.checkpoints",
     "HyperSackError": "hypersack.errors", "ConfigError": "hypersack.errors",
     "SpaceError": "hypersack.errors", "StorageError": "hypersack.errors",
     "StudyNotFoundError": "hypersack.errors", "StudyBusyError": "hypersack.errors",

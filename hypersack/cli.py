@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hypersack.errors import HyperSackError, NoTrialCompletedWarning, StudyExistsError
-from hypersack.runtime import queries
-from hypersack.runtime.storage import DEFAULT_STORAGE, Storage
+from hypersack.runtime.storage import queries
+from hypersack.runtime.storage.sqlite import DEFAULT_STORAGE, Storage
 
 EXIT_NO_RESULT = 1
 EXIT_ERROR = 2
@@ -223,7 +223,7 @@ def _shown(status: str, name: str, args: argparse.Namespace) -> str:
 def _trials_table(trials: list[dict], width: int) -> Table:
     """One row per trial in ``width`` columns (the console's: 80 when piped); the config is cut
     with an ellipsis, never wrapped (``hypersack export`` has it whole)."""
-    from hypersack.runtime.progress import shared_view
+    from hypersack.runtime.loop.progress import shared_view
     shared = any(t.get("time_sharing") for t in trials)    # time-shared: priority column
     rows = []
     for t in trials:
@@ -268,7 +268,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_export_best(args: argparse.Namespace) -> int:
-    from hypersack.runtime.best_checkpoint import export_best
+    from hypersack.runtime.storage.best_checkpoint import export_best
     with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
         print(export_best(store, args.name, args.output))
     return 0

@@ -40,20 +40,20 @@ from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudyS
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
 from hypersack.errors import (ConfigError, HyperSackError, NoTrialCompletedWarning, StorageError,
                               StudyExistsError, TrainableError)
-from hypersack.runtime import queries
-from hypersack.runtime.devices import Slot
-from hypersack.runtime.machine import prepare_machine
+from hypersack.runtime.storage import queries
+from hypersack.runtime.devices.slots import Slot
+from hypersack.runtime.devices.machine import prepare_machine
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.loop import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
+from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
 from hypersack.runtime.executors.packs import plan_execution
-from hypersack.runtime.progress import make_progress
-from hypersack.runtime.best_checkpoint import CheckpointKeeper
-from hypersack.runtime.callback_runner import CallbackRunner, freeze
-from hypersack.runtime.checkpoints import ensure_private_dir
-from hypersack.runtime.storage import DEFAULT_STORAGE, Storage, StudyRow
-from hypersack.runtime.shared import WithShared, check_shared
-from hypersack.runtime.trainable import TrainableRef
-from hypersack.runtime.user_attrs import STUDY as STUDY_ATTRS, AttrsImporter, load_attrs, save_attrs
+from hypersack.runtime.loop.progress import make_progress
+from hypersack.runtime.storage.best_checkpoint import CheckpointKeeper
+from hypersack.runtime.loop.callbacks import CallbackRunner, freeze
+from hypersack.runtime.worker.checkpoints import ensure_private_dir
+from hypersack.runtime.storage.sqlite import DEFAULT_STORAGE, Storage, StudyRow
+from hypersack.runtime.worker.shared import WithShared, check_shared
+from hypersack.runtime.worker.trainable import TrainableRef
+from hypersack.runtime.storage.user_attrs import STUDY as STUDY_ATTRS, AttrsImporter, load_attrs, save_attrs
 
 __all__ = ["Study"]
 
@@ -416,7 +416,7 @@ class Study:
         such as TPE observe it); it is not counted in ``n_trials``. ``values``: the objective
         value, a mapping of metrics, or a list of them (one per step from 1). Returns it as
         ``{"trial_id", "config", "value", ...}``. Creates the study in the store if needed."""
-        from hypersack.runtime.session import parse_results, session
+        from hypersack.runtime.loop.session import parse_results, session
         checked = check_config("config", config, self.spec.space, partial=False)
         results = parse_results(values, self.spec.objective.metric)
         with session(self.spec, self.storage_path, self._algorithm()) as controller:
@@ -427,7 +427,7 @@ class Study:
         """A new trial for a loop of your own: a ``hypersack.FrozenTrial`` (``trial.trial_id``,
         ``trial.config``), RUNNING until ``tell``; None when the budget is spent or the
         algorithm has nothing more. Not for algorithms that pause trials (SHA, Hyperband...)."""
-        from hypersack.runtime.session import session
+        from hypersack.runtime.loop.session import session
         with session(self.spec, self.storage_path, self._algorithm()) as controller:
             record = controller.ask(time.time())
         return None if record is None else freeze(record)
@@ -435,7 +435,7 @@ class Study:
     def tell(self, trial: Any, value: Any = None, *, state: str = "complete") -> None:
         """End a trial from ``ask`` (or its id): ``value`` is the objective value or a mapping
         of metrics holding it; ``state="failed"`` (value None) records a failure."""
-        from hypersack.runtime.session import check_metrics, session
+        from hypersack.runtime.loop.session import check_metrics, session
         trial_id = getattr(trial, "trial_id", trial)
         if state not in ("complete", "failed"):
             raise ConfigError("state", state, "must be 'complete' or 'failed'")
@@ -451,7 +451,7 @@ class Study:
     def set_attr(self, key: str, value: Any) -> None:
         """Attach a JSON value to the study (Optuna's ``set_user_attr``); stored at once when
         the study is in the store, else when it is first run. ConfigError naming the key."""
-        from hypersack.runtime.user_attrs import check_attr
+        from hypersack.runtime.storage.user_attrs import check_attr
         check_attr(key, value)
         if self.storage_path.exists():
             with Storage(self.storage_path) as store:
@@ -483,14 +483,14 @@ class Study:
     def best_checkpoint(self) -> Any:
         """The state the best trial (``best_trial()``) saved with its last checkpointed report,
         read safely as ``ctx.restore()`` reads it; CheckpointError when there is none."""
-        from hypersack.runtime.best_checkpoint import best_checkpoint
+        from hypersack.runtime.storage.best_checkpoint import best_checkpoint
         with Storage(self.storage_path, readonly=True) as store:
             return best_checkpoint(store, self.name, self.spec.unsafe_checkpoints)[1]
 
     def export_best(self, out_dir: str | Path) -> Path:
         """Copy the best trial's checkpoint file and ``best.json`` into ``out_dir``
         (``hypersack export-best``); returns the copied file's path."""
-        from hypersack.runtime.best_checkpoint import export_best
+        from hypersack.runtime.storage.best_checkpoint import export_best
         with Storage(self.storage_path, readonly=True) as store:
             return export_best(store, self.name, out_dir)
 

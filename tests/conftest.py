@@ -39,7 +39,7 @@ def fake_mps(tmp_path, monkeypatch):
     has the program); returns a function giving its recorded calls."""
     import json
 
-    from hypersack.runtime import mps as mps_module
+    from hypersack.runtime.devices import mps as mps_module
     if str(TESTS_DIR.parent / "benchmarks") not in sys.path:
         sys.path.insert(0, str(TESTS_DIR.parent / "benchmarks"))
     from fake_mps import install
@@ -63,7 +63,7 @@ def ray_cluster():
     in one xdist worker); the driver is connected. A test may add and remove nodes, as long as
     two live nodes of one CPU remain."""
     pytest.importorskip("ray", reason="ray is not installed (pip install 'hypersack[ray]')")
-    from hypersack.runtime.ray_cluster import local_cluster
+    from hypersack.runtime.executors.ray_cluster import local_cluster
     from ray_helpers import CPUS, GPUS, NODES, SYSTEM_CONFIG
     with local_cluster(NODES, CPUS, GPUS, system_config=SYSTEM_CONFIG) as cluster:
         yield cluster

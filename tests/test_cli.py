@@ -162,7 +162,7 @@ def test_unknown_study_is_an_error(tmp_path, hs):
     out = hs(tmp_path, "best", "nope", check=False)
     assert out.returncode == 2 and "No study store at" in out.stderr
     assert not (tmp_path / "s.db").exists()          # a read command never creates the file
-    from hypersack.runtime.storage import Storage
+    from hypersack.runtime.storage.sqlite import Storage
     Storage(tmp_path / "s.db").close()
     out = hs(tmp_path, "best", "nope", check=False)
     assert out.returncode == 2 and "No study named 'nope'" in out.stderr
@@ -208,7 +208,7 @@ def test_a_builtin_workload_named_in_yaml_is_the_builtin(tmp_path):
     >= 0.95) is tests/workloads/test_digits.py; the YAML run path is ``ran`` above, and a
     study runs digits_mlp by name end to end in tests/runtime/test_timesharing_study.py."""
     from hypersack.errors import TrainableError
-    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.runtime.worker.trainable import TrainableRef
     from hypersack.workloads import BUILTINS
     (tmp_path / "d.yaml").write_text("""
 name: d

@@ -11,7 +11,7 @@ import hypersack
 from hypersack.callbacks import FrozenTrial, resolve_callbacks
 from hypersack.core.trial import ResultReported, TrialFinished, TrialRecord, TrialStarted, TrialState
 from hypersack.errors import ConfigError
-from hypersack.runtime.callback_runner import CallbackRunner
+from hypersack.runtime.loop.callbacks import CallbackRunner
 
 
 class Recorder(hypersack.Callback):
@@ -280,7 +280,7 @@ def test_ask_and_tell_drive_a_study_and_refuse_a_second_tell(tmp_path):
 # ---- user attributes and shared objects ---------------------------------------------------
 
 def test_attributes_are_validated_naming_the_key(tmp_path):
-    from hypersack.runtime.user_attrs import check_attr, read_trial_attrs, write_trial_attr
+    from hypersack.runtime.storage.user_attrs import check_attr, read_trial_attrs, write_trial_attr
     with pytest.raises(ConfigError) as err:
         check_attr("when", float("nan"))
     assert err.value.field == "user_attrs.when"
@@ -313,8 +313,8 @@ def test_trial_and_study_attributes_reach_the_store_dataframe_and_report(tmp_pat
 
 def test_shared_objects_ride_once_with_the_trainable():
     import cloudpickle
-    from hypersack.runtime.shared import WithShared, check_shared
-    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.runtime.worker.shared import WithShared, check_shared
+    from hypersack.runtime.worker.trainable import TrainableRef
 
     class Ctx:
         shared = None
@@ -357,7 +357,7 @@ def test_only_the_best_checkpoints_are_kept_and_the_best_is_exported(tmp_path, c
                             objective=("score", "max"), n_trials=4, workers=2, algorithm="grid",
                             storage=tmp_path / "s.db", keep_checkpoints_num=2)
     study.run("ecosystem_trainables:checkpoints_each_step", progress=False)
-    with hypersack.runtime.storage.Storage(tmp_path / "s.db", readonly=True) as store:
+    with hypersack.runtime.storage.sqlite.Storage(tmp_path / "s.db", readonly=True) as store:
         row = store.get_study("ckpt")
         kept = {t.config["x"] for t in store.load_trials(row.study_id)
                 if any(p.name.startswith("checkpoint-") for p in store.trial_dir(row, t.trial_id).iterdir())}

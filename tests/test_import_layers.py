@@ -168,5 +168,30 @@ def test_packs_have_one_home_in_core_and_a_seam_between_driver_and_worker():
         assert gone not in modules
     assert "hypersack.core.packs.seating" in modules and "hypersack.core.packs.grouping" in modules
     # the pack process (worker side) knows the pipe protocol, never the executor (driver side)
-    worker = modules["hypersack.runtime.pack_member_worker"]
+    worker = modules["hypersack.runtime.worker.pack"]
     assert not {t for t in worker if t.startswith("hypersack.runtime.executors")}
+
+
+def _room_imports(room: str) -> set[tuple[str, str]]:
+    prefix = f"hypersack.runtime.{room}"
+    return {(module, target) for module, targets in import_graph().items()
+            if module.startswith(prefix) for target in targets
+            if target.startswith("hypersack.runtime.") and not target.startswith(prefix)}
+
+
+def test_runtime_rooms_import_only_the_rooms_they_stand_on():
+    """runtime/ is five rooms (ARCHITECTURE.md): the worker side never reaches the driver's loop
+    or executors; storage stands on nothing but the worker's checkpoint files; the loop drives
+    executors only through its own protocol; executors use the loop's protocol module only (the
+    Ray driver's ``drive_on_ray`` still runs the loop itself: the one assembly of issue 29 is to
+    take it out)."""
+    rooms = {"loop", "worker", "devices", "storage", "executors"}
+    modules = import_graph()
+    assert {m.split(".")[2] for m in modules if m.startswith("hypersack.runtime.")} <= rooms
+    assert {t for _, t in _room_imports("worker")} <= {"hypersack.runtime.devices.profiler",
+                                                       "hypersack.runtime.storage.user_attrs"}
+    assert {t for _, t in _room_imports("storage")} <= {"hypersack.runtime.worker.checkpoints"}
+    assert not {t for _, t in _room_imports("loop") if not t.startswith("hypersack.runtime.storage")}
+    loop_users = {(m, t) for m, t in _room_imports("executors") if t.startswith("hypersack.runtime.loop")}
+    assert loop_users - {("hypersack.runtime.executors.ray", "hypersack.runtime.loop.run")} \
+        <= {(m, "hypersack.runtime.loop.executor") for m, _ in loop_users}

@@ -37,7 +37,7 @@ def test_a_study_without_a_complete_trial_warns(tmp_path):
 
 def test_from_yaml_puts_the_study_folder_and_working_directory_on_sys_path(tmp_path, monkeypatch):
     import sys
-    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.runtime.worker.trainable import TrainableRef
     study_dir, cwd = tmp_path / "configs", tmp_path / "work"
     study_dir.mkdir()
     cwd.mkdir()

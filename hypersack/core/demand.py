@@ -1,6 +1,6 @@
 """What a trial asks of a device: the demand the job history gives, the
 memory floor an out-of-memory leaves, and whether trials share GPUs through MPS. Pure: used
-alike by the local machine set-up (``runtime/machine.py``, ``runtime/profiles.py``) and the
+alike by the local machine set-up (``runtime/devices/machine.py``, ``runtime/devices/job_history.py``) and the
 simulator (``sim/perf.py``, ``sim/run.py``).
 
 Units: ``compute`` in percent of one device (100: all of it), memory in GiB, ``cpus`` host cores
@@ -22,7 +22,7 @@ DEFAULT_CONTEXT_GB = 0.5
 
 
 class Measured(Protocol):
-    """What the Sampler measured of a trial (``runtime.profiler.Profile`` has these)."""
+    """What the Sampler measured of a trial (``runtime.devices.profiler.Profile`` has these)."""
 
     @property
     def gpu_util_percent(self) -> float | None: ...

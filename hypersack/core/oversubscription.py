@@ -23,7 +23,7 @@ from the run's own measurements, demands placed from then on are scaled by ``r0 
 (``scaled_compute``): Eq. 2 with capacity ``r0 x 100`` and demands ``d x r0 / r`` is Eq. 2 with
 ``r x 100`` and ``d``.
 
-Pure: measurements come from the job history (``runtime.profiles.ProfileStore``), which records
+Pure: measurements come from the job history (``runtime.devices.job_history.ProfileStore``), which records
 them as the study runs, per GPU architecture and model signature, so the next study on that
 architecture starts from what this one learned.
 """

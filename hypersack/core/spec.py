@@ -279,7 +279,7 @@ class StudySpec:
     execution: str = "separate"
     pack: PackOptions = PackOptions()
     # Read checkpoints with full pickle (arbitrary objects): only for run folders no one else can
-    # write. Default: safe loading of plain data (see hypersack.runtime.checkpoints).
+    # write. Default: safe loading of plain data (see hypersack.runtime.worker.checkpoints).
     unsafe_checkpoints: bool = False
     # What an acknowledged report survives: "power" (fsync at every commit: a power loss) or
     # "process" (a crash of the driver's process, kill -9 included; no fsync per commit).

@@ -19,7 +19,7 @@ def build_report(storage: str | Path, names: list[str], out: str | Path) -> Path
     returns the file's absolute path."""
     from hypersack.report.data import from_storage, payload
     from hypersack.report.html import plotly_js, write_report
-    from hypersack.runtime.storage import Storage
+    from hypersack.runtime.storage.sqlite import Storage
     plotly_js()                   # a missing extra fails before any reading
     with Storage(storage, readonly=True) as store:
         payloads = [payload(from_storage(store, name)) for name in names]

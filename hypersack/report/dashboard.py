@@ -97,7 +97,7 @@ class Dashboard:
     # ---- the API (each call: open read-only, read, close) ----------------------------------
 
     def studies(self) -> list[dict[str, Any]]:
-        from hypersack.runtime.storage import Storage
+        from hypersack.runtime.storage.sqlite import Storage
         if not self.storage.exists():
             return []
         try:
@@ -111,7 +111,7 @@ class Dashboard:
 
     def study(self, name: str) -> dict[str, Any]:
         from hypersack.report.data import from_storage, payload
-        from hypersack.runtime.storage import Storage
+        from hypersack.runtime.storage.sqlite import Storage
         try:
             store = Storage(self.storage, readonly=True)
         except StorageError as exc:

@@ -47,7 +47,7 @@ class StudyData:
 
 def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData:
     """The study ``name`` from a ``Storage`` (opened read-only by the caller is enough)."""
-    from hypersack.runtime.queries import trial_dict
+    from hypersack.runtime.storage.queries import trial_dict
     row = storage.get_study(name)
     status = storage.shown_status(row.study_id, row.status)    # running only while driven
     if now is None:
@@ -55,7 +55,7 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
     records = storage.load_trials(row.study_id)
     stays = storage.load_stays(row.study_id)
     times = trial_times(stays, {t.trial_id: t.finished_at for t in records}, now)
-    from hypersack.runtime.user_attrs import load_attrs
+    from hypersack.runtime.storage.user_attrs import load_attrs
     attrs = load_attrs(storage, row.study_id)
     trials = []
     for t in records:
@@ -65,7 +65,7 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
     results = storage.load_metric(row.study_id, objective.metric)
-    from hypersack.runtime.profiles import read_decisions
+    from hypersack.runtime.devices.job_history import read_decisions
     return StudyData(name, status, objective, trials, results, stays,
                      storage.load_samples(row.study_id), now=now, source="store",
                      extra={"decisions": read_decisions(storage.connection, name)})
@@ -74,7 +74,7 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
 def from_simulation(result: Any, store: Any) -> StudyData:
     """A finished simulation (``sim.run.simulate`` with ``keep_results``): its controller's
     trials, the memory store's results (no report times: the trial's end stands in) and stays."""
-    from hypersack.runtime.queries import trial_dict
+    from hypersack.runtime.storage.queries import trial_dict
     controller = result.controller
     stays = store.load_stays(1)
     times = trial_times(stays, {t.trial_id: t.finished_at for t in controller.trials.values()},

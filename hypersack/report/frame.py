@@ -30,12 +30,12 @@ def _pandas() -> Any:
 
 def trials_dataframe(storage: Any, name: str) -> Any:
     """The trials of the stored study ``name`` (``storage``: a ``Storage``, read-only is enough)."""
-    from hypersack.runtime.queries import study_now, times_of
+    from hypersack.runtime.storage.queries import study_now, times_of
     pd = _pandas()
     row = storage.get_study(name)
     trials = storage.load_trials(row.study_id)
     times = times_of(storage, row.study_id, trials, study_now(row.status, row.updated_at))
-    from hypersack.runtime.user_attrs import load_attrs
+    from hypersack.runtime.storage.user_attrs import load_attrs
     attrs = load_attrs(storage, row.study_id)
     params = sorted({k for t in trials for k in t.config})
     metrics = sorted({k for t in trials for k in t.metrics})

@@ -15,7 +15,7 @@ from hypersack.sim.executor import DeviceChange, SimExecutor
 from hypersack.sim.perf import PerfModel, PerfParams, Profile, ProfileTable
 from hypersack.sim.run import SimResult, simulate
 from hypersack.sim.scenario import Scenario, load_scenario, scenario_from_dict
-from hypersack.sim.store import MemoryStore
+from hypersack.runtime.storage.memory import MemoryStore
 
 __all__ = ["SimClock", "SimulationStalled", "SimExecutor", "DeviceChange", "PerfModel",
            "PerfParams", "Profile", "ProfileTable", "CurveModel", "ParametricCurves",

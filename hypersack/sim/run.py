@@ -13,12 +13,12 @@ from typing import Any
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Controller
 from hypersack.core.trial import TrialFailed, TrialState
-from hypersack.runtime.loop import run_loop
+from hypersack.runtime.loop.run import run_loop
 from hypersack.sim._placement import policy_label
 from hypersack.sim.executor import SimExecutor
 from hypersack.sim.packs import SimPackPolicy
 from hypersack.sim.scenario import Scenario
-from hypersack.sim.store import MemoryStore, SimStudyRow
+from hypersack.runtime.storage.memory import MemoryStore, SimStudyRow
 
 __all__ = ["SimResult", "simulate"]
 
@@ -91,7 +91,7 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True,
 
 
 def _oom_history(controller: Controller, perf: Any, executor: SimExecutor) -> Any:
-    """The simulated job history, as the local machine's (``runtime/machine.py``): a trial that
+    """The simulated job history, as the local machine's (``runtime/devices/machine.py``): a trial that
     ran out of memory gets its model's memory floor raised to each architecture's device memory
     (``PerfModel.note_oom``), so the controller's retry is placed alone."""
     memory = {gpu.arch: gpu.memory_gb for _, gpu in executor.inventory().gpus()}

@@ -1,7 +1,7 @@
 """Built-in trainables on scikit-learn's bundled digits (1797 images of 8x8 pixels, 10 classes).
 
 ``train_mlp`` (``digits_mlp``) and ``train_cnn`` (``digits_cnn``) follow the contract of
-``hypersack.runtime.context``: one step per epoch, a checkpoint with every report, and a resume
+``hypersack.runtime.worker.context``: one step per epoch, a checkpoint with every report, and a resume
 from ``ctx.restore()`` that continues exactly as an uninterrupted run would.
 
 The data never needs a download: the last 20% (360 samples) of a fixed permutation (numpy
@@ -217,7 +217,7 @@ def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Te
     With ``world`` of size k, each step's global batch is ``batch_size`` x k samples and this
     rank trains on its slice. ``lr_at(fraction of the epoch done)`` sets the learning rate;
     ``sampler`` (``ctx.sampler``) times each step for the job history."""
-    from hypersack.runtime.profiler import NullSampler
+    from hypersack.runtime.devices.profiler import NullSampler
     sampler = sampler if sampler is not None else NullSampler()
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     generator = torch.Generator().manual_seed(seed)

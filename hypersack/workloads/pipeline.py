@@ -197,7 +197,7 @@ def train_epoch_loader(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     (mean batch loss, steps). The Sampler's data time is the wait for the next batch and its
     copy to the device. With a ``world`` of size k, each step loads ``batch_size`` x k samples
     and this rank trains on its slice (as ``synthetic.train_epoch``)."""
-    from hypersack.runtime.profiler import NullSampler
+    from hypersack.runtime.devices.profiler import NullSampler
     sampler = sampler if sampler is not None else NullSampler()
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     dataset.set_seed(seed)

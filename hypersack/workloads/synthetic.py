@@ -149,7 +149,7 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
 
     ``loss_fn`` gives per-sample losses; each step minimises their mean over the batch. With a
     ``world`` of size k each step takes ``batch_size`` x k samples and this rank its slice."""
-    from hypersack.runtime.profiler import NullSampler
+    from hypersack.runtime.devices.profiler import NullSampler
     sampler = sampler if sampler is not None else NullSampler()
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed)).to(x.device)

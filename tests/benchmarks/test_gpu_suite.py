@@ -166,14 +166,14 @@ def test_stale_daemon_is_recovered_with_the_fake_control(fake_mps, tmp_path):
 
 
 def test_path_without_mps_forces_time_slicing(fake_mps):
-    from hypersack.runtime.mps import MPS_CONTROL
+    from hypersack.runtime.devices.mps import MPS_CONTROL
     assert any((Path(d) / MPS_CONTROL).exists() for d in os.environ["PATH"].split(os.pathsep))
     stripped = gpu_checks_studies._without_mps_on_path()
     assert not any((Path(d) / MPS_CONTROL).exists() for d in stripped.split(os.pathsep))
 
 
 def test_the_cpu_memory_holder_fails_like_a_cuda_oom(tmp_path):
-    from hypersack.runtime.process_io import is_oom
+    from hypersack.runtime.worker.process_io import is_oom
     ledger = tmp_path / "ledger"
     ledger.write_text("0.5")
 

@@ -42,9 +42,9 @@ class Backend:
 
 
 def _local(tmp_path) -> Backend:
-    from hypersack.runtime.devices import default_slots
+    from hypersack.runtime.devices.slots import default_slots
     from hypersack.runtime.executors.local import LocalExecutor
-    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.runtime.worker.trainable import TrainableRef
 
     def make() -> Any:
         return LocalExecutor(default_slots(2, gpus=[]), TrainableRef.of("trainables:checkpointing"),
@@ -74,7 +74,7 @@ def _ray_executor(trial_dirs: dict[str, Path]) -> Any:
     """One started RayExecutor on the session cluster; trials' folders under
     ``trial_dirs["now"]`` (the running test's)."""
     from hypersack.runtime.executors.ray import AgentSetup, RayExecutor, driver_paths
-    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.runtime.worker.trainable import TrainableRef
     from hypersack.study import Study
 
     spec = Study({"x": 0.5}, ("score", "max"), n_trials=1).spec

@@ -1,7 +1,7 @@
-"""The Store contract the loop writes to (``runtime.store.Store``), run against every store.
+"""The Store contract the loop writes to (``runtime.loop.store.Store``), run against every store.
 
-Every test runs on each store of ``STORES`` (SQLite ``runtime.storage.Storage``, memory
-``sim.store.MemoryStore``), as Optuna's storage suite runs on every backend. Where two stores
+Every test runs on each store of ``STORES`` (SQLite ``runtime.storage.sqlite.Storage``, memory
+``runtime.storage.memory.MemoryStore``), as Optuna's storage suite runs on every backend. Where two stores
 legitimately differ, the subject says so by a capability and the test is skipped with the
 reason (never silently): the memory store is never resumed (nothing outlives the process), so
 it never calls a state function; it holds one study and cannot fail to write. Reading back is
@@ -22,9 +22,9 @@ from hypersack.core.algorithms.base import StateParts
 from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import StopReason, TrialRecord, TrialState
 from hypersack.errors import HyperSackError, StorageError
-from hypersack.runtime.storage import Storage
-from hypersack.runtime.store import LAUNCH_FIELDS, BackgroundCheckpoints, Store
-from hypersack.sim.store import MemoryStore
+from hypersack.runtime.storage.sqlite import Storage
+from hypersack.runtime.loop.store import LAUNCH_FIELDS, BackgroundCheckpoints, Store
+from hypersack.runtime.storage.memory import MemoryStore
 
 
 class _Sqlite:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import TrialRecord, TrialState
-from hypersack.runtime.monitor import Sample
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.devices.monitor import Sample
+from hypersack.runtime.storage.sqlite import Storage
 
 T0 = 1_700_000_000.0
 OUTCOMES = [StayOutcome.FINISHED, StayOutcome.PAUSED, StayOutcome.PREEMPTED, StayOutcome.RESIZED,

@@ -11,7 +11,7 @@ import pytest
 
 from hypersack.report import build_report
 from hypersack.report.data import from_storage, payload
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.storage.sqlite import Storage
 
 from report_store import T0, fill_store
 
@@ -170,7 +170,7 @@ def test_dashboard_arguments_are_checked():
 
 
 def test_the_sample_sink_writes_at_most_every_period_and_at_the_end(small_store):
-    from hypersack.runtime.monitor import Sample
+    from hypersack.runtime.devices.monitor import Sample
     from hypersack.study import _SampleSink
     now = [0.0]
     taken = [[("n0", "gpu1", Sample(T0 + 50, 10.0, 1.0, 1))], [("n0", "gpu1", Sample(T0 + 60, 20.0, 1.0, 1))]]

@@ -6,8 +6,8 @@ import pytest
 
 from hypersack.core.stays import Stay, StayOutcome, trial_times
 from hypersack.core.trial import TrialRecord, TrialState
-from hypersack.runtime import queries
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.storage import queries
+from hypersack.runtime.storage.sqlite import Storage
 
 T0 = 1_700_000_000.0
 

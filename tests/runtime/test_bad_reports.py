@@ -7,7 +7,7 @@ import torch
 
 import hypersack
 from hypersack.errors import ReportError
-from hypersack.runtime.messages import BadMessage, Pipe, Reported
+from hypersack.runtime.worker.messages import BadMessage, Pipe, Reported
 from hypersack.validation import check_metric, check_step
 
 pytestmark = pytest.mark.filterwarnings("ignore:Study .*no trial completed:RuntimeWarning")

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import pytest
 
 from hypersack.errors import CheckpointError, UnsafePathError
-from hypersack.runtime import checkpoints
-from hypersack.runtime.checkpoints import (allow_checkpoint_types, ensure_private_dir, open_private,
-                                           read_checkpoint, remove_other_checkpoints,
-                                           write_checkpoint)
+from hypersack.runtime.worker import checkpoints
+from hypersack.runtime.worker.checkpoints import (allow_checkpoint_types, ensure_private_dir, open_private,
+                                                  read_checkpoint, remove_other_checkpoints,
+                                                  write_checkpoint)
 
 NOBODY = 65534
 

@@ -11,10 +11,10 @@ import pytest
 from hypersack.core.oversubscription import Colocation
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import TrialProfiled, TrialRecord, TrialState
-from hypersack.runtime.devices import default_slots
-from hypersack.runtime.machine import prepare_machine
-from hypersack.runtime.profiles import ProfileStore, profile_key
-from hypersack.runtime.profiler import Profile
+from hypersack.runtime.devices.slots import default_slots
+from hypersack.runtime.devices.machine import prepare_machine
+from hypersack.runtime.devices.job_history import ProfileStore, profile_key
+from hypersack.runtime.devices.profiler import Profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 
@@ -228,8 +228,8 @@ def test_decisions_are_kept_with_the_study_and_reach_the_report(tmp_path):
     from report_store import fill_store
 
     from hypersack.report.data import from_storage, payload
-    from hypersack.runtime.profiles import read_decisions
-    from hypersack.runtime.storage import Storage
+    from hypersack.runtime.devices.job_history import read_decisions
+    from hypersack.runtime.storage.sqlite import Storage
     db = tmp_path / "s.db"
     fill_store(db, name="s")
     with ProfileStore(db) as store:

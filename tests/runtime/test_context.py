@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from hypersack.errors import TrialStopped
-from hypersack.runtime.context import TrialContext
-from hypersack.runtime.messages import encode
+from hypersack.runtime.worker.context import TrialContext
+from hypersack.runtime.worker.messages import encode
 
 
 class FakeChannel:
@@ -109,7 +109,7 @@ def test_a_fresh_trial_ignores_checkpoint_files_the_store_does_not_name(tmp_path
 
 
 def test_only_rank_zero_writes_and_sends_a_checkpoint(tmp_path):
-    from hypersack.runtime.context import World
+    from hypersack.runtime.worker.context import World
     channel = FakeChannel()
     ctx = TrialContext(trial_id=3, seed=11, device="cpu", attempt=1, trial_dir=tmp_path / "t",
                        channel=channel, world=World(1, 2), sync_stop=lambda flag: False)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from hypersack.errors import ConfigError
-from hypersack.runtime import devices
-from hypersack.runtime.devices import default_slots
+from hypersack.runtime.devices import slots as devices
+from hypersack.runtime.devices.slots import default_slots
 from hypersack.validation import MAX_LOCAL_WORKERS_PER_CPU, MAX_LOCAL_WORKERS_PER_GPU
 
 

@@ -1,5 +1,5 @@
 """Which torch.distributed backend a data-parallel rank joins with."""
-from hypersack.runtime.worker import dist_backend
+from hypersack.runtime.worker.process import dist_backend
 
 
 def test_nccl_on_gpus_gloo_on_cpus(monkeypatch):

@@ -19,8 +19,8 @@ from hypersack.core.space import SearchSpace
 from hypersack.core.trial import (FailureCause, Launch, ResultReported, Stop, TrialFailed,
                                   TrialStarted)
 from hypersack.errors import StorageFullError
-from hypersack.runtime.loop import run_loop
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.loop.run import run_loop
+from hypersack.runtime.storage.sqlite import Storage
 
 from controller_helpers import on_slots
 

@@ -10,10 +10,10 @@ import pytest
 import hypersack
 from hypersack.core.spec import StudySpec
 from hypersack.errors import ConfigError
-from hypersack.runtime.devices import default_slots
-from hypersack.runtime.machine import member_demand
+from hypersack.runtime.devices.slots import default_slots
+from hypersack.runtime.devices.machine import member_demand
 from hypersack.runtime.executors.packs import plan_execution
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.storage.sqlite import Storage
 
 _HEADER = re.compile(r"pack (\d+) \(pid (\d+)\), with members \[([0-9, ]*)\]")
 

@@ -11,10 +11,10 @@ from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.trial import Launch, ResultReported, TrialFinished, TrialRecord, TrialStarted
 from hypersack.errors import ConfigError
-from hypersack.runtime.loop import run_loop
-from hypersack.runtime.profiler import Profile
-from hypersack.runtime.profiles import ProfileKey, ProfileStore
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.loop.run import run_loop
+from hypersack.runtime.devices.profiler import Profile
+from hypersack.runtime.devices.job_history import ProfileKey, ProfileStore
+from hypersack.runtime.storage.sqlite import Storage
 
 from controller_helpers import on_slots, slots
 
@@ -220,7 +220,7 @@ def test_acks_go_out_only_after_the_turns_commit(tmp_path, window, siblings):
 def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(tmp_path, durability,
                                                                               monkeypatch):
     import time
-    from hypersack.runtime import storage as storage_module
+    from hypersack.runtime.storage import sqlite as storage_module
     monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 10)     # 20 commits cross it
     monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
     with Storage(tmp_path / "s.db", durability=durability) as store:
@@ -298,7 +298,7 @@ class _Running:
 
 def _gathered(first, batches, running, siblings):
     from hypersack.core.group_commit import GroupCommit
-    from hypersack.runtime.loop import _gather
+    from hypersack.runtime.loop.run import _gather
     script = _Script(batches)
     events = _gather(script, list(first), _Running(running), GroupCommit(30.0, siblings))
     return events, script
@@ -335,7 +335,7 @@ def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path,
     checkpoint, it never copies the whole WAL, and the WAL grows by every commit: over 1 MB
     here)."""
     import os
-    from hypersack.runtime import storage as storage_module
+    from hypersack.runtime.storage import sqlite as storage_module
     monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 1)
     monkeypatch.setattr(storage_module, "PROCESS_HOLD_PAGES", 1)
     monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
@@ -367,7 +367,7 @@ class _FakeFrames:
 def _probe_checkpointer(on_checkpoint, **options):
     """A ``_Checkpointer`` whose thread calls ``on_checkpoint()`` for each checkpoint it starts
     (instead of running one), then reports itself idle."""
-    from hypersack.runtime.storage import _Checkpointer
+    from hypersack.runtime.storage.sqlite import _Checkpointer
 
     class _Probe(_Checkpointer):
         def _run(self):
@@ -384,7 +384,7 @@ def _probe_checkpointer(on_checkpoint, **options):
 
 def test_without_the_wal_size_a_checkpoint_starts_at_most_once_per_interval_and_the_next_transaction_waits():
     import threading
-    from hypersack.runtime.storage import CHECKPOINT_EVERY_S
+    from hypersack.runtime.storage.sqlite import CHECKPOINT_EVERY_S
     now = [100.0]
     ran: list[bool] = []
     release = threading.Event()
@@ -416,7 +416,7 @@ def test_without_the_wal_size_a_checkpoint_starts_at_most_once_per_interval_and_
 
 
 def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames_at_most_once_per_interval():
-    from hypersack.runtime.storage import CHECKPOINT_EVERY_S, CHECKPOINT_PAGES
+    from hypersack.runtime.storage.sqlite import CHECKPOINT_EVERY_S, CHECKPOINT_PAGES
     frames = _FakeFrames(CHECKPOINT_PAGES - 1)
     started: list[int] = []
     now = [50.0]
@@ -451,7 +451,7 @@ def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames_at_most_
 
 
 def test_the_wal_frame_count_is_read_from_the_wal_index(tmp_path):
-    from hypersack.runtime.storage import _WalFrames
+    from hypersack.runtime.storage.sqlite import _WalFrames
     with Storage(tmp_path / "s.db") as store:
         sid = store.create_study("s", {}).study_id
         store.connection.execute("PRAGMA wal_autocheckpoint=0")
@@ -469,7 +469,7 @@ def test_the_wal_frame_count_is_read_from_the_wal_index(tmp_path):
 
 def test_a_checkpoint_below_hold_above_runs_beside_the_writer_and_one_above_holds_it():
     import threading
-    from hypersack.runtime.storage import CHECKPOINT_PAGES
+    from hypersack.runtime.storage.sqlite import CHECKPOINT_PAGES
     frames = _FakeFrames(CHECKPOINT_PAGES)
     now = [10.0]
     release = threading.Event()

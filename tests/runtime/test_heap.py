@@ -12,9 +12,9 @@ from hypersack.core.controller import Budget, Controller
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.trial import Launch, ResultReported, TrialFinished, TrialStarted
-from hypersack.runtime.heap import LoopHeap
-from hypersack.runtime.loop import run_loop
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.loop.heap import LoopHeap
+from hypersack.runtime.loop.run import run_loop
+from hypersack.runtime.storage.sqlite import Storage
 
 from controller_helpers import on_slots, slots
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from hypersack.errors import ConfigError
-from hypersack.runtime.inventory import (arch_from_name, cluster_from_cpu, cluster_from_nvml,
-                                         cluster_from_yaml, detect_cluster, oversubscription_for,
-                                         visible_devices)
-from hypersack.runtime.nvml import FakeNvml, NvmlSource
+from hypersack.runtime.devices.inventory import (arch_from_name, cluster_from_cpu, cluster_from_nvml,
+                                                 cluster_from_yaml, detect_cluster, oversubscription_for,
+                                                 visible_devices)
+from hypersack.runtime.devices.nvml import FakeNvml, NvmlSource
 
 
 @pytest.mark.parametrize("name, arch", [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 from hypersack.core.trial import Launch, ResultReported
-from hypersack.runtime.devices import default_slots
+from hypersack.runtime.devices.slots import default_slots
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.trainable import TrainableRef
+from hypersack.runtime.worker.trainable import TrainableRef
 
 
 def _steps(events: list, trial_id: int) -> list[int]:

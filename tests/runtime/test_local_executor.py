@@ -7,9 +7,9 @@ import pytest
 
 from hypersack.core.trial import (Cancel, Launch, ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialStarted)
-from hypersack.runtime.devices import default_slots
+from hypersack.runtime.devices.slots import default_slots
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.trainable import TrainableRef
+from hypersack.runtime.worker.trainable import TrainableRef
 
 from executor_helpers import collect
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from hypersack.core.trial import Launch, Preempt, ResultReported, TrialFailed, TrialFinished
-from hypersack.runtime.devices import Slot
+from hypersack.runtime.devices.slots import Slot
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.trainable import TrainableRef
+from hypersack.runtime.worker.trainable import TrainableRef
 
 from executor_helpers import collect
 

@@ -1,12 +1,12 @@
-"""The job history's demand cache (``runtime.machine``): a trial's Job is built once and rebuilt
+"""The job history's demand cache (``runtime.devices.machine``): a trial's Job is built once and rebuilt
 only when the history of its own config (model keys and batch size) changes."""
 from __future__ import annotations
 
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import TrialFinished, TrialProfiled, TrialRecord
-from hypersack.runtime.devices import default_slots
-from hypersack.runtime.machine import prepare_machine
-from hypersack.runtime.profiler import Profile
+from hypersack.runtime.devices.slots import default_slots
+from hypersack.runtime.devices.machine import prepare_machine
+from hypersack.runtime.devices.profiler import Profile
 
 
 def _spec() -> StudySpec:

@@ -1,7 +1,7 @@
 """Driver <-> worker messages: every kind round-trips through the one codec."""
 import pytest
 
-from hypersack.runtime import messages as m
+from hypersack.runtime.worker import messages as m
 
 
 def test_every_message_round_trips_and_nested_tasks_too():

@@ -8,8 +8,8 @@ import pytest
 
 from hypersack.core.trial import DeviceAdded, DeviceLost
 from hypersack.errors import ConfigError
-from hypersack.runtime.monitor import DeviceMonitor
-from hypersack.runtime.nvml import FakeNvml, NvmlSource
+from hypersack.runtime.devices.monitor import DeviceMonitor
+from hypersack.runtime.devices.nvml import FakeNvml, NvmlSource
 
 
 class Clock:
@@ -183,7 +183,7 @@ def test_take_samples_hands_each_sample_over_once():
 
 def test_a_machine_with_nvml_hands_wall_clock_samples_to_the_store(tmp_path, monkeypatch):
     from hypersack.core.spec import StudySpec
-    from hypersack.runtime.machine import prepare_machine
+    from hypersack.runtime.devices.machine import prepare_machine
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     spec = StudySpec.from_dict({"name": "s", "space": {"x": 1.0}, "placement": "exclusive",
                                 "objective": {"metric": "score", "mode": "max"}, "budget": {"trials": 1}})

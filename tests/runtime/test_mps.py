@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from hypersack.errors import ConfigError, HyperSackError
-from hypersack.runtime import mps as mps_module
-from hypersack.runtime.mps import MpsDaemon, MpsUnavailableWarning
+from hypersack.runtime.devices import mps as mps_module
+from hypersack.runtime.devices.mps import MpsDaemon, MpsUnavailableWarning
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MPS is Linux-only")
 
@@ -155,12 +155,12 @@ def _spec(**extra):
 
 
 def _nvml():
-    from hypersack.runtime.nvml import FakeNvml
+    from hypersack.runtime.devices.nvml import FakeNvml
     return FakeNvml([("NVIDIA H100 80GB HBM3", 79.6), ("NVIDIA A100-SXM4-40GB", 39.4)])
 
 
 def test_gpus_sharing_a_study_get_one_mps_daemon_and_thread_percentages(fake_mps, tmp_path, monkeypatch):
-    from hypersack.runtime.machine import prepare_machine
+    from hypersack.runtime.devices.machine import prepare_machine
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     with prepare_machine(_spec(), tmp_path / "runs" / "s", tmp_path / "s.db", trainable_name="t",
                          nvml=_nvml()) as machine:
@@ -178,7 +178,7 @@ def test_gpus_sharing_a_study_get_one_mps_daemon_and_thread_percentages(fake_mps
 @pytest.mark.parametrize("placement", ["exclusive", {"policy": "exclusive"}])
 def test_exclusive_placement_starts_no_mps_and_a_ratio_applies_to_every_gpu(fake_mps, tmp_path,
                                                                             monkeypatch, placement):
-    from hypersack.runtime.machine import prepare_machine
+    from hypersack.runtime.devices.machine import prepare_machine
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     with prepare_machine(_spec(placement=placement, oversubscription=2), tmp_path / "runs" / "s",
                          tmp_path / "s.db", trainable_name="t", nvml=_nvml()) as machine:
@@ -188,7 +188,7 @@ def test_exclusive_placement_starts_no_mps_and_a_ratio_applies_to_every_gpu(fake
 
 
 def test_without_mps_gpus_are_shared_by_time_slicing_with_one_warning(tmp_path, monkeypatch):
-    from hypersack.runtime.machine import prepare_machine
+    from hypersack.runtime.devices.machine import prepare_machine
     monkeypatch.setenv("PATH", str(tmp_path))            # no nvidia-cuda-mps-control anywhere
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(mps_module, "_warned", set())

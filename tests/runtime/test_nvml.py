@@ -6,7 +6,7 @@ import builtins
 import pytest
 
 from hypersack.errors import MissingDependencyError
-from hypersack.runtime.nvml import (GIB, FakeNvml, NvmlSource, NvmlUnavailable, load_nvml)
+from hypersack.runtime.devices.nvml import (GIB, FakeNvml, NvmlSource, NvmlUnavailable, load_nvml)
 
 
 def make_source(*devices: tuple[str, float]) -> tuple[FakeNvml, NvmlSource]:
@@ -82,7 +82,7 @@ def test_missing_package_names_the_extra(monkeypatch):
 
 def test_real_pynvml_error_classes_carry_codes_we_map():
     pynvml = pytest.importorskip("pynvml")
-    from hypersack.runtime.nvml import LOST_CODES
+    from hypersack.runtime.devices.nvml import LOST_CODES
     assert pynvml.NVMLError_GpuIsLost().value in LOST_CODES
     assert pynvml.NVMLError_Unknown().value in LOST_CODES
     assert pynvml.NVMLError_NotSupported().value not in LOST_CODES

@@ -8,7 +8,7 @@ import pytest
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import TrialRecord
 from hypersack.runtime.executors.packs import PackPlan
-from hypersack.runtime.machine import Machine, _fused_demand
+from hypersack.runtime.devices.machine import Machine, _fused_demand
 
 SPEC = StudySpec.from_dict({"name": "s", "space": {"x": 1}, "objective": ["y", "max"],
                             "budget": {"trials": 1}, "pack": {"max_members": 10},

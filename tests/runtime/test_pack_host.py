@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 from hypersack.core.trial import (FailureCause, Launch, PackCapped, ResultReported,
                                   TrialFailed, TrialFinished, TrialStarted)
-from hypersack.runtime.devices import Slot
+from hypersack.runtime.devices.slots import Slot
 from hypersack.runtime.executors.packs import PackHost
 from hypersack.runtime.executors.pool import Worker
-from hypersack.runtime.messages import (AddMember, Done, EndPack, PackCap, PackFailed, Reported,
-                                        StartPack, Started, StopTrial)
+from hypersack.runtime.worker.messages import (AddMember, Done, EndPack, PackCap, PackFailed, Reported,
+                                               StartPack, Started, StopTrial)
 
 
 class FakeProcess:

@@ -12,10 +12,10 @@ from hypersack.core.controller import Budget, Controller
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.trial import ResultReported, TrialStarted
-from hypersack.runtime.context import TrialContext
+from hypersack.runtime.worker.context import TrialContext
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.messages import Ack, Reported, StopTrial
-from hypersack.runtime.worker import PipeChannel
+from hypersack.runtime.worker.messages import Ack, Reported, StopTrial
+from hypersack.runtime.worker.process import PipeChannel
 
 from controller_helpers import on_slots
 
@@ -177,7 +177,7 @@ def test_an_ack_read_while_polling_for_a_stop_is_not_waited_for_again():
 
 
 class _Channel:
-    """A ``PipelinedChannel`` (``runtime.context``) that records what the context sends."""
+    """A ``PipelinedChannel`` (``runtime.worker.context``) that records what the context sends."""
 
     def __init__(self, free_below):
         self.free_below = free_below

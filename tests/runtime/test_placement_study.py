@@ -7,8 +7,8 @@ import pytest
 
 import hypersack
 from hypersack.core.algorithms import Algorithm, Decision, Suggestion
-from hypersack.runtime.devices import default_slots
-from hypersack.runtime.profiles import ProfileStore
+from hypersack.runtime.devices.slots import default_slots
+from hypersack.runtime.devices.job_history import ProfileStore
 
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "sleep": 0.4, "steps": 2}
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from hypersack.runtime.devices import default_slots
+from hypersack.runtime.devices.slots import default_slots
 from hypersack.runtime.executors.pool import Worker, WorkerPool
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from hypersack.errors import ConfigError
-from hypersack.runtime.nvml import FakeNvml
-from hypersack.runtime.profile_offline import profile_trainable
-from hypersack.runtime.profiler import (NullSampler, Profile, ProfilingError, Sampler,
-                                        UtilizationSampler, _nvml_reader)
+from hypersack.runtime.devices.nvml import FakeNvml
+from hypersack.runtime.devices.profile_trainable import profile_trainable
+from hypersack.runtime.devices.profiler import (NullSampler, Profile, ProfilingError, Sampler,
+                                                UtilizationSampler, _nvml_reader)
 
 
 class Clock:

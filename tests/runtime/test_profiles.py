@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from hypersack.errors import ConfigError, StorageError
-from hypersack.runtime.profiler import Profile
-from hypersack.runtime.profiles import ProfileKey, ProfileStore, profile_key, signature
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.devices.profiler import Profile
+from hypersack.runtime.devices.job_history import ProfileKey, ProfileStore, profile_key, signature
+from hypersack.runtime.storage.sqlite import Storage
 
 PROFILE = Profile(time_per_iter_s=0.05, peak_memory_gb=3.0, gpu_util_percent=35.0,
                   data_time_fraction=0.1, iters_measured=10, device_arch="A100")

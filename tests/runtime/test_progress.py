@@ -11,7 +11,7 @@ from hypersack.core.controller import Budget, Controller
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.trial import ResultReported, TrialFinished, TrialStarted
-from hypersack.runtime.progress import LineProgress, eta_s, summary
+from hypersack.runtime.loop.progress import LineProgress, eta_s, summary
 
 from controller_helpers import on_slots
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from hypersack.errors import ConfigError
-from hypersack.runtime import ray_cluster
+from hypersack.runtime.executors import ray_cluster
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from hypersack.core.trial import (DeviceAdded, Launch, ResultReported, TrialFini
 
 def _setup(tmp_path, profile: bool = False) -> Any:
     from hypersack.runtime.executors.ray import AgentSetup, driver_paths
-    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.runtime.worker.trainable import TrainableRef
     from hypersack.study import Study
     spec = Study({"x": 0.5}, ("score", "max"), n_trials=1).spec
     paths, cwd = driver_paths()

@@ -12,7 +12,7 @@ import pytest
 from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.trial import (Cancel, DeviceAdded, DeviceLost, FailureCause, Launch,
                                   ResultReported, Stop, TrialFailed, TrialFinished, TrialStarted)
-from hypersack.runtime.messages import WorldSpec
+from hypersack.runtime.worker.messages import WorldSpec
 from hypersack.errors import ClusterError
 from hypersack.runtime.executors.ray import NODE_CHECK_S, RayExecutor
 from hypersack.runtime.executors.ray_agent import AgentSetup

@@ -5,7 +5,7 @@ import pytest
 
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import StorageError, StudyNotFoundError
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.storage.sqlite import Storage
 
 
 def record(trial_id: int, state=TrialState.RUNNING, **kw) -> TrialRecord:
@@ -118,7 +118,7 @@ def test_a_schema_2_store_reads_without_stays_and_gains_them_when_opened_for_wri
 
 
 def test_samples_round_trip_and_go_with_their_study(store_path):
-    from hypersack.runtime.monitor import Sample
+    from hypersack.runtime.devices.monitor import Sample
     with Storage(store_path) as s:
         sid = s.create_study("a", {}).study_id
         s.save_samples(sid, [("n", "gpu0", Sample(1.0, 30.0, 2.0, 1)),

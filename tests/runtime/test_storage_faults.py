@@ -12,8 +12,8 @@ import pytest
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
                               StudyBusyError)
-from hypersack.runtime import storage as storage_mod
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.storage import sqlite as storage_mod
+from hypersack.runtime.storage.sqlite import Storage
 
 
 def record(trial_id: int, state=TrialState.RUNNING, **kw) -> TrialRecord:
@@ -51,7 +51,7 @@ def test_a_second_driver_is_refused_and_a_dead_ones_lease_is_taken_over(tmp_path
 
 def test_the_lease_of_a_killed_driver_is_taken_over_at_once(tmp_path):
     path = tmp_path / "s.db"
-    code = ("import sys, os; from hypersack.runtime.storage import Storage\n"
+    code = ("import sys, os; from hypersack.runtime.storage.sqlite import Storage\n"
             "s = Storage(sys.argv[1]); row = s.create_study('s', {}); s.acquire_lease(row)\n"
             "os._exit(0)")                                     # dies holding the lease
     subprocess.run([sys.executable, "-c", code, str(path)], check=True)

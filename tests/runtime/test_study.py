@@ -6,7 +6,7 @@ import pytest
 import hypersack
 from hypersack.errors import (ConfigError, StorageError, StudyExistsError, TrainableError,
                               TrialsFailingError)
-from hypersack.runtime.devices import default_slots
+from hypersack.runtime.devices.slots import default_slots
 
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
 

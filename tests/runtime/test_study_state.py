@@ -10,9 +10,9 @@ import pytest
 import hypersack
 from hypersack import study as study_module
 from hypersack.errors import ClusterError, StorageError, StudyBusyError
-from hypersack.runtime import queries
+from hypersack.runtime.storage import queries
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.storage.sqlite import Storage
 
 
 def _study(store_path, n_trials=2):

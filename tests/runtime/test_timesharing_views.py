@@ -11,9 +11,9 @@ from hypersack.core.allocator import Demand
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import TrialFinished
 from hypersack.placement import GPU, Cluster, Node
-from hypersack.runtime.loop import build_controller
-from hypersack.runtime.progress import LiveProgress, shared_view, summary
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.loop.run import build_controller
+from hypersack.runtime.loop.progress import LiveProgress, shared_view, summary
+from hypersack.runtime.storage.sqlite import Storage
 from timesharing_helpers import Scripted, make, report
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from hypersack.errors import ConfigError, TrainableError
-from hypersack.runtime.trainable import TrainableRef, _top_level_names
+from hypersack.runtime.worker.trainable import TrainableRef, _top_level_names
 
 
 def write(tmp_path, name, text):

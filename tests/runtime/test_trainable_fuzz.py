@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import hypersack
-from hypersack.runtime import queries
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.storage import queries
+from hypersack.runtime.storage.sqlite import Storage
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from hypersack import Float, Study
-from hypersack.runtime.worker_entry import WorkerProcess
+from hypersack.runtime.worker.entry import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 

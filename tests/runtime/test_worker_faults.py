@@ -131,8 +131,8 @@ def test_processes_a_trainable_started_end_when_the_driver_is_killed(tmp_path):
 
 FULL_LOG = textwrap.dedent('''
     import os, sys
-    from hypersack.runtime import checkpoints, worker
-    from hypersack.runtime.messages import TrialTask, WorldSpec
+    from hypersack.runtime.worker import checkpoints, process as worker
+    from hypersack.runtime.worker.messages import TrialTask, WorldSpec
 
     class Pipe:
         sent = []

@@ -20,8 +20,8 @@ SYNCS = 3
 # after rank 0 has made it and gone on to leave.
 RANK_ONE = textwrap.dedent('''
     import sys, time
-    from hypersack.runtime.messages import WorldSpec
-    from hypersack.runtime.worker import _join_world, _leave_world
+    from hypersack.runtime.worker.messages import WorldSpec
+    from hypersack.runtime.worker.process import _join_world, _leave_world
     port, syncs = int(sys.argv[1]), int(sys.argv[2])
     world, sync = _join_world(WorldSpec(2, 1, port), "cpu")
     for i in range(syncs):
@@ -37,8 +37,8 @@ RANK_ONE = textwrap.dedent('''
 def _rank_zero(port: int, outcome: list) -> None:
     """Rank 0, in this process (a thread): agrees, leaves, then frees the store as a worker
     process that ends would."""
-    from hypersack.runtime.messages import WorldSpec
-    from hypersack.runtime.worker import _join_world, _leave_world
+    from hypersack.runtime.worker.messages import WorldSpec
+    from hypersack.runtime.worker.process import _join_world, _leave_world
     try:
         world, sync = _join_world(WorldSpec(2, 0, port), "cpu")
         for i in range(SYNCS):

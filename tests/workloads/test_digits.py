@@ -10,8 +10,8 @@ if importlib.util.find_spec("sklearn") is None:      # its data file is read, sk
     pytest.skip("scikit-learn is not installed", allow_module_level=True)
 
 from hypersack.errors import ConfigError, TrialStopped  # noqa: E402
-from hypersack.runtime.context import TrialContext
-from hypersack.runtime.messages import encode  # noqa: E402
+from hypersack.runtime.worker.context import TrialContext
+from hypersack.runtime.worker.messages import encode  # noqa: E402
 from hypersack.workloads import BUILTINS  # noqa: E402
 from hypersack.workloads import digits  # noqa: E402
 

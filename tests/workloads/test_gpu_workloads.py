@@ -17,7 +17,7 @@ from test_digits import FakeChannel, make_ctx  # noqa: E402
 
 from hypersack.errors import ConfigError  # noqa: E402
 from hypersack.fusion.task import FusableTask, Member  # noqa: E402
-from hypersack.runtime.trainable import resolve_reference  # noqa: E402
+from hypersack.runtime.worker.trainable import resolve_reference  # noqa: E402
 from hypersack.workloads import BUILTINS, FUSED_BUILTINS  # noqa: E402
 from hypersack.workloads import lm, synthetic, vision  # noqa: E402
 from hypersack.workloads.synthetic import SyntheticTask  # noqa: E402

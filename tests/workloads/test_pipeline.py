@@ -135,7 +135,7 @@ def test_pipeline_trains_differently_from_synthetic(tmp_path):
 
 
 def test_cifar_classifier_trains_the_model_its_config_names(tmp_path):
-    from hypersack.runtime.trainable import resolve_reference
+    from hypersack.runtime.worker.trainable import resolve_reference
     train = resolve_reference("cifar_classifier")
     reports = {}
     for model in ("resnet18_cifar", "mobilenet_v3_small"):

@@ -26,13 +26,13 @@ from hypersack.core.timeouts import straggling
 from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCause, Launch,
                                   Preempt, ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialProfiled, TrialStarted)
-from hypersack.runtime.devices import Slot, slots_cluster
+from hypersack.runtime.devices.slots import Slot, slots_cluster
 from hypersack.runtime.executors.packs import PackHost, PackPlan, describe_exit, failure_event
 from hypersack.runtime.executors.pool import Worker, WorkerPool
-from hypersack.runtime.messages import (Ack, BadMessage, Done, Failed, Message, Profiled,
-                                        Reported, RunTrial, Started, StopTrial, TrialTask,
-                                        WorldSpec)
-from hypersack.runtime.trainable import TrainableRef
+from hypersack.runtime.worker.messages import (Ack, BadMessage, Done, Failed, Message, Profiled,
+                                               Reported, RunTrial, Started, StopTrial, TrialTask,
+                                               WorldSpec)
+from hypersack.runtime.worker.trainable import TrainableRef
 
 __all__ = ["LocalExecutor"]
 

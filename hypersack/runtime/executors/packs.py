@@ -1,8 +1,8 @@
 """Fused packs on this machine, driver side: which trials of a study fuse (``plan_execution``,
 ``PackPlan``: the controller's pack policy), and the pack processes the executor runs as the
 controller's ``Launch`` says. The worker side, what runs inside a pack process, is
-``hypersack.runtime.pack_member_worker``; the seam is the pipe protocol of
-``hypersack.runtime.messages`` (StartPack, AddMember, ..., PackCap, PackFailed).
+``hypersack.runtime.worker.pack``; the seam is the pipe protocol of
+``hypersack.runtime.worker.messages`` (StartPack, AddMember, ..., PackCap, PackFailed).
 
 Transport only: a launch with ``pack`` set joins the running pack of that id, else starts it on
 its placed device (``core.packs.PackBook`` decided which), and ``seat`` is recorded with the
@@ -32,13 +32,13 @@ from hypersack.core.packs import EXECUTION_MODES, fusibility_key, runs_fused
 from hypersack.core.trial import (Event, FailureCause, Launch, PackCapped, ResultReported,
                                   TrialFailed, TrialFinished, TrialStarted)
 from hypersack.errors import ConfigError
-from hypersack.runtime.devices import Slot
+from hypersack.runtime.devices.slots import Slot
 from hypersack.runtime.executors.pool import Worker, WorkerPool
-from hypersack.runtime.messages import (AddMember, BadMessage, Done, EndPack, Failed,
-                                        MemberTask, Message, PackCap, PackFailed, PackSpec,
-                                        Reported, StartPack, Started, StopTrial)
-from hypersack.runtime.pack_member_worker import TaskTrainable, is_task, resolve_reference
-from hypersack.runtime.trainable import TrainableRef
+from hypersack.runtime.worker.messages import (AddMember, BadMessage, Done, EndPack, Failed,
+                                               MemberTask, Message, PackCap, PackFailed, PackSpec,
+                                               Reported, StartPack, Started, StopTrial)
+from hypersack.runtime.worker.pack import TaskTrainable, is_task, resolve_reference
+from hypersack.runtime.worker.trainable import TrainableRef
 from hypersack.workloads import FUSED_BUILTINS
 
 __all__ = ["EXECUTION_MODES", "PackPlan", "plan_execution", "Pack", "PackHost", "describe_exit",

@@ -10,9 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hypersack.runtime.devices import Slot
-from hypersack.runtime.messages import Message, Pipe, Shutdown
-from hypersack.runtime.worker_entry import WorkerProcess
+from hypersack.runtime.devices.slots import Slot
+from hypersack.runtime.worker.messages import Message, Pipe, Shutdown
+from hypersack.runtime.worker.entry import WorkerProcess
 
 __all__ = ["Worker", "WorkerPool"]
 
@@ -60,7 +60,7 @@ class WorkerPool:
         env = dict(slot.env)
         if self._share_env is not None:
             env.update(self._share_env(slot, share))
-        # Its own program (hypersack.runtime.worker_entry): never a re-run of the user's script.
+        # Its own program (hypersack.runtime.worker.entry): never a re-run of the user's script.
         process = WorkerProcess(env, name=f"hypersack-worker-{slot.key}")
         return Worker(slot, (slot.key, share), process, Pipe(process.conn))
 

@@ -320,7 +320,7 @@ class RayExecutor:
     def _launch_span(self, launch: Launch, nodes: list[_Node],
                      parts: list[list[tuple[int, str]]], trial_dir: str) -> None:
         """Each node starts its ranks; they meet at rank 0's node (its IP, a port free there)."""
-        from hypersack.runtime.messages import WorldSpec
+        from hypersack.runtime.worker.messages import WorldSpec
         try:
             port = self._ray.get(nodes[0].actor.free_port.remote(), timeout=60)
         except Exception as exc:
@@ -506,8 +506,8 @@ def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: An
     """Run one study on Ray (``Study.run``'s ``backend: ray`` branch): connect (or start a local
     Ray), start the agents (errors before any trial), then the ordinary loop (``on_started``,
     ``listeners``: as ``run_loop``'s)."""
-    from hypersack.runtime.loop import GROUP_WINDOW_S, run_loop
-    from hypersack.runtime.machine import prepare_driver
+    from hypersack.runtime.loop.run import GROUP_WINDOW_S, run_loop
+    from hypersack.runtime.devices.machine import prepare_driver
     with ray_session(spec.executor.address, spec.executor.runtime_env):
         paths, cwd = driver_paths()
         setup = AgentSetup(spec, str(study_dir), trainable, spec.objective.metric, packs=plan,

@@ -54,7 +54,7 @@ def node_slots(workers: int | None, gpu_ids: Iterable[Any], cpus: float) -> Any:
     """The slots of a node Ray gave ``gpu_ids`` and ``cpus``: None where it has GPUs (the local
     detection then finds them: NVML, else the CUDA_VISIBLE_DEVICES Ray set), else one CPU slot
     per core Ray declares (``workers`` caps either)."""
-    from hypersack.runtime.devices import default_slots
+    from hypersack.runtime.devices.slots import default_slots
     if list(gpu_ids):
         return None
     return default_slots(workers, gpus=[], cpu_count=max(1, int(cpus)))
@@ -83,7 +83,7 @@ class NodeAgent:
 
     def _setup(self, setup: AgentSetup, gpu_ids: list[Any], cpus: float) -> None:
         from hypersack.runtime.executors.local import LocalExecutor
-        from hypersack.runtime.machine import prepare_node
+        from hypersack.runtime.devices.machine import prepare_node
         spec = setup.spec
         slots = node_slots(spec.executor.workers, gpu_ids, cpus)
         machine = self._stack.enter_context(prepare_node(spec, Path(setup.study_dir), slots=slots))

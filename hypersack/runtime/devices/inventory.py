@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, cast
 
 from hypersack.errors import ConfigError, MissingDependencyError
-from hypersack.runtime.nvml import DeviceInfo, NvmlSource, NvmlUnavailable
+from hypersack.runtime.devices.nvml import DeviceInfo, NvmlSource, NvmlUnavailable
 
 __all__ = ["DEFAULT_OVERSUBSCRIPTION", "FALLBACK_OVERSUBSCRIPTION", "CPU_ARCH", "arch_from_name",
            "oversubscription_for", "visible_devices", "gpu_from_device", "cluster_from_nvml",

@@ -33,7 +33,7 @@ class WithShared:
 
     def __call__(self, config: dict[str, Any], ctx: Any) -> Any:
         if isinstance(self.train, str):
-            from hypersack.runtime.trainable import resolve_reference
+            from hypersack.runtime.worker.trainable import resolve_reference
             self.train = resolve_reference(self.train)
         ctx.shared = self.shared
         return self.train(config, ctx)

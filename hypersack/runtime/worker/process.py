@@ -1,13 +1,13 @@
 """The worker process: started once, runs trials one after another.
 
-Protocol over one duplex pipe, in the messages of ``hypersack.runtime.messages``: the driver
+Protocol over one duplex pipe, in the messages of ``hypersack.runtime.worker.messages``: the driver
 sends RunTrial / StopTrial / Ack / Shutdown (and StartPack, which turns the worker into a fused
 pack until EndPack); the worker answers Started, Reported (then waits for its Ack; a report
 carries the file name of the checkpoint that rides with it), Profiled, Done, Failed. A task
 names the trial's committed checkpoint: the only file a restore reads; other checkpoint files in
 the folder (left by killed attempts) are deleted.
 ("pack", spec) turns the worker into a fused pack until the driver ends it (protocol in
-``hypersack.runtime.pack_member_worker``); it then takes plain trials or packs again.
+``hypersack.runtime.worker.pack``); it then takes plain trials or packs again.
 """
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hypersack.errors import HyperSackError, TrialStopped
-from hypersack.runtime.process_io import is_disk_full, is_oom, redirected
-from hypersack.runtime.messages import (Ack, Done, Failed, Message, Pipe, Profiled, RunTrial,
-                                        Shutdown, StartPack, Started, StopTrial, TrialTask,
-                                        WorldSpec)
+from hypersack.runtime.worker.process_io import is_disk_full, is_oom, redirected
+from hypersack.runtime.worker.messages import (Ack, Done, Failed, Message, Pipe, Profiled, RunTrial,
+                                               Shutdown, StartPack, Started, StopTrial, TrialTask,
+                                               WorldSpec)
 
 _SHUTDOWN = object()
 
@@ -159,7 +159,7 @@ def _serve(pipe: Pipe) -> None:
             if run_task(pipe, message.task, trainables) is _SHUTDOWN:
                 return
         elif isinstance(message, StartPack):
-            from hypersack.runtime.pack_member_worker import run_pack_task
+            from hypersack.runtime.worker.pack import run_pack_task
             if run_pack_task(pipe, message.spec, trainables) == "shutdown":
                 return
 
@@ -169,7 +169,7 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
     raises (KeyboardInterrupt and SystemExit included) is its trial's failure, with its
     traceback; a log that cannot be written (a full disk) fails the trial with a message, never
     a traceback on the driver's terminal."""
-    from hypersack.runtime import checkpoints
+    from hypersack.runtime.worker import checkpoints
 
     trial_id = task.trial_id
     trial_dir = Path(task.trial_dir)
@@ -197,7 +197,7 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
 def _run_trainable(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]],
                    channel: PipeChannel) -> None:
     """Call the trainable and send how its trial ended (Done or Failed)."""
-    from hypersack.runtime.context import TrialContext
+    from hypersack.runtime.worker.context import TrialContext
     trial_id = task.trial_id
     try:
         train = _trainable(task.trainable, trainables)
@@ -259,7 +259,7 @@ def _sampler(task: TrialTask):
     """A Sampler measuring the trial's first steps (each report ends one), or None."""
     if not task.profile:
         return None
-    from hypersack.runtime.profiler import Sampler
+    from hypersack.runtime.devices.profiler import Sampler
     try:
         sampler = Sampler(iterations=10, warmup=1, device=task.device)
         sampler.mark()      # the first step (set-up included) runs from here to the first report
@@ -283,7 +283,7 @@ def _join_world(world: WorldSpec, device: str):
     Returns the World and a ``sync(flag) -> bool`` that makes every rank agree with rank 0 (used
     by ``ctx.report`` so all ranks stop at the same step), or None for a single worker.
     """
-    from hypersack.runtime.context import World
+    from hypersack.runtime.worker.context import World
     size = world.size
     if size <= 1:
         return World(), None
@@ -360,7 +360,7 @@ _LOAD_ERRORS: dict[str, BaseException] = {}
 
 
 def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
-    from hypersack.runtime.trainable import TrainableRef
+    from hypersack.runtime.worker.trainable import TrainableRef
     key, reference, payload = spec
     if key not in cache:
         if reference is None and payload is None and key in _LOAD_ERRORS:
@@ -375,7 +375,7 @@ def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..
 
 def _task_as_trainable(obj: Any) -> Callable[..., Any] | None:
     """A ``FusableTask`` named as a plain trainable (``execution: separate``): a pack of one."""
-    from hypersack.runtime.pack_member_worker import TaskTrainable, is_task
+    from hypersack.runtime.worker.pack import TaskTrainable, is_task
     return TaskTrainable(obj) if is_task(obj) else None
 
 

@@ -33,8 +33,8 @@ Contract for trainables:
   registered with ``hypersack.allow_checkpoint_types``; a study with ``unsafe_checkpoints:
   true`` reads any pickle.
 - ``ctx.should_stop()``: True once a stop was asked; long steps may poll it.
-- ``ctx.set_attr(key, value)``: a JSON value attached to the trial (``runtime.user_attrs``).
-- ``ctx.shared``: the study's shared objects (``Study(shared=...)``, ``runtime.shared``), or None.
+- ``ctx.set_attr(key, value)``: a JSON value attached to the trial (``runtime.storage.user_attrs``).
+- ``ctx.shared``: the study's shared objects (``Study(shared=...)``, ``runtime.worker.shared``), or None.
 - ``ctx.sampler``: wrap training iterations in ``with ctx.sampler.iteration():`` so the Sampler
   measures the trial's first iterations (time, memory, GPU utilisation) for the job history.
 - ``ctx.device`` ("cpu" or "cuda:0": the trial's GPU is the only one it sees), ``ctx.seed``,
@@ -54,9 +54,9 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from hypersack.errors import TrialStopped
-from hypersack.runtime import checkpoints
-from hypersack.runtime.messages import Reported
-from hypersack.runtime.profiler import NullSampler
+from hypersack.runtime.worker import checkpoints
+from hypersack.runtime.worker.messages import Reported
+from hypersack.runtime.devices.profiler import NullSampler
 from hypersack.validation import check_metric, check_step
 
 __all__ = ["TrialContext", "World", "Channel", "PipelinedChannel"]
@@ -65,7 +65,7 @@ __all__ = ["TrialContext", "World", "Channel", "PipelinedChannel"]
 class Channel(Protocol):
     """How a context talks to the driver. ``send`` is fire-and-forget; ``request`` waits for the
     driver's acknowledgement; ``stop_requested`` polls for a stop without blocking. Messages
-    are those of ``hypersack.runtime.messages`` (a context sends ``Reported``)."""
+    are those of ``hypersack.runtime.worker.messages`` (a context sends ``Reported``)."""
 
     def send(self, message: Reported) -> None: ...
     def request(self, message: Reported) -> None: ...
@@ -202,7 +202,7 @@ class TrialContext:
         trial's folder at once, stored with the study when the trial stops (a column
         ``user_attrs_<key>`` of ``trials_dataframe()``). ConfigError naming the key otherwise.
         Only rank 0's are kept."""
-        from hypersack.runtime.user_attrs import check_attr, write_trial_attr
+        from hypersack.runtime.storage.user_attrs import check_attr, write_trial_attr
         check_attr(key, value)
         if self.world.rank == 0:
             write_trial_attr(self.trial_dir, key, value)

@@ -20,7 +20,7 @@ sampled by a background thread during the measured iterations. Utilisation is th
 so profile a job alone on its GPU.
 
 Iterations may also be delimited by calls to :meth:`Sampler.mark` (each call ends one iteration);
-:func:`hypersack.runtime.profile_offline.profile_trainable` uses that to profile an unmodified ``train(config, ctx)``: every
+:func:`hypersack.runtime.devices.profile_trainable.profile_trainable` uses that to profile an unmodified ``train(config, ctx)``: every
 ``ctx.report`` ends an iteration unless the trainable uses ``ctx.sampler`` itself.
 """
 from __future__ import annotations
@@ -283,7 +283,7 @@ def _cuda_reset(device: str) -> Callable[[], None]:
 
 
 def _cuda_arch(device: str) -> str:
-    from hypersack.runtime.inventory import arch_from_name
+    from hypersack.runtime.devices.inventory import arch_from_name
     try:
         import torch
         return arch_from_name(torch.cuda.get_device_name(_cuda_index(device)))
@@ -296,8 +296,8 @@ def _nvml_reader(nvml: Any = None,
     """A reader of the NVML utilisation of this process's first visible GPU, or None when
     nvidia-ml-py is missing or NVML does not answer."""
     from hypersack.errors import MissingDependencyError
-    from hypersack.runtime.inventory import visible_devices
-    from hypersack.runtime.nvml import NvmlSource, NvmlUnavailable
+    from hypersack.runtime.devices.inventory import visible_devices
+    from hypersack.runtime.devices.nvml import NvmlSource, NvmlUnavailable
     try:
         source = NvmlSource(nvml).open()
         if cuda_visible is ...:

@@ -1,6 +1,6 @@
 """The state monitor (HyperSack Sec. IV-C3): a background thread watching this node's GPUs.
 
-Every ``interval_s`` it reads the devices (an :class:`~hypersack.runtime.nvml.NvmlSource` or any
+Every ``interval_s`` it reads the devices (an :class:`~hypersack.runtime.devices.nvml.NvmlSource` or any
 object with ``snapshot() -> list[DeviceInfo]``) and
 
 - appends one :class:`Sample` per healthy device to that device's time series (for reports:
@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from hypersack.core.trial import DeviceAdded, DeviceLost
 from hypersack.errors import ConfigError
-from hypersack.runtime.inventory import gpu_from_device, visible_devices
-from hypersack.runtime.nvml import DeviceInfo, GIB
+from hypersack.runtime.devices.inventory import gpu_from_device, visible_devices
+from hypersack.runtime.devices.nvml import DeviceInfo, GIB
 
 __all__ = ["DeviceMonitor", "Sample", "DeviceSource"]
 

@@ -1,6 +1,6 @@
 """A trial's checkpoint files: written privately and atomically, read safely, owned by one trial.
 
-Contract (the driver side is ``core/controller.py``, the trainable side ``runtime/context.py``):
+Contract (the driver side is ``core/controller.py``, the trainable side ``runtime/worker/context.py``):
 
 - Every write makes a new file, ``checkpoint-a<attempt>-<n>.<ext>`` (the n-th write of that
   attempt) in the trial's folder; a file is never overwritten once written. The study store names the *committed* file of each

@@ -1,4 +1,4 @@
-"""The store interface the study loop writes to (SQLite ``runtime.storage``; ``sim.store`` in memory)."""
+"""The store interface the study loop writes to (SQLite ``runtime.storage.sqlite``; ``runtime.storage.memory`` in memory)."""
 from __future__ import annotations
 
 from typing import Any, Callable, ContextManager, Iterable, Protocol, runtime_checkable

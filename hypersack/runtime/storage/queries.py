@@ -11,7 +11,7 @@ from hypersack.core.controller import best_record
 from hypersack.core.objective import Objective
 from hypersack.core.stays import TrialTimes, trial_times
 from hypersack.core.trial import TrialRecord
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.storage.sqlite import Storage
 
 __all__ = ["best_trial", "status", "export"]
 

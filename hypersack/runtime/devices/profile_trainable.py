@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from hypersack.errors import TrialStopped
-from hypersack.runtime.context import TrialContext
-from hypersack.runtime.messages import Reported
-from hypersack.runtime.profiler import Profile, Sampler
+from hypersack.runtime.worker.context import TrialContext
+from hypersack.runtime.worker.messages import Reported
+from hypersack.runtime.devices.profiler import Profile, Sampler
 
 __all__ = ["profile_trainable"]
 

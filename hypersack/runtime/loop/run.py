@@ -28,11 +28,11 @@ from hypersack.core.spec import StudySpec
 from hypersack.core.trial import (Command, Event, Launch, ResultReported, TrialFailed,
                                   TrialFinished)
 from hypersack.errors import StorageError, StorageFullError, TrialsFailingError
-from hypersack.runtime.executors.base import Executor
-from hypersack.runtime.heap import LoopHeap
-from hypersack.runtime.progress import Progress, NullProgress
-from hypersack.runtime.storage import Storage, StudyRow
-from hypersack.runtime.store import BackgroundCheckpoints, Store, StudyRef
+from hypersack.runtime.loop.executor import Executor
+from hypersack.runtime.loop.heap import LoopHeap
+from hypersack.runtime.loop.progress import Progress, NullProgress
+from hypersack.runtime.storage.sqlite import Storage, StudyRow
+from hypersack.runtime.loop.store import BackgroundCheckpoints, Store, StudyRef
 
 __all__ = ["GROUP_SIBLINGS", "GROUP_WINDOW_S", "StudyRun", "run_loop"]
 
@@ -102,7 +102,7 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     (profiles into the job history, OOM corrections...); their writes through the store's
     connection join the turn's transaction. ``listeners`` are called after each turn is
     durable with the turn's events and the controller's trials (the study's callbacks, which
-    must not block: ``runtime.callback_runner``).
+    must not block: ``runtime.loop.callbacks``).
 
     ``group_window_s``: once a poll returned events, the loop keeps polling for up to this many
     seconds (wall clock) for more, while at least ``group_siblings`` running trials may still

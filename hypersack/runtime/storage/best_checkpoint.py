@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 from hypersack.core.keep_best import KeepBest
 from hypersack.core.trial import TrialRecord
 from hypersack.errors import CheckpointError
-from hypersack.runtime import checkpoints, queries
+from hypersack.runtime.storage import queries
+from hypersack.runtime.worker import checkpoints
 
 __all__ = ["CheckpointKeeper", "best_checkpoint", "export_best"]
 

@@ -1,7 +1,7 @@
 """The worker side of fused packs: what runs inside a pack process, and a fusable task run as a
 plain trial. Its driver side (which trials fuse, starting packs and seating members as the
 controller's ``Launch`` says) is ``hypersack.runtime.executors.packs``; the seam between them
-is the pipe protocol of ``hypersack.runtime.messages``.
+is the pipe protocol of ``hypersack.runtime.worker.messages``.
 
 ``run_pack_task`` is what a worker process runs on ``StartPack``. On top of the plain protocol:
 
@@ -12,7 +12,7 @@ is the pipe protocol of ``hypersack.runtime.messages``.
   its Ack], Done, Failed); PackCap when a measured memory cap (CUDA) is below ``max_members``;
   PackFailed when the pack as a whole failed (every member in it failed with it).
 
-Each member follows the checkpoint contract of plain trials (``hypersack.runtime.checkpoints``):
+Each member follows the checkpoint contract of plain trials (``hypersack.runtime.worker.checkpoints``):
 at every epoch end a new private checkpoint file is written and rides with that epoch's report;
 it is the member's checkpoint once the report is durable, and the one loaded as
 ``Member.checkpoint`` when the trial is launched again (retry, promotion, resume). A member
@@ -35,11 +35,11 @@ from typing import Any, Mapping
 
 from hypersack.core.packs import pack_cap
 from hypersack.errors import ConfigError
-from hypersack.runtime import checkpoints
-from hypersack.runtime.process_io import is_oom, redirected
-from hypersack.runtime.messages import (Ack, AddMember, Done, EndPack, Failed, MemberTask, Message,
-                                        PackCap, PackFailed, PackSpec, Pipe, Reported, Shutdown,
-                                        Started, StopTrial)
+from hypersack.runtime.worker import checkpoints
+from hypersack.runtime.worker.process_io import is_oom, redirected
+from hypersack.runtime.worker.messages import (Ack, AddMember, Done, EndPack, Failed, MemberTask, Message,
+                                               PackCap, PackFailed, PackSpec, Pipe, Reported, Shutdown,
+                                               Started, StopTrial)
 
 __all__ = ["run_pack_task", "TaskTrainable", "is_task", "resolve_reference"]
 

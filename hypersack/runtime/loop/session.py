@@ -15,8 +15,8 @@ from typing import Any, Iterator, Mapping, Sequence
 from hypersack.core.controller import Controller
 from hypersack.core.spec import StudySpec, check_resumable
 from hypersack.errors import ConfigError
-from hypersack.runtime.loop import build_controller
-from hypersack.runtime.storage import Storage
+from hypersack.runtime.loop.run import build_controller
+from hypersack.runtime.storage.sqlite import Storage
 
 __all__ = ["session", "parse_results"]
 

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 
 from hypersack.core.demand import DEFAULT_CONTEXT_GB, history_demand, memory_floor_after_oom
 from hypersack.errors import ConfigError, StorageError
-from hypersack.runtime.profiler import Profile
+from hypersack.runtime.devices.profiler import Profile
 
 __all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB",
            "read_decisions"]

@@ -4,7 +4,7 @@ multiprocessing's spawn start method imports the driver's ``__main__`` in every 
 script without an ``if __name__ == "__main__":`` guard would start a study per worker). HyperSack
 starts a worker as ``python -c <bootstrap> FD`` instead, as Ray starts its workers: the child
 imports only HyperSack's worker code; a trainable (or FusableTask) defined in the driver's
-``__main__`` travels by value with cloudpickle (``hypersack.runtime.trainable``), together with the
+``__main__`` travels by value with cloudpickle (``hypersack.runtime.worker.trainable``), together with the
 functions and classes it uses from there.
 
 The child gets, from the driver: its working directory, its environment plus the slot's variables
@@ -41,7 +41,7 @@ SYS_PATH_VAR = "HYPERSACK_WORKER_SYS_PATH"
 # Runs before anything of HyperSack is importable: it restores the driver's sys.path first.
 BOOTSTRAP = ("import json, os, sys; "
              f"sys.path[:] = json.loads(os.environ.pop({SYS_PATH_VAR!r})); "
-             "from hypersack.runtime.worker_entry import main; main()")
+             "from hypersack.runtime.worker.entry import main; main()")
 
 _LIVE: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
 
@@ -144,6 +144,6 @@ def _kill_live_workers() -> None:
 
 def main() -> None:
     """The worker program: ``argv[1]`` is the file descriptor of its connection to the driver."""
-    from hypersack.runtime.worker import worker_main
+    from hypersack.runtime.worker.process import worker_main
     conn = Connection(int(sys.argv[1]))
     worker_main(conn, {})

@@ -39,7 +39,7 @@ from hypersack.core.demand import needs_mps, with_history, with_loader_cpus
 from hypersack.core.packs import member_demand as core_member_demand
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event, TrialFailed, TrialFinished, TrialProfiled, TrialRecord
-from hypersack.runtime.devices import Slot, default_slots, slots_cluster
+from hypersack.runtime.devices.slots import Slot, default_slots, slots_cluster
 
 __all__ = ["Machine", "prepare_driver", "prepare_machine", "prepare_node"]
 
@@ -99,8 +99,8 @@ def _devices(spec: StudySpec, slots: list[Slot] | None, nvml: Any) -> Machine:
 def _gpu_cluster(nvml: Any, oversubscription: Any) -> Any | None:
     """This host's GPUs from NVML with the study's ratios, or None (no NVML, no GPU)."""
     from hypersack.errors import MissingDependencyError
-    from hypersack.runtime.inventory import cluster_from_nvml
-    from hypersack.runtime.nvml import NvmlSource, NvmlUnavailable
+    from hypersack.runtime.devices.inventory import cluster_from_nvml
+    from hypersack.runtime.devices.nvml import NvmlSource, NvmlUnavailable
     try:
         source = NvmlSource(nvml)
         with source:
@@ -167,7 +167,7 @@ def _shares_gpus(spec: StudySpec, machine: Machine) -> bool:
 def _start_mps(machine: Machine, study_dir: Path, stack: contextlib.ExitStack) -> None:
     """One MPS daemon for the run; workers get its pipe and their thread percentage. Where MPS
     is missing or refused, trials share GPUs by time slicing (one warning, from MpsDaemon)."""
-    from hypersack.runtime.mps import MpsDaemon
+    from hypersack.runtime.devices.mps import MpsDaemon
     daemon = MpsDaemon(study_dir)
     stack.enter_context(daemon)
     if not getattr(daemon, "active", True):
@@ -179,8 +179,8 @@ def _start_mps(machine: Machine, study_dir: Path, stack: contextlib.ExitStack) -
 
 
 def _start_monitor(machine: Machine, nvml: Any, stack: contextlib.ExitStack) -> None:
-    from hypersack.runtime.monitor import DeviceMonitor
-    from hypersack.runtime.nvml import NvmlSource
+    from hypersack.runtime.devices.monitor import DeviceMonitor
+    from hypersack.runtime.devices.nvml import NvmlSource
     source = NvmlSource(nvml)
     try:
         stack.enter_context(source)
@@ -196,7 +196,7 @@ def _start_monitor(machine: Machine, nvml: Any, stack: contextlib.ExitStack) -> 
 def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, trainable_name: str,
                     stack: contextlib.ExitStack) -> None:
     """Demand from the job history; profiles and OOM corrections written back to it."""
-    from hypersack.runtime.profiles import ProfileStore, profile_key
+    from hypersack.runtime.devices.job_history import ProfileStore, profile_key
     store = stack.enter_context(ProfileStore(storage_path))
     _auto_ratios(machine, spec, store)
     model_keys = _model_keys(spec)
@@ -248,7 +248,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
             return
         try:
             if isinstance(event, TrialProfiled):
-                from hypersack.runtime.profiler import Profile
+                from hypersack.runtime.devices.profiler import Profile
                 profile = Profile.from_dict(event.profile)
                 pkey = profile_key(trainable_name, record.config, model_keys, profile.device_arch)
                 sharing = _sharing(record, [records[t] for t in live if t in records])
