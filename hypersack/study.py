@@ -113,8 +113,9 @@ class Study:
       ``"module:function"``, or a built-in (``"digits_mlp"``, ``"digits_cnn"``).
     - ``placement``: how trials share devices: "wfd" (default), "ff", "ffd", "wf", "wfd-ls",
       "fill", "auto", "hay", "ray", "mip", or "exclusive" (one trial per device).
-    - ``oversubscription``: ratio r, a device takes trials up to r x 100% compute; a number or
-      per architecture (``{"A100": 3}``); None: the inventory's defaults.
+    - ``oversubscription``: ratio r, a device takes trials up to r x 100% compute: "auto"
+      (learned from measured co-location, the default on GPUs), "paper" (the HyperSack paper's
+      table), a number, or per architecture (``{"A100": 3}``); None: the inventory's defaults.
     - ``resources``: a trial's demand until it is profiled: ``{"compute": percent,
       "memory_gb": ..., "cpus": ...}``.
     - ``execution``: "separate" (a process per trial), "fused" (trials of one architecture
@@ -151,7 +152,7 @@ class Study:
                  seed: int = 0, workers: int | None = None, max_retries: int = 2,
                  trial_timeout_s: float | None = None, max_steps: int | str | None = None,
                  trainable: Trainable | None = None, placement: str = "wfd",
-                 oversubscription: float | Mapping[str, float] | None = None,
+                 oversubscription: str | float | Mapping[str, float] | None = None,
                  resources: Mapping[str, Any] | None = None, execution: str = "separate",
                  pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False,
                  durability: str = "power",
@@ -290,8 +291,9 @@ class Study:
     def _prepare(self, trainable: Trainable | None) -> tuple[TrainableRef, Any, Any]:
         """The trainable's reference, the pack plan and the algorithm: built before the store is
         opened, so a bad trainable or algorithm option fails before anything is stored."""
+        pack = self.spec.pack
         plain, plan = plan_execution(self.spec.execution, self._pick_trainable(trainable),
-                                     self.spec.pack.max_members)
+                                     pack.max_members, pack.precision, pack.graphs)
         if self._shared is not None:
             if plan is not None:
                 raise ConfigError("shared", sorted(self._shared), "works with execution "

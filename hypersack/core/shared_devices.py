@@ -203,8 +203,3 @@ class SharedDevices:
 def _suspendable(record: TrialRecord) -> bool:
     """Its last report carried a checkpoint: suspending it after its next step loses nothing."""
     return record.checkpoint is not None and record.checkpoint_step == record.last_step
-
-
-def pending_unbound(records: Iterable[TrialRecord], shared: SharedDevices) -> list[TrialRecord]:
-    return [r for r in records if shared.share.device_of(r.trial_id) is None]
-

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from hypersack.core.controller import Budget
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
 from hypersack.core.objective import Objective
-from hypersack.core.packs import EXECUTION_MODES
+from hypersack.core.packs import EXECUTION_MODES, GRAPH_MODES, PRECISIONS
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
 from hypersack.core.keep_best import MAX_KEEP
@@ -155,13 +155,18 @@ class Resources:
 class PackOptions:
     """Fused packs (``execution: fused | auto``): ``max_members`` trials at most in one pack
     (one worker process, one fused model); on CUDA a pack may take fewer, as measured memory
-    allows."""
+    allows. ``precision``: fp32 (the exact mode), bf16 or fp16 (autocast over fp32 master
+    weights); ``graphs``: the whole fused step as one CUDA graph ("auto": on CUDA devices)."""
     max_members: int = 8
+    precision: str = "fp32"
+    graphs: str = "auto"
 
-    _FIELDS = {"max_members"}
+    _FIELDS = {"max_members", "precision", "graphs"}
 
     def __post_init__(self) -> None:
         check_integer("pack.max_members", self.max_members, low=1, high=MAX_PACK_MEMBERS)
+        check_choice("pack.precision", self.precision, PRECISIONS)
+        check_choice("pack.graphs", self.graphs, GRAPH_MODES)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "PackOptions":
@@ -170,7 +175,14 @@ class PackOptions:
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"max_members": self.max_members}
+        """The JSON form (precision and graphs only when not their defaults, so older stored
+        specs compare equal)."""
+        d: dict[str, Any] = {"max_members": self.max_members}
+        if self.precision != "fp32":
+            d["precision"] = self.precision
+        if self.graphs != "auto":
+            d["graphs"] = self.graphs
+        return d
 
 
 def _check_execution(mode: Any) -> None:

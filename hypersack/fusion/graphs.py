@@ -19,11 +19,11 @@ from typing import Any, Callable, Hashable, Protocol
 
 import torch
 
+from hypersack.core.packs import GRAPH_MODES
 from hypersack.errors import ConfigError
 
 __all__ = ["GRAPH_MODES", "StepRunner", "check_graphs"]
 
-GRAPH_MODES = ("auto", "on", "off")
 
 
 def check_graphs(mode: str) -> str:

@@ -16,11 +16,11 @@ from typing import Iterator, Mapping
 
 import torch
 
+from hypersack.core.packs import PRECISIONS
 from hypersack.errors import ConfigError
 
 __all__ = ["PRECISIONS", "check_precision", "autocast", "LossScale"]
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from hypersack.core.demand import history_demand, memory_floor_after_oom
 from hypersack.errors import ConfigError
@@ -360,13 +360,6 @@ class PerfModel:
         """Drop the memory floors (a new simulated study starts with an empty job history)."""
         self._floors.clear()
         self._demands.clear()
-
-    def check_covers(self, configs: Iterable[Mapping[str, Any]], archs: Iterable[str]) -> None:
-        """Raise ConfigError for the first (config, arch) pair without a profile row."""
-        archs = sorted(set(archs))
-        for config in configs:
-            for arch in archs:
-                self.profile(config, arch)
 
     # ---- timing --------------------------------------------------------------------------
 

@@ -315,3 +315,15 @@ def test_max_failures_is_an_option_kept_with_the_study_only_when_set():
             StudySpec.from_dict({**base, "max_failures": bad})
         assert exc.value.field == "max_failures"
     check_resumable(StudySpec.from_dict(base).to_dict(), never.to_dict())   # may change on resume
+
+
+def test_pack_precision_and_graphs_are_pack_options():
+    from hypersack.core.spec import PackOptions
+    options = PackOptions.from_dict({"max_members": 16, "precision": "bf16", "graphs": "off"})
+    assert (options.precision, options.graphs) == ("bf16", "off")
+    assert options.to_dict() == {"max_members": 16, "precision": "bf16", "graphs": "off"}
+    assert PackOptions().to_dict() == {"max_members": 8}     # older stored specs compare equal
+    for field, value in (("precision", "fp8"), ("graphs", True)):
+        with pytest.raises(ConfigError) as info:
+            PackOptions.from_dict({field: value})
+        assert info.value.field == f"pack.{field}" and info.value.value == value

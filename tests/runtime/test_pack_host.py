@@ -65,18 +65,18 @@ class FakePool:
         self.returned.append(worker)
 
 
-def _plan(max_members: int):
+def _plan(max_members: int, precision: str = "fp32", graphs: str = "auto"):
     """A pack plan as the host uses it: how a new pack starts (the controller seats members)."""
-    return SimpleNamespace(max_members=max_members,
+    return SimpleNamespace(max_members=max_members, precision=precision, graphs=graphs,
                            ref=SimpleNamespace(key="k", reference="fused_tasks:SMALL", payload=None))
 
 
 SLOT = Slot(0, None, {})
 
 
-def _host(max_members: int = 2) -> tuple[PackHost, FakePool]:
+def _host(max_members: int = 2, **options: str) -> tuple[PackHost, FakePool]:
     pool = FakePool()
-    host = PackHost(_plan(max_members), pool, trial_dir=lambda t: f"/tmp/runs/trial-{t}",
+    host = PackHost(_plan(max_members, **options), pool, trial_dir=lambda t: f"/tmp/runs/trial-{t}",
                     steps_for=lambda config: None, unsafe_checkpoints=False)
     return host, pool
 
@@ -173,3 +173,22 @@ def test_a_failed_pack_fails_its_members_with_the_cause_and_takes_no_new_one():
     pack.worker.pipe.inbox.append(PackFailed("OutOfMemoryError: CUDA", "tb", oom=True))
     assert host.drain(pack) == [PackCapped(1, 0), TrialFailed(0, "OutOfMemoryError: CUDA", "tb",
                                                               cause=FailureCause.OOM)]
+
+
+def test_a_new_pack_trains_as_the_studys_pack_options_say():
+    host, pool = _host(max_members=2, precision="bf16", graphs="off")
+    _launch(host, 0)
+    spec = pool.taken[0].pipe.sent[0].spec
+    assert (spec.precision, spec.graphs) == ("bf16", "off")
+
+
+def test_the_pack_process_trains_as_its_spec_says():
+    from fused_tasks import SMALL
+    from hypersack.runtime.worker.messages import PackSpec
+    from hypersack.runtime.worker.pack import _PackSession
+    spec = PackSpec(1, ("k", "fused_tasks:SMALL", None), "cpu", 16, {}, "/tmp/x.log", "bf16", "off")
+    options = _PackSession(None, spec, SMALL).pack.options
+    assert (options.precision, options.graphs) == ("bf16", "off")
+    assert options.capacity == 4                    # on the CPU a pack starts small and doubles
+    default = PackSpec(1, ("k", "fused_tasks:SMALL", None), "cpu", 16, {}, "/tmp/x.log")
+    assert _PackSession(None, default, SMALL).pack.options.precision == SMALL.precision

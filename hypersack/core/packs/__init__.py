@@ -8,11 +8,11 @@ seats; a *group* is an algorithm's set of similar configs.
 from hypersack.core.packs.grouping import (METRICS, batch_size_packs, distance_matrix,
                                            encode_configs, fusibility_key, group_by_key,
                                            member_cap, pack_opt, random_packs)
-from hypersack.core.packs.seating import (EXECUTION_MODES, PACK_HEADROOM, PackBook, PackPolicy, PackSeats, Seat,
+from hypersack.core.packs.seating import (EXECUTION_MODES, GRAPH_MODES, PACK_HEADROOM, PRECISIONS, PackBook, PackPolicy, PackSeats, Seat,
                                           choose_pack, group_key, member_demand, pack_cap,
                                           runs_fused)
 
-__all__ = ["EXECUTION_MODES", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
+__all__ = ["EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
            "group_by_key", "member_cap", "pack_opt", "random_packs", "PACK_HEADROOM", "PackBook",
            "PackPolicy", "PackSeats", "Seat", "choose_pack", "group_key", "member_demand",
            "pack_cap", "runs_fused"]

@@ -33,6 +33,11 @@ __all__ = ["EXECUTION_MODES", "runs_fused", "pack_cap", "PACK_HEADROOM", "member
 #: A study's ``execution``: a process per trial, every trial in a pack, or packs for the
 #: configs the fusable task accepts.
 EXECUTION_MODES = ("separate", "fused", "auto")
+#: A pack's training precision: fp32 is the exact mode (a member equals its training alone);
+#: bf16 and fp16 run under autocast over fp32 master weights (``hypersack.fusion.precision``).
+PRECISIONS = ("fp32", "bf16", "fp16")
+#: Whether a pack's whole step is one CUDA graph: "auto" (on CUDA), "on" (CUDA only), "off".
+GRAPH_MODES = ("auto", "on", "off")
 
 #: Share of a device's free memory a new pack may fill: the rest is kept for fragmentation and
 #: the evaluation pass.

@@ -113,11 +113,6 @@ class LocalExecutor:
         return sorted(w.process.pid for w in self._pool.idle + self._busy_workers()
                       if w.process.is_alive())
 
-    def pack_pids(self) -> dict[int, list[int]]:
-        """Process id of each running pack -> the trials it holds (diagnostics and tests)."""
-        packs = self._packs.packs if self._packs else []
-        return {p.worker.process.pid: sorted(p.members) for p in packs}
-
     # ---- commands --------------------------------------------------------------------------
 
     def submit(self, command: Command) -> None:

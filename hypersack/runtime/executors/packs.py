@@ -50,12 +50,15 @@ __all__ = ["EXECUTION_MODES", "PackPlan", "plan_execution", "Pack", "PackHost", 
 @dataclass
 class PackPlan:
     """How a study fuses: ``task`` (a FusableTask, in the driver), ``ref`` (how workers load
-    it), ``mode`` ("fused" or "auto"), ``max_members`` (members per pack, >= 1). It is the
+    it), ``mode`` ("fused" or "auto"), ``max_members`` (members per pack, >= 1), ``precision``
+    and ``graphs`` (the study's ``pack`` options, sent to every pack it starts). It is the
     controller's ``core.packs.PackPolicy`` and the executor's recipe for a new pack."""
     task: Any
     ref: TrainableRef
     mode: str
     max_members: int
+    precision: str = "fp32"
+    graphs: str = "auto"
     _cache: dict[str, bool] = field(default_factory=dict, repr=False)
 
     def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
@@ -115,7 +118,8 @@ def _find_task(trainable: Any) -> Any | None:
     return obj if is_task(obj) else None
 
 
-def plan_execution(execution: str, trainable: Any, max_members: int) -> tuple[Any, PackPlan | None]:
+def plan_execution(execution: str, trainable: Any, max_members: int, precision: str = "fp32",
+                   graphs: str = "auto") -> tuple[Any, PackPlan | None]:
     """(the plain trainable, the pack plan or None) for a study's ``execution`` mode.
 
     A task object also gets a plain trainable (``TaskTrainable``: the fused runner with one
@@ -138,7 +142,7 @@ def plan_execution(execution: str, trainable: Any, max_members: int) -> tuple[An
     plain = trainable if not is_task(trainable) else TaskTrainable(task)
     if isinstance(trainable, str) and trainable.removeprefix("builtin:") not in FUSED_BUILTINS:
         plain = TaskTrainable(task)     # "module:TASK" names a task, not a train() function
-    return plain, PackPlan(task, ref, execution, max_members)
+    return plain, PackPlan(task, ref, execution, max_members, precision, graphs)
 
 
 def _name(trainable: Any) -> str:
@@ -192,7 +196,7 @@ class PackHost:
         log = Path(self._trial_dir(launch.trial_id)).parent / "packs" / f"pack-{pack_id}.log"
         worker.send(StartPack(PackSpec(pack_id, (ref.key, ref.reference, ref.payload),
                                        slot.device, self.plan.max_members, dict(launch.config),
-                                       str(log))))
+                                       str(log), self.plan.precision, self.plan.graphs)))
         pack = Pack(pack_id, worker)
         self.packs.append(pack)
         return pack

@@ -390,10 +390,6 @@ class Storage:
         self._run(f"take the lease of study {study.name!r}", take)
         self._lease = owner
 
-    def check_not_held(self, study: StudyRow) -> None:
-        """``StudyBusyError`` if a live driver holds ``study`` (before replacing it, say)."""
-        self._run(f"read the lease of study {study.name!r}", lambda: self._refuse_if_held(study))
-
     def shown_status(self, study_id: int, status: str) -> str:
         """``status`` as it stands: a study stored as running that no live driver holds (its
         driver was killed, or stopped before its loop began) is interrupted."""

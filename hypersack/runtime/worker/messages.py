@@ -199,7 +199,8 @@ class MemberTask(Message):
 @dataclass(frozen=True)
 class PackSpec(Message):
     """A pack to start: its task (key, reference, payload), device, seat limit, the first
-    member's config (for the memory measure) and the pack process's own log file."""
+    member's config (for the memory measure), the pack process's own log file, and how it
+    trains (``precision``, ``graphs``: the study's ``pack`` options)."""
     tag: ClassVar[str] = "pack-spec"
     pack_id: int
     task: tuple
@@ -207,6 +208,8 @@ class PackSpec(Message):
     max_members: int
     first: dict[str, Any]
     log: str
+    precision: str = "fp32"
+    graphs: str = "auto"
 
 
 # ---- driver -> worker ------------------------------------------------------------------------------

@@ -155,8 +155,9 @@ class _PackSession:
         # On a GPU, as many slots as the pack may seat, so its shapes (and CUDA graphs) never
         # change; on the CPU free slots cost their full share of compute: start small, double.
         cuda = str(spec.device).startswith("cuda")
+        precision = spec.precision if spec.precision != "fp32" else task.precision
         options = StackOptions(capacity=max(1, spec.max_members) if cuda else 4,
-                               precision=task.precision)
+                               precision=precision, graphs=spec.graphs)
         self.pack = Pack(task, spec.device, options=options)
         self.queue: list[MemberTask] = []
         self.seats: dict[int, _Seat] = {}
