@@ -38,13 +38,14 @@ from hypersack.core.warm_start import Enqueued, check_config
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable)
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
-from hypersack.errors import (ConfigError, HyperSackError, NoTrialCompletedWarning, StorageError,
+from hypersack.errors import (ConfigError, NoTrialCompletedWarning, StorageError,
                               StudyExistsError, TrainableError)
 from hypersack.runtime.storage import queries
 from hypersack.runtime.devices.slots import Slot
-from hypersack.runtime.devices.machine import prepare_machine
+from hypersack.runtime.devices.machine import prepare_driver, prepare_machine
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun, build_controller, run_loop
+from hypersack.runtime.loop.assemble import SampleSink, assemble
+from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun, build_controller
 from hypersack.runtime.executors.packs import plan_execution
 from hypersack.runtime.loop.progress import make_progress
 from hypersack.runtime.storage.best_checkpoint import CheckpointKeeper
@@ -363,37 +364,51 @@ class Study:
                     on_started: Callable[[], None] | None = None) -> StudyRun:
         study_dir = ensure_private_dir(store.study_dir(row), root=store.artifacts_root)
         store.set_durability(self.spec.durability)
-        if self.spec.executor.backend == "ray":
-            from hypersack.runtime.executors.ray import drive_on_ray
-            # The job history shares the store's connection here too (one commit per turn).
-            return drive_on_ray(self.spec, controller, store, row, ref, plan, study_dir,
-                                make_progress(self.name, self.spec.steps_for, progress),
-                                on_started=on_started,
-                                listeners=listeners)
+        trial_dir = lambda trial_id: store.trial_dir(row, trial_id)   # noqa: E731
+        # Every path ends in the one assembly (runtime.loop.assemble); this picks the executor.
         # The job history shares the store's connection: its profiles join each turn's commit.
+        drive = self._drive_on_ray if self.spec.executor.backend == "ray" else self._drive_here
+        return drive(store, row, ref, plan, controller, study_dir, trial_dir, progress, slots,
+                     listeners, on_started)
+
+    def _drive_on_ray(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
+                      controller: Any, study_dir: Path, trial_dir: Callable[[int], Path],
+                      progress: str | bool | None, slots: list[Slot] | None,
+                      listeners: list[Any], on_started: Callable[[], None] | None) -> StudyRun:
+        """The run on a Ray cluster: its agents up (errors before any trial), the driver's
+        half of the machine (job history), then the assembly."""
+        from hypersack.runtime.executors.ray import ray_executor
+        view = make_progress(self.name, self.spec.steps_for, progress)
+        with ray_executor(self.spec, ref, plan, study_dir, trial_dir=trial_dir,
+                          decision_step=controller.next_decision_step) as executor:
+            cluster = executor.inventory()
+            with prepare_driver(self.spec, cluster, store, trainable_name=ref.key,
+                                fuses=plan.fuses if plan else None) as machine:
+                return assemble(self.spec, controller, executor, store, row, services=machine,
+                                packs=plan, inventory=cluster, progress=view,
+                                group_window_s=GROUP_WINDOW_S, on_started=on_started,
+                                listeners=listeners)
+
+    def _drive_here(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
+                    controller: Any, study_dir: Path, trial_dir: Callable[[int], Path],
+                    progress: str | bool | None, slots: list[Slot] | None,
+                    listeners: list[Any], on_started: Callable[[], None] | None) -> StudyRun:
+        """The run on this machine's devices (``slots``: tests), then the assembly."""
         with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
             executor = LocalExecutor(
-                machine.slots, ref, trial_dir=lambda trial_id: store.trial_dir(row, trial_id),
+                machine.slots, ref, trial_dir=trial_dir,
                 metric=self.spec.objective.metric, steps_for=self.spec.steps_for,
                 cluster=machine.cluster,
                 share_env=machine.share_env, profile=machine.profile,
                 device_events=machine.device_events, packs=plan,
                 unsafe_checkpoints=self.spec.unsafe_checkpoints,
                 decision_step=controller.next_decision_step)
-            controller.set_inventory(executor.inventory(), self.spec.placement, machine.demand)
-            controller.set_packs(plan)
-            if self.spec.time_sharing is not None:
-                controller.set_time_sharing(self.spec.time_sharing)
-            sink = _SampleSink(store, row.study_id, machine.samples)
-            try:
-                return run_loop(controller, executor, store, row,
-                                observers=[*machine.observers, sink.observe],
-                                progress=make_progress(self.name, self.spec.steps_for, progress),
-                                group_window_s=GROUP_WINDOW_S, on_started=on_started,
-                                listeners=listeners)
-            finally:
-                sink.flush(quiet=True)
+            return assemble(self.spec, controller, executor, store, row, services=machine,
+                            packs=plan, progress=make_progress(self.name, self.spec.steps_for,
+                                                               progress),
+                            group_window_s=GROUP_WINDOW_S, on_started=on_started,
+                            listeners=listeners)
 
     def _pick_trainable(self, trainable: Trainable | None) -> Trainable:
         chosen = trainable if trainable is not None else self._trainable
@@ -547,31 +562,7 @@ def _backend_options(executor: Any) -> dict[str, Any]:
     return dict(executor)
 
 
-class _SampleSink:
-    """Writes the monitor's GPU utilisation samples to the store from the loop's thread: at an
-    event at most every ``every_s`` seconds, and once at the end of the run."""
-
-    def __init__(self, store: Storage, study_id: int, take: Callable[[], list] | None,
-                 every_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
-        self.store, self.study_id, self.take = store, study_id, take
-        self.every_s, self.clock = every_s, clock
-        self._last = clock()
-
-    def observe(self, event: Any) -> None:
-        if self.take is not None and self.clock() - self._last >= self.every_s:
-            self.flush()
-
-    def flush(self, quiet: bool = False) -> None:
-        """Store what the monitor took since the last flush; ``quiet``: a storage fault is
-        dropped (the run's own error, if any, is the one to see)."""
-        if self.take is None:
-            return
-        self._last = self.clock()
-        try:
-            self.store.save_samples(self.study_id, self.take())
-        except HyperSackError:
-            if not quiet:
-                raise
+_SampleSink = SampleSink     # its old name here
 
 
 def _then(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:

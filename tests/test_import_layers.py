@@ -183,8 +183,7 @@ def test_runtime_rooms_import_only_the_rooms_they_stand_on():
     """runtime/ is five rooms (ARCHITECTURE.md): the worker side never reaches the driver's loop
     or executors; storage stands on nothing but the worker's checkpoint files; the loop drives
     executors only through its own protocol; executors use the loop's protocol module only (the
-    Ray driver's ``drive_on_ray`` still runs the loop itself: the one assembly of issue 29 is to
-    take it out)."""
+    loop is run by the one assembly, ``runtime.loop.assemble``, never by an executor)."""
     rooms = {"loop", "worker", "devices", "storage", "executors"}
     modules = import_graph()
     assert {m.split(".")[2] for m in modules if m.startswith("hypersack.runtime.")} <= rooms
@@ -193,5 +192,4 @@ def test_runtime_rooms_import_only_the_rooms_they_stand_on():
     assert {t for _, t in _room_imports("storage")} <= {"hypersack.runtime.worker.checkpoints"}
     assert not {t for _, t in _room_imports("loop") if not t.startswith("hypersack.runtime.storage")}
     loop_users = {(m, t) for m, t in _room_imports("executors") if t.startswith("hypersack.runtime.loop")}
-    assert loop_users - {("hypersack.runtime.executors.ray", "hypersack.runtime.loop.run")} \
-        <= {(m, "hypersack.runtime.loop.executor") for m, _ in loop_users}
+    assert loop_users <= {(m, "hypersack.runtime.loop.executor") for m, _ in loop_users}

@@ -1,8 +1,10 @@
 """Run a scenario: the real controller and study loop against the simulated executor and clock.
 
 ``simulate(scenario, policy=...)`` builds exactly what ``hypersack run`` builds (the algorithm by
-name, the Controller, ``run_loop``), except that the executor is a :class:`SimExecutor`, the clock
-is its :class:`SimClock` and the store is in memory. Nothing in the loop or the controller knows.
+name, the Controller from the study's spec, max_retries included, and the one assembly,
+``runtime.loop.assemble``), except that the executor is a :class:`SimExecutor`, the clock is its
+:class:`SimClock`, the store is in memory and the placement policy may be the one under test.
+Nothing in the loop or the controller knows.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from typing import Any
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Controller
 from hypersack.core.trial import TrialFailed, TrialState
-from hypersack.runtime.loop.run import run_loop
+from hypersack.runtime.loop.assemble import Services, assemble
+from hypersack.runtime.loop.run import build_controller
 from hypersack.sim._placement import policy_label
 from hypersack.sim.executor import SimExecutor
 from hypersack.sim.packs import SimPackPolicy
@@ -73,19 +76,15 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True,
                            steps_for=spec.steps_for, changes=scenario.changes, keep_log=keep_log,
                            trial_timeout_s=spec.executor.trial_timeout_s)
     algorithm = make_algorithm(dict(spec.algorithm), spec.space, spec.objective, seed=spec.seed)
-    controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
-                            max_retries=scenario.max_retries, now=executor.clock.now,
-                            trial_timeout_s=spec.executor.trial_timeout_s,
-                            max_failures=spec.max_failures)
-    controller.set_inventory(executor.inventory(), policy, scenario.perf.demand)
-    if scenario.perf.fusion is not None:
-        controller.set_packs(SimPackPolicy(scenario.perf.fusion, scenario.perf, executor.gpu))
-    if spec.time_sharing is not None:
-        controller.set_time_sharing(spec.time_sharing)
     store = MemoryStore(keep_results=keep_results)
+    row = SimStudyRow(1, scenario.name)
+    controller = build_controller(spec, algorithm, row, store, executor.clock.now, resume=False)
+    packs = (SimPackPolicy(scenario.perf.fusion, scenario.perf, executor.gpu)
+             if scenario.perf.fusion is not None else None)
+    services = Services(scenario.perf.demand, [_oom_history(controller, scenario.perf, executor)])
     started = time.perf_counter()
-    run_loop(controller, executor, store, SimStudyRow(1, scenario.name), clock=executor.clock,
-             observers=[_oom_history(controller, scenario.perf, executor)])
+    assemble(spec, controller, executor, store, row, services=services, packs=packs,
+             placement=policy, clock=executor.clock)
     wall = time.perf_counter() - started
     return _result(scenario, policy, executor, controller, store, wall)
 

@@ -66,7 +66,7 @@ class Scenario:
     cluster: Any
     policy: Any                      # a policy name or {policy: NAME, OPTION: VALUE}
     study: StudySpec
-    max_retries: int
+    max_retries: int                 # study.max_retries: the same as study.executor.max_retries
     perf: PerfModel
     curves: CurveModel
     changes: list[DeviceChange]
@@ -147,10 +147,16 @@ def scenario_from_dict(d: Any, base_dir: Path = Path(".")) -> Scenario:
 
 def _study(name: Any, d: Any, seed: int) -> tuple[StudySpec, int]:
     _check_keys("study", d, _STUDY)
+    retries = d.get("max_retries", 2)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError("study.max_retries", retries, "must be an integer >= 0")
+    # study.max_retries and study.trial_timeout_s are the spec's executor fields, written flat
+    # (a scenario has no executor section): the simulator runs what the spec says.
     spec_dict = {k: v for k, v in d.items() if k not in ("max_retries", "trial_timeout_s")}
     spec_dict.update(name=name, seed=seed)
+    spec_dict["executor"] = {"max_retries": retries}
     if d.get("trial_timeout_s") is not None:
-        spec_dict["executor"] = {"trial_timeout_s": d["trial_timeout_s"]}
+        spec_dict["executor"]["trial_timeout_s"] = d["trial_timeout_s"]
     spec = _prefixed("study", lambda: StudySpec.from_dict(spec_dict))
     if spec.max_steps is None:
         max_t = spec.algorithm.get("max_t")
@@ -159,10 +165,7 @@ def _study(name: Any, d: Any, seed: int) -> tuple[StudySpec, int]:
                               "is required (steps per trial) unless the algorithm sets max_t")
         spec = _prefixed("study", lambda: StudySpec.from_dict({**spec_dict, "max_steps": max_t}))
     _prefixed("study", lambda: _build_algorithm(spec, spec.algorithm))
-    retries = d.get("max_retries", 2)
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ConfigError("study.max_retries", retries, "must be an integer >= 0")
-    return spec, retries
+    return spec, spec.executor.max_retries
 
 
 def _perf(workload: Any, perf: Any, study: StudySpec, archs: list[str]) -> tuple[PerfModel, WorkloadKeys]:

@@ -46,7 +46,8 @@ from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Even
 from hypersack.errors import ClusterError, ConfigError, MissingDependencyError
 from hypersack.runtime.executors.ray_agent import AgentSetup, NodeAgent
 
-__all__ = ["AgentSetup", "RayExecutor", "ray_session", "require_ray", "storage_check"]
+__all__ = ["AgentSetup", "RayExecutor", "ray_executor", "ray_session", "require_ray",
+           "storage_check"]
 
 log = logging.getLogger(__name__)
 
@@ -500,31 +501,22 @@ def driver_paths() -> tuple[tuple[str, ...], str]:
     return tuple(os.path.abspath(p) for p in sys.path), os.getcwd()
 
 
-def drive_on_ray(spec: Any, controller: Any, store: Any, row: Any, trainable: Any, plan: Any,
-                 study_dir: Path, progress: Any, on_started: Any = None,
-                 listeners: Any = ()) -> Any:
-    """Run one study on Ray (``Study.run``'s ``backend: ray`` branch): connect (or start a local
-    Ray), start the agents (errors before any trial), then the ordinary loop (``on_started``,
-    ``listeners``: as ``run_loop``'s)."""
-    from hypersack.runtime.loop.run import GROUP_WINDOW_S, run_loop
-    from hypersack.runtime.devices.machine import prepare_driver
+@contextlib.contextmanager
+def ray_executor(spec: Any, trainable: Any, plan: Any, study_dir: Path, *,
+                 trial_dir: Callable[[int], Path],
+                 decision_step: Callable[[int], int] | None = None) -> Iterator[RayExecutor]:
+    """The executor of one study run on Ray (``Study.run``'s ``backend: ray`` branch): Ray
+    connected (or a local Ray started, ``ray_session``), then a RayExecutor whose agents carry
+    ``spec``, ``trainable`` and the pack plan ``plan``; its agents are ended (at once) on the
+    way out, after the loop's own graceful shutdown (then a no-op). The caller runs the study
+    with it (``runtime.loop.assemble``): this module transports, it never runs the loop."""
     with ray_session(spec.executor.address, spec.executor.runtime_env):
         paths, cwd = driver_paths()
         setup = AgentSetup(spec, str(study_dir), trainable, spec.objective.metric, packs=plan,
                            unsafe_checkpoints=spec.unsafe_checkpoints, sys_path=paths, cwd=cwd,
                            storage_check=storage_check(study_dir))
-        executor = RayExecutor(setup, trial_dir=lambda trial_id: store.trial_dir(row, trial_id),
-                               decision_step=controller.next_decision_step)
+        executor = RayExecutor(setup, trial_dir=trial_dir, decision_step=decision_step)
         try:
-            cluster = executor.inventory()
-            with prepare_driver(spec, cluster, store, trainable_name=trainable.key,
-                                fuses=plan.fuses if plan else None) as machine:
-                controller.set_inventory(cluster, spec.placement, machine.demand)
-                controller.set_packs(plan)
-                if spec.time_sharing is not None:
-                    controller.set_time_sharing(spec.time_sharing)
-                return run_loop(controller, executor, store, row, observers=machine.observers,
-                                progress=progress, group_window_s=GROUP_WINDOW_S,
-                                on_started=on_started, listeners=listeners)
+            yield executor
         finally:
-            executor.shutdown(kill=True)     # after run_loop's own shutdown: a no-op
+            executor.shutdown(kill=True)

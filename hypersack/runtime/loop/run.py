@@ -31,7 +31,6 @@ from hypersack.errors import StorageError, StorageFullError, TrialsFailingError
 from hypersack.runtime.loop.executor import Executor
 from hypersack.runtime.loop.heap import LoopHeap
 from hypersack.runtime.loop.progress import Progress, NullProgress
-from hypersack.runtime.storage.sqlite import Storage, StudyRow
 from hypersack.runtime.loop.store import BackgroundCheckpoints, Store, StudyRef
 
 __all__ = ["GROUP_SIBLINGS", "GROUP_WINDOW_S", "StudyRun", "run_loop"]
@@ -50,9 +49,11 @@ class StudyRun:
     status: str
 
 
-def build_controller(spec: StudySpec, algorithm: Algorithm, row: StudyRow, storage: Storage,
+def build_controller(spec: StudySpec, algorithm: Algorithm, row: Any, storage: Any,
                      now: float, resume: bool) -> Controller:
-    """A controller for ``spec``; on resume it takes back the stored trials and algorithm state."""
+    """A controller for ``spec`` (its budget, objective, seed, max_retries, trial timeout and
+    max_failures: every path, the simulator's included, builds it here); on resume it takes back
+    the stored trials and algorithm state (``row``: a StudyRow, ``storage``: its Storage)."""
     controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
                             max_retries=spec.executor.max_retries, now=now,
                             trial_timeout_s=spec.executor.trial_timeout_s,
