@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +42,23 @@ def _spy(monkeypatch: pytest.MonkeyPatch, module: Any, *, delegate: bool) -> lis
     return calls
 
 
-def _callers_of(name: str) -> set[str]:
-    """The package's modules whose code calls ``name(...)`` (as a plain or dotted name)."""
-    out = set()
+@cache
+def _calls() -> dict[str, set[str]]:
+    """Each package module -> the names it calls (``f(...)`` and ``x.f(...)`` count ``f``)."""
+    out: dict[str, set[str]] = {}
     for path in ROOT.rglob("*.py"):
+        names = out.setdefault(str(path.relative_to(ROOT)), set())
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call):
-                func = node.func
-                called = func.id if isinstance(func, ast.Name) else \
-                    func.attr if isinstance(func, ast.Attribute) else None
-                if called == name:
-                    out.add(str(path.relative_to(ROOT)))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                names.add(node.func.id)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                names.add(node.func.attr)
     return out
+
+
+def _callers_of(name: str) -> set[str]:
+    """The package's modules whose code calls ``name(...)``."""
+    return {module for module, names in _calls().items() if name in names}
 
 
 def test_only_the_assembly_runs_the_loop_and_wires_the_controller():
