@@ -406,7 +406,7 @@ class Study:
                 decision_step=controller.next_decision_step)
             return assemble(self.spec, controller, executor, store, row, services=machine,
                             packs=plan, progress=make_progress(self.name, self.spec.steps_for,
-                                                               progress),
+                                                               progress, machine.decisions),
                             group_window_s=GROUP_WINDOW_S, on_started=on_started,
                             listeners=listeners)
 

@@ -130,3 +130,38 @@ def test_the_first_ctrl_c_is_acknowledged_at_once():
     progress.update(c, 0.1)
     assert "stopping at the next report; Ctrl-C again to kill" in out.getvalue()
     assert "Ctrl-C again to kill" in summary("s", c, 0.2, steps)
+
+
+def test_the_studys_automatic_choices_are_shown_once_each_and_again_when_they_change():
+    chosen = ["oversubscription auto: H100: no co-location measured yet, the paper's ratio 2.5"]
+    out = io.StringIO()
+    progress = LineProgress("s", out, steps_for=steps, decisions=lambda: list(chosen))
+    c = controller()
+    progress.update(c, 0.0)
+    progress.update(c, 0.5)
+    assert out.getvalue().count("oversubscription auto: H100") == 1
+    chosen[0] = "oversubscription auto: H100: r = 3.1 from 4 co-located trials"
+    progress.update(c, 1.0)
+    assert "r = 3.1 from 4 co-located trials" in out.getvalue()
+
+
+def test_the_live_view_shows_the_choices_under_its_summary():
+    from rich.console import Console
+    from hypersack.runtime.loop.progress import LiveProgress
+    console = Console(file=io.StringIO(), width=120)
+    progress = LiveProgress("s", steps, console=console, refresh_s=0.0,
+                            decisions=lambda: ["execution auto: resnet18: co-located (util 40%)"])
+    progress.update(controller(), 0.0)
+    progress.close()
+    assert "execution auto: resnet18: co-located (util 40%)" in console.file.getvalue()
+
+
+def test_a_machine_explains_what_auto_chose():
+    from hypersack.core.execution import ExecutionChoice
+    from hypersack.core.oversubscription import RatioChoice
+    from hypersack.runtime.devices.machine import Machine
+    machine = Machine(slots=[], cluster=None)
+    machine.ratios["H100"] = RatioChoice(2.5, "H100: the paper's ratio")
+    machine.execution["m"] = ExecutionChoice("exclusive", "m: fills the GPU alone")
+    assert machine.decisions() == ["oversubscription auto: H100: the paper's ratio",
+                                   "execution auto: m: fills the GPU alone"]

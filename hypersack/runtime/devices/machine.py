@@ -62,6 +62,12 @@ class Machine:
     # execution: auto -> per model (job-history key), the mode chosen and why (ExecutionChoice)
     execution: dict[str, Any] = field(default_factory=dict)
 
+    def decisions(self) -> list[str]:
+        """What ``oversubscription: auto`` and ``execution: auto`` chose so far and why, one
+        line each (the progress views show them)."""
+        return ([f"oversubscription auto: {c.reason}" for _, c in sorted(self.ratios.items())]
+                + [f"execution auto: {c.reason}" for _, c in sorted(self.execution.items())])
+
 
 @contextlib.contextmanager
 def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Any, *,

@@ -159,12 +159,25 @@ def _best_text(controller: Controller) -> str:
     return text
 
 
+#: The study's automatic choices so far, one line each ("oversubscription auto: H100: r = 2.5,
+#: ..."), read by the progress views at each update; the machine's ``decisions``.
+Decisions = Callable[[], list[str]]
+
+
+def _no_decisions() -> list[str]:
+    return []
+
+
 class LineProgress:
-    """Plain lines for logs and pipes: one per trial that finishes, pauses or is pruned, a
+    """Plain lines for logs and pipes: one per trial that finishes, pauses or is pruned, one per
+    automatic choice of the study the first time it is made or changes (``decisions``), a
     summary after them, and a summary at least every ``heartbeat_s`` while trials run."""
 
     def __init__(self, name: str, stream=None, steps_for: StepsFor = lambda config: None,
-                 heartbeat_s: float = HEARTBEAT_S, clock: Callable[[], float] = time.monotonic):
+                 heartbeat_s: float = HEARTBEAT_S, clock: Callable[[], float] = time.monotonic,
+                 decisions: Decisions = _no_decisions):
+        self._decisions = decisions
+        self._told: set[str] = set()
         self._name = name
         self._stream = stream or sys.stdout
         self._steps_for = steps_for
@@ -186,6 +199,10 @@ class LineProgress:
             if self._said.get(r.trial_id) != key:
                 self._said[r.trial_id] = key
                 lines.append(_trial_line(r, controller.objective.metric))
+        for decision in self._decisions():
+            if decision not in self._told:
+                self._told.add(decision)
+                lines.append(decision)
         if stopping(controller) and not self._told_stop:
             self._told_stop = True
             lines.append(STOPPING)
@@ -216,10 +233,12 @@ def _trial_line(r: TrialRecord, metric: str) -> str:
 
 
 class LiveProgress:
-    """A rich live view: study counts, best so far, one progress bar per running trial."""
+    """A rich live view: study counts, best so far, the study's automatic choices
+    (``decisions``), one progress bar per running trial."""
 
     def __init__(self, name: str, steps_for: StepsFor, console: Console | None = None,
-                 refresh_s: float = 0.25):
+                 refresh_s: float = 0.25, decisions: Decisions = _no_decisions):
+        self._decisions = decisions
         self._name = name
         self._steps_for = steps_for
         self._live = Live(console=console or Console(), auto_refresh=False, transient=False)
@@ -264,7 +283,8 @@ class LiveProgress:
                     row[1] = (view or {}).get("device") or "-"
             table.add_row(*row)
         line = Text(summary(self._name, controller, now, self._steps_for), style="bold")
-        return Group(line, table) if table.row_count else Group(line)
+        chosen = [Text(d, style="dim") for d in self._decisions()]
+        return Group(line, *chosen, table) if table.row_count else Group(line, *chosen)
 
     def close(self) -> None:
         if self._controller is not None:
@@ -274,13 +294,14 @@ class LiveProgress:
             self._live.console.line()     # rich ends a non-terminal live view without a newline
 
 
-def make_progress(name: str, steps_for: StepsFor, mode: str | bool | None) -> Progress:
+def make_progress(name: str, steps_for: StepsFor, mode: str | bool | None,
+                  decisions: Decisions = _no_decisions) -> Progress:
     """``mode``: True/"live" for the rich view, "lines" for plain lines, False/"none" for quiet;
-    None: live on a terminal, lines otherwise."""
+    None: live on a terminal, lines otherwise. ``decisions``: the study's automatic choices."""
     if mode is False or mode == "none":
         return NullProgress()
     if mode == "lines":
-        return LineProgress(name, steps_for=steps_for)
+        return LineProgress(name, steps_for=steps_for, decisions=decisions)
     if mode is True or mode == "live" or (mode is None and sys.stdout.isatty()):
-        return LiveProgress(name, steps_for)
-    return LineProgress(name, steps_for=steps_for)
+        return LiveProgress(name, steps_for, decisions=decisions)
+    return LineProgress(name, steps_for=steps_for, decisions=decisions)
