@@ -25,6 +25,9 @@ from hypersack.report import series
 __all__ = ["StudyData", "from_storage", "from_simulation", "payload"]
 
 _TRACEBACK_CHARS = 4000       # a traceback longer than this keeps its end (where the error is)
+IMPORTANCE_MIN_TRIALS = 10    # fewer trials with a value: a note, not an importance chart
+IMPORTANCE_ROUGH_TRIALS = 30  # fewer: the chart carries a caveat
+_FINISHED = ("complete", "pruned", "failed")
 
 
 @dataclass
@@ -43,6 +46,8 @@ class StudyData:
     now: float | None = None
     source: str = "store"
     extra: dict[str, Any] = field(default_factory=dict)
+    space: dict[str, Any] = field(default_factory=dict)
+    target_trials: int | None = None
 
 
 def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData:
@@ -68,7 +73,9 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
     from hypersack.runtime.devices.job_history import read_decisions
     return StudyData(name, status, objective, trials, results, stays,
                      storage.load_samples(row.study_id), now=now, source="store",
-                     extra={"decisions": read_decisions(storage.connection, name)})
+                     extra={"decisions": read_decisions(storage.connection, name)},
+                     space=dict(row.spec.get("space") or {}),
+                     target_trials=(row.spec.get("budget") or {}).get("trials"))
 
 
 def from_simulation(result: Any, store: Any) -> StudyData:
@@ -151,7 +158,6 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
     occ = series.occupancy(stays, now + origin)
     curves = series.learning_curves(((tid, step, v) for tid, step, _t, v in data.results),
                                     per_curve=per_curve, total=total_points)
-    scores, method = series.importance([t["config"] for t in valued], [t["value"] for t in valued])
     return {
         "name": data.name, "status": data.status, "metric": metric, "mode": mode,
         "source": data.source, "extra": data.extra, "now": _r(now),
@@ -163,8 +169,9 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "lanes": _lanes(bars, origin),
         "occupancy": {d: [_rs(ts, origin), _rs(vs)] for d, (ts, vs) in occ.items()},
         "utilization": _utilization(data.samples, origin),
-        "importance": {"method": method, "scores": {k: _r(v) for k, v in scores.items()}},
-        "parallel": _parallel(valued, metric),
+        "importance": _importance(valued),
+        "parallel": _parallel(valued, metric, _log_params(data.space)),
+        "devices": _devices(occ, data.samples),
         "table": _table(data.trials, origin),
     }
 
@@ -179,10 +186,21 @@ def _summary(data: StudyData, valued: list[dict], occ: Mapping, origin: float,
     full = max((t for t in valued if t["state"] == "complete"),
                key=lambda t: (sign * t["value"], -t["trial_id"]), default=None)
     mean = series.occupancy_mean(occ, 0.0 + origin, now + origin) if now > 0 else {}
+    finished = sum(counts.get(k, 0) for k in _FINISHED)
     return {"trials": len(data.trials), "counts": counts, "duration_s": _r(now),
+            "finished": finished, "target": data.target_trials,
+            "eta_s": _eta(finished, data.target_trials, now, data.status),
             "devices": len(occ), "stays": len(data.stays),
             "mean_occupancy": _r(sum(mean.values()) / len(mean)) if mean else None,
             "best": _best_card(best), "best_complete": _best_card(full)}
+
+
+def _eta(finished: int, target: int | None, elapsed: float, status: str) -> float | None:
+    """Seconds left at the pace so far (elapsed / finished per trial); None without a trial
+    budget, before the first trial ends, or once the study is no longer running."""
+    if status != "running" or not target or finished <= 0 or elapsed <= 0:
+        return None
+    return _r(max(0.0, elapsed / finished * (target - finished)))
 
 
 def _best_card(t: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -228,8 +246,38 @@ def _utilization(samples: list[dict[str, Any]], origin: float) -> dict[str, list
     return {d: [_rs(ts, origin), _rs(us)] for d, (ts, us) in by_device.items()}
 
 
-def _parallel(valued: list[dict], metric: str) -> list[dict[str, Any]]:
-    dims = series.parallel_coordinates([t["config"] for t in valued], [t["value"] for t in valued], metric)
+def _importance(valued: list[dict]) -> dict[str, Any]:
+    """The importance view: ``scores`` and ``method``, ``n`` (the trials with a value it is
+    computed from) and ``note``: below ``IMPORTANCE_MIN_TRIALS`` no scores and a note saying
+    why; below ``IMPORTANCE_ROUGH_TRIALS`` scores with a caveat; else None."""
+    n = len(valued)
+    if n < IMPORTANCE_MIN_TRIALS:
+        return {"method": "none", "scores": {}, "n": n,
+                "note": f"Parameter importance needs at least {IMPORTANCE_MIN_TRIALS} trials with "
+                        f"a value; this study has {n}."}
+    scores, method = series.importance([t["config"] for t in valued], [t["value"] for t in valued])
+    note = (f"Estimated from only {n} trials: a rough guide, not a ranking."
+            if n < IMPORTANCE_ROUGH_TRIALS else None)
+    return {"method": method, "scores": {k: _r(v) for k, v in scores.items()}, "n": n, "note": note}
+
+
+def _log_params(space: Mapping[str, Any]) -> list[str]:
+    """The parameters the space samples log-uniformly (Float/Int with ``log: true``)."""
+    return sorted(k for k, v in space.items() if isinstance(v, Mapping) and v.get("log"))
+
+
+def _devices(occ: Mapping[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the devices are: ``kind`` "gpu", "cpu" (CPU slots, ids ``cpu<N>``) or "mixed";
+    ``measured``: whether any utilisation was sampled (NVML); ``lanes``: the devices in order."""
+    names = sorted(occ)
+    cpu = [d for d in names if d.rsplit("/", 1)[-1].startswith("cpu")]
+    kind = "gpu" if not cpu else "cpu" if len(cpu) == len(names) else "mixed"
+    return {"kind": kind, "measured": bool(samples), "names": names}
+
+
+def _parallel(valued: list[dict], metric: str, log: list[str]) -> list[dict[str, Any]]:
+    dims = series.parallel_coordinates([t["config"] for t in valued], [t["value"] for t in valued],
+                                       metric, log)
     for d in dims:
         d["values"] = _rs(d["values"])
     return dims

@@ -219,16 +219,36 @@ def _main_effect(x: np.ndarray, categorical: bool, y: np.ndarray) -> float:
 
 
 def parallel_coordinates(configs: Sequence[Mapping[str, Any]], values: Sequence[float],
-                         metric: str) -> list[dict[str, Any]]:
+                         metric: str, log: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Dimensions for a parallel-coordinates chart, objective first: ``{"label", "values"}``,
     plus ``"ticktext"``/``"tickvals"`` for a categorical parameter (its values as codes).
-    Only parameters every config has are drawn."""
+    Only parameters every config has and that take two or more values are drawn (a constant
+    is no axis). A parameter named in ``log`` (sampled log-uniformly) whose values are all
+    positive is drawn as log10 of its values, with ``"log": True`` and ticks at the decades
+    (and the ends) labelled with the real values: plotly's parcoords has no log axis."""
     dims: list[dict[str, Any]] = [{"label": metric, "values": [float(v) for v in values]}]
-    names = _common_keys(configs)
-    for name in names:
-        codes, labels = _encode([c[name] for c in configs])
+    logs = set(log)
+    for name in _common_keys(configs):
+        column = [c[name] for c in configs]
+        if len({repr(v) for v in column}) < 2:
+            continue
+        codes, labels = _encode(column)
         dim: dict[str, Any] = {"label": name, "values": codes}
         if labels is not None:
             dim["ticktext"], dim["tickvals"] = labels, list(range(len(labels)))
+        elif name in logs and min(codes) > 0:
+            dim.update(_log_dimension(name, codes))
         dims.append(dim)
     return dims
+
+
+def _log_dimension(name: str, xs: list[float]) -> dict[str, Any]:
+    """A log-sampled parameter's dimension: log10 values, ticks at the decades in range (and
+    at both ends when fewer than 3 decades fall inside), labelled with the real values."""
+    logs = [math.log10(x) for x in xs]
+    lo, hi = min(logs), max(logs)
+    ticks = [float(k) for k in range(math.ceil(lo), math.floor(hi) + 1)]
+    if len(ticks) < 3:
+        ticks = sorted(set(ticks) | {lo, hi})
+    return {"label": f"{name} (log)", "values": logs, "log": True, "tickvals": ticks,
+            "ticktext": [f"{10 ** t:.3g}" for t in ticks]}
