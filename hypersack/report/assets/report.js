@@ -31,9 +31,11 @@
     if (s >= 60) { return (s / 60).toFixed(1) + " min"; }
     return s.toFixed(1) + " s";
   }
+  // A chart's title is its figure's caption, above the plot (never under plotly's toolbar, which
+  // sits in the top margin); legends stand right of the plot, clear of both axis titles.
   function layout(title, extra) {
-    var base = {title: {text: title, font: {size: 14}}, margin: {l: 60, r: 20, t: 36, b: 44},
-      paper_bgcolor: "#fff", plot_bgcolor: "#fff", legend: {orientation: "h", y: -0.2}, hovermode: "closest"};
+    var base = {title: title, margin: {l: 64, r: 20, t: 30, b: 48}, paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+      legend: {orientation: "v", x: 1.02, xanchor: "left", y: 1, yanchor: "top"}, hovermode: "closest"};
     Object.keys(extra || {}).forEach(function (k) { base[k] = extra[k]; });
     return base;
   }
@@ -43,23 +45,43 @@
       lay.annotations = [{text: "nothing to draw yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: {size: 14, color: "#829ab1"}}];
       lay.xaxis = {visible: false}; lay.yaxis = {visible: false};
     }
+    var caption = div.parentNode && div.parentNode.querySelector("figcaption");
+    if (caption) { caption.textContent = lay.title || ""; }
+    delete lay.title;
+    div.style.display = "";
     if (div.getAttribute("data-drawn")) { Plotly.react(div, traces, lay, CONFIG); }
     else { Plotly.newPlot(div, traces, lay, CONFIG); div.setAttribute("data-drawn", "1"); }
     div.setAttribute("data-traces", String(traces.length));
   }
   function chart(box, key, tall) {
     var div = box.querySelector("[data-chart='" + key + "']");
-    if (!div) { div = el("div", {"class": "chart" + (tall ? " tall" : ""), "data-chart": key}); box.appendChild(div); }
+    if (!div) {
+      div = el("div", {"class": "chart" + (tall ? " tall" : ""), "data-chart": key});
+      box.appendChild(el("figure", {"class": "fig", "data-figure": key},
+        [el("figcaption", {}), el("p", {"class": "note", "data-note": key, hidden: "hidden"}), div]));
+    }
     return div;
+  }
+  // A note above a chart (a caveat), or in its place: ``hide`` puts the chart away (and its title).
+  function note(div, text, hide, title) {
+    var n = div.parentNode.querySelector("[data-note]");
+    n.textContent = text || "";
+    if (text) { n.removeAttribute("hidden"); } else { n.setAttribute("hidden", "hidden"); }
+    if (hide) {
+      div.style.display = "none";
+      div.parentNode.querySelector("figcaption").textContent = title || "";
+      div.setAttribute("data-traces", "0");
+    }
   }
 
   // ---- the views ------------------------------------------------------------------------------
 
   function summary(p) {
     var s = p.summary, counts = Object.keys(s.counts).map(function (k) { return s.counts[k] + " " + k; }).join(", ");
-    var cards = [["trials", s.trials], ["states", counts || "-"], ["best " + p.metric + " (" + p.mode + ")", s.best ? fmt(s.best.value) : "-"],
+    var cards = [["finished", progress(s)], ["states", counts || "-"], ["best " + p.metric + " (" + p.mode + ")", s.best ? fmt(s.best.value) : "-"],
       ["best trial", s.best ? s.best.trial_id : "-"], ["duration", dur(s.duration_s)], ["devices", s.devices],
       ["mean occupancy", s.mean_occupancy === null ? "-" : fmt(s.mean_occupancy) + "%"], ["status", p.status]];
+    if (s.eta_s !== null && s.eta_s !== undefined) { cards.splice(1, 0, ["eta", "~" + dur(s.eta_s)]); }
     var full = s.best_complete;
     if (s.best && s.best.state !== "complete") {    // the best was stopped early: name the best trained to its end
       cards.splice(4, 0, ["best complete", full ? fmt(full.value) + " (trial " + full.trial_id + ")" : "-"]);
@@ -73,6 +95,12 @@
       return el("div", {"class": "best-config", "data-view": "decision", text: d.kind + ": " + d.reason});
     });
     return el("div", {"data-view": "summary"}, [box, cfg].concat(decisions));
+  }
+
+  // "6 of 8" (of the trial budget), or "6 of 7 trials" without one; running trials are not finished.
+  function progress(s) {
+    var f = s.finished === undefined ? s.trials : s.finished;
+    return s.target ? f + " of " + s.target : f + " of " + s.trials + " trials";
   }
 
   function bestChart(div, p) {
@@ -121,61 +149,83 @@
       return o;
     });
     draw(div, [{type: "parcoords", dimensions: d, line: {color: dims[0].values, colorscale: "Viridis", reversescale: p.mode === "min", showscale: true}}],
-      layout("Parallel coordinates", {margin: {l: 60, r: 60, t: 60, b: 30}}));
+      layout("Parallel coordinates" + (dims.some(function (x) { return x.log; }) ? " (log-sampled parameters on log axes)" : ""),
+        {margin: {l: 70, r: 90, t: 50, b: 30}}));
   }
 
   function importanceChart(div, p) {
     var s = p.importance.scores, names = Object.keys(s).sort(function (a, b) { return s[a] - s[b]; });
+    if (!names.length) { note(div, p.importance.note || "No parameter importance yet.", true, "Parameter importance"); return; }
+    note(div, p.importance.note, false);
     draw(div, [{type: "bar", orientation: "h", x: names.map(function (n) { return s[n]; }), y: names, marker: {color: "#3182ce"}}],
-      layout("Parameter importance (" + p.importance.method + ")", {margin: {l: 120, r: 20, t: 36, b: 40}, xaxis: {range: [0, 1]}}));
+      layout("Parameter importance from " + p.importance.n + " trials (" + p.importance.method + ")",
+        {margin: {l: 120, r: 20, t: 30, b: 40}, xaxis: {range: [0, 1]}, showlegend: false}));
   }
 
+  function deviceWords(p) {
+    var k = (p.devices || {}).kind;
+    return k === "cpu" ? {one: "CPU slot", title: "CPU-slot timeline"} : k === "mixed" ?
+      {one: "device", title: "Device timeline (GPUs and CPU slots)"} : {one: "GPU", title: "GPU timeline"};
+  }
+
+  // One row per device; co-located stays share the row, each on its own band (lane).
   function timelineChart(div, p) {
-    var L = p.lanes, rows = {}, byOutcome = {};
-    for (var i = 0; i < L.trial.length; i++) {
-      var row = L.device[i] + " #" + L.lane[i];
-      rows[row] = [L.device[i], L.lane[i]];
-      var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: [], hover: []});
-      g.base.push(L.start[i]); g.x.push(Math.max(L.end[i] - L.start[i], 1e-9)); g.y.push(row);
+    var L = p.lanes, lanesOf = {}, byOutcome = {}, i;
+    for (i = 0; i < L.trial.length; i++) { lanesOf[L.device[i]] = Math.max(lanesOf[L.device[i]] || 0, L.lane[i] + 1); }
+    for (i = 0; i < L.trial.length; i++) {
+      var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: [], hover: [], width: [], offset: []});
+      var w = 0.84 / lanesOf[L.device[i]];
+      g.base.push(L.start[i]); g.x.push(Math.max(L.end[i] - L.start[i], 1e-9)); g.y.push(L.device[i]);
+      g.width.push(w * 0.92); g.offset.push(-0.42 + L.lane[i] * w);
       g.text.push((L.pack[i] !== null ? "p" + L.pack[i] + ":" : "") + "t" + L.trial[i]);
       g.hover.push("trial " + L.trial[i] + " attempt " + L.attempt[i] + " · " + fmt(L.share[i]) + "% of the device · " + o +
         (L.pack[i] !== null ? " · pack " + L.pack[i] : "") + " · " + dur(L.start[i]) + " to " + dur(L.end[i]));
     }
-    var names = Object.keys(rows).sort(function (a, b) {
-      return rows[a][0] < rows[b][0] ? -1 : rows[a][0] > rows[b][0] ? 1 : rows[b][1] - rows[a][1];
-    });
+    var names = Object.keys(lanesOf).sort(), most = 1;
+    names.forEach(function (d) { most = Math.max(most, lanesOf[d]); });
     var traces = Object.keys(byOutcome).map(function (o) {
       var g = byOutcome[o];
-      return {type: "bar", orientation: "h", name: o, x: g.x, base: g.base, y: g.y, text: L.trial.length <= 3000 ? g.text : null,
-        hovertext: g.hover, hoverinfo: "text", textposition: "inside", insidetextanchor: "middle", textfont: {size: 9, color: "#fff"},
-        constraintext: "both", marker: {color: OUTCOME_COLORS[o] || "#999", line: {width: 0.5, color: "#fff"}}};
+      return {type: "bar", orientation: "h", name: o, x: g.x, base: g.base, y: g.y, width: g.width, offset: g.offset,
+        text: L.trial.length <= 3000 ? g.text : null, hovertext: g.hover, hoverinfo: "text", textposition: "inside",
+        insidetextanchor: "middle", textfont: {size: 9, color: "#fff"}, constraintext: "both",
+        marker: {color: OUTCOME_COLORS[o] || "#999", line: {width: 0.5, color: "#fff"}}};
     });
-    var h = Math.max(300, Math.min(1400, 60 + 14 * names.length));
-    draw(div, traces, layout("GPU timeline: each trial's stays, one lane per co-located trial", {barmode: "overlay", height: h,
-      yaxis: {categoryorder: "array", categoryarray: names.slice().reverse(), automargin: true, tickfont: {size: 9}},
-      xaxis: {title: {text: "seconds since the first launch"}}, bargap: 0.15}));
+    var words = deviceWords(p), h = Math.max(300, Math.min(1400, 110 + names.length * Math.max(26, 9 * most)));
+    draw(div, traces, layout(words.title + ": each trial's stays, one row per " + words.one +
+      " (co-located trials side by side; drag to zoom in time, double-click to reset)", {barmode: "overlay", height: h,
+      yaxis: {categoryorder: "array", categoryarray: names.slice().reverse(), automargin: true, tickfont: {size: 10}, fixedrange: true},
+      xaxis: {title: {text: "seconds since the first launch"}}, dragmode: "zoom"}));
   }
 
   function occupancyChart(div, p) {
+    var dev = p.devices || {}, words = deviceWords(p);
+    if (dev.kind === "cpu" && !dev.measured) {
+      note(div, "Not drawn: the trials ran on CPU slots (one trial per slot at a time) and no GPU utilisation was measured.",
+        true, "Occupancy");
+      return;
+    }
+    note(div, dev.measured ? "" : "No utilisation was measured (no NVML): the lines are the compute allocated to trials, not the measured use.", false);
     var traces = [];
     Object.keys(p.occupancy).forEach(function (d) {
-      traces.push({type: "scatter", mode: "lines", name: d + " occupancy", x: p.occupancy[d][0], y: p.occupancy[d][1], line: {shape: "hv", width: 1.5}});
+      traces.push({type: "scatter", mode: "lines", name: d + " allocated", x: p.occupancy[d][0], y: p.occupancy[d][1], line: {shape: "hv", width: 1.5}});
     });
     Object.keys(p.utilization).forEach(function (d) {
-      traces.push({type: "scatter", mode: "lines", name: d + " utilisation (NVML)", x: p.utilization[d][0], y: p.utilization[d][1], line: {dash: "dot", width: 1.5}});
+      traces.push({type: "scatter", mode: "lines", name: d + " measured (NVML)", x: p.utilization[d][0], y: p.utilization[d][1], line: {dash: "dot", width: 1.5}});
     });
-    draw(div, traces, layout("Occupancy (allocated compute, %) and measured utilisation", {yaxis: {title: {text: "% of the device"}, rangemode: "tozero"},
+    draw(div, traces, layout("Allocated compute per " + words.one + " (%)" + (dev.measured ? " and measured utilisation" : ""),
+      {yaxis: {title: {text: "% of the " + words.one}, rangemode: "tozero"},
       xaxis: {title: {text: "seconds since the first launch"}}, showlegend: traces.length <= 16}));
   }
 
   var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "start", "running", "waiting"];
 
   function tableView(box, p) {
-    var t = p.table, n = t.id.length, order = [], sortKey = box.getAttribute("data-sort") || "id", desc = box.getAttribute("data-desc") === "1";
+    var t = p.table, order = [], want = box.getAttribute("data-state") || "", sortKey = box.getAttribute("data-sort") || "id", desc = box.getAttribute("data-desc") === "1";
     var params = Object.keys(t.params || {}), columns = TABLE_HEAD.concat(params, ["error"]);
     function column(c) { return t[c] !== undefined && params.indexOf(c) < 0 ? t[c] : t.params[c]; }
     var keys = column(sortKey) || t.id;
-    for (var i = 0; i < n; i++) { order.push(i); }
+    for (var i = 0; i < t.id.length; i++) { if (!want || t.state[i] === want) { order.push(i); } }
+    var n = order.length;
     order.sort(function (a, b) {
       var x = keys[a], y = keys[b];
       if (x === y) { return 0; } if (x === null) { return 1; } if (y === null) { return -1; }
@@ -204,12 +254,23 @@
       body.appendChild(tr);
     }
     box.innerHTML = "";
+    box.appendChild(stateFilter(box, p, want));
     box.appendChild(el("div", {"class": "tablebox"}, [el("table", {"class": "trials"}, [el("thead", {}, [head]), body])]));
     if (limit < n) {
       var more = el("button", {text: "show all " + n + " trials"});
       more.addEventListener("click", function () { box.setAttribute("data-all", "1"); tableView(box, p); });
       box.appendChild(el("p", {"class": "note", text: "showing " + limit + " of " + n + " trials (sorted by " + sortKey + ") "}, [more]));
     }
+  }
+
+  function stateFilter(box, p, want) {
+    var counts = {};
+    p.table.state.forEach(function (s) { counts[s] = (counts[s] || 0) + 1; });
+    var sel = el("select", {"data-filter": "state"}, [el("option", {value: "", text: "all states (" + p.table.state.length + ")"})]
+      .concat(Object.keys(counts).sort().map(function (s) { return el("option", {value: s, text: s + " (" + counts[s] + ")"}); })));
+    sel.value = want;
+    sel.addEventListener("change", function () { box.setAttribute("data-state", sel.value); tableView(box, p); });
+    return el("label", {"class": "note"}, [document.createTextNode("show "), sel]);
   }
 
   // ---- one study ------------------------------------------------------------------------------
@@ -310,7 +371,9 @@
         return get("api/study?name=" + encodeURIComponent(current)).then(function (p) {
           if (!views) { views = studySection(sec, p); }
           drawStudy(views, p);
-          status.textContent = "study " + p.name + " (" + p.status + "), updated " + new Date().toLocaleTimeString();
+          var s = p.summary, eta = s.eta_s !== null && s.eta_s !== undefined ? ", ETA ~" + dur(s.eta_s) : "";
+          status.textContent = "study " + p.name + " (" + p.status + "): " + progress(s) + " finished" + eta +
+            ", updated " + new Date().toLocaleTimeString();
         });
       }).catch(function (e) { status.textContent = "cannot read the store: " + e.message; })
         .then(function () { busy = false; });
