@@ -248,14 +248,17 @@ def _utilization(samples: list[dict[str, Any]], origin: float) -> dict[str, list
 
 def _importance(valued: list[dict]) -> dict[str, Any]:
     """The importance view: ``scores`` and ``method``, ``n`` (the trials with a value it is
-    computed from) and ``note``: below ``IMPORTANCE_MIN_TRIALS`` no scores and a note saying
+    computed from; parameters that never vary are left out) and ``note``: below ``IMPORTANCE_MIN_TRIALS`` no scores and a note saying
     why; below ``IMPORTANCE_ROUGH_TRIALS`` scores with a caveat; else None."""
     n = len(valued)
     if n < IMPORTANCE_MIN_TRIALS:
         return {"method": "none", "scores": {}, "n": n,
                 "note": f"Parameter importance needs at least {IMPORTANCE_MIN_TRIALS} trials with "
                         f"a value; this study has {n}."}
-    scores, method = series.importance([t["config"] for t in valued], [t["value"] for t in valued])
+    configs = [t["config"] for t in valued]
+    varied = [k for k in configs[0] if len({repr(c.get(k)) for c in configs}) > 1]   # no constants
+    scores, method = series.importance([{k: c.get(k) for k in varied} for c in configs],
+                                       [t["value"] for t in valued])
     note = (f"Estimated from only {n} trials: a rough guide, not a ranking."
             if n < IMPORTANCE_ROUGH_TRIALS else None)
     return {"method": method, "scores": {k: _r(v) for k, v in scores.items()}, "n": n, "note": note}

@@ -243,12 +243,13 @@ def parallel_coordinates(configs: Sequence[Mapping[str, Any]], values: Sequence[
 
 
 def _log_dimension(name: str, xs: list[float]) -> dict[str, Any]:
-    """A log-sampled parameter's dimension: log10 values, ticks at the decades in range (and
-    at both ends when fewer than 3 decades fall inside), labelled with the real values."""
+    """A log-sampled parameter's dimension: log10 values, ticks at the decades in range, or,
+    where fewer than 3 decades fall inside, at 5 log-even points from the least value to the
+    greatest; labelled with the real values (3 significant digits)."""
     logs = [math.log10(x) for x in xs]
     lo, hi = min(logs), max(logs)
     ticks = [float(k) for k in range(math.ceil(lo), math.floor(hi) + 1)]
     if len(ticks) < 3:
-        ticks = sorted(set(ticks) | {lo, hi})
+        ticks = [lo + (hi - lo) * k / 4 for k in range(5)]
     return {"label": f"{name} (log)", "values": logs, "log": True, "tickvals": ticks,
             "ticktext": [f"{10 ** t:.3g}" for t in ticks]}

@@ -21,7 +21,7 @@ def test_importance_is_a_note_below_10_trials_and_carries_a_caveat_below_30(tmp_
     assert few["importance"]["note"] == ("Parameter importance needs at least 10 trials with a value;"
                                          " this study has 3.")
     some = _payload(fill_store(tmp_path / "some.db", n=14))["importance"]    # 2 of 14 failed
-    assert some["n"] == 12 and set(some["scores"]) == {"lr", "opt", "batch"}
+    assert some["n"] == 12 and set(some["scores"]) == {"lr", "opt"}     # batch is constant
     assert "only 12 trials" in some["note"]
     many = _payload(fill_store(tmp_path / "many.db", n=40))["importance"]
     assert many["n"] > 30 and many["note"] is None and many["scores"]["lr"] > 0

@@ -79,7 +79,7 @@
   function summary(p) {
     var s = p.summary, counts = Object.keys(s.counts).map(function (k) { return s.counts[k] + " " + k; }).join(", ");
     var cards = [["finished", progress(s)], ["states", counts || "-"], ["best " + p.metric + " (" + p.mode + ")", s.best ? fmt(s.best.value) : "-"],
-      ["best trial", s.best ? s.best.trial_id : "-"], ["duration", dur(s.duration_s)], ["devices", s.devices],
+      ["best trial", s.best ? s.best.trial_id : "-"], ["duration", dur(s.duration_s)], [deviceWords(p).many, s.devices],
       ["mean occupancy", s.mean_occupancy === null ? "-" : fmt(s.mean_occupancy) + "%"], ["status", p.status]];
     if (s.eta_s !== null && s.eta_s !== undefined) { cards.splice(1, 0, ["eta", "~" + dur(s.eta_s)]); }
     var full = s.best_complete;
@@ -164,8 +164,8 @@
 
   function deviceWords(p) {
     var k = (p.devices || {}).kind;
-    return k === "cpu" ? {one: "CPU slot", title: "CPU-slot timeline"} : k === "mixed" ?
-      {one: "device", title: "Device timeline (GPUs and CPU slots)"} : {one: "GPU", title: "GPU timeline"};
+    return k === "cpu" ? {one: "CPU slot", many: "CPU slots", title: "CPU-slot timeline"} : k === "mixed" ?
+      {one: "device", many: "devices", title: "Device timeline (GPUs and CPU slots)"} : {one: "GPU", many: "GPUs", title: "GPU timeline"};
   }
 
   // One row per device; co-located stays share the row, each on its own band (lane).
