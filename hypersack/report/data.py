@@ -172,6 +172,7 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "importance": _importance(valued),
         "parallel": _parallel(valued, metric, _log_params(data.space)),
         "devices": _devices(occ, data.samples),
+        "slices": _slices(valued, _log_params(data.space)),
         "table": _table(data.trials, origin),
     }
 
@@ -262,6 +263,16 @@ def _importance(valued: list[dict]) -> dict[str, Any]:
     note = (f"Estimated from only {n} trials: a rough guide, not a ranking."
             if n < IMPORTANCE_ROUGH_TRIALS else None)
     return {"method": method, "scores": {k: _r(v) for k, v in scores.items()}, "n": n, "note": note}
+
+
+def _slices(valued: list[dict], log: list[str]) -> dict[str, dict[str, Any]]:
+    out = series.slices([t["config"] for t in valued], [t["value"] for t in valued],
+                        [t["trial_id"] for t in valued], log)
+    for view in out.values():
+        view["v"] = _rs(view["v"])
+        if not view["categorical"]:
+            view["x"] = _rs(view["x"])
+    return out
 
 
 def _log_params(space: Mapping[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ import numpy as np
 from hypersack.core.stays import Stay
 
 __all__ = ["best_so_far", "downsample", "learning_curves", "lanes", "occupancy", "occupancy_mean",
-           "importance", "parallel_coordinates", "LaneBar"]
+           "importance", "parallel_coordinates", "slices", "LaneBar"]
 
 
 def best_so_far(points: Iterable[tuple[float, float, int]], mode: str) -> list[tuple[float, float, int]]:
@@ -253,3 +253,23 @@ def _log_dimension(name: str, xs: list[float]) -> dict[str, Any]:
         ticks = [lo + (hi - lo) * k / 4 for k in range(5)]
     return {"label": f"{name} (log)", "values": logs, "log": True, "tickvals": ticks,
             "ticktext": [f"{10 ** t:.3g}" for t in ticks]}
+
+
+def slices(configs: Sequence[Mapping[str, Any]], values: Sequence[float], ids: Sequence[int],
+           log: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+    """A slice plot's data: per parameter that takes two or more values, the trials that have
+    it as ``{"x", "v", "id"}`` (its values, the objective's, the trial ids), ``"log"`` (sampled
+    log-uniformly, all values positive: draw on a log axis) and ``"categorical"`` (not numbers:
+    ``x`` holds the values as text). Parameters in name order."""
+    logs = set(log)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({k for c in configs for k in c}):
+        rows = [(c[name], v, i) for c, v, i in zip(configs, values, ids) if name in c]
+        xs = [r[0] for r in rows]
+        if len({repr(x) for x in xs}) < 2:
+            continue
+        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+        out[name] = {"x": [float(x) for x in xs] if numeric else [str(x) for x in xs],
+                     "v": [float(r[1]) for r in rows], "id": [r[2] for r in rows],
+                     "log": numeric and name in logs and min(xs) > 0, "categorical": not numeric}
+    return out

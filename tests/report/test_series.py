@@ -150,3 +150,13 @@ def test_parallel_coordinates_drop_constants_and_draw_log_parameters_on_log10_ax
     narrow = series.parallel_coordinates([{"lr": 2.0}, {"lr": 5.0}], [1.0, 2.0], "m", log=["lr"])[1]
     assert narrow["tickvals"][0] == pytest.approx(0.30103) and len(narrow["tickvals"]) == 5
     assert narrow["ticktext"] == ["2", "2.51", "3.16", "3.98", "5"]
+
+
+def test_slices_give_each_varying_parameter_against_the_objective():
+    configs = [{"lr": 0.1, "opt": "a", "k": 1}, {"lr": 0.01, "opt": "b", "k": 1}, {"lr": 1.0, "k": 1}]
+    out = series.slices(configs, [0.5, 0.7, 0.9], [3, 4, 5], log=["lr", "opt"])
+    assert list(out) == ["lr", "opt"]                                  # k never varies
+    assert out["lr"] == {"x": [0.1, 0.01, 1.0], "v": [0.5, 0.7, 0.9], "id": [3, 4, 5],
+                         "log": True, "categorical": False}
+    assert out["opt"] == {"x": ["a", "b"], "v": [0.5, 0.7], "id": [3, 4],
+                          "log": False, "categorical": True}          # only the trials that have it

@@ -162,6 +162,22 @@
         {margin: {l: 120, r: 20, t: 30, b: 40}, xaxis: {range: [0, 1]}, showlegend: false}));
   }
 
+  // The objective against each parameter that varies, one small plot each (4 to a row).
+  function sliceChart(div, p) {
+    var sl = p.slices || {}, names = Object.keys(sl), shown = names.slice(0, 16), cols = Math.min(4, Math.max(1, shown.length));
+    var rows = Math.max(1, Math.ceil(shown.length / cols)), traces = [], extra = {grid: {rows: rows, columns: cols, pattern: "independent",
+      xgap: 0.12, ygap: 0.35}, showlegend: false, height: 60 + 240 * rows, margin: {l: 64, r: 20, t: 30, b: 50}};
+    note(div, names.length > shown.length ? "showing the first " + shown.length + " of " + names.length + " parameters" : "", false);
+    shown.forEach(function (name, k) {
+      var v = sl[name], ax = k ? String(k + 1) : "";
+      traces.push({type: scatterType(v.x.length), mode: "markers", x: v.x, y: v.v, xaxis: "x" + ax, yaxis: "y" + ax, name: name,
+        text: v.id.map(function (i) { return "trial " + i; }), marker: {size: 6, color: v.v, colorscale: "Viridis", reversescale: p.mode === "min", opacity: 0.8}});
+      extra["xaxis" + ax] = {title: {text: name + (v.log ? " (log)" : ""), standoff: 4}, type: v.log ? "log" : v.categorical ? "category" : "linear"};
+      extra["yaxis" + ax] = {title: {text: k % cols === 0 ? p.metric : ""}};
+    });
+    draw(div, traces, layout("Slice: " + p.metric + " against each parameter", extra));
+  }
+
   function deviceWords(p) {
     var k = (p.devices || {}).kind;
     return k === "cpu" ? {one: "CPU slot", many: "CPU slots", title: "CPU-slot timeline"} : k === "mixed" ?
@@ -282,13 +298,15 @@
     section.appendChild(summary(p));
     var g1 = el("div", {"class": "grid2"}), g2 = el("div", {"class": "grid2"});
     section.appendChild(g1); section.appendChild(g2);
+    var g3 = el("div");
+    section.appendChild(g3);
     var charts = el("div");
     section.appendChild(charts);
     section.appendChild(el("h3", {text: "Trials"}));
     var tbl = el("div", {"data-view": "table"});
     section.appendChild(tbl);
     return {best: chart(g1, "best"), curves: chart(g1, "curves"), parallel: chart(g2, "parallel"),
-      importance: chart(g2, "importance"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
+      importance: chart(g2, "importance"), slice: chart(g3, "slice"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
       table: tbl, summary: section.querySelector("[data-view='summary']"), section: section};
   }
 
@@ -296,7 +314,7 @@
     var fresh = summary(p);
     views.summary.replaceWith(fresh); views.summary = fresh;
     bestChart(views.best, p); curvesChart(views.curves, p); parallelChart(views.parallel, p);
-    importanceChart(views.importance, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
+    importanceChart(views.importance, p); sliceChart(views.slice, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
     tableView(views.table, p);
   }
 
