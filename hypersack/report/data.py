@@ -28,6 +28,7 @@ _TRACEBACK_CHARS = 4000       # a traceback longer than this keeps its end (wher
 IMPORTANCE_MIN_TRIALS = 10    # fewer trials with a value: a note, not an importance chart
 IMPORTANCE_ROUGH_TRIALS = 30  # fewer: the chart carries a caveat
 _FINISHED = ("complete", "pruned", "failed")
+METRICS_MAX_RESULTS = 20_000  # more results: the per-trial details draw the objective alone
 
 
 @dataclass
@@ -48,6 +49,7 @@ class StudyData:
     extra: dict[str, Any] = field(default_factory=dict)
     space: dict[str, Any] = field(default_factory=dict)
     target_trials: int | None = None
+    metrics: list[dict[str, Any]] | None = None
 
 
 def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData:
@@ -70,12 +72,13 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
     results = storage.load_metric(row.study_id, objective.metric)
+    every = storage.load_results(row.study_id) if len(results) <= METRICS_MAX_RESULTS else None
     from hypersack.runtime.devices.job_history import read_decisions
     return StudyData(name, status, objective, trials, results, stays,
                      storage.load_samples(row.study_id), now=now, source="store",
                      extra={"decisions": read_decisions(storage.connection, name)},
                      space=dict(row.spec.get("space") or {}),
-                     target_trials=(row.spec.get("budget") or {}).get("trials"))
+                     target_trials=(row.spec.get("budget") or {}).get("trials"), metrics=every)
 
 
 def from_simulation(result: Any, store: Any) -> StudyData:
@@ -174,6 +177,7 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "devices": _devices(occ, data.samples),
         "slices": _slices(valued, _log_params(data.space)),
         "table": _table(data.trials, origin),
+        "metrics": _metrics(data.metrics, per_curve),
     }
 
 
@@ -273,6 +277,26 @@ def _slices(valued: list[dict], log: list[str]) -> dict[str, dict[str, Any]]:
         if not view["categorical"]:
             view["x"] = _rs(view["x"])
     return out
+
+
+def _metrics(rows: list[dict[str, Any]] | None, per_curve: int) -> dict[str, Any] | None:
+    """Every reported metric of each trial by step, ``{trial id (text): {metric: [steps,
+    values]}}``, each curve down-sampled to ``per_curve`` points; None where the results were
+    too many to embed (the page then draws the objective alone)."""
+    if rows is None:
+        return None
+    curves: dict[str, dict[str, tuple[list, list]]] = {}
+    for row in rows:
+        mine = curves.setdefault(str(row["trial_id"]), {})
+        for name, value in row.items():
+            if name not in ("trial_id", "step") and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool) and math.isfinite(value):
+                xs, ys = mine.setdefault(name, ([], []))
+                xs.append(row["step"])
+                ys.append(value)
+    return {tid: {name: [list(d[0]), _rs(d[1])] for name, xy in sorted(m.items())
+                  for d in [series.downsample(xy[0], xy[1], max(2, per_curve))]}
+            for tid, m in curves.items()}
 
 
 def _log_params(space: Mapping[str, Any]) -> list[str]:

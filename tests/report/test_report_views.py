@@ -45,3 +45,18 @@ def test_a_running_study_shows_finished_of_the_budget_and_an_eta(tmp_path):
     assert s["eta_s"] == 40.0 / 6 * (12 - 6)
     done = _payload(fill_store(tmp_path / "d.db", n=8))["summary"]
     assert done["target"] == 8 and done["eta_s"] is None          # a study that ended has no ETA
+
+
+def test_every_metric_of_each_trial_by_step_is_in_the_payload(tmp_path):
+    from hypersack.core.trial import TrialRecord, TrialState
+    path = fill_store(tmp_path / "m.db", n=2)
+    with Storage(path) as store:
+        sid = store.get_study("small").study_id
+        store.save_batch(sid, [TrialRecord(1, {"lr": 0.02, "opt": "b", "batch": 32}, seed=1,
+                                           state=TrialState.COMPLETE, attempts=1, last_step=4,
+                                           value=0.2)],
+                         [(1, 4, {"acc": 0.2, "loss": 1.5, "note": "text", "bad": float("nan")})])
+    metrics = _payload(path)["metrics"]
+    assert set(metrics) == {"0", "1"} and set(metrics["0"]) == {"acc"}
+    assert metrics["1"]["acc"] == [[1, 2, 3, 4], [0.033333, 0.066667, 0.1, 0.2]]
+    assert metrics["1"]["loss"] == [[4], [1.5]]            # text and NaN are not drawn
