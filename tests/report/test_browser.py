@@ -238,7 +238,7 @@ def test_charts_keep_titles_legends_and_toolbars_apart_and_name_what_they_show(b
         sec = page.page.locator(f"section[data-study='{study}']")
         for fig in sec.locator("figure[data-figure]").all():
             figures[(study, fig.get_attribute("data-figure"))] = fig.evaluate(_BOXES_JS)
-    assert len(figures) == 12
+    assert len(figures) == 14
     assert sum(1 for f in figures.values() if f["legend"] and f["xtitle"] and f["modebar"]) >= 4
     for key, f in figures.items():
         assert f["caption"], key                                  # every chart is titled
@@ -267,6 +267,16 @@ def test_charts_keep_titles_legends_and_toolbars_apart_and_name_what_they_show(b
     gpu.locator("select[data-filter='state']").select_option("failed")
     states = gpu.locator("table.trials tbody tr td:nth-child(2)").all_inner_texts()
     assert states and set(states) == {"failed"}
+    kinds = gpu.locator("[data-chart='slice']").evaluate(
+        "e => [e.layout.xaxis.type, e.layout.xaxis2.type, e.data.length]")
+    assert kinds == ["log", "category", 2]                 # lr on a log axis, opt by category
+    gpu.locator("table.trials tbody tr").first.click()     # a failed trial: its details
+    detail = gpu.locator("[data-view='trial']")
+    assert detail.locator("h3").inner_text().startswith("Trial 5 (failed)")
+    assert "ValueError: boom" in detail.locator("pre.failure").inner_text()
+    assert detail.locator("[data-view='stays'] tr").count() == 2        # a head and one stay
+    metric = detail.locator("[data-chart='trial-metrics']").evaluate("e => e.data.map(t => [t.name, t.x])")
+    assert metric == [["acc", [1, 2, 3]]]
     if os.environ.get("HYPERSACK_SCREENSHOTS"):
         page.page.screenshot(path=str(tmp_path / "views.png"), full_page=True)
     assert page.errors == []

@@ -257,7 +257,8 @@
     }));
     var cols = columns.map(column), body = el("tbody");
     for (var k = 0; k < limit; k++) {
-      var r = order[k], tr = el("tr");
+      var r = order[k], tr = el("tr", {"data-trial": String(t.id[r]), title: "click: this trial's details"});
+      tr.addEventListener("click", select(box, p, t.id[r]));
       columns.forEach(function (c, j) {
         var v = cols[j][r], td = el("td", {"class": c === "state" ? "state-" + v : params.indexOf(c) >= 0 ? "cfg" : ""});
         if (c === "error" && v) {
@@ -277,6 +278,42 @@
       more.addEventListener("click", function () { box.setAttribute("data-all", "1"); tableView(box, p); });
       box.appendChild(el("p", {"class": "note", text: "showing " + limit + " of " + n + " trials (sorted by " + sortKey + ") "}, [more]));
     }
+  }
+
+  function select(box, p, id) {
+    return function (ev) {
+      if (ev.target.closest("details")) { return; }        // opening a traceback is not a pick
+      box.setAttribute("data-selected", String(id));
+      trialView(box.parentNode.querySelector("[data-view='trial']"), p, id);
+    };
+  }
+
+  // One trial: every metric by step, its stays, its config and its failure.
+  function trialView(box, p, id) {
+    var t = p.table, r = t.id.indexOf(id), L = p.lanes;
+    if (!box || r < 0) { return; }
+    box.innerHTML = "";
+    box.appendChild(el("h3", {text: "Trial " + id + " (" + t.state[r] + "), " + p.metric + " " + fmt(t.value[r]) +
+      " at step " + fmt(t.step[r]) + ", " + t.attempts[r] + " attempt(s)"}));
+    var cfg = {};
+    Object.keys(t.params).forEach(function (k) { if (t.params[k][r] !== null) { cfg[k] = t.params[k][r]; } });
+    box.appendChild(el("div", {"class": "best-config", text: "config: " + JSON.stringify(cfg)}));
+    if (t.error[r]) { box.appendChild(el("pre", {"class": "failure", text: t.error[r] + (t.traceback[r] ? "\n" + t.traceback[r] : "")})); }
+    var rows = [el("tr", {}, ["attempt", "device", "from", "to", "outcome", "share", "pack"].map(function (h) { return el("th", {text: h}); }))];
+    for (var i = 0; i < L.trial.length; i++) {
+      if (L.trial[i] !== id) { continue; }
+      rows.push(el("tr", {}, [L.attempt[i], L.device[i], dur(L.start[i]), dur(L.end[i]), L.outcome[i], fmt(L.share[i]) + "%",
+        L.pack[i] === null ? "-" : L.pack[i]].map(function (v) { return el("td", {text: String(v)}); })));
+    }
+    box.appendChild(el("table", {"class": "compare", "data-view": "stays"}, rows));
+    var div = chart(box, "trial-metrics"), mine = (p.metrics || {})[String(id)], traces = [];
+    if (mine) {
+      Object.keys(mine).forEach(function (m) { traces.push({type: "scatter", mode: "lines+markers", name: m, x: mine[m][0], y: mine[m][1]}); });
+    } else {
+      p.curves.forEach(function (c) { if (c.id === id) { traces.push({type: "scatter", mode: "lines+markers", name: p.metric, x: c.x, y: c.y}); } });
+    }
+    draw(div, traces, layout("Trial " + id + ": " + (mine ? "every metric" : p.metric) + " by step (click a legend entry to hide a metric)",
+      {xaxis: {title: {text: "step"}}, yaxis: {title: {text: "value"}}}));
   }
 
   function stateFilter(box, p, want) {
@@ -305,6 +342,7 @@
     section.appendChild(el("h3", {text: "Trials"}));
     var tbl = el("div", {"data-view": "table"});
     section.appendChild(tbl);
+    section.appendChild(el("div", {"data-view": "trial"}));
     return {best: chart(g1, "best"), curves: chart(g1, "curves"), parallel: chart(g2, "parallel"),
       importance: chart(g2, "importance"), slice: chart(g3, "slice"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
       table: tbl, summary: section.querySelector("[data-view='summary']"), section: section};
@@ -316,6 +354,8 @@
     bestChart(views.best, p); curvesChart(views.curves, p); parallelChart(views.parallel, p);
     importanceChart(views.importance, p); sliceChart(views.slice, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
     tableView(views.table, p);
+    var picked = views.table.getAttribute("data-selected");
+    if (picked !== null) { trialView(views.section.querySelector("[data-view='trial']"), p, +picked); }
   }
 
   function compareSection(root, ps) {
