@@ -264,6 +264,9 @@ def test_charts_keep_titles_legends_and_toolbars_apart_and_name_what_they_show(b
         "e => [...new Set(e.data.flatMap(t => t.y))].sort()")
     assert rows == ["n0/gpu0", "n0/gpu1"]                          # one row per device
     assert "34 of 40" in gpu.locator(".card").first.inner_text()
+    cards = [c.lower() for c in cpu.locator(".card .k").all_inner_texts()]
+    assert "cpu slots" in cards and "mean occupancy" not in cards
+    assert "mean occupancy" in [c.lower() for c in gpu.locator(".card .k").all_inner_texts()]
     gpu.locator("select[data-filter='state']").select_option("failed")
     states = gpu.locator("table.trials tbody tr td:nth-child(2)").all_inner_texts()
     assert states and set(states) == {"failed"}

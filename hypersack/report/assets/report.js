@@ -81,6 +81,9 @@
     var cards = [["finished", progress(s)], ["states", counts || "-"], ["best " + p.metric + " (" + p.mode + ")", s.best ? fmt(s.best.value) : "-"],
       ["best trial", s.best ? s.best.trial_id : "-"], ["duration", dur(s.duration_s)], [deviceWords(p).many, s.devices],
       ["mean occupancy", s.mean_occupancy === null ? "-" : fmt(s.mean_occupancy) + "%"], ["status", p.status]];
+    if ((p.devices || {}).kind === "cpu" && !(p.devices || {}).measured) {     // 100% of a slot says nothing
+      cards = cards.filter(function (c) { return c[0] !== "mean occupancy"; });
+    }
     if (s.eta_s !== null && s.eta_s !== undefined) { cards.splice(1, 0, ["eta", "~" + dur(s.eta_s)]); }
     var full = s.best_complete;
     if (s.best && s.best.state !== "complete") {    // the best was stopped early: name the best trained to its end
@@ -376,7 +379,7 @@
         y: p.best.v.concat(p.best.v.length ? [p.best.v[p.best.v.length - 1]] : []), line: {shape: "hv"}};
     }), layout("Best " + ps[0].metric + " so far", {xaxis: {title: {text: "seconds since the first launch"}}}));
     draw(chart(g, "compare-occupancy"), [{type: "bar", x: ps.map(function (p) { return p.name; }), y: ps.map(function (p) { return p.summary.mean_occupancy; }), marker: {color: "#3182ce"}}],
-      layout("Mean GPU occupancy (%)", {yaxis: {rangemode: "tozero"}}));
+      layout("Mean occupancy of the devices (% allocated)", {yaxis: {rangemode: "tozero"}}));
   }
 
   function render(root, payloads) {
