@@ -195,7 +195,7 @@
       var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: [], hover: [], width: [], offset: []});
       var w = 0.84 / lanesOf[L.device[i]];
       g.base.push(L.start[i]); g.x.push(Math.max(L.end[i] - L.start[i], 1e-9)); g.y.push(L.device[i]);
-      g.width.push(w * 0.92); g.offset.push(-0.42 + L.lane[i] * w);
+      g.width.push(w * 0.92); g.offset.push(0.42 - (L.lane[i] + 1) * w + 0.04 * w);   // lane 0 on top
       g.text.push((L.pack[i] !== null ? "p" + L.pack[i] + ":" : "") + "t" + L.trial[i]);
       g.hover.push("trial " + L.trial[i] + " attempt " + L.attempt[i] + " · " + fmt(L.share[i]) + "% of the device · " + o +
         (L.pack[i] !== null ? " · pack " + L.pack[i] : "") + " · " + dur(L.start[i]) + " to " + dur(L.end[i]));
