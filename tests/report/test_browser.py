@@ -263,6 +263,9 @@ def test_charts_keep_titles_legends_and_toolbars_apart_and_name_what_they_show(b
     rows = gpu.locator("[data-chart='timeline']").evaluate(
         "e => [...new Set(e.data.flatMap(t => t.y))].sort()")
     assert rows == ["n0/gpu0", "n0/gpu1"]                          # one row per device
+    bands = gpu.locator("[data-chart='timeline']").evaluate(
+        "e => e.data.flatMap(t => t.offset.map((o, i) => [o, o + t.width[i]]))")
+    assert {(round(lo, 3), round(hi, 3)) for lo, hi in bands} == {(0.017, 0.403), (-0.403, -0.017)}
     assert "34 of 40" in gpu.locator(".card").first.inner_text()
     cards = [c.lower() for c in cpu.locator(".card .k").all_inner_texts()]
     assert "cpu slots" in cards and "mean occupancy" not in cards
