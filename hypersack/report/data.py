@@ -25,6 +25,10 @@ from hypersack.report import series
 __all__ = ["StudyData", "from_storage", "from_simulation", "payload"]
 
 _TRACEBACK_CHARS = 4000       # a traceback longer than this keeps its end (where the error is)
+IMPORTANCE_MIN_TRIALS = 10    # fewer trials with a value: a note, not an importance chart
+IMPORTANCE_ROUGH_TRIALS = 30  # fewer: the chart carries a caveat
+_FINISHED = ("complete", "pruned", "failed")
+METRICS_MAX_RESULTS = 20_000  # more results: the per-trial details draw the objective alone
 
 
 @dataclass
@@ -43,6 +47,9 @@ class StudyData:
     now: float | None = None
     source: str = "store"
     extra: dict[str, Any] = field(default_factory=dict)
+    space: dict[str, Any] = field(default_factory=dict)
+    target_trials: int | None = None
+    metrics: list[dict[str, Any]] | None = None
 
 
 def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData:
@@ -65,10 +72,13 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
     results = storage.load_metric(row.study_id, objective.metric)
+    every = storage.load_results(row.study_id) if len(results) <= METRICS_MAX_RESULTS else None
     from hypersack.runtime.devices.job_history import read_decisions
     return StudyData(name, status, objective, trials, results, stays,
                      storage.load_samples(row.study_id), now=now, source="store",
-                     extra={"decisions": read_decisions(storage.connection, name)})
+                     extra={"decisions": read_decisions(storage.connection, name)},
+                     space=dict(row.spec.get("space") or {}),
+                     target_trials=(row.spec.get("budget") or {}).get("trials"), metrics=every)
 
 
 def from_simulation(result: Any, store: Any) -> StudyData:
@@ -151,7 +161,6 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
     occ = series.occupancy(stays, now + origin)
     curves = series.learning_curves(((tid, step, v) for tid, step, _t, v in data.results),
                                     per_curve=per_curve, total=total_points)
-    scores, method = series.importance([t["config"] for t in valued], [t["value"] for t in valued])
     return {
         "name": data.name, "status": data.status, "metric": metric, "mode": mode,
         "source": data.source, "extra": data.extra, "now": _r(now),
@@ -163,9 +172,12 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "lanes": _lanes(bars, origin),
         "occupancy": {d: [_rs(ts, origin), _rs(vs)] for d, (ts, vs) in occ.items()},
         "utilization": _utilization(data.samples, origin),
-        "importance": {"method": method, "scores": {k: _r(v) for k, v in scores.items()}},
-        "parallel": _parallel(valued, metric),
+        "importance": _importance(valued),
+        "parallel": _parallel(valued, metric, _log_params(data.space)),
+        "devices": _devices(occ, data.samples),
+        "slices": _slices(valued, _log_params(data.space)),
         "table": _table(data.trials, origin),
+        "metrics": _metrics(data.metrics, per_curve),
     }
 
 
@@ -179,10 +191,21 @@ def _summary(data: StudyData, valued: list[dict], occ: Mapping, origin: float,
     full = max((t for t in valued if t["state"] == "complete"),
                key=lambda t: (sign * t["value"], -t["trial_id"]), default=None)
     mean = series.occupancy_mean(occ, 0.0 + origin, now + origin) if now > 0 else {}
+    finished = sum(counts.get(k, 0) for k in _FINISHED)
     return {"trials": len(data.trials), "counts": counts, "duration_s": _r(now),
+            "finished": finished, "target": data.target_trials,
+            "eta_s": _eta(finished, data.target_trials, now, data.status),
             "devices": len(occ), "stays": len(data.stays),
             "mean_occupancy": _r(sum(mean.values()) / len(mean)) if mean else None,
             "best": _best_card(best), "best_complete": _best_card(full)}
+
+
+def _eta(finished: int, target: int | None, elapsed: float, status: str) -> float | None:
+    """Seconds left at the pace so far (elapsed / finished per trial); None without a trial
+    budget, before the first trial ends, or once the study is no longer running."""
+    if status != "running" or not target or finished <= 0 or elapsed <= 0:
+        return None
+    return _r(max(0.0, elapsed / finished * (target - finished)))
 
 
 def _best_card(t: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -228,8 +251,71 @@ def _utilization(samples: list[dict[str, Any]], origin: float) -> dict[str, list
     return {d: [_rs(ts, origin), _rs(us)] for d, (ts, us) in by_device.items()}
 
 
-def _parallel(valued: list[dict], metric: str) -> list[dict[str, Any]]:
-    dims = series.parallel_coordinates([t["config"] for t in valued], [t["value"] for t in valued], metric)
+def _importance(valued: list[dict]) -> dict[str, Any]:
+    """The importance view: ``scores`` and ``method``, ``n`` (the trials with a value it is
+    computed from; parameters that never vary are left out) and ``note``: below ``IMPORTANCE_MIN_TRIALS`` no scores and a note saying
+    why; below ``IMPORTANCE_ROUGH_TRIALS`` scores with a caveat; else None."""
+    n = len(valued)
+    if n < IMPORTANCE_MIN_TRIALS:
+        return {"method": "none", "scores": {}, "n": n,
+                "note": f"Parameter importance needs at least {IMPORTANCE_MIN_TRIALS} trials with "
+                        f"a value; this study has {n}."}
+    configs = [t["config"] for t in valued]
+    varied = [k for k in configs[0] if len({repr(c.get(k)) for c in configs}) > 1]   # no constants
+    scores, method = series.importance([{k: c.get(k) for k in varied} for c in configs],
+                                       [t["value"] for t in valued])
+    note = (f"Estimated from only {n} trials: a rough guide, not a ranking."
+            if n < IMPORTANCE_ROUGH_TRIALS else None)
+    return {"method": method, "scores": {k: _r(v) for k, v in scores.items()}, "n": n, "note": note}
+
+
+def _slices(valued: list[dict], log: list[str]) -> dict[str, dict[str, Any]]:
+    out = series.slices([t["config"] for t in valued], [t["value"] for t in valued],
+                        [t["trial_id"] for t in valued], log)
+    for view in out.values():
+        view["v"] = _rs(view["v"])
+        if not view["categorical"]:
+            view["x"] = _rs(view["x"])
+    return out
+
+
+def _metrics(rows: list[dict[str, Any]] | None, per_curve: int) -> dict[str, Any] | None:
+    """Every reported metric of each trial by step, ``{trial id (text): {metric: [steps,
+    values]}}``, each curve down-sampled to ``per_curve`` points; None where the results were
+    too many to embed (the page then draws the objective alone)."""
+    if rows is None:
+        return None
+    curves: dict[str, dict[str, tuple[list, list]]] = {}
+    for row in rows:
+        mine = curves.setdefault(str(row["trial_id"]), {})
+        for name, value in row.items():
+            if name not in ("trial_id", "step") and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool) and math.isfinite(value):
+                xs, ys = mine.setdefault(name, ([], []))
+                xs.append(row["step"])
+                ys.append(value)
+    return {tid: {name: [list(d[0]), _rs(d[1])] for name, xy in sorted(m.items())
+                  for d in [series.downsample(xy[0], xy[1], max(2, per_curve))]}
+            for tid, m in curves.items()}
+
+
+def _log_params(space: Mapping[str, Any]) -> list[str]:
+    """The parameters the space samples log-uniformly (Float/Int with ``log: true``)."""
+    return sorted(k for k, v in space.items() if isinstance(v, Mapping) and v.get("log"))
+
+
+def _devices(occ: Mapping[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the devices are: ``kind`` "gpu", "cpu" (CPU slots, ids ``cpu<N>``) or "mixed";
+    ``measured``: whether any utilisation was sampled (NVML); ``lanes``: the devices in order."""
+    names = sorted(occ)
+    cpu = [d for d in names if d.rsplit("/", 1)[-1].startswith("cpu")]
+    kind = "gpu" if not cpu else "cpu" if len(cpu) == len(names) else "mixed"
+    return {"kind": kind, "measured": bool(samples), "names": names}
+
+
+def _parallel(valued: list[dict], metric: str, log: list[str]) -> list[dict[str, Any]]:
+    dims = series.parallel_coordinates([t["config"] for t in valued], [t["value"] for t in valued],
+                                       metric, log)
     for d in dims:
         d["values"] = _rs(d["values"])
     return dims

@@ -14,7 +14,7 @@ import numpy as np
 from hypersack.core.stays import Stay
 
 __all__ = ["best_so_far", "downsample", "learning_curves", "lanes", "occupancy", "occupancy_mean",
-           "importance", "parallel_coordinates", "LaneBar"]
+           "importance", "parallel_coordinates", "slices", "LaneBar"]
 
 
 def best_so_far(points: Iterable[tuple[float, float, int]], mode: str) -> list[tuple[float, float, int]]:
@@ -219,16 +219,57 @@ def _main_effect(x: np.ndarray, categorical: bool, y: np.ndarray) -> float:
 
 
 def parallel_coordinates(configs: Sequence[Mapping[str, Any]], values: Sequence[float],
-                         metric: str) -> list[dict[str, Any]]:
+                         metric: str, log: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Dimensions for a parallel-coordinates chart, objective first: ``{"label", "values"}``,
     plus ``"ticktext"``/``"tickvals"`` for a categorical parameter (its values as codes).
-    Only parameters every config has are drawn."""
+    Only parameters every config has and that take two or more values are drawn (a constant
+    is no axis). A parameter named in ``log`` (sampled log-uniformly) whose values are all
+    positive is drawn as log10 of its values, with ``"log": True`` and ticks at the decades
+    (and the ends) labelled with the real values: plotly's parcoords has no log axis."""
     dims: list[dict[str, Any]] = [{"label": metric, "values": [float(v) for v in values]}]
-    names = _common_keys(configs)
-    for name in names:
-        codes, labels = _encode([c[name] for c in configs])
+    logs = set(log)
+    for name in _common_keys(configs):
+        column = [c[name] for c in configs]
+        if len({repr(v) for v in column}) < 2:
+            continue
+        codes, labels = _encode(column)
         dim: dict[str, Any] = {"label": name, "values": codes}
         if labels is not None:
             dim["ticktext"], dim["tickvals"] = labels, list(range(len(labels)))
+        elif name in logs and min(codes) > 0:
+            dim.update(_log_dimension(name, codes))
         dims.append(dim)
     return dims
+
+
+def _log_dimension(name: str, xs: list[float]) -> dict[str, Any]:
+    """A log-sampled parameter's dimension: log10 values, ticks at the decades in range, or,
+    where fewer than 3 decades fall inside, at 5 log-even points from the least value to the
+    greatest; labelled with the real values (3 significant digits)."""
+    logs = [math.log10(x) for x in xs]
+    lo, hi = min(logs), max(logs)
+    ticks = [float(k) for k in range(math.ceil(lo), math.floor(hi) + 1)]
+    if len(ticks) < 3:
+        ticks = [lo + (hi - lo) * k / 4 for k in range(5)]
+    return {"label": f"{name} (log)", "values": logs, "log": True, "tickvals": ticks,
+            "ticktext": [f"{10 ** t:.3g}" for t in ticks]}
+
+
+def slices(configs: Sequence[Mapping[str, Any]], values: Sequence[float], ids: Sequence[int],
+           log: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+    """A slice plot's data: per parameter that takes two or more values, the trials that have
+    it as ``{"x", "v", "id"}`` (its values, the objective's, the trial ids), ``"log"`` (sampled
+    log-uniformly, all values positive: draw on a log axis) and ``"categorical"`` (not numbers:
+    ``x`` holds the values as text). Parameters in name order."""
+    logs = set(log)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({k for c in configs for k in c}):
+        rows = [(c[name], v, i) for c, v, i in zip(configs, values, ids) if name in c]
+        xs = [r[0] for r in rows]
+        if len({repr(x) for x in xs}) < 2:
+            continue
+        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs)
+        out[name] = {"x": [float(x) for x in xs] if numeric else [str(x) for x in xs],
+                     "v": [float(r[1]) for r in rows], "id": [r[2] for r in rows],
+                     "log": numeric and name in logs and min(xs) > 0, "categorical": not numeric}
+    return out

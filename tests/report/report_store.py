@@ -13,12 +13,16 @@ STATES = {StayOutcome.FINISHED: TrialState.COMPLETE, StayOutcome.PAUSED: TrialSt
           StayOutcome.PRUNED: TrialState.PRUNED, StayOutcome.FAILED: TrialState.FAILED}
 
 
-def fill_store(path, name="small", n=8, status="complete", open_last=False):
-    """``n`` trials on two GPUs (two at a time on each, half-device shares, packs of 2)."""
+def fill_store(path, name="small", n=8, status="complete", open_last=False, gpus=("gpu0", "gpu1"),
+               target=None):
+    """``n`` trials on two GPUs (two at a time on each, half-device shares, packs of 2); ``lr``
+    is sampled log-uniformly and ``batch`` is constant. ``gpus``: the device ids (``cpu0``..:
+    CPU slots, and then no utilisation samples); ``target``: the trial budget (default ``n``)."""
     import hypersack
-    spec = hypersack.Study(name=name, objective=("acc", "max"), n_trials=n, storage=path, space={
-        "lr": {"type": "float", "low": 0.001, "high": 1.0},
-        "opt": {"type": "categorical", "choices": ["a", "b"]}}).spec.to_dict()
+    spec = hypersack.Study(name=name, objective=("acc", "max"), n_trials=target or n, storage=path,
+                           space={"lr": {"type": "float", "low": 0.001, "high": 1.0, "log": True},
+                                  "opt": {"type": "categorical", "choices": ["a", "b"]},
+                                  "batch": 32}).spec.to_dict()
     with Storage(path) as store:
         row = store.create_study(name, spec)
         for i in range(n):
@@ -29,17 +33,18 @@ def fill_store(path, name="small", n=8, status="complete", open_last=False):
             if end is None:
                 state = TrialState.RUNNING
             value = None if state is TrialState.FAILED else 0.1 * i
-            record = TrialRecord(i, {"lr": 0.01 * (i + 1), "opt": "ab"[i % 2]}, seed=i, state=state,
+            record = TrialRecord(i, {"lr": 0.01 * (i + 1), "opt": "ab"[i % 2], "batch": 32}, seed=i, state=state,
                                  attempts=1, last_step=3, metrics={"acc": value or 0.0}, value=value,
                                  started_at=start, finished_at=end if state.finished else None,
                                  error="boom" if state is TrialState.FAILED else None,
                                  traceback="Traceback (most recent call last):\n  ValueError: boom"
                                  if state is TrialState.FAILED else None)
-            stay = Stay(i, 1, "n0", f"gpu{i % 2}", start, 50.0, pack=i // 4, end=end,
+            stay = Stay(i, 1, "n0", gpus[i % len(gpus)], start, 50.0, pack=i // 4, end=end,
                         outcome=None if end is None else outcome)
             results = [(i, s, {"acc": 0.1 * i * s / 3}) for s in (1, 2, 3)]
             store.save_batch(row.study_id, [record], results, stays=[stay])
-        store.save_samples(row.study_id, [("n0", "gpu0", Sample(T0 + k, 40.0 + k, 1.0, 2))
-                                          for k in range(5)])
+        if not gpus[0].startswith("cpu"):
+            store.save_samples(row.study_id, [("n0", "gpu0", Sample(T0 + k, 40.0 + k, 1.0, 2))
+                                              for k in range(5)])
         store.set_status(row.study_id, status)
     return path

@@ -184,6 +184,9 @@ def test_the_dashboard_follows_a_running_study_and_the_driver_never_sees_a_lock(
             "document.querySelector(\"[data-view='status']\").textContent.includes('(complete)')",
             timeout=30_000)                            # the page saw the study end
         charts = page.charts()
+        status = page.page.locator("[data-view='status']").inner_text()
+        notes = page.page.locator("[data-note]").evaluate_all(
+            "els => Object.fromEntries(els.map(e => [e.dataset.note, e.hidden ? '' : e.textContent]))")
         errors = list(page.errors)
     finally:
         stop.set()
@@ -194,5 +197,92 @@ def test_the_dashboard_follows_a_running_study_and_the_driver_never_sees_a_lock(
     assert not [r for r in caplog.records if "locked" in r.getMessage()]
     assert seen["errors"] == [] and seen["answers"] >= 5
     assert seen["running_curves"] > 0                 # running trials' curves were live
-    _assert_drawn(charts, VIEWS)
+    assert "4 of 4 finished" in status
+    # 4 trials on CPU slots: no importance (below 10 trials), no occupancy (nothing measured)
+    _assert_drawn(charts, ["best", "curves", "parallel", "timeline"])
+    assert "at least 10 trials" in notes["importance"] and "CPU slots" in notes["occupancy"]
     assert errors == []
+
+
+_BOXES_JS = """fig => { const box = s => { const e = fig.querySelector(s);
+    if (!e) { return null; } const r = e.getBoundingClientRect();
+    return r.width && r.height ? [r.left, r.top, r.right, r.bottom] : null; };
+  return {caption: box('figcaption'), chart: box('[data-chart]'), legend: box('.legend'),
+          xtitle: box('.xtitle'), ytitle: box('.ytitle'), modebar: box('.modebar'),
+          hidden: fig.querySelector('[data-chart]').style.display === 'none',
+          note: fig.querySelector('[data-note]').hidden ? '' : fig.querySelector('[data-note]').textContent}; }"""
+
+
+def _overlap(a, b) -> bool:
+    return bool(a and b) and a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_charts_keep_titles_legends_and_toolbars_apart_and_name_what_they_show(browser, tmp_path):
+    """Issue 31: captions above the toolbar, legends clear of axis titles; log axes, no constant
+    axes; importance only from 10 trials; CPU slots named, their occupancy not drawn; progress;
+    one timeline row per device; the table filtered by state."""
+    from hypersack.report.data import from_storage, payload
+    from hypersack.report.html import write_report
+    from report_store import fill_store
+    from hypersack.runtime.storage.sqlite import Storage
+    payloads = []
+    for name, n, gpus in (("gpus", 40, ("gpu0", "gpu1")), ("cpus", 6, ("cpu0", "cpu1"))):
+        path = fill_store(tmp_path / f"{name}.db", name=name, n=n, gpus=gpus)
+        with Storage(path, readonly=True) as store:
+            payloads.append(payload(from_storage(store, name)))
+    page = Page(browser)
+    page.page.goto(write_report(tmp_path / "views.html", payloads).as_uri())
+    page.page.wait_for_selector("section[data-study='cpus'] [data-chart='timeline'] .main-svg")
+    figures = {}
+    for study in ("gpus", "cpus"):
+        sec = page.page.locator(f"section[data-study='{study}']")
+        for fig in sec.locator("figure[data-figure]").all():
+            figures[(study, fig.get_attribute("data-figure"))] = fig.evaluate(_BOXES_JS)
+    assert len(figures) == 14
+    assert sum(1 for f in figures.values() if f["legend"] and f["xtitle"] and f["modebar"]) >= 4
+    for key, f in figures.items():
+        assert f["caption"], key                                  # every chart is titled
+        if f["hidden"]:
+            continue
+        assert f["caption"][3] <= f["chart"][1] + 1, key          # the title above the plot
+        assert not _overlap(f["legend"], f["xtitle"]) and not _overlap(f["legend"], f["ytitle"]), key
+        assert not _overlap(f["legend"], f["modebar"]), key
+    gpu = page.page.locator("section[data-study='gpus']")
+    cpu = page.page.locator("section[data-study='cpus']")
+    dims = gpu.locator("[data-chart='parallel']").evaluate("e => e.data[0].dimensions")
+    assert [d["label"] for d in dims] == ["acc", "lr (log)", "opt"]        # batch is constant
+    assert dims[1]["ticktext"][0] == "0.01" and dims[1]["tickvals"][0] == -2.0
+    assert not figures[("gpus", "importance")]["hidden"] and figures[("gpus", "importance")]["note"] == ""
+    assert figures[("cpus", "importance")]["hidden"]
+    assert "at least 10 trials" in figures[("cpus", "importance")]["note"]
+    assert figures[("cpus", "occupancy")]["hidden"] and "CPU slots" in figures[("cpus", "occupancy")]["note"]
+    assert not figures[("gpus", "occupancy")]["hidden"]
+    captions = [cpu.locator("[data-figure='timeline'] figcaption").inner_text(),
+                gpu.locator("[data-figure='timeline'] figcaption").inner_text()]
+    assert captions[0].startswith("CPU-slot timeline") and captions[1].startswith("GPU timeline")
+    rows = gpu.locator("[data-chart='timeline']").evaluate(
+        "e => [...new Set(e.data.flatMap(t => t.y))].sort()")
+    assert rows == ["n0/gpu0", "n0/gpu1"]                          # one row per device
+    bands = gpu.locator("[data-chart='timeline']").evaluate(
+        "e => e.data.flatMap(t => t.offset.map((o, i) => [o, o + t.width[i]]))")
+    assert {(round(lo, 3), round(hi, 3)) for lo, hi in bands} == {(0.017, 0.403), (-0.403, -0.017)}
+    assert "34 of 40" in gpu.locator(".card").first.inner_text()
+    cards = [c.lower() for c in cpu.locator(".card .k").all_inner_texts()]
+    assert "cpu slots" in cards and "mean occupancy" not in cards
+    assert "mean occupancy" in [c.lower() for c in gpu.locator(".card .k").all_inner_texts()]
+    gpu.locator("select[data-filter='state']").select_option("failed")
+    states = gpu.locator("table.trials tbody tr td:nth-child(2)").all_inner_texts()
+    assert states and set(states) == {"failed"}
+    kinds = gpu.locator("[data-chart='slice']").evaluate(
+        "e => [e.layout.xaxis.type, e.layout.xaxis2.type, e.data.length]")
+    assert kinds == ["log", "category", 2]                 # lr on a log axis, opt by category
+    gpu.locator("table.trials tbody tr").first.click()     # a failed trial: its details
+    detail = gpu.locator("[data-view='trial']")
+    assert detail.locator("h3").inner_text().startswith("Trial 5 (failed)")
+    assert "ValueError: boom" in detail.locator("pre.failure").inner_text()
+    assert detail.locator("[data-view='stays'] tr").count() == 2        # a head and one stay
+    metric = detail.locator("[data-chart='trial-metrics']").evaluate("e => e.data.map(t => [t.name, t.x])")
+    assert metric == [["acc", [1, 2, 3]]]
+    if os.environ.get("HYPERSACK_SCREENSHOTS"):
+        page.page.screenshot(path=str(tmp_path / "views.png"), full_page=True)
+    assert page.errors == []

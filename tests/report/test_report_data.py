@@ -35,8 +35,8 @@ def test_the_payload_holds_every_view(small_store):
     assert set(p["occupancy"]) == {"n0/gpu0", "n0/gpu1"}
     assert max(p["occupancy"]["n0/gpu0"][1]) == 100.0        # two half-device trials at once
     assert p["utilization"]["n0/gpu0"] == [[0.0, 1.0, 2.0, 3.0, 4.0], [40.0, 41.0, 42.0, 43.0, 44.0]]
-    assert set(p["importance"]["scores"]) == {"lr", "opt"}
-    assert [d["label"] for d in p["parallel"]] == ["acc", "lr", "opt"]
+    assert p["importance"]["scores"] == {} and "at least 10" in p["importance"]["note"]
+    assert [d["label"] for d in p["parallel"]] == ["acc", "lr (log)", "opt"]   # batch is constant
     failed = p["table"]["state"].index("failed")
     assert "ValueError: boom" in p["table"]["traceback"][failed]
     json.dumps(p, allow_nan=False)
@@ -196,7 +196,7 @@ def test_numbers_are_rounded_to_five_significant_digits_and_print_short():
 
 def test_the_table_has_a_column_per_parameter(small_store):
     table = _payload(small_store)["table"]
-    assert set(table["params"]) == {"lr", "opt"}
+    assert set(table["params"]) == {"lr", "opt", "batch"}
     assert table["params"]["lr"][:2] == [0.01, 0.02] and table["params"]["opt"][:2] == ["a", "b"]
 
 

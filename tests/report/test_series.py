@@ -135,3 +135,28 @@ def test_parallel_coordinates_codes_categories_and_puts_the_objective_first():
     assert dims[0] == {"label": "acc", "values": [0.5, 0.7]}
     assert dims[1] == {"label": "a", "values": [1.0, 2.0]}
     assert dims[2] == {"label": "c", "values": [1.0, 0.0], "ticktext": ["x", "y"], "tickvals": [0, 1]}
+
+
+def test_parallel_coordinates_drop_constants_and_draw_log_parameters_on_log10_axes():
+    configs = [{"lr": 1e-4, "wd": 1e-3, "k": 3, "opt": "x"}, {"lr": 1e-2, "wd": 1e-2, "k": 3, "opt": "x"},
+               {"lr": 1e-1, "wd": 5e-2, "k": 3, "opt": "y"}]
+    dims = series.parallel_coordinates(configs, [0.1, 0.2, 0.3], "acc", log=["lr"])
+    assert [d["label"] for d in dims] == ["acc", "lr (log)", "opt", "wd"]     # k never varies
+    lr = dims[1]
+    assert lr["log"] is True and lr["values"] == pytest.approx([-4.0, -2.0, -1.0])
+    assert lr["tickvals"] == [-4.0, -3.0, -2.0, -1.0]
+    assert lr["ticktext"] == ["0.0001", "0.001", "0.01", "0.1"]               # the real values
+    assert "log" not in dims[3] and dims[3]["values"] == [1e-3, 1e-2, 5e-2]   # not log-sampled
+    narrow = series.parallel_coordinates([{"lr": 2.0}, {"lr": 5.0}], [1.0, 2.0], "m", log=["lr"])[1]
+    assert narrow["tickvals"][0] == pytest.approx(0.30103) and len(narrow["tickvals"]) == 5
+    assert narrow["ticktext"] == ["2", "2.51", "3.16", "3.98", "5"]
+
+
+def test_slices_give_each_varying_parameter_against_the_objective():
+    configs = [{"lr": 0.1, "opt": "a", "k": 1}, {"lr": 0.01, "opt": "b", "k": 1}, {"lr": 1.0, "k": 1}]
+    out = series.slices(configs, [0.5, 0.7, 0.9], [3, 4, 5], log=["lr", "opt"])
+    assert list(out) == ["lr", "opt"]                                  # k never varies
+    assert out["lr"] == {"x": [0.1, 0.01, 1.0], "v": [0.5, 0.7, 0.9], "id": [3, 4, 5],
+                         "log": True, "categorical": False}
+    assert out["opt"] == {"x": ["a", "b"], "v": [0.5, 0.7], "id": [3, 4],
+                          "log": False, "categorical": True}          # only the trials that have it

@@ -31,9 +31,11 @@
     if (s >= 60) { return (s / 60).toFixed(1) + " min"; }
     return s.toFixed(1) + " s";
   }
+  // A chart's title is its figure's caption, above the plot (never under plotly's toolbar, which
+  // sits in the top margin); legends stand right of the plot, clear of both axis titles.
   function layout(title, extra) {
-    var base = {title: {text: title, font: {size: 14}}, margin: {l: 60, r: 20, t: 36, b: 44},
-      paper_bgcolor: "#fff", plot_bgcolor: "#fff", legend: {orientation: "h", y: -0.2}, hovermode: "closest"};
+    var base = {title: title, margin: {l: 64, r: 20, t: 30, b: 48}, paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+      legend: {orientation: "v", x: 1.02, xanchor: "left", y: 1, yanchor: "top"}, hovermode: "closest"};
     Object.keys(extra || {}).forEach(function (k) { base[k] = extra[k]; });
     return base;
   }
@@ -43,23 +45,46 @@
       lay.annotations = [{text: "nothing to draw yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: {size: 14, color: "#829ab1"}}];
       lay.xaxis = {visible: false}; lay.yaxis = {visible: false};
     }
+    var caption = div.parentNode && div.parentNode.querySelector("figcaption");
+    if (caption) { caption.textContent = lay.title || ""; }
+    delete lay.title;
+    div.style.display = "";
     if (div.getAttribute("data-drawn")) { Plotly.react(div, traces, lay, CONFIG); }
     else { Plotly.newPlot(div, traces, lay, CONFIG); div.setAttribute("data-drawn", "1"); }
     div.setAttribute("data-traces", String(traces.length));
   }
   function chart(box, key, tall) {
     var div = box.querySelector("[data-chart='" + key + "']");
-    if (!div) { div = el("div", {"class": "chart" + (tall ? " tall" : ""), "data-chart": key}); box.appendChild(div); }
+    if (!div) {
+      div = el("div", {"class": "chart" + (tall ? " tall" : ""), "data-chart": key});
+      box.appendChild(el("figure", {"class": "fig", "data-figure": key},
+        [el("figcaption", {}), el("p", {"class": "note", "data-note": key, hidden: "hidden"}), div]));
+    }
     return div;
+  }
+  // A note above a chart (a caveat), or in its place: ``hide`` puts the chart away (and its title).
+  function note(div, text, hide, title) {
+    var n = div.parentNode.querySelector("[data-note]");
+    n.textContent = text || "";
+    if (text) { n.removeAttribute("hidden"); } else { n.setAttribute("hidden", "hidden"); }
+    if (hide) {
+      div.style.display = "none";
+      div.parentNode.querySelector("figcaption").textContent = title || "";
+      div.setAttribute("data-traces", "0");
+    }
   }
 
   // ---- the views ------------------------------------------------------------------------------
 
   function summary(p) {
     var s = p.summary, counts = Object.keys(s.counts).map(function (k) { return s.counts[k] + " " + k; }).join(", ");
-    var cards = [["trials", s.trials], ["states", counts || "-"], ["best " + p.metric + " (" + p.mode + ")", s.best ? fmt(s.best.value) : "-"],
-      ["best trial", s.best ? s.best.trial_id : "-"], ["duration", dur(s.duration_s)], ["devices", s.devices],
+    var cards = [["finished", progress(s)], ["states", counts || "-"], ["best " + p.metric + " (" + p.mode + ")", s.best ? fmt(s.best.value) : "-"],
+      ["best trial", s.best ? s.best.trial_id : "-"], ["duration", dur(s.duration_s)], [deviceWords(p).many, s.devices],
       ["mean occupancy", s.mean_occupancy === null ? "-" : fmt(s.mean_occupancy) + "%"], ["status", p.status]];
+    if ((p.devices || {}).kind === "cpu" && !(p.devices || {}).measured) {     // 100% of a slot says nothing
+      cards = cards.filter(function (c) { return c[0] !== "mean occupancy"; });
+    }
+    if (s.eta_s !== null && s.eta_s !== undefined) { cards.splice(1, 0, ["eta", "~" + dur(s.eta_s)]); }
     var full = s.best_complete;
     if (s.best && s.best.state !== "complete") {    // the best was stopped early: name the best trained to its end
       cards.splice(4, 0, ["best complete", full ? fmt(full.value) + " (trial " + full.trial_id + ")" : "-"]);
@@ -73,6 +98,12 @@
       return el("div", {"class": "best-config", "data-view": "decision", text: d.kind + ": " + d.reason});
     });
     return el("div", {"data-view": "summary"}, [box, cfg].concat(decisions));
+  }
+
+  // "6 of 8" (of the trial budget), or "6 of 7 trials" without one; running trials are not finished.
+  function progress(s) {
+    var f = s.finished === undefined ? s.trials : s.finished;
+    return s.target ? f + " of " + s.target : f + " of " + s.trials + " trials";
   }
 
   function bestChart(div, p) {
@@ -121,61 +152,99 @@
       return o;
     });
     draw(div, [{type: "parcoords", dimensions: d, line: {color: dims[0].values, colorscale: "Viridis", reversescale: p.mode === "min", showscale: true}}],
-      layout("Parallel coordinates", {margin: {l: 60, r: 60, t: 60, b: 30}}));
+      layout("Parallel coordinates" + (dims.some(function (x) { return x.log; }) ? " (log-sampled parameters on log axes)" : ""),
+        {margin: {l: 70, r: 90, t: 50, b: 30}}));
   }
 
   function importanceChart(div, p) {
     var s = p.importance.scores, names = Object.keys(s).sort(function (a, b) { return s[a] - s[b]; });
+    if (!names.length) { note(div, p.importance.note || "No parameter importance yet.", true, "Parameter importance"); return; }
+    note(div, p.importance.note, false);
     draw(div, [{type: "bar", orientation: "h", x: names.map(function (n) { return s[n]; }), y: names, marker: {color: "#3182ce"}}],
-      layout("Parameter importance (" + p.importance.method + ")", {margin: {l: 120, r: 20, t: 36, b: 40}, xaxis: {range: [0, 1]}}));
+      layout("Parameter importance from " + p.importance.n + " trials (" + p.importance.method + ")",
+        {margin: {l: 120, r: 20, t: 30, b: 40}, xaxis: {range: [0, 1]}, showlegend: false}));
   }
 
+  // The objective against each parameter that varies, one small plot each (4 to a row).
+  function sliceChart(div, p) {
+    var sl = p.slices || {}, names = Object.keys(sl), shown = names.slice(0, 16), cols = Math.min(4, Math.max(1, shown.length));
+    var rows = Math.max(1, Math.ceil(shown.length / cols)), traces = [], extra = {grid: {rows: rows, columns: cols, pattern: "independent",
+      xgap: 0.12, ygap: 0.35}, showlegend: false, height: 60 + 240 * rows, margin: {l: 64, r: 20, t: 30, b: 50}};
+    note(div, names.length > shown.length ? "showing the first " + shown.length + " of " + names.length + " parameters" : "", false);
+    shown.forEach(function (name, k) {
+      var v = sl[name], ax = k ? String(k + 1) : "";
+      traces.push({type: scatterType(v.x.length), mode: "markers", x: v.x, y: v.v, xaxis: "x" + ax, yaxis: "y" + ax, name: name,
+        text: v.id.map(function (i) { return "trial " + i; }), marker: {size: 6, color: v.v, colorscale: "Viridis", reversescale: p.mode === "min", opacity: 0.8}});
+      extra["xaxis" + ax] = {title: {text: name + (v.log ? " (log)" : ""), standoff: 4}, type: v.log ? "log" : v.categorical ? "category" : "linear"};
+      extra["yaxis" + ax] = {title: {text: k % cols === 0 ? p.metric : ""}};
+    });
+    draw(div, traces, layout("Slice: " + p.metric + " against each parameter", extra));
+  }
+
+  function deviceWords(p) {
+    var k = (p.devices || {}).kind;
+    return k === "cpu" ? {one: "CPU slot", many: "CPU slots", title: "CPU-slot timeline"} : k === "mixed" ?
+      {one: "device", many: "devices", title: "Device timeline (GPUs and CPU slots)"} : {one: "GPU", many: "GPUs", title: "GPU timeline"};
+  }
+
+  // One row per device; co-located stays share the row, each on its own band (lane).
   function timelineChart(div, p) {
-    var L = p.lanes, rows = {}, byOutcome = {};
-    for (var i = 0; i < L.trial.length; i++) {
-      var row = L.device[i] + " #" + L.lane[i];
-      rows[row] = [L.device[i], L.lane[i]];
-      var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: [], hover: []});
-      g.base.push(L.start[i]); g.x.push(Math.max(L.end[i] - L.start[i], 1e-9)); g.y.push(row);
+    var L = p.lanes, lanesOf = {}, byOutcome = {}, i;
+    for (i = 0; i < L.trial.length; i++) { lanesOf[L.device[i]] = Math.max(lanesOf[L.device[i]] || 0, L.lane[i] + 1); }
+    for (i = 0; i < L.trial.length; i++) {
+      var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: [], hover: [], width: [], offset: []});
+      var w = 0.84 / lanesOf[L.device[i]];
+      g.base.push(L.start[i]); g.x.push(Math.max(L.end[i] - L.start[i], 1e-9)); g.y.push(L.device[i]);
+      g.width.push(w * 0.92); g.offset.push(0.42 - (L.lane[i] + 1) * w + 0.04 * w);   // lane 0 on top
       g.text.push((L.pack[i] !== null ? "p" + L.pack[i] + ":" : "") + "t" + L.trial[i]);
       g.hover.push("trial " + L.trial[i] + " attempt " + L.attempt[i] + " · " + fmt(L.share[i]) + "% of the device · " + o +
         (L.pack[i] !== null ? " · pack " + L.pack[i] : "") + " · " + dur(L.start[i]) + " to " + dur(L.end[i]));
     }
-    var names = Object.keys(rows).sort(function (a, b) {
-      return rows[a][0] < rows[b][0] ? -1 : rows[a][0] > rows[b][0] ? 1 : rows[b][1] - rows[a][1];
-    });
+    var names = Object.keys(lanesOf).sort(), most = 1;
+    names.forEach(function (d) { most = Math.max(most, lanesOf[d]); });
     var traces = Object.keys(byOutcome).map(function (o) {
       var g = byOutcome[o];
-      return {type: "bar", orientation: "h", name: o, x: g.x, base: g.base, y: g.y, text: L.trial.length <= 3000 ? g.text : null,
-        hovertext: g.hover, hoverinfo: "text", textposition: "inside", insidetextanchor: "middle", textfont: {size: 9, color: "#fff"},
-        constraintext: "both", marker: {color: OUTCOME_COLORS[o] || "#999", line: {width: 0.5, color: "#fff"}}};
+      return {type: "bar", orientation: "h", name: o, x: g.x, base: g.base, y: g.y, width: g.width, offset: g.offset,
+        text: L.trial.length <= 3000 ? g.text : null, hovertext: g.hover, hoverinfo: "text", textposition: "inside",
+        insidetextanchor: "middle", textfont: {size: 9, color: "#fff"}, constraintext: "both",
+        marker: {color: OUTCOME_COLORS[o] || "#999", line: {width: 0.5, color: "#fff"}}};
     });
-    var h = Math.max(300, Math.min(1400, 60 + 14 * names.length));
-    draw(div, traces, layout("GPU timeline: each trial's stays, one lane per co-located trial", {barmode: "overlay", height: h,
-      yaxis: {categoryorder: "array", categoryarray: names.slice().reverse(), automargin: true, tickfont: {size: 9}},
-      xaxis: {title: {text: "seconds since the first launch"}}, bargap: 0.15}));
+    var words = deviceWords(p), h = Math.max(300, Math.min(1400, 110 + names.length * Math.max(26, 9 * most)));
+    draw(div, traces, layout(words.title + ": each trial's stays, one row per " + words.one +
+      " (co-located trials side by side; drag to zoom in time, double-click to reset)", {barmode: "overlay", height: h,
+      yaxis: {categoryorder: "array", categoryarray: names.slice().reverse(), automargin: true, tickfont: {size: 10}, fixedrange: true},
+      xaxis: {title: {text: "seconds since the first launch"}}, dragmode: "zoom"}));
   }
 
   function occupancyChart(div, p) {
+    var dev = p.devices || {}, words = deviceWords(p);
+    if (dev.kind === "cpu" && !dev.measured) {
+      note(div, "Not drawn: the trials ran on CPU slots (one trial per slot at a time) and no GPU utilisation was measured.",
+        true, "Occupancy");
+      return;
+    }
+    note(div, dev.measured ? "" : "No utilisation was measured (no NVML): the lines are the compute allocated to trials, not the measured use.", false);
     var traces = [];
     Object.keys(p.occupancy).forEach(function (d) {
-      traces.push({type: "scatter", mode: "lines", name: d + " occupancy", x: p.occupancy[d][0], y: p.occupancy[d][1], line: {shape: "hv", width: 1.5}});
+      traces.push({type: "scatter", mode: "lines", name: d + " allocated", x: p.occupancy[d][0], y: p.occupancy[d][1], line: {shape: "hv", width: 1.5}});
     });
     Object.keys(p.utilization).forEach(function (d) {
-      traces.push({type: "scatter", mode: "lines", name: d + " utilisation (NVML)", x: p.utilization[d][0], y: p.utilization[d][1], line: {dash: "dot", width: 1.5}});
+      traces.push({type: "scatter", mode: "lines", name: d + " measured (NVML)", x: p.utilization[d][0], y: p.utilization[d][1], line: {dash: "dot", width: 1.5}});
     });
-    draw(div, traces, layout("Occupancy (allocated compute, %) and measured utilisation", {yaxis: {title: {text: "% of the device"}, rangemode: "tozero"},
+    draw(div, traces, layout("Allocated compute per " + words.one + " (%)" + (dev.measured ? " and measured utilisation" : ""),
+      {yaxis: {title: {text: "% of the " + words.one}, rangemode: "tozero"},
       xaxis: {title: {text: "seconds since the first launch"}}, showlegend: traces.length <= 16}));
   }
 
   var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "start", "running", "waiting"];
 
   function tableView(box, p) {
-    var t = p.table, n = t.id.length, order = [], sortKey = box.getAttribute("data-sort") || "id", desc = box.getAttribute("data-desc") === "1";
+    var t = p.table, order = [], want = box.getAttribute("data-state") || "", sortKey = box.getAttribute("data-sort") || "id", desc = box.getAttribute("data-desc") === "1";
     var params = Object.keys(t.params || {}), columns = TABLE_HEAD.concat(params, ["error"]);
     function column(c) { return t[c] !== undefined && params.indexOf(c) < 0 ? t[c] : t.params[c]; }
     var keys = column(sortKey) || t.id;
-    for (var i = 0; i < n; i++) { order.push(i); }
+    for (var i = 0; i < t.id.length; i++) { if (!want || t.state[i] === want) { order.push(i); } }
+    var n = order.length;
     order.sort(function (a, b) {
       var x = keys[a], y = keys[b];
       if (x === y) { return 0; } if (x === null) { return 1; } if (y === null) { return -1; }
@@ -191,7 +260,8 @@
     }));
     var cols = columns.map(column), body = el("tbody");
     for (var k = 0; k < limit; k++) {
-      var r = order[k], tr = el("tr");
+      var r = order[k], tr = el("tr", {"data-trial": String(t.id[r]), title: "click: this trial's details"});
+      tr.addEventListener("click", select(box, p, t.id[r]));
       columns.forEach(function (c, j) {
         var v = cols[j][r], td = el("td", {"class": c === "state" ? "state-" + v : params.indexOf(c) >= 0 ? "cfg" : ""});
         if (c === "error" && v) {
@@ -204,12 +274,59 @@
       body.appendChild(tr);
     }
     box.innerHTML = "";
+    box.appendChild(stateFilter(box, p, want));
     box.appendChild(el("div", {"class": "tablebox"}, [el("table", {"class": "trials"}, [el("thead", {}, [head]), body])]));
     if (limit < n) {
       var more = el("button", {text: "show all " + n + " trials"});
       more.addEventListener("click", function () { box.setAttribute("data-all", "1"); tableView(box, p); });
       box.appendChild(el("p", {"class": "note", text: "showing " + limit + " of " + n + " trials (sorted by " + sortKey + ") "}, [more]));
     }
+  }
+
+  function select(box, p, id) {
+    return function (ev) {
+      if (ev.target.closest("details")) { return; }        // opening a traceback is not a pick
+      box.setAttribute("data-selected", String(id));
+      trialView(box.parentNode.querySelector("[data-view='trial']"), p, id);
+    };
+  }
+
+  // One trial: every metric by step, its stays, its config and its failure.
+  function trialView(box, p, id) {
+    var t = p.table, r = t.id.indexOf(id), L = p.lanes;
+    if (!box || r < 0) { return; }
+    box.innerHTML = "";
+    box.appendChild(el("h3", {text: "Trial " + id + " (" + t.state[r] + "), " + p.metric + " " + fmt(t.value[r]) +
+      " at step " + fmt(t.step[r]) + ", " + t.attempts[r] + " attempt(s)"}));
+    var cfg = {};
+    Object.keys(t.params).forEach(function (k) { if (t.params[k][r] !== null) { cfg[k] = t.params[k][r]; } });
+    box.appendChild(el("div", {"class": "best-config", text: "config: " + JSON.stringify(cfg)}));
+    if (t.error[r]) { box.appendChild(el("pre", {"class": "failure", text: t.error[r] + (t.traceback[r] ? "\n" + t.traceback[r] : "")})); }
+    var rows = [el("tr", {}, ["attempt", "device", "from", "to", "outcome", "share", "pack"].map(function (h) { return el("th", {text: h}); }))];
+    for (var i = 0; i < L.trial.length; i++) {
+      if (L.trial[i] !== id) { continue; }
+      rows.push(el("tr", {}, [L.attempt[i], L.device[i], dur(L.start[i]), dur(L.end[i]), L.outcome[i], fmt(L.share[i]) + "%",
+        L.pack[i] === null ? "-" : L.pack[i]].map(function (v) { return el("td", {text: String(v)}); })));
+    }
+    box.appendChild(el("table", {"class": "compare", "data-view": "stays"}, rows));
+    var div = chart(box, "trial-metrics"), mine = (p.metrics || {})[String(id)], traces = [];
+    if (mine) {
+      Object.keys(mine).forEach(function (m) { traces.push({type: "scatter", mode: "lines+markers", name: m, x: mine[m][0], y: mine[m][1]}); });
+    } else {
+      p.curves.forEach(function (c) { if (c.id === id) { traces.push({type: "scatter", mode: "lines+markers", name: p.metric, x: c.x, y: c.y}); } });
+    }
+    draw(div, traces, layout("Trial " + id + ": " + (mine ? "every metric" : p.metric) + " by step (click a legend entry to hide a metric)",
+      {xaxis: {title: {text: "step"}}, yaxis: {title: {text: "value"}}}));
+  }
+
+  function stateFilter(box, p, want) {
+    var counts = {};
+    p.table.state.forEach(function (s) { counts[s] = (counts[s] || 0) + 1; });
+    var sel = el("select", {"data-filter": "state"}, [el("option", {value: "", text: "all states (" + p.table.state.length + ")"})]
+      .concat(Object.keys(counts).sort().map(function (s) { return el("option", {value: s, text: s + " (" + counts[s] + ")"}); })));
+    sel.value = want;
+    sel.addEventListener("change", function () { box.setAttribute("data-state", sel.value); tableView(box, p); });
+    return el("label", {"class": "note"}, [document.createTextNode("show "), sel]);
   }
 
   // ---- one study ------------------------------------------------------------------------------
@@ -221,13 +338,16 @@
     section.appendChild(summary(p));
     var g1 = el("div", {"class": "grid2"}), g2 = el("div", {"class": "grid2"});
     section.appendChild(g1); section.appendChild(g2);
+    var g3 = el("div");
+    section.appendChild(g3);
     var charts = el("div");
     section.appendChild(charts);
     section.appendChild(el("h3", {text: "Trials"}));
     var tbl = el("div", {"data-view": "table"});
     section.appendChild(tbl);
+    section.appendChild(el("div", {"data-view": "trial"}));
     return {best: chart(g1, "best"), curves: chart(g1, "curves"), parallel: chart(g2, "parallel"),
-      importance: chart(g2, "importance"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
+      importance: chart(g2, "importance"), slice: chart(g3, "slice"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
       table: tbl, summary: section.querySelector("[data-view='summary']"), section: section};
   }
 
@@ -235,8 +355,10 @@
     var fresh = summary(p);
     views.summary.replaceWith(fresh); views.summary = fresh;
     bestChart(views.best, p); curvesChart(views.curves, p); parallelChart(views.parallel, p);
-    importanceChart(views.importance, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
+    importanceChart(views.importance, p); sliceChart(views.slice, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
     tableView(views.table, p);
+    var picked = views.table.getAttribute("data-selected");
+    if (picked !== null) { trialView(views.section.querySelector("[data-view='trial']"), p, +picked); }
   }
 
   function compareSection(root, ps) {
@@ -257,7 +379,7 @@
         y: p.best.v.concat(p.best.v.length ? [p.best.v[p.best.v.length - 1]] : []), line: {shape: "hv"}};
     }), layout("Best " + ps[0].metric + " so far", {xaxis: {title: {text: "seconds since the first launch"}}}));
     draw(chart(g, "compare-occupancy"), [{type: "bar", x: ps.map(function (p) { return p.name; }), y: ps.map(function (p) { return p.summary.mean_occupancy; }), marker: {color: "#3182ce"}}],
-      layout("Mean GPU occupancy (%)", {yaxis: {rangemode: "tozero"}}));
+      layout("Mean occupancy of the devices (% allocated)", {yaxis: {rangemode: "tozero"}}));
   }
 
   function render(root, payloads) {
@@ -310,7 +432,9 @@
         return get("api/study?name=" + encodeURIComponent(current)).then(function (p) {
           if (!views) { views = studySection(sec, p); }
           drawStudy(views, p);
-          status.textContent = "study " + p.name + " (" + p.status + "), updated " + new Date().toLocaleTimeString();
+          var s = p.summary, eta = s.eta_s !== null && s.eta_s !== undefined ? ", ETA ~" + dur(s.eta_s) : "";
+          status.textContent = "study " + p.name + " (" + p.status + "): " + progress(s) + " finished" + eta +
+            ", updated " + new Date().toLocaleTimeString();
         });
       }).catch(function (e) { status.textContent = "cannot read the store: " + e.message; })
         .then(function () { busy = false; });
