@@ -77,14 +77,14 @@ upgrade-deps:
 	$(MAKE) --no-print-directory test
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/driver/overhead.py
 
 # Every GPU path and the headline figures (README "GPU check"); needs a CUDA build of torch.
 # GPU_FLAGS=--quick for the short run; results in $(GPU_OUT) and benchmarks/results/.
 GPU_OUT ?= gpu-check-results
 GPU_FLAGS ?=
 gpu-check: $(STAMP)
-	$(BIN)/python benchmarks/gpu_suite.py --out $(GPU_OUT) --save-results $(GPU_FLAGS)
+	$(BIN)/python benchmarks/gpu/gpu_suite.py --out $(GPU_OUT) --save-results $(GPU_FLAGS)
 
 clean:
 	rm -rf $(VENV) hypersack.db hypersack.db-wal hypersack.db-shm hypersack-runs digits-report.html

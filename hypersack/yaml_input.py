@@ -114,7 +114,7 @@ _PyLoader.add_implicit_resolver(_TAG + "float", _FLOAT_12, list("-+.0123456789")
 
 if yaml.__with_libyaml__:
     class _CLoader(yaml.CSafeLoader, _PlainConstructor):
-        """libyaml's parser and composer (3-12x faster, benchmarks/loader_limits.py) with the plain
+        """libyaml's parser and composer (3-12x faster, benchmarks/driver/loader_limits.py) with the plain
         constructor; its composer recurses in C, so ``_check_depth`` reads the events first."""
     _CLoader.add_implicit_resolver(_TAG + "float", _FLOAT_12, list("-+.0123456789"))
     _Loader: Any = _CLoader

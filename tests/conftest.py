@@ -35,13 +35,13 @@ def subprocess_env() -> dict[str, str]:
 
 @pytest.fixture
 def fake_mps(tmp_path, monkeypatch):
-    """The MPS tests' fake ``nvidia-cuda-mps-control`` first on PATH (benchmarks/fake_mps.py
+    """The MPS tests' fake ``nvidia-cuda-mps-control`` first on PATH (benchmarks/gpu/fake_mps.py
     has the program); returns a function giving its recorded calls."""
     import json
 
     from hypersack.runtime.devices import mps as mps_module
-    if str(TESTS_DIR.parent / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(TESTS_DIR.parent / "benchmarks"))
+    if str(TESTS_DIR.parent / "benchmarks" / "gpu") not in sys.path:
+        sys.path.insert(0, str(TESTS_DIR.parent / "benchmarks" / "gpu"))
     from fake_mps import install
 
     env = install(tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = sorted([*ROOT.glob("benchmarks/*.py"), *ROOT.glob("examples/**/*.py")])
+SCRIPTS = sorted([*ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("examples/**/*.py")])
 
 
 def hypersack_imports(path: Path) -> list[tuple[int, str, str]]:

@@ -15,7 +15,7 @@
 
 Every figure these produce is a model prediction (the profiles are invented in the shape of the
 paper's setup, the interference is not fitted): UNVALIDATED, printed as such by the simulator.
-Figures: ``python benchmarks/hay_scenarios.py`` (see benchmarks/RESULTS.md).
+Figures: ``python benchmarks/simulator/hay_scenarios.py`` (see benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def dp_scenario(small: int) -> dict:
                       "training_speed_ray_sharing": "down to 42.2% of Ray without sharing",
                       "training_slowdown_hay": "< 3% (one node), < 2% (two nodes)",
                       "small_task_speedup_hay_vs_ray": "1.18x on average, up to 1.43x"},
-        "notes": "Training slowdown and small trials' makespan per policy: python benchmarks/hay_scenarios.py",
+        "notes": "Training slowdown and small trials' makespan per policy: python benchmarks/simulator/hay_scenarios.py",
     }
 
 
@@ -94,7 +94,7 @@ def rasda_scenario() -> dict:
                  "restore_s": 2.0, "checkpoint_s": 0.5},
         "curves": {**CURVES, "lr_optimum": 0.01, "lr_width": 1.0},
         "compare": {"policies": POLICIES},
-        "notes": "GROW waits per policy: python benchmarks/hay_scenarios.py",
+        "notes": "GROW waits per policy: python benchmarks/simulator/hay_scenarios.py",
     }
 
 

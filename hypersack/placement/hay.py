@@ -6,7 +6,7 @@ among them the highest ``score = (w_frag x G_frag + w_entire x G_entire) / G_tot
 the earlier node. ``G_frag``: free fractional capacity of the node's *activated* GPUs, in GPUs
 (free compute / (r x C), summed); ``G_entire``: its *deactivated* GPUs (whole ones); ``G_total``:
 its GPUs. The paper gives no weights: the defaults come from a simulated sweep
-(benchmarks/hay_sweep.py, figures in benchmarks/RESULTS.md).
+(benchmarks/simulator/hay_scenarios.py --sweep, figures in benchmarks/RESULTS.md).
 
 GPU choice within the node. A *whole-GPU* request is a data-parallel job (``gpus`` > 1) or a job
 asking for at least a whole GPU (compute >= C); any other is *fractional*.

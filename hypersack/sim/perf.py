@@ -148,7 +148,7 @@ class ProfileTable:
 
 
 # Measured in benchmarks/RESULTS.md, "Fused training throughput (issue 4)":
-# `python benchmarks/fusion_throughput.py --models mlp,cnn`, project CPU VM (2 CPUs, no GPU),
+# `python benchmarks/fusion/fusion_throughput.py --models mlp,cnn`, project CPU VM (2 CPUs, no GPU),
 # 2026-11-21, one torch thread, batch 32, Adam. "alone": the loop's model-steps/s at N = 1 (one
 # model stepped alone); "fused": a pack of N members' model-steps/s.
 #   MLP: alone 1,821; fused N=1: 637, 4: 2,165, 8: 4,202, 16: 6,002, 32: 6,829, 64: 5,390

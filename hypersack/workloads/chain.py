@@ -3,7 +3,7 @@
 ``synthetic_chain`` (built-in name; ``hypersack.workloads.chain``) reports ``steps`` steps; the state after step s is
 ``next_state(state after s-1, config, s)`` and its metrics come from that state alone, so a
 run's stored values can be checked exactly against ``chain_values`` — the values an
-uninterrupted run computes. The fault tests and ``benchmarks/fault_injection.py`` kill drivers
+uninterrupted run computes. The fault tests and ``benchmarks/driver/fault_injection.py`` kill drivers
 and workers under it and compare. Config: ``lr`` (float > 0), ``steps`` (int, default 10),
 ``sleep_s`` (seconds of "work" per step, default 0), ``checkpoint_every`` (default 1: a
 checkpoint rides with every report; k > 1: every k-th report carries one, so a restart

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_suite.py without a GPU: plans and hard limits, failure reasons, the JSON and
+"""benchmarks/gpu/gpu_suite.py without a GPU: plans and hard limits, failure reasons, the JSON and
 the table, the MPS parts against the fake ``nvidia-cuda-mps-control`` of tests/runtime/test_mps.py,
 and (slow) whole checks on the CPU with FakeNvml and tiny shapes."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 import gpu_checks_device  # noqa: E402
 import gpu_checks_fusion  # noqa: E402

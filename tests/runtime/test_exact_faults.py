@@ -124,7 +124,7 @@ def _assert_exact(db: Path) -> None:
 
 @pytest.mark.slow
 def test_random_driver_and_worker_kills_leave_exact_results(tmp_path):
-    spec = importlib.util.spec_from_file_location("fault_injection", ROOT / "benchmarks" / "fault_injection.py")
+    spec = importlib.util.spec_from_file_location("fault_injection", ROOT / "benchmarks" / "driver" / "fault_injection.py")
     faults = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = faults           # dataclasses look their module up while defined
     spec.loader.exec_module(faults)
@@ -142,7 +142,7 @@ def test_random_driver_and_worker_kills_leave_exact_results(tmp_path):
 @pytest.mark.parametrize("durability", ["power", "process"])
 def test_driver_kills_lose_no_acknowledged_step_in_either_durability_with_pipelined_reports(
         tmp_path, durability):
-    spec = importlib.util.spec_from_file_location("fault_injection", ROOT / "benchmarks" / "fault_injection.py")
+    spec = importlib.util.spec_from_file_location("fault_injection", ROOT / "benchmarks" / "driver" / "fault_injection.py")
     faults = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = faults
     spec.loader.exec_module(faults)

@@ -23,8 +23,8 @@ from hypersack.runtime.devices.mps import MpsDaemon, MpsUnavailableWarning
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MPS is Linux-only")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from fake_mps import FAKE  # noqa: E402, F401  (the program: benchmarks/fake_mps.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"))
+from fake_mps import FAKE  # noqa: E402, F401  (the program: benchmarks/gpu/fake_mps.py)
 
 
 def wait_until(predicate, timeout: float = 10.0) -> bool:
