@@ -3,6 +3,7 @@
     hypersack simulate examples/sim/sp1_4xa100.yaml                # wfd against exclusive
     hypersack simulate examples/sim/sp1_4xa100.yaml --compare      # exclusive, ff, ffd, wf, wfd
     hypersack simulate examples/sim/rasda_cv_64xa100.yaml --compare   # ASHA against RASDA
+    hypersack simulate examples/sim/hermes_bins.yaml --compare     # FIFO, RR, SLAQ, Hermes
     hypersack simulate SCENARIO --timeline run.csv                 # + run.png when matplotlib is there
     hypersack simulate examples/sim/pack_hyperband_mlp3.yaml --compare --execution separate
     hypersack simulate SCENARIO --report run.html                  # the HTML report of the run
@@ -17,7 +18,7 @@ from typing import Any
 
 from hypersack.errors import HyperSackError
 from hypersack.sim.compare import (BASELINE, algorithm_rows, compare_algorithms, compare_policies,
-                                   policy_rows)
+                                   compare_time_sharing, policy_rows, time_sharing_rows)
 from hypersack.sim.run import SimResult, simulate
 from hypersack.sim.scenario import Scenario, load_scenario
 from hypersack.sim.timeline import write_csv, write_gantt
@@ -39,7 +40,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="run the study's trials separately or in fused packs (default: the scenario's)")
     p.add_argument("--report", metavar="FILE", nargs="?", const="", default=None,
                    help="write the run's HTML report (default FILE: SCENARIO-POLICY.html); with "
-                        "--compare, one report comparing the first and the last policy")
+                        "--compare, one report of the compared runs: the first and the last "
+                        "placement policy, every algorithm, every time-sharing policy")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=main)
     return p
@@ -82,9 +84,10 @@ def _single(scenario: Scenario, policy: str | None, timeline: str | None) -> dic
 
 
 def _compare(scenario: Scenario, policy: str | None) -> dict[str, Any]:
-    if not scenario.compare_policies and not scenario.compare_algorithms:
+    if not (scenario.compare_policies or scenario.compare_algorithms
+            or scenario.compare_time_sharing):
         raise HyperSackError(f"The scenario {scenario.name!r} has no compare section "
-                             "(compare.policies or compare.algorithms)")
+                             "(compare.policies, compare.algorithms or compare.time_sharing)")
     out: dict[str, Any] = {"scenario": scenario.name}
     last: SimResult | None = None
     if scenario.compare_policies:
@@ -95,6 +98,10 @@ def _compare(scenario: Scenario, policy: str | None) -> dict[str, Any]:
         runs = compare_algorithms(scenario, scenario.compare_algorithms, policy)
         out["algorithms"] = algorithm_rows(runs, scenario.reference)
         last = runs[-1][1]
+    if scenario.compare_time_sharing:
+        shared = compare_time_sharing(scenario, scenario.compare_time_sharing, policy)
+        out["time_sharing"] = time_sharing_rows(shared, scenario.reference)
+        last = shared[-1][1]
     out.update(_labels(scenario, last))
     return out
 
@@ -128,22 +135,39 @@ def _write_timeline(result: SimResult, path: Path) -> dict[str, Any]:
 
 def _write_report(scenario: Scenario, policy: str | None, compare: bool, path: str) -> str:
     """The HTML report of one run (the scenario's policy, or ``policy``), or with ``compare`` of
-    the first and last of its policies side by side (e.g. exclusive vs wfd). Runs the
-    simulation again keeping every result (the figures above keep none)."""
+    every compared run side by side (``_report_runs``). Runs the simulations again keeping
+    every result (the figures above keep none)."""
     from hypersack.report.data import from_simulation, payload
     from hypersack.report.html import plotly_js, write_report
     plotly_js()                        # a missing extra fails before the simulations
-    policies = [policy or scenario.policy]
-    if compare and len(scenario.compare_policies) > 1:
-        policies = [scenario.compare_policies[0], scenario.compare_policies[-1]]
+    runs = _report_runs(scenario, policy, compare)
     payloads = []
-    for p in policies:
-        result = simulate(scenario, p, keep_log=False, keep_results=True)
+    for label, variant, p in runs:
+        result = simulate(variant, p, keep_log=False, keep_results=True)
         data = from_simulation(result, result.store)
-        data.name = f"{scenario.name} ({result.policy})"
+        data.name = f"{scenario.name} ({label or result.policy})"
         payloads.append(payload(data))
-    default = f"{scenario.name}-{'-vs-'.join(str(p) for p in policies)}.html"
+    names = [label or str(p or scenario.policy) for label, _, p in runs]
+    default = f"{scenario.name}-{'-vs-'.join(names)}.html".replace(" ", "_")
     return str(write_report(path or default, payloads))
+
+
+def _report_runs(scenario: Scenario, policy: str | None,
+                 compare: bool) -> list[tuple[str | None, Scenario, str | None]]:
+    """(label, scenario, placement policy) of each run a report shows: the one run; with
+    ``compare``, the first and the last compared placement policy (e.g. exclusive vs wfd), then
+    every compared algorithm and every compared time-sharing policy (labelled by name)."""
+    if not compare:
+        return [(None, scenario, policy or scenario.policy)]
+    runs: list[tuple[str | None, Scenario, str | None]] = []
+    if len(scenario.compare_policies) > 1:
+        runs += [(None, scenario, p) for p in (scenario.compare_policies[0],
+                                               scenario.compare_policies[-1])]
+    runs += [(label, scenario.with_algorithm(spec), policy)
+             for label, spec in scenario.compare_algorithms.items()]
+    runs += [(f"time sharing {p}", scenario.with_time_sharing(p), policy)
+             for p in scenario.compare_time_sharing]
+    return runs or [(None, scenario, policy or scenario.policy)]
 
 
 # ---- printing -------------------------------------------------------------------------------
@@ -162,6 +186,11 @@ def _print(out: dict[str, Any]) -> None:
                [[r["algorithm"], _dur(r["makespan_s"]), _x(r["speedup"]), _dur(r["paper_runtime_s"]),
                  _num(r["best_value"]), _dur(r["time_to_best_s"]), str(r["trials"])]
                 for r in out["algorithms"]])
+    if "time_sharing" in out:
+        _table(["time sharing", "runtime", "speedup", "best value", "time to best", "trials"],
+               [[r["time_sharing"], _dur(r["makespan_s"]), _x(r["speedup"]),
+                 _num(r["best_value"]), _dur(r["time_to_best_s"]), str(r["trials"])]
+                for r in out["time_sharing"]])
     _print_labels(out)
     if out.get("report"):
         print(f"  report              {out['report']}")

@@ -1,5 +1,6 @@
 """Comparisons shaped like the papers' results: placement policies against the exclusive baseline
-(HyperSack Figs. 10-16) and algorithms against each other (RASDA Table 2: ASHA vs RASDA)."""
+(HyperSack Figs. 10-16), algorithms against each other (RASDA Table 2: ASHA vs RASDA) and
+time-sharing policies against the first listed (Hermes Fig. 9: FIFO, RR, SLAQ, Hermes)."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -7,7 +8,8 @@ from typing import Any, Mapping, Sequence
 from hypersack.sim.run import SimResult, simulate
 from hypersack.sim.scenario import Scenario
 
-__all__ = ["compare_policies", "compare_algorithms", "policy_rows", "algorithm_rows"]
+__all__ = ["compare_policies", "compare_algorithms", "compare_time_sharing", "policy_rows",
+           "algorithm_rows", "time_sharing_rows"]
 
 BASELINE = "exclusive"
 
@@ -23,6 +25,22 @@ def compare_algorithms(scenario: Scenario, algorithms: Mapping[str, Mapping[str,
     """One run per labelled algorithm spec, all with the same placement ``policy``."""
     return [(label, simulate(scenario.with_algorithm(spec), policy, keep_log=False))
             for label, spec in algorithms.items()]
+
+
+def compare_time_sharing(scenario: Scenario, policies: Sequence[str],
+                         placement: str | None = None) -> list[tuple[str, SimResult]]:
+    """One run per time-sharing policy (``Scenario.with_time_sharing``), all with the same
+    placement ``placement``."""
+    return [(p, simulate(scenario.with_time_sharing(p), placement, keep_log=False))
+            for p in policies]
+
+
+def time_sharing_rows(results: Sequence[tuple[str, SimResult]],
+                      reference: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Makespan, speedup against the first policy, best value, time to best (the table of
+    ``algorithm_rows``, labelled by time-sharing policy)."""
+    return [{"time_sharing": row.pop("algorithm"), **row}
+            for row in algorithm_rows(results, reference)]
 
 
 def policy_rows(results: Sequence[SimResult], reference: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ Schema (every error is a ConfigError naming the dotted field)::
     compare:                         # what `hypersack simulate --compare` runs
       policies: [exclusive, ff, ffd, wf, wfd]
       algorithms: {ASHA: {type: asha, ...}, RASDA: {type: rasda, ...}}
+      time_sharing: [fifo, rr, slaq, hermes]   # time-sharing policies (the first: the baseline)
     reference: {source: "...", ...}  # the paper's figures, printed beside ours (free form)
     notes: free text printed with the results
 """
@@ -55,7 +56,7 @@ _STUDY = {"space", "objective", "algorithm", "budget", "max_steps", "max_retries
           "pack", "trial_timeout_s", "time_sharing"}
 _WORKLOAD = {"model_key", "model", "batch_size_key", "batch_size", "profiles", "source", "validated",
              "architecture_keys"}
-_COMPARE = {"policies", "algorithms"}
+_COMPARE = {"policies", "algorithms", "time_sharing"}
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Scenario:
     changes: list[DeviceChange]
     compare_policies: list[str]
     compare_algorithms: dict[str, dict[str, Any]]
+    compare_time_sharing: list[str]
     profiles_source: str
     profiles_validated: bool
     reference: dict[str, Any] = field(default_factory=dict)
@@ -83,6 +85,18 @@ class Scenario:
         """A copy whose study uses ``algorithm`` (validated like the scenario's own)."""
         raw = dict(self.raw)
         raw["study"] = {**raw["study"], "algorithm": dict(algorithm)}
+        return scenario_from_dict(raw, self.base_dir)
+
+    def with_time_sharing(self, policy: str) -> "Scenario":
+        """A copy whose devices are time-shared under ``policy``: the scenario's own options
+        when it already uses that policy, else the policy's defaults (``max_jobs_per_device``
+        kept), as the Hermes paper runs its baselines."""
+        raw = dict(self.raw)
+        options = dict(raw["study"].get("time_sharing") or {})
+        if options.get("policy") != policy:
+            options = {"policy": policy, **({"max_jobs_per_device": options["max_jobs_per_device"]}
+                                            if "max_jobs_per_device" in options else {})}
+        raw["study"] = {**raw["study"], "time_sharing": options}
         return scenario_from_dict(raw, self.base_dir)
 
     def with_execution(self, execution: str) -> "Scenario":
@@ -131,11 +145,13 @@ def scenario_from_dict(d: Any, base_dir: Path = Path(".")) -> Scenario:
         raise ConfigError("compare.algorithms", algorithms, "must map a label to an algorithm {type: ...}")
     for label, spec in algorithms.items():
         _prefixed(f"compare.algorithms.{label}", lambda: _build_algorithm(study, spec))
+    sharing = _time_sharing_policies(compare.get("time_sharing"))
     scenario = Scenario(
         name=str(d["name"]), description=str(d.get("description", "")), seed=seed, cluster=cluster,
         policy=policy, study=study, max_retries=max_retries, perf=perf, curves=curves,
         changes=changes, compare_policies=policies,
         compare_algorithms={str(k): dict(v) for k, v in algorithms.items()},
+        compare_time_sharing=sharing,
         profiles_source=str(d["workload"].get("source", "not stated")),
         profiles_validated=bool(d["workload"].get("validated", False)),
         reference=dict(d.get("reference") or {}), notes=str(d.get("notes", "")), raw=dict(d),
@@ -290,3 +306,18 @@ def _prefixed(prefix: str, build: Any, already: str | None = None) -> Any:
         if already and exc.field.startswith(already):
             raise
         raise ConfigError(f"{prefix}.{exc.field}", exc.value, exc.problem) from None
+
+
+def _time_sharing_policies(value: Any) -> list[str]:
+    """``compare.time_sharing``: a list of distinct time-sharing policies (``core.timesharing``)."""
+    from hypersack.core.timesharing import POLICIES
+    if value is None:
+        return []
+    if not isinstance(value, list) or not value:
+        raise ConfigError("compare.time_sharing", value,
+                          f"must be a list of time-sharing policies ({', '.join(POLICIES)})")
+    for i, policy in enumerate(value):
+        if policy not in POLICIES or value.index(policy) != i:
+            raise ConfigError(f"compare.time_sharing[{i}]", policy,
+                              f"must be one of {', '.join(POLICIES)}, each listed once")
+    return [str(p) for p in value]
