@@ -1,11 +1,16 @@
 """Study files: YAML read with limits and line numbers, so every error names the file, line and field.
 
-``load_study_file(path)`` returns the validated study declaration as a dict (StudySpec.from_dict
-accepts it), or raises ConfigError with ``location = "path:line"``. The file is read by
+``load_study(path)`` reads, parses and checks a study file once and returns a ``LoadedStudy``: the
+``StudySpec`` (its ``source_dir`` the file's folder), the algorithm built from it, the declared
+``storage`` and the raw mapping; ``Study.from_yaml`` (so ``hypersack run FILE``) uses it, so
+the spec is parsed and the algorithm built once per file. ``load_study_file(path)`` returns just
+the validated declaration as a dict (StudySpec.from_dict accepts it). Both raise ConfigError with
+``location = "path:line"``. The file is read by
 ``hypersack.yaml_input`` (size, bytes, nesting, alias and tag limits).
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +21,7 @@ from hypersack.core.spec import StudySpec
 from hypersack.errors import ConfigError
 from hypersack.yaml_input import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, parse_yaml, read_yaml_text
 
-__all__ = ["load_study_file", "load_yaml_mapping", "parse_yaml", "MAX_FILE_BYTES", "MAX_DEPTH",
+__all__ = ["LoadedStudy", "load_study", "load_study_file", "load_yaml_mapping", "parse_yaml", "MAX_FILE_BYTES", "MAX_DEPTH",
            "MAX_NODES"]
 
 
@@ -59,17 +64,38 @@ def load_yaml_mapping(path: str | Path, what: str, shape: str) -> tuple[dict[str
     return data, lines
 
 
-def load_study_file(path: str | Path) -> dict[str, Any]:
-    """The study declaration in ``path``, checked as ``run`` would before storing anything: the
+@dataclasses.dataclass(frozen=True)
+class LoadedStudy:
+    """A study file read once: ``spec`` (``source_dir``: ``folder``), ``algorithm`` (built from
+    ``spec``, to be used by the first run instead of building it again), ``storage`` (the
+    file's ``storage`` field or None), ``data`` (the mapping as read) and ``folder`` (the
+    file's folder, absolute)."""
+    spec: StudySpec
+    algorithm: Any
+    storage: str | None
+    data: dict[str, Any]
+    folder: Path
+
+
+def load_study(path: str | Path) -> LoadedStudy:
+    """The study declared in ``path``, checked as ``run`` would before storing anything: the
     spec, and the algorithm built from it (so a bad option, or a grid too large to list, names
-    its line too)."""
+    its line too). The spec is parsed once and the algorithm built once."""
     data, lines = load_yaml_mapping(path, "study file", "a mapping of fields")
     try:
         spec = StudySpec.from_dict(data)
-        make_algorithm(spec.algorithm, spec.space, spec.objective, spec.seed)
+        algorithm = make_algorithm(spec.algorithm, spec.space, spec.objective, spec.seed)
     except ConfigError as exc:
         line = _line_of(exc.field.removeprefix("config."), lines)
         exc.location = f"{path}:{line}" if line else str(path)
         exc.args = (f"{exc.location}: {exc.args[0]}",)
         raise
-    return data
+    folder = Path(path).parent.resolve()
+    # The file's folder replaces any source_dir it declares (checked above, as before).
+    spec = dataclasses.replace(spec, source_dir=str(folder))
+    return LoadedStudy(spec, algorithm, data.get("storage"), data, folder)
+
+
+def load_study_file(path: str | Path) -> dict[str, Any]:
+    """The study declaration in ``path`` as a dict, checked as ``load_study`` checks it."""
+    return load_study(path).data

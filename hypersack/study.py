@@ -185,8 +185,11 @@ class Study:
             keep_checkpoints_num=keep_checkpoints_num)
         self.storage_path = Path(storage)
         self._trainable = trainable
+        # The algorithm built from a spec and not used yet (the first run, ask... takes it).
+        self._built: tuple[StudySpec, Any] | None = None
         if self._algorithm_instance is None:       # a bad name or option fails here, not at run()
-            make_algorithm(self.spec.algorithm, self.spec.space, self.spec.objective, seed)
+            self._built = (self.spec, make_algorithm(self.spec.algorithm, self.spec.space,
+                                                     self.spec.objective, seed))
         self._callbacks = resolve_callbacks(callbacks)
         self._pending_attrs: dict[str, Any] = {}     # set_attr before the study is stored
         self._shared = check_shared(shared) if shared is not None else None
@@ -198,18 +201,19 @@ class Study:
         study.spec, study.storage_path = spec, Path(storage)
         study._trainable, study._algorithm_instance = spec.trainable, None
         study._callbacks, study._pending_attrs, study._shared = [], {}, None
+        study._built = None
         return study
 
     @classmethod
     def from_yaml(cls, path: str | Path, storage: str | Path | None = None) -> "Study":
         """The study declared in the YAML file ``path``; its folder is stored with the study, so
         ``resume`` from another folder still finds a ``module:function`` beside the file."""
-        from hypersack.config import load_study_file
-        data = load_study_file(path)
-        folder = Path(path).parent.resolve()
-        extend_sys_path(folder, os.getcwd())
-        return cls.from_spec({**data, "source_dir": str(folder)},
-                             storage or data.get("storage") or DEFAULT_STORAGE)
+        from hypersack.config import load_study
+        loaded = load_study(path)          # parsed, and its algorithm built, once
+        extend_sys_path(loaded.folder, os.getcwd())
+        study = cls.from_spec(loaded.spec, storage or loaded.storage or DEFAULT_STORAGE)
+        study._built = (loaded.spec, loaded.algorithm)
+        return study
 
     @classmethod
     def load(cls, name: str, storage: str | Path = DEFAULT_STORAGE) -> "Study":
@@ -305,9 +309,15 @@ class Study:
         return ref, plan, self._algorithm()
 
     def _algorithm(self) -> Any:
-        """The study's algorithm, running the enqueued configs first."""
-        algorithm = make_algorithm(self._algorithm_instance or self.spec.algorithm,
-                                   self.spec.space, self.spec.objective, self.spec.seed)
+        """The study's algorithm, running the enqueued configs first: the one built when the
+        study was made (a bad option fails there), the first time and while the spec is the
+        same object; else built anew (an algorithm holds state, so each use gets its own)."""
+        built, self._built = self._built, None
+        if built is not None and built[0] is self.spec and self._algorithm_instance is None:
+            algorithm = built[1]
+        else:
+            algorithm = make_algorithm(self._algorithm_instance or self.spec.algorithm,
+                                       self.spec.space, self.spec.objective, self.spec.seed)
         return Enqueued(algorithm, self.spec.enqueue) if self.spec.enqueue else algorithm
 
     def _run(self, store: Storage, prepared: tuple[TrainableRef, Any, Any], *, resume: bool,
