@@ -63,7 +63,8 @@ def run_study(execution: str, trials: int, epochs: int, hidden: int,
             study.run("digits_mlp", progress=False)
             wall = time.perf_counter() - start
             status, best = study.status(), study.best_trial()
-            logs = list((Path(tmp) / "hypersack-runs" / study.name / "packs").glob("*.log"))
+            # the run folder is hypersack-runs/<name>-<id>/ (hypersack.runtime.storage.sqlite)
+            logs = list((Path(tmp) / "hypersack-runs").glob(f"{study.name}-*/packs/*.log"))
             packs, occupancy = len(logs), pack_occupancy(logs)
         finally:
             os.chdir(cwd)
