@@ -101,9 +101,18 @@ def test_an_oom_halves_the_cap_reports_it_and_training_goes_on_unchanged(
         tmp_path, monkeypatch, error):
     want_reports = reports(run_session(tmp_path / "a")[1])
     calls = inject_oom(monkeypatch, {3}, error)
+    seen_capacity = []
+    spy = FusedStack._device_step
+
+    def record(self, key):
+        seen_capacity.append(self.capacity)
+        return spy(self, key)
+
+    monkeypatch.setattr(FusedStack, "_device_step", record)
     session, sent = run_session(tmp_path / "b")
     assert [m for m in sent if isinstance(m, PackCap)] == [PackCap(2)]    # 4 -> 2, 2 held
     assert session.cap == 2 and len(calls) == 11                         # step 3 ran twice
+    assert seen_capacity == [4] * 3 + [2] * 8    # the stack shrank to the cap for the retry
     assert reports(sent) == want_reports
     # occupancy is against the cap of its time: after the OOM 2 of 2, then 1 of 2.
     assert session.stats.mean_occupancy == pytest.approx((2 * 0.5 + 3 * 1 + 5 * 0.5) / 10)
@@ -133,3 +142,27 @@ def test_the_pack_log_ends_with_its_stats(tmp_path, capsys):
         assert run_pack_task(AckingPipe(tasks), spec, {}) is None
     last = log.read_text().strip().splitlines()[-1]
     assert last.startswith("pack stats: 5 iterations") and "slot occupancy mean 0.500" in last
+
+
+def test_a_shrunk_stack_trains_its_moved_members_as_before():
+    from fusion_helpers import assert_same_state
+    from hypersack.fusion.runner import Pack
+    from hypersack.fusion.stack import StackOptions
+
+    def pack():
+        p = Pack(TASK, "cpu", torch.float64, StackOptions(capacity=4, precision="fp32"))
+        for i in range(3):
+            p.load(member(i, 3))
+        p.train_iteration()
+        p.free("adam", [0])
+        return p, p.stacks["adam"]
+
+    (_, kept), (shrunk_pack, shrunk) = pack(), pack()
+    assert not shrunk.shrink(1) and not shrunk.shrink(4)    # below the members / not smaller
+    assert shrunk.shrink(2) and shrunk.capacity == 2
+    assert [s.member.trial_id for s in shrunk.slots] == [1, 2]
+    for _ in range(3):
+        kept.train_iteration()
+        shrunk_pack.train_iteration()
+    for old, new in ((1, 0), (2, 1)):
+        assert_same_state(shrunk.member_state(new), kept.member_state(old))

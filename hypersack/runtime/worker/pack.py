@@ -11,7 +11,8 @@ is the pipe protocol of ``hypersack.runtime.worker.messages``.
 - worker -> driver: per member, the plain messages (Started, Reported [with its checkpoint, then
   its Ack], Done, Failed); PackCap when a measured memory cap (CUDA) is below ``max_members``,
   and again each time a fused step runs out of memory: the pack halves its cap (never below
-  the members it holds), frees the allocator's cache and retries the step; PackFailed when the
+  the members it holds), shrinks its stacks to that many slots, frees the allocator's cache and
+  retries the step; PackFailed when the
   pack as a whole failed (every member in it failed with it; an OOM when the cap cannot shrink).
 
 At its end the pack writes its ``PackStats`` (iterations, members, slot occupancy: occupied
@@ -228,7 +229,8 @@ class _PackSession:
 
     def _shrink(self, exc: BaseException) -> bool:
         """On an OOM of a fused step: halve the cap (never below the members held), report it
-        (PackCap), free the allocator's cache; True: retry the step. False (the pack fails) for
+        (PackCap), shrink each stack to at most that many slots, free the allocator's cache;
+        True: retry the step. False (the pack fails) for
         any other error, or when the cap cannot shrink below what it is."""
         held = len(self.pack)
         new = max(self.cap // 2, held, 1)
@@ -240,6 +242,7 @@ class _PackSession:
         self.pipe.send(PackCap(new))
         for stack in self.pack.stacks.values():
             stack.runner.reset()
+            stack.shrink(new)           # its free slots cost memory too: at most ``new``
         _empty_cache(self.spec.device)
         return True
 
