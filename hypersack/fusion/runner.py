@@ -147,12 +147,13 @@ class Pack:
         if len(stack) == 0:
             del self.stacks[kind]
 
-    def train_iteration(self, on_error: Callable[[BaseException], bool] | None = None
+    def train_iteration(self, on_error: Callable[[str, BaseException], bool] | None = None
                         ) -> dict[str, list[int]]:
         """One step of every stack; the rows whose epoch ended, per stack kind.
 
-        When a stack's step raises, ``on_error(exc)`` True retries that stack's step (the
-        stacks already stepped are not stepped again); False or no ``on_error`` re-raises.
+        When a stack's step raises, ``on_error(kind, exc)`` True retries that stack's step (the
+        stacks already stepped are not stepped again, and their ended rows must stay valid:
+        ``on_error`` may reshape only stack ``kind``); False or no ``on_error`` re-raises.
         A retry repeats the step exactly when the error came before its update (an OOM in
         the forward or backward pass, where activations peak)."""
         ended = {}
@@ -162,7 +163,7 @@ class Pack:
                     ended[kind] = stack.train_iteration()
                     break
                 except Exception as exc:
-                    if on_error is None or not on_error(exc):
+                    if on_error is None or not on_error(kind, exc):
                         raise
         return ended
 

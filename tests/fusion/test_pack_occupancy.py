@@ -61,9 +61,10 @@ class AckingPipe:
         return self.inbox.pop(0) if self.inbox else EndPack()
 
 
-def run_session(tmp_path, epochs=(1, 2), max_members=4):
-    tasks = [AddMember(MemberTask(i, {**BASE, "epochs": e}, 10 + i, 1, str(tmp_path / f"t{i}"),
-                                  None, None, False)) for i, e in enumerate(epochs)]
+def run_session(tmp_path, epochs=(1, 2), max_members=4, optimizers=("adam", "adam")):
+    tasks = [AddMember(MemberTask(i, {**BASE, "epochs": e, "optimizer": o}, 10 + i, 1,
+                                  str(tmp_path / f"t{i}"), None, None, False))
+             for i, (e, o) in enumerate(zip(epochs, optimizers))]
     pipe = AckingPipe(tasks)
     spec = PackSpec(1, ("k", "unused", None), "cpu", max_members, {}, str(tmp_path / "p.log"))
     session = _PackSession(pipe, spec, TASK)
@@ -166,3 +167,14 @@ def test_a_shrunk_stack_trains_its_moved_members_as_before():
         shrunk_pack.train_iteration()
     for old, new in ((1, 0), (2, 1)):
         assert_same_state(shrunk.member_state(new), kept.member_state(old))
+
+
+def test_an_oom_of_a_later_stack_retries_only_that_stack(tmp_path, monkeypatch):
+    # adam and sgd stacks step in turn; call 10 is sgd's step of iteration 5, on which adam's
+    # member ends its epoch: adam is not stepped twice and its report is the same.
+    mixed = {"optimizers": ("adam", "sgd")}
+    want_reports = reports(run_session(tmp_path / "a", **mixed)[1])
+    calls = inject_oom(monkeypatch, {10})
+    session, sent = run_session(tmp_path / "b", **mixed)
+    assert [m for m in sent if isinstance(m, PackCap)] == [PackCap(2)]
+    assert len(calls) == 5 * 2 + 1 + 5 and reports(sent) == want_reports

@@ -163,6 +163,7 @@ class _PackSession:
         from hypersack.fusion.stack import StackOptions
         self.pipe, self.spec, self.task = pipe, spec, task
         self.cap = max(1, spec.max_members if cap is None else cap)
+        self.shrink_all = False     # the cap shrank: the other stacks follow before next step
         self.stats = PackStats()
         # On a GPU, as many slots as the pack may seat, so its shapes (and CUDA graphs) never
         # change; on the CPU free slots cost their full share of compute: start small, double.
@@ -222,15 +223,20 @@ class _PackSession:
                     return _SHUTDOWN
 
     def _train_iteration(self) -> dict[str, list[int]]:
+        if self.shrink_all:
+            for stack in self.pack.stacks.values():
+                stack.shrink(self.cap)
+            self.shrink_all = False
         start, occupied = time.perf_counter(), len(self.pack)
         ended = self.pack.train_iteration(on_error=self._shrink)
         self.stats.record(occupied, self.cap, time.perf_counter() - start)
         return ended
 
-    def _shrink(self, exc: BaseException) -> bool:
-        """On an OOM of a fused step: halve the cap (never below the members held), report it
-        (PackCap), shrink each stack to at most that many slots, free the allocator's cache;
-        True: retry the step. False (the pack fails) for
+    def _shrink(self, kind: str, exc: BaseException) -> bool:
+        """On an OOM of stack ``kind``'s fused step: halve the cap (never below the members
+        held), report it (PackCap), shrink that stack to at most that many slots (the others
+        before the next step: their ended rows of this step keep their numbers), free the
+        allocator's cache; True: retry the step. False (the pack fails) for
         any other error, or when the cap cannot shrink below what it is."""
         held = len(self.pack)
         new = max(self.cap // 2, held, 1)
@@ -240,9 +246,10 @@ class _PackSession:
               f"retrying ({type(exc).__name__}: {exc})", flush=True)
         self.cap = new
         self.pipe.send(PackCap(new))
-        for stack in self.pack.stacks.values():
+        stack = self.pack.stacks[kind]
+        if not stack.shrink(new):       # its free slots cost memory too: at most ``new``
             stack.runner.reset()
-            stack.shrink(new)           # its free slots cost memory too: at most ``new``
+        self.shrink_all = True
         _empty_cache(self.spec.device)
         return True
 
