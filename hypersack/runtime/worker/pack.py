@@ -12,8 +12,8 @@ is the pipe protocol of ``hypersack.runtime.worker.messages``.
   its Ack], Done, Failed); PackCap when a measured memory cap (CUDA) is below ``max_members``,
   and again each time a fused step runs out of memory: the pack halves its cap (never below
   the members it holds), shrinks its stacks to that many slots, frees the allocator's cache and
-  retries the step; PackFailed when the
-  pack as a whole failed (every member in it failed with it; an OOM when the cap cannot shrink).
+  retries the step; PackFailed when the pack as a whole failed (every member in it failed with
+  it; an OOM when the cap cannot shrink).
 
 At its end the pack writes its ``PackStats`` (iterations, members, slot occupancy: occupied
 slots / cap per iteration, plain and time-weighted means) to its own log.
@@ -236,8 +236,8 @@ class _PackSession:
         """On an OOM of stack ``kind``'s fused step: halve the cap (never below the members
         held), report it (PackCap), shrink that stack to at most that many slots (the others
         before the next step: their ended rows of this step keep their numbers), free the
-        allocator's cache; True: retry the step. False (the pack fails) for
-        any other error, or when the cap cannot shrink below what it is."""
+        allocator's cache; True: retry the step. False (the pack fails) for any other error,
+        or when the cap cannot shrink below what it is."""
         held = len(self.pack)
         new = max(self.cap // 2, held, 1)
         if not is_oom(exc) or new >= self.cap:
