@@ -4,7 +4,8 @@ The same study (random search, one fixed MLP width so every trial can fuse, the 
 `digits_mlp` trainable / its fusable task) runs in a fresh temporary SQLite file per mode on the
 local worker pool (one device per CPU core here, one per GPU on a GPU machine). Reported per mode:
 wall seconds of `study.run()` (worker start-up included), trials per minute, complete trials, the
-best validation accuracy, and the packs the fused run used.
+best validation accuracy, the packs the fused run used and their slot occupancy (occupied
+slots / cap per iteration, time-weighted, from the ``pack stats`` line of each pack's log).
 
     python benchmarks/fusion/fused_study.py [--trials 32] [--epochs 8] [--hidden 64]
                                             [--max-members 16] [--uniform] [--quick] [--json PATH]
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -61,13 +63,27 @@ def run_study(execution: str, trials: int, epochs: int, hidden: int,
             study.run("digits_mlp", progress=False)
             wall = time.perf_counter() - start
             status, best = study.status(), study.best_trial()
-            packs = len(list((Path(tmp) / "hypersack-runs" / study.name / "packs").glob("*.log")))
+            # the run folder is hypersack-runs/<name>-<id>/ (hypersack.runtime.storage.sqlite)
+            logs = list((Path(tmp) / "hypersack-runs").glob(f"{study.name}-*/packs/*.log"))
+            packs, occupancy = len(logs), pack_occupancy(logs)
         finally:
             os.chdir(cwd)
     return {"execution": execution, "wall_s": round(wall, 2),
             "trials_per_min": round(60 * trials / wall, 1), "complete": status["complete"],
             "failed": status["failed"], "best_accuracy": round(best["value"], 4) if best else None,
-            "packs": packs}
+            "packs": packs, "occupancy": occupancy}
+
+
+_STATS = re.compile(r"pack stats: \d+ iterations in ([0-9.]+)s.*time-weighted ([0-9.]+)")
+
+
+def pack_occupancy(logs: list[Path]) -> float | None:
+    """Slot occupancy over the packs' logs (their ``PackStats`` lines): each pack's
+    time-weighted occupancy, weighted by its training time; None without packs."""
+    pairs = [(float(m[1]), float(m[2])) for log in logs
+             for m in _STATS.finditer(log.read_text(errors="replace"))]
+    seconds = sum(s for s, _ in pairs)
+    return round(sum(s * o for s, o in pairs) / seconds, 3) if seconds > 0 else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"digits MLP (hidden {args.hidden}), {trials} trials x {epochs} epochs, "
           f"max_members {args.max_members}, {'uniform' if args.uniform else 'mixed'} batch "
           f"sizes/optimizers, {os.cpu_count()} CPUs, {platform.machine()}")
-    header = ["execution", "wall_s", "trials_per_min", "complete", "failed", "best_accuracy", "packs"]
+    header = ["execution", "wall_s", "trials_per_min", "complete", "failed", "best_accuracy", "packs",
+              "occupancy"]
     print(" | ".join(f"{h:>14}" for h in header))
     for row in rows:
         print(" | ".join(f"{row[h]!s:>14}" for h in header))

@@ -33,7 +33,8 @@ A sketch of an executor's source::
 from __future__ import annotations
 
 import numbers
-from typing import Hashable
+import time
+from typing import Callable, Hashable
 from dataclasses import dataclass, field
 
 import torch
@@ -49,13 +50,43 @@ __all__ = ["Pack", "PackStats", "run_pack"]
 
 @dataclass
 class PackStats:
-    """What a pack did: iterations (fused optimizer steps), members loaded / freed / refused."""
+    """What a pack did: iterations (fused optimizer steps), members loaded / freed / refused,
+    and its slot fullness: per iteration, occupied slots / the pack's capacity (its cap on
+    members), as a plain mean over iterations and weighted by each iteration's wall time."""
     iterations: int = 0
     loaded: int = 0
     freed: int = 0
     failed: int = 0
     peak_members: int = 0
     trial_ids: list[int] = field(default_factory=list)
+    occupancy_sum: float = 0.0
+    occupancy_seconds: float = 0.0
+    seconds: float = 0.0
+
+    def record(self, occupied: int, capacity: int, seconds: float) -> None:
+        """One training iteration with ``occupied`` of ``capacity`` slots that took ``seconds``."""
+        fullness = occupied / max(1, capacity)
+        self.iterations += 1
+        self.occupancy_sum += fullness
+        self.occupancy_seconds += fullness * max(0.0, seconds)
+        self.seconds += max(0.0, seconds)
+
+    @property
+    def mean_occupancy(self) -> float:
+        """Mean over iterations of occupied / capacity (0.0 before the first iteration)."""
+        return self.occupancy_sum / self.iterations if self.iterations else 0.0
+
+    @property
+    def time_occupancy(self) -> float:
+        """Occupied / capacity weighted by iteration time (the mean when no time was measured)."""
+        return self.occupancy_seconds / self.seconds if self.seconds > 0 else self.mean_occupancy
+
+    def summary(self) -> str:
+        """One line for a pack's log."""
+        return (f"pack stats: {self.iterations} iterations in {self.seconds:.2f}s, "
+                f"members loaded {self.loaded} freed {self.freed} failed {self.failed} "
+                f"peak {self.peak_members}; slot occupancy mean {self.mean_occupancy:.3f}, "
+                f"time-weighted {self.time_occupancy:.3f}")
 
 
 class Pack:
@@ -116,9 +147,25 @@ class Pack:
         if len(stack) == 0:
             del self.stacks[kind]
 
-    def train_iteration(self) -> dict[str, list[int]]:
-        """One step of every stack; the rows whose epoch ended, per stack kind."""
-        return {kind: stack.train_iteration() for kind, stack in list(self.stacks.items())}
+    def train_iteration(self, on_error: Callable[[str, BaseException], bool] | None = None
+                        ) -> dict[str, list[int]]:
+        """One step of every stack; the rows whose epoch ended, per stack kind.
+
+        When a stack's step raises, ``on_error(kind, exc)`` True retries that stack's step (the
+        stacks already stepped are not stepped again, and their ended rows must stay valid:
+        ``on_error`` may reshape only stack ``kind``); False or no ``on_error`` re-raises.
+        A retry repeats the step exactly when the error came before its update (an OOM in
+        the forward or backward pass, where activations peak)."""
+        ended = {}
+        for kind, stack in list(self.stacks.items()):
+            while True:
+                try:
+                    ended[kind] = stack.train_iteration()
+                    break
+                except Exception as exc:
+                    if on_error is None or not on_error(kind, exc):
+                        raise
+        return ended
 
 
 def _check_max_members(max_members: int) -> None:
@@ -148,8 +195,9 @@ def run_pack(task: FusableTask, source: MemberSource, device: torch.device | str
             ask = _fill(pack, source, max_members, stats)
         if len(pack) == 0:
             return stats
+        start, occupied = time.perf_counter(), len(pack)
         ended = pack.train_iteration()
-        stats.iterations += 1
+        stats.record(occupied, max_members, time.perf_counter() - start)
         for kind, rows in ended.items():
             if rows and _end_epochs(pack, kind, rows, source, stats):
                 ask = True

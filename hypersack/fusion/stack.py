@@ -258,6 +258,27 @@ class FusedStack:
             self.slots[i] = old
         self.runner.reset()
 
+    def shrink(self, capacity: int) -> bool:
+        """Fewer slots: the members move, in slot order, to the first ``capacity`` slots (slot
+        numbers change; each member's rows, hence its results, do not). False, and nothing
+        changes, when ``capacity`` is not below the capacity or is below the members held."""
+        if capacity >= len(self.slots) or capacity < len(self) or capacity < 1:
+            return False
+        keep = [i for i, slot in enumerate(self.slots) if slot is not None]
+        old_rows, old_host, old_slots = self.rows, self.host, self.slots
+        template = {k: v[0] for k, v in old_rows.items() if k != "active"}
+        self._allocate(template, {k: v for k, v in old_host.items() if k != "active"}, capacity)
+        index = torch.as_tensor(keep, dtype=torch.int64, device=self.device)
+        with torch.no_grad():
+            for k, tensor in old_rows.items():
+                self.rows[k][:len(keep)] = tensor.detach()[index]
+        for k, array in old_host.items():
+            self.host[k][:len(keep)] = array[keep]
+        for new, old in enumerate(keep):
+            self.slots[new] = old_slots[old]
+        self.runner.reset()
+        return True
+
     def _static_buffers(self, capacity: int) -> None:
         self._pos = torch.zeros(capacity, dtype=torch.int64, device=self.device)
         self._counts = torch.zeros(capacity, dtype=torch.int64, device=self.device)

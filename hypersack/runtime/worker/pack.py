@@ -9,8 +9,14 @@ is the pipe protocol of ``hypersack.runtime.worker.messages``.
   StopTrial and Ack as for plain trials; EndPack once the pack is empty and nothing is routed to
   it (the process goes back to the idle pool); Shutdown.
 - worker -> driver: per member, the plain messages (Started, Reported [with its checkpoint, then
-  its Ack], Done, Failed); PackCap when a measured memory cap (CUDA) is below ``max_members``;
-  PackFailed when the pack as a whole failed (every member in it failed with it).
+  its Ack], Done, Failed); PackCap when a measured memory cap (CUDA) is below ``max_members``,
+  and again each time a fused step runs out of memory: the pack halves its cap (never below
+  the members it holds), shrinks its stacks to that many slots, frees the allocator's cache and
+  retries the step; PackFailed when the pack as a whole failed (every member in it failed with
+  it; an OOM when the cap cannot shrink).
+
+At its end the pack writes its ``PackStats`` (iterations, members, slot occupancy: occupied
+slots / cap per iteration, plain and time-weighted means) to its own log.
 
 Each member follows the checkpoint contract of plain trials (``hypersack.runtime.worker.checkpoints``):
 at every epoch end a new private checkpoint file is written and rides with that epoch's report;
@@ -28,6 +34,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,12 +153,18 @@ class _Seat:
 
 
 class _PackSession:
-    """One pack in a worker process: its members, their stops and acks (see module doc)."""
+    """One pack in a worker process: its members, their stops and acks (see module doc).
+    ``cap``: the members the driver may seat (the measured cap; None: ``spec.max_members``);
+    halved on an OOM of a fused step. ``stats``: what the pack did, slot occupancy against
+    ``cap`` included."""
 
-    def __init__(self, pipe: Pipe, spec: PackSpec, task: Any):
-        from hypersack.fusion.runner import Pack
+    def __init__(self, pipe: Pipe, spec: PackSpec, task: Any, cap: int | None = None):
+        from hypersack.fusion.runner import Pack, PackStats
         from hypersack.fusion.stack import StackOptions
         self.pipe, self.spec, self.task = pipe, spec, task
+        self.cap = max(1, spec.max_members if cap is None else cap)
+        self.shrink_all = False     # the cap shrank: the other stacks follow before next step
+        self.stats = PackStats()
         # On a GPU, as many slots as the pack may seat, so its shapes (and CUDA graphs) never
         # change; on the CPU free slots cost their full share of compute: start small, double.
         cuda = str(spec.device).startswith("cuda")
@@ -205,9 +218,40 @@ class _PackSession:
                 if self.ended:
                     return None
                 continue
-            for kind, rows in self.pack.train_iteration().items():
+            for kind, rows in self._train_iteration().items():
                 if rows and self._end_epochs(kind, rows) is _SHUTDOWN:
                     return _SHUTDOWN
+
+    def _train_iteration(self) -> dict[str, list[int]]:
+        if self.shrink_all:
+            for stack in self.pack.stacks.values():
+                stack.shrink(self.cap)
+            self.shrink_all = False
+        start, occupied = time.perf_counter(), len(self.pack)
+        ended = self.pack.train_iteration(on_error=self._shrink)
+        self.stats.record(occupied, self.cap, time.perf_counter() - start)
+        return ended
+
+    def _shrink(self, kind: str, exc: BaseException) -> bool:
+        """On an OOM of stack ``kind``'s fused step: halve the cap (never below the members
+        held), report it (PackCap), shrink that stack to at most that many slots (the others
+        before the next step: their ended rows of this step keep their numbers), free the
+        allocator's cache; True: retry the step. False (the pack fails) for any other error,
+        or when the cap cannot shrink below what it is."""
+        held = len(self.pack)
+        new = max(self.cap // 2, held, 1)
+        if not is_oom(exc) or new >= self.cap:
+            return False
+        print(f"out of memory in a fused step with {held} members: cap {self.cap} -> {new}, "
+              f"retrying ({type(exc).__name__}: {exc})", flush=True)
+        self.cap = new
+        self.pipe.send(PackCap(new))
+        stack = self.pack.stacks[kind]
+        if not stack.shrink(new):       # its free slots cost memory too: at most ``new``
+            stack.runner.reset()
+        self.shrink_all = True
+        _empty_cache(self.spec.device)
+        return True
 
     def _load(self, m: MemberTask) -> None:
         from hypersack.fusion.task import Member
@@ -226,8 +270,12 @@ class _PackSession:
         except Exception as exc:
             text = traceback.format_exc()
             _log(trial_dir, text)
+            self.stats.failed += 1
             self.pipe.send(Failed(trial_id, f"{type(exc).__name__}: {exc}", text))
             return
+        self.stats.loaded += 1
+        self.stats.trial_ids.append(trial_id)
+        self.stats.peak_members = max(self.stats.peak_members, len(self.pack))
         self.seats[trial_id] = _Seat(trial_id, trial_dir, max_steps, m.attempt, committed=m.checkpoint)
         if self.pack.stacks[kind].epoch(row) >= max_steps:      # resumed with nothing left
             self._free(kind, [row])
@@ -261,6 +309,7 @@ class _PackSession:
         stack = self.pack.stacks[kind]
         trial_ids = [stack.slots[row].member.trial_id for row in rows]
         self.pack.free(kind, rows)
+        self.stats.freed += len(rows)
         for trial_id in trial_ids:
             self.seats.pop(trial_id, None)
             self.stops.discard(trial_id)
@@ -270,6 +319,13 @@ class _PackSession:
         for seat in self.seats.values():
             _log(seat.trial_dir, text)
         self.pipe.send(PackFailed(f"{type(exc).__name__}: {exc}", text, oom))
+
+
+def _empty_cache(device: str) -> None:
+    """Give the CUDA allocator's cached blocks back (nothing to do on the CPU)."""
+    if str(device).startswith("cuda"):
+        import torch
+        torch.cuda.empty_cache()
 
 
 def _log(trial_dir: Path, text: str) -> None:
@@ -313,8 +369,11 @@ def _run_session(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | Non
         cap = _memory_cap(task, spec.first, spec.device, spec.max_members)
         if cap < spec.max_members:
             pipe.send(PackCap(cap))
-        session = _PackSession(pipe, spec, task)
-        return session.run()
+        session = _PackSession(pipe, spec, task, cap)
+        try:
+            return session.run()
+        finally:
+            print(session.stats.summary(), flush=True)
     except Exception as exc:
         text = traceback.format_exc()
         print(text, file=sys.stderr, flush=True)
