@@ -220,7 +220,7 @@ def test_acks_go_out_only_after_the_turns_commit(tmp_path, window, siblings):
 def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(tmp_path, durability,
                                                                               monkeypatch):
     import time
-    from hypersack.runtime.storage import sqlite as storage_module
+    from hypersack.runtime.storage import wal as storage_module   # where the checkpointer reads them
     monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 10)     # 20 commits cross it
     monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
     with Storage(tmp_path / "s.db", durability=durability) as store:
@@ -335,7 +335,7 @@ def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path,
     checkpoint, it never copies the whole WAL, and the WAL grows by every commit: over 1 MB
     here)."""
     import os
-    from hypersack.runtime.storage import sqlite as storage_module
+    from hypersack.runtime.storage import wal as storage_module   # where the checkpointer reads them
     monkeypatch.setattr(storage_module, "CHECKPOINT_PAGES", 1)
     monkeypatch.setattr(storage_module, "PROCESS_HOLD_PAGES", 1)
     monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)

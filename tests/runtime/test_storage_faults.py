@@ -12,6 +12,7 @@ import pytest
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
                               StudyBusyError)
+from hypersack.runtime.storage import lease as lease_mod
 from hypersack.runtime.storage import sqlite as storage_mod
 from hypersack.runtime.storage.sqlite import Storage
 
@@ -70,7 +71,7 @@ def test_a_lease_from_another_host_expires_after_its_ttl(tmp_path, monkeypatch):
                       (__import__("time").time(), row.study_id))
         with pytest.raises(StudyBusyError, match="elsewhere"):
             s.acquire_lease(row)
-        monkeypatch.setattr(storage_mod, "LEASE_TTL_S", 0.0)
+        monkeypatch.setattr(lease_mod, "LEASE_TTL_S", 0.0)     # where the lease reads it
         s.acquire_lease(row)
 
 

@@ -53,10 +53,10 @@ class _Job:
 class LocalExecutor:
     def __init__(self, slots: list[Slot], trainable: TrainableRef, *,
                  trial_dir: Callable[[int], Path], metric: str,
-                 steps_for: Callable[[dict], int | None] = lambda config: None,
+                 steps_for: Callable[[dict[str, Any]], int | None] = lambda config: None,
                  clock: Callable[[], float] = time.monotonic,
-                 cluster: Any = None, share_env: Callable[[Slot, float | None], dict] | None = None,
-                 profile: Callable[[dict], bool] = lambda config: False,
+                 cluster: Any = None, share_env: Callable[[Slot, float | None], dict[str, Any]] | None = None,
+                 profile: Callable[[dict[str, Any]], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
                  packs: PackPlan | None = None, unsafe_checkpoints: bool = False,
                  decision_step: Callable[[int], int] | None = None):
@@ -385,4 +385,5 @@ def _free_port() -> int:
     """A free TCP port on this host for a data-parallel trial's rendezvous store."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port

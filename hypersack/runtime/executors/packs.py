@@ -165,7 +165,7 @@ class PackHost:
     """The packs of one executor. ``members`` maps a member's trial id to its pack."""
 
     def __init__(self, plan: PackPlan, pool: WorkerPool, *, trial_dir: Callable[[int], Path],
-                 steps_for: Callable[[dict], int | None], unsafe_checkpoints: bool):
+                 steps_for: Callable[[dict[str, Any]], int | None], unsafe_checkpoints: bool):
         self.plan, self._pool = plan, pool
         self._trial_dir, self._steps_for = trial_dir, steps_for
         self._unsafe = unsafe_checkpoints

@@ -22,7 +22,7 @@ class Worker:
     """A worker process serving ``slot`` (``env_key``: the slot and compute share it was
     started with); ``trial_id`` and ``rank`` while it runs a trial."""
     slot: Slot
-    env_key: tuple
+    env_key: tuple[Any, ...]
     process: Any
     pipe: Pipe
     trial_id: int | None = None
@@ -46,7 +46,7 @@ class WorkerPool:
     """Idle workers by slot; ``take`` one (spawning if none is warm), ``give_back`` it."""
 
     def __init__(self, slots: dict[str, Slot],
-                 share_env: Callable[[Slot, float | None], dict] | None = None):
+                 share_env: Callable[[Slot, float | None], dict[str, Any]] | None = None):
         self._slots = slots
         self._share_env = share_env
         self.idle: list[Worker] = []

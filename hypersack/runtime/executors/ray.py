@@ -203,10 +203,10 @@ class RayExecutor:
 
     # ---- nodes ----------------------------------------------------------------------------
 
-    def _live_nodes(self) -> list[dict]:
+    def _live_nodes(self) -> list[dict[str, Any]]:
         return [n for n in self._ray.nodes() if n.get("Alive")]
 
-    def _spawn(self, info: dict) -> _Node | None:
+    def _spawn(self, info: dict[str, Any]) -> _Node | None:
         """Start an agent on the node ``info`` (from ``ray.nodes()``) holding its GPUs and
         CPUs; None for a node with neither."""
         ray_id = info["NodeID"]
@@ -451,7 +451,7 @@ def _first_line(exc: BaseException) -> str:
 # ---- the study's connection to Ray -------------------------------------------------------------
 
 @contextlib.contextmanager
-def ray_session(address: str | None, runtime_env: dict | None = None) -> Iterator[Any]:
+def ray_session(address: str | None, runtime_env: dict[str, Any] | None = None) -> Iterator[Any]:
     """Ray connected for one study run: ``address`` None starts a local Ray (dashboard off)
     and stops it afterwards; "auto", "host:port" or "ray://host:port" joins a running cluster
     (left running). A Ray the program already initialised is used as it is. ClusterError when

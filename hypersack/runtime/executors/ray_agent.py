@@ -21,7 +21,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from hypersack.core.trial import (Command, DeviceAdded, DeviceLost, Event, FailureCause, Launch,
                                   TrialFailed, TrialStarted)
@@ -101,7 +101,8 @@ class NodeAgent:
         """``node``, ``ip``, ``pid``, and ``cluster`` (this node as a placement Cluster with the
         driver's node id) or ``error`` (why this node cannot serve the study)."""
         from ray.util import get_node_ip_address
-        return {"node": self._node, "ip": get_node_ip_address(), "pid": os.getpid(),
+        node_ip: Callable[[], str] = get_node_ip_address     # ray's is unannotated
+        return {"node": self._node, "ip": node_ip(), "pid": os.getpid(),
                 "cluster": self._cluster, "error": self._error}
 
     def start(self) -> None:

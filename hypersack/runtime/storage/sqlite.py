@@ -33,18 +33,16 @@ together, before any of them is acknowledged. ``commits`` counts durable commits
 
 Faults are errors, not tracebacks: a full disk raises ``StorageFullError`` (with the free
 space), a damaged file ``StorageCorruptError`` (naming the file and how to recover it).
+
+Modules: ``schema`` (tables, ``SCHEMA_VERSION``, ``migrate``), ``lease`` (``StudyLease``: the
+driver's lease), ``wal`` (``WalCheckpoints``: the background checkpointer); ``Storage`` here
+holds the connection, transactions, ``save_batch`` and the reads, and mixes in the other two.
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import os
 import shutil
-import socket
 import sqlite3
-import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -55,99 +53,31 @@ from hypersack.core.algorithms.base import StateParts
 from hypersack.core.spec import DURABILITY, check_durability
 from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import TrialRecord, TrialState
-from hypersack.errors import (LeaseLostError, StorageCorruptError, StorageError, StorageFullError,
-                              StudyBusyError, StudyExistsError, StudyNotFoundError)
+from hypersack.errors import (StorageCorruptError, StorageError, StorageFullError,
+                              StudyExistsError, StudyNotFoundError)
+# The schema, the lease and the WAL checkpointer live in their own modules; their names stay
+# importable from here.
+from hypersack.runtime.storage.lease import LEASE_TTL_S as LEASE_TTL_S
+from hypersack.runtime.storage.lease import StudyLease
+from hypersack.runtime.storage.lease import _Holder as _Holder
+from hypersack.runtime.storage.lease import _process_start as _process_start
+from hypersack.runtime.storage.schema import _MIGRATIONS as _MIGRATIONS
+from hypersack.runtime.storage.schema import _SCHEMA as _SCHEMA
+from hypersack.runtime.storage.schema import SCHEMA_VERSION as SCHEMA_VERSION
+from hypersack.runtime.storage.schema import migrate
+from hypersack.runtime.storage.wal import AUTOCHECKPOINT_PAGES as AUTOCHECKPOINT_PAGES
+from hypersack.runtime.storage.wal import CHECKPOINT_EVERY_S as CHECKPOINT_EVERY_S
+from hypersack.runtime.storage.wal import CHECKPOINT_PAGES as CHECKPOINT_PAGES
+from hypersack.runtime.storage.wal import PROCESS_HOLD_PAGES as PROCESS_HOLD_PAGES
+from hypersack.runtime.storage.wal import WalCheckpoints
+from hypersack.runtime.storage.wal import _Checkpointer as _Checkpointer
+from hypersack.runtime.storage.wal import _WalFrames as _WalFrames
 
 __all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S", "check_durability"]
 
 DEFAULT_STORAGE = "hypersack.db"
-SCHEMA_VERSION = 4      # 3: stays and utilisation samples; 4: state_parts (tables added to older stores)
 _PARKED = "\x1freplaced-"    # in the name of a study set aside for its replacement (park_study)
-LEASE_TTL_S = 60.0      # a lease not renewed this long (seconds) belongs to a dead driver
 CACHE_KIB = 65536       # the writer's page cache (KiB)
-AUTOCHECKPOINT_PAGES = 1000   # SQLite's default: a commit that grows the WAL past this copies it
-CHECKPOINT_PAGES = AUTOCHECKPOINT_PAGES  # a background checkpoint starts once the WAL holds this many
-CHECKPOINT_EVERY_S = 0.25     # ... at most once per this many seconds (a reader in another
-                              # process can keep the WAL from restarting, so it stays that full)
-PROCESS_HOLD_PAGES = 8 * CHECKPOINT_PAGES  # with ``process``, commits wait for a checkpoint only
-                              # once the WAL holds this many frames (see _Checkpointer)
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS studies (
-    study_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL UNIQUE,
-    spec TEXT NOT NULL,
-    status TEXT NOT NULL,
-    controller_state TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    uuid TEXT,
-    lease_owner TEXT,
-    lease_host TEXT,
-    lease_pid INTEGER,
-    lease_process_start TEXT,
-    lease_heartbeat REAL
-);
-CREATE TABLE IF NOT EXISTS trials (
-    study_id INTEGER NOT NULL REFERENCES studies(study_id) ON DELETE CASCADE,
-    trial_id INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    config TEXT NOT NULL,
-    seed INTEGER NOT NULL,
-    attempts INTEGER NOT NULL,
-    retries INTEGER NOT NULL,
-    last_step INTEGER,
-    metrics TEXT NOT NULL,
-    value REAL,
-    error TEXT,
-    traceback TEXT,
-    checkpoint TEXT,
-    checkpoint_step INTEGER,
-    device TEXT,
-    info TEXT NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    PRIMARY KEY (study_id, trial_id)
-);
-CREATE TABLE IF NOT EXISTS results (
-    study_id INTEGER NOT NULL,
-    trial_id INTEGER NOT NULL,
-    step INTEGER NOT NULL,
-    metrics TEXT NOT NULL,
-    reported_at REAL NOT NULL,
-    PRIMARY KEY (study_id, trial_id, step)
-);
-CREATE TABLE IF NOT EXISTS stays (
-    study_id INTEGER NOT NULL,
-    trial_id INTEGER NOT NULL,
-    attempt INTEGER NOT NULL,
-    node TEXT NOT NULL,
-    gpu TEXT NOT NULL,
-    rank INTEGER NOT NULL,
-    share REAL NOT NULL,
-    pack TEXT,
-    start REAL NOT NULL,
-    end REAL,
-    outcome TEXT,
-    PRIMARY KEY (study_id, trial_id, attempt, node, gpu)
-);
-CREATE TABLE IF NOT EXISTS state_parts (
-    study_id INTEGER NOT NULL,
-    key TEXT NOT NULL,
-    value TEXT NOT NULL,
-    PRIMARY KEY (study_id, key)
-);
-CREATE TABLE IF NOT EXISTS samples (
-    study_id INTEGER NOT NULL,
-    node TEXT NOT NULL,
-    gpu TEXT NOT NULL,
-    t REAL NOT NULL,
-    utilization REAL,
-    memory_gb REAL NOT NULL,
-    processes INTEGER NOT NULL,
-    PRIMARY KEY (study_id, node, gpu, t)
-);
-"""
 
 _TRIAL_COLUMNS = ("trial_id", "state", "config", "seed", "attempts", "retries", "last_step",
                   "metrics", "value", "error", "traceback", "checkpoint", "checkpoint_step",
@@ -171,11 +101,9 @@ class StudyRow:
 _STAY_COLUMNS = ("trial_id", "attempt", "node", "gpu", "rank", "share", "pack", "start", "end",
                  "outcome")
 _STUDY_COLUMNS = "study_id, name, spec, status, controller_state, created_at, updated_at, uuid"
-_MIGRATIONS = ("uuid TEXT", "lease_owner TEXT", "lease_host TEXT", "lease_pid INTEGER",
-               "lease_process_start TEXT", "lease_heartbeat REAL")
 
 
-class Storage:
+class Storage(StudyLease, WalCheckpoints):
     """A study store in one SQLite file. Not thread-safe: use it from one thread.
 
     ``readonly``: open an existing file for reading only (status, best, export); a missing file
@@ -216,15 +144,7 @@ class Storage:
         # grew with the study). At most this much memory, only as the study grows.
         self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(studies)")}
-        for column in _MIGRATIONS:          # stores written by schema 1
-            if column.split()[0] not in columns:
-                self._db.execute(f"ALTER TABLE studies ADD COLUMN {column}")
-        for (study_id,) in self._db.execute("SELECT study_id FROM studies WHERE uuid IS NULL").fetchall():
-            self._db.execute("UPDATE studies SET uuid = ? WHERE study_id = ?", (uuid.uuid4().hex, study_id))
-        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
-                         (str(SCHEMA_VERSION),))
+        migrate(self._db)
 
     def set_durability(self, durability: str) -> None:
         """Change the durability of later commits ("power" or "process")."""
@@ -274,39 +194,6 @@ class Storage:
             self._checkpointer.stop()
             self._checkpointer = None
         self._db.close()
-
-    @contextlib.contextmanager
-    def background_checkpoints(self) -> Any:
-        """While inside, no commit of this connection copies the WAL into the database file
-        (SQLite's auto-checkpoint, which stalls the commit that crosses
-        ``AUTOCHECKPOINT_PAGES``, 10-40 ms with its fsyncs): a thread with its own connection
-        does it (a PASSIVE checkpoint, started by the commit that finds ``CHECKPOINT_PAGES`` in
-        the WAL, as SQLite's own trigger),
-        beside the loop instead of in front of an ack; the next transaction waits until it is
-        done, so that it copies the whole WAL and the WAL restarts from its beginning (see
-        ``_Checkpointer``). Durability is unchanged: a commit is
-        durable when it returns (the WAL; fsynced with ``power``), whoever copies it later, and a
-        crash during a checkpoint loses nothing. Afterwards the auto-checkpoint is back."""
-        if self.readonly or self._checkpointer is not None:
-            yield
-            return
-        self._db.execute("PRAGMA wal_autocheckpoint=0")
-        self._checkpointer = _Checkpointer(
-            self.path, DURABILITY[self.durability], frames=_WalFrames.open(self.path),
-            hold_above=CHECKPOINT_PAGES if self.durability == "power" else PROCESS_HOLD_PAGES)
-        try:
-            yield
-        finally:
-            if self._checkpointer is not None:
-                self._checkpointer.stop()
-                self._checkpointer = None
-            with contextlib.suppress(sqlite3.Error):
-                self._db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
-
-    @property
-    def background_checkpoint_count(self) -> int:
-        """Checkpoints the background thread made (0 outside ``background_checkpoints``)."""
-        return self._checkpointer.done if self._checkpointer is not None else 0
 
     def __enter__(self) -> "Storage":
         return self
@@ -373,83 +260,7 @@ class Storage:
         return self._run("read the studies", lambda: self._db.execute(
             "SELECT 1 FROM studies WHERE name = ?", (name,)).fetchone()) is not None
 
-    # ---- the driver's lease ----------------------------------------------------------------
-
-    def acquire_lease(self, study: StudyRow) -> None:
-        """Hold ``study`` for this driver; ``StudyBusyError`` if a live driver holds it."""
-        me = _Holder.current()
-        owner = uuid.uuid4().hex
-
-        def take() -> None:
-            with self._transaction():
-                self._refuse_if_held(study)
-                self._db.execute(
-                    "UPDATE studies SET lease_owner = ?, lease_host = ?, lease_pid = ?, "
-                    "lease_process_start = ?, lease_heartbeat = ? WHERE study_id = ?",
-                    (owner, me.host, me.pid, me.process_start, time.time(), study.study_id))
-        self._run(f"take the lease of study {study.name!r}", take)
-        self._lease = owner
-
-    def shown_status(self, study_id: int, status: str) -> str:
-        """``status`` as it stands: a study stored as running that no live driver holds (its
-        driver was killed, or stopped before its loop began) is interrupted."""
-        if status != "running":
-            return status
-        held = self._run("read the study's lease", lambda: self._live_lease(study_id))
-        return "running" if held is not None and held[0] else "interrupted"
-
-    def _live_lease(self, study_id: int) -> tuple[bool, tuple] | None:
-        """(whether a live driver holds the lease, the lease's columns); None: no such study."""
-        row = self._db.execute(
-            "SELECT lease_owner, lease_host, lease_pid, lease_process_start, lease_heartbeat "
-            "FROM studies WHERE study_id = ?", (study_id,)).fetchone()
-        if row is None:
-            return None
-        owner, host, pid, start, beat = row
-        if owner is None:
-            return False, row
-        if owner == self._lease:
-            return True, row
-        return _Holder(host or "", int(pid or 0), start).alive(time.time() - float(beat or 0.0)), row
-
-    def _refuse_if_held(self, study: StudyRow) -> None:
-        held = self._live_lease(study.study_id)
-        if held is None:
-            raise StudyNotFoundError(study.name, str(self.path))
-        alive, (owner, host, pid, _, beat) = held
-        age = time.time() - float(beat or 0.0)
-        if alive and owner != self._lease:
-            raise StudyBusyError(
-                f"Study {study.name!r} in {self.path} is being run by another driver (pid {pid} on "
-                f"{host}, last heartbeat {age:.0f} s ago). Stop that driver first (Ctrl-C); a driver "
-                f"that died is taken over at once on this host, or after {LEASE_TTL_S:.0f} s "
-                "from another")
-
-    def heartbeat(self, study_id: int) -> None:
-        """Renew this driver's lease; ``LeaseLostError`` if another driver took it over."""
-        if self._lease is None:
-            return
-        self._run("renew the study's lease", lambda: self._renew(study_id, time.time()))
-
-    def _renew(self, study_id: int, now: float) -> None:
-        cursor = self._db.execute(
-            "UPDATE studies SET lease_heartbeat = ? WHERE study_id = ? AND lease_owner = ?",
-            (now, study_id, self._lease))
-        if cursor.rowcount != 1:
-            raise LeaseLostError(
-                f"This driver lost its hold on the study in {self.path}: another driver took it "
-                "over (or the study was deleted); stopping without writing")
-
-    def release_lease(self, study_id: int) -> None:
-        """Give the lease back (at the end of a run); never raises for a lost lease."""
-        if self._lease is None:
-            return
-        owner, self._lease = self._lease, None
-        try:
-            self._db.execute("UPDATE studies SET lease_owner = NULL, lease_heartbeat = NULL "
-                             "WHERE study_id = ? AND lease_owner = ?", (study_id, owner))
-        except sqlite3.Error:
-            pass
+    # ---- the driver's lease: acquire_lease, heartbeat, release_lease, shown_status (lease.py) --
 
     def list_studies(self) -> list[dict[str, Any]]:
         """Every study with its status (``shown_status``) and trial counts by state."""
@@ -752,121 +563,6 @@ class _Transaction:
             store._checkpointer.poke()
 
 
-class _Checkpointer:
-    """A thread copying the WAL into the database file on its own connection (a PASSIVE
-    checkpoint), started by the commit after which the WAL holds ``CHECKPOINT_PAGES`` frames
-    (SQLite's auto-checkpoint trigger; where ``frames`` cannot tell, by any commit), at most
-    once per ``CHECKPOINT_EVERY_S``. When the WAL holds ``hold_above`` frames or more, the
-    writer's next transaction waits until that checkpoint is done (``wait_idle``): no frame is
-    appended while it runs, so it copies the whole WAL and the writer's next transaction
-    restarts the WAL from its start (with commits landing during every checkpoint, the WAL was
-    never fully copied and grew without end: 13 MB after a 200-trial study, appended to by
-    every commit). With ``power`` every checkpoint is held so (``hold_above`` =
-    ``CHECKPOINT_PAGES``: the fsync of each commit costs more while the WAL file grows); with
-    ``process`` (no fsync per commit) commits go on beside most checkpoints and wait only once
-    the WAL reaches ``PROCESS_HOLD_PAGES`` (a wait costs the checkpoint's fsync of the database
-    file, which shows in the ack p99). A checkpoint runs while the loop sends its acks and
-    gathers the next events, not inside a commit. Its errors are ignored: the writer's own
-    connection checkpoints when it closes, and the WAL keeps everything meanwhile."""
-
-    def __init__(self, path: Path, synchronous: str, clock: Callable[[], float] = time.monotonic,
-                 frames: "_WalFrames | None" = None, hold_above: int = CHECKPOINT_PAGES):
-        self.done = 0
-        self._path, self._synchronous, self._clock = path, synchronous, clock
-        self._frames = frames
-        self._hold_above = hold_above
-        self._hold = False                # the next transaction waits for the running one
-        self._last = -math.inf            # when the last checkpoint was started
-        self._wake = threading.Event()
-        self._idle = threading.Event()    # set while no checkpoint is running
-        self._idle.set()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hypersack-wal-checkpoints",
-                                        daemon=True)
-        self._thread.start()
-
-    def poke(self) -> None:
-        """After a commit: start a checkpoint if one is due and none is running."""
-        if not self._idle.is_set() or self._clock() - self._last < CHECKPOINT_EVERY_S:
-            return
-        frames = self._frames() if self._frames is not None else None
-        if (frames is not None and frames < CHECKPOINT_PAGES) or not self._thread.is_alive():
-            return
-        self._last = self._clock()
-        self._hold = frames is None or frames >= self._hold_above
-        self._idle.clear()
-        self._wake.set()
-
-    def wait_idle(self) -> None:
-        """Before a write transaction: wait until a running checkpoint that holds the writer
-        is done."""
-        if self._hold:
-            self._idle.wait()
-            self._hold = False
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        self._thread.join()
-        self._idle.set()
-        if self._frames is not None:
-            self._frames.close()
-
-    def _run(self) -> None:
-        try:
-            db = sqlite3.connect(str(self._path), timeout=30, isolation_level=None)
-        except sqlite3.Error:
-            self._idle.set()
-            return
-        try:
-            db.execute(f"PRAGMA synchronous={self._synchronous}")
-            while True:
-                self._wake.wait()
-                self._wake.clear()
-                if self._stopping.is_set():
-                    return
-                try:
-                    with contextlib.suppress(sqlite3.Error):
-                        db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                        self.done += 1
-                finally:
-                    self._idle.set()
-        finally:
-            self._idle.set()
-            db.close()
-
-
-class _WalFrames:
-    """How many frames the WAL holds now: ``mxFrame`` of the wal-index header, 4 bytes at
-    offset 16 of the ``-shm`` file in native byte order (https://www.sqlite.org/walformat.html),
-    read without a lock: a heuristic for when to checkpoint, never for what is durable. None
-    when it cannot be read."""
-
-    def __init__(self, fd: int):
-        self._fd: int | None = fd
-
-    @classmethod
-    def open(cls, db_path: Path) -> "_WalFrames | None":
-        try:
-            return cls(os.open(f"{db_path}-shm", os.O_RDONLY))
-        except OSError:
-            return None
-
-    def __call__(self) -> int | None:
-        if self._fd is None:
-            return None
-        try:
-            header = os.pread(self._fd, 4, 16)
-        except OSError:
-            return None
-        return int.from_bytes(header, sys.byteorder) if len(header) == 4 else None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     if not readonly:
         return sqlite3.connect(str(path), timeout=30, isolation_level=None)
@@ -892,40 +588,6 @@ def _free_space(path: Path) -> str:
             return f"{free:.0f} {unit}" if unit == "bytes" else f"{free:.1f} {unit}"
         free /= 1024
     return "unknown space"
-
-
-@dataclass(frozen=True)
-class _Holder:
-    """A driver process: host, pid and the process's start time (to see through pid reuse)."""
-    host: str
-    pid: int
-    process_start: str | None
-
-    @classmethod
-    def current(cls) -> "_Holder":
-        return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()))
-
-    def alive(self, heartbeat_age_s: float) -> bool:
-        """On this host: the process still runs. Elsewhere: its heartbeat is recent."""
-        if self.host != socket.gethostname():
-            return heartbeat_age_s < LEASE_TTL_S
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        start = _process_start(self.pid)
-        return self.process_start is None or start is None or start == self.process_start
-
-
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), or None where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def _metrics_json(last: dict[int, tuple[int, dict, str]], t: TrialRecord) -> str | None:
