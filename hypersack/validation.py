@@ -17,7 +17,7 @@ from typing import Any, Collection, Mapping, TypeGuard
 from hypersack.errors import ConfigError, ReportError
 
 __all__ = ["is_number", "is_integer", "is_finite", "check_number", "check_integer",
-           "check_choice", "check_name", "check_step", "check_metric", "MAX_STEP", "check_text", "check_plain_data", "check_workers_fit",
+           "check_choice", "check_name", "check_step", "check_metric", "is_plain_report", "MAX_STEP", "check_text", "check_plain_data", "check_workers_fit",
            "INT53", "MAX_OVERSUBSCRIPTION", "MAX_DEVICES_PER_NODE", "MAX_LOCAL_WORKERS_PER_CPU", "MAX_LOCAL_WORKERS_PER_GPU"]
 
 #: The largest integer a float holds exactly: integer domains stay within +/- this.
@@ -173,6 +173,19 @@ def check_step(value: Any) -> int:
         raise ReportError("the step of ctx.report(step, ...)", value,
                           f"must be an integer in [0, {MAX_STEP}] (got {_type_name(value)})")
     return int(step)
+
+
+def is_plain_report(step: Any, metrics: Any) -> bool:
+    """Whether a report is already what ``check_step`` and ``check_metric`` would make of it:
+    an int step in ``[0, MAX_STEP]`` and a dict of str names to floats and 64-bit ints (not
+    bools). The fast path of a reader of unpickled reports; False says "check it in full"."""
+    if type(step) is not int or not 0 <= step <= MAX_STEP or type(metrics) is not dict:
+        return False
+    for name, value in metrics.items():
+        kind = type(value)
+        if type(name) is not str or not (kind is float or (kind is int and -_INT64 <= value <= _INT64)):
+            return False
+    return True
 
 
 def check_metric(name: str, value: Any) -> int | float:

@@ -142,3 +142,24 @@ def test_numbers_beyond_floats_are_clear_errors_in_placement_and_packing():
             assert "10000000" in str(exc)
         else:
             raise AssertionError("a number beyond floats was accepted")
+
+
+@pytest.mark.parametrize("step, metrics, plain", [
+    (0, {"loss": 0.5, "n": 3}, True),
+    (2**53, {"loss": float("nan")}, True),            # NaN is a plain float (the controller fails it)
+    (-1, {"loss": 0.5}, False),
+    (2**53 + 1, {"loss": 0.5}, False),
+    (True, {"loss": 0.5}, False),
+    (1, {"loss": True}, False),
+    (1, {"n": 2**63}, False),
+    (1, {"n": -2**63 + 1}, True),
+    (1, {3: 0.5}, False),
+    (1, [("loss", 0.5)], False),
+    (1, {"loss": "0.5"}, False),
+])
+def test_is_plain_report_says_yes_only_to_what_the_checks_would_leave_as_is(step, metrics, plain):
+    from hypersack.validation import check_metric, check_step, is_plain_report
+    assert is_plain_report(step, metrics) is plain
+    if plain:
+        assert check_step(step) is step or check_step(step) == step
+        assert all(check_metric(k, v) is v for k, v in metrics.items())

@@ -44,3 +44,40 @@ def test_pipe_poll_sees_a_waiting_message_and_the_end_of_the_connection():
     right.close()
     with pytest.raises(OSError):
         right.poll()
+
+
+def test_a_burst_read_in_one_go_comes_out_message_by_message_in_order():
+    """The reader takes what the socket holds at once and splits it: a large message (split over
+    several reads) among small ones, and ``poll`` true while a whole one waits in its buffer."""
+    import multiprocessing as mp
+    a, b = mp.Pipe()
+    left, right = m.Pipe(a), m.Pipe(b)
+    big = m.Failed(7, "x" * 100_000, None, False, False)
+    burst = [m.Reported(7, s, {"loss": 1.0 / (s + 1)}, None) for s in range(5)] + [big, m.Done(7)]
+    for message in burst:
+        left.send(message)
+    got = [right.recv()]
+    assert len(right._buffer) > 0          # one read took more than the first message
+    while right.poll():
+        got.append(right.recv())
+        if len(got) == len(burst):
+            break
+    assert got == burst and not right.poll()
+    left.close()
+    with pytest.raises(EOFError):
+        right.recv()
+
+
+def test_a_report_already_plain_is_taken_as_sent_and_others_are_checked():
+    import multiprocessing as mp
+    a, b = mp.Pipe()
+    left, right = m.Pipe(a), m.Pipe(b)
+    plain = m.Reported(1, 3, {"loss": 0.5, "n": 2}, None)
+    left.send(plain)
+    assert right.recv() is not plain and right._buffer == bytearray()
+    left.send(m.Reported(1, 3, {"flag": True}, None))        # a bool slipped past ctx.report
+    with pytest.raises(m.BadMessage, match="flag"):
+        right.recv()
+    left.send(m.Reported(1, 2**60, {"loss": 0.5}, None))     # a step beyond MAX_STEP
+    with pytest.raises(m.BadMessage):
+        right.recv()

@@ -29,16 +29,23 @@ def _algorithm(spec):
 
 # ---- decision points -------------------------------------------------------------------------
 
+def test_rasda_decides_at_every_step():
+    algorithm = _algorithm({"type": "rasda", "min_t": 1, "max_t": 27, "sf": 3, "rf": 3})
+    algorithm.suggest(0)
+    assert algorithm.next_decision_step(0) == 0
+
+
 @pytest.mark.parametrize("algorithm", [
     lambda: _algorithm({"type": "random"}),
     lambda: make_algorithm("grid", SearchSpace({"x": {"type": "categorical", "choices": [1, 2]}}),
                            OBJECTIVE, 0),
-    lambda: _algorithm({"type": "rasda", "min_t": 1, "max_t": 27, "sf": 3, "rf": 3}),
 ])
-def test_other_algorithms_decide_at_every_step(algorithm):
+def test_algorithms_that_never_stop_early_have_no_decision_point(algorithm):
+    """Their ``on_result`` always CONTINUEs: no report of theirs needs to wait for a decision."""
     algorithm = algorithm()
     algorithm.suggest(0)
-    assert algorithm.next_decision_step(0) == 0
+    assert algorithm.next_decision_step(0) == NO_DECISION
+    assert algorithm.on_result(0, 5, {"loss": 0.1}) is Decision.CONTINUE
 
 
 @pytest.mark.parametrize("spec", [
@@ -121,9 +128,10 @@ def test_an_ack_carries_the_trials_next_decision_step():
             sent.append(message)
     executor._jobs = {4: object()}
     executor._awaiting = {4: _Worker(), 5: _Worker()}     # 5: a pack member (no plain job)
+    executor._unacked = {4: 3, 5: 1}                      # trial 4: three reports read
     executor._decision_step = {4: 9, 5: 9}.get
     executor.acknowledge()
-    assert sent == [Ack(4, 9), Ack(5, 0)] and executor._awaiting == {}
+    assert sent == [Ack(4, 9, 3), Ack(5, 0, 1)] and executor._awaiting == executor._unacked == {}
 
 
 # ---- the worker side -------------------------------------------------------------------------
@@ -231,3 +239,48 @@ def test_a_report_with_a_non_finite_metric_waits_for_its_ack_even_below_the_poin
     ctx.report(3, loss=0.5, aux=bad)
     ctx.report(4, loss=0.4)
     assert [kind for kind, _, _ in channel.calls] == ["post", "request", "request", "post"]
+
+
+def test_a_window_lets_that_many_posted_reports_await_their_acks_and_one_ack_covers_several():
+    pipe = _FakePipe()
+    channel = PipeChannel(pipe, 1, window=3)
+    for step in (1, 2, 3):
+        channel.post(Reported(1, step, {"loss": 1.0}))
+    assert pipe.recvs == 0 and len(pipe.sent) == 3          # three in flight, none waited
+    pipe.inbox = [Ack(1, 50, 2)]                            # the first two are durable
+    channel.post(Reported(1, 4, {"loss": 0.9}))             # the fourth waits for room
+    assert pipe.recvs == 1 and len(pipe.sent) == 4 and channel.free_below == 50
+    channel.post(Reported(1, 5, {"loss": 0.8}))             # 3 and 4 in flight: room for one
+    assert pipe.recvs == 1 and len(pipe.sent) == 5
+    pipe.inbox = [Ack(1, 50, 1), Ack(1, 50, 3)]
+    channel.request(Reported(1, 6, {"loss": 0.7}))          # room for it, then waits for all
+    assert pipe.inbox == [] and pipe.recvs == 3
+    channel.flush()                                         # nothing in flight: no recv
+    assert pipe.recvs == 3
+
+
+def test_a_window_of_one_waits_for_the_posted_report_before_the_next():
+    pipe = _FakePipe()
+    channel = PipeChannel(pipe, 1, window=1)
+    channel.post(Reported(1, 1, {"loss": 1.0}))
+    with pytest.raises(AssertionError, match="never sent"):
+        channel.post(Reported(1, 2, {"loss": 0.9}))
+    assert len(pipe.sent) == 1
+
+
+def test_the_local_executor_hands_its_window_to_each_task_and_counts_reports_per_ack():
+    executor = object.__new__(LocalExecutor)
+    executor._window = 7
+    executor._awaiting, executor._unacked, executor._jobs = {}, {}, {}
+
+    class _Job:
+        trial_id = 4
+        workers: list = []
+
+    class _W:
+        rank = 0
+    job, w = _Job(), _W()
+    for step in range(3):
+        event = executor._event(job, w, Reported(4, step, {"loss": 0.1}, None))
+        assert isinstance(event, ResultReported)
+    assert executor._awaiting == {4: w} and executor._unacked == {4: 3}

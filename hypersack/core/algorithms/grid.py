@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hypersack.core.algorithms.base import Algorithm, Suggestion, register_algorithm
+from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Suggestion, register_algorithm
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
@@ -41,6 +41,10 @@ class GridSearch(Algorithm):
         config = dict(self._points[self._next // self._repeat])
         self._next += 1
         return Suggestion(config, {"grid_index": self._next - 1})
+
+    def next_decision_step(self, trial_id: int) -> int:
+        """None: every result CONTINUEs (no trial of this algorithm is stopped early)."""
+        return NO_DECISION
 
     def state_dict(self) -> dict[str, Any]:
         return {"next": self._next}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from hypersack.core.algorithms.base import Algorithm, Suggestion, register_algorithm
+from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Suggestion, register_algorithm
 from hypersack.core.algorithms.optuna_model import OptunaModel, parse_sampler
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
@@ -49,6 +49,10 @@ class OptunaSearch(Algorithm):
             return None
         self._live.add(trial_id)
         return Suggestion(config)
+
+    def next_decision_step(self, trial_id: int) -> int:
+        """None: every result CONTINUEs (no trial of this algorithm is stopped early)."""
+        return NO_DECISION
 
     def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
         self._live.discard(trial_id)

@@ -5,7 +5,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from hypersack.core.algorithms.base import Algorithm, Suggestion, register_algorithm
+from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Suggestion, register_algorithm
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 
@@ -20,6 +20,10 @@ class RandomSearch(Algorithm):
 
     def suggest(self, trial_id: int) -> Suggestion | None:
         return Suggestion(self.space.sample(self._rng))
+
+    def next_decision_step(self, trial_id: int) -> int:
+        """None: every result CONTINUEs (no trial of this algorithm is stopped early)."""
+        return NO_DECISION
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self._rng.bit_generator.state}

@@ -38,6 +38,9 @@ __all__ = ["LocalExecutor"]
 
 NODE_ID = "local"
 LIVENESS_S = 0.5     # every worker's process is checked at least this often (see ``poll``)
+#: Posted reports a plain trial's worker may have awaiting their acks at once (pipelining below
+#: the trial's next decision point): a turn's commit then holds many reports per trial.
+REPORT_WINDOW = 32
 
 
 @dataclass(eq=False)
@@ -59,7 +62,8 @@ class LocalExecutor:
                  profile: Callable[[dict[str, Any]], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
                  packs: PackPlan | None = None, unsafe_checkpoints: bool = False,
-                 decision_step: Callable[[int], int] | None = None):
+                 decision_step: Callable[[int], int] | None = None,
+                 report_window: int = REPORT_WINDOW):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
@@ -71,11 +75,13 @@ class LocalExecutor:
         self._device_events = device_events
         self._unsafe_checkpoints = unsafe_checkpoints
         self._decision_step = decision_step    # the controller's next_decision_step
+        self._window = report_window
         self._pool = WorkerPool(self._slots, share_env)
         self._packs = PackHost(packs, self._pool, trial_dir=trial_dir, steps_for=steps_for,
                                unsafe_checkpoints=unsafe_checkpoints) if packs else None
         self._jobs: dict[int, _Job] = {}
         self._awaiting: dict[int, Worker] = {}   # trial -> the worker waiting for its ack
+        self._unacked: dict[int, int] = {}       # trial -> its reports read, not yet acked
         self._pending: list[Event] = []          # events made by commands, for the next poll
         self._swept = time.monotonic()           # the last liveness check of every worker
 
@@ -104,7 +110,7 @@ class LocalExecutor:
 
     def shutdown(self, kill: bool = False) -> None:
         self._pool.shutdown(self._busy_workers(), kill)
-        self._jobs, self._awaiting = {}, {}
+        self._jobs, self._awaiting, self._unacked = {}, {}, {}
         if self._packs:
             self._packs.packs, self._packs.members = [], {}
 
@@ -141,6 +147,7 @@ class LocalExecutor:
         else:
             return
         self._awaiting.pop(trial_id, None)
+        self._unacked.pop(trial_id, None)
         self._pending.append(TrialFailed(trial_id, command.reason, cause=FailureCause.CANCELLED))
 
     def _job_workers(self, trial_id: int) -> list[Worker]:
@@ -180,7 +187,7 @@ class LocalExecutor:
         return TrialTask(launch.trial_id, launch.config, launch.seed, launch.attempt,
                          worker.slot.device, str(self._trial_dir(launch.trial_id)), self._metric,
                          self._steps_for(launch.config), world, bool(self._profile(launch.config)),
-                         launch.checkpoint, self._unsafe_checkpoints, trainable)
+                         launch.checkpoint, self._unsafe_checkpoints, trainable, self._window)
 
     def _slot(self, key: str, trial_id: int) -> Slot:
         if key not in self._slots:
@@ -196,15 +203,20 @@ class LocalExecutor:
 
     def acknowledge(self, trial_ids: Iterable[int] | None = None,
                     free_below: Mapping[int, int] | None = None) -> None:
-        """Ack each waiting report; a plain trial's ack carries its next decision point (the
-        ``decision_step`` given), below which its worker need not wait (pipelining).
+        """Ack every report read of each waiting trial (one Ack per trial covers them all: the
+        loop calls this once the turn holding them is durable, with no poll in between); a
+        plain trial's ack carries its next decision point (the ``decision_step`` given), below
+        which its worker need not wait (pipelining). An executor that relays this one's events
+        (a Ray node's agent) must build it with ``report_window=1``: its driver acks the
+        results it has seen, and with one report in flight per trial those are all read here.
         ``trial_ids``: only these, and ``free_below``: their decision points as given (an
         executor that relays this one's events acks exactly the results it has seen, with the
         driver's decision points)."""
         chosen = list(self._awaiting) if trial_ids is None else [
             t for t in trial_ids if t in self._awaiting]
         for trial_id in chosen:
-            self._awaiting.pop(trial_id).send(Ack(trial_id, self._free_below(trial_id, free_below)))
+            self._awaiting.pop(trial_id).send(Ack(trial_id, self._free_below(trial_id, free_below),
+                                                  self._unacked.pop(trial_id, 1)))
 
     def _free_below(self, trial_id: int, given: Mapping[int, int] | None) -> int:
         if trial_id not in self._jobs:        # a pack member: every report waits
@@ -257,6 +269,7 @@ class LocalExecutor:
         for event in events:
             if isinstance(event, ResultReported) and self._packs is not None:
                 self._awaiting[event.trial_id] = self._packs.members[event.trial_id].worker
+                self._unacked[event.trial_id] = 1      # a member waits at every report
         return events
 
     def _drain(self, job: _Job, w: Worker) -> list[Event]:
@@ -297,6 +310,7 @@ class LocalExecutor:
                                 else "+".join(x.slot.label for x in job.workers))
         if isinstance(message, Reported):
             self._awaiting[job.trial_id] = w
+            self._unacked[job.trial_id] = self._unacked.get(job.trial_id, 0) + 1
             return ResultReported(job.trial_id, message.step, message.metrics, message.checkpoint)
         if isinstance(message, Profiled):
             return TrialProfiled(job.trial_id, message.profile)
@@ -319,6 +333,7 @@ class LocalExecutor:
         """Forget the job; its workers go back idle, or are killed (``keep`` survives a kill)."""
         job = self._jobs.pop(trial_id)
         self._awaiting.pop(trial_id, None)
+        self._unacked.pop(trial_id, None)
         for w in job.workers:
             w.trial_id = None
             if kill and w is not keep:

@@ -114,6 +114,7 @@ class Storage(StudyLease, WalCheckpoints):
     def __init__(self, path: str | Path = DEFAULT_STORAGE, *, readonly: bool = False,
                  durability: str = "power"):
         self.path = Path(path)
+        self._artifacts_root: Path | None = None    # resolved once (a launch asks for it)
         self.readonly = readonly
         self.durability = check_durability(durability)
         self.commits = 0                 # durable commits made by this connection
@@ -203,8 +204,11 @@ class Storage(StudyLease, WalCheckpoints):
 
     @property
     def artifacts_root(self) -> Path:
-        """Folder for trial logs and checkpoints: ``hypersack-runs/`` beside the database file."""
-        return self.path.resolve().parent / "hypersack-runs"
+        """Folder for trial logs and checkpoints: ``hypersack-runs/`` beside the database file
+        (the path is resolved on first use, not at every trial's launch)."""
+        if self._artifacts_root is None:
+            self._artifacts_root = self.path.resolve().parent / "hypersack-runs"
+        return self._artifacts_root
 
     def study_dir(self, study: StudyRow) -> Path:
         """The study's run folder, keyed by its identity."""

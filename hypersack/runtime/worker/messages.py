@@ -9,19 +9,23 @@ receives dataclasses. A stop or an ack names its trial, so a stale one is ignore
 Driver -> worker: ``RunTrial``, ``StartPack``, ``AddMember``, ``StopTrial``, ``Ack``,
 ``EndPack``, ``Shutdown``. Worker -> driver: ``Started``, ``Reported`` (then the worker waits
 for its ``Ack``, or, for a report below the last ack's ``free_below`` that carries no
-checkpoint, goes on and waits for that ack before its next report or its end), ``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and
+checkpoint, goes on while fewer than the task's ``report_window`` reports await their acks, and
+waits for them all before a report that must wait, or its end; one ``Ack`` may cover several), ``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and
 ``PackFailed`` (the pack as a whole failed; every member with it).
 """
 from __future__ import annotations
 
 import operator
+import os
 import pickle
 import select
+import struct
 from dataclasses import dataclass, fields
+from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
 from hypersack.errors import ReportError
-from hypersack.validation import check_metric, check_step
+from hypersack.validation import check_metric, check_step, is_plain_report
 
 __all__ = ["Ack", "AddMember", "BadMessage", "Done", "EndPack", "Failed", "MemberTask", "Message",
            "PackCap", "PackFailed", "PackSpec", "Pipe", "Profiled", "Reported", "RunTrial",
@@ -108,11 +112,17 @@ class Pipe:
 
     Messages travel as plain pickles: never by the reducers ``torch.multiprocessing`` installs
     for ``Connection.send`` (a tensor's storage handed over as a shared file descriptor, which a
-    driver that did not start the worker through multiprocessing cannot take)."""
+    driver that did not start the worker through multiprocessing cannot take). On POSIX the
+    reader takes whatever the socket holds in one ``read`` and splits it into messages
+    (``multiprocessing``'s framing: a 4-byte big-endian length, or -1 and an 8-byte one), so a
+    burst of pipelined reports costs one system call, not two per message; ``poll`` says True
+    while a whole message waits in that buffer."""
 
     def __init__(self, conn: Any):
         self.conn = conn
         self._poller: Any = None
+        self._buffer = bytearray()
+        self._fd = conn.fileno() if type(conn) is Connection else None   # None: Windows, a fake
 
     def send(self, message: Message) -> None:
         self.conn.send_bytes(pickle.dumps(encode(message), pickle.HIGHEST_PROTOCOL))
@@ -120,17 +130,33 @@ class Pipe:
     def recv(self) -> Message:
         """The next message. EOFError or OSError: the connection is closed; ``BadMessage``:
         one message was read that is unusable (the stream stays in step)."""
-        data = self.conn.recv_bytes()
+        data = self.conn.recv_bytes() if self._fd is None else self._frame()
         try:
             message = decode(pickle.loads(data))
         except Exception as exc:
             raise BadMessage(f"an unreadable message ({_describe(exc)})") from None
         return _checked(message) if isinstance(message, Reported) else message
 
+    def _frame(self) -> bytes:
+        """The next message's bytes, reading the socket (blocking) until one is whole."""
+        buffer = self._buffer
+        while True:
+            size, start = _frame_size(buffer)
+            if size is not None and len(buffer) >= start + size:
+                data = bytes(buffer[start:start + size])
+                del buffer[:start + size]
+                return data
+            chunk = os.read(self._fd, max(_CHUNK, start + (size or 0) - len(buffer)))
+            if not chunk:
+                raise EOFError
+            buffer += chunk
+
     def poll(self, timeout: float = 0.0) -> bool:
         """Whether a message (or the end of the connection) can be read within ``timeout``
         seconds. One ``poll(2)`` on a poller made once (``Connection.poll`` builds a selector
         per call: a worker asks after every report); a closed connection raises OSError."""
+        if self._buffer and _whole(self._buffer):
+            return True
         if self._poller is None:
             poller = select.poll()
             poller.register(self.conn.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
@@ -139,10 +165,36 @@ class Pipe:
 
     def close(self) -> None:
         self._poller = None
+        self._buffer.clear()
         self.conn.close()
 
     def fileno(self) -> int:
         return int(self.conn.fileno())
+
+
+_CHUNK = 65536          # bytes asked of one read
+
+
+def _frame_size(buffer: bytearray) -> tuple[int | None, int]:
+    """The size of the message at the head of ``buffer`` (None: its header is not all there)
+    and where its bytes start."""
+    if len(buffer) < 4:
+        return None, 4
+    size = _HEADER.unpack_from(buffer)[0]
+    if size != -1:
+        return size, 4
+    if len(buffer) < 12:
+        return None, 12
+    return _LONG.unpack_from(buffer, 4)[0], 12
+
+
+def _whole(buffer: bytearray) -> bool:
+    size, start = _frame_size(buffer)
+    return size is not None and len(buffer) >= start + size
+
+
+_HEADER = struct.Struct("!i")
+_LONG = struct.Struct("!Q")
 
 
 # ---- tasks (payloads of driver messages) ----------------------------------------------------------
@@ -164,7 +216,8 @@ class TrialTask(Message):
 
     ``trainable``: (key, reference, payload); reference and payload are None when the worker
     has this key loaded already. ``checkpoint``: the committed checkpoint file (the only one
-    a restore reads), or None."""
+    a restore reads), or None. ``report_window`` (>= 1): how many posted reports may await
+    their acks at once (pipelining; see ``runtime.worker.process.PipeChannel``)."""
     tag: ClassVar[str] = "trial-task"
     nested: ClassVar[dict[str, type]] = {"world": WorldSpec}
     trial_id: int
@@ -180,6 +233,7 @@ class TrialTask(Message):
     checkpoint: str | None
     unsafe_checkpoints: bool
     trainable: tuple
+    report_window: int = 1
 
 
 @dataclass(frozen=True)
@@ -244,12 +298,14 @@ class StopTrial(Message):
 
 @dataclass(frozen=True)
 class Ack(Message):
-    """The trial's last report is durable: it may go on. ``free_below``: its reports at steps
-    below this one (carrying no checkpoint) cannot be answered with a stop, so the worker need
-    not wait for their acks (pipelining; 0: wait for every report)."""
+    """The trial's ``reports`` oldest unacknowledged reports are durable: it may go on.
+    ``free_below``: its reports at steps below this one (carrying no checkpoint) cannot be
+    answered with a stop, so the worker need not wait for their acks (pipelining; 0: wait for
+    every report)."""
     tag: ClassVar[str] = "ack"
     trial_id: int
     free_below: int = 0
+    reports: int = 1
 
 
 @dataclass(frozen=True)
@@ -325,6 +381,8 @@ class PackFailed(Message):
 def _checked(message: Reported) -> Reported:
     """``message`` with its step and metrics as plain Python numbers (what the store keeps);
     BadMessage for a report that slipped past the worker's own check (``ctx.report``)."""
+    if is_plain_report(message.step, message.metrics):    # what ``ctx.report`` sends
+        return message
     try:
         step = check_step(message.step)
         given = list(dict(message.metrics).items())

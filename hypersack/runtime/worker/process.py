@@ -2,8 +2,9 @@
 
 Protocol over one duplex pipe, in the messages of ``hypersack.runtime.worker.messages``: the driver
 sends RunTrial / StopTrial / Ack / Shutdown (and StartPack, which turns the worker into a fused
-pack until EndPack); the worker answers Started, Reported (then waits for its Ack; a report
-carries the file name of the checkpoint that rides with it), Profiled, Done, Failed. A task
+pack until EndPack); the worker answers Started, Reported (then waits for its Ack, or goes on
+within the task's report window, ``PipeChannel``; a report carries the file name of the
+checkpoint that rides with it), Profiled, Done, Failed. A task
 names the trial's committed checkpoint: the only file a restore reads; other checkpoint files in
 the folder (left by killed attempts) are deleted.
 ("pack", spec) turns the worker into a fused pack until the driver ends it (protocol in
@@ -31,16 +32,18 @@ _SHUTDOWN = object()
 class PipeChannel:
     """The context's channel to the driver, for one trial.
 
-    At most one report is unacknowledged at a time: ``request`` and ``post`` first wait for the
-    ack of an earlier posted report (``flush``); ``request`` then waits for its own ack, ``post``
-    returns at once. ``free_below`` is the last ack's: reports at lower steps may be posted.
+    Up to ``window`` posted reports may await their acks at once: ``post`` first waits while
+    ``window`` do, then sends and returns; ``request`` sends and waits until every report sent
+    is acknowledged (``flush``). An ack covers its ``reports`` oldest unacknowledged reports.
+    ``free_below`` is the last ack's: reports at lower steps may be posted.
     """
 
-    def __init__(self, pipe: Pipe, trial_id: int):
+    def __init__(self, pipe: Pipe, trial_id: int, window: int = 1):
         self._pipe = pipe
         self._trial_id = trial_id
+        self._window = max(1, window)
         self._stop = False
-        self._unacked = False
+        self._unacked = 0
         self.free_below = 0
         self.shutdown = False
 
@@ -52,17 +55,18 @@ class PipeChannel:
         self.flush()
 
     def post(self, message: Message) -> None:
-        """Send a report whose ack the next report (or the trial's end) waits for."""
-        self.flush()
+        """Send a report whose ack a later report (or the trial's end) waits for."""
+        while self._unacked >= self._window:
+            self._handle(self._pipe.recv())
         self._pipe.send(message)
-        self._unacked = True
+        self._unacked += 1
 
     def may_post(self, step: int) -> bool:
         """Whether a report at ``step`` may be posted (no decision can stop the trial there)."""
         return step < self.free_below
 
     def flush(self) -> None:
-        """Wait for the ack of the report sent last, if it has not come yet."""
+        """Wait until every report sent is acknowledged."""
         while self._unacked:
             self._handle(self._pipe.recv())
 
@@ -78,7 +82,7 @@ class PipeChannel:
         elif isinstance(message, Shutdown):
             self._stop = self.shutdown = True
         elif isinstance(message, Ack) and message.trial_id == self._trial_id:
-            self._unacked = False
+            self._unacked = max(0, self._unacked - message.reports)
             self.free_below = message.free_below
 
 
@@ -173,7 +177,7 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
 
     trial_id = task.trial_id
     trial_dir = Path(task.trial_dir)
-    channel = PipeChannel(pipe, trial_id)
+    channel = PipeChannel(pipe, trial_id, task.report_window)
     try:
         checkpoints.ensure_private_dir(trial_dir)
         log_fd = checkpoints.open_private(trial_dir / "trial.log", append=True)
