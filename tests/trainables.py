@@ -99,10 +99,18 @@ def segfaults_once(config, ctx):
 
 
 def checks_durability(config, ctx):
-    """After each report returns, looks in the study's SQLite file for that very result."""
+    """After each report that waits (one with a checkpoint) returns, looks in the study's SQLite
+    file for that very result and every one before it, posted ones included (steps 4 and 5
+    carry no checkpoint: below the decision point they do not wait; step 6 waits for them)."""
+    db, trial = config["db"], ctx.trial_id
     for step in range(1, 4):
-        ctx.report(step, score=float(step), durable_before=float(_stored(config["db"], ctx.trial_id, step - 1)))
-    ctx.report(4, score=4.0, durable_before=float(_stored(config["db"], ctx.trial_id, 3)))
+        ctx.report(step, checkpoint={"step": step}, score=float(step),
+                   durable_before=float(all(_stored(db, trial, s) for s in range(step))))
+    ctx.report(4, score=4.0, durable_before=1.0)
+    ctx.report(5, score=5.0, durable_before=1.0)
+    ctx.report(6, checkpoint={"step": 6}, score=6.0,       # waits for 4, 5 and itself
+               durable_before=float(all(_stored(db, trial, s) for s in range(4))))
+    ctx.report(7, score=7.0, durable_before=float(all(_stored(db, trial, s) for s in range(7))))
 
 
 def _stored(db: str, trial_id: int, step: int) -> bool:

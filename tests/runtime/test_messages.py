@@ -54,14 +54,16 @@ def test_a_burst_read_in_one_go_comes_out_message_by_message_in_order():
     left, right = m.Pipe(a), m.Pipe(b)
     big = m.Failed(7, "x" * 100_000, None, False, False)
     burst = [m.Reported(7, s, {"loss": 1.0 / (s + 1)}, None) for s in range(5)] + [big, m.Done(7)]
-    for message in burst:
+    import threading
+    for message in burst[:5]:
         left.send(message)
-    got = [right.recv()]
+    sender = threading.Thread(target=lambda: [left.send(x) for x in burst[5:]])   # the big one
+    got = [right.recv()]                                                 # may fill the socket
     assert len(right._buffer) > 0          # one read took more than the first message
-    while right.poll():
+    sender.start()
+    while len(got) < len(burst) and right.poll(1.0):
         got.append(right.recv())
-        if len(got) == len(burst):
-            break
+    sender.join(5.0)
     assert got == burst and not right.poll()
     left.close()
     with pytest.raises(EOFError):

@@ -119,8 +119,9 @@ def test_a_report_is_in_the_store_when_it_returns_to_the_trainable(store_path):
     study = make_study(store_path, n_trials=2, space={"db": str(store_path)})
     study.run("trainables:checks_durability", progress=False)
     results = study.results()
-    assert len(results) == 8
-    assert all(r["durable_before"] == 1.0 for r in results)
+    assert len(results) == 14
+    assert all(r["durable_before"] == 1.0 for r in results), [
+        (r["trial_id"], r["step"], r["durable_before"]) for r in results]
 
 
 def test_worker_that_keeps_dying_fails_after_max_retries(store_path):
