@@ -361,7 +361,7 @@ class Storage(StudyLease, WalCheckpoints):
                 self._renew(study_id, now)
             result_rows, last = [], {}
             for tid, step, m in results:
-                text = json.dumps(m, default=str)   # a bad metric (the trial fails on it) as text
+                text = _metrics_text(m)   # a bad metric (the trial fails on it) as text
                 result_rows.append((study_id, tid, step, text, now))
                 last[tid] = (step, m, text)
             trial_rows = [(study_id, *_trial_row(t, self._config_json(study_id, t),
@@ -592,6 +592,11 @@ def _free_space(path: Path) -> str:
             return f"{free:.0f} {unit}" if unit == "bytes" else f"{free:.1f} {unit}"
         free /= 1024
     return "unknown space"
+
+
+#: One encoder for every result's metrics (``json.dumps(m, default=str)`` builds a new one per
+#: call): what cannot be JSON is stored as its text.
+_metrics_text = json.JSONEncoder(default=str).encode
 
 
 def _metrics_json(last: dict[int, tuple[int, dict, str]], t: TrialRecord) -> str | None:

@@ -17,10 +17,17 @@ Contract for trainables:
   very report, once the result is durable: no work is wasted past it.
 - Pipelining: a report that carries no checkpoint and no NaN or infinite metric, at a step
   below the trial's next decision point (the algorithm's milestones for ASHA, SHA, Hyperband;
-  every step for the others), does not wait: ``report`` returns at once and the trial's next report (or its end) first waits
-  until this one is durable. So at most one report is in flight; a stop for budget or Ctrl-C
-  (which no report decides) is raised one report later; everything above holds for reports
-  that carry a checkpoint or are decision points.
+  none for random, grid and Optuna searches, which never stop a trial early; every step for
+  the others), does not wait: ``report`` returns at once. Up to the executor's report window
+  (32 for the local executor, 1 on a Ray node) such reports may await their acks (with the
+  window full, a report waits for room); a report that must wait (a checkpoint, a decision
+  point, a non-finite metric) and the trial's end wait until it and every earlier one are
+  durable, so a checkpoint never becomes durable before the results it follows. The first report of
+  an attempt always waits (no decision point is known yet: a missing objective fails there).
+  A decision the algorithm takes at a decision point stops the trial at that very report: no
+  step past it is run or stored. A stop no report decides (a time budget, Ctrl-C, a
+  preemption, another trial's failure) is raised at the trial's first report after the stop
+  reaches its worker; the reports it had posted before (at most the window) are stored.
 - ``ctx.checkpoint(state)``: for trainables that checkpoint between reports. The state is
   written at once (a new private file) and rides with the *next* ``report``: it becomes the
   trial's checkpoint when that report is durable, labelled with that report's step. So call it

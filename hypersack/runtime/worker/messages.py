@@ -130,15 +130,15 @@ class Pipe:
     def recv(self) -> Message:
         """The next message. EOFError or OSError: the connection is closed; ``BadMessage``:
         one message was read that is unusable (the stream stays in step)."""
-        data = self.conn.recv_bytes() if self._fd is None else self._frame()
+        data = self.conn.recv_bytes() if self._fd is None else self._frame(self._fd)
         try:
             message = decode(pickle.loads(data))
         except Exception as exc:
             raise BadMessage(f"an unreadable message ({_describe(exc)})") from None
         return _checked(message) if isinstance(message, Reported) else message
 
-    def _frame(self) -> bytes:
-        """The next message's bytes, reading the socket (blocking) until one is whole."""
+    def _frame(self, fd: int) -> bytes:
+        """The next message's bytes, reading ``fd`` (blocking) until one is whole."""
         buffer = self._buffer
         while True:
             size, start = _frame_size(buffer)
@@ -146,7 +146,7 @@ class Pipe:
                 data = bytes(buffer[start:start + size])
                 del buffer[:start + size]
                 return data
-            chunk = os.read(self._fd, max(_CHUNK, start + (size or 0) - len(buffer)))
+            chunk = os.read(fd, max(_CHUNK, start + (size or 0) - len(buffer)))
             if not chunk:
                 raise EOFError
             buffer += chunk
