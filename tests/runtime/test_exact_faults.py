@@ -181,7 +181,7 @@ class _OneTrialExecutor:
             return [TrialStarted(0, "cpu"), ResultReported(0, 1, {"loss": 0.5}, "ck1")]
         return [ResultReported(0, self.turn, {"loss": 0.4}, f"ck{self.turn}")]
 
-    def acknowledge(self):
+    def acknowledge(self, trial_ids=None, free_below=None):
         self.acks += 1
 
     def shutdown(self, kill=False):
@@ -203,8 +203,8 @@ class _FillsUp(Storage):
 def test_a_full_disk_stops_the_study_keeps_what_is_stored_and_says_how_to_resume(tmp_path):
     space = SearchSpace({"lr": {"type": "float", "low": 0.1, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
-                                     objective, Budget(trials=1)), 1)
+    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=1), options=on_slots(1))
     executor = _OneTrialExecutor()
     with _FillsUp(tmp_path / "s.db", ok_batches=2) as store:
         row = store.create_study("s", {})
@@ -224,8 +224,8 @@ def test_a_full_disk_stops_the_study_keeps_what_is_stored_and_says_how_to_resume
 def test_a_worker_that_hits_a_full_disk_halts_the_study_with_its_trial_kept(tmp_path):
     space = SearchSpace({"lr": {"type": "float", "low": 0.1, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
-                                     objective, Budget(trials=1)), 1)
+    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=1), options=on_slots(1))
 
     class Full(_OneTrialExecutor):
         def poll(self, timeout):

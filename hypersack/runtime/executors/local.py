@@ -58,8 +58,7 @@ class LocalExecutor:
                  cluster: Any = None, share_env: Callable[[Slot, float | None], dict[str, Any]] | None = None,
                  profile: Callable[[dict[str, Any]], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
-                 packs: PackPlan | None = None, unsafe_checkpoints: bool = False,
-                 decision_step: Callable[[int], int] | None = None):
+                 packs: PackPlan | None = None, unsafe_checkpoints: bool = False):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
@@ -70,7 +69,6 @@ class LocalExecutor:
         self._profile = profile
         self._device_events = device_events
         self._unsafe_checkpoints = unsafe_checkpoints
-        self._decision_step = decision_step    # the controller's next_decision_step
         self._pool = WorkerPool(self._slots, share_env)
         self._packs = PackHost(packs, self._pool, trial_dir=trial_dir, steps_for=steps_for,
                                unsafe_checkpoints=unsafe_checkpoints) if packs else None
@@ -196,22 +194,14 @@ class LocalExecutor:
 
     def acknowledge(self, trial_ids: Iterable[int] | None = None,
                     free_below: Mapping[int, int] | None = None) -> None:
-        """Ack each waiting report; a plain trial's ack carries its next decision point (the
-        ``decision_step`` given), below which its worker need not wait (pipelining).
-        ``trial_ids``: only these, and ``free_below``: their decision points as given (an
-        executor that relays this one's events acks exactly the results it has seen, with the
-        driver's decision points)."""
+        """Ack the waiting report of each trial of ``trial_ids`` (None: every waiting one) with
+        its ``free_below`` (the loop's; a trial it leaves out: 0), below which its worker need
+        not wait (pipelining)."""
         chosen = list(self._awaiting) if trial_ids is None else [
             t for t in trial_ids if t in self._awaiting]
         for trial_id in chosen:
-            self._awaiting.pop(trial_id).send(Ack(trial_id, self._free_below(trial_id, free_below)))
-
-    def _free_below(self, trial_id: int, given: Mapping[int, int] | None) -> int:
-        if trial_id not in self._jobs:        # a pack member: every report waits
-            return 0
-        if given is not None:
-            return given.get(trial_id, 0)
-        return self._decision_step(trial_id) if self._decision_step is not None else 0
+            below = free_below.get(trial_id, 0) if free_below is not None else 0
+            self._awaiting.pop(trial_id).send(Ack(trial_id, below))
 
     # ---- events ----------------------------------------------------------------------------
 
