@@ -150,7 +150,7 @@ class FeedExecutor:
         self.cpu_s += time.process_time() - c0
         return out
 
-    def acknowledge(self) -> None:
+    def acknowledge(self, trial_ids: Any = None, free_below: Any = None) -> None:
         c0 = time.process_time()
         now = time.perf_counter()
         if self.warm is None and self.acked >= self.warmup:

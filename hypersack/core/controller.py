@@ -1,7 +1,12 @@
 """The study's decision maker: which trials to launch, what each event means, when the study ends.
 
-Pure: no I/O, no clock. The loop passes ``now`` (seconds, any monotonic origin) and applies the
-returned commands; after each batch of events it persists ``take_changes()``.
+Pure: no I/O, no clock. It is built with what it places trials on (``ControllerOptions``:
+inventory, placement, demand, packs, time-sharing). Each turn the loop calls ``turn(events,
+now)`` (``now``: seconds, any monotonic origin) and carries out the returned ``Turn``: it stores
+its changes, results and stays durably, then sends its commands, acknowledges the turn's
+reports with its ``free_below`` and sends its launches. ``handle``, ``tick`` and ``launches``
+are the turn's parts (tests drive them one by one); ``add_external``, ``ask`` and ``tell``
+serve ask/tell sessions outside the loop.
 """
 from __future__ import annotations
 
