@@ -158,3 +158,16 @@ def test_a_controller_without_inventory_launches_nothing_and_cannot_time_share()
     with pytest.raises(RuntimeError, match="no inventory"):
         Controller(Scripted(), OBJ, Budget(trials=1),
                    options=ControllerOptions(time_sharing={"policy": "hermes"}))
+
+
+def test_the_last_turn_prunes_a_paused_trial_and_stores_it():
+    c = make(Scripted(limit=2, decisions={(0, 1): Decision.PAUSE}), trials=2, slots=1)
+    c.turn([], 0.0)
+    assert c.turn([ResultReported(0, 1, {"acc": 0.5})], 1.0).commands == (
+        Stop(0, StopReason.PAUSED),)
+    assert [launch.trial_id for launch in c.turn([TrialFinished(0)], 2.0).launches] == [1]
+    c.turn([ResultReported(1, 1, {"acc": 0.7})], 3.0)
+    last = c.turn([TrialFinished(1)], 4.0)        # a complete trial: no end-game for 0
+    assert last.done and c.trials[0].state is TrialState.PRUNED
+    assert {r.trial_id: r.state for r in last.changes} == {0: TrialState.PRUNED,
+                                                          1: TrialState.COMPLETE}
