@@ -15,6 +15,7 @@ Coming from Optuna or Ray Tune (README section of that name): ``callbacks=``, ``
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,7 +25,7 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from hypersack.callbacks import resolve_callbacks
 from hypersack.core.algorithms import make_algorithm
@@ -44,8 +45,8 @@ from hypersack.runtime.storage import queries
 from hypersack.runtime.devices.slots import Slot
 from hypersack.runtime.devices.machine import prepare_driver, prepare_machine
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.loop.assemble import SampleSink, assemble
-from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun, build_controller
+from hypersack.runtime.loop.assemble import Assembly, SampleSink, assemble
+from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun
 from hypersack.runtime.executors.packs import plan_execution
 from hypersack.runtime.loop.progress import make_progress
 from hypersack.runtime.storage.best_checkpoint import CheckpointKeeper
@@ -349,7 +350,6 @@ class Study:
     def _drive(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any, algorithm: Any,
                resume: bool, progress: str | bool | None, slots: list[Slot] | None,
                on_started: Callable[[], None] | None = None) -> StudyRun:
-        controller = build_controller(self.spec, algorithm, row, store, time.time(), resume)
         runner = CallbackRunner(self._resolved, self) if self._resolved else None
         trial_dir = lambda trial_id: store.trial_dir(row, trial_id)   # noqa: E731
         attrs = AttrsImporter(store, row.study_id, trial_dir)
@@ -357,52 +357,54 @@ class Study:
         keep = self.spec.keep_checkpoints_num
         keeper = CheckpointKeeper(KeepBest(self.spec.objective, keep), trial_dir) if keep else None
         listeners = [attrs.listen, *(x.listen for x in (keeper, runner) if x is not None)]
+        assembly: Assembly | None = None
         try:
-            return self._drive_with(store, row, ref, plan, controller, progress, slots, listeners,
-                                    on_started)
+            with self._assembled(store, row, ref, plan, algorithm, resume, progress,
+                                 slots) as (assembly, view):
+                return assembly.run(progress=view, group_window_s=GROUP_WINDOW_S,
+                                    on_started=on_started, listeners=listeners)
         finally:
+            trials = assembly.controller.trials if assembly is not None else {}
             if keeper is not None:
-                keeper.close(controller.trials)
+                keeper.close(trials)
             if runner is not None:
-                runner.close(controller.trials)
+                runner.close(trials)
             # With the run's own error in flight, a store fault here is not the one to see.
-            attrs.close(controller.trials, quiet=sys.exc_info()[0] is not None)
+            attrs.close(trials, quiet=sys.exc_info()[0] is not None)
 
-    def _drive_with(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
-                    controller: Any, progress: str | bool | None, slots: list[Slot] | None,
-                    listeners: list[Any],
-                    on_started: Callable[[], None] | None = None) -> StudyRun:
+    def _assembled(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
+                   algorithm: Any, resume: bool, progress: str | bool | None,
+                   slots: list[Slot] | None) -> contextlib.AbstractContextManager[tuple[Assembly, Any]]:
+        """The run wired by the one assembly (``runtime.loop.assemble``) with its progress view,
+        on Ray or on this machine (the spec's backend picks the executor)."""
         study_dir = ensure_private_dir(store.study_dir(row), root=store.artifacts_root)
         store.set_durability(self.spec.durability)
         trial_dir = lambda trial_id: store.trial_dir(row, trial_id)   # noqa: E731
-        # Every path ends in the one assembly (runtime.loop.assemble); this picks the executor.
         # The job history shares the store's connection: its profiles join each turn's commit.
-        drive = self._drive_on_ray if self.spec.executor.backend == "ray" else self._drive_here
-        return drive(store, row, ref, plan, controller, study_dir, trial_dir, progress, slots,
-                     listeners, on_started)
+        wire = self._assembled_on_ray if self.spec.executor.backend == "ray" else self._assembled_here
+        return wire(store, row, ref, plan, algorithm, resume, study_dir, trial_dir, progress, slots)
 
-    def _drive_on_ray(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
-                      controller: Any, study_dir: Path, trial_dir: Callable[[int], Path],
-                      progress: str | bool | None, slots: list[Slot] | None,
-                      listeners: list[Any], on_started: Callable[[], None] | None) -> StudyRun:
+    @contextlib.contextmanager
+    def _assembled_on_ray(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
+                          algorithm: Any, resume: bool, study_dir: Path,
+                          trial_dir: Callable[[int], Path], progress: str | bool | None,
+                          slots: list[Slot] | None) -> Iterator[tuple[Assembly, Any]]:
         """The run on a Ray cluster: its agents up (errors before any trial), the driver's
         half of the machine (job history), then the assembly."""
         from hypersack.runtime.executors.ray import ray_executor
         view = make_progress(self.name, self.spec.steps_for, progress)
-        with ray_executor(self.spec, ref, plan, study_dir, trial_dir=trial_dir,
-                          decision_step=controller.next_decision_step) as executor:
+        with ray_executor(self.spec, ref, plan, study_dir, trial_dir=trial_dir) as executor:
             cluster = executor.inventory()
             with prepare_driver(self.spec, cluster, store, trainable_name=ref.key,
                                 fuses=plan.fuses if plan else None) as machine:
-                return assemble(self.spec, controller, executor, store, row, services=machine,
-                                packs=plan, inventory=cluster, progress=view,
-                                group_window_s=GROUP_WINDOW_S, on_started=on_started,
-                                listeners=listeners)
+                yield assemble(self.spec, algorithm, executor, store, row, resume=resume,
+                               services=machine, packs=plan, inventory=cluster), view
 
-    def _drive_here(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
-                    controller: Any, study_dir: Path, trial_dir: Callable[[int], Path],
-                    progress: str | bool | None, slots: list[Slot] | None,
-                    listeners: list[Any], on_started: Callable[[], None] | None) -> StudyRun:
+    @contextlib.contextmanager
+    def _assembled_here(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
+                        algorithm: Any, resume: bool, study_dir: Path,
+                        trial_dir: Callable[[int], Path], progress: str | bool | None,
+                        slots: list[Slot] | None) -> Iterator[tuple[Assembly, Any]]:
         """The run on this machine's devices (``slots``: tests), then the assembly."""
         with prepare_machine(self.spec, study_dir, store, trainable_name=ref.key,
                              slots=slots, fuses=plan.fuses if plan else None) as machine:
@@ -412,13 +414,10 @@ class Study:
                 cluster=machine.cluster,
                 share_env=machine.share_env, profile=machine.profile,
                 device_events=machine.device_events, packs=plan,
-                unsafe_checkpoints=self.spec.unsafe_checkpoints,
-                decision_step=controller.next_decision_step)
-            return assemble(self.spec, controller, executor, store, row, services=machine,
-                            packs=plan, progress=make_progress(self.name, self.spec.steps_for,
-                                                               progress, machine.decisions),
-                            group_window_s=GROUP_WINDOW_S, on_started=on_started,
-                            listeners=listeners)
+                unsafe_checkpoints=self.spec.unsafe_checkpoints)
+            view = make_progress(self.name, self.spec.steps_for, progress, machine.decisions)
+            yield assemble(self.spec, algorithm, executor, store, row, resume=resume,
+                           services=machine, packs=plan), view
 
     def _pick_trainable(self, trainable: Trainable | None) -> Trainable:
         chosen = trainable if trainable is not None else self._trainable

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hypersack.core.controller import ControllerOptions
 from hypersack.core.trial import Launch
 from hypersack.placement import GPU, Cluster, Node
 
@@ -25,10 +26,10 @@ def slots(n: int) -> Cluster:
     return Cluster([Node(NODE, 64, tuple(slot_gpu(i) for i in range(n)))])
 
 
-def on_slots(controller, n: int, policy: str = "wfd"):
-    """``controller`` placing trials on ``slots(n)``; returns it."""
-    controller.set_inventory(slots(n), policy)
-    return controller
+def on_slots(n: int, policy: str = "wfd", **options) -> ControllerOptions:
+    """A controller's options placing trials on ``slots(n)`` with ``policy`` (and ``options``:
+    packs, time-sharing, demand)."""
+    return ControllerOptions(inventory=slots(n), placement=policy, **options)
 
 
 def unplaced(launch: Launch) -> Launch:

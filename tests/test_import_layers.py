@@ -193,3 +193,19 @@ def test_runtime_rooms_import_only_the_rooms_they_stand_on():
     assert not {t for _, t in _room_imports("loop") if not t.startswith("hypersack.runtime.storage")}
     loop_users = {(m, t) for m, t in _room_imports("executors") if t.startswith("hypersack.runtime.loop")}
     assert loop_users <= {(m, "hypersack.runtime.loop.executor") for m, _ in loop_users}
+
+
+def test_executors_never_import_the_loop_nor_call_back_into_the_controller():
+    """The loop decides what to acknowledge (``runtime.loop.run.acknowledgements``); executors
+    carry the acks: none imports the loop's driving modules or the controller, and none is
+    handed a controller callback (``decision_step``) to decide with."""
+    executors = [m for m in import_graph() if m.startswith("hypersack.runtime.executors")]
+    executors += ["hypersack.sim.executor", "hypersack.sim.packs"]
+    graph = import_graph()
+    bad = {(m, t) for m in executors for t in graph[m]
+           if t == "hypersack.core.controller"
+           or (t.startswith("hypersack.runtime.loop") and t != "hypersack.runtime.loop.executor")}
+    assert bad == set()
+    modules = _modules()
+    callbacks = {m for m in executors if "decision_step" in modules[m].read_text()}
+    assert callbacks == set()

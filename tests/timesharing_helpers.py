@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hypersack.core.algorithms import Algorithm, Decision, Suggestion
 from hypersack.core.allocator import Demand
-from hypersack.core.controller import Budget, Controller
+from hypersack.core.controller import Budget, Controller, ControllerOptions
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.trial import ResultReported
@@ -27,10 +27,9 @@ class Scripted(Algorithm):
 
 def make(n=1, trials=3, policy="hermes", demand=Demand(), decisions=None, **options):
     cluster = Cluster([Node("n0", 8, [GPU(f"g{i}", "A100", 16.0) for i in range(n)])])
-    c = Controller(Scripted(decisions), OBJ, Budget(trials=trials))
-    c.set_inventory(cluster, "wfd", demand.job)
-    c.set_time_sharing({"policy": policy, "quantum_s": 10, **options})
-    return c
+    return Controller(Scripted(decisions), OBJ, Budget(trials=trials), options=ControllerOptions(
+        inventory=cluster, demand=demand.job,
+        time_sharing={"policy": policy, "quantum_s": 10, **options}))
 
 
 def report(c, trial_id, step, loss, now, checkpoint=True):

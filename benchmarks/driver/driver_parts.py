@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from driver_scale import cluster_for  # noqa: E402
 from hypersack.core.algorithms import make_algorithm  # noqa: E402
 from hypersack.core.allocator import Demand  # noqa: E402
-from hypersack.core.controller import Budget, Controller  # noqa: E402
+from hypersack.core.controller import Budget, Controller, ControllerOptions  # noqa: E402
 from hypersack.core.objective import Objective  # noqa: E402
 from hypersack.core.space import SearchSpace  # noqa: E402
 from hypersack.core.trial import ResultReported, TrialFinished, TrialStarted  # noqa: E402
@@ -39,9 +39,10 @@ OBJ = Objective("loss", "min")
 
 def trial_end_us(cpus: float, gpus: int = 1024, per_gpu: int = 10) -> float:
     """Driver CPU per ``handle(TrialFinished)``, microseconds (random search)."""
+    options = ControllerOptions(inventory=cluster_for(gpus, per_gpu),
+                                demand=Demand(100.0 / per_gpu, 1.0, cpus).job)
     controller = Controller(make_algorithm({"type": "random"}, SPACE, OBJ, 0), OBJ,
-                            Budget(trials=gpus * per_gpu), max_retries=0)
-    controller.set_inventory(cluster_for(gpus, per_gpu), "wfd", Demand(100.0 / per_gpu, 1.0, cpus).job)
+                            Budget(trials=gpus * per_gpu), max_retries=0, options=options)
     launches = controller.launches(0.0)
     for launch in launches:
         controller.handle(TrialStarted(launch.trial_id, "x"), 0.0)

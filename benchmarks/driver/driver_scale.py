@@ -45,7 +45,7 @@ from typing import Any
 
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.allocator import Demand
-from hypersack.core.controller import Budget, Controller
+from hypersack.core.controller import Budget, Controller, ControllerOptions
 from hypersack.core.objective import Objective
 from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.space import SearchSpace
@@ -150,7 +150,7 @@ class FeedExecutor:
         self.cpu_s += time.process_time() - c0
         return out
 
-    def acknowledge(self) -> None:
+    def acknowledge(self, trial_ids: Any = None, free_below: Any = None) -> None:
         c0 = time.process_time()
         now = time.perf_counter()
         if self.warm is None and self.acked >= self.warmup:
@@ -275,11 +275,11 @@ def run_hypersack(tmp: Path, trials: int, reports: int, rate: float, durability:
     if algorithm == "asha":
         spec = {"type": "asha", "min_t": 1, "max_t": max(1, reports), "reduction_factor": 3,
                 "mode": "stop"}
-    controller = Controller(make_algorithm(spec, space, objective, 0), objective,
-                            Budget(trials=trials), max_retries=0)
     cluster = cluster_for(gpus, per_gpu)
     demand = Demand(100.0 / per_gpu, 1.0, 0)
-    controller.set_inventory(cluster, "wfd", demand.job)
+    controller = Controller(make_algorithm(spec, space, objective, 0), objective,
+                            Budget(trials=trials), max_retries=0,
+                            options=ControllerOptions(inventory=cluster, demand=demand.job))
     executor = FeedExecutor(cluster, reports, rate, measure)
     executor.warmup = measure // 5
     db = tmp / f"driver-{durability}-{trials}-{reports}-{rate:g}-{gpus * per_gpu}-{time.time_ns()}.db"

@@ -1,29 +1,36 @@
 """The study's decision maker: which trials to launch, what each event means, when the study ends.
 
-Pure: no I/O, no clock. The loop passes ``now`` (seconds, any monotonic origin) and applies the
-returned commands; after each batch of events it persists ``take_changes()``.
+Pure: no I/O, no clock. It is built with what it places trials on (``ControllerOptions``:
+inventory, placement, demand, packs, time-sharing). Each turn the loop calls ``turn(events,
+now)`` (``now``: seconds, any monotonic origin) and carries out the returned ``Turn``: it stores
+its changes, results and stays durably, then sends its commands, acknowledges the turn's
+reports with its ``free_below`` and sends its launches. ``handle``, ``tick`` and ``launches``
+are the turn's parts (tests drive them one by one); ``add_external``, ``ask`` and ``tell``
+serve ask/tell sessions outside the loop.
 """
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.failures import DEFAULT_MAX_FAILURES, FailureStreak
 from hypersack.core.objective import Objective
 from hypersack.core.packs import PackBook, PackPolicy, Seat
+from hypersack.core.shared_devices import SharedDevices
 from hypersack.core.timeouts import timed_out
+from hypersack.core.timesharing import TimeSharing
 from hypersack.core.stays import Stay, StayBook, StayOutcome
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
-                                  Launch, PackCapped, Preempt, ResultReported, Stop, StopReason,
+                                  InterruptRequested, Launch, PackCapped, Preempt, ResultReported, Stop, StopReason,
                                   TrialFailed, TrialFinished, TrialRecord, TrialStarted,
                                   TrialState)
 from hypersack.errors import ConfigError
 
-__all__ = ["Budget", "Controller", "best_record"]
+__all__ = ["Budget", "Controller", "ControllerOptions", "Turn", "best_record"]
 
 _INTERRUPTED = StopReason.INTERRUPTED
 _TIME_BUDGET = StopReason.TIME_BUDGET
@@ -61,11 +68,44 @@ def trial_seed(study_seed: int, trial_id: int) -> int:
     return (study_seed * 1_000_003 + trial_id * 7_919 + 17) % (2**31 - 1)
 
 
+@dataclass(frozen=True)
+class ControllerOptions:
+    """What a controller places trials on, given once at construction (``runtime.loop.assemble``
+    builds it): ``inventory`` (a ``hypersack.placement.Cluster``; None: no trial can be launched,
+    as in ask/tell sessions) placed with ``placement`` (a policy name or its mapping) and
+    ``demand(record) -> Job`` (None: ``allocator.default_demand``); ``packs`` (a
+    ``core.packs.PackPolicy``: trials that fuse are seated in packs, named in each Launch; None:
+    every trial runs alone); ``time_sharing`` (a ``TimeSharing``, a policy name or its mapping;
+    None: devices are not time-shared; needs an inventory)."""
+    inventory: Any = None
+    placement: str | Mapping[str, Any] = "wfd"
+    demand: Callable[[TrialRecord], Any] | None = None
+    packs: PackPolicy | None = None
+    time_sharing: Any = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What one ``Controller.turn`` decided, for the loop to carry out in this order: store
+    ``changes``, ``results`` and ``stays`` in one durable write, acknowledge the turn's reports
+    (each trial's next decision point in ``free_below``: its reports below it need not wait for
+    an ack; a trial it leaves out: 0), send ``commands``, then ``launches``. ``done``: the study
+    ended with this turn (not interrupted: its PAUSED trials were pruned, in ``changes``)."""
+    commands: tuple[Command, ...] = ()
+    launches: tuple[Launch, ...] = ()
+    changes: tuple[TrialRecord, ...] = ()
+    results: tuple[tuple[int, int, dict[str, Any]], ...] = ()
+    stays: tuple[Stay, ...] = ()
+    free_below: Mapping[int, int] = field(default_factory=dict)
+    done: bool = False
+
+
 class Controller:
     def __init__(self, algorithm: Algorithm, objective: Objective, budget: Budget, *,
                  seed: int = 0, max_retries: int = 2, now: float = 0.0,
                  trial_timeout_s: float | None = None,
-                 max_failures: int | None = DEFAULT_MAX_FAILURES):
+                 max_failures: int | None = DEFAULT_MAX_FAILURES,
+                 options: ControllerOptions = ControllerOptions()):
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ConfigError("max_retries", max_retries, "must be an integer >= 0")
         self.algorithm = algorithm
@@ -74,6 +114,7 @@ class Controller:
         self.seed = seed
         self.max_retries = max_retries
         self.trial_timeout_s = trial_timeout_s
+        self.options = options
         self.trials: dict[int, TrialRecord] = {}
         self._queue: deque[int] = deque()      # PENDING trials waiting for a slot, in launch order
         self._changed: set[int] = set()
@@ -82,54 +123,38 @@ class Controller:
         self._interrupted = False
         self._time_up = False
         self._suggest_idle = False             # the last suggest() had nothing to propose
-        self.allocator: Allocator | None = None  # set by set_inventory, before any launch
+        self.allocator: Allocator | None = (
+            None if options.inventory is None else
+            Allocator(options.inventory, options.placement, options.demand or default_demand))
         self._device_lost: set[int] = set()    # trials whose device vanished (no retry charged)
         self._running_ids: set[int] = set()
         self._results: list[tuple[int, int, dict[str, Any]]] = []   # accepted, not yet stored
         self.halt_reason: str | None = None    # why the study stopped itself (e.g. disk full)
-        self.shared: Any = None                # time-sharing (core.shared_devices), or None
-        self._shared_state: Mapping[str, Any] | None = None   # restored, until set_time_sharing
+        self.shared: SharedDevices | None = self._time_sharing(options.time_sharing)
         self.stays = StayBook()                # each trial's time on each device (reports)
         self._failures = FailureStreak(max_failures)   # same-kind failures in a row
         self.failure_stop: str | None = None   # why failing trials stopped the study, or None
         self._external = 0                     # trials run elsewhere (add_external): no budget
-        self.packs: PackBook | None = None     # fused packs (set_packs), or None
+        self.packs: PackBook | None = PackBook(options.packs) if options.packs is not None else None
         self._reported: set[int] = set()       # members that reported this turn (ack pending)
 
-    def set_packs(self, policy: PackPolicy | None) -> None:
-        """Seat the trials that fuse in packs (``core.packs.PackBook``: which pack and seat,
-        named in each Launch); None: every trial runs alone."""
-        self.packs = PackBook(policy) if policy is not None else None
-
-    def set_time_sharing(self, options: Any) -> None:
-        """Time-share the inventory's devices among trials (``core.timesharing``); needs
-        ``set_inventory`` first. ``options``: a TimeSharing, a policy name or its mapping."""
-        from hypersack.core.shared_devices import SharedDevices
-        from hypersack.core.timesharing import TimeSharing
+    def _time_sharing(self, options: Any) -> SharedDevices | None:
+        """Time-sharing of the inventory's devices (``core.timesharing``), or None."""
         parsed = TimeSharing.parse(options)
         if parsed is None:
-            self.shared = None
-            return
-        self.shared = SharedDevices(parsed, self._placer(), self.objective, self._shared_state)
-        for trial_id in self._queue:           # restored: every unfinished trial waits
-            self.shared.left(self.trials[trial_id])
-        self._changed.update(self.shared.take_touched())
-
-    def set_inventory(self, cluster: Any, policy: str = "wfd",
-                      demand: Callable[[TrialRecord], Any] | None = None) -> None:
-        """Place trials on ``cluster``'s devices with ``policy``; ``demand(record) -> Job``."""
-        self.allocator = Allocator(cluster, policy, demand or default_demand)
+            return None
+        return SharedDevices(parsed, self._placer(), self.objective)
 
     # ---- restore (resume) ------------------------------------------------------------------
 
     def restore(self, trials: Iterable[TrialRecord], algorithm_state: Mapping[str, Any] | None,
                 elapsed_s: float = 0.0, time_sharing: Mapping[str, Any] | None = None) -> None:
-        """Take the stored trials back. Unfinished ones are queued to restart from their
-        checkpoint; ``time_sharing`` (bindings, priorities) is taken by ``set_time_sharing``."""
+        """Take the stored trials back (before the first turn). Unfinished ones are queued to
+        restart from their checkpoint; ``time_sharing`` (bindings, priorities) is time-sharing's
+        stored state, taken when the options time-share (else ignored)."""
         if algorithm_state:
             self.algorithm.load_state_dict(algorithm_state)
         self._elapsed_before = elapsed_s
-        self._shared_state = time_sharing
         for record in sorted(trials, key=lambda r: r.trial_id):
             self.trials[record.trial_id] = record
             self._external += bool(record.info.get("external"))
@@ -138,6 +163,47 @@ class Controller:
                 record.stop_reason = None
                 self._queue.append(record.trial_id)
                 self._changed.add(record.trial_id)
+        shared = self.shared
+        if shared is not None:
+            if time_sharing:
+                shared.share.load_state_dict(time_sharing)
+            for trial_id in self._queue:       # every unfinished trial waits
+                shared.left(self.trials[trial_id])
+            self._changed.update(shared.take_touched())
+
+    # ---- the turn --------------------------------------------------------------------------
+
+    def turn(self, events: Sequence[Event], now: float) -> Turn:
+        """Every decision of one turn of the loop, at ``now``: ``events`` in the order the
+        executor gave them (an ``InterruptRequested`` among them is taken after the time-driven
+        decisions, whatever its place), the time-driven decisions (``tick``), then the launches
+        that fit. Returns what to store, acknowledge and send (:class:`Turn`); once the study
+        is done and not interrupted, its PAUSED trials are pruned (``finalize``) in this turn."""
+        commands: list[Command] = []
+        interrupt = False
+        for event in events:
+            if isinstance(event, InterruptRequested):
+                interrupt = True
+            else:
+                commands += self.handle(event, now)
+        commands += self.tick(now)
+        if interrupt:
+            commands += self.interrupt()
+        launches = self.launches(now)
+        done = self.done(now)
+        if done:
+            self.finalize(now)
+        reported = sorted({e.trial_id for e in events if isinstance(e, ResultReported)})
+        return Turn(tuple(commands), tuple(launches), tuple(self.take_changes()),
+                    tuple(self.take_results()), tuple(self.take_stays()),
+                    {t: self.free_below(t) for t in reported}, done)
+
+    def free_below(self, trial_id: int) -> int:
+        """The step below which ``trial_id``'s reports need not wait for an ack (pipelining):
+        ``next_decision_step``, but 0 (every report waits) for a member of a pack."""
+        if self.packs is not None and trial_id in self.packs.of:
+            return 0
+        return self.next_decision_step(trial_id)
 
     # ---- launching -------------------------------------------------------------------------
 
@@ -147,7 +213,7 @@ class Controller:
     def launches(self, now: float = 0.0) -> list[Launch]:
         """Trials to start now: queued ones first (resumed, promoted, retried), then new ones.
 
-        The placement policy of the inventory (``set_inventory``, required) decides what fits;
+        The placement policy of the inventory (``ControllerOptions``, required) decides what fits;
         each Launch names its devices.
         """
         book = self.packs
@@ -179,14 +245,14 @@ class Controller:
 
     def _launch_any(self, now: float) -> list[Launch]:
         if self.shared is not None:
-            return self._launch_shared(now)
+            return self._launch_shared(self.shared, now)
         return self._launch_placed(now)
 
     def _placer(self) -> Allocator:
-        """The allocator; every launch is placed, so using the controller before
-        ``set_inventory`` is a caller's bug."""
+        """The allocator; every launch is placed, so launching with a controller built without
+        an inventory is a caller's bug."""
         if self.allocator is None:
-            raise RuntimeError("the controller has no inventory (set_inventory)")
+            raise RuntimeError("the controller has no inventory (ControllerOptions.inventory)")
         return self.allocator
 
     def _launch_placed(self, now: float) -> list[Launch]:
@@ -208,10 +274,9 @@ class Controller:
             self._fail_unplaceable(now)
         return out
 
-    def _launch_shared(self, now: float) -> list[Launch]:
+    def _launch_shared(self, shared: SharedDevices, now: float) -> list[Launch]:
         """Time-sharing: bind pending and new trials to devices (the global level), then start
         on each device the best bound trials that fit (the node level)."""
-        shared = self.shared
         running = [self.trials[t] for t in self._running_ids]
         pending = [self.trials[t] for t in self._queue]
         for record in pending:
@@ -353,6 +418,9 @@ class Controller:
     # ---- events ----------------------------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[Command]:
+        """One event's decisions (``turn`` takes a turn's events through here)."""
+        if isinstance(event, InterruptRequested):
+            return self.interrupt()
         if isinstance(event, (DeviceAdded, DeviceLost)):
             self._on_device(event)
             return []

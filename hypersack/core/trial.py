@@ -135,8 +135,15 @@ class PackCapped:
     trial_id: None = None
 
 
+@dataclass(frozen=True)
+class InterruptRequested:
+    """The driver was asked to stop (Ctrl-C or SIGTERM): launch nothing more; running trials
+    stop at their next report and stay resumable. The loop makes it; an executor never does."""
+    trial_id: None = None
+
+
 Event = (TrialStarted | ResultReported | TrialFinished | TrialFailed
-         | TrialProfiled | DeviceAdded | DeviceLost | PackCapped)
+         | TrialProfiled | DeviceAdded | DeviceLost | PackCapped | InterruptRequested)
 
 
 # ---- commands: controller -> executor -------------------------------------------------------

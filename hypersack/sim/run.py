@@ -16,7 +16,6 @@ from hypersack.core.algorithms import make_algorithm
 from hypersack.core.controller import Controller
 from hypersack.core.trial import TrialFailed, TrialState
 from hypersack.runtime.loop.assemble import Services, assemble
-from hypersack.runtime.loop.run import build_controller
 from hypersack.sim._placement import policy_label
 from hypersack.sim.executor import SimExecutor
 from hypersack.sim.packs import SimPackPolicy
@@ -78,13 +77,15 @@ def simulate(scenario: Scenario, policy: Any = None, *, keep_log: bool = True,
     algorithm = make_algorithm(dict(spec.algorithm), spec.space, spec.objective, seed=spec.seed)
     store = MemoryStore(keep_results=keep_results)
     row = SimStudyRow(1, scenario.name)
-    controller = build_controller(spec, algorithm, row, store, executor.clock.now, resume=False)
     packs = (SimPackPolicy(scenario.perf.fusion, scenario.perf, executor.gpu)
              if scenario.perf.fusion is not None else None)
-    services = Services(scenario.perf.demand, [_oom_history(controller, scenario.perf, executor)])
+    services = Services(scenario.perf.demand)
+    assembly = assemble(spec, algorithm, executor, store, row, services=services, packs=packs,
+                        placement=policy, clock=executor.clock)
+    controller = assembly.controller
+    services.observers.append(_oom_history(controller, scenario.perf, executor))
     started = time.perf_counter()
-    assemble(spec, controller, executor, store, row, services=services, packs=packs,
-             placement=policy, clock=executor.clock)
+    assembly.run()
     wall = time.perf_counter() - started
     return _result(scenario, policy, executor, controller, store, wall)
 

@@ -60,8 +60,8 @@ class Scripted(Algorithm):
 def make(trials=None, time_s=None, algorithm=None, objective=OBJ, now=0.0, slots=1, **kwargs):
     """A controller placing trials on ``slots`` devices of one trial each."""
     algorithm = algorithm if algorithm is not None else Scripted()
-    return on_slots(Controller(algorithm, objective, Budget(trials=trials, time_s=time_s), now=now,
-                               **kwargs), slots)
+    return Controller(algorithm, objective, Budget(trials=trials, time_s=time_s), now=now,
+                               **kwargs, options=on_slots(slots))
 
 
 def report(c, trial_id, step, now=0.0, **metrics):

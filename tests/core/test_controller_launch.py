@@ -36,7 +36,7 @@ class TwoPacks(Algorithm):
 
 
 def test_the_record_keeps_the_algorithms_pack_and_a_study_without_packs_launches_plain_trials():
-    c = on_slots(Controller(TwoPacks(), OBJ, Budget(trials=4)), 4)
+    c = Controller(TwoPacks(), OBJ, Budget(trials=4), options=on_slots(4))
     launches = c.launches(now=0.0)
     assert [(l.trial_id, l.pack, l.seat) for l in launches] == [(t, None, None) for t in range(4)]
     assert [c.trials[t].info["pack"] for t in range(4)] == ["a", "a", "b", "b"]
@@ -44,11 +44,11 @@ def test_the_record_keeps_the_algorithms_pack_and_a_study_without_packs_launches
 
 def test_the_algorithms_packs_keep_their_members_apart_when_the_study_fuses():
     from hypersack.core.packs import PackBook
-    c = on_slots(Controller(TwoPacks(), OBJ, Budget(trials=4)), 1)
-    c.set_packs(type("P", (), {"max_members": 4, "fuses": lambda self, config, size=None: True,
-                               "key": lambda self, config: "k",
-                               "member_memory": lambda self, config, device: None,
-                               "device_memory": lambda self, device: None})())
+    policy = type("P", (), {"max_members": 4, "fuses": lambda self, config, size=None: True,
+                            "key": lambda self, config: "k",
+                            "member_memory": lambda self, config, device: None,
+                            "device_memory": lambda self, device: None})()
+    c = Controller(TwoPacks(), OBJ, Budget(trials=4), options=on_slots(1, packs=policy))
     assert isinstance(c.packs, PackBook)
     (first,) = c.launches(now=0.0)                  # one device, one trial at a time
     assert (first.pack, first.seat) == (1, 0)
@@ -81,7 +81,7 @@ class GrowThenStop(Algorithm):
 
 
 def test_a_grown_trial_pruned_mid_run_frees_both_devices_for_the_next_trials():
-    c = on_slots(Controller(GrowThenStop(), OBJ, Budget(trials=4)), 2)
+    c = Controller(GrowThenStop(), OBJ, Budget(trials=4), options=on_slots(2))
     assert [l.trial_id for l in c.launches(now=0.0)] == [0, 1]
     c.handle(ResultReported(1, 1, {"acc": 0.1}), 0.5)
     c.handle(TrialFinished(1), 0.5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypersack.core.algorithms import Algorithm, Decision, Suggestion
 from hypersack.core.allocator import Demand
-from hypersack.core.controller import Budget, Controller
+from hypersack.core.controller import Budget, Controller, ControllerOptions
 from hypersack.core.objective import Objective
 from hypersack.core.packs import fusibility_key, member_demand, runs_fused
 from hypersack.core.space import SearchSpace
@@ -53,14 +53,14 @@ class Policy:
         return None
 
 
-def make(algorithm=None, trials=4, per_device=4, devices=1, packs=True):
-    """A controller whose devices take ``per_device`` members each (a member's demand)."""
-    c = Controller(algorithm or Groups(), OBJ, Budget(trials=trials))
+def make(algorithm=None, trials=4, per_device=4, devices=1, packs=True, policy=None):
+    """A controller whose devices take ``per_device`` members each (a member's demand), fusing
+    with ``policy`` (default ``Policy()``) unless ``packs`` is false."""
     cluster = Cluster([Node("n0", 64, tuple(GPU(f"g{i}", "A100", 40.0) for i in range(devices)))])
     demand = member_demand(Demand(100.0, 0.0, 1), per_device)
-    c.set_inventory(cluster, "ff", demand.job)
-    c.set_packs(Policy() if packs else None)
-    return c
+    options = ControllerOptions(inventory=cluster, placement="ff", demand=demand.job,
+                                packs=(policy or Policy()) if packs else None)
+    return Controller(algorithm or Groups(), OBJ, Budget(trials=trials), options=options)
 
 
 def seats(launches):
@@ -121,8 +121,7 @@ def test_a_continuing_member_keeps_its_seat():
 
 
 def test_a_measured_cap_and_a_failed_pack_are_obeyed():
-    c = make(trials=8, per_device=8)
-    c.set_packs(type("Four", (Policy,), {"max_members": 4})())
+    c = make(trials=8, per_device=8, policy=type("Four", (Policy,), {"max_members": 4})())
     assert seats(c.launches(0.0)) == [(t, 1 + t // 4, t % 4) for t in range(8)]
     c.handle(PackCapped(2, 0), 1.0)                      # pack 2 failed: it takes no member
     for t in (4, 5, 6, 7):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from hypersack.core.algorithms import Algorithm, Decision, Suggestion
 from hypersack.core.allocator import Demand
-from hypersack.core.controller import Budget, Controller
+from hypersack.core.controller import Budget, Controller, ControllerOptions
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.trial import (FailureCause, DeviceAdded, DeviceLost, ResultReported, Stop, TrialFailed,
@@ -54,9 +54,8 @@ def cluster(n=2, ratio=1.0, memory=16.0):
 
 
 def make(algorithm, n=2, ratio=1.0, policy="wfd", demand=Demand(), trials=10):
-    c = Controller(algorithm, OBJ, Budget(trials=trials))
-    c.set_inventory(cluster(n, ratio), policy, demand.job)
-    return c
+    return Controller(algorithm, OBJ, Budget(trials=trials), options=ControllerOptions(
+        inventory=cluster(n, ratio), placement=policy, demand=demand.job))
 
 
 def test_placement_oversubscribes_each_device_up_to_its_ratio():
@@ -209,8 +208,8 @@ def test_room_for_a_new_trial_is_asked_of_real_trials_only_and_stops_creation():
     def demand(record):
         seen.append(record.trial_id)
         return Demand().job(record)
-    c = Controller(Scripted(limit=5), OBJ, Budget(trials=5))
-    c.set_inventory(cluster(2, 1.0), "wfd", demand)
+    c = Controller(Scripted(limit=5), OBJ, Budget(trials=5),
+                   options=ControllerOptions(inventory=cluster(2, 1.0), demand=demand))
     launches = c.launches(now=0.0)
     assert [launch.trial_id for launch in launches] == [0, 1]
     assert sorted(c.trials) == [0, 1]             # no third trial made while both devices are full
@@ -235,13 +234,13 @@ def test_a_promoted_trial_is_placed_with_the_pack_it_resumes_in():
         return Demand().job(record)
 
     algo = Packed()
-    c = Controller(algo, OBJ, Budget(trials=1))
-    c.set_inventory(cluster(1), "wfd", demand)
     from hypersack.core.packs import runs_fused
-    c.set_packs(type("P", (), {"max_members": 4, "key": lambda self, config: "k",
-                               "fuses": lambda self, config, size=None: runs_fused("fused", bool, size),
-                               "member_memory": lambda self, config, device: None,
-                               "device_memory": lambda self, device: None})())
+    packs = type("P", (), {"max_members": 4, "key": lambda self, config: "k",
+                           "fuses": lambda self, config, size=None: runs_fused("fused", bool, size),
+                           "member_memory": lambda self, config, device: None,
+                           "device_memory": lambda self, device: None})()
+    c = Controller(algo, OBJ, Budget(trials=1), options=ControllerOptions(
+        inventory=cluster(1), demand=demand, packs=packs))
     (first,) = c.launches(now=0.0)
     assert (first.pack, first.seat) == (1, 0) and c.trials[0].info["pack_size"] == 2
     c.handle(ResultReported(0, 1, {"acc": 0.5}), 1.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypersack.core.algorithms import Decision
 from hypersack.core.allocator import Demand
-from hypersack.core.controller import Budget, Controller
+from hypersack.core.controller import Budget, Controller, ControllerOptions
 from hypersack.core.trial import (DeviceLost, FailureCause, Launch, Preempt, Stop, StopReason,
                                   TrialFailed, TrialFinished, TrialState)
 from hypersack.placement import GPU, Cluster, Node
@@ -147,11 +147,10 @@ def test_restart_keeps_bindings_and_priorities():
     state = c.state_dict(10.0)
     assert state["time_sharing"]["jobs"]["0"]["priority"] == 0.5
     records = [c.trials[t] for t in sorted(c.trials)]
-    again = Controller(Scripted(), OBJ, Budget(trials=4))
+    again = Controller(Scripted(), OBJ, Budget(trials=4), options=ControllerOptions(
+        inventory=Cluster([Node("n0", 8, [GPU(f"g{i}", "A100", 16.0) for i in range(2)])]),
+        demand=Demand().job, time_sharing={"policy": "hermes", "quantum_s": 10}))
     again.restore(records, state["algorithm"], state["elapsed_s"], time_sharing=state["time_sharing"])
-    again.set_inventory(Cluster([Node("n0", 8, [GPU(f"g{i}", "A100", 16.0) for i in range(2)])]),
-                        "wfd", Demand().job)
-    again.set_time_sharing({"policy": "hermes", "quantum_s": 10})
     assert again.shared.state_dict() == c.shared.state_dict()
     launched = {l.trial_id: l.devices for l in again.launches(0.0)}
     assert all(ts(again, t)["device"] == "/".join(d[0]) for t, d in launched.items())

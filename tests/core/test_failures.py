@@ -40,8 +40,8 @@ def test_none_never_trips():
 
 
 def make(trials, max_failures, slots=1):
-    return on_slots(Controller(Scripted(), OBJ, Budget(trials=trials),
-                               max_failures=max_failures), slots)
+    return Controller(Scripted(), OBJ, Budget(trials=trials),
+                               max_failures=max_failures, options=on_slots(slots))
 
 
 def fail(c, trial_id, reason="KeyError: 'los'", now=1.0):

@@ -16,8 +16,8 @@ def _controller(n=2, **kw):
     """A controller for ``n`` trials with a device for each."""
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")
-    return on_slots(Controller(RandomSearch(space, objective, seed=0), objective, Budget(trials=n),
-                               **kw), n)
+    return Controller(RandomSearch(space, objective, seed=0), objective, Budget(trials=n),
+                               **kw, options=on_slots(n))
 
 
 def test_a_launch_opens_a_stay_and_finishing_closes_it_finished():

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import hypersack
+from hypersack.core.controller import Controller
 from hypersack.placement import Cluster, GPU, Node
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop import assemble as assembly
@@ -32,12 +33,12 @@ def _spy(monkeypatch: pytest.MonkeyPatch, module: Any, *, delegate: bool) -> lis
     calls: list[dict] = []
     real = module.assemble
 
-    def spy(spec, controller, executor, store, row, **kwargs):
-        calls.append({"spec": spec, "controller": controller, "executor": executor,
+    def spy(spec, algorithm, executor, store, row, **kwargs):
+        calls.append({"spec": spec, "algorithm": algorithm, "executor": executor,
                       "store": store, **kwargs})
         if not delegate:
             raise _Reached
-        return real(spec, controller, executor, store, row, **kwargs)
+        return real(spec, algorithm, executor, store, row, **kwargs)
     monkeypatch.setattr(module, "assemble", spy)
     return calls
 
@@ -63,8 +64,13 @@ def _callers_of(name: str) -> set[str]:
 
 def test_only_the_assembly_runs_the_loop_and_wires_the_controller():
     assert _callers_of("run_loop") == {"runtime/loop/assemble.py"}
+    # The controller takes its inventory, packs and time-sharing at construction, only there.
     for setter in ("set_inventory", "set_packs", "set_time_sharing"):
-        assert _callers_of(setter) <= {"runtime/loop/assemble.py", "core/controller.py"}, setter
+        assert not hasattr(Controller, setter), setter
+    assert _callers_of("ControllerOptions") == {"runtime/loop/assemble.py",
+                                                "runtime/loop/run.py", "core/controller.py"}
+    # a run's controller is built by the assembly; ask/tell sessions build one with no devices
+    assert _callers_of("build_controller") == {"runtime/loop/assemble.py", "runtime/loop/session.py"}
     assert _callers_of("assemble") == {"study.py", "sim/run.py"}
 
 
@@ -92,8 +98,8 @@ def test_the_ray_path_goes_through_the_assembly(monkeypatch, store_path):
     opened: list[dict] = []
 
     @contextlib.contextmanager
-    def fake_ray_executor(spec, trainable, plan, study_dir, *, trial_dir, decision_step):
-        opened.append({"spec": spec, "decision_step": decision_step})
+    def fake_ray_executor(spec, trainable, plan, study_dir, *, trial_dir):
+        opened.append({"spec": spec})      # no callback into the controller: the loop acks
         yield Remote()
     monkeypatch.setattr(ray_module, "ray_executor", fake_ray_executor)
     calls = _spy(monkeypatch, study_module, delegate=False)
@@ -104,7 +110,7 @@ def test_the_ray_path_goes_through_the_assembly(monkeypatch, store_path):
     (call,) = calls
     assert isinstance(call["executor"], Remote) and call["inventory"] is cluster
     assert call["services"].slots == []          # the driver's half of the machine
-    assert opened[0]["decision_step"] == call["controller"].next_decision_step
+    assert opened[0]["spec"] is study.spec
 
 
 def test_the_simulator_goes_through_the_assembly_with_the_specs_max_retries(monkeypatch):
@@ -143,13 +149,6 @@ def test_the_sample_sink_writes_the_services_samples_at_the_end():
         def save_samples(self, study_id, samples):
             saved.append((study_id, list(samples)))
 
-    class Controller:
-        def set_inventory(self, *args):
-            pass
-
-        def set_packs(self, packs):
-            pass
-
     services = assembly.Services(samples=lambda: taken.pop(0) if taken else [])
     spec = scenario_from_dict(BASE).study
 
@@ -157,6 +156,7 @@ def test_the_sample_sink_writes_the_services_samples_at_the_end():
         return "ran"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(assembly, "run_loop", run_loop)
-        out = assembly.assemble(spec, Controller(), None, Store(), SimStudyRow(7, "s"),  # type: ignore[arg-type]
-                                services=services, inventory=object())
+        wired = assembly.Assembly(spec, None, None, Store(), SimStudyRow(7, "s"),  # type: ignore[arg-type]
+                                  services, clock=lambda: 0.0)
+        out = wired.run()
     assert out == "ran" and saved == [(7, [("n0", "0", "sample")])]

@@ -166,7 +166,7 @@ class _OneTrialExecutor:
     """Reports step 1 of trial 0, then step 2 (whose storing fails); records shutdown."""
 
     def __init__(self):
-        self.turn, self.killed, self.acks = 0, None, 0
+        self.turn, self.killed, self.acks = 0, None, []
         self.submitted = []
 
     def start(self):
@@ -181,8 +181,8 @@ class _OneTrialExecutor:
             return [TrialStarted(0, "cpu"), ResultReported(0, 1, {"loss": 0.5}, "ck1")]
         return [ResultReported(0, self.turn, {"loss": 0.4}, f"ck{self.turn}")]
 
-    def acknowledge(self):
-        self.acks += 1
+    def acknowledge(self, trial_ids=None, free_below=None):
+        self.acks.append(tuple(trial_ids))
 
     def shutdown(self, kill=False):
         self.killed = kill
@@ -203,8 +203,8 @@ class _FillsUp(Storage):
 def test_a_full_disk_stops_the_study_keeps_what_is_stored_and_says_how_to_resume(tmp_path):
     space = SearchSpace({"lr": {"type": "float", "low": 0.1, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
-                                     objective, Budget(trials=1)), 1)
+    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=1), options=on_slots(1))
     executor = _OneTrialExecutor()
     with _FillsUp(tmp_path / "s.db", ok_batches=2) as store:
         row = store.create_study("s", {})
@@ -218,14 +218,14 @@ def test_a_full_disk_stops_the_study_keeps_what_is_stored_and_says_how_to_resume
         assert trial.checkpoint == "ck1" and trial.checkpoint_step == 1
         assert store.get_study("s").status == "interrupted"
     assert isinstance(executor.submitted[0], Launch)
-    assert executor.acks == 2             # only after the batches that were stored
+    assert executor.acks == [(0,)]        # step 1's report, stored; never step 2's
 
 
 def test_a_worker_that_hits_a_full_disk_halts_the_study_with_its_trial_kept(tmp_path):
     space = SearchSpace({"lr": {"type": "float", "low": 0.1, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
-                                     objective, Budget(trials=1)), 1)
+    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=1), options=on_slots(1))
 
     class Full(_OneTrialExecutor):
         def poll(self, timeout):

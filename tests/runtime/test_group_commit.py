@@ -149,7 +149,7 @@ class _Trickle:
                 return [ResultReported(trial, 1, {"loss": 0.1 * trial})]
         return []
 
-    def acknowledge(self):
+    def acknowledge(self, trial_ids=None, free_below=None):
         with Storage(self.path, readonly=True) as reader:
             stored = {r["trial_id"] for r in reader.load_results(1)}
         self.durable_at_ack.append(set(self.reported) <= stored)
@@ -162,8 +162,8 @@ class _Trickle:
 def _loop(tmp_path, window, siblings=None):
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
-                                     objective, Budget(trials=3)), 3)
+    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=3), options=on_slots(3))
     path = tmp_path / f"w{window}-{siblings}.db"
     store = Storage(path)
     row = store.create_study("s", {})
@@ -247,17 +247,17 @@ def test_the_loop_runs_inside_background_checkpoints(tmp_path):
     seen: list[int] = []
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
-                                     objective, Budget(trials=3)), 3)
+    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=3), options=on_slots(3))
     path = tmp_path / "l.db"
     store = Storage(path)
     row = store.create_study("s", {})
     executor = _Trickle(path)
     original = executor.acknowledge
 
-    def acknowledge():
+    def acknowledge(trial_ids=None, free_below=None):
         seen.append(store.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
-        original()
+        original(trial_ids, free_below)
     executor.acknowledge = acknowledge
     run_loop(controller, executor, store, row, group_window_s=0.0)
     assert seen and set(seen) == {0}

@@ -95,14 +95,14 @@ class _OneTrial:
         self.step += 1
         return [ResultReported(0, self.step, {"loss": 1.0}) if self.step <= 2 else TrialFinished(0)]
 
-    def acknowledge(self): pass
+    def acknowledge(self, trial_ids=None, free_below=None): pass
 
 
 def test_the_loop_freezes_what_outlived_a_turn_and_gives_it_back(tmp_path):
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
-                                     objective, Budget(trials=1)), 1)
+    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=1), options=on_slots(1))
     executor = _OneTrial()
     with Storage(tmp_path / "s.db") as store:
         run_loop(controller, executor, store, store.create_study("s", {}))

@@ -47,8 +47,8 @@ class _Held:
 def test_a_signal_landing_during_a_turns_commit_still_interrupts_the_study(tmp_path):
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")
-    controller = on_slots(Controller(make_algorithm({"type": "random"}, space, objective, 0),
-                                     objective, Budget(trials=10)), 2)
+    controller = Controller(make_algorithm({"type": "random"}, space, objective, 0),
+                                     objective, Budget(trials=10), options=on_slots(2))
     store = Storage(tmp_path / "s.db")
     row = store.create_study("s", {})
     original, saved = store.save_batch, []

@@ -97,7 +97,7 @@ def test_asha_names_its_milestones_and_none_past_the_last():
 
 
 def _controller(spec):
-    controller = on_slots(Controller(_algorithm(spec), OBJECTIVE, Budget(trials=2)), 1)
+    controller = Controller(_algorithm(spec), OBJECTIVE, Budget(trials=2), options=on_slots(1))
     controller.launches(0.0)
     controller.handle(TrialStarted(0, "cpu"), 0.0)
     return controller
@@ -119,7 +119,7 @@ def test_the_end_game_has_no_decision_point():
     assert controller.next_decision_step(0) == NO_DECISION
 
 
-def test_an_ack_carries_the_trials_next_decision_step():
+def test_an_ack_carries_the_free_below_the_loop_gives():
     executor = object.__new__(LocalExecutor)
     sent: list = []
 
@@ -127,11 +127,11 @@ def test_an_ack_carries_the_trials_next_decision_step():
         def send(self, message):
             sent.append(message)
     executor._jobs = {4: object()}
-    executor._awaiting = {4: _Worker(), 5: _Worker()}     # 5: a pack member (no plain job)
+    executor._awaiting = {4: _Worker(), 5: _Worker(), 6: _Worker()}
     executor._unacked = {4: 3, 5: 1}                      # trial 4: three reports read
-    executor._decision_step = {4: 9, 5: 9}.get
-    executor.acknowledge()
-    assert sent == [Ack(4, 9, 3), Ack(5, 0, 1)] and executor._awaiting == executor._unacked == {}
+    executor.acknowledge([4, 5], {4: 9})                  # 5: left out of free_below: 0
+    assert sent == [Ack(4, 9, 3), Ack(5, 0, 1)] and list(executor._awaiting) == [6]
+    assert executor._unacked == {}
 
 
 # ---- the worker side -------------------------------------------------------------------------

@@ -33,7 +33,7 @@ class Decides(Algorithm):
 
 def controller(decisions=None, trials=4, time_s=None):
     """A controller with two devices."""
-    return on_slots(Controller(Decides(decisions or {}), OBJ, Budget(trials, time_s), now=0.0), 2)
+    return Controller(Decides(decisions or {}), OBJ, Budget(trials, time_s), now=0.0, options=on_slots(2))
 
 
 def steps(config):

@@ -114,7 +114,7 @@ def _executor(nodes: dict[str, dict]) -> tuple[RayExecutor, FakeRay, list[float]
     ray = FakeRay({k: dict(v) for k, v in nodes.items()})
     now = [0.0]
     ex = RayExecutor(AgentSetup(None, "/tmp", None, "score"), trial_dir=lambda t: f"/runs/{t}",
-                     ray=ray, clock=lambda: now[0], decision_step=lambda t: 10 * t)
+                     ray=ray, clock=lambda: now[0])
     return ex, ray, now
 
 
@@ -150,8 +150,8 @@ def test_acknowledgements_name_exactly_the_results_received_from_that_node():
                             TrialFinished(3)]
     events = ex.poll(0.0)
     assert len(events) == 3
-    ex.acknowledge()
-    # 3 finished: nothing to ack; the ack carries the controller's next decision step (pipelining)
+    ex.acknowledge([1, 3], {1: 10, 3: 30})
+    # 3 finished: nothing to ack; the ack carries the loop's free_below (pipelining)
     assert ("acknowledge", [1], {1: 10}) in ray.agents[A].calls
     assert not any(c[0] == "acknowledge" for c in ray.agents[B].calls)
     ex.acknowledge()
@@ -220,7 +220,7 @@ def test_a_spanning_trial_speaks_through_rank_zero_and_finishes_when_every_part_
     ray.agents[A].events = [TrialStarted(4, "a/cpu"), ResultReported(4, 1, {"s": 1.0})]
     events = ex.poll(0.0)
     assert events == [TrialStarted(4, "a/cpu"), ResultReported(4, 1, {"s": 1.0})]
-    ex.acknowledge()
+    ex.acknowledge([4], {4: 40})
     assert ("acknowledge", [4], {4: 40}) in ray.agents[A].calls
     assert not any(c[0] == "acknowledge" for c in ray.agents[B].calls)
     ray.agents[A].events = [TrialFinished(4)]

@@ -67,7 +67,7 @@ class _Steps:
                 out.append(TrialFinished(trial))
         return out
 
-    def acknowledge(self) -> None:
+    def acknowledge(self, trial_ids=None, free_below=None) -> None:
         pass
 
     def shutdown(self, kill: bool = False) -> None:
@@ -75,7 +75,7 @@ class _Steps:
 
 
 def _controller() -> Controller:
-    return on_slots(Controller(make_algorithm(ASHA, SPACE, OBJ, 3), OBJ, Budget(trials=40)), 6)
+    return Controller(make_algorithm(ASHA, SPACE, OBJ, 3), OBJ, Budget(trials=40), options=on_slots(6))
 
 
 def test_a_killed_driver_resumes_asha_from_the_store_with_the_identical_state(tmp_path):

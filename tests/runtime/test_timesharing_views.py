@@ -8,6 +8,7 @@ from rich.console import Console
 
 from hypersack import cli
 from hypersack.core.allocator import Demand
+from hypersack.core.controller import ControllerOptions
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import TrialFinished
 from hypersack.placement import GPU, Cluster, Node
@@ -84,9 +85,10 @@ def test_a_resumed_study_takes_its_time_sharing_state_back_from_the_store(tmp_pa
     with Storage(tmp_path / "s.db") as store:
         row = store.create_study("s", spec.to_dict())
         store.save_batch(row.study_id, c.take_changes(), c.take_results(), c.state_dict(10.0))
-        again = build_controller(spec, Scripted(), store.get_study("s"), store, 0.0, resume=True)
-    again.set_inventory(Cluster([Node("n0", 8, [GPU("g0", "A100", 16.0)])]), "wfd", Demand().job)
-    again.set_time_sharing(spec.time_sharing)
+        options = ControllerOptions(inventory=Cluster([Node("n0", 8, [GPU("g0", "A100", 16.0)])]),
+                                    demand=Demand().job, time_sharing=spec.time_sharing)
+        again = build_controller(spec, Scripted(), store.get_study("s"), store, 0.0,
+                                 resume=True, options=options)
     assert again.shared.state_dict() == c.shared.state_dict()
     assert again.trials[1].info["time_sharing"]["state"] == "waiting"    # ran when the driver died
     assert [t.trial_id for t in again.launches(0.0)] == [1]   # new trials first, bind order

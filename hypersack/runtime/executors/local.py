@@ -62,7 +62,6 @@ class LocalExecutor:
                  profile: Callable[[dict[str, Any]], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
                  packs: PackPlan | None = None, unsafe_checkpoints: bool = False,
-                 decision_step: Callable[[int], int] | None = None,
                  report_window: int = REPORT_WINDOW):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
@@ -74,7 +73,6 @@ class LocalExecutor:
         self._profile = profile
         self._device_events = device_events
         self._unsafe_checkpoints = unsafe_checkpoints
-        self._decision_step = decision_step    # the controller's next_decision_step
         self._window = report_window
         self._pool = WorkerPool(self._slots, share_env)
         self._packs = PackHost(packs, self._pool, trial_dir=trial_dir, steps_for=steps_for,
@@ -203,27 +201,17 @@ class LocalExecutor:
 
     def acknowledge(self, trial_ids: Iterable[int] | None = None,
                     free_below: Mapping[int, int] | None = None) -> None:
-        """Ack every report read of each waiting trial (one Ack per trial covers them all: the
-        loop calls this once the turn holding them is durable, with no poll in between); a
-        plain trial's ack carries its next decision point (the ``decision_step`` given), below
-        which its worker need not wait (pipelining). An executor that relays this one's events
-        (a Ray node's agent) must build it with ``report_window=1``: its driver acks the
-        results it has seen, and with one report in flight per trial those are all read here.
-        ``trial_ids``: only these, and ``free_below``: their decision points as given (an
-        executor that relays this one's events acks exactly the results it has seen, with the
-        driver's decision points)."""
+        """Ack every report read of each waiting trial of ``trial_ids`` (None: every waiting
+        one; one Ack per trial covers them all: the loop calls this once the turn holding them is
+        durable, with no poll in between) with its ``free_below`` (the loop's; a trial it leaves
+        out: 0), below which its worker need not wait (pipelining). An executor that relays this
+        one's events (a Ray node's agent) must build it with ``report_window=1``: its driver acks
+        the results it has seen, and with one report in flight per trial those are all read here."""
         chosen = list(self._awaiting) if trial_ids is None else [
             t for t in trial_ids if t in self._awaiting]
         for trial_id in chosen:
-            self._awaiting.pop(trial_id).send(Ack(trial_id, self._free_below(trial_id, free_below),
-                                                  self._unacked.pop(trial_id, 1)))
-
-    def _free_below(self, trial_id: int, given: Mapping[int, int] | None) -> int:
-        if trial_id not in self._jobs:        # a pack member: every report waits
-            return 0
-        if given is not None:
-            return given.get(trial_id, 0)
-        return self._decision_step(trial_id) if self._decision_step is not None else 0
+            below = free_below.get(trial_id, 0) if free_below is not None else 0
+            self._awaiting.pop(trial_id).send(Ack(trial_id, below, self._unacked.pop(trial_id, 1)))
 
     # ---- events ----------------------------------------------------------------------------
 

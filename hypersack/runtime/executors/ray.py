@@ -99,15 +99,12 @@ class RayExecutor:
     """Trials on the nodes of the Ray cluster ``ray`` is connected to (see the module doc).
 
     ``trial_dir(trial_id)``: the trial's folder, sent with each launch. ``ray``: the module (a
-    stand-in in tests). ``decision_step(trial_id)``: the controller's next decision point,
-    carried by each acknowledgement (pipelined reports), or None (every report waits). The agents start at the first ``inventory()`` or ``start()``; a node
+    stand-in in tests). The agents start at the first ``inventory()`` or ``start()``; a node
     that cannot serve the study is a ClusterError then, before any trial starts."""
 
     def __init__(self, setup: AgentSetup, *, trial_dir: Callable[[int], Path],
-                 ray: Any = None, clock: Callable[[], float] = time.monotonic,
-                 decision_step: Callable[[int], int] | None = None):
+                 ray: Any = None, clock: Callable[[], float] = time.monotonic):
         self._ray = ray or require_ray()
-        self._decision_step = decision_step     # the controller's, carried by each ack
         self._setup = setup
         self._trial_dir = trial_dir
         self._clock = clock
@@ -346,16 +343,13 @@ class RayExecutor:
     def acknowledge(self, trial_ids: Iterable[int] | None = None,
                     free_below: Mapping[int, int] | None = None) -> None:
         """Each node acks exactly the results received from it (all, or those of
-        ``trial_ids``), with each trial's next decision point: ``free_below``'s, else the
-        driver's ``decision_step`` (pipelining: reports below it need not wait; the node's
-        executor gives pack members 0)."""
-        step = self._decision_step
+        ``trial_ids``), with each trial's ``free_below`` (the loop's; a trial it leaves out:
+        0): pipelining, reports below it need not wait."""
         chosen = None if trial_ids is None else set(trial_ids)
         for node in self._nodes.values():
             trials = sorted(node.unacked if chosen is None else node.unacked & chosen)
             if trials:
-                below = {t: (free_below.get(t, 0) if free_below is not None
-                             else step(t) if step else 0) for t in trials}
+                below = {t: free_below.get(t, 0) if free_below is not None else 0 for t in trials}
                 node.actor.acknowledge.remote(trials, below)
                 node.unacked -= set(trials)
 
@@ -503,8 +497,7 @@ def driver_paths() -> tuple[tuple[str, ...], str]:
 
 @contextlib.contextmanager
 def ray_executor(spec: Any, trainable: Any, plan: Any, study_dir: Path, *,
-                 trial_dir: Callable[[int], Path],
-                 decision_step: Callable[[int], int] | None = None) -> Iterator[RayExecutor]:
+                 trial_dir: Callable[[int], Path]) -> Iterator[RayExecutor]:
     """The executor of one study run on Ray (``Study.run``'s ``backend: ray`` branch): Ray
     connected (or a local Ray started, ``ray_session``), then a RayExecutor whose agents carry
     ``spec``, ``trainable`` and the pack plan ``plan``; its agents are ended (at once) on the
@@ -515,7 +508,7 @@ def ray_executor(spec: Any, trainable: Any, plan: Any, study_dir: Path, *,
         setup = AgentSetup(spec, str(study_dir), trainable, spec.objective.metric, packs=plan,
                            unsafe_checkpoints=spec.unsafe_checkpoints, sys_path=paths, cwd=cwd,
                            storage_check=storage_check(study_dir))
-        executor = RayExecutor(setup, trial_dir=trial_dir, decision_step=decision_step)
+        executor = RayExecutor(setup, trial_dir=trial_dir)
         try:
             yield executor
         finally:

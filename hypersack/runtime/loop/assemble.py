@@ -3,9 +3,10 @@ together, then the loop run. Every path goes through :func:`assemble`: the local
 (``Study._drive_with``), Ray (``Study._drive_with`` with ``runtime.executors.ray.ray_executor``)
 and the simulator (``sim.run.simulate``); each builds only its executor and store.
 
-Like Syne Tune's ``Tuner(backend, scheduler, stop_criterion, callbacks)``: the caller hands over
-the pieces, and the one place that sets the controller's inventory, packs and time-sharing, adds
-the observers (the job history's, the utilisation sample sink) and runs ``run_loop`` is here.
+Like Syne Tune's ``Tuner(backend, scheduler, stop_criterion, callbacks)`` then ``run()``: the
+caller hands over the pieces (``assemble``), and the one place that builds the controller with its
+inventory, packs and time-sharing (``ControllerOptions``), adds the observers (the job history's,
+the utilisation sample sink) and runs ``run_loop`` (``Assembly.run``) is here.
 """
 from __future__ import annotations
 
@@ -13,16 +14,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from hypersack.core.controller import Controller
+from hypersack.core.algorithms import Algorithm
+from hypersack.core.controller import Controller, ControllerOptions
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event
 from hypersack.errors import HyperSackError
 from hypersack.runtime.loop.executor import Executor
 from hypersack.runtime.loop.progress import Progress
-from hypersack.runtime.loop.run import StudyRun, run_loop
+from hypersack.runtime.loop.run import StudyRun, build_controller, run_loop
 from hypersack.runtime.loop.store import Store, StudyRef
 
-__all__ = ["DriverServices", "SampleSink", "Services", "assemble"]
+__all__ = ["Assembly", "DriverServices", "SampleSink", "Services", "assemble",
+           "controller_options"]
 
 
 class DriverServices(Protocol):
@@ -42,37 +45,63 @@ class Services:
     samples: Callable[[], list[tuple[str, str, Any]]] | None = None
 
 
-def assemble(spec: StudySpec, controller: Controller, executor: Executor, store: Store,
-             row: StudyRef, *, services: DriverServices | None = None, packs: Any = None,
-             inventory: Any = None, placement: Any = None, progress: Progress | None = None,
-             clock: Callable[[], float] = time.time, group_window_s: float = 0.0,
-             on_started: Callable[[], None] | None = None,
-             listeners: Sequence[Callable[[list[Event], Any], None]] = ()) -> StudyRun:
-    """Run ``spec``'s study with ``controller`` on ``executor``, writing to ``store`` (its
-    ``row``), and return how it ended (``run_loop``'s contract: errors, statuses, Ctrl-C).
+@dataclass
+class Assembly:
+    """One study run, wired (:func:`assemble` builds it): ``controller`` (the caller may read its
+    trials, before, during and after the run), ``executor``, ``store`` and its ``row``, the
+    driver's ``services``; :meth:`run` runs the loop once."""
+    spec: StudySpec
+    controller: Controller
+    executor: Executor
+    store: Store
+    row: StudyRef
+    services: DriverServices
+    clock: Callable[[], float]
 
-    Before the loop, the controller gets, here and nowhere else: the inventory (``inventory``,
-    default ``executor.inventory()``) placed with ``placement`` (default ``spec.placement``; the
-    simulator's policy under test) and ``services.demand``; the pack policy ``packs`` (None:
-    every trial alone); ``spec.time_sharing`` when set. The loop's observers are the services'
-    then a sink writing their utilisation samples to the store (at most every 10 s, and once at
-    the end, a storage fault then dropped). ``progress``, ``clock``, ``group_window_s``,
-    ``on_started`` and ``listeners``: as ``run_loop``'s."""
+    def run(self, *, progress: Progress | None = None, group_window_s: float = 0.0,
+            on_started: Callable[[], None] | None = None,
+            listeners: Sequence[Callable[[list[Event], Any], None]] = ()) -> StudyRun:
+        """Run the study to its end and return how it ended (``run_loop``'s contract: errors,
+        statuses, Ctrl-C). The loop's observers are the services' (read now: the caller may
+        add some after ``assemble``) then a sink writing their utilisation samples to the
+        store (at most every 10 s, and once at the end, a storage fault then dropped).
+        ``progress``, ``group_window_s``, ``on_started`` and ``listeners``: as ``run_loop``'s."""
+        sink = SampleSink(self.store, self.row.study_id, self.services.samples)
+        try:
+            return run_loop(self.controller, self.executor, self.store, self.row,
+                            progress=progress, clock=self.clock,
+                            observers=[*self.services.observers, sink.observe],
+                            group_window_s=group_window_s, on_started=on_started,
+                            listeners=listeners)
+        finally:
+            sink.flush(quiet=True)
+
+
+def controller_options(spec: StudySpec, inventory: Any, *, services: DriverServices,
+                       packs: Any = None, placement: Any = None) -> ControllerOptions:
+    """The controller's options for ``spec``'s run on ``inventory`` (see :func:`assemble`)."""
+    return ControllerOptions(inventory=inventory,
+                             placement=placement if placement is not None else spec.placement,
+                             demand=services.demand, packs=packs, time_sharing=spec.time_sharing)
+
+
+def assemble(spec: StudySpec, algorithm: Algorithm, executor: Executor, store: Store,
+             row: Any, *, resume: bool = False, services: DriverServices | None = None,
+             packs: Any = None, inventory: Any = None, placement: Any = None,
+             clock: Callable[[], float] = time.time) -> Assembly:
+    """``spec``'s study wired for a run of ``algorithm`` on ``executor``, writing to ``store``
+    (its ``row``, a StudyRow); ``resume``: the controller takes back the stored trials and
+    state. The controller is built here and nowhere else for a run, at ``clock()``, with its
+    options: the inventory (``inventory``, default ``executor.inventory()``) placed with
+    ``placement`` (default ``spec.placement``; the simulator's policy under test) and
+    ``services.demand``; the pack policy ``packs`` (None: every trial alone);
+    ``spec.time_sharing``. ``clock`` is the loop's too. Nothing runs until ``Assembly.run``."""
     services = services if services is not None else Services()
     cluster = inventory if inventory is not None else executor.inventory()
-    controller.set_inventory(cluster, placement if placement is not None else spec.placement,
-                             services.demand)
-    controller.set_packs(packs)
-    if spec.time_sharing is not None:
-        controller.set_time_sharing(spec.time_sharing)
-    sink = SampleSink(store, row.study_id, services.samples)
-    try:
-        return run_loop(controller, executor, store, row, progress=progress, clock=clock,
-                        observers=[*services.observers, sink.observe],
-                        group_window_s=group_window_s, on_started=on_started,
-                        listeners=listeners)
-    finally:
-        sink.flush(quiet=True)
+    options = controller_options(spec, cluster, services=services, packs=packs,
+                                 placement=placement)
+    controller = build_controller(spec, algorithm, row, store, clock(), resume, options)
+    return Assembly(spec, controller, executor, store, row, services, clock)
 
 
 class SampleSink:

@@ -28,12 +28,12 @@ class Executor(Protocol):
 
     def acknowledge(self, trial_ids: Iterable[int] | None = None,
                     free_below: Mapping[int, int] | None = None) -> None:
-        """The results returned by the last poll are durable: let their trials go on. Every
-        trial that waits for an ack (``trial_ids`` None), or only those of ``trial_ids`` (the
-        others keep waiting). ``free_below``: each acked trial's next decision point, below
-        which its reports need not wait for an ack (pipelining; a trial it leaves out: 0); None:
-        the executor's own ``decision_step``, where it has one. Pack members wait at every
-        report whatever ``free_below`` says; an executor that does not pipeline ignores it."""
+        """The results returned by the polls of the last turn are durable: let their trials go
+        on. The loop picks them (``run.acknowledgements``): the trials of ``trial_ids`` (the
+        others keep waiting; None: every trial that waits). ``free_below``: each acked trial's
+        next decision point, below which its reports need not wait for an ack (pipelining; a
+        trial it leaves out, or None: 0, every report waits). The executor carries both as
+        given; one that does not pipeline ignores ``free_below``."""
 
     def shutdown(self, kill: bool = False) -> None:
         """Release every worker; ``kill`` ends running trials at once."""

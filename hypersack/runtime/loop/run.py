@@ -2,12 +2,14 @@
 
 Each turn: poll the executor (with a group window: more events are gathered for up to
 ``group_window_s`` after the first, while enough running trials may still report,
-``core.group_commit``); hand events to the
-controller; launch what fits; write every change (trials, accepted results and the checkpoints
+``core.group_commit``); hand the events and the time to ``controller.turn``, which returns every
+decision of the turn (``core.controller.Turn``: commands, launches, changes, results, stays,
+each trial's free_below, done); write the changes (trials, accepted results and the checkpoints
 that rode with them, the controller's state, and what observers wrote through the store's
 connection, e.g. the job history's profiles) in one durable transaction, the store's
-``transaction()``: one commit per turn (group commit); only then acknowledge results to workers
-and send commands.
+``transaction()``: one commit per turn (group commit); only then send commands, acknowledge the
+turn's reports (the loop picks them, ``acknowledgements``: the executor only carries the acks)
+and send launches.
 Ctrl-C (or SIGTERM) once: running trials stop at their next report, stay resumable, and the study
 is marked interrupted; twice: workers are killed at once (their trials restart on resume from the
 checkpoint of their last durable report).
@@ -22,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from hypersack.core.algorithms import Algorithm
-from hypersack.core.controller import Controller
+from hypersack.core.controller import Controller, ControllerOptions, Turn
 from hypersack.core.group_commit import GROUP_SIBLINGS, GROUP_WINDOW_S, GroupCommit
 from hypersack.core.spec import StudySpec
-from hypersack.core.trial import (Command, Event, Launch, ResultReported, TrialFailed,
+from hypersack.core.trial import (Event, InterruptRequested, ResultReported, TrialFailed,
                                   TrialFinished)
 from hypersack.errors import StorageError, StorageFullError, TrialsFailingError
 from hypersack.runtime.loop.executor import Executor
@@ -33,7 +35,8 @@ from hypersack.runtime.loop.heap import LoopHeap
 from hypersack.runtime.loop.progress import Progress, NullProgress
 from hypersack.runtime.loop.store import BackgroundCheckpoints, Store, StudyRef
 
-__all__ = ["GROUP_SIBLINGS", "GROUP_WINDOW_S", "StudyRun", "run_loop"]
+__all__ = ["Acks", "GROUP_SIBLINGS", "GROUP_WINDOW_S", "StudyRun", "acknowledgements",
+           "build_controller", "run_loop"]
 
 POLL_INTERVAL_S = 0.1
 HEARTBEAT_S = 5.0       # the driver's lease is renewed at least this often (seconds)
@@ -50,14 +53,17 @@ class StudyRun:
 
 
 def build_controller(spec: StudySpec, algorithm: Algorithm, row: Any, storage: Any,
-                     now: float, resume: bool) -> Controller:
+                     now: float, resume: bool,
+                     options: ControllerOptions = ControllerOptions()) -> Controller:
     """A controller for ``spec`` (its budget, objective, seed, max_retries, trial timeout and
-    max_failures: every path, the simulator's included, builds it here); on resume it takes back
-    the stored trials and algorithm state (``row``: a StudyRow, ``storage``: its Storage)."""
+    max_failures: every path, the simulator's included, builds it here) placing trials as
+    ``options`` say (``assemble`` builds them; the default, no inventory, launches nothing: an
+    ask/tell session); on resume it takes back the stored trials, algorithm and time-sharing
+    state (``row``: a StudyRow, ``storage``: its Storage)."""
     controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
                             max_retries=spec.executor.max_retries, now=now,
                             trial_timeout_s=spec.executor.trial_timeout_s,
-                            max_failures=spec.max_failures)
+                            max_failures=spec.max_failures, options=options)
     if resume:
         state = row.controller_state or {}
         controller.restore(storage.load_trials(row.study_id), state.get("algorithm"),
@@ -218,7 +224,8 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
            observers: Sequence[Callable[[Event], None]] = (),
            group: GroupCommit = GroupCommit(0.0), heap: LoopHeap | None = None,
            listeners: Sequence[Callable[[list[Event], Any], None]] = ()) -> None:
-    interrupted = False
+    """Turn after turn until the controller says the study is done: poll the executor, one
+    ``controller.turn``, its durable write, then acknowledgements, commands and launches."""
     first = True
     last_beat = clock()
     while True:
@@ -227,55 +234,69 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
             events = _gather(executor, events, controller, group)
         first = False
         with storage.transaction() if events else contextlib.nullcontext():
-            commands, launches, last_beat, now = _turn(controller, executor, storage, row, clock,
-                                                  events, observers, interrupts, interrupted,
-                                                  last_beat)
-        # What the controller was told, not what the counter says now: a signal that lands
-        # after the turn read the counter (during its commit, say) is handed over next turn.
-        interrupted = controller.interrupted
+            now = clock()
+            turn = _decide(controller, events, now, observers, interrupts)
+            last_beat = _store(controller, storage, row, turn, now, last_beat)
         for listen in listeners:
             listen(events, controller.trials)
-        for command in commands:
-            executor.submit(command)
-        executor.acknowledge()
-        for launch in launches:
-            executor.submit(launch)
+        _carry_out(executor, turn, acknowledgements(events, turn))
         progress.update(controller, now)
         if heap is not None:
             heap.after_turn()
-        if controller.done(now):
-            if not controller.interrupted:
-                controller.finalize(now)
-                changes = controller.take_changes()
-                if changes:
-                    storage.save_batch(row.study_id, changes, [], lambda: controller.state_dict(now),
-                                       stays=controller.take_stays())
+        if turn.done:
             return
 
 
-def _turn(controller: Controller, executor: Executor, storage: Store, row: StudyRef,
-          clock: Callable[[], float], events: list[Event],
-          observers: Sequence[Callable[[Event], None]], interrupts: _Interrupts,
-          interrupted: bool, last_beat: float) -> tuple[list[Command], list[Launch], float, float]:
-    """One turn's decisions and its durable write (inside the turn's transaction, if any);
-    returns the commands and launches to send once it is durable, the last lease renewal and
-    the turn's time."""
-    now = clock()
-    commands: list[Command] = []
+def _decide(controller: Controller, events: list[Event], now: float,
+            observers: Sequence[Callable[[Event], None]], interrupts: _Interrupts) -> Turn:
+    """The observers see each event, then the controller decides the turn. A Ctrl-C is handed
+    over once (``InterruptRequested``): a signal that lands after this reads the counter
+    (during the commit, say) is handed over next turn."""
     for event in events:
         for observe in observers:
             observe(event)
-        commands += controller.handle(event, now)
-    commands += controller.tick(now)
-    if interrupts.count and not interrupted:
-        commands += controller.interrupt()
-    launches: list[Launch] = controller.launches(now)
-    changes, results = controller.take_changes(), controller.take_results()
-    if changes or results:
-        storage.save_batch(row.study_id, changes, results, lambda: controller.state_dict(now),
-                           stays=controller.take_stays())
-        last_beat = now
-    elif now - last_beat >= HEARTBEAT_S:
+    asked: list[Event] = [InterruptRequested()] if (interrupts.count
+                                                      and not controller.interrupted) else []
+    return controller.turn(events + asked, now)
+
+
+def _store(controller: Controller, storage: Store, row: StudyRef, turn: Turn, now: float,
+           last_beat: float) -> float:
+    """The turn's durable write (inside the turn's transaction, if any), or a lease renewal
+    when it has nothing to write and the last one is ``HEARTBEAT_S`` old; returns the time of
+    the last renewal."""
+    if turn.changes or turn.results:
+        storage.save_batch(row.study_id, list(turn.changes), list(turn.results),
+                           lambda: controller.state_dict(now), stays=list(turn.stays))
+        return now
+    if now - last_beat >= HEARTBEAT_S:
         storage.heartbeat(row.study_id)
-        last_beat = now
-    return commands, launches, last_beat, now
+        return now
+    return last_beat
+
+
+@dataclass(frozen=True)
+class Acks:
+    """What the loop acknowledges after a turn is durable: ``trial_ids``, whose reports of the
+    turn are stored (or were replays, answered all the same), each with its ``free_below``."""
+    trial_ids: tuple[int, ...]
+    free_below: dict[int, int]
+
+
+def acknowledgements(events: Sequence[Event], turn: Turn) -> Acks:
+    """Every trial that reported in ``events`` (the executor holds each such report until it
+    is acked), once, in the order of their first report; each trial's ``free_below`` is the
+    turn's (0 where the turn gives none: every report of it waits)."""
+    trial_ids = tuple(dict.fromkeys(e.trial_id for e in events if isinstance(e, ResultReported)))
+    return Acks(trial_ids, {t: turn.free_below.get(t, 0) for t in trial_ids})
+
+
+def _carry_out(executor: Executor, turn: Turn, acks: Acks) -> None:
+    """Once the turn is durable: commands first (a stopped trial's ack then finds its stop),
+    the acknowledgements, then the launches."""
+    for command in turn.commands:
+        executor.submit(command)
+    if acks.trial_ids:
+        executor.acknowledge(acks.trial_ids, acks.free_below)
+    for launch in turn.launches:
+        executor.submit(launch)
