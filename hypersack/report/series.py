@@ -305,7 +305,8 @@ def contour_params(configs: Sequence[Mapping[str, Any]], order: Sequence[str] = 
     numbers (categorical). Candidates: parameters every config has that take two or more
     values; the numeric ones are ranked by ``order`` (e.g. most important first), the others
     after them in name order, and the first ``most`` kept."""
-    numeric, categorical = [], []
+    numeric: list[str] = []
+    categorical: list[str] = []
     for name in _common_keys(configs):
         column = [c[name] for c in configs]
         if len({repr(v) for v in column}) < 2:
