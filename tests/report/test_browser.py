@@ -359,7 +359,7 @@ def test_the_contour_edf_parameter_filter_and_trial_details_in_the_page(browser,
     svg = figure.evaluate("f => [f.querySelector('label.pick').getBoundingClientRect().bottom, "
                           "f.querySelector('[data-chart]').getBoundingClientRect().top]")
     assert svg[0] <= svg[1] + 1                                 # the selector above the plot
-    pick.select_option("2")                                     # another pair: redrawn
+    pick.select_option(index=2)                             # another pair: redrawn
     last = (p["contour"]["pairs"][2]["x"], p["contour"]["pairs"][2]["y"])
     titles = contour.evaluate("e => [e.layout.xaxis.title.text, e.layout.yaxis.title.text]")
     assert [t.split(" ")[0] for t in titles] == list(last)

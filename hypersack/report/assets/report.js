@@ -191,16 +191,19 @@
       return;
     }
     note(div, c.note, false);
+    // Options are the pairs' names; the pick is kept by name, so a live redraw that reorders
+    // the pairs (importance changed) keeps showing the same pair.
     var names = c.pairs.map(function (q) { return q.x + " \u00D7 " + q.y; });
-    if (!pick || pick.options.length !== names.length) {
+    if (!pick || pick.getAttribute("data-names") !== names.join("|")) {
       if (pick) { pick.parentNode.remove(); }
-      pick = el("select", {"data-select": "contour-pair"}, names.map(function (n, i) { return el("option", {value: String(i), text: n}); }));
+      pick = el("select", {"data-select": "contour-pair", "data-names": names.join("|")},
+        names.map(function (n) { return el("option", {value: n, text: n}); }));
       pick.addEventListener("change", function () { div.setAttribute("data-pair", pick.value); contourChart(div, div._payload); });
       fig.insertBefore(el("label", {"class": "note pick"}, [document.createTextNode("pair "), pick]), div);
     }
     div._payload = p;
-    var k = Math.min(+(div.getAttribute("data-pair") || 0), c.pairs.length - 1), q = c.pairs[k], T = c.trials;
-    pick.value = String(k);
+    var k = Math.max(0, names.indexOf(div.getAttribute("data-pair"))), q = c.pairs[k], T = c.trials;
+    pick.value = names[k];
     function axis(name) { return {title: {text: name + (c.log[name] ? " (log)" : "")}, type: c.log[name] ? "log" : "linear"}; }
     draw(div, [
       {type: "contour", x: q.grid.x, y: q.grid.y, z: q.grid.z, colorscale: "Viridis", reversescale: p.mode === "min", connectgaps: true,
