@@ -291,36 +291,40 @@ def _slices(valued: list[dict], log: list[str]) -> dict[str, dict[str, Any]]:
 def _contour(valued: list[dict], log: list[str], scores: Mapping[str, Any]) -> dict[str, Any]:
     """The contour plot's view: ``params`` (numeric parameters that vary, the most important
     first, at most ``CONTOUR_PARAMS``), ``log`` (per param: sampled log-uniformly, all values
-    positive), ``excluded`` (categorical parameters, left out), ``trials`` (``id``, ``v`` and
-    per param ``x``: the dots), ``pairs`` (``{"x", "y", "grid"}`` for every pair of params,
-    the two most important first; ``grid``: ``series.contour_grid``), ``n`` and ``note`` (why
-    nothing is drawn, or what is left out; else None)."""
-    n = len(valued)
-    configs = [t["config"] for t in valued]
+    positive), ``excluded`` (parameters that are not numbers, left out), ``trials`` (``id``,
+    ``v`` and per param ``x``: the dots), ``pairs`` (``_contour_pairs``), ``n`` (the trials
+    with a finite value) and ``note`` (why nothing is drawn, or what is left out; else None)."""
+    valued = [t for t in valued if math.isfinite(t["value"])]
+    n, configs = len(valued), [t["config"] for t in valued]
     order = sorted(scores, key=lambda k: (-(scores[k] or 0.0), k))
     params, excluded = series.contour_params(configs, order, CONTOUR_PARAMS) if n else ([], [])
-    logs = {p: p in log and min(c[p] for c in configs) > 0 for p in params}
-    view: dict[str, Any] = {"params": params, "log": logs, "excluded": excluded, "n": n, "pairs": [],
-                            "trials": {"id": [t["trial_id"] for t in valued],
-                                       "v": _rs([t["value"] for t in valued]),
-                                       "x": {p: _rs([c[p] for c in configs]) for p in params}}}
-    left_out = (f" Parameters that are not numbers are left out (see the slice plot): {', '.join(excluded)}."
-                if excluded else "")
+    left_out = (f"Parameters that are not numbers are left out (see the slice plot): "
+                f"{', '.join(excluded)}." if excluded else None)
     if n < CONTOUR_MIN_TRIALS or len(params) < 2:
         why = (f"A contour plot needs at least {CONTOUR_MIN_TRIALS} trials with a value; this study "
                f"has {n}." if n < CONTOUR_MIN_TRIALS else
                f"A contour plot needs two numeric parameters that vary; this study has {len(params)}.")
-        view.update(params=[], log={}, trials={"id": [], "v": [], "x": {}}, note=why + left_out)
-        return view
-    values = [t["value"] for t in valued]
+        return {"params": [], "log": {}, "excluded": excluded, "n": n, "pairs": [],
+                "trials": {"id": [], "v": [], "x": {}}, "note": " ".join(filter(None, (why, left_out)))}
+    logs = {p: p in log and min(c[p] for c in configs) > 0 for p in params}
+    return {"params": params, "log": logs, "excluded": excluded, "n": n, "note": left_out,
+            "pairs": _contour_pairs(configs, [t["value"] for t in valued], params, logs),
+            "trials": {"id": [t["trial_id"] for t in valued], "v": _rs([t["value"] for t in valued]),
+                       "x": {p: _rs([c[p] for c in configs]) for p in params}}}
+
+
+def _contour_pairs(configs: list[dict], values: list[float], params: list[str],
+                   logs: Mapping[str, bool]) -> list[dict[str, Any]]:
+    """``{"x", "y", "grid"}`` for every pair of ``params`` in their order (the first pair: the
+    two first params); ``grid``: ``series.contour_grid`` of the pair, rounded."""
+    out = []
     for i, a in enumerate(params):
         for b in params[i + 1:]:
             grid = series.contour_grid([c[a] for c in configs], [c[b] for c in configs], values,
                                        xlog=logs[a], ylog=logs[b], size=CONTOUR_GRID)
-            view["pairs"].append({"x": a, "y": b, "grid": {
-                "x": _rs(grid["x"]), "y": _rs(grid["y"]), "z": [_rs(row) for row in grid["z"]]}})
-    view["note"] = left_out.strip() or None
-    return view
+            out.append({"x": a, "y": b, "grid": {"x": _rs(grid["x"]), "y": _rs(grid["y"]),
+                                                 "z": [_rs(row) for row in grid["z"]]}})
+    return out
 
 
 def _edf(valued: list[dict]) -> dict[str, Any]:
