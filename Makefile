@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean gpu-check browser upgrade-deps
+.PHONY: demo test venv bench clean gpu-check browser upgrade-deps docs-screenshot
 
 # Every install takes the versions the suite last passed with (constraints.txt, written by
 # `make upgrade-deps`), so a new upstream release never changes what a fresh clone installs.
@@ -58,6 +58,11 @@ demo: $(STAMP)
 	$(BIN)/hypersack run examples/digits.yaml --replace
 	$(BIN)/hypersack best digits --json
 	$(BIN)/hypersack report digits -o digits-report.html
+
+# docs/report.png, the README's picture: the demo study run afresh in a temporary folder, its
+# report photographed in the system's headless Chromium (tools/docs_screenshot.py).
+docs-screenshot: $(STAMP) browser
+	$(BIN)/python tools/docs_screenshot.py --out docs/report.png
 
 # mypy first (configured in pyproject.toml: the whole hypersack package), then the tests.
 test: $(STAMP) browser

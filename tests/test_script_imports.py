@@ -1,4 +1,4 @@
-"""Every ``from hypersack... import name`` in benchmarks/ and examples/ (function-local ones
+"""Every ``from hypersack... import name`` in benchmarks/, examples/ and tools/ (function-local ones
 included) names something that exists: the GPU-only scripts never run in CI, so a moved function
 would otherwise break them unnoticed."""
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = sorted([*ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("examples/**/*.py")])
+SCRIPTS = sorted([*ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("examples/**/*.py"),
+                  *ROOT.glob("tools/**/*.py")])
 
 
 def hypersack_imports(path: Path) -> list[tuple[int, str, str]]:

@@ -29,6 +29,11 @@ IMPORTANCE_MIN_TRIALS = 10    # fewer trials with a value: a note, not an import
 IMPORTANCE_ROUGH_TRIALS = 30  # fewer: the chart carries a caveat
 _FINISHED = ("complete", "pruned", "failed")
 METRICS_MAX_RESULTS = 20_000  # more results: the per-trial details draw the objective alone
+CONTOUR_MIN_TRIALS = 5        # fewer trials with a value: a note, not a contour plot
+CONTOUR_PARAMS = 4            # the contour plot pairs at most this many parameters (6 pairs)
+CONTOUR_GRID = 30             # grid points per axis of a contour
+EDF_MIN_TRIALS = 2            # fewer trials with a value: a note, not a distribution
+_EDF_STATES = ("complete", "pruned", "paused", "running")      # the EDF's lines, in this order
 
 
 @dataclass
@@ -83,7 +88,8 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
 
 def from_simulation(result: Any, store: Any) -> StudyData:
     """A finished simulation (``sim.run.simulate`` with ``keep_results``): its controller's
-    trials, the memory store's results (no report times: the trial's end stands in) and stays."""
+    trials, the memory store's results (no report times: the trial's end stands in) and stays;
+    its space, so log-sampled parameters get log axes as a stored study's do."""
     from hypersack.runtime.storage.queries import trial_dict
     controller = result.controller
     stays = store.load_stays(1)
@@ -100,7 +106,7 @@ def from_simulation(result: Any, store: Any) -> StudyData:
     return StudyData(result.scenario, "complete", controller.objective, trials, results,
                      stays, [], now=result.makespan_s, source="simulation",
                      extra={"policy": result.policy, "algorithm": result.algorithm,
-                            "makespan_s": result.makespan_s})
+                            "makespan_s": result.makespan_s}, space=dict(result.space))
 
 
 def _r(x: float | None) -> float | None:
@@ -161,6 +167,7 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
     occ = series.occupancy(stays, now + origin)
     curves = series.learning_curves(((tid, step, v) for tid, step, _t, v in data.results),
                                     per_curve=per_curve, total=total_points)
+    importance = _importance(valued)
     return {
         "name": data.name, "status": data.status, "metric": metric, "mode": mode,
         "source": data.source, "extra": data.extra, "now": _r(now),
@@ -172,10 +179,12 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "lanes": _lanes(bars, origin),
         "occupancy": {d: [_rs(ts, origin), _rs(vs)] for d, (ts, vs) in occ.items()},
         "utilization": _utilization(data.samples, origin),
-        "importance": _importance(valued),
+        "importance": importance,
         "parallel": _parallel(valued, metric, _log_params(data.space)),
         "devices": _devices(occ, data.samples),
         "slices": _slices(valued, _log_params(data.space)),
+        "contour": _contour(valued, _log_params(data.space), importance["scores"]),
+        "edf": _edf(valued),
         "table": _table(data.trials, origin),
         "metrics": _metrics(data.metrics, per_curve),
     }
@@ -277,6 +286,65 @@ def _slices(valued: list[dict], log: list[str]) -> dict[str, dict[str, Any]]:
         if not view["categorical"]:
             view["x"] = _rs(view["x"])
     return out
+
+
+def _contour(valued: list[dict], log: list[str], scores: Mapping[str, Any]) -> dict[str, Any]:
+    """The contour plot's view: ``params`` (numeric parameters that vary, the most important
+    first, at most ``CONTOUR_PARAMS``), ``log`` (per param: sampled log-uniformly, all values
+    positive), ``excluded`` (parameters that are not numbers, left out), ``trials`` (``id``,
+    ``v`` and per param ``x``: the dots), ``pairs`` (``_contour_pairs``), ``n`` (the trials
+    with a finite value) and ``note`` (why nothing is drawn, or what is left out; else None)."""
+    valued = [t for t in valued if math.isfinite(t["value"])]
+    n, configs = len(valued), [t["config"] for t in valued]
+    order = sorted(scores, key=lambda k: (-(scores[k] or 0.0), k))
+    params, excluded = series.contour_params(configs, order, CONTOUR_PARAMS) if n else ([], [])
+    left_out = (f"Parameters that are not numbers are left out (see the slice plot): "
+                f"{', '.join(excluded)}." if excluded else None)
+    if n < CONTOUR_MIN_TRIALS or len(params) < 2:
+        why = (f"A contour plot needs at least {CONTOUR_MIN_TRIALS} trials with a value; this study "
+               f"has {n}." if n < CONTOUR_MIN_TRIALS else
+               f"A contour plot needs two numeric parameters that vary; this study has {len(params)}.")
+        return {"params": [], "log": {}, "excluded": excluded, "n": n, "pairs": [],
+                "trials": {"id": [], "v": [], "x": {}}, "note": " ".join(filter(None, (why, left_out)))}
+    logs = {p: p in log and min(c[p] for c in configs) > 0 for p in params}
+    return {"params": params, "log": logs, "excluded": excluded, "n": n, "note": left_out,
+            "pairs": _contour_pairs(configs, [t["value"] for t in valued], params, logs),
+            "trials": {"id": [t["trial_id"] for t in valued], "v": _rs([t["value"] for t in valued]),
+                       "x": {p: _rs([c[p] for c in configs]) for p in params}}}
+
+
+def _contour_pairs(configs: list[dict], values: list[float], params: list[str],
+                   logs: Mapping[str, bool]) -> list[dict[str, Any]]:
+    """``{"x", "y", "grid"}`` for every pair of ``params`` in their order (the first pair: the
+    two first params); ``grid``: ``series.contour_grid`` of the pair, rounded."""
+    out = []
+    for i, a in enumerate(params):
+        for b in params[i + 1:]:
+            grid = series.contour_grid([c[a] for c in configs], [c[b] for c in configs], values,
+                                       xlog=logs[a], ylog=logs[b], size=CONTOUR_GRID)
+            out.append({"x": a, "y": b, "grid": {"x": _rs(grid["x"]), "y": _rs(grid["y"]),
+                                                 "z": [_rs(row) for row in grid["z"]]}})
+    return out
+
+
+def _edf(valued: list[dict]) -> dict[str, Any]:
+    """The empirical distribution of the objective, one line per state (``_EDF_STATES``
+    order; a stopped trial counts with the value it reached): ``lines`` of ``{"name", "n",
+    "x", "y"}`` (``series.edf``) and ``note``: below ``EDF_MIN_TRIALS`` trials with a value
+    no lines and a note saying why, else None."""
+    n = len(valued)
+    if n < EDF_MIN_TRIALS:
+        return {"lines": [], "note": f"The empirical distribution needs at least {EDF_MIN_TRIALS} "
+                                     f"trials with a value; this study has {n}."}
+    states = sorted({t["state"] for t in valued},
+                    key=lambda s: (_EDF_STATES.index(s) if s in _EDF_STATES else len(_EDF_STATES), s))
+    lines = []
+    for state in states:
+        xs, ys = series.edf([t["value"] for t in valued if t["state"] == state])
+        if xs:
+            lines.append({"name": state, "n": sum(1 for t in valued if t["state"] == state),
+                          "x": _rs(xs), "y": _rs(ys)})
+    return {"lines": lines, "note": None}
 
 
 def _metrics(rows: list[dict[str, Any]] | None, per_curve: int) -> dict[str, Any] | None:

@@ -14,7 +14,8 @@ import numpy as np
 from hypersack.core.stays import Stay
 
 __all__ = ["best_so_far", "downsample", "learning_curves", "lanes", "occupancy", "occupancy_mean",
-           "importance", "parallel_coordinates", "slices", "LaneBar"]
+           "importance", "parallel_coordinates", "slices", "edf", "contour_params", "contour_grid",
+           "LaneBar"]
 
 
 def best_so_far(points: Iterable[tuple[float, float, int]], mode: str) -> list[tuple[float, float, int]]:
@@ -273,3 +274,86 @@ def slices(configs: Sequence[Mapping[str, Any]], values: Sequence[float], ids: S
                      "v": [float(r[1]) for r in rows], "id": [r[2] for r in rows],
                      "log": numeric and name in logs and min(xs) > 0, "categorical": not numeric}
     return out
+
+
+def edf(values: Iterable[float], most: int = 400) -> tuple[list[float], list[float]]:
+    """The empirical distribution of ``values`` (Optuna's plot_edf): ``(xs, ys)`` with ``xs`` the
+    distinct finite values in increasing order and ``ys[i]`` the fraction of the values
+    ``<= xs[i]`` (non-decreasing, the last 1.0); draw it as a step function (``hv``). Above
+    ``most`` (>= 2) distinct values, ``most`` of them evenly spaced in rank, the first and the
+    last kept (each kept point stays exact). No finite value: ``([], [])``."""
+    if most < 2:
+        raise ValueError(f"most must be >= 2, got {most}")
+    finite = np.sort(np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float))
+    if not len(finite):
+        return [], []
+    xs, counts = np.unique(finite, return_counts=True)
+    ys = np.cumsum(counts) / len(finite)
+    if len(xs) > most:
+        keep = np.unique(np.round(np.linspace(0, len(xs) - 1, most)).astype(int))
+        xs, ys = xs[keep], ys[keep]
+    return xs.tolist(), ys.tolist()
+
+
+def _numeric(column: Sequence[Any]) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column)
+
+
+def contour_params(configs: Sequence[Mapping[str, Any]], order: Sequence[str] = (),
+                   most: int = 4) -> tuple[list[str], list[str]]:
+    """The parameters a contour plot pairs, and those it leaves out because they are not
+    numbers (categorical). Candidates: parameters every config has that take two or more
+    values; the numeric ones are ranked by ``order`` (e.g. most important first), the others
+    after them in name order, and the first ``most`` kept."""
+    numeric: list[str] = []
+    categorical: list[str] = []
+    for name in _common_keys(configs):
+        column = [c[name] for c in configs]
+        if len({repr(v) for v in column}) < 2:
+            continue
+        (numeric if _numeric(column) else categorical).append(name)
+    rank = {name: i for i, name in enumerate(order)}
+    numeric.sort(key=lambda n: (rank.get(n, len(rank)), n))
+    return numeric[:most], categorical
+
+
+def contour_grid(xs: Sequence[float], ys: Sequence[float], zs: Sequence[float], *,
+                 xlog: bool = False, ylog: bool = False, size: int = 30) -> dict[str, Any]:
+    """The objective ``zs`` over a ``size`` x ``size`` grid spanning the trials' ``xs`` and
+    ``ys`` (log-even steps on a log axis, whose values must be positive): each trial falls in
+    its nearest cell (cells holding several: their mean); every other cell gets the
+    inverse-distance-weighted mean (power 2) of the filled cells, distances in cell units,
+    so the surface passes through the filled cells and never leaves the range of the values.
+    Returns ``{"x": [size], "y": [size], "z": [size rows of size]}`` (``z[j][i]`` at
+    ``(x[i], y[j])``), grid values in real units. Needs two or more distinct ``xs`` and ``ys``."""
+    if size < 2:
+        raise ValueError(f"size must be >= 2, got {size}")
+    gx, cx = _axis_cells(np.asarray(xs, dtype=float), xlog, size)
+    gy, cy = _axis_cells(np.asarray(ys, dtype=float), ylog, size)
+    z = np.asarray(zs, dtype=float)
+    cell = cy * size + cx
+    counts = np.bincount(cell, minlength=size * size)
+    sums = np.bincount(cell, weights=z, minlength=size * size)
+    filled = np.flatnonzero(counts)
+    known = sums[filled] / counts[filled]
+    jj, ii = np.divmod(np.arange(size * size), size)
+    fj, fi = np.divmod(filled, size)
+    d2 = (jj[:, None] - fj[None, :]) ** 2 + (ii[:, None] - fi[None, :]) ** 2
+    w = 1.0 / np.maximum(d2, 1).astype(float)     # d2 == 0 only at a filled cell, set below
+    grid = (w @ known) / w.sum(axis=1)
+    grid[filled] = known                            # a filled cell: its own mean, exactly
+    return {"x": gx.tolist(), "y": gy.tolist(), "z": grid.reshape(size, size).tolist()}
+
+
+def _axis_cells(values: np.ndarray, log: bool, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A grid axis of ``size`` points over the values' range (log-even for ``log``) in real
+    units, and each value's nearest grid index."""
+    if len(values) == 0 or float(values.min()) == float(values.max()):
+        raise ValueError("a contour axis needs two or more distinct values")
+    if log and float(values.min()) <= 0:
+        raise ValueError("a log axis needs positive values")
+    u = np.log10(values) if log else values
+    lo, hi = float(u.min()), float(u.max())
+    cells = np.clip(np.rint((u - lo) / (hi - lo) * (size - 1)), 0, size - 1).astype(int)
+    axis = np.linspace(lo, hi, size)
+    return (10.0 ** axis if log else axis), cells

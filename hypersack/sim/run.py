@@ -50,6 +50,7 @@ class SimResult:
     executor: SimExecutor | None = field(repr=False, default=None)
     controller: Controller | None = field(repr=False, default=None)
     store: MemoryStore | None = field(repr=False, default=None)   # its trials, results, stays
+    space: dict[str, Any] = field(repr=False, default_factory=dict)   # the study's, as in its spec
 
     @property
     def sim_per_wall(self) -> float:
@@ -127,7 +128,8 @@ def _result(scenario: Scenario, policy: Any, executor: SimExecutor, controller: 
         wall_s=wall, unvalidated=unvalidated,
         packs=executor.packs.started if executor.packs is not None else 0,
         largest_pack=executor.packs.largest if executor.packs is not None else 0,
-        executor=executor, controller=controller, store=store)
+        executor=executor, controller=controller, store=store,
+        space=scenario.study.space.to_dict())
 
 
 def _makespan(executor: SimExecutor) -> float:

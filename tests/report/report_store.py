@@ -14,15 +14,18 @@ STATES = {StayOutcome.FINISHED: TrialState.COMPLETE, StayOutcome.PAUSED: TrialSt
 
 
 def fill_store(path, name="small", n=8, status="complete", open_last=False, gpus=("gpu0", "gpu1"),
-               target=None):
+               target=None, units=False):
     """``n`` trials on two GPUs (two at a time on each, half-device shares, packs of 2); ``lr``
     is sampled log-uniformly and ``batch`` is constant. ``gpus``: the device ids (``cpu0``..:
-    CPU slots, and then no utilisation samples); ``target``: the trial budget (default ``n``)."""
+    CPU slots, and then no utilisation samples); ``target``: the trial budget (default ``n``);
+    ``units``: a second numeric parameter, ``units`` (an integer, linear), for the contour plot."""
     import hypersack
     spec = hypersack.Study(name=name, objective=("acc", "max"), n_trials=target or n, storage=path,
                            space={"lr": {"type": "float", "low": 0.001, "high": 1.0, "log": True},
                                   "opt": {"type": "categorical", "choices": ["a", "b"]},
-                                  "batch": 32}).spec.to_dict()
+                                  "batch": 32,
+                                  **({"units": {"type": "int", "low": 8, "high": 64}} if units else {})}
+                           ).spec.to_dict()
     with Storage(path) as store:
         row = store.create_study(name, spec)
         for i in range(n):
@@ -33,7 +36,9 @@ def fill_store(path, name="small", n=8, status="complete", open_last=False, gpus
             if end is None:
                 state = TrialState.RUNNING
             value = None if state is TrialState.FAILED else 0.1 * i
-            record = TrialRecord(i, {"lr": 0.01 * (i + 1), "opt": "ab"[i % 2], "batch": 32}, seed=i, state=state,
+            config = {"lr": 0.01 * (i + 1), "opt": "ab"[i % 2], "batch": 32,
+                      **({"units": 8 + (7 * i) % 57} if units else {})}
+            record = TrialRecord(i, config, seed=i, state=state,
                                  attempts=1, last_step=3, metrics={"acc": value or 0.0}, value=value,
                                  started_at=start, finished_at=end if state.finished else None,
                                  error="boom" if state is TrialState.FAILED else None,

@@ -60,3 +60,49 @@ def test_every_metric_of_each_trial_by_step_is_in_the_payload(tmp_path):
     assert set(metrics) == {"0", "1"} and set(metrics["0"]) == {"acc"}
     assert metrics["1"]["acc"] == [[1, 2, 3, 4], [0.033333, 0.066667, 0.1, 0.2]]
     assert metrics["1"]["loss"] == [[4], [1.5]]            # text and NaN are not drawn
+
+
+def test_the_contour_pairs_the_most_important_numbers_and_says_what_it_leaves_out(tmp_path):
+    few = _payload(fill_store(tmp_path / "few.db", n=4, units=True))["contour"]
+    assert few["pairs"] == [] and few["params"] == [] and few["n"] == 4
+    assert few["note"].startswith("A contour plot needs at least 5 trials with a value; this study has 4.")
+    one = _payload(fill_store(tmp_path / "one.db", n=12))["contour"]       # lr alone is a number
+    assert one["pairs"] == [] and "two numeric parameters that vary; this study has 1" in one["note"]
+    assert one["excluded"] == ["opt"] and "not numbers are left out (see the slice plot): opt" in one["note"]
+    p = _payload(fill_store(tmp_path / "two.db", n=40, units=True))
+    c = p["contour"]
+    scores = p["importance"]["scores"]
+    assert c["params"] == sorted(["lr", "units"], key=lambda k: -scores[k])   # most important first
+    assert c["log"] == {"lr": True, "units": False} and c["excluded"] == ["opt"]
+    assert [(q["x"], q["y"]) for q in c["pairs"]] == [tuple(c["params"])]
+    grid = c["pairs"][0]["grid"]
+    assert len(grid["x"]) == len(grid["y"]) == len(grid["z"]) == 30
+    lr = grid["x"] if c["params"][0] == "lr" else grid["y"]
+    assert lr[0] == 0.01 and abs(lr[1] / lr[0] - lr[2] / lr[1]) < 1e-3       # log-even steps
+    assert len(c["trials"]["id"]) == c["n"] == 35 and set(c["trials"]["x"]) == {"lr", "units"}
+
+
+def test_the_edf_has_a_line_per_state_and_a_note_below_two_trials(tmp_path):
+    e = _payload(fill_store(tmp_path / "e.db", n=14))["edf"]
+    assert [(line["name"], line["n"]) for line in e["lines"]] == [("complete", 8), ("pruned", 2),
+                                                                   ("paused", 2)]
+    done = e["lines"][0]
+    assert done["x"] == [0.0, 0.2, 0.3, 0.6, 0.7, 0.9, 1.0, 1.3] and done["y"][-1] == 1.0
+    assert e["note"] is None
+    one = _payload(fill_store(tmp_path / "one.db", n=1))["edf"]
+    assert one["lines"] == [] and one["note"] == ("The empirical distribution needs at least 2 "
+                                                  "trials with a value; this study has 1.")
+
+
+def test_a_simulated_report_draws_log_sampled_parameters_on_log_axes():
+    from pathlib import Path
+
+    from hypersack.report.data import from_simulation
+    from hypersack.sim.run import simulate
+    from hypersack.sim.scenario import load_scenario
+    scenario = load_scenario(Path(__file__).resolve().parents[2] / "examples" / "sim" / "sp1_4xa100.yaml")
+    result = simulate(scenario, "wfd", keep_log=False, keep_results=True)
+    p = payload(from_simulation(result, result.store))
+    assert [d["label"] for d in p["parallel"]] == ["accuracy", "batch_size", "lr (log)", "model"]
+    assert p["slices"]["lr"]["log"] and not p["slices"]["batch_size"]["log"]
+    assert p["contour"]["log"] == {"lr": True, "batch_size": False}

@@ -160,3 +160,66 @@ def test_slices_give_each_varying_parameter_against_the_objective():
                          "log": True, "categorical": False}
     assert out["opt"] == {"x": ["a", "b"], "v": [0.5, 0.7], "id": [3, 4],
                           "log": False, "categorical": True}          # only the trials that have it
+
+
+def test_edf_is_the_fraction_of_values_at_or_below_each_distinct_value():
+    xs, ys = series.edf([3.0, 1.0, 2.0, 2.0, float("nan"), None])
+    assert xs == [1.0, 2.0, 3.0] and ys == [0.25, 0.75, 1.0]         # ties counted once each
+    assert series.edf([]) == ([], []) and series.edf([float("inf")]) == ([], [])
+    with pytest.raises(ValueError):
+        series.edf([1.0], most=1)
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=300), st.integers(2, 50))
+@settings(max_examples=60, deadline=None)
+def test_edf_is_monotone_ends_at_one_and_keeps_its_points_exact(values, most):
+    xs, ys = series.edf(values, most=most)
+    assert len(xs) <= most and xs == sorted(set(xs)) and ys == sorted(ys) and ys[-1] == 1.0
+    assert xs[0] == min(values) and xs[-1] == max(values)
+    for x, y in zip(xs, ys):                          # a kept point is exact, not interpolated
+        assert y == pytest.approx(sum(v <= x for v in values) / len(values))
+
+
+def test_contour_params_rank_numbers_by_the_given_order_and_set_categories_apart():
+    configs = [{"a": i, "b": 0.1 * i, "c": "xy"[i % 2], "k": 1, "z": -i} for i in range(6)]
+    configs[0].pop("z")                                    # not in every config: not a candidate
+    assert series.contour_params(configs, order=["b", "c", "a"]) == (["b", "a"], ["c"])
+    assert series.contour_params(configs) == (["a", "b"], ["c"])      # no order: by name
+    assert series.contour_params(configs, most=1) == (["a"], ["c"])
+    assert series.contour_params([]) == ([], [])
+
+
+def test_contour_grid_passes_through_the_trials_and_fills_between_them():
+    xs, ys, zs = [1.0, 3.0, 1.0, 3.0, 2.0], [10.0, 10.0, 20.0, 20.0, 15.0], [0.0, 1.0, 2.0, 3.0, 9.0]
+    g = series.contour_grid(xs, ys, zs, size=3)
+    assert g["x"] == [1.0, 2.0, 3.0] and g["y"] == [10.0, 15.0, 20.0]
+    assert g["z"][0][0] == 0.0 and g["z"][0][2] == 1.0 and g["z"][2][0] == 2.0 and g["z"][2][2] == 3.0
+    assert g["z"][1][1] == 9.0                       # each trial in its nearest cell, exactly
+    assert 0.0 < g["z"][0][1] < 9.0                  # a filled-in cell: a weighted mean
+    two = series.contour_grid([1.0, 1.0, 2.0], [1.0, 1.0, 2.0], [4.0, 6.0, 0.0], size=2)
+    assert two["z"][0][0] == 5.0                     # two trials in one cell: their mean
+
+
+def test_contour_grid_spaces_a_log_axis_evenly_in_log_and_refuses_what_it_cannot_draw():
+    g = series.contour_grid([0.001, 0.1, 0.01], [0.0, 1.0, 0.5], [1.0, 2.0, 3.0], xlog=True, size=3)
+    assert g["x"] == pytest.approx([0.001, 0.01, 0.1])
+    assert g["z"][1][1] == 3.0                      # 0.01 is the middle of 0.001..0.1 in log
+    lin = series.contour_grid([0.001, 0.1, 0.01], [0.0, 1.0, 0.5], [1.0, 2.0, 3.0], size=3)
+    assert lin["z"][1][0] == 3.0                    # linear: 0.01 is nearest the low end
+    with pytest.raises(ValueError, match="positive"):
+        series.contour_grid([0.0, 1.0], [0.0, 1.0], [1.0, 2.0], xlog=True)
+    with pytest.raises(ValueError, match="distinct"):
+        series.contour_grid([1.0, 1.0], [0.0, 1.0], [1.0, 2.0])
+
+
+@given(st.lists(st.tuples(st.floats(0, 10), st.floats(-5, 5), st.floats(-100, 100)), min_size=2,
+                max_size=80))
+@settings(max_examples=40, deadline=None)
+def test_contour_grid_never_leaves_the_range_of_the_values(points):
+    xs, ys, zs = zip(*points)
+    if len(set(xs)) < 2 or len(set(ys)) < 2:
+        return
+    g = series.contour_grid(xs, ys, zs, size=8)
+    flat = [v for row in g["z"] for v in row]
+    assert len(flat) == 64
+    assert min(zs) - 1e-9 <= min(flat) and max(flat) <= max(zs) + 1e-9

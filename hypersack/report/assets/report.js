@@ -181,6 +181,57 @@
     draw(div, traces, layout("Slice: " + p.metric + " against each parameter", extra));
   }
 
+  // The objective over a pair of numeric parameters (Optuna's plot_contour): an interpolated
+  // surface with the trials as dots; a selector picks the pair (the two most important first).
+  function contourChart(div, p) {
+    var c = p.contour || {pairs: []}, fig = div.parentNode, pick = fig.querySelector("select[data-select='contour-pair']");
+    if (!c.pairs.length) {
+      if (pick) { pick.parentNode.remove(); }
+      note(div, c.note || "No contour plot yet.", true, "Contour: " + p.metric + " over two parameters");
+      return;
+    }
+    note(div, c.note, false);
+    // Options are the pairs' names; the pick is kept by name, so a live redraw that reorders
+    // the pairs (importance changed) keeps showing the same pair.
+    var names = c.pairs.map(function (q) { return q.x + " \u00D7 " + q.y; });
+    if (!pick || pick.getAttribute("data-names") !== names.join("|")) {
+      if (pick) { pick.parentNode.remove(); }
+      pick = el("select", {"data-select": "contour-pair", "data-names": names.join("|")},
+        names.map(function (n) { return el("option", {value: n, text: n}); }));
+      pick.addEventListener("change", function () { div.setAttribute("data-pair", pick.value); contourChart(div, div._payload); });
+      fig.insertBefore(el("label", {"class": "note pick"}, [document.createTextNode("pair "), pick]), div);
+    }
+    div._payload = p;
+    var k = Math.max(0, names.indexOf(div.getAttribute("data-pair"))), q = c.pairs[k], T = c.trials;
+    pick.value = names[k];
+    function axis(name) { return {title: {text: name + (c.log[name] ? " (log)" : "")}, type: c.log[name] ? "log" : "linear"}; }
+    draw(div, [
+      {type: "contour", x: q.grid.x, y: q.grid.y, z: q.grid.z, colorscale: "Viridis", reversescale: p.mode === "min", connectgaps: true,
+        contours: {coloring: "heatmap"}, line: {width: 0.5, color: "rgba(255,255,255,0.5)"}, colorbar: {title: {text: p.metric}, thickness: 14},
+        hovertemplate: q.x + " %{x:.4g}<br>" + q.y + " %{y:.4g}<br>" + p.metric + " ~%{z:.4g}<extra>interpolated</extra>"},
+      {type: scatterType(T.id.length), mode: "markers", x: T.x[q.x], y: T.x[q.y], showlegend: false,
+        text: T.id.map(function (i, j) { return "trial " + i + ": " + fmt(T.v[j]); }), hoverinfo: "text",
+        marker: {size: 5, color: "#1f2933", line: {width: 1, color: "#fff"}}}],
+      layout("Contour: " + p.metric + " over " + q.x + " and " + q.y + " (interpolated; dots: " + c.n + " trials)",
+        {xaxis: axis(q.x), yaxis: axis(q.y), showlegend: false, margin: {l: 64, r: 20, t: 30, b: 48}}));
+  }
+
+  // An EDF line starts at 0 at its least value (so a line of one value is a visible rise).
+  function rise(xs, vs, zero) { return xs.length ? [zero === undefined ? vs[0] : zero].concat(vs) : vs; }
+  var EDF_COLORS = {complete: "#2f855a", pruned: "#b7791f", paused: "#805ad5", running: "#3182ce"};
+
+  // The empirical distribution of the objective (Optuna's plot_edf), one step line per state.
+  function edfChart(div, p) {
+    var e = p.edf || {lines: []};
+    if (!e.lines.length) { note(div, e.note || "No distribution yet.", true, "Empirical distribution of " + p.metric); return; }
+    note(div, e.note, false);
+    draw(div, e.lines.map(function (l) {
+      return {type: "scatter", mode: "lines", name: l.name + " (" + l.n + ")", x: rise(l.x, l.x), y: rise(l.x, l.y, 0),
+        line: {shape: "hv", width: 2, color: EDF_COLORS[l.name] || "#718096"}};
+    }), layout("Empirical distribution of " + p.metric + " by state (stopped trials at the value they reached)",
+      {xaxis: {title: {text: p.metric}}, yaxis: {title: {text: "fraction of trials \u2264 x"}, range: [0, 1.02]}}));
+  }
+
   function deviceWords(p) {
     var k = (p.devices || {}).kind;
     return k === "cpu" ? {one: "CPU slot", many: "CPU slots", title: "CPU-slot timeline"} : k === "mixed" ?
@@ -243,7 +294,8 @@
     var params = Object.keys(t.params || {}), columns = TABLE_HEAD.concat(params, ["error"]);
     function column(c) { return t[c] !== undefined && params.indexOf(c) < 0 ? t[c] : t.params[c]; }
     var keys = column(sortKey) || t.id;
-    for (var i = 0; i < t.id.length; i++) { if (!want || t.state[i] === want) { order.push(i); } }
+    var inRange = paramTest(box, t);
+    for (var i = 0; i < t.id.length; i++) { if ((!want || t.state[i] === want) && inRange(i)) { order.push(i); } }
     var n = order.length;
     order.sort(function (a, b) {
       var x = keys[a], y = keys[b];
@@ -274,7 +326,7 @@
       body.appendChild(tr);
     }
     box.innerHTML = "";
-    box.appendChild(stateFilter(box, p, want));
+    box.appendChild(el("div", {"class": "filters"}, [stateFilter(box, p, want), paramFilter(box, p)]));
     box.appendChild(el("div", {"class": "tablebox"}, [el("table", {"class": "trials"}, [el("thead", {}, [head]), body])]));
     if (limit < n) {
       var more = el("button", {text: "show all " + n + " trials"});
@@ -319,6 +371,51 @@
       {xaxis: {title: {text: "step"}}, yaxis: {title: {text: "value"}}}));
   }
 
+  // Whether row i passes the parameter filter (box's data-param with data-lo/data-hi for a
+  // number, data-pick for a category); rows without the parameter fail an active filter.
+  function paramTest(box, t) {
+    var name = box.getAttribute("data-param"), col = name ? (t.params || {})[name] : null;
+    if (!col) { return function () { return true; }; }
+    var lo = box.getAttribute("data-lo"), hi = box.getAttribute("data-hi"), pick = box.getAttribute("data-pick");
+    if (!numericColumn(col)) { return function (i) { return !pick || String(col[i]) === pick; }; }
+    lo = lo === null || lo === "" ? -Infinity : +lo; hi = hi === null || hi === "" ? Infinity : +hi;
+    return function (i) { return col[i] !== null && col[i] >= lo && col[i] <= hi; };
+  }
+  function numericColumn(col) { return col.every(function (v) { return v === null || typeof v === "number"; }); }
+
+  // Filter by a parameter's range (a number: from, to) or value (a category).
+  function paramFilter(box, p) {
+    var params = Object.keys(p.table.params || {}), name = box.getAttribute("data-param") || "";
+    function redraw() { tableView(box, p); }
+    var sel = el("select", {"data-filter": "param"}, [el("option", {value: "", text: "any parameter"})]
+      .concat(params.map(function (k) { return el("option", {value: k, text: k}); })));
+    sel.value = params.indexOf(name) >= 0 ? name : "";
+    sel.addEventListener("change", function () {
+      ["data-lo", "data-hi", "data-pick"].forEach(function (a) { box.removeAttribute(a); });
+      box.setAttribute("data-param", sel.value); redraw();
+    });
+    var parts = [document.createTextNode(" where "), sel], col = sel.value ? p.table.params[sel.value] : null;
+    if (col && numericColumn(col)) {
+      var known = col.filter(function (v) { return v !== null; });
+      ["lo", "hi"].forEach(function (end) {
+        var input = el("input", {type: "number", step: "any", "data-filter": end, placeholder: fmt(end === "lo" ? Math.min.apply(null, known) : Math.max.apply(null, known))});
+        input.value = box.getAttribute("data-" + end) || "";
+        input.addEventListener("change", function () { box.setAttribute("data-" + end, input.value); redraw(); });
+        parts.push(document.createTextNode(end === "lo" ? " from " : " to "), input);
+      });
+    } else if (col) {
+      var seen = {};
+      col.forEach(function (v) { if (v !== null) { seen[String(v)] = true; } });
+      var values = Object.keys(seen).sort();
+      var pick = el("select", {"data-filter": "pick"}, [el("option", {value: "", text: "any value"})]
+        .concat(values.map(function (v) { return el("option", {value: v, text: v}); })));
+      pick.value = box.getAttribute("data-pick") || "";
+      pick.addEventListener("change", function () { box.setAttribute("data-pick", pick.value); redraw(); });
+      parts.push(document.createTextNode(" is "), pick);
+    }
+    return el("label", {"class": "note"}, parts);
+  }
+
   function stateFilter(box, p, want) {
     var counts = {};
     p.table.state.forEach(function (s) { counts[s] = (counts[s] || 0) + 1; });
@@ -338,8 +435,8 @@
     section.appendChild(summary(p));
     var g1 = el("div", {"class": "grid2"}), g2 = el("div", {"class": "grid2"});
     section.appendChild(g1); section.appendChild(g2);
-    var g3 = el("div");
-    section.appendChild(g3);
+    var g3 = el("div"), g4 = el("div", {"class": "grid2"});
+    section.appendChild(g3); section.appendChild(g4);
     var charts = el("div");
     section.appendChild(charts);
     section.appendChild(el("h3", {text: "Trials"}));
@@ -347,7 +444,8 @@
     section.appendChild(tbl);
     section.appendChild(el("div", {"data-view": "trial"}));
     return {best: chart(g1, "best"), curves: chart(g1, "curves"), parallel: chart(g2, "parallel"),
-      importance: chart(g2, "importance"), slice: chart(g3, "slice"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
+      importance: chart(g2, "importance"), slice: chart(g3, "slice"),
+      contour: chart(g4, "contour"), edf: chart(g4, "edf"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
       table: tbl, summary: section.querySelector("[data-view='summary']"), section: section};
   }
 
@@ -355,7 +453,8 @@
     var fresh = summary(p);
     views.summary.replaceWith(fresh); views.summary = fresh;
     bestChart(views.best, p); curvesChart(views.curves, p); parallelChart(views.parallel, p);
-    importanceChart(views.importance, p); sliceChart(views.slice, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
+    importanceChart(views.importance, p); sliceChart(views.slice, p);
+    contourChart(views.contour, p); edfChart(views.edf, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
     tableView(views.table, p);
     var picked = views.table.getAttribute("data-selected");
     if (picked !== null) { trialView(views.section.querySelector("[data-view='trial']"), p, +picked); }
@@ -380,6 +479,19 @@
     }), layout("Best " + ps[0].metric + " so far", {xaxis: {title: {text: "seconds since the first launch"}}}));
     draw(chart(g, "compare-occupancy"), [{type: "bar", x: ps.map(function (p) { return p.name; }), y: ps.map(function (p) { return p.summary.mean_occupancy; }), marker: {color: "#3182ce"}}],
       layout("Mean occupancy of the devices (% allocated)", {yaxis: {rangemode: "tozero"}}));
+    compareEdf(chart(g, "compare-edf"), ps);
+  }
+
+  // One line per study: the distribution of its complete trials' values.
+  function compareEdf(div, ps) {
+    var traces = [];
+    ps.forEach(function (p) {
+      ((p.edf || {}).lines || []).forEach(function (l) {
+        if (l.name === "complete") { traces.push({type: "scatter", mode: "lines", name: p.name + " (" + l.n + ")", x: rise(l.x, l.x), y: rise(l.x, l.y, 0), line: {shape: "hv", width: 2}}); }
+      });
+    });
+    draw(div, traces, layout("Empirical distribution of " + ps[0].metric + " (complete trials)",
+      {xaxis: {title: {text: ps[0].metric}}, yaxis: {title: {text: "fraction of trials \u2264 x"}, range: [0, 1.02]}}));
   }
 
   function render(root, payloads) {
