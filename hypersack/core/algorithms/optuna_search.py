@@ -40,15 +40,16 @@ class OptunaSearch(Algorithm):
                  sampler: Any = "TPESampler", options: Mapping[str, Any] | None = None):
         super().__init__(space, objective, seed)
         self.sampler = parse_sampler(sampler, options)
-        if objective.is_multi and self.sampler.class_name in _SINGLE_OBJECTIVE:
-            raise ConfigError("algorithm.sampler", self.sampler.class_name, (
-                f"handles one objective, and the study has several ({', '.join(objective.metrics)}): "
-                "use NSGAIISampler (nsga2), NSGAIIISampler (nsga3), TPESampler, GPSampler or "
-                "RandomSampler"))
         directions = ["maximize" if p.mode == "max" else "minimize" for p in objective.parts]
         self.model = OptunaModel(self.sampler, space,
                                  directions if objective.is_multi else directions[0], seed,
                                  self._feature)
+        built = type(self.model._sampler).__name__
+        if objective.is_multi and built in _SINGLE_OBJECTIVE:
+            raise ConfigError("algorithm.sampler", built, (
+                f"handles one objective, and the study has several ({', '.join(objective.metrics)}): "
+                "use NSGAIISampler (nsga2), NSGAIIISampler (nsga3), TPESampler, GPSampler or "
+                "RandomSampler"))
         self._live: set[int] = set()          # proposed, not ended
         self._pinned: dict[int, dict[str, Any]] = {}   # trial -> the config it really runs
 
