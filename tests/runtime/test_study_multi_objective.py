@@ -9,6 +9,8 @@ from hypersack.core.objective import Objective
 from hypersack.core.pareto import non_dominated
 from hypersack.errors import ConfigError, HyperSackError
 
+pytestmark = pytest.mark.slow
+
 SPACE = {"x": {"type": "float", "low": 0.0, "high": 1.0}, "y": {"type": "float", "low": 0.0, "high": 0.1}}
 TWO = [("loss", "min"), ("latency_ms", "min")]
 

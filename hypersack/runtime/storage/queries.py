@@ -50,9 +50,11 @@ def best_trials(storage: Storage, name: str) -> list[dict[str, Any]]:
     study's front is its best complete trial (``best_trial(complete=True)``), or nothing."""
     study_id, objective = _objective(storage, name)
     trials = sorted(storage.load_trials(study_id), key=lambda t: t.trial_id)
+    complete: list[tuple[TrialRecord, list[float]]] = []
     if not objective.is_multi:
         best = best_record(trials, objective, complete=True)
-        complete = [] if best is None else [(best, [best.value])]
+        if best is not None and best.value is not None:
+            complete = [(best, [best.value])]
     else:
         complete = [(t, t.values) for t in trials
                     if t.state is TrialState.COMPLETE and t.values is not None]
