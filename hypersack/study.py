@@ -90,7 +90,9 @@ class Study:
       ``Int(low, high, step=1, log=False)``, ``Categorical([...])``, a YAML-style dict
       (``{"type": "float", "low": ..., "high": ...}``), or a bare value (a constant).
     - ``objective``: ``(metric, mode)`` or ``{"metric": ..., "mode": ...}``; ``mode`` is "min" or
-      "max" and is required. ``metric`` is a name the trainable reports.
+      "max" and is required. ``metric`` is a name the trainable reports. A list of them
+      (``[("loss", "min"), ("latency_ms", "min")]``) makes a multi-objective study: every trial
+      reports every objective, ``best_trials()`` is the Pareto front (README "Multi-objective").
     - ``name``: the study's name in the store (letters, digits, ``_ . -``); None: a timestamped
       name ("study-YYYYmmdd-HHMMSS"). An empty string is an error.
     - ``algorithm``: "random", "grid", "tpe", or ``{"type": "sha"|"hyperband"|"asha"|"bohb"|
