@@ -69,7 +69,8 @@ class Objective:
             return cls(spec[0], spec[1])
         if isinstance(spec, str):
             return cls(spec)          # raises: the mode is missing
-        raise ConfigError("objective", spec, "must be (metric, 'min'|'max') or {metric, mode}")
+        raise ConfigError("objective", spec, "must be (metric, 'min'|'max'), {metric, mode}, or a "
+                          "list of them (a multi-objective study)")
 
     def better(self, a: float, b: float) -> bool:
         """True when value ``a`` is strictly better than ``b``."""
@@ -169,7 +170,8 @@ class MultiObjective(Objective):
 
 def _is_list_of_objectives(spec: Any) -> bool:
     """A list of objectives, not the pair ``(metric, mode)``: a list or tuple that is empty or
-    holds no bare strings."""
+    holds an objective (a pair, a mapping, an Objective), so ``[loss, {metric: ..}]`` names
+    its element ``objective[0]`` in errors."""
     if not isinstance(spec, (list, tuple)):
         return False
-    return not spec or not any(isinstance(e, str) for e in spec)
+    return not spec or any(isinstance(e, (list, tuple, Mapping, Objective)) for e in spec)

@@ -46,6 +46,7 @@ def test_a_list_of_one_objective_is_that_objective():
     ([("loss", "min"), ("loss", "max")], "objective[1].metric", "repeats objective[0]'s metric"),
     ([("loss", "min"), ("lat", "down")], "objective[1].mode", "must be 'min' or 'max'"),
     ([("loss", "min"), ("lat",)], "objective[1]", "(metric, 'min'|'max')"),
+    (["loss", {"metric": "lat", "mode": "min"}], "objective[0].mode", "must be 'min' or 'max'"),
     ([("loss", "min"), {"metric": "lat"}], "objective[1].mode", "must be 'min' or 'max'"),
     ([{"metric": "", "mode": "min"}, ("lat", "min")], "objective[0].metric", "non-empty"),
     ([("loss", "min"), {"metric": "lat", "mode": "min", "weight": 2}], "objective[1].weight", "not a field"),
