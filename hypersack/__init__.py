@@ -9,6 +9,9 @@ Glossary (one word, one meaning, in the code, the docs and the messages):
   store (SQLite by default). A *driver* is the process that runs a study's loop.
 - *trial*: one configuration trained by the user's *trainable* ``train(config, ctx)``; an
   *attempt* is one launch of it (a retry, a promotion or a preemption starts a new attempt).
+- *objective*: the metric a study optimises and its mode (min or max); a *multi-objective*
+  study has several, and its best trials are its *Pareto front*: the complete trials no other
+  complete trial beats in every objective (``core.pareto``).
 - *step*: the integer a trial reports at (an epoch, an iteration); a *result* is the metrics
   reported at one step.
 - *checkpoint*: a trial's saved state, stored with a result. SQLite's own WAL checkpoint is

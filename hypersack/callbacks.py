@@ -33,7 +33,8 @@ __all__ = ["Callback", "FrozenTrial", "resolve_callbacks", "check_callback_names
 class FrozenTrial:
     """What a callback sees of a trial, copied when the event was stored. ``state``: running,
     complete, pruned or failed; ``value``: the objective's last reported value (None before a
-    report); ``step``: the last stored step; ``metrics``: that step's metrics."""
+    report); ``step``: the last stored step; ``metrics``: that step's metrics; ``values``: in
+    a multi-objective study, every objective's value (objective order, as Optuna's), else None."""
     trial_id: int
     config: dict[str, Any]
     state: str
@@ -41,6 +42,7 @@ class FrozenTrial:
     step: int | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    values: list[float] | None = None
 
     @property
     def number(self) -> int:

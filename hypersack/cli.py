@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     resume = add("resume", "continue an interrupted study")
     resume.add_argument("--progress", choices=["live", "lines", "none"], default=None, help=_PROGRESS_HELP)
     add("status", "trial counts, best trial, failures", json_flag=True)
-    best = add("best", "the best trial", json_flag=True)
+    best = add("best", "the best trial (a multi-objective study: its Pareto front)", json_flag=True)
     best.add_argument("--complete", action="store_true",
                       help="the best trial trained to its end (complete), not one stopped early")
     export = add("export", "every trial and result")
@@ -124,8 +124,11 @@ def _finish(run, storage: str) -> int:
         print(f"Study {run.name!r} interrupted; continue it with: hypersack resume {run.name}{suffix}",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    _print_best(run.name, info["best"])
-    _print_best_complete(run.name, info)
+    if "best_trials" in info:                 # multi-objective: its Pareto front
+        _print_front(run.name, info["best_trials"], Console().width)
+    else:
+        _print_best(run.name, info["best"])
+        _print_best_complete(run.name, info)
     if not info["complete"]:
         print(f"Study {run.name!r}: no trial completed ({info['failed']} failed, {info['pruned']} "
               f"pruned of {info['total']}); see: hypersack status {run.name}{suffix}", file=sys.stderr)
@@ -144,6 +147,29 @@ def _print_best(name: str, best: dict | None, width: int | None = None) -> None:
     print(f"Best trial of {name!r}: {where}, {best['metric']} = {best['value']:.6g}")
     config = f"  config: {json.dumps(best['config'])}"
     print(config if width is None or len(config) <= width else config[:width - 1] + "…")
+
+
+def _print_front(name: str, front: list[dict], width: int) -> None:
+    """A multi-objective study's best trials (its Pareto front) as a table, one row each."""
+    if not front:
+        print(f"Study {name!r}: no result (no trial completed with every objective reported)")
+        return
+    print(f"Pareto front of {name!r}: {len(front)} trial{'s' if len(front) != 1 else ''} "
+          "no other complete trial beats in every objective")
+    metrics = list(front[0]["values"])
+    rows = [(str(t["trial_id"]), "-" if t["step"] is None else str(t["step"]),
+             *(f"{t['values'][m]:.6g}" for m in metrics),
+             ", ".join(f"{k}={_short(v)}" for k, v in t["config"].items())) for t in front]
+    heads = ("trial", "step", *metrics)
+    fixed = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    table = Table(box=None)
+    for head, w in zip(heads, fixed):
+        table.add_column(head, no_wrap=True, width=w, justify="right")
+    table.add_column("config", no_wrap=True, overflow="ellipsis",
+                     width=max(10, width - sum(fixed) - 2 * (len(heads) + 1)))
+    for row in rows:
+        table.add_row(*row)
+    Console(width=width).print(table)
 
 
 def _print_best_complete(name: str, info: dict) -> None:
@@ -177,6 +203,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_best(args: argparse.Namespace) -> int:
     with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
+        if queries.objective_of(store, args.name).is_multi:   # its best trials: the front
+            front = queries.best_trials(store, args.name)
+            if args.json:
+                print(json.dumps(front))
+            else:
+                _print_front(args.name, front, Console().width)
+            return 0 if front else EXIT_NO_RESULT
         best = queries.best_trial(store, args.name, complete=args.complete)
     if args.json:
         print(json.dumps(best))
@@ -208,6 +241,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if info["best"]:
         _print_best(args.name, info["best"], console.width)
         _print_best_complete(args.name, info)
+    if info.get("best_trials"):
+        _print_front(args.name, info["best_trials"], console.width)
     return 0
 
 

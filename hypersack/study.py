@@ -91,7 +91,9 @@ class Study:
       ``Int(low, high, step=1, log=False)``, ``Categorical([...])``, a YAML-style dict
       (``{"type": "float", "low": ..., "high": ...}``), or a bare value (a constant).
     - ``objective``: ``(metric, mode)`` or ``{"metric": ..., "mode": ...}``; ``mode`` is "min" or
-      "max" and is required. ``metric`` is a name the trainable reports.
+      "max" and is required. ``metric`` is a name the trainable reports. A list of them
+      (``[("loss", "min"), ("latency_ms", "min")]``) makes a multi-objective study: every trial
+      reports every objective, ``best_trials()`` is the Pareto front (README "Multi-objective").
     - ``name``: the study's name in the store (letters, digits, ``_ . -``); None: a timestamped
       name ("study-YYYYmmdd-HHMMSS"). An empty string is an error.
     - ``algorithm``: "random", "grid", "tpe", or ``{"type": "sha"|"hyperband"|"asha"|"bohb"|
@@ -444,7 +446,7 @@ class Study:
         ``{"trial_id", "config", "value", ...}``. Creates the study in the store if needed."""
         from hypersack.runtime.loop.session import parse_results, session
         checked = check_config("config", config, self.spec.space, partial=False)
-        results = parse_results(values, self.spec.objective.metric)
+        results = parse_results(values, self.spec.objective)
         with session(self.spec, self.storage_path, self._algorithm()) as controller:
             record = controller.add_external(checked, results, time.time())
         return dataclasses.asdict(freeze(record))
@@ -460,17 +462,15 @@ class Study:
 
     def tell(self, trial: Any, value: Any = None, *, state: str = "complete") -> None:
         """End a trial from ``ask`` (or its id): ``value`` is the objective value or a mapping
-        of metrics holding it; ``state="failed"`` (value None) records a failure."""
-        from hypersack.runtime.loop.session import check_metrics, session
+        of metrics holding it (a multi-objective study: every objective's value, as a list in
+        objective order or in the mapping); ``state="failed"`` (value None) records a failure."""
+        from hypersack.runtime.loop.session import session, told_metrics
         trial_id = getattr(trial, "trial_id", trial)
         if state not in ("complete", "failed"):
             raise ConfigError("state", state, "must be 'complete' or 'failed'")
         metrics = None
         if state == "complete":
-            metrics = check_metrics("value", {self.spec.objective.metric: value}
-                                    if not isinstance(value, Mapping) else value)
-            if self.spec.objective.metric not in metrics:
-                raise ConfigError("value", value, f"must hold the objective {self.spec.objective.metric!r}")
+            metrics = told_metrics(value, self.spec.objective)
         with session(self.spec, self.storage_path, self._algorithm()) as controller:
             controller.tell(trial_id, metrics, None, time.time())
 
@@ -496,9 +496,18 @@ class Study:
 
     def best_trial(self) -> dict[str, Any] | None:
         """The best trial as Ray Tune names it: the best last reported value of any trial that
-        did not fail (a pruned or paused one counts with the value it reached), or None."""
+        did not fail (a pruned or paused one counts with the value it reached), or None. A
+        multi-objective study has none (ConfigError): see ``best_trials``."""
         with Storage(self.storage_path, readonly=True) as store:
             return queries.best_trial(store, self.name)
+
+    def best_trials(self) -> list[dict[str, Any]]:
+        """The Pareto front of a multi-objective study: its COMPLETE trials no other complete
+        trial beats in every objective (``core.pareto``), by trial id, each
+        ``{"trial_id", "config", "values": {metric: value}, "step", "state"}``; for a
+        single-objective study, its best complete trial (or nothing)."""
+        with Storage(self.storage_path, readonly=True) as store:
+            return queries.best_trials(store, self.name)
 
     def best_complete_trial(self) -> dict[str, Any] | None:
         """The best trial that trained to its end (state complete), or None; in multi-fidelity

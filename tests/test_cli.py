@@ -286,3 +286,40 @@ def test_a_study_with_no_complete_trial_prints_its_message_without_a_warning_lin
     assert out.returncode == 1
     assert "no trial completed (2 failed" in out.stderr
     assert "RuntimeWarning" not in out.stderr and "warn(" not in out.stderr
+
+
+MULTI = """
+name: m
+trainable: trainables:two_objectives
+objective:
+  - {metric: loss, mode: min}
+  - {metric: latency_ms, mode: min}
+space:
+  x: {type: float, low: 0.0, high: 1.0}
+budget: {trials: 5}
+algorithm: {type: optuna, sampler: nsga2, options: {population_size: 4}}
+executor: {workers: 2}
+"""
+
+
+def test_best_of_a_multi_objective_study_is_its_pareto_front(tmp_path, hs):
+    (tmp_path / "m.yaml").write_text(MULTI)
+    ran = hs(tmp_path, "run", str(tmp_path / "m.yaml"), "--progress", "none")
+    assert "Pareto front of 'm'" in ran.stdout
+    front = json.loads(hs(tmp_path, "best", "m", "--json").stdout)
+    status = json.loads(hs(tmp_path, "status", "m", "--json").stdout)
+    assert status["best"] is None and status["best_trials"] == front and front
+    complete = [t for t in status["trials"] if t["state"] == "complete"]
+    on_front = {t["trial_id"] for t in front}
+    for t in complete:       # each front trial is beaten by none; each other one by some
+        beaten = any(o["values"][0] <= t["values"][0] and o["values"][1] <= t["values"][1]
+                     and o["values"] != t["values"] for o in complete)
+        assert beaten is (t["trial_id"] not in on_front)
+    for t in front:
+        assert set(t) == {"trial_id", "config", "values", "step", "state"}
+        assert list(t["values"]) == ["loss", "latency_ms"] and t["step"] == 3
+    table = hs(tmp_path, "best", "m").stdout.splitlines()
+    assert table[0].startswith("Pareto front of 'm': ")
+    assert table[1].split()[:4] == ["trial", "step", "loss", "latency_ms"]
+    assert [int(line.split()[0]) for line in table[2:]] == [t["trial_id"] for t in front]
+    assert "Pareto front of 'm'" in hs(tmp_path, "status", "m").stdout

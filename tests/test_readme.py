@@ -6,6 +6,7 @@ are this interpreter and ``python -m hypersack``), with only the repository on P
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -106,3 +107,22 @@ def test_the_intro_and_the_demo_commands_tell_the_truth():
             if " run examples/digits.yaml" in line]
     assert demo and all("--replace" in line or "--resume" in line for line in demo)
     assert "hypersack-runs/<name>-<id>/" in hypersack.Study.__doc__
+
+
+@pytest.mark.slow
+def test_the_multi_objective_example_runs_verbatim_and_prints_its_front(tmp_path):
+    (kind, body), = blocks("Multi-objective")
+    assert kind == "python" and body.splitlines()[0] == "# multi.py"
+    (tmp_path / "multi.py").write_text(body)
+    done = subprocess.run(command("python multi.py"), cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" ", 1) for line in done.stdout.strip().splitlines()[-8:]
+            if re.match(r"^\d+ \{'loss'", line)]
+    assert rows
+    values = [ast.literal_eval(v) for _, v in rows]     # dicts printed by the snippet
+    for v in values:                                 # none beats another in both objectives
+        assert not any(o["loss"] <= v["loss"] and o["latency_ms"] <= v["latency_ms"] and o != v
+                       for o in values)
+    ids = [int(i) for i, _ in rows]
+    assert ids == sorted(ids)

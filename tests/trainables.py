@@ -173,3 +173,14 @@ def gated(config, ctx):
         state["step"] = step
         ctx.checkpoint(state)
         ctx.report(step, score=config["x"] * step, starts=len(state["starts"]))
+
+
+def two_objectives(config, ctx):
+    """Three reports of loss (min) and latency_ms (min), a trade-off in ``x``; ``drop`` leaves
+    latency_ms out of the report at that step (1: the first, 3: the last)."""
+    x, y = config["x"], config.get("y", 0.0)
+    for step in range(1, 4):
+        metrics = {"loss": (x - 0.2) ** 2 + y + 1.0 / step, "latency_ms": 10.0 * (1.0 - x) + y}
+        if config.get("drop") == step:
+            del metrics["latency_ms"]
+        ctx.report(step, **metrics)

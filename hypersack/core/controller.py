@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Decision
 from hypersack.core.allocator import Allocator, default_demand
 from hypersack.core.failures import DEFAULT_MAX_FAILURES, FailureStreak
-from hypersack.core.objective import Objective
+from hypersack.core.objective import Objective, Value
 from hypersack.core.packs import PackBook, PackPolicy, Seat
 from hypersack.core.shared_devices import SharedDevices
 from hypersack.core.timeouts import timed_out
@@ -477,6 +477,7 @@ class Controller:
         record.metrics = dict(event.metrics)
         if self.objective.metric in event.metrics:
             record.value = float(event.metrics[self.objective.metric])
+        self._keep_values(record, event.metrics)
         if self.shared is not None:
             self.shared.observe(record, event.metrics)
         if record.stop_reason is not None and record.stop_reason != _PREEMPTED:
@@ -493,15 +494,46 @@ class Controller:
         return [Stop(record.trial_id, reason)]
 
     def _missing_objective(self, record: TrialRecord, event: ResultReported) -> str | None:
-        """The error of a trial whose first report lacks the objective metric (a typo fails at
+        """The error of a trial whose first report lacks an objective metric (a typo fails at
         step 1, not after training to the end), or None."""
-        metric = self.objective.metric
-        if record.last_step is not None or metric in event.metrics:
+        missing = self.objective.missing(event.metrics)
+        if record.last_step is not None or not missing:
             return None
+        metric = missing[0]
         reported = ", ".join(repr(m) for m in sorted(event.metrics)) or "nothing"
         return (f"the objective metric {metric!r} is missing from the trial's first report "
                 f"(step {event.step} reported {reported}); report it from the first step on, "
                 f"e.g. ctx.report(step, {metric}=...)")
+
+    def _keep_values(self, record: TrialRecord, metrics: Mapping[str, Any]) -> None:
+        """A multi-objective study keeps every objective's value of a report that holds them all."""
+        values = self.objective.values_of(metrics) if self.objective.is_multi else None
+        if values is not None:
+            record.values = list(values)
+
+    def _told(self, record: TrialRecord) -> Value | None:
+        """What the algorithm is told a trial reached, by the algorithm's objective: every
+        objective's value (a tuple) for a multi-objective one; else the one value of its metric
+        (the study's value, or the objective it ranks by: ``rank_by``); None when missing."""
+        ranks = getattr(self.algorithm, "objective", self.objective)
+        if ranks.is_multi:
+            return None if record.values is None else tuple(record.values)
+        if ranks.metric == self.objective.metric:
+            return record.value
+        if record.values is None or ranks.metric not in self.objective.metrics:
+            return None
+        return record.values[self.objective.metrics.index(ranks.metric)]
+
+    def _unfinished_objectives(self, record: TrialRecord) -> str | None:
+        """The error of a multi-objective trial whose last report lacks an objective metric:
+        every objective must be in its final result (values of one step, never mixed)."""
+        missing = self.objective.missing(record.metrics) if self.objective.is_multi else []
+        if not missing:
+            return None
+        return (f"the objective metric {missing[0]!r} is missing from the trial's last report "
+                f"(step {record.last_step} reported {sorted(record.metrics) or 'nothing'}); a "
+                f"multi-objective trial must report every objective ({', '.join(self.objective.metrics)}) "
+                "in its final result")
 
     def _on_device(self, event: DeviceAdded | DeviceLost) -> None:
         if isinstance(event, DeviceAdded):
@@ -540,6 +572,10 @@ class Controller:
             self._finish(record, TrialState.FAILED, now, error=(
                 f"metric {self.objective.metric!r} was never reported "
                 f"(reported: {sorted(record.metrics) or 'nothing'})"))
+            return
+        unfinished = self._unfinished_objectives(record)
+        if unfinished is not None:
+            self._finish(record, TrialState.FAILED, now, error=unfinished)
             return
         state = TrialState.PRUNED if record.stop_reason == _PRUNED else TrialState.COMPLETE
         self._finish(record, state, now)
@@ -607,7 +643,7 @@ class Controller:
         self._changed.add(record.trial_id)
         if self.shared is not None:
             self.shared.forget(record)
-        value = record.value if state is not TrialState.FAILED else None
+        value = self._told(record) if state is not TrialState.FAILED else None
         self.algorithm.on_complete(record.trial_id, value, state.value)
         failed = state is TrialState.FAILED
         if self._failures.ended(record.trial_id, error, failed) and self.failure_stop is None:
@@ -626,8 +662,11 @@ class Controller:
             self._results.append((record.trial_id, step, dict(metrics)))
         record.last_step, record.metrics = results[-1][0], dict(results[-1][1])
         record.value = float(results[-1][1][self.objective.metric])
+        self._keep_values(record, results[-1][1])
         record.state, record.finished_at = TrialState.COMPLETE, now
-        self.algorithm.observe(record.trial_id, record.config, record.value)
+        told = self._told(record)      # never None: the caller checked the last result
+        if told is not None:
+            self.algorithm.observe(record.trial_id, record.config, told)
         return record
 
     def ask(self, now: float) -> TrialRecord | None:
@@ -663,9 +702,10 @@ class Controller:
         self._results.append((trial_id, step, dict(metrics)))
         record.last_step, record.metrics = step, dict(metrics)
         record.value = float(metrics[self.objective.metric])
+        self._keep_values(record, metrics)
         self.algorithm.on_result(trial_id, step, metrics)
         record.state = TrialState.COMPLETE
-        self.algorithm.on_complete(trial_id, record.value, record.state.value)
+        self.algorithm.on_complete(trial_id, self._told(record), record.state.value)
         return record
 
     def _new_record(self, config: Mapping[str, Any], info: dict[str, Any], now: float) -> TrialRecord:

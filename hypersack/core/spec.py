@@ -361,6 +361,10 @@ class StudySpec:
         _check_budget(budget)
         if isinstance(d["objective"], Mapping):    # keys of any type, before Objective sorts them
             check_fields("objective", d["objective"], {"metric", "mode"})
+        elif isinstance(d["objective"], list):     # several objectives: each one's keys
+            for i, part in enumerate(d["objective"]):
+                if isinstance(part, Mapping):
+                    check_fields(f"objective[{i}]", part, {"metric", "mode"})
         if d.get("storage") is not None:
             check_name("storage", d["storage"], max_len=4096)
         algorithm = d.get("algorithm", {"type": "random"})
@@ -404,7 +408,7 @@ class StudySpec:
 
     def _to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "trainable": self.trainable, "space": self.space.to_dict(),
-                "objective": self.objective.to_dict(),
+                "objective": self.objective.to_spec(),
                 "budget": {"trials": self.budget.trials, "time_s": self.budget.time_s},
                 "algorithm": dict(self.algorithm), "seed": self.seed,
                 "executor": self.executor.to_dict(), "max_steps": self.max_steps,

@@ -35,6 +35,9 @@ class TrialRecord:
     last_step: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)   # the last reported metrics
     value: float | None = None    # objective value: the metric in the last report
+    # Multi-objective studies: every objective's value in the last report that held them all
+    # (objective order; ``value`` is the first); None in a single-objective study.
+    values: list[float] | None = None
     error: str | None = None
     traceback: str | None = None
     checkpoint: str | None = None

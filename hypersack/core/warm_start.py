@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from hypersack.core.algorithms.base import Algorithm, Decision, Suggestion
+from hypersack.core.objective import Value
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 from hypersack.validation import check_plain_data
@@ -78,10 +79,10 @@ class Enqueued(Algorithm):
     def on_result(self, trial_id: int, step: int, metrics: Mapping[str, float]) -> Decision:
         return self.inner.on_result(trial_id, step, metrics)
 
-    def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
+    def on_complete(self, trial_id: int, value: Value | None, state: str) -> None:
         self.inner.on_complete(trial_id, value, state)
 
-    def observe(self, trial_id: int, config: Mapping[str, Any], value: float) -> None:
+    def observe(self, trial_id: int, config: Mapping[str, Any], value: Value) -> None:
         self.inner.observe(trial_id, config, value)
 
     def pin(self, trial_id: int, config: Mapping[str, Any]) -> None:

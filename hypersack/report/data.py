@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hypersack.core.objective import Objective
+from hypersack.core.pareto import pareto_front
 from hypersack.core.stays import Stay, trial_times
 from hypersack.report import series
 
@@ -187,7 +188,23 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "edf": _edf(valued),
         "table": _table(data.trials, origin),
         "metrics": _metrics(data.metrics, per_curve),
+        "pareto": _pareto(data),
     }
+
+
+def _pareto(data: StudyData) -> dict[str, Any] | None:
+    """A multi-objective study's front view (None for one objective): its complete trials with
+    every objective's value, ``x`` and ``y`` their first two objectives (``metrics``, ``modes``:
+    all of them), ``front`` whether each is on the Pareto front, which weighs every objective
+    (``core.pareto``); the other views draw the first objective."""
+    objective = data.objective
+    if not objective.is_multi:
+        return None
+    done = [t for t in data.trials if t["state"] == "complete" and t.get("values")]
+    front = {t["trial_id"] for t in pareto_front(done, [t["values"] for t in done], objective)}
+    return {"metrics": list(objective.metrics), "modes": [p.mode for p in objective.parts],
+            "x": _rs([t["values"][0] for t in done]), "y": _rs([t["values"][1] for t in done]),
+            "id": [t["trial_id"] for t in done], "front": [t["trial_id"] in front for t in done]}
 
 
 def _summary(data: StudyData, valued: list[dict], occ: Mapping, origin: float,

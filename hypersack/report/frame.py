@@ -8,13 +8,17 @@ running, pending), ``metrics_<name>`` for each metric in the trial's last report
 ``datetime_complete`` its end: pandas Timestamps (local wall time, as Optuna's), absent (NaT)
 where the trial has not started or finished; ``duration`` (their difference), ``running`` (time
 on devices, summed over attempts: a promoted, preempted or retried trial ran several times) and
-``waiting`` (paused, preempted or queued since its first launch) are Timedeltas.
+``waiting`` (paused, preempted or queued since its first launch) are Timedeltas. A
+multi-objective study has, in place of ``value``, one ``values_<metric>`` column per objective
+(objective order; Optuna's names once ``set_metric_names`` is called), empty where the trial
+has not reported them all.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
+from hypersack.core.objective import Objective
 from hypersack.errors import MissingDependencyError
 
 __all__ = ["trials_dataframe", "write_parquet"]
@@ -40,7 +44,9 @@ def trials_dataframe(storage: Any, name: str) -> Any:
     params = sorted({k for t in trials for k in t.config})
     metrics = sorted({k for t in trials for k in t.metrics})
     keys = sorted({k for t in trials for k in attrs.get(t.trial_id, {})})
-    columns = ["number", "value", "datetime_start", "datetime_complete", "duration",
+    objective = Objective.parse(row.spec["objective"])
+    value_columns = [f"values_{m}" for m in objective.metrics] if objective.is_multi else ["value"]
+    columns = ["number", *value_columns, "datetime_start", "datetime_complete", "duration",
                *[f"params_{p}" for p in params], "state", *[f"metrics_{m}" for m in metrics],
                *[f"user_attrs_{k}" for k in keys], "last_step", "attempts", "retries", "running",
                "waiting", "error"]
@@ -49,7 +55,8 @@ def trials_dataframe(storage: Any, name: str) -> Any:
         spent = times.get(t.trial_id)
         start = _time(pd, spent.first_start if spent else t.started_at)
         end = _time(pd, t.finished_at)
-        rows.append([t.trial_id, t.value, start, end,
+        values = [t.value] if not objective.is_multi else (t.values or [None] * len(value_columns))
+        rows.append([t.trial_id, *values, start, end,
                      end - start if start is not pd.NaT and end is not pd.NaT else pd.NaT,
                      *[t.config.get(p) for p in params], t.state.value,
                      *[t.metrics.get(m) for m in metrics],

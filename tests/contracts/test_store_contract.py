@@ -163,7 +163,7 @@ def _full_record() -> TrialRecord:
     return TrialRecord(
         trial_id=7, config={"lr": 0.01, "layers": [64, 32], "act": "relu", "opt": {"b": [0.9, 0.99]}},
         seed=2**40 + 3, state=TrialState.PAUSED, attempts=3, retries=1, last_step=9,
-        metrics={"loss": 0.25, "acc": 0.875}, value=0.25, error="boom: it broke",
+        metrics={"loss": 0.25, "acc": 0.875}, value=0.25, values=[0.25, 0.875], error="boom: it broke",
         traceback="Traceback (most recent call last):\n  ...\nValueError: é\n",
         checkpoint="checkpoint-a3-9.pkl", checkpoint_step=8, device="n0/gpu1",
         info={"bracket": 1, "rung": 2, "pack": "p3", "note": "ü"}, resources=2,
@@ -232,6 +232,16 @@ def test_a_batch_is_a_snapshot_later_changes_to_a_record_are_not_kept(subject):
     record.metrics = {"v": 2.0}
     back = subject.trials()[0]
     assert back.state is TrialState.RUNNING and back.info == {"rung": 0} and back.metrics == {}
+
+
+def test_every_objective_value_of_a_multi_objective_trial_round_trips_as_a_snapshot(subject):
+    multi = _record(0, TrialState.COMPLETE, value=0.5, values=[0.5, 12.0, -3.25])
+    single = _record(1, TrialState.COMPLETE, value=1.0)
+    _save(subject, [multi, single])
+    multi.values.append(9.0)                         # changed in place after the batch
+    back = subject.trials()
+    assert back[0].values == [0.5, 12.0, -3.25] and type(back[0].values) is list
+    assert back[1].values is None and back[1].value == 1.0
 
 
 def test_only_the_trials_in_a_batch_change(subject):

@@ -53,3 +53,33 @@ def fill_store(path, name="small", n=8, status="complete", open_last=False, gpus
                                               for k in range(5)])
         store.set_status(row.study_id, status)
     return path
+
+
+#: ``fill_multi_store``'s complete trials: (loss min, latency_ms min); ids 2 and 5 are dominated
+#: (by 1, and by every other), 1 and 4 tie (both on the front).
+MULTI_VALUES = [(1.0, 5.0), (2.0, 3.0), (3.0, 4.0), (4.0, 1.0), (2.0, 3.0), (5.0, 5.0)]
+
+
+def fill_multi_store(path, name="multi"):
+    """A stored multi-objective study (loss min, latency_ms min): ``MULTI_VALUES`` complete
+    trials, then one failed trial, on one CPU slot."""
+    import hypersack
+    spec = hypersack.Study(name=name, objective=[("loss", "min"), ("latency_ms", "min")],
+                           n_trials=7, storage=path,
+                           space={"x": {"type": "float", "low": 0.0, "high": 1.0}}).spec.to_dict()
+    with Storage(path) as store:
+        row = store.create_study(name, spec)
+        for i, values in enumerate([*MULTI_VALUES, None]):
+            state = TrialState.FAILED if values is None else TrialState.COMPLETE
+            metrics = {} if values is None else {"loss": values[0], "latency_ms": values[1]}
+            record = TrialRecord(i, {"x": i / 10}, seed=i, state=state, attempts=1, last_step=1,
+                                 metrics=metrics, value=None if values is None else values[0],
+                                 values=None if values is None else list(values),
+                                 started_at=T0 + i, finished_at=T0 + i + 1,
+                                 error="boom" if values is None else None)
+            stay = Stay(i, 1, "n0", "cpu0", T0 + i, 100.0, end=T0 + i + 1,
+                        outcome=StayOutcome.FAILED if values is None else StayOutcome.FINISHED)
+            store.save_batch(row.study_id, [record], [(i, 1, metrics)] if metrics else [],
+                             stays=[stay])
+        store.set_status(row.study_id, "complete")
+    return path

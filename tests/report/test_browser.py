@@ -416,3 +416,28 @@ def test_the_docs_screenshot_script_photographs_a_reports_charts_without_its_tab
     width, height = struct.unpack(">II", out.read_bytes()[16:24])
     assert width == 1200 and 1500 < height < 4000 and out.stat().st_size > 50_000
     assert f"wrote {out}" in done.stdout
+
+
+def test_a_multi_objective_report_draws_the_pareto_front_and_says_what_the_others_show(browser, tmp_path):
+    from hypersack.report.data import from_storage, payload
+    from hypersack.report.html import write_report
+    from report_store import fill_multi_store
+    from hypersack.runtime.storage.sqlite import Storage
+    path = fill_multi_store(tmp_path / "multi.db")
+    with Storage(path, readonly=True) as store:
+        p = payload(from_storage(store, "multi"))
+    page = Page(browser)
+    page.page.goto(write_report(tmp_path / "multi.html", [p]).as_uri())
+    page.page.wait_for_selector("[data-chart='pareto'] .main-svg")
+    sec = page.page.locator("section[data-study='multi']")
+    _assert_drawn(page.charts(sec), ["pareto", "best", "curves", "timeline"])
+    traces = sec.locator("[data-chart='pareto']").evaluate(
+        "e => e.data.map(t => [t.name, t.x, t.y, t.text])")
+    assert traces == [["dominated", [3, 5], [4, 5], ["trial 2", "trial 5"]],
+                      ["Pareto front", [1, 2, 2, 4], [5, 3, 3, 1],
+                       ["trial 0", "trial 1", "trial 4", "trial 3"]]]
+    caption = sec.locator("[data-figure='pareto'] figcaption").inner_text()
+    assert caption.startswith("Pareto front: 4 of 6 complete trials") and "latency_ms min" in caption
+    for key in ("best", "importance", "slice"):
+        assert "first objective, loss" in sec.locator(f"[data-note='{key}']").inner_text(), key
+    assert page.errors == []

@@ -302,3 +302,15 @@ def test_the_dashboard_lists_nothing_while_a_store_is_being_created(tmp_path):
     finally:
         for b in boards:
             b.close()
+
+
+def test_a_multi_objective_payload_marks_the_pareto_front(tmp_path, small_store):
+    from report_store import MULTI_VALUES, fill_multi_store
+    p = _payload(fill_multi_store(tmp_path / "multi.db"), "multi")
+    f = p["pareto"]
+    assert f["metrics"] == ["loss", "latency_ms"] and f["modes"] == ["min", "min"]
+    assert f["id"] == [0, 1, 2, 3, 4, 5]                      # complete trials only
+    assert list(zip(f["x"], f["y"])) == MULTI_VALUES
+    assert f["front"] == [True, True, False, True, True, False]   # ties kept, 2 and 5 dominated
+    assert p["metric"] == "loss"                               # the other views: the first objective
+    assert _payload(small_store)["pareto"] is None             # one objective: no front view

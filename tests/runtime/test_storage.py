@@ -107,14 +107,17 @@ def test_a_schema_2_store_reads_without_stays_and_gains_them_when_opened_for_wri
         db.executescript(_SCHEMA_2)
     with Storage(path, readonly=True) as s:           # a dashboard on a store not yet migrated
         assert s.load_stays(1) == [] and s.load_samples(1) == []
+        assert [(t.value, t.values) for t in s.load_trials(1)] == [(1.0, None)]   # no such column
     with Storage(path) as s:
         study = s.get_study("old")
         assert [t.value for t in s.load_trials(study.study_id)] == [1.0]
+        s.save_batch(study.study_id, [record(1, values=[2.0, 3.0])], [])      # the added column
+        assert [t.values for t in s.load_trials(study.study_id)] == [None, [2.0, 3.0]]
         stay = Stay(0, 1, "n", "gpu0", 1.0, end=2.0, outcome=StayOutcome.FINISHED)
         s.save_batch(study.study_id, [], [], stays=[stay])
         assert s.load_stays(study.study_id) == [stay]
         version = s._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        assert version == ("4",)
+        assert version == ("5",)
 
 
 def test_samples_round_trip_and_go_with_their_study(store_path):

@@ -27,7 +27,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from hypersack.core.algorithms.base import (NO_DECISION, Algorithm, Decision, StateParts,
-                                            Suggestion, register_algorithm)
+                                            Suggestion, refuse_several_objectives,
+                                            register_algorithm)
 from hypersack.core.algorithms.rung_model import build_rung_model
 from hypersack.core.algorithms.sha import (DONE, PAUSED, RUNNING, check_horizon, check_int,
                                            objective_value)
@@ -101,12 +102,14 @@ class ASHA(Algorithm):
     configs come from that Optuna sampler fitted on the largest rung with enough results."""
 
     _feature = "ASHA with a sampler"
+    ranks_by_one_metric = True
 
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, min_t: int = 1,
                  max_t: int = 81, reduction_factor: int = 3, mode: str = "pause",
                  num_samples: int | None = None, sampler: Any = None,
                  options: Mapping[str, Any] | None = None, min_points_in_model: int | None = None,
                  random_fraction: float = 0.0):
+        refuse_several_objectives(objective, type(self).__name__)
         super().__init__(space, objective, seed)
         self._rung_model = build_rung_model(sampler, options, space, seed, min_points_in_model,
                                             random_fraction, self._feature)
@@ -208,7 +211,7 @@ class ASHA(Algorithm):
         """Hook: the decision for a trial that goes on (RASDA returns GROW when it grows)."""
         return Decision.CONTINUE
 
-    def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
+    def on_complete(self, trial_id: int, value: Any, state: str) -> None:
         entry = self._trials.get(trial_id)
         if entry is None:
             return

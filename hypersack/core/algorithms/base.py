@@ -20,7 +20,11 @@ Contract:
   reports at lower steps surely CONTINUE, so the study may let the trial go on before they are
   stored (pipelining). Default 0: every step is a decision point (always safe).
 - ``on_complete(trial_id, value, state)`` is called once per trial when it ends; ``value`` is the
-  objective value (None for a failed trial).
+  objective value (None for a failed trial); in a multi-objective study (``objective.is_multi``)
+  the tuple of every objective's value. An algorithm that ranks trials by one metric
+  (``ranks_by_one_metric``: the multi-fidelity ones) refuses a multi-objective study
+  (``refuse_several_objectives``) unless built with ``rank_by`` (``catalog``), which hands it
+  that one objective.
 - ``state_dict()`` is JSON-serialisable; ``load_state_dict(sd)`` on a freshly built algorithm of
   the same arguments continues exactly where the saved one stood (used by resume).
 - ``state_delta()`` (optional; default None: ``state_dict()`` is stored whole with every commit):
@@ -44,10 +48,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from hypersack.core.objective import Objective
+from hypersack.core.objective import Objective, Value
+from hypersack.errors import ConfigError
 from hypersack.core.space import SearchSpace
 
 __all__ = ["Algorithm", "Decision", "NO_DECISION", "Suggestion", "StateParts", "register_algorithm",
+           "refuse_several_objectives",
            "algorithm_spec", "registered", "is_optuna_sampler"]
 
 
@@ -80,6 +86,9 @@ class StateParts(dict[str, Any]):
 class Algorithm:
     """Base class; subclasses override what they need. Defaults: never stop a trial early."""
 
+    #: Ranks trials by one metric to stop, pause or promote them (see the module contract).
+    ranks_by_one_metric = False
+
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0):
         self.space = space
         self.objective = objective
@@ -95,7 +104,7 @@ class Algorithm:
     def on_result(self, trial_id: int, step: int, metrics: Mapping[str, float]) -> Decision:
         return Decision.CONTINUE
 
-    def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
+    def on_complete(self, trial_id: int, value: Value | None, state: str) -> None:
         return None
 
     def resources(self, trial_id: int) -> int:
@@ -105,7 +114,7 @@ class Algorithm:
         """Trial ``trial_id`` runs ``config``, not the config suggested (see the contract)."""
         return None
 
-    def observe(self, trial_id: int, config: Mapping[str, Any], value: float) -> None:
+    def observe(self, trial_id: int, config: Mapping[str, Any], value: Value) -> None:
         """A finished trial run elsewhere with ``config`` reached ``value`` (see the contract)."""
         return None
 
@@ -137,6 +146,17 @@ class Algorithm:
         """What to store with this commit when the state is kept in parts (see the module
         contract); None: ``state_dict()`` is stored whole."""
         return None
+
+
+def refuse_several_objectives(objective: Objective, algorithm: str) -> None:
+    """ConfigError when ``objective`` has several parts: ``algorithm`` ranks trials by one metric."""
+    if objective.is_multi:
+        metrics = ", ".join(objective.metrics)
+        raise ConfigError("algorithm", algorithm, (
+            f"ranks trials by one metric to stop them early, and the study has several "
+            f"objectives ({metrics}): set algorithm.rank_by to the one it ranks by "
+            f"(e.g. rank_by: {objective.metrics[0]}), or use a sampler that handles several "
+            "(random, grid, {type: optuna, sampler: nsga2 | nsga3 | tpe | gp})"))
 
 
 AlgorithmFactory = Callable[..., Algorithm]

@@ -38,11 +38,27 @@ def make_algorithm(spec: Any, space: SearchSpace, objective: Objective, seed: in
     if name not in factories:
         raise ConfigError("algorithm.type", name, f"must be one of {sorted(factories)}")
     seed = options.pop("seed", seed)
+    if "rank_by" in options:
+        objective = _ranking_objective(name, factories[name], objective, options.pop("rank_by"))
     _check_options(name, factories[name], options)
     try:
         return factories[name](space, objective, seed=seed, **options)
     except TypeError as exc:
         raise ConfigError("algorithm", dict(spec), f"has options {name!r} does not take ({exc})") from None
+
+
+def _ranking_objective(name: str, factory: Callable[..., Any], objective: Objective,
+                       rank_by: Any) -> Objective:
+    """``rank_by``: the objective of a multi-objective study that an algorithm ranking trials
+    by one metric (sha, hyperband, asha, bohb, rasda, pack_hyperband) ranks by; it is built
+    with that objective alone (the study still stores, and ``best_trials`` still weighs, all)."""
+    if not getattr(factory, "ranks_by_one_metric", False):
+        raise ConfigError("algorithm.rank_by", rank_by, f"is only for algorithms that rank trials "
+                          f"by one metric (sha, hyperband, asha, bohb, rasda...), not {name!r}")
+    if not objective.is_multi:
+        raise ConfigError("algorithm.rank_by", rank_by,
+                          "is only for a multi-objective study (this one has one objective)")
+    return objective.part(rank_by, "algorithm.rank_by")
 
 
 def _check_options(name: str, factory: Callable[..., Any], options: Mapping[str, Any]) -> None:

@@ -43,7 +43,7 @@ import inspect
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from hypersack.core.space import Categorical, Constant, Domain, Float, Int, SearchSpace
 from hypersack.errors import ConfigError, MissingDependencyError
@@ -94,8 +94,12 @@ def _sampler_classes(optuna: Any) -> dict[str, type]:
             if isinstance(cls, type) and issubclass(cls, base) and name not in _NOT_NAMEABLE}
 
 
+_SHORT = {"nsga2": "nsgaii", "nsga3": "nsgaiii"}     # nsga2 names NSGAIISampler
+
+
 def _key(name: str) -> str:
-    return name.lower().removesuffix("sampler").replace("_", "").replace("-", "")
+    key = name.lower().removesuffix("sampler").replace("_", "").replace("-", "")
+    return _SHORT.get(key, key)
 
 
 def sampler_names(optuna: Any = None) -> list[str]:
@@ -189,6 +193,16 @@ def _reseed(sampler: Any, seed: int, depth: int = 0) -> None:
             _reseed(value, seed, depth + 1)
 
 
+def _told(value: float | Sequence[float] | None) -> float | list[float] | None:
+    """A value as the journal keeps it (a list for several objectives); None unless finite."""
+    if value is None:
+        return None
+    values = [float(v) for v in value] if isinstance(value, Sequence) else [float(value)]
+    if not all(math.isfinite(v) for v in values):
+        return None
+    return values if isinstance(value, Sequence) else values[0]
+
+
 class _Done:
     """A finished computation with the ``Future.result`` interface (inline mode)."""
 
@@ -207,12 +221,14 @@ class _Done:
 class OptunaModel:
     """One Optuna study fed incrementally (see the module docstring for the contract).
 
-    ``direction``: "minimize" or "maximize" (values are told as given). Trials are HyperSack
-    trial ids; ``observe`` adds results that belong to no proposal (BOHB's rung models).
+    ``direction``: "minimize" or "maximize" (values are told as given), or a list of them for
+    a multi-objective study, whose values are then tuples (one per direction; the journal's
+    ``v`` is a list). Trials are HyperSack trial ids; ``observe`` adds results that belong to no
+    proposal (BOHB's rung models).
     """
 
-    def __init__(self, sampler: SamplerSpec, space: SearchSpace, direction: str, seed: int = 0,
-                 feature: str = "Optuna samplers"):
+    def __init__(self, sampler: SamplerSpec, space: SearchSpace, direction: str | list[str],
+                 seed: int = 0, feature: str = "Optuna samplers"):
         self._optuna = import_optuna(feature)
         self.spec, self.space, self.direction, self.seed = sampler, space, direction, seed
         self._names = [n for n, d in space.items() if not isinstance(d, Constant)]
@@ -225,6 +241,7 @@ class OptunaModel:
         build_seed = seed if cls_name in _STUDY_SEEDED else trial_sampler_seed(seed, 0)
         self._sampler = sampler.build(self._optuna, build_seed)   # fails fast on bad options
         self._study_seeded = cls_name in _STUDY_SEEDED
+        self._multi = not isinstance(direction, str)
         self._study: Any = None
         self._journal: list[dict[str, Any]] = []   # study trials, in study order
         self._number: dict[int, int] = {}          # HyperSack trial -> Optuna trial number
@@ -333,15 +350,17 @@ class OptunaModel:
         """An intermediate result of a kept trial (the first value of a step counts)."""
         self._submit(["report", trial_id, int(step), float(value)])
 
-    def finish(self, trial_id: int, value: float | None, state: str) -> None:
+    def finish(self, trial_id: int, value: float | Sequence[float] | None, state: str) -> None:
         """``state``: complete, pruned or failed; a missing or non-finite value fails it."""
-        ok = value is not None and math.isfinite(value)
-        code = "F" if not ok or state == "failed" else ("P" if state == "pruned" else "C")
-        self._submit(["finish", trial_id, float(value) if ok and value is not None else None, code])
+        told = _told(value)
+        code = "F" if told is None or state == "failed" else ("P" if state == "pruned" else "C")
+        self._submit(["finish", trial_id, told, code])
 
-    def observe(self, config: Mapping[str, Any], value: float) -> None:
-        """A finished result that belongs to no proposal of this model."""
-        self._submit(["observe", [config[n] for n in self._names], float(value)])
+    def observe(self, config: Mapping[str, Any], value: float | Sequence[float]) -> None:
+        """A finished result that belongs to no proposal of this model (ignored unless finite)."""
+        told = _told(value)
+        if told is not None:
+            self._submit(["observe", [config[n] for n in self._names], told])
 
     def _submit(self, op: list[Any]) -> None:
         if self._inflight is not None:
@@ -372,8 +391,8 @@ class OptunaModel:
         study.tell(number, op[2] if state == TrialState.COMPLETE else None, state=state)
         frozen = study._storage.get_trial(tid)
         entry["s"] = op[3]
-        if frozen.value is not None:
-            entry["v"] = frozen.value
+        if frozen.values is not None:
+            entry["v"] = frozen.values if self._multi else frozen.values[0]
         if frozen.system_attrs:
             entry["a"] = dict(frozen.system_attrs)
         self.told += op[3] in "CP"
@@ -384,8 +403,9 @@ class OptunaModel:
         if self._study is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                directions = self.direction if self._multi else [self.direction]
                 self._study = self._optuna.create_study(sampler=self._sampler,
-                                                        direction=self.direction)
+                                                        directions=directions)
             for entry in self._journal:
                 self._add(self._study, entry, journal=False)
             for key, value in self._study_attrs.items():
@@ -397,7 +417,7 @@ class OptunaModel:
         steps = {int(s): v for s, v in entry.get("i", {}).items()}
         study.add_trial(self._optuna.trial.create_trial(
             params=dict(zip(self._names, entry["p"])), distributions=self._dists,
-            value=entry.get("v"), state=state, intermediate_values=steps,
+            **{"values" if self._multi else "value": entry.get("v")}, state=state, intermediate_values=steps,
             system_attrs=dict(entry.get("a", {}))))
         if journal:
             self._journal.append(entry)

@@ -6,18 +6,25 @@ one exception (sampler objects) and the off-thread proposals. Intermediate resul
 no trial of this algorithm is pruned, and samplers read a finished trial's final value. For
 early stopping with a sampler, combine it with a multi-fidelity algorithm
 (``{type: asha, sampler: ...}``, ``{type: hyperband, sampler: ...}``, ``bohb``).
+
+A multi-objective study (``objective`` a list) gets an Optuna study with one direction per
+objective and is told every objective's value: use a sampler that handles several
+(NSGAIISampler, NSGAIIISampler, TPESampler, GPSampler, RandomSampler...); Optuna refuses the
+others (CmaEsSampler...) when the first trial is proposed.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Suggestion, register_algorithm
 from hypersack.core.algorithms.optuna_model import OptunaModel, parse_sampler
-from hypersack.core.objective import Objective
+from hypersack.core.objective import Objective, Value
 from hypersack.core.space import SearchSpace
+from hypersack.errors import ConfigError
 
 __all__ = ["OptunaSearch"]
+
+_SINGLE_OBJECTIVE = frozenset({"CmaEsSampler"})   # Optuna refuses them for several directions
 
 
 @register_algorithm("optuna")
@@ -33,8 +40,16 @@ class OptunaSearch(Algorithm):
                  sampler: Any = "TPESampler", options: Mapping[str, Any] | None = None):
         super().__init__(space, objective, seed)
         self.sampler = parse_sampler(sampler, options)
-        direction = "maximize" if objective.mode == "max" else "minimize"
-        self.model = OptunaModel(self.sampler, space, direction, seed, self._feature)
+        directions = ["maximize" if p.mode == "max" else "minimize" for p in objective.parts]
+        self.model = OptunaModel(self.sampler, space,
+                                 directions if objective.is_multi else directions[0], seed,
+                                 self._feature)
+        built = type(self.model._sampler).__name__
+        if objective.is_multi and built in _SINGLE_OBJECTIVE:
+            raise ConfigError("algorithm.sampler", built, (
+                f"handles one objective, and the study has several ({', '.join(objective.metrics)}): "
+                "use NSGAIISampler (nsga2), NSGAIIISampler (nsga3), TPESampler, GPSampler or "
+                "RandomSampler"))
         self._live: set[int] = set()          # proposed, not ended
         self._pinned: dict[int, dict[str, Any]] = {}   # trial -> the config it really runs
 
@@ -54,12 +69,12 @@ class OptunaSearch(Algorithm):
         """None: every result CONTINUEs (no trial of this algorithm is stopped early)."""
         return NO_DECISION
 
-    def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
+    def on_complete(self, trial_id: int, value: Value | None, state: str) -> None:
         self._live.discard(trial_id)
         pinned = self._pinned.pop(trial_id, None)
         if pinned is None:
             self.model.finish(trial_id, value, state)
-        elif value is not None and math.isfinite(value) and state == "complete":
+        elif value is not None and state == "complete":
             self.model.observe(pinned, value)
 
     def pin(self, trial_id: int, config: Mapping[str, Any]) -> None:
@@ -67,9 +82,8 @@ class OptunaSearch(Algorithm):
         self.model.finish(trial_id, None, "failed")
         self._pinned[trial_id] = dict(config)
 
-    def observe(self, trial_id: int, config: Mapping[str, Any], value: float) -> None:
-        if math.isfinite(value):
-            self.model.observe(config, value)
+    def observe(self, trial_id: int, config: Mapping[str, Any], value: Value) -> None:
+        self.model.observe(config, value)        # a non-finite value is ignored
 
     def state_dict(self) -> dict[str, Any]:
         state = {"model": self.model.state_dict(), "live": sorted(self._live)}

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from hypersack.core.algorithms.base import (NO_DECISION, Algorithm, Decision, Suggestion,
-                                            register_algorithm)
+                                            refuse_several_objectives, register_algorithm)
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
@@ -209,7 +209,8 @@ class SHBracket:
 # ---- several brackets behind the Algorithm interface ---------------------------------------
 
 class BracketSearch(Algorithm):
-    """Runs synchronous brackets, interleaved to keep devices busy.
+    """Runs synchronous brackets, interleaved to keep devices busy (one objective: see
+    ``refuse_several_objectives``).
 
     ``promote`` (asked by the study before ``suggest``; ``suggest`` asks it too) hands out a
     pending promotion of any bracket, earliest bracket first; ``suggest`` otherwise gives a new
@@ -219,8 +220,11 @@ class BracketSearch(Algorithm):
     ``_new_config`` (random by default: a numpy Generator seeded with ``seed``).
     """
 
+    ranks_by_one_metric = True
+
     def __init__(self, space: SearchSpace, objective: Objective, seed: int,
                  brackets: list[list[tuple[int, int]]], rung_model: Any = None):
+        refuse_several_objectives(objective, type(self).__name__)
         super().__init__(space, objective, seed)
         self._brackets = [SHBracket(rungs) for rungs in brackets]
         self._home: dict[int, int] = {}       # trial id -> bracket index
@@ -293,7 +297,7 @@ class BracketSearch(Algorithm):
             return 0
         return self._brackets[self._home[trial_id]].next_decision_step(trial_id)
 
-    def on_complete(self, trial_id: int, value: float | None, state: str) -> None:
+    def on_complete(self, trial_id: int, value: Any, state: str) -> None:
         if trial_id in self._home:
             self._brackets[self._home[trial_id]].on_complete(trial_id)
 

@@ -232,6 +232,39 @@
       {xaxis: {title: {text: p.metric}}, yaxis: {title: {text: "fraction of trials \u2264 x"}, range: [0, 1.02]}}));
   }
 
+  // A multi-objective study: its complete trials by the first two objectives, the Pareto front
+  // (which weighs every objective) in red and joined by a line; dominated trials grey.
+  function paretoChart(div, p) {
+    var f = p.pareto, m = f.metrics, on = {x: [], y: [], text: []}, off = {x: [], y: [], text: []};
+    f.id.forEach(function (id, i) {
+      var g = f.front[i] ? on : off;
+      g.x.push(f.x[i]); g.y.push(f.y[i]); g.text.push("trial " + id);
+    });
+    var order = on.x.map(function (_, i) { return i; }).sort(function (a, b) { return on.x[a] - on.x[b]; });
+    var traces = [
+      {type: scatterType(off.x.length), mode: "markers", name: "dominated", x: off.x, y: off.y, text: off.text,
+        marker: {size: 6, color: "rgba(113,128,150,0.5)"}},
+      {type: "scatter", mode: "lines+markers", name: "Pareto front", x: order.map(function (i) { return on.x[i]; }),
+        y: order.map(function (i) { return on.y[i]; }), text: order.map(function (i) { return on.text[i]; }),
+        line: {color: "#c53030", width: 1, dash: "dot"}, marker: {size: 9, color: "#c53030"}}];
+    note(div, m.length > 2 ? "The front weighs all " + m.length + " objectives (" + m.join(", ") +
+      "); the axes show the first two." : "", false);
+    draw(div, traces, layout("Pareto front: " + on.x.length + " of " + f.id.length + " complete trials (" +
+      m[0] + " " + f.modes[0] + ", " + m[1] + " " + f.modes[1] + ")",
+      {xaxis: {title: {text: m[0] + " (" + f.modes[0] + ")"}}, yaxis: {title: {text: m[1] + " (" + f.modes[1] + ")"}}}));
+  }
+
+  // In a multi-objective study the single-metric charts draw the first objective: say so.
+  function firstObjectiveNotes(views, p) {
+    if (!p.pareto) { return; }
+    var says = "Multi-objective study: this chart shows the first objective, " + p.metric +
+      " (the Pareto front chart weighs all).";
+    ["best", "curves", "parallel", "importance", "slice", "contour", "edf"].forEach(function (k) {
+      var n = views[k].parentNode.querySelector("[data-note]"), had = n.hidden ? "" : n.textContent;
+      note(views[k], had && had.indexOf(says) < 0 ? says + " " + had : says, false);
+    });
+  }
+
   function deviceWords(p) {
     var k = (p.devices || {}).kind;
     return k === "cpu" ? {one: "CPU slot", many: "CPU slots", title: "CPU-slot timeline"} : k === "mixed" ?
@@ -437,6 +470,8 @@
     section.appendChild(g1); section.appendChild(g2);
     var g3 = el("div"), g4 = el("div", {"class": "grid2"});
     section.appendChild(g3); section.appendChild(g4);
+    var front = p.pareto ? el("div") : null;
+    if (front) { section.appendChild(front); }
     var charts = el("div");
     section.appendChild(charts);
     section.appendChild(el("h3", {text: "Trials"}));
@@ -446,7 +481,8 @@
     return {best: chart(g1, "best"), curves: chart(g1, "curves"), parallel: chart(g2, "parallel"),
       importance: chart(g2, "importance"), slice: chart(g3, "slice"),
       contour: chart(g4, "contour"), edf: chart(g4, "edf"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
-      table: tbl, summary: section.querySelector("[data-view='summary']"), section: section};
+      table: tbl, summary: section.querySelector("[data-view='summary']"), section: section,
+      pareto: front ? chart(front, "pareto") : null};
   }
 
   function drawStudy(views, p) {
@@ -455,6 +491,8 @@
     bestChart(views.best, p); curvesChart(views.curves, p); parallelChart(views.parallel, p);
     importanceChart(views.importance, p); sliceChart(views.slice, p);
     contourChart(views.contour, p); edfChart(views.edf, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
+    if (views.pareto && p.pareto) { paretoChart(views.pareto, p); }
+    firstObjectiveNotes(views, p);
     tableView(views.table, p);
     var picked = views.table.getAttribute("data-selected");
     if (picked !== null) { trialView(views.section.querySelector("[data-view='trial']"), p, +picked); }

@@ -24,7 +24,8 @@ _STOP = object()
 
 def freeze(record: TrialRecord) -> FrozenTrial:
     return FrozenTrial(record.trial_id, dict(record.config), record.state.value, record.value,
-                       record.last_step, dict(record.metrics), record.error)
+                       record.last_step, dict(record.metrics), record.error,
+                       None if record.values is None else list(record.values))
 
 
 class CallbackRunner:

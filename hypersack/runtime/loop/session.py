@@ -13,12 +13,13 @@ import time
 from typing import Any, Iterator, Mapping, Sequence
 
 from hypersack.core.controller import Controller
+from hypersack.core.objective import Objective
 from hypersack.core.spec import StudySpec, check_resumable
 from hypersack.errors import ConfigError
 from hypersack.runtime.loop.run import build_controller
 from hypersack.runtime.storage.sqlite import Storage
 
-__all__ = ["session", "parse_results"]
+__all__ = ["session", "parse_results", "told_metrics"]
 
 
 @contextlib.contextmanager
@@ -45,12 +46,13 @@ def session(spec: StudySpec, storage: Any, algorithm: Any) -> Iterator[Controlle
             store.release_lease(row.study_id)
 
 
-def parse_results(values: Any, metric: str) -> list[tuple[int, dict[str, Any]]]:
-    """``add_trial``'s ``values``: a number (the objective, at step 1), a mapping of metrics
-    (step 1), or a sequence of such mappings (steps 1, 2, ...); the last must hold ``metric``.
-    Every metric a finite number; ConfigError naming ``values`` otherwise."""
-    if isinstance(values, (int, float)) and not isinstance(values, bool):
-        values = {metric: values}
+def parse_results(values: Any, objective: Objective) -> list[tuple[int, dict[str, Any]]]:
+    """``add_trial``'s ``values``: a number (the objective, at step 1; a single-objective study
+    only), a mapping of metrics (step 1), or a sequence of such mappings (steps 1, 2, ...); the
+    last must hold every objective metric. Every metric a finite number; ConfigError naming
+    ``values`` otherwise."""
+    if isinstance(values, (int, float)) and not isinstance(values, bool) and not objective.is_multi:
+        values = {objective.metric: values}
     steps = [values] if isinstance(values, Mapping) else values
     if not isinstance(steps, Sequence) or isinstance(steps, str) or not steps:
         raise ConfigError("values", values, "must be a number, a mapping of metrics, or a "
@@ -58,9 +60,31 @@ def parse_results(values: Any, metric: str) -> list[tuple[int, dict[str, Any]]]:
     out = []
     for i, metrics in enumerate(steps, start=1):
         out.append((i, check_metrics(f"values[{i - 1}]", metrics)))
-    if metric not in out[-1][1]:
-        raise ConfigError("values", values, f"must report the objective {metric!r} (last step)")
+    missing = objective.missing(out[-1][1])
+    if missing:
+        raise ConfigError("values", values, f"must report the objective {missing[0]!r} (last step)")
     return out
+
+
+def told_metrics(value: Any, objective: Objective) -> dict[str, float]:
+    """``Study.tell``'s ``value`` as metrics: a number (single objective), a sequence of numbers
+    (every objective's, in order) or a mapping of metrics holding every objective; ConfigError
+    naming ``value`` otherwise."""
+    if isinstance(value, Sequence) and not isinstance(value, str) and objective.is_multi:
+        if len(value) != len(objective.parts):
+            raise ConfigError("value", value, f"must hold {len(objective.parts)} values, one per "
+                              f"objective ({', '.join(objective.metrics)})")
+        value = dict(zip(objective.metrics, value))
+    if not isinstance(value, Mapping):
+        if objective.is_multi:
+            raise ConfigError("value", value, "must be every objective's value (a list in "
+                              f"objective order, or a mapping of {', '.join(objective.metrics)})")
+        value = {objective.metric: value}
+    metrics = check_metrics("value", value)
+    missing = objective.missing(metrics)
+    if missing:
+        raise ConfigError("value", value, f"must hold the objective {missing[0]!r}")
+    return metrics
 
 
 def check_metrics(field: str, metrics: Any) -> dict[str, float]:

@@ -80,6 +80,8 @@ class MemoryStore:
             snapshot = object.__new__(TrialRecord)     # dataclasses.replace(record), cheaper
             snapshot.__dict__.update(record.__dict__)
             snapshot.info = dict(record.info)
+            if record.values is not None:
+                snapshot.values = list(record.values)
             self.trials[record.trial_id] = snapshot
         results = list(results)
         self.result_count += len(results)

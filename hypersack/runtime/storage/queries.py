@@ -9,11 +9,13 @@ from typing import Any
 
 from hypersack.core.controller import best_record
 from hypersack.core.objective import Objective
+from hypersack.core.pareto import pareto_front
 from hypersack.core.stays import TrialTimes, trial_times
-from hypersack.core.trial import TrialRecord
+from hypersack.core.trial import TrialRecord, TrialState
+from hypersack.errors import ConfigError
 from hypersack.runtime.storage.sqlite import Storage
 
-__all__ = ["best_trial", "status", "export"]
+__all__ = ["best_trial", "best_trials", "status", "export"]
 
 
 def _objective(storage: Storage, name: str) -> tuple[int, Objective]:
@@ -21,14 +23,46 @@ def _objective(storage: Storage, name: str) -> tuple[int, Objective]:
     return row.study_id, Objective.parse(row.spec["objective"])
 
 
+def objective_of(storage: Storage, name: str) -> Objective:
+    """The stored study's objective (a MultiObjective when it has several)."""
+    return _objective(storage, name)[1]
+
+
 def best_trial(storage: Storage, name: str, complete: bool = False) -> dict[str, Any] | None:
     """``{"trial_id", "config", "metric", "value", "step", "state"}`` of the best trial, or None:
     the best last reported value of any trial that did not fail (``Controller.best``), or with
     ``complete`` of the COMPLETE trials only; ``step`` is the step of that value, ``state`` the
-    trial's state."""
+    trial's state. ConfigError for a multi-objective study, whose best trials are a Pareto
+    front (``best_trials``)."""
     study_id, objective = _objective(storage, name)
+    if objective.is_multi:
+        raise ConfigError("objective", objective.to_spec(), (
+            f"has {len(objective.parts)} objectives ({', '.join(objective.metrics)}), so study "
+            f"{name!r} has no single best trial: its best trials are the Pareto front, "
+            "best_trials() in Python, `hypersack best` on the command line"))
     trials = sorted(storage.load_trials(study_id), key=lambda t: t.trial_id)
     return _best_dict(best_record(trials, objective, complete=complete), objective)
+
+
+def best_trials(storage: Storage, name: str) -> list[dict[str, Any]]:
+    """The Pareto front of the study's COMPLETE trials (``core.pareto``, trial id order) as
+    ``{"trial_id", "config", "values": {metric: value}, "step", "state"}``; a single-objective
+    study's front is its best complete trial (``best_trial(complete=True)``), or nothing."""
+    study_id, objective = _objective(storage, name)
+    trials = sorted(storage.load_trials(study_id), key=lambda t: t.trial_id)
+    complete: list[tuple[TrialRecord, list[float]]] = []
+    if not objective.is_multi:
+        best = best_record(trials, objective, complete=True)
+        if best is not None and best.value is not None:
+            complete = [(best, [best.value])]
+    else:
+        complete = [(t, t.values) for t in trials
+                    if t.state is TrialState.COMPLETE and t.values is not None]
+    front = pareto_front([t for t, _ in complete], [v for _, v in complete], objective)
+    values = {t.trial_id: v for t, v in complete}
+    return [{"trial_id": t.trial_id, "config": t.config,
+             "values": dict(zip(objective.metrics, values[t.trial_id])), "step": t.last_step,
+             "state": t.state.value} for t in front]
 
 
 def _best_dict(best: TrialRecord | None, objective: Objective) -> dict[str, Any] | None:
@@ -43,7 +77,7 @@ def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any
     (``core.stays.trial_times``): ``first_started_at``, ``running_s`` (summed over attempts)
     and ``waiting_s`` (paused, preempted, queued), else None."""
     return {"trial_id": t.trial_id, "state": t.state.value, "config": t.config, "value": t.value,
-            "last_step": t.last_step, "metrics": t.metrics, "attempts": t.attempts,
+            **({} if t.values is None else {"values": t.values}), "last_step": t.last_step, "metrics": t.metrics, "attempts": t.attempts,
             "retries": t.retries, "device": t.device, "error": t.error, "traceback": t.traceback,
             "checkpoint": t.checkpoint, "started_at": t.started_at, "finished_at": t.finished_at,
             "first_started_at": times.first_start if times else None,
@@ -69,15 +103,20 @@ def status(storage: Storage, name: str) -> dict[str, Any]:
     """Counts by state (``complete``, ``running``, ``paused``, ``pending``, ``pruned``, ``failed``), the study's
     status (``Storage.shown_status``: running only while a live driver runs it), the best trial,
     the best complete trial (``best_complete``, often another in multi-fidelity studies) and every
-    trial."""
+    trial. A multi-objective study has ``best`` and ``best_complete`` None and its Pareto front
+    in ``best_trials`` (``best_trials``)."""
     row = storage.get_study(name)
     trials = storage.load_trials(row.study_id)
     times = times_of(storage, row.study_id, trials, study_now(row.status, row.updated_at))
-    return {"name": name, "status": storage.shown_status(row.study_id, row.status),
+    multi = Objective.parse(row.spec["objective"]).is_multi
+    info = {"name": name, "status": storage.shown_status(row.study_id, row.status),
             **storage.counts(row.study_id),
-            "total": len(trials), "best": best_trial(storage, name),
-            "best_complete": best_trial(storage, name, complete=True),
+            "total": len(trials), "best": None if multi else best_trial(storage, name),
+            "best_complete": None if multi else best_trial(storage, name, complete=True),
             "trials": [trial_dict(t, times.get(t.trial_id)) for t in trials]}
+    if multi:
+        info["best_trials"] = best_trials(storage, name)
+    return info
 
 
 def export(storage: Storage, name: str, fmt: str) -> str:

@@ -4,7 +4,8 @@ Contract: ``migrate(db)`` brings the file behind ``db`` (a writable connection, 
 transaction: its ``executescript`` commits an open one) to schema ``SCHEMA_VERSION``: it creates every missing table
 (``CREATE TABLE IF NOT EXISTS``, so a store of schema 1-3 gets the tables added since, and reads
 as having none of their rows before), adds the ``studies`` columns a schema-1 store lacks
-(``_MIGRATIONS``), gives every study without one a uuid, and records the version in ``meta``. It
+(``_MIGRATIONS``) and the ``trials`` columns a schema-1..4 store lacks (``_TRIAL_MIGRATIONS``:
+NULL in older rows, which were single-objective), gives every study without one a uuid, and records the version in ``meta``. It
 never drops or rewrites stored rows, and running it again changes nothing. Readers (read-only
 connections) never migrate: they find the tables an older store lacks missing, and say so.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 import sqlite3
 import uuid
 
-SCHEMA_VERSION = 4      # 3: stays and utilisation samples; 4: state_parts (tables added to older stores)
+SCHEMA_VERSION = 5      # 3: stays and utilisation samples; 4: state_parts (tables added to older stores);
+                        # 5: trials.objective_values (multi-objective studies)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS studies (
@@ -42,6 +44,7 @@ CREATE TABLE IF NOT EXISTS trials (
     last_step INTEGER,
     metrics TEXT NOT NULL,
     value REAL,
+    objective_values TEXT,
     error TEXT,
     traceback TEXT,
     checkpoint TEXT,
@@ -94,6 +97,7 @@ CREATE TABLE IF NOT EXISTS samples (
 
 _MIGRATIONS = ("uuid TEXT", "lease_owner TEXT", "lease_host TEXT", "lease_pid INTEGER",
                "lease_process_start TEXT", "lease_heartbeat REAL")
+_TRIAL_MIGRATIONS = ("objective_values TEXT",)      # schema 5
 
 
 def migrate(db: sqlite3.Connection) -> None:
@@ -103,6 +107,10 @@ def migrate(db: sqlite3.Connection) -> None:
     for column in _MIGRATIONS:          # stores written by schema 1
         if column.split()[0] not in columns:
             db.execute(f"ALTER TABLE studies ADD COLUMN {column}")
+    trial_columns = {r[1] for r in db.execute("PRAGMA table_info(trials)")}
+    for column in _TRIAL_MIGRATIONS:    # stores written by schema 1-4
+        if column.split()[0] not in trial_columns:
+            db.execute(f"ALTER TABLE trials ADD COLUMN {column}")
     for (study_id,) in db.execute("SELECT study_id FROM studies WHERE uuid IS NULL").fetchall():
         db.execute("UPDATE studies SET uuid = ? WHERE study_id = ?", (uuid.uuid4().hex, study_id))
     db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",

@@ -80,7 +80,8 @@ _PARKED = "\x1freplaced-"    # in the name of a study set aside for its replacem
 CACHE_KIB = 65536       # the writer's page cache (KiB)
 
 _TRIAL_COLUMNS = ("trial_id", "state", "config", "seed", "attempts", "retries", "last_step",
-                  "metrics", "value", "error", "traceback", "checkpoint", "checkpoint_step",
+                  "metrics", "value", "objective_values", "error", "traceback", "checkpoint",
+                  "checkpoint_step",
                   "device", "info", "started_at", "finished_at")
 _INSERT_TRIAL = (f"INSERT OR REPLACE INTO trials (study_id, {', '.join(_TRIAL_COLUMNS)}) "
                  f"VALUES ({', '.join('?' * (len(_TRIAL_COLUMNS) + 1))})")
@@ -479,6 +480,10 @@ class Storage(StudyLease, WalCheckpoints):
             "ORDER BY trial_id, step", args).fetchall())
         return [(t, s, at, json.loads(m).get(metric)) for t, s, at, m in rows]
 
+    def _has_trial_column(self, name: str) -> bool:
+        return any(r[1] == name for r in self._run("read the schema", lambda: self._db.execute(
+            "PRAGMA table_info(trials)").fetchall()))
+
     def _has_table(self, name: str) -> bool:
         return self._run("read the schema", lambda: self._db.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()) is not None
@@ -504,8 +509,11 @@ class Storage(StudyLease, WalCheckpoints):
         return _Transaction(self, "store the study's progress", raw=True)
 
     def load_trials(self, study_id: int) -> list[TrialRecord]:
+        columns = ", ".join(_TRIAL_COLUMNS)
+        if self.readonly and not self._has_trial_column("objective_values"):
+            columns = columns.replace("objective_values", "NULL")     # a store of schema 1-4
         rows = self._run("read the trials", lambda: self._db.execute(
-            f"SELECT {', '.join(_TRIAL_COLUMNS)} FROM trials WHERE study_id = ? ORDER BY trial_id",
+            f"SELECT {columns} FROM trials WHERE study_id = ? ORDER BY trial_id",
             (study_id,)).fetchall())
         return [_trial_from_row(r) for r in rows]
 
@@ -609,7 +617,8 @@ def _trial_row(t: TrialRecord, config_json: str | None = None,
                metrics_json: str | None = None) -> tuple:
     info = _info_with_resources(t)
     return (t.trial_id, t.state.value, config_json or json.dumps(t.config), t.seed, t.attempts,
-            t.retries, t.last_step, metrics_json or json.dumps(t.metrics), t.value, t.error, t.traceback,
+            t.retries, t.last_step, metrics_json or json.dumps(t.metrics), t.value,
+            None if t.values is None else json.dumps(t.values), t.error, t.traceback,
             t.checkpoint, t.checkpoint_step, t.device, json.dumps(info) if info else "{}",
             t.started_at, t.finished_at)
 
@@ -630,6 +639,7 @@ def _trial_from_row(r: tuple) -> TrialRecord:
         trial_id=d["trial_id"], config=json.loads(d["config"]), seed=d["seed"],
         state=TrialState(d["state"]), attempts=d["attempts"], retries=d["retries"],
         last_step=d["last_step"], metrics=json.loads(d["metrics"]), value=d["value"],
+        values=None if d["objective_values"] is None else json.loads(d["objective_values"]),
         error=d["error"], traceback=d["traceback"], checkpoint=d["checkpoint"],
         checkpoint_step=d["checkpoint_step"], device=d["device"], info=info,
         started_at=d["started_at"], finished_at=d["finished_at"])
