@@ -32,7 +32,7 @@ def _run(algorithm_objective, reports, study_objective=TWO):
     """One trial with ``reports`` (metrics per step from 1), then finished: its record and
     what the algorithm was told."""
     algorithm = Recording(algorithm_objective)
-    c = on_slots(Controller(algorithm, study_objective, Budget(trials=1)), 1)
+    c = Controller(algorithm, study_objective, Budget(trials=1), options=on_slots(1))
     c.launches(0.0)
     for step, metrics in enumerate(reports, start=1):
         c.handle(ResultReported(0, step, metrics), float(step))
