@@ -62,16 +62,17 @@ def is_finite(value: Any) -> TypeGuard[float]:
 
 def _fmt(x: float) -> str:
     """A bound as written in messages: ``0.5``, ``100``, and ``2**53`` for INT53."""
-    if x == INT53 and not isinstance(x, float):
-        return "2**53"
+    if abs(x) == INT53 and not isinstance(x, float):
+        return "2**53" if x > 0 else "-2**53"
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 def _range_text(low: float | None, high: float | None, low_open: bool,
                 high_open: bool = False) -> str:
-    """`` in [1, 8]``, `` in (0, 1]``, `` > 0``, `` >= 1``, `` <= 10``, `` < 1`` or ``""``."""
-    if low is not None and high is not None:
-        return f" in {'(' if low_open else '['}{_fmt(low)}, {_fmt(high)}{')' if high_open else ']'}"
+    """`` in [1, 8]`` (both bounds closed), `` > 0 and <= 1``, `` >= 0 and < 1``, `` >= 1``,
+    `` < 10`` or ``""``."""
+    if low is not None and high is not None and not low_open and not high_open:
+        return f" in [{_fmt(low)}, {_fmt(high)}]"
     parts = [f"{'>' if low_open else '>='} {_fmt(low)}"] if low is not None else []
     parts += [f"{'<' if high_open else '<='} {_fmt(high)}"] if high is not None else []
     return (" " + " and ".join(parts)) if parts else ""
