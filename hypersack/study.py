@@ -47,6 +47,7 @@ from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop.assemble import SampleSink, assemble
 from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun, build_controller
 from hypersack.runtime.executors.packs import plan_execution
+from hypersack.validation import check_bool
 from hypersack.runtime.loop.progress import make_progress
 from hypersack.runtime.storage.best_checkpoint import CheckpointKeeper
 from hypersack.runtime.loop.callbacks import CallbackRunner, freeze
@@ -549,8 +550,7 @@ def _if_exists(if_exists: Any, load_if_exists: Any) -> str:
     word) is ``if_exists="resume"``."""
     if if_exists not in ("error", "resume", "replace"):
         raise ConfigError("if_exists", if_exists, "must be 'error', 'resume' or 'replace'")
-    if not isinstance(load_if_exists, bool):
-        raise ConfigError("load_if_exists", load_if_exists, "must be True or False")
+    check_bool("load_if_exists", load_if_exists)
     if load_if_exists and if_exists == "replace":
         raise ConfigError("load_if_exists", load_if_exists,
                           "contradicts if_exists='replace' (give one of them)")
