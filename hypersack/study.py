@@ -47,7 +47,7 @@ from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop.assemble import SampleSink, assemble
 from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun, build_controller
 from hypersack.runtime.executors.packs import plan_execution
-from hypersack.validation import check_bool
+from hypersack.validation import check_bool, check_mapping
 from hypersack.runtime.loop.progress import make_progress
 from hypersack.runtime.storage.best_checkpoint import CheckpointKeeper
 from hypersack.runtime.loop.callbacks import CallbackRunner, freeze
@@ -561,9 +561,8 @@ def _backend_options(executor: Any) -> dict[str, Any]:
     """The ``executor`` argument as ExecutorOptions fields (backend, address, runtime_env)."""
     if isinstance(executor, str):
         return {"backend": executor}
-    if not isinstance(executor, Mapping):
-        raise ConfigError("executor", executor, "must be 'local', 'ray' or a mapping "
-                          "{backend, address, runtime_env}")
+    check_mapping("executor", executor, what="'local', 'ray' or a mapping "
+                  "{backend, address, runtime_env}")
     known = {"backend", "address", "runtime_env"}
     for key in executor:
         if key not in known:

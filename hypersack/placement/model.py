@@ -153,9 +153,8 @@ class Job:
                 raise ConfigError("job.per_arch", arch, "must have architecture names as keys")
             if isinstance(demand, ArchDemand):
                 demand = {k: getattr(demand, k) for k in _ARCH_KEYS}
-            if not isinstance(demand, Mapping):
-                raise ConfigError(f"job.per_arch.{arch}", demand,
-                                  "must be a mapping with compute, memory_gb and/or runtime")
+            check_mapping(f"job.per_arch.{arch}", demand,
+                          what="a mapping with compute, memory_gb and/or runtime")
             for key in demand:
                 if key not in _ARCH_KEYS:
                     raise ConfigError(f"job.per_arch.{arch}.{key}", demand[key],

@@ -17,8 +17,7 @@ _TEMPLATE_KEYS = (_GPU_KEYS - {"id"}) | {"count"}
 
 
 def _check_keys(where: str, given: Any, allowed: set[str]) -> None:
-    if not isinstance(given, Mapping):
-        raise ConfigError(where, given, "must be a mapping")
+    check_mapping(where, given)
     for key in given:
         if key not in allowed:
             raise ConfigError(f"{where}.{key}", given[key],

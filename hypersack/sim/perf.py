@@ -115,8 +115,7 @@ class ProfileTable:
         allowed = {"model", "batch_size", "arch", "step_time_s", "utilization", "memory_gb", "cpus", "gpus"}
         for i, row in enumerate(rows):
             where = f"{field_name}[{i}]"
-            if not isinstance(row, Mapping):
-                raise ConfigError(where, row, "must be a mapping")
+            check_mapping(where, row)
             unknown = sorted(set(row) - allowed)
             if unknown:
                 raise ConfigError(f"{where}.{unknown[0]}", row[unknown[0]],
@@ -266,9 +265,7 @@ class PerfParams:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "PerfParams":
-        d = dict(d or {})
-        if not isinstance(d, dict):
-            raise ConfigError("perf", d, "must be a mapping")
+        d = dict(check_mapping("perf", d or {}))
         unknown = sorted(set(d) - cls._FIELDS)
         if unknown:
             raise ConfigError(f"perf.{unknown[0]}", d[unknown[0]],
