@@ -48,6 +48,7 @@ from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.loop.assemble import Assembly, SampleSink, assemble
 from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun
 from hypersack.runtime.executors.packs import plan_execution
+from hypersack.validation import check_bool, check_mapping
 from hypersack.runtime.loop.progress import make_progress
 from hypersack.runtime.storage.best_checkpoint import CheckpointKeeper
 from hypersack.runtime.loop.callbacks import CallbackRunner, freeze
@@ -557,8 +558,7 @@ def _if_exists(if_exists: Any, load_if_exists: Any) -> str:
     word) is ``if_exists="resume"``."""
     if if_exists not in ("error", "resume", "replace"):
         raise ConfigError("if_exists", if_exists, "must be 'error', 'resume' or 'replace'")
-    if not isinstance(load_if_exists, bool):
-        raise ConfigError("load_if_exists", load_if_exists, "must be True or False")
+    check_bool("load_if_exists", load_if_exists)
     if load_if_exists and if_exists == "replace":
         raise ConfigError("load_if_exists", load_if_exists,
                           "contradicts if_exists='replace' (give one of them)")
@@ -569,9 +569,8 @@ def _backend_options(executor: Any) -> dict[str, Any]:
     """The ``executor`` argument as ExecutorOptions fields (backend, address, runtime_env)."""
     if isinstance(executor, str):
         return {"backend": executor}
-    if not isinstance(executor, Mapping):
-        raise ConfigError("executor", executor, "must be 'local', 'ray' or a mapping "
-                          "{backend, address, runtime_env}")
+    check_mapping("executor", executor, what="'local', 'ray' or a mapping "
+                  "{backend, address, runtime_env}")
     known = {"backend", "address", "runtime_env"}
     for key in executor:
         if key not in known:

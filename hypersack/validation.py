@@ -17,6 +17,7 @@ from typing import Any, Collection, Mapping, TypeGuard
 from hypersack.errors import ConfigError, ReportError
 
 __all__ = ["is_number", "is_integer", "is_finite", "check_number", "check_integer",
+           "check_positive", "check_probability", "check_limit", "check_bool", "check_mapping",
            "check_choice", "check_name", "check_step", "check_metric", "is_plain_report", "MAX_STEP", "check_text", "check_plain_data", "check_workers_fit",
            "INT53", "MAX_OVERSUBSCRIPTION", "MAX_DEVICES_PER_NODE", "MAX_LOCAL_WORKERS_PER_CPU", "MAX_LOCAL_WORKERS_PER_GPU"]
 
@@ -60,42 +61,87 @@ def is_finite(value: Any) -> TypeGuard[float]:
 
 
 def _fmt(x: float) -> str:
+    """A bound as written in messages: ``0.5``, ``100``, and ``2**53`` for INT53."""
+    if abs(x) == INT53 and not isinstance(x, float):
+        return "2**53" if x > 0 else "-2**53"
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def _range_text(low: float | None, high: float | None, low_open: bool) -> str:
-    """`` in [1, 8]``, `` > 0``, `` >= 1``, `` <= 10`` or ``""``."""
-    if low is not None and high is not None and not low_open:
+def _range_text(low: float | None, high: float | None, low_open: bool,
+                high_open: bool = False) -> str:
+    """`` in [1, 8]`` (both bounds closed), `` > 0 and <= 1``, `` >= 0 and < 1``, `` >= 1``,
+    `` < 10`` or ``""``."""
+    if low is not None and high is not None and not low_open and not high_open:
         return f" in [{_fmt(low)}, {_fmt(high)}]"
     parts = [f"{'>' if low_open else '>='} {_fmt(low)}"] if low is not None else []
-    parts += [f"<= {_fmt(high)}"] if high is not None else []
+    parts += [f"{'<' if high_open else '<='} {_fmt(high)}"] if high is not None else []
     return (" " + " and ".join(parts)) if parts else ""
 
 
+def _in_range(x: float, low: float | None, high: float | None, low_open: bool,
+              high_open: bool) -> bool:
+    return ((low is None or (x > low if low_open else x >= low))
+            and (high is None or (x < high if high_open else x <= high)))
+
+
 def check_number(field: str, value: Any, *, low: float | None = None, high: float | None = None,
-                 low_open: bool = False, hint: str = "") -> float:
-    """``value`` as a float when it is a finite number in the range (``low`` excluded when
-    ``low_open``); ``hint`` is added to the message (``"seconds"``, ``"(1: none)"``)."""
-    ok = is_finite(value)
-    if ok:
-        x = float(value)
-        ok = ((low is None or (x > low if low_open else x >= low))
-              and (high is None or x <= high))
-    if not ok:
+                 low_open: bool = False, high_open: bool = False, hint: str = "") -> float:
+    """``value`` as a float when it is a finite number (not a bool; numpy scalars and Fractions
+    count) in the range: ``low`` excluded when ``low_open``, ``high`` when ``high_open``.
+    ``hint`` is added to the message (``"seconds"``, ``"(1: none)"``)."""
+    if not (is_finite(value) and _in_range(float(value), low, high, low_open, high_open)):
         extra = f" {hint}" if hint else ""
-        raise ConfigError(field, value,
-                          f"must be a finite number{_range_text(low, high, low_open)}{extra}")
+        raise ConfigError(field, value, "must be a finite number"
+                          f"{_range_text(low, high, low_open, high_open)}{extra}")
     return float(value)
+
+
+def check_positive(field: str, value: Any, *, hint: str = "") -> float:
+    """``value`` as a float when it is a finite number > 0 (a size, a rate, a duration)."""
+    return check_number(field, value, low=0.0, low_open=True, hint=hint)
+
+
+def check_probability(field: str, value: Any) -> float:
+    """``value`` as a float when it is a finite number in [0, 1] (a fraction, a probability)."""
+    return check_number(field, value, low=0.0, high=1.0)
+
+
+def check_limit(field: str, value: Any, *, low: float = 0.0, hint: str = "(inf: no limit)") -> float:
+    """``value`` as a float when it is a number >= ``low`` or +inf (no limit); NaN, -inf, bools
+    and non-numbers are refused."""
+    try:
+        x = float(value) if is_number(value) else math.nan
+    except OverflowError:          # an int no float holds
+        x = math.nan
+    if math.isnan(x) or x < low:
+        raise ConfigError(field, value, f"must be a number >= {_fmt(low)} {hint}")
+    return x
 
 
 def check_integer(field: str, value: Any, *, low: int | None = None, high: int | None = None,
                   hint: str = "") -> int:
-    """``value`` as an int when it is an integer (not a bool) in ``[low, high]``."""
+    """``value`` as an int when it is an integer (not a bool; numpy integers count) in
+    ``[low, high]``."""
     if not is_integer(value) or (low is not None and value < low) \
             or (high is not None and value > high):
         extra = f" {hint}" if hint else ""
         raise ConfigError(field, value, f"must be an integer{_range_text(low, high, False)}{extra}")
     return int(value)
+
+
+def check_bool(field: str, value: Any) -> bool:
+    """``value`` when it is True or False (not 0, 1, "yes" or a numpy bool)."""
+    if not isinstance(value, bool):
+        raise ConfigError(field, value, "must be true or false")
+    return value
+
+
+def check_mapping(field: str, value: Any, *, what: str = "a mapping") -> Mapping[Any, Any]:
+    """``value`` when it is a mapping (a dict, a MappingProxy, ...); ``what`` says which kind of
+    mapping in the message (``"a mapping of metric names to numbers"``)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(field, value, f"must be {what}")
+    return value
 
 
 def check_choice(field: str, value: Any, choices: Collection[Any]) -> Any:

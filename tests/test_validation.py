@@ -1,15 +1,20 @@
 """The shared validators: what they accept, what they refuse, and messages naming field, value and range."""
 from __future__ import annotations
 
+import ast
 import datetime
+import math
+from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import pytest
 
 from hypersack.errors import ConfigError
-from hypersack.validation import (check_choice, check_integer, check_name, check_number,
-                                  check_plain_data, check_text, check_workers_fit, is_finite,
-                                  is_integer, is_number)
+from hypersack.validation import (INT53, check_bool, check_choice, check_integer, check_limit,
+                                  check_mapping, check_name, check_number, check_plain_data,
+                                  check_positive, check_probability, check_text,
+                                  check_workers_fit, is_finite, is_integer, is_number)
 
 
 @pytest.mark.parametrize("value, number, integer, finite", [
@@ -163,3 +168,198 @@ def test_is_plain_report_says_yes_only_to_what_the_checks_would_leave_as_is(step
     if plain:
         assert check_step(step) is step or check_step(step) == step
         assert all(check_metric(k, v) is v for k, v in metrics.items())
+
+
+# ---- bounds: the value just inside passes, the value just outside fails ------------------------
+
+NOT_NUMBERS = [True, False, "1", None, [1], float("nan"), float("inf"), float("-inf"), 10**400]
+
+
+def _refused(check, value, *args, **kwargs):
+    with pytest.raises(ConfigError) as exc:
+        check("a.b", value, *args, **kwargs)
+    assert exc.value.field == "a.b" and exc.value.value is value
+    return str(exc.value)
+
+
+def test_check_number_open_high_bound():
+    below = math.nextafter(1.0, 0.0)
+    assert check_number("f", below, low=0.0, high=1.0, high_open=True) == below
+    assert check_number("f", 1.0, low=0.0, high=1.0) == 1.0                 # closed: 1 passes
+    text = _refused(check_number, 1.0, low=0.0, high=1.0, high_open=True)
+    assert "must be a finite number >= 0 and < 1" in text
+    assert "< 1" in _refused(check_number, 1.0, high=1.0, high_open=True)
+
+
+def test_check_number_open_low_bound():
+    above = math.nextafter(2.0, 3.0)
+    assert check_number("f", above, low=2.0, low_open=True) == above
+    assert check_number("f", 2.0, low=2.0) == 2.0                           # closed: 2 passes
+    assert "> 2" in _refused(check_number, 2.0, low=2.0, low_open=True)
+
+
+def test_check_positive():
+    assert check_positive("f", 5e-324) == 5e-324              # the smallest float > 0
+    assert check_positive("f", np.float32(0.5)) == 0.5
+    assert check_positive("f", 3) == 3.0 and type(check_positive("f", 3)) is float
+    for bad in (0, 0.0, -0.0, -5e-324, *NOT_NUMBERS):
+        assert "must be a finite number > 0" in _refused(check_positive, bad)
+    assert _refused(check_positive, 0, hint="(seconds)").endswith("> 0 (seconds)")
+
+
+def test_check_probability():
+    for good in (0, 0.0, 1, 1.0, 0.5, math.nextafter(1.0, 0.0), 5e-324):
+        assert check_probability("f", good) == float(good)
+    for bad in (math.nextafter(0.0, -1.0), math.nextafter(1.0, 2.0), -1, 2, *NOT_NUMBERS):
+        assert "must be a finite number in [0, 1]" in _refused(check_probability, bad)
+
+
+def test_check_limit_takes_infinity_as_no_limit():
+    assert check_limit("f", float("inf")) == math.inf
+    assert check_limit("f", 0) == 0.0 and check_limit("f", np.float64(2.5)) == 2.5
+    assert check_limit("f", 1.0, low=1.0) == 1.0
+    for bad in (math.nextafter(1.0, 0.0), 0.0, float("-inf")):
+        assert "must be a number >= 1 (inf: no limit)" in _refused(check_limit, bad, low=1.0)
+    for bad in (-5e-324, float("nan"), True, "inf", None, 10**400):   # 10**400: no float holds it
+        assert ">= 0" in _refused(check_limit, bad)
+    assert _refused(check_limit, -1, hint="(null: none)").endswith(">= 0 (null: none)")
+
+
+def test_check_integer_bounds_and_types():
+    assert check_integer("n", 1, low=1, high=3) == 1 and check_integer("n", 3, low=1, high=3) == 3
+    for bad in (0, 4, 2.0, True, False, np.float64(2.0), "2", None, 10**400):
+        assert "must be an integer in [1, 3]" in _refused(check_integer, bad, low=1, high=3)
+    assert check_integer("n", INT53, low=1, high=INT53) == INT53
+    assert "in [1, 2**53]" in _refused(check_integer, INT53 + 1, low=1, high=INT53)
+    assert "in [-2**53, 2**53]" in _refused(check_integer, -INT53 - 1, low=-INT53, high=INT53)
+    assert check_integer("n", -5) == -5                       # no bounds: any integer
+    assert "must be an integer" in _refused(check_integer, 1.5)
+
+
+def test_check_bool():
+    assert check_bool("f", True) is True and check_bool("f", False) is False
+    for bad in (0, 1, "true", "yes", None, np.bool_(True), [True]):
+        assert "must be true or false" in _refused(check_bool, bad)
+
+
+def test_check_mapping():
+    d = {"a": 1}
+    assert check_mapping("f", d) is d
+    proxy = MappingProxyType(d)
+    assert check_mapping("f", proxy) is proxy
+    for bad in ([("a", 1)], None, "a", 3, {"a"}):
+        assert "must be a mapping" in _refused(check_mapping, bad)
+    assert "must be a mapping of metric names to numbers" in _refused(
+        check_mapping, [], what="a mapping of metric names to numbers")
+
+
+# ---- callers: the checks moved here keep refusing what they refused, and some more -------------
+
+def test_algorithm_integers_are_one_check_with_the_2_53_cap():
+    import hypersack.core.algorithms.sha as sha
+    from hypersack.core.algorithms.sha import check_horizon
+    assert not hasattr(sha, "check_int")                     # the duplicate is gone
+    assert check_horizon(1, INT53) == (1, INT53)
+    for min_t, max_t, field in ((0, 5, "algorithm.min_t"), (1, INT53 + 1, "algorithm.max_t"),
+                                (True, 5, "algorithm.min_t"), (1, 5.0, "algorithm.max_t")):
+        with pytest.raises(ConfigError) as exc:
+            check_horizon(min_t, max_t)
+        assert exc.value.field == field and "must be an integer in [1, 2**53]" in str(exc.value)
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: _controller(max_retries=True), "max_retries"),             # a bool passed before
+    (lambda: _controller(max_retries=-1), "max_retries"),
+    (lambda: _grid(repeat=True), "algorithm.repeat"),                   # a bool passed before
+    (lambda: _hyperband_threshold(10**400), "algorithm.threshold"),     # OverflowError before
+    (lambda: _pack_opt(threshold=10**400), "packing.threshold"),        # OverflowError before
+    (lambda: _pack_opt(member_memory=[1.0, -1.0], capacity=4.0), "packing.member_memory[1]"),
+    (lambda: _perf_params([1, 2]), "perf"),                             # TypeError before
+    (lambda: _scenario_event_at(float("nan")), "events[0].at"),         # NaN passed before
+    (lambda: _scenario_event_at(float("inf")), "events[0].at"),
+])
+def test_callers_refuse_with_a_config_error_naming_the_field(make, field):
+    with pytest.raises(ConfigError) as exc:
+        make()
+    assert exc.value.field == field
+
+
+def _controller(**kwargs):
+    from hypersack.core.algorithms import make_algorithm
+    from hypersack.core.controller import Budget, Controller
+    from hypersack.core.objective import Objective
+    from hypersack.core.space import SearchSpace
+    space, objective = SearchSpace({"x": {"type": "float", "low": 0, "high": 1}}), Objective("loss", "min")
+    return Controller(make_algorithm("random", space, objective), objective, Budget(trials=2), **kwargs)
+
+
+def _grid(**kwargs):
+    from hypersack.core.algorithms import make_algorithm
+    from hypersack.core.objective import Objective
+    from hypersack.core.space import SearchSpace
+    space = SearchSpace({"x": {"type": "int", "low": 0, "high": 2}})
+    return make_algorithm({"type": "grid", **kwargs}, space, Objective("loss", "min"))
+
+
+def _hyperband_threshold(threshold):
+    from hypersack.core.algorithms.pack_hyperband import _check_threshold
+    return _check_threshold(threshold)
+
+
+def _pack_opt(**kwargs):
+    from hypersack.core.packs import pack_opt
+    return pack_opt([{"x": 1}, {"x": 2}], **kwargs)
+
+
+def _perf_params(value):
+    from hypersack.sim.perf import PerfParams
+    return PerfParams.from_dict(value)
+
+
+def _scenario_event_at(at):
+    from hypersack.sim.scenario import _events
+    return _events([{"at": at, "fail": {"node": "n", "gpu": 0}}])
+
+
+# ---- no ad-hoc number checks outside validation.py ----------------------------------------------
+
+#: If-tests that raise on a number check outside validation.py, by module and function: checks
+#: of structure (a pair, a list of values), not of one number. Anything new goes through
+#: hypersack.validation instead.
+ALLOWED_NUMBER_CHECKS = {
+    ("placement/model.py", "check_id"),           # an id: a string or an integer
+    ("core/spec.py", "_check_max_steps"),          # every bound of a space parameter
+    ("core/space.py", "__post_init__"),           # Categorical: each choice storable as JSON
+    ("sim/perf.py", "__post_init__"),             # FusedModel's [members, speedup] pairs
+    ("sim/curves.py", "curves_from_dict"),        # clip: a [low, high] pair
+}
+
+
+def _number_checks(root: Path):
+    numeric = {"is_finite", "is_number", "is_integer", "isfinite"}
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "validation.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+            for node in ast.walk(func):
+                if not isinstance(node, ast.If) or not any(
+                        isinstance(n, ast.Raise) for stmt in node.body for n in ast.walk(stmt)):
+                    continue
+                names = {n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", "")
+                         for n in ast.walk(node.test) if isinstance(n, ast.Call)}
+                bools = "bool" in ast.unparse(node.test) and "isinstance" in names
+                if names & numeric or bools:
+                    yield str(path.relative_to(root)), func.name, node.lineno
+
+
+def test_number_checks_live_in_validation():
+    import hypersack
+    found = {(f, fn): line for f, fn, line in _number_checks(Path(hypersack.__file__).parent)}
+    assert set(found) <= ALLOWED_NUMBER_CHECKS, sorted(set(found) - ALLOWED_NUMBER_CHECKS)
+
+
+def test_the_number_check_scan_finds_a_planted_check(tmp_path):
+    (tmp_path / "m.py").write_text("def f(x):\n    if isinstance(x, bool) or x < 1:\n        raise E\n"
+                                   "def g(x):\n    if not is_finite(x):\n        raise E\n")
+    assert [(f, fn) for f, fn, _ in _number_checks(tmp_path)] == [("m.py", "f"), ("m.py", "g")]

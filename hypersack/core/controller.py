@@ -29,6 +29,7 @@ from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Even
                                   TrialFailed, TrialFinished, TrialRecord, TrialStarted,
                                   TrialState)
 from hypersack.errors import ConfigError
+from hypersack.validation import check_integer, check_positive
 
 __all__ = ["Budget", "Controller", "ControllerOptions", "Turn", "best_record"]
 
@@ -56,11 +57,10 @@ class Budget:
         if self.trials is None and self.time_s is None:
             raise ConfigError("budget", {}, "must set trials, time_s, or both")
         t, s = self.trials, self.time_s
-        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
-            raise ConfigError("budget.trials", t, "must be an integer >= 1")
-        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float))
-                              or not math.isfinite(s) or s <= 0):
-            raise ConfigError("budget.time_s", s, "must be a finite number of seconds > 0")
+        if t is not None:
+            check_integer("budget.trials", t, low=1)
+        if s is not None:
+            check_positive("budget.time_s", s, hint="(seconds)")
 
 
 def trial_seed(study_seed: int, trial_id: int) -> int:
@@ -106,8 +106,7 @@ class Controller:
                  trial_timeout_s: float | None = None,
                  max_failures: int | None = DEFAULT_MAX_FAILURES,
                  options: ControllerOptions = ControllerOptions()):
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigError("max_retries", max_retries, "must be an integer >= 0")
+        check_integer("max_retries", max_retries, low=0)
         self.algorithm = algorithm
         self.objective = objective
         self.budget = budget

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Protocol
 
-from hypersack.errors import ConfigError
-from hypersack.validation import check_choice, check_integer, is_finite
+from hypersack.validation import check_choice, check_integer, check_positive
 
 __all__ = ["history_demand", "memory_floor_after_oom", "with_history",
            "needs_mps", "Measured", "DEFAULT_CONTEXT_GB", "DATA_MODES", "PIPELINE_CPUS",
@@ -62,8 +61,7 @@ def history_demand(measured: Measured | None, floor_gb: float | None, arch: str,
 def memory_floor_after_oom(floor_gb: float | None, device_memory_gb: float) -> float:
     """The memory floor of a trial's model after it ran out of memory co-located on a device of
     ``device_memory_gb``: at least the whole device, so its retry is placed alone."""
-    if not is_finite(device_memory_gb) or device_memory_gb <= 0:
-        raise ConfigError("device_memory_gb", device_memory_gb, "must be a positive number of GiB")
+    check_positive("device_memory_gb", device_memory_gb, hint="(GiB)")
     return max(float(floor_gb or 0.0), float(device_memory_gb))
 
 

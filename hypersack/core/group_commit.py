@@ -14,10 +14,9 @@ Pure and clock-free: the caller passes the seconds it has waited so far.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from hypersack.errors import ConfigError
+from hypersack.validation import check_integer, check_number
 
 __all__ = ["GROUP_SIBLINGS", "GROUP_WINDOW_S", "GroupCommit"]
 
@@ -38,13 +37,8 @@ class GroupCommit:
     siblings: int = GROUP_SIBLINGS
 
     def __post_init__(self) -> None:
-        window = self.window_s
-        if isinstance(window, bool) or not isinstance(window, (int, float)) \
-                or not (math.isfinite(window) and window >= 0):
-            raise ConfigError("group_window_s", window, "must be a finite number of seconds >= 0")
-        siblings = self.siblings
-        if isinstance(siblings, bool) or not isinstance(siblings, int) or siblings < 1:
-            raise ConfigError("group_siblings", siblings, "must be an integer >= 1")
+        check_number("group_window_s", self.window_s, low=0.0, hint="(seconds)")
+        check_integer("group_siblings", self.siblings, low=1)
 
     def wait_s(self, running: int, settled: int, waited_s: float) -> float:
         """Seconds the turn may still wait for more events before it commits: 0 (commit now)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from hypersack.errors import ConfigError
-from hypersack.validation import is_finite
+from hypersack.validation import check_number, is_finite
 
 __all__ = ["PAPER_RATIOS", "PAPER_FALLBACK", "MODES", "SATURATED", "PROBE", "MAX_AUTO_RATIO",
            "Colocation", "RatioChoice", "paper_ratio", "auto_ratio", "colocation",
@@ -140,6 +140,6 @@ def _clamp(ratio: float) -> float:
 def scaled_compute(compute: float, start_ratio: float, ratio: float) -> float:
     """A compute demand (percent) for an inventory built at ``start_ratio`` that places as
     ``compute`` would at ``ratio`` (both >= 1; see the module docstring)."""
-    if not (is_finite(start_ratio) and is_finite(ratio)) or start_ratio < 1 or ratio < 1:
-        raise ConfigError("oversubscription", (start_ratio, ratio), "must be ratios >= 1")
+    check_number("oversubscription (the inventory's ratio)", start_ratio, low=1.0)
+    check_number("oversubscription", ratio, low=1.0)
     return float(compute) * float(start_ratio) / float(ratio)

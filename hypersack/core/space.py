@@ -7,13 +7,15 @@ given, else ``n`` evenly spaced points, log-spaced for log domains).
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 
 from hypersack.errors import ConfigError, SpaceError
-from hypersack.validation import INT53, check_name, check_plain_data, is_finite, is_integer, is_number
+from hypersack.validation import (INT53, check_bool, check_integer, check_name, check_number,
+                                  check_plain_data, is_finite, is_integer, is_number)
 
 __all__ = ["Float", "Int", "Categorical", "Constant", "Domain", "SearchSpace", "domain_from_dict",
            "MAX_GRID_POINTS"]
@@ -44,6 +46,18 @@ class Domain:
         return SpaceError(f"space.{self.name}.{attr}", value, problem)
 
 
+@contextmanager
+def _as_space_error() -> Iterator[None]:
+    """A validation ConfigError raised inside re-raised as a SpaceError (same field, value and
+    problem): the space's checks come from ``hypersack.validation``, its errors stay SpaceErrors."""
+    try:
+        yield
+    except SpaceError:
+        raise
+    except ConfigError as exc:
+        raise SpaceError(exc.field, exc.value, exc.problem) from None
+
+
 def _check_values(domain: "Float | Int", values: Any) -> tuple[Any, ...] | None:
     """The grid values as a tuple, each checked against the domain before any conversion."""
     if values is None:
@@ -72,10 +86,9 @@ class Float(Domain):
     values: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        for attr in ("low", "high"):
-            v = getattr(self, attr)
-            if not is_finite(v):
-                raise self._fail(attr, v, "must be a finite number")
+        with _as_space_error():
+            for attr in ("low", "high"):
+                check_number(f"space.{self.name}.{attr}", getattr(self, attr))
         if self.low > self.high:
             raise self._fail("low", self.low, f"must be <= high ({self.high})")
         if not math.isfinite(float(self.high) - float(self.low)):
@@ -151,17 +164,12 @@ class Int(Domain):
     values: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        for attr in ("low", "high", "step"):
-            v = getattr(self, attr)
-            if not is_integer(v):
-                raise self._fail(attr, v, "must be an integer")
-            if not -INT53 <= v <= INT53:
-                raise self._fail(attr, v, f"must be within +/- 2**53 ({INT53}), the integers a "
-                                 "float holds exactly")
+        with _as_space_error():
+            for attr, least in (("low", -INT53), ("high", -INT53), ("step", 1)):
+                check_integer(f"space.{self.name}.{attr}", getattr(self, attr), low=least,
+                              high=INT53, hint="(the integers a float holds exactly)")
         if self.low > self.high:
             raise self._fail("low", self.low, f"must be <= high ({self.high})")
-        if self.step < 1:
-            raise self._fail("step", self.step, "must be >= 1")
         if self.log and self.low <= 0:
             raise self._fail("low", self.low, "must be > 0 for a log domain")
         if self.log and self.step != 1:
@@ -299,8 +307,9 @@ def domain_from_dict(name: str, spec: Any) -> Domain:
         raise SpaceError(f"space.{name}.{unknown}", spec[unknown],
                          f"is not a field of a {kind} domain (fields: {sorted(required | optional)})")
     kwargs = {k: spec[k] for k in keys}
-    if "log" in kwargs and not isinstance(kwargs["log"], bool):
-        raise SpaceError(f"space.{name}.log", kwargs["log"], "must be true or false")
+    if "log" in kwargs:
+        with _as_space_error():
+            check_bool(f"space.{name}.log", kwargs["log"])
     return cls(**kwargs, name=name)
 
 
@@ -330,11 +339,9 @@ class SearchSpace(Mapping[str, Domain]):
             raise SpaceError("space", domains, "must be a mapping of parameter names to domains")
         if not domains:
             raise SpaceError("space", {}, "must declare at least one parameter")
-        for key in domains:
-            try:
+        with _as_space_error():
+            for key in domains:
                 check_name("space (a parameter name)", key)
-            except ConfigError as exc:
-                raise SpaceError(exc.field, exc.value, exc.problem) from None
         self._domains = {str(k): domain_from_dict(str(k), v) for k, v in domains.items()}
 
     def __getitem__(self, key: str) -> Domain:
@@ -358,8 +365,9 @@ class SearchSpace(Mapping[str, Domain]):
 
     def grid_size(self, points_per_axis: int | None = 3) -> int:
         """An upper bound on ``len(self.grid(points_per_axis))``, computed without listing it."""
-        if points_per_axis is not None and (not is_integer(points_per_axis) or points_per_axis < 1):
-            raise SpaceError("points_per_axis", points_per_axis, "must be an integer >= 1")
+        if points_per_axis is not None:
+            with _as_space_error():
+                check_integer("points_per_axis", points_per_axis, low=1)
         size = 1
         for name, domain in self._domains.items():
             size *= _axis_size(domain, self._points(name, domain, points_per_axis))

@@ -18,7 +18,8 @@ from hypersack.core.timesharing import TimeSharing
 from hypersack.core.keep_best import MAX_KEEP
 from hypersack.core.warm_start import check_enqueued
 from hypersack.errors import ConfigError
-from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_choice, check_integer, check_name,
+from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_bool, check_choice, check_integer,
+                                  check_mapping, check_name,
                                   check_number, check_plain_data, check_references, check_text,
                                   is_integer)
 
@@ -45,8 +46,7 @@ def check_fields(section: str, given: Mapping[str, Any], allowed: set[str],
                  root: str = "study") -> None:
     """ConfigError unless ``given`` is a mapping whose keys are all in ``allowed``; ``section``
     is its dotted path ("" at the top, which errors call ``root``)."""
-    if not isinstance(given, Mapping):
-        raise ConfigError(section or root, given, "must be a mapping")
+    check_mapping(section or root, given)
     for key in given:
         if key not in allowed:
             prefix = f"{section}." if section else ""
@@ -85,9 +85,8 @@ class ExecutorOptions:
             _check_address(self.address)
         if self.runtime_env is not None:
             _check_ray_only("executor.runtime_env", self.runtime_env, self.backend)
-            if not isinstance(self.runtime_env, Mapping):
-                raise ConfigError("executor.runtime_env", self.runtime_env,
-                                  "must be a mapping (Ray's runtime_env)")
+            check_mapping("executor.runtime_env", self.runtime_env,
+                          what="a mapping (Ray's runtime_env)")
             check_plain_data("executor.runtime_env", dict(self.runtime_env))
 
     @classmethod
@@ -186,8 +185,7 @@ class PackOptions:
 
 
 def _check_execution(mode: Any) -> None:
-    if mode not in EXECUTION_MODES:
-        raise ConfigError("execution", mode, f"must be one of {', '.join(EXECUTION_MODES)}")
+    check_choice("execution", mode, EXECUTION_MODES)
 
 
 def _check_oversubscription(value: Any) -> None:
@@ -329,8 +327,7 @@ class StudySpec:
         _check_placement(self.placement)
         _check_oversubscription(self.oversubscription)
         _check_execution(self.execution)
-        if not isinstance(self.unsafe_checkpoints, bool):
-            raise ConfigError("unsafe_checkpoints", self.unsafe_checkpoints, "must be true or false")
+        check_bool("unsafe_checkpoints", self.unsafe_checkpoints)
         check_durability(self.durability)
         object.__setattr__(self, "time_sharing", TimeSharing.parse(self.time_sharing))
         if self.max_failures is not None:

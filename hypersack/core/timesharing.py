@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from hypersack.errors import ConfigError
-from hypersack.validation import check_integer, check_name, check_number
+from hypersack.validation import check_integer, check_mapping, check_name, check_number
 
 __all__ = ["POLICIES", "TimeSharing", "TimeShare", "JobShare", "representative_loss",
            "convergence", "slaq_priority", "find_device", "quantum_length"]
@@ -109,9 +109,8 @@ class TimeSharing:
             return value
         if isinstance(value, str):
             return cls(policy=value)
-        if not isinstance(value, Mapping):
-            raise ConfigError("time_sharing", value, "must be a policy name or a mapping "
-                              f"with fields {', '.join(sorted(_FIELDS))}")
+        check_mapping("time_sharing", value, what="a policy name or a mapping with fields "
+                      f"{', '.join(sorted(_FIELDS))}")
         for key in value:
             if key not in _FIELDS:
                 raise ConfigError(f"time_sharing.{key}", value[key],

@@ -17,7 +17,7 @@ from hypersack.core.algorithms.base import Algorithm, Decision, Suggestion
 from hypersack.core.objective import Value
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
-from hypersack.validation import check_plain_data
+from hypersack.validation import check_mapping, check_plain_data
 
 __all__ = ["Enqueued", "check_enqueued", "check_config"]
 
@@ -27,8 +27,7 @@ MAX_ENQUEUED = 100_000
 def check_config(field: str, config: Any, space: SearchSpace, *, partial: bool) -> dict[str, Any]:
     """``config`` as a dict when each key is a parameter of ``space`` and each value lies in its
     domain (``partial``: keys may be missing); ConfigError naming ``field.key`` and the value."""
-    if not isinstance(config, Mapping):
-        raise ConfigError(field, config, "must be a mapping of parameter names to values")
+    check_mapping(field, config, what="a mapping of parameter names to values")
     for key, value in config.items():
         if key not in space:
             raise ConfigError(f"{field}.{key}", value,

@@ -24,13 +24,13 @@ torch's, stays at ``eta_min`` after ``total_steps`` instead of rising again).
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import torch
 
 from hypersack.errors import ConfigError
+from hypersack.validation import check_integer, check_number, check_positive
 
 __all__ = ["KINDS", "SCHEDULES", "Schedule", "OptimizerConfig", "state_names", "init_state",
            "hparam_rows", "schedule_factor", "fused_step"]
@@ -56,18 +56,6 @@ _SCHEDULE_FIELDS = ("schedule_code", "warmup_steps", "warmup_start", "step_size"
                     "total_steps", "min_factor")
 
 
-def _real(field_name: str, value: Any, low: float, high: float = math.inf,
-          low_open: bool = False, high_open: bool = False) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        v = float(value)
-        ok = (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-    if not ok:
-        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
-        raise ConfigError(field_name, value, f"must be a number in {lo}{low}, {high}{hi}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class Schedule:
     """A learning-rate schedule in optimizer steps (one step = one minibatch update).
@@ -90,11 +78,10 @@ class Schedule:
         for name in ("warmup_steps", "step_size", "total_steps"):
             value = getattr(self, name)
             low = 0 if name == "warmup_steps" else 1
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-                raise ConfigError(f"schedule.{name}", value, f"must be an integer >= {low}")
-        _real("schedule.warmup_start", self.warmup_start, 0.0, 1.0, low_open=True)
-        _real("schedule.gamma", self.gamma, 0.0, low_open=True)
-        _real("schedule.min_factor", self.min_factor, 0.0, 1.0)
+            check_integer(f"schedule.{name}", value, low=low)
+        check_number("schedule.warmup_start", self.warmup_start, low=0.0, high=1.0, low_open=True)
+        check_positive("schedule.gamma", self.gamma)
+        check_number("schedule.min_factor", self.min_factor, low=0.0, high=1.0)
 
     def values(self) -> dict[str, float]:
         return {"schedule_code": float(SCHEDULES.index(self.kind)),
@@ -126,22 +113,22 @@ class OptimizerConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConfigError("optimizer.kind", self.kind, f"must be one of {list(KINDS)}")
-        _real("optimizer.lr", self.lr, 0.0, low_open=True)
-        _real("optimizer.weight_decay", self.weight_decay, 0.0)
-        _real("optimizer.momentum", self.momentum, 0.0, 1.0, high_open=True)
-        _real("optimizer.dampening", self.dampening, 0.0, 1.0)
+        check_positive("optimizer.lr", self.lr)
+        check_number("optimizer.weight_decay", self.weight_decay, low=0.0)
+        check_number("optimizer.momentum", self.momentum, low=0.0, high=1.0, high_open=True)
+        check_number("optimizer.dampening", self.dampening, low=0.0, high=1.0)
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ConfigError("optimizer.nesterov", self.nesterov,
                               "needs momentum > 0 and dampening == 0")
         if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
             raise ConfigError("optimizer.betas", self.betas, "must be a pair of numbers in [0, 1)")
         for beta in self.betas:
-            _real("optimizer.betas", beta, 0.0, 1.0, high_open=True)
+            check_number("optimizer.betas", beta, low=0.0, high=1.0, high_open=True)
         if self.eps is not None:
-            _real("optimizer.eps", self.eps, 0.0)
-        _real("optimizer.alpha", self.alpha, 0.0, 1.0)
-        _real("optimizer.lr_decay", self.lr_decay, 0.0)
-        _real("optimizer.initial_accumulator_value", self.initial_accumulator_value, 0.0)
+            check_number("optimizer.eps", self.eps, low=0.0)
+        check_number("optimizer.alpha", self.alpha, low=0.0, high=1.0)
+        check_number("optimizer.lr_decay", self.lr_decay, low=0.0)
+        check_number("optimizer.initial_accumulator_value", self.initial_accumulator_value, low=0.0)
         if not isinstance(self.schedule, Schedule):
             raise ConfigError("optimizer.schedule", self.schedule, "must be a Schedule")
 

@@ -32,7 +32,6 @@ A sketch of an executor's source::
 """
 from __future__ import annotations
 
-import numbers
 import time
 from typing import Callable, Hashable
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ import torch
 
 from hypersack.core.packs import fusibility_key
 from hypersack.errors import ConfigError
+from hypersack.validation import check_integer
 from hypersack.fusion.layers import prepare_module
 from hypersack.fusion.stack import FusedStack, PackData, StackOptions, steps_per_epoch
 from hypersack.fusion.task import FusableTask, Member, MemberSource
@@ -169,9 +169,7 @@ class Pack:
 
 
 def _check_max_members(max_members: int) -> None:
-    if isinstance(max_members, bool) or not isinstance(max_members, numbers.Integral) \
-            or max_members < 1:
-        raise ConfigError("pack.max_members", max_members, "must be an integer >= 1")
+    check_integer("pack.max_members", max_members, low=1)
 
 
 def run_pack(task: FusableTask, source: MemberSource, device: torch.device | str = "cpu",

@@ -50,6 +50,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from hypersack.errors import ConfigError
+from hypersack.validation import check_integer
 from hypersack.fusion.fused_ops import FuseContext
 from hypersack.fusion.graphs import StepRunner, check_graphs
 from hypersack.fusion.hfused import ENGINES, FusedProgram, choose_engine
@@ -144,9 +145,7 @@ class StackOptions:
     graphs: str = "auto"
 
     def __post_init__(self) -> None:
-        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) \
-                or self.capacity < 1:
-            raise ConfigError("pack.capacity", self.capacity, "must be an integer >= 1")
+        check_integer("pack.capacity", self.capacity, low=1)
         if self.engine not in ENGINES:
             raise ConfigError("pack.engine", self.engine, f"must be one of {list(ENGINES)}")
         check_precision(self.precision)

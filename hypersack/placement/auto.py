@@ -19,7 +19,7 @@ from hypersack.placement.cluster import Cluster
 from hypersack.placement.fill import fill
 from hypersack.placement.lagrange import lagrange
 from hypersack.placement.model import Job
-from hypersack.errors import ConfigError
+from hypersack.validation import check_integer
 
 __all__ = ["auto", "AUTO_PAIRS", "auto_choice"]
 
@@ -28,8 +28,7 @@ AUTO_PAIRS = 100_000
 
 def auto_choice(jobs: Sequence[Job], cluster: Cluster, pairs: Any = AUTO_PAIRS) -> str:
     """The policy ``auto`` runs for this call: "fill" or "lagrange" (module doc)."""
-    if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 0:
-        raise ConfigError("placement.pairs", pairs, "must be an integer >= 0")
+    check_integer("placement.pairs", pairs, low=0)
     gpus = sum(len(node.gpus) for node in cluster.nodes)
     return "fill" if len(jobs) * gpus <= pairs else "lagrange"
 

@@ -54,8 +54,8 @@ from hypersack.placement.cluster import Cluster
 from hypersack.placement.improve import MIN_GAIN, _check_options, _Given
 from hypersack.placement.live import LiveCluster
 from hypersack.placement.load import InJobOrder, Load, demand_table
-from hypersack.placement.model import EPS, Job, check_number
-from hypersack.errors import ConfigError
+from hypersack.placement.model import EPS, Job
+from hypersack.validation import check_integer, check_number
 
 __all__ = ["fill", "density_order"]
 
@@ -196,9 +196,7 @@ def _polish(jobs: Sequence[Job], cluster: Cluster, start: Any, rounds: int, min_
 
 
 def _check(name: str, given: Any) -> int:
-    if isinstance(given, bool) or not isinstance(given, int) or given < 0:
-        raise ConfigError(f"placement.{name}", given, "must be an integer >= 0")
-    return given
+    return check_integer(f"placement.{name}", given, low=0)
 
 
 def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float = MIN_GAIN,
@@ -211,7 +209,7 @@ def fill(jobs: Sequence[Job], cluster: Cluster, rounds: int = 2, min_gain: float
     answer; ``seed``: their generator's seed; ``pivots``: simplex pivots of the LP bound (0:
     the subgradient's bound only)."""
     min_gain = _check_options(rounds, min_gain)
-    enough = check_number("placement.enough", enough)
+    enough = check_number("placement.enough", enough, low=0.0)
     for name, value in (("steps", steps), ("polish", polish), ("kicks", kicks), ("patience", patience),
                         ("seed", seed), ("pivots", pivots)):
         _check(name, value)

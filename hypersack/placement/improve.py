@@ -19,10 +19,10 @@ from typing import Any, Hashable
 
 from hypersack.placement.check import check_placement
 from hypersack.placement.cluster import Cluster, as_devices
-from hypersack.placement.model import EPS, Job, check_number
+from hypersack.placement.model import EPS, Job
 from hypersack.placement.live import LiveCluster
 from hypersack.placement.load import Load, by_runtime, demands
-from hypersack.errors import ConfigError
+from hypersack.validation import check_integer, check_number
 
 __all__ = ["improve", "worst_fit_decreasing_local_search"]
 
@@ -135,9 +135,8 @@ class _Search:
 
 
 def _check_options(rounds: Any, min_gain: Any) -> float:
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-        raise ConfigError("placement.rounds", rounds, "must be an integer >= 0")
-    return check_number("placement.min_gain", min_gain)
+    check_integer("placement.rounds", rounds, low=0)
+    return check_number("placement.min_gain", min_gain, low=0.0)
 
 
 def improve(jobs: Sequence[Job], cluster: Cluster, assignment: Mapping[Hashable, Any],

@@ -52,7 +52,7 @@ from hypersack.placement.live import LiveCluster
 from hypersack.placement.load import Load, by_runtime
 from hypersack.placement.model import EPS, Job
 from hypersack.placement.prices import descend
-from hypersack.errors import ConfigError
+from hypersack.validation import check_integer
 
 __all__ = ["lagrange", "unit_prices", "STEPS", "SAMPLE"]
 
@@ -277,9 +277,7 @@ def _greedy(load: Load, pools: _Pools, units: _Units, c: np.ndarray, m: np.ndarr
 
 
 def _check(name: str, value: Any, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigError(f"placement.{name}", value, f"must be an integer >= {least}")
-    return value
+    return check_integer(f"placement.{name}", value, low=least)
 
 
 def lagrange(jobs: Sequence[Job], cluster: Cluster, steps: int = STEPS,

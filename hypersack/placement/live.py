@@ -63,14 +63,14 @@ Journal = list   # of (array, index, old value): tentative writes of one ``assig
 
 def check_options(policy: str, options: Mapping[str, Any]) -> dict[str, float]:
     """``options`` of ``policy`` checked (known names, numbers >= 0), as floats."""
-    from hypersack.placement.model import check_number
+    from hypersack.validation import check_number
     known = POLICIES[policy]
     out = {}
     for name, value in options.items():
         if name not in known:
             raise ConfigError(f"placement.{name}", value, f"is not an option of policy {policy!r}"
                               f" (options: {', '.join(known) or 'none'})")
-        out[name] = check_number(f"placement.{name}", value)
+        out[name] = check_number(f"placement.{name}", value, low=0.0)
     return out
 
 

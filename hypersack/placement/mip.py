@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
 from hypersack.placement.cluster import Cluster
-from hypersack.placement.model import Job, check_number
+from hypersack.placement.model import Job
 from hypersack.placement.load import Load, demands as job_demands
 from hypersack.placement.policies import worst_fit_decreasing
-from hypersack.errors import ConfigError, MissingDependencyError
+from hypersack.errors import MissingDependencyError
+from hypersack.validation import check_integer, check_positive
 
 __all__ = ["MipResult", "solve_mip", "mip"]
 
@@ -51,11 +52,9 @@ def _cp_model() -> Any:
 
 
 def _check_options(time_limit: Any, workers: Any, scale: Any) -> None:
-    check_number("placement.time_limit", time_limit, positive=True)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigError("placement.workers", workers, "must be an integer >= 1")
-    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ConfigError("placement.scale", scale, "must be an integer >= 1")
+    check_positive("placement.time_limit", time_limit)
+    check_integer("placement.workers", workers, low=1)
+    check_integer("placement.scale", scale, low=1)
 
 
 class _Model:

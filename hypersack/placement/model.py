@@ -18,23 +18,13 @@ from types import MappingProxyType
 from typing import Any, Hashable, Iterable, Mapping
 
 from hypersack.errors import ConfigError, PlacementError
-from hypersack.validation import is_finite
+from hypersack.validation import check_integer, check_mapping, check_number, check_positive
 
 __all__ = ["GPU", "Node", "Job", "ArchDemand", "EPS", "Device", "as_devices"]
 
 #: Tolerance of every capacity comparison (compute in percent, memory in GB, cores): sums of
 #: floats such as 3 x 33.3333 must fit a capacity of 100 in the policies and the checker alike.
 EPS = 1e-9
-
-
-def check_number(field_name: str, value: Any, *, positive: bool = False) -> float:
-    """``value`` as a float when it is a finite number >= 0 (> 0 when ``positive``)."""
-    if hasattr(value, "item") and not isinstance(value, (int, float)):   # numpy scalars
-        value = value.item()
-    if not is_finite(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ConfigError(field_name, value, f"must be a finite number {bound}")
-    return float(value)
 
 
 def check_id(field_name: str, value: Any) -> Hashable:
@@ -60,10 +50,10 @@ class GPU:
         check_id("gpu.id", self.id)
         if not isinstance(self.arch, str) or not self.arch:
             raise ConfigError("gpu.arch", self.arch, "must be a non-empty architecture name")
-        object.__setattr__(self, "memory_gb", check_number("gpu.memory_gb", self.memory_gb, positive=True))
-        object.__setattr__(self, "compute", check_number("gpu.compute", self.compute, positive=True))
+        object.__setattr__(self, "memory_gb", check_positive("gpu.memory_gb", self.memory_gb))
+        object.__setattr__(self, "compute", check_positive("gpu.compute", self.compute))
         object.__setattr__(self, "oversubscription",
-                           check_number("gpu.oversubscription", self.oversubscription, positive=True))
+                           check_positive("gpu.oversubscription", self.oversubscription))
 
     @property
     def capacity(self) -> float:
@@ -86,7 +76,7 @@ class Node:
 
     def __post_init__(self) -> None:
         check_id("node.id", self.id)
-        object.__setattr__(self, "cpus", check_number("node.cpus", self.cpus))
+        object.__setattr__(self, "cpus", check_number("node.cpus", self.cpus, low=0.0))
         gpus = tuple(self.gpus)
         seen: set = set()
         for i, gpu in enumerate(gpus):
@@ -149,30 +139,28 @@ class Job:
     def __post_init__(self) -> None:
         check_id("job.id", self.id)
         for name in ("compute", "memory_gb", "cpus", "runtime"):
-            object.__setattr__(self, name, check_number(f"job.{name}", getattr(self, name)))
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
-            raise ConfigError("job.gpus", self.gpus, "must be an integer >= 1")
+            object.__setattr__(self, name, check_number(f"job.{name}", getattr(self, name), low=0.0))
+        check_integer("job.gpus", self.gpus, low=1)
         object.__setattr__(self, "per_arch", self._normalise_per_arch(self.per_arch))
 
     def _normalise_per_arch(self, per_arch: Any) -> Mapping[str, ArchDemand]:
         if per_arch is None:
             return MappingProxyType({})
-        if not isinstance(per_arch, Mapping):
-            raise ConfigError("job.per_arch", per_arch, "must map an architecture name to its demand")
+        check_mapping("job.per_arch", per_arch, what="a mapping of architecture names to demands")
         out = {}
         for arch, demand in per_arch.items():
             if not isinstance(arch, str) or not arch:
                 raise ConfigError("job.per_arch", arch, "must have architecture names as keys")
             if isinstance(demand, ArchDemand):
                 demand = {k: getattr(demand, k) for k in _ARCH_KEYS}
-            if not isinstance(demand, Mapping):
-                raise ConfigError(f"job.per_arch.{arch}", demand,
-                                  "must be a mapping with compute, memory_gb and/or runtime")
+            check_mapping(f"job.per_arch.{arch}", demand,
+                          what="a mapping with compute, memory_gb and/or runtime")
             for key in demand:
                 if key not in _ARCH_KEYS:
                     raise ConfigError(f"job.per_arch.{arch}.{key}", demand[key],
                                       f"is not a known field (known: {', '.join(_ARCH_KEYS)})")
-            out[arch] = ArchDemand(*(check_number(f"job.per_arch.{arch}.{k}", demand.get(k, getattr(self, k)))
+            out[arch] = ArchDemand(*(check_number(f"job.per_arch.{arch}.{k}",
+                                                  demand.get(k, getattr(self, k)), low=0.0)
                                      for k in _ARCH_KEYS))
         return MappingProxyType(out)
 

@@ -5,8 +5,8 @@ from typing import Any, Mapping
 
 from hypersack.placement.model import GPU, Node, check_id
 from hypersack.errors import ConfigError
-from hypersack.validation import MAX_DEVICES_PER_NODE, MAX_OVERSUBSCRIPTION, check_integer
-from hypersack.validation import check_number as check_bounded
+from hypersack.validation import (MAX_DEVICES_PER_NODE, MAX_OVERSUBSCRIPTION, check_integer,
+                                  check_mapping, check_number)
 
 __all__ = ["cluster_nodes_from_dict"]
 
@@ -17,8 +17,7 @@ _TEMPLATE_KEYS = (_GPU_KEYS - {"id"}) | {"count"}
 
 
 def _check_keys(where: str, given: Any, allowed: set[str]) -> None:
-    if not isinstance(given, Mapping):
-        raise ConfigError(where, given, "must be a mapping")
+    check_mapping(where, given)
     for key in given:
         if key not in allowed:
             raise ConfigError(f"{where}.{key}", given[key],
@@ -33,10 +32,9 @@ def _reprefix(exc: ConfigError, where: str) -> ConfigError:
 
 def _ratios(d: Mapping[str, Any], where: str) -> dict[str, float]:
     ratios = d.get("oversubscription") or {}
-    if not isinstance(ratios, Mapping):
-        raise ConfigError(f"{where}.oversubscription", ratios,
-                          "must map an architecture name to its ratio, e.g. {A100: 3}")
-    return {str(arch): check_bounded(f"{where}.oversubscription.{arch}", r, low=0.0, low_open=True,
+    check_mapping(f"{where}.oversubscription", ratios,
+                  what="a mapping of architecture names to ratios, e.g. {A100: 3}")
+    return {str(arch): check_number(f"{where}.oversubscription.{arch}", r, low=0.0, low_open=True,
                                      high=MAX_OVERSUBSCRIPTION)
             for arch, r in ratios.items()}
 
@@ -47,7 +45,7 @@ def _gpu(spec: Mapping[str, Any], gpu_id: Any, ratios: Mapping[str, float], wher
             raise ConfigError(f"{where}.{key}", None, "is required")
     arch = spec["arch"]
     ratio = spec.get("oversubscription", ratios.get(arch, 1.0) if isinstance(arch, str) else 1.0)
-    check_bounded(f"{where}.oversubscription", ratio, low=0.0, low_open=True, high=MAX_OVERSUBSCRIPTION)
+    check_number(f"{where}.oversubscription", ratio, low=0.0, low_open=True, high=MAX_OVERSUBSCRIPTION)
     try:
         return GPU(gpu_id, arch, spec["memory_gb"], spec.get("compute", 100.0), ratio)
     except ConfigError as exc:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from hypersack.errors import ConfigError, HyperSackError, StorageError, StudyNotFoundError
+from hypersack.errors import HyperSackError, StorageError, StudyNotFoundError
+from hypersack.validation import check_integer
 
 __all__ = ["Dashboard", "DEFAULT_HOST", "DEFAULT_PORT"]
 
@@ -35,10 +36,8 @@ class Dashboard:
 
     def __init__(self, storage: str | Path, *, study: str | None = None, host: str = DEFAULT_HOST,
                  port: int = DEFAULT_PORT, poll_ms: int = 2000):
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ConfigError("--port", port, "must be an integer from 0 to 65535")
-        if isinstance(poll_ms, bool) or not isinstance(poll_ms, int) or poll_ms < 50:
-            raise ConfigError("--poll-ms", poll_ms, "must be an integer >= 50 (milliseconds)")
+        check_integer("--port", port, low=0, high=65535)
+        check_integer("--poll-ms", poll_ms, low=50, hint="(milliseconds)")
         from hypersack.report.html import dashboard_html
         self.storage = Path(storage)
         self._page = dashboard_html(study, poll_ms).encode("utf-8")   # needs plotly: fails here

@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hypersack.errors import ConfigError
-from hypersack.validation import is_finite
+from hypersack.validation import check_number, check_positive, is_finite
 
 __all__ = ["Curve", "CurveModel", "ParametricCurves", "ReplayCurves", "curves_from_dict"]
 
@@ -95,14 +95,11 @@ class CurveParams:
 
     def __post_init__(self) -> None:
         for name in ("lr_optimum", "lr_width", "tau", "rate"):
-            value = getattr(self, name)
-            if not is_finite(value) or value <= 0:
-                raise ConfigError(f"curves.{name}", value, "must be a number > 0")
+            check_positive(f"curves.{name}", getattr(self, name))
         for name in ("start", "best", "worst", "config_spread"):
-            if not is_finite(getattr(self, name)):
-                raise ConfigError(f"curves.{name}", getattr(self, name), "must be a finite number")
-        if self.batch_ref is not None and (not is_finite(self.batch_ref) or self.batch_ref <= 0):
-            raise ConfigError("curves.batch_ref", self.batch_ref, "must be a number > 0")
+            check_number(f"curves.{name}", getattr(self, name))
+        if self.batch_ref is not None:
+            check_positive("curves.batch_ref", self.batch_ref)
 
 
 _PARAM_FIELDS = {f.name for f in fields(CurveParams)}
@@ -115,8 +112,7 @@ class ParametricCurves(CurveModel):
                  models: Mapping[str, CurveParams] | None = None):
         if family not in ("power_law", "exponential"):
             raise ConfigError("curves.family", family, "must be 'power_law' or 'exponential'")
-        if not is_finite(noise) or noise < 0:
-            raise ConfigError("curves.noise", noise, "must be a number >= 0")
+        check_number("curves.noise", noise, low=0.0)
         self.metric, self.params, self.family, self.noise = metric, params, family, float(noise)
         self.clip, self.seed, self.lr_key = clip, seed, lr_key
         self.batch_size_key, self.model_key = batch_size_key, model_key

@@ -52,7 +52,8 @@ from typing import Any, Mapping, Sequence
 
 from hypersack.core.demand import history_demand, memory_floor_after_oom
 from hypersack.errors import ConfigError
-from hypersack.validation import is_finite
+from hypersack.validation import (check_integer, check_mapping, check_number, check_positive,
+                                  is_finite, is_integer)
 
 __all__ = ["Profile", "ProfileTable", "PerfParams", "PerfModel", "WorkloadKeys", "FusedModel",
            "FUSED_PRESETS"]
@@ -79,14 +80,11 @@ class Profile:
     gpus: int = 1          # devices a trial of this model always takes (data-parallel, e.g. DDP)
 
     def __post_init__(self) -> None:
-        checks = (("step_time_s", self.step_time_s, lambda v: v > 0, "must be a number > 0"),
-                  ("utilization", self.utilization, lambda v: 0 < v <= 100, "must be in (0, 100]"),
-                  ("memory_gb", self.memory_gb, lambda v: v >= 0, "must be a number >= 0"),
-                  ("cpus", self.cpus, lambda v: v >= 0, "must be a number >= 0"),
-                  ("gpus", self.gpus, lambda v: v >= 1 and v == int(v), "must be an integer >= 1"))
-        for name, value, ok, problem in checks:
-            if not is_finite(value) or not ok(value):
-                raise ConfigError(f"profiles.{name}", value, problem)
+        check_positive("profiles.step_time_s", self.step_time_s)
+        check_number("profiles.utilization", self.utilization, low=0.0, low_open=True, high=100.0)
+        check_number("profiles.memory_gb", self.memory_gb, low=0.0)
+        check_number("profiles.cpus", self.cpus, low=0.0)
+        check_integer("profiles.gpus", self.gpus, low=1)
 
 
 @dataclass(frozen=True)
@@ -117,8 +115,7 @@ class ProfileTable:
         allowed = {"model", "batch_size", "arch", "step_time_s", "utilization", "memory_gb", "cpus", "gpus"}
         for i, row in enumerate(rows):
             where = f"{field_name}[{i}]"
-            if not isinstance(row, Mapping):
-                raise ConfigError(where, row, "must be a mapping")
+            check_mapping(where, row)
             unknown = sorted(set(row) - allowed)
             if unknown:
                 raise ConfigError(f"{where}.{unknown[0]}", row[unknown[0]],
@@ -193,7 +190,7 @@ class FusedModel:
             if not isinstance(pair, (list, tuple)) or len(pair) != 2:
                 raise ConfigError(f"perf.fused[{i}]", pair, "must be a [members, speedup] pair")
             k, speedup = pair
-            if isinstance(k, bool) or not isinstance(k, int) or k <= last or (i == 0 and k != 1):
+            if not is_integer(k) or k <= last or (i == 0 and k != 1):
                 raise ConfigError(f"perf.fused[{i}]", pair,
                                   "must start at 1 member and increase strictly")
             if not is_finite(speedup) or speedup <= 0:
@@ -253,18 +250,14 @@ class PerfParams:
     def __post_init__(self) -> None:
         for name in ("interference", "dp_beta", "startup_s", "warmup_s", "restore_s", "checkpoint_s",
                      "suspend_s"):
-            value = getattr(self, name)
-            if not is_finite(value) or value < 0:
-                raise ConfigError(f"perf.{name}", value, "must be a number >= 0")
-        if not is_finite(self.cross_node_efficiency) or not 0 < self.cross_node_efficiency <= 1:
-            raise ConfigError("perf.cross_node_efficiency", self.cross_node_efficiency, "must be in (0, 1]")
-        if not is_finite(self.default_saturation) or self.default_saturation <= 0:
-            raise ConfigError("perf.default_saturation", self.default_saturation, "must be a number > 0")
-        if not isinstance(self.saturation, Mapping):
-            raise ConfigError("perf.saturation", self.saturation, "must map an architecture to a number > 0")
+            check_number(f"perf.{name}", getattr(self, name), low=0.0)
+        check_number("perf.cross_node_efficiency", self.cross_node_efficiency, low=0.0,
+                     low_open=True, high=1.0)
+        check_positive("perf.default_saturation", self.default_saturation)
+        check_mapping("perf.saturation", self.saturation,
+                      what="a mapping of architecture names to numbers > 0")
         for arch, value in self.saturation.items():
-            if not is_finite(value) or value <= 0:
-                raise ConfigError(f"perf.saturation.{arch}", value, "must be a number > 0")
+            check_positive(f"perf.saturation.{arch}", value)
         object.__setattr__(self, "fused_model", FusedModel.of(self.fused))
         unknown = sorted(set(self.calibrated) - (self._FIELDS - {"calibrated"}))
         if unknown:
@@ -272,9 +265,7 @@ class PerfParams:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "PerfParams":
-        d = dict(d or {})
-        if not isinstance(d, dict):
-            raise ConfigError("perf", d, "must be a mapping")
+        d = dict(check_mapping("perf", d or {}))
         unknown = sorted(set(d) - cls._FIELDS)
         if unknown:
             raise ConfigError(f"perf.{unknown[0]}", d[unknown[0]],

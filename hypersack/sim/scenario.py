@@ -47,6 +47,7 @@ from hypersack.sim.curves import CurveModel, curves_from_dict
 from hypersack.sim.executor import DeviceChange
 from hypersack.sim.packs import SimFusion
 from hypersack.sim.perf import ANY, PerfModel, PerfParams, ProfileTable, WorkloadKeys
+from hypersack.validation import check_integer, check_number
 
 __all__ = ["Scenario", "load_scenario", "scenario_from_dict"]
 
@@ -120,8 +121,7 @@ def scenario_from_dict(d: Any, base_dir: Path = Path(".")) -> Scenario:
         if required not in d:
             raise ConfigError(required, None, "is required")
     seed = d.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError("seed", seed, "must be an integer >= 0")
+    check_integer("seed", seed, low=0)
     from hypersack.sim._placement import check_policy, cluster_from_dict
     cluster = cluster_from_dict(d["cluster"])   # its errors already name cluster.<field>
     policy = check_policy(d.get("policy", "wfd"), "policy")
@@ -164,8 +164,7 @@ def scenario_from_dict(d: Any, base_dir: Path = Path(".")) -> Scenario:
 def _study(name: Any, d: Any, seed: int) -> tuple[StudySpec, int]:
     _check_keys("study", d, _STUDY)
     retries = d.get("max_retries", 2)
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ConfigError("study.max_retries", retries, "must be an integer >= 0")
+    check_integer("study.max_retries", retries, low=0)
     # study.max_retries and study.trial_timeout_s are the spec's executor fields, written flat
     # (a scenario has no executor section): the simulator runs what the spec says.
     spec_dict = {k: v for k, v in d.items() if k not in ("max_retries", "trial_timeout_s")}
@@ -247,8 +246,7 @@ def _events(events: Any) -> list[DeviceChange]:
         where = f"events[{i}]"
         _check_keys(where, e, {"at", "fail", "add"})
         at = e.get("at")
-        if isinstance(at, bool) or not isinstance(at, (int, float)) or at < 0:
-            raise ConfigError(f"{where}.at", at, "must be a time in seconds >= 0")
+        check_number(f"{where}.at", at, low=0.0, hint="(a time in seconds)")
         if ("fail" in e) == ("add" in e):
             raise ConfigError(where, e, "must have exactly one of 'fail' or 'add'")
         out.append(_fail(e["fail"], float(at), where) if "fail" in e else _add(e["add"], float(at), where))

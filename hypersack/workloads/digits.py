@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import gzip
 import math
-import numbers
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -45,6 +44,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from hypersack.errors import ConfigError, MissingDependencyError, TrialStopped
+from hypersack.validation import check_integer, check_number, is_finite
 
 try:
     import torch
@@ -76,22 +76,18 @@ class Settings:
 
 # ---- config ------------------------------------------------------------------------------------
 
-def _number(config: Mapping[str, Any], key: str, default: float,
-            ok: Callable[[float], bool], problem: str) -> float:
-    value = config.get(key, default)
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not ok(float(value)):
-        raise ConfigError(f"config.{key}", value, problem)
-    return float(value)
+def _number(config: Mapping[str, Any], key: str, default: float, **bounds: Any) -> float:
+    """``config[key]`` (``default`` when absent) as a float: a finite number within ``bounds``
+    (``check_number``'s ``low``, ``high``, ``low_open``, ``high_open``, ``hint``)."""
+    return check_number(f"config.{key}", config.get(key, default), **bounds)
 
 
 def _count(config: Mapping[str, Any], key: str, default: int) -> int:
     """A positive integer; integral floats (32.0) are accepted."""
     value = config.get(key, default)
-    integral = isinstance(value, numbers.Real) and not isinstance(value, bool) \
-        and float(value).is_integer()
-    if not integral or value < 1:
-        raise ConfigError(f"config.{key}", value, "must be an integer >= 1")
-    return int(value)
+    if is_finite(value) and float(value).is_integer():
+        value = int(value)
+    return check_integer(f"config.{key}", value, low=1)
 
 
 def _optimizer_name(config: Mapping[str, Any]) -> str:
@@ -104,20 +100,16 @@ def _optimizer_name(config: Mapping[str, Any]) -> str:
 def parse_settings(config: Mapping[str, Any], max_steps: int | None) -> Settings:
     """Validate the shared config keys; ``max_steps`` is the default number of epochs."""
     return Settings(
-        lr=_number(config, "lr", 1e-3, lambda v: v > 0, "must be a number > 0"),
-        weight_decay=_number(config, "weight_decay", 0.0, lambda v: v >= 0,
-                             "must be a number >= 0"),
+        lr=_number(config, "lr", 1e-3, low=0.0, low_open=True),
+        weight_decay=_number(config, "weight_decay", 0.0, low=0.0),
         batch_size=_count(config, "batch_size", 32),
         hidden=_count(config, "hidden", 64),
         optimizer=_optimizer_name(config),
-        momentum=_number(config, "momentum", 0.9, lambda v: 0 <= v < 1,
-                         "must be a number in [0, 1)"),
+        momentum=_number(config, "momentum", 0.9, low=0.0, high=1.0, high_open=True),
         epochs=_count(config, "epochs", max_steps if max_steps else 10),
-        dropout=_number(config, "dropout", 0.0, lambda v: 0 <= v < 1,
-                        "must be a number in [0, 1)"),
+        dropout=_number(config, "dropout", 0.0, low=0.0, high=1.0, high_open=True),
         lr_scaling=_choice(config, "lr_scaling", "auto", ("auto", "linear", "sqrt", "none")),
-        lr_warmup_epochs=_number(config, "lr_warmup_epochs", 1.0, lambda v: v >= 0,
-                                 "must be a number of epochs >= 0"),
+        lr_warmup_epochs=_number(config, "lr_warmup_epochs", 1.0, low=0.0, hint="(epochs)"),
     )
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from hypersack.errors import ConfigError
+from hypersack.validation import check_bool, check_integer
 from hypersack.fusion.optim import OptimizerConfig, Schedule
 from hypersack.fusion.task import FusableTask
 from hypersack.workloads.digits import (OPTIMIZERS, _count, _number, build_cnn, build_mlp,
@@ -45,26 +46,20 @@ def _optimizer_name(config: Mapping[str, Any]) -> str:
 
 
 def _flag(config: Mapping[str, Any], key: str) -> bool:
-    value = config.get(key, False)
-    if not isinstance(value, bool):
-        raise ConfigError(f"config.{key}", value, "must be true or false")
-    return value
+    return check_bool(f"config.{key}", config.get(key, False))
 
 
 def _schedule(config: Mapping[str, Any], epochs: int, steps_per_epoch: int) -> Schedule:
     kind = config.get("lr_schedule", "constant")
     if kind not in _SCHEDULES:
         raise ConfigError("config.lr_schedule", kind, f"must be one of {list(_SCHEDULES)}")
-    warmup = config.get("warmup_epochs", 0)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ConfigError("config.warmup_epochs", warmup, "must be an integer >= 0")
+    warmup = check_integer("config.warmup_epochs", config.get("warmup_epochs", 0), low=0)
     return Schedule(
         kind=kind, warmup_steps=warmup * steps_per_epoch,
         step_size=_count(config, "lr_step_epochs", 1) * steps_per_epoch,
-        gamma=_number(config, "lr_gamma", 0.1, lambda v: v > 0, "must be a number > 0"),
+        gamma=_number(config, "lr_gamma", 0.1, low=0.0, low_open=True),
         total_steps=epochs * steps_per_epoch,
-        min_factor=_number(config, "lr_min_factor", 0.0, lambda v: 0 <= v <= 1,
-                           "must be a number in [0, 1]"))
+        min_factor=_number(config, "lr_min_factor", 0.0, low=0.0, high=1.0))
 
 
 class DigitsFusedTask(FusableTask):

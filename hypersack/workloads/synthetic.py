@@ -107,12 +107,10 @@ class Workload:
 def parse_settings(config: Mapping[str, Any], max_steps: int | None) -> Settings:
     """Validate the shared keys of a config that already carries the workload's defaults."""
     return Settings(
-        lr=_number(config, "lr", 1e-3, lambda v: v > 0, "must be a number > 0"),
-        weight_decay=_number(config, "weight_decay", 0.0, lambda v: v >= 0,
-                             "must be a number >= 0"),
+        lr=_number(config, "lr", 1e-3, low=0.0, low_open=True),
+        weight_decay=_number(config, "weight_decay", 0.0, low=0.0),
         optimizer=_optimizer_name(config),
-        momentum=_number(config, "momentum", 0.9, lambda v: 0 <= v < 1,
-                         "must be a number in [0, 1)"),
+        momentum=_number(config, "momentum", 0.9, low=0.0, high=1.0, high_open=True),
         batch_size=_count(config, "batch_size", 32),
         epochs=_count(config, "epochs", max_steps if max_steps else 2),
         train_size=_count(config, "train_size", 1024),
@@ -120,7 +118,7 @@ def parse_settings(config: Mapping[str, Any], max_steps: int | None) -> Settings
 
 
 def dropout_rate(config: Mapping[str, Any]) -> float:
-    return _number(config, "dropout", 0.0, lambda v: 0 <= v < 1, "must be a number in [0, 1)")
+    return _number(config, "dropout", 0.0, low=0.0, high=1.0, high_open=True)
 
 
 def count(config: Mapping[str, Any], key: str, default: int) -> int:

@@ -30,11 +30,12 @@ from hypersack.core.algorithms.base import (NO_DECISION, Algorithm, Decision, St
                                             Suggestion, refuse_several_objectives,
                                             register_algorithm)
 from hypersack.core.algorithms.rung_model import build_rung_model
-from hypersack.core.algorithms.sha import (DONE, PAUSED, RUNNING, check_horizon, check_int,
+from hypersack.core.algorithms.sha import (DONE, PAUSED, RUNNING, check_horizon,
                                            objective_value)
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
+from hypersack.validation import INT53, check_integer
 
 __all__ = ["ASHA", "geometric_milestones"]
 
@@ -114,11 +115,12 @@ class ASHA(Algorithm):
         self._rung_model = build_rung_model(sampler, options, space, seed, min_points_in_model,
                                             random_fraction, self._feature)
         self.min_t, self.max_t = check_horizon(min_t, max_t)
-        self.rf = check_int("reduction_factor", reduction_factor, 2)
+        self.rf = check_integer("algorithm.reduction_factor", reduction_factor, low=2, high=INT53)
         if mode not in MODES:
             raise ConfigError("algorithm.mode", mode, f"must be one of {list(MODES)}")
         self.mode = mode
-        self.num_samples = None if num_samples is None else check_int("num_samples", num_samples, 1)
+        self.num_samples = (None if num_samples is None
+                            else check_integer("algorithm.num_samples", num_samples, low=1, high=INT53))
         self.milestones = [m for m in self._milestones() if m < self.max_t]
         self._rng = np.random.default_rng(seed)
         self._created = 0

@@ -7,6 +7,7 @@ from hypersack.core.algorithms.base import NO_DECISION, Algorithm, Suggestion, r
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
+from hypersack.validation import check_integer
 
 
 @register_algorithm("grid")
@@ -18,8 +19,7 @@ class GridSearch(Algorithm):
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0,
                  points_per_axis: int | None = None, repeat: int = 1):
         super().__init__(space, objective, seed)
-        if not isinstance(repeat, int) or repeat < 1:
-            raise ConfigError("algorithm.repeat", repeat, "must be an integer >= 1")
+        repeat = check_integer("algorithm.repeat", repeat, low=1)
         try:
             self._points = space.grid(points_per_axis)
         except ConfigError as exc:

@@ -16,11 +16,11 @@ from typing import Any, Mapping
 
 from hypersack.core.algorithms.base import register_algorithm
 from hypersack.core.algorithms.rung_model import build_rung_model
-from hypersack.core.algorithms.sha import (BracketSearch, check_horizon, check_int, floor_log,
+from hypersack.core.algorithms.sha import (BracketSearch, check_horizon, floor_log,
                                            round_steps)
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
-from hypersack.errors import ConfigError
+from hypersack.validation import INT53, check_integer, check_number
 
 __all__ = ["Hyperband", "hyperband_brackets", "hyperband_steps"]
 
@@ -35,11 +35,8 @@ def _exact_brackets(R: Fraction, eta: int) -> list[list[tuple[int, Fraction]]]:
 
 
 def _check_R_eta(R: Any, eta: Any) -> tuple[Fraction, int]:
-    if isinstance(eta, bool) or not isinstance(eta, int) or eta < 2:
-        raise ConfigError("eta", eta, "must be an integer >= 2")
-    if isinstance(R, bool) or not isinstance(R, (int, float, Fraction)) or not R >= 1 \
-            or R == float("inf"):
-        raise ConfigError("R", R, "must be a finite number >= 1")
+    eta = check_integer("eta", eta, low=2)
+    check_number("R", R, low=1.0)               # kept exact: an int, a float or a Fraction
     return Fraction(R), eta
 
 
@@ -80,8 +77,8 @@ class Hyperband(BracketSearch):
                  sampler: Any = None, options: Mapping[str, Any] | None = None,
                  min_points_in_model: int | None = None, random_fraction: float = 0.0):
         min_t, max_t = check_horizon(min_t, max_t)
-        eta = check_int("reduction_factor", reduction_factor, 2)
-        repeat = check_int("repeat", repeat, 1)
+        eta = check_integer("algorithm.reduction_factor", reduction_factor, low=2, high=INT53)
+        repeat = check_integer("algorithm.repeat", repeat, low=1, high=INT53)
         model = build_rung_model(sampler, options, space, seed, min_points_in_model,
                                  random_fraction, self._feature)
         super().__init__(space, objective, seed, hyperband_steps(min_t, max_t, eta) * repeat, model)

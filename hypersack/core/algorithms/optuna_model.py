@@ -47,6 +47,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from hypersack.core.space import Categorical, Constant, Domain, Float, Int, SearchSpace
 from hypersack.errors import ConfigError, MissingDependencyError
+from hypersack.validation import check_mapping
 
 __all__ = ["OptunaModel", "SamplerSpec", "import_optuna", "distribution", "parse_sampler",
            "sampler_names", "trial_sampler_seed", "REUSED"]
@@ -167,8 +168,7 @@ def parse_sampler(sampler: Any, options: Any = None, field: str = "algorithm") -
     if options is None:
         options = {}
     opt_field = f"{field}.options"
-    if not isinstance(options, Mapping):
-        raise ConfigError(opt_field, options, "must be a mapping of sampler options")
+    check_mapping(opt_field, options, what="a mapping of sampler options")
     if isinstance(sampler, str):
         parent = field.removesuffix(".sampler")
         return SamplerSpec(sampler, dict(options), field=parent, options_field=opt_field)

@@ -23,7 +23,6 @@ int axis is indexed on ``levels_per_axis`` grid points of its domain and categor
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -31,12 +30,13 @@ import numpy as np
 from hypersack.core.algorithms.base import Suggestion, register_algorithm
 from hypersack.core.algorithms.hyperband import hyperband_steps
 from hypersack.core.algorithms.sha import (DISCARDED, PAUSED, QUEUED, BracketSearch, SHBracket,
-                                           check_horizon, check_int, ranked)
+                                           check_horizon, ranked)
 from hypersack.core.objective import Objective
 from hypersack.core.packs import (METRICS, batch_size_packs, fusibility_key, pack_opt,
                                     random_packs)
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
+from hypersack.validation import INT53, check_choice, check_integer, check_limit
 
 __all__ = ["PackHyperband", "GROUPINGS"]
 
@@ -69,11 +69,7 @@ class PackBracket(SHBracket):
 def _check_threshold(value: Any) -> float:
     if value is None:
         return math.inf
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) \
-            or value < 0:
-        raise ConfigError("algorithm.threshold", value,
-                          "must be a number >= 0 (null or inf: no limit)")
-    return float(value)
+    return check_limit("algorithm.threshold", value, hint="(null or inf: no limit)")
 
 
 def _check_keys(name: str, value: Any, space: SearchSpace) -> tuple[str, ...]:
@@ -89,9 +85,7 @@ def _check_keys(name: str, value: Any, space: SearchSpace) -> tuple[str, ...]:
 
 
 def _check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise ConfigError(f"algorithm.{name}", value, f"must be one of {list(allowed)}")
-    return str(value)
+    return str(check_choice(f"algorithm.{name}", value, allowed))
 
 
 @register_algorithm("pack_hyperband")
@@ -118,11 +112,11 @@ class PackHyperband(BracketSearch):
                  levels_per_axis: int = 5, batch_key: str = "batch_size",
                  distance_keys: Sequence[str] | None = None, min_pack: int = 1):
         min_t, max_t = check_horizon(min_t, max_t)
-        eta = check_int("reduction_factor", reduction_factor, 2)
-        repeat = check_int("repeat", repeat, 1)
+        eta = check_integer("algorithm.reduction_factor", reduction_factor, low=2, high=INT53)
+        repeat = check_integer("algorithm.repeat", repeat, low=1, high=INT53)
         self.grouping = _check_choice("grouping", grouping, GROUPINGS)
-        self.max_pack = check_int("max_pack", max_pack, 1)
-        self.min_pack = check_int("min_pack", min_pack, 1)
+        self.max_pack = check_integer("algorithm.max_pack", max_pack, low=1, high=INT53)
+        self.min_pack = check_integer("algorithm.min_pack", min_pack, low=1, high=INT53)
         if self.min_pack > self.max_pack:
             raise ConfigError("algorithm.min_pack", min_pack, f"must be <= max_pack ({max_pack})")
         self.threshold = _check_threshold(threshold)
@@ -130,7 +124,7 @@ class PackHyperband(BracketSearch):
         self.distance_keys = tuple(k for k in space if k not in self.fusibility_keys) \
             if distance_keys is None else _check_keys("distance_keys", distance_keys, space)
         self.metric = _check_choice("metric", metric, METRICS)
-        self.levels_per_axis = check_int("levels_per_axis", levels_per_axis, 2)
+        self.levels_per_axis = check_integer("algorithm.levels_per_axis", levels_per_axis, low=2, high=INT53)
         if grouping == "batch_size" and batch_key not in space:
             raise ConfigError("algorithm.batch_key", batch_key,
                               f"must name a parameter of the search space {sorted(space)}")

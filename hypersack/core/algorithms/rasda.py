@@ -22,10 +22,11 @@ from typing import Any, Mapping
 
 from hypersack.core.algorithms.asha import ASHA, geometric_milestones
 from hypersack.core.algorithms.base import Decision, Suggestion, register_algorithm
-from hypersack.core.algorithms.sha import check_horizon, check_int
+from hypersack.core.algorithms.sha import check_horizon
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
+from hypersack.validation import INT53, check_integer, check_number, check_positive
 
 __all__ = ["RASDA", "rasda_schedule", "lr_rule", "lr_scale", "scaled_lr", "warmup_factor"]
 
@@ -43,9 +44,10 @@ def rasda_schedule(min_t: int, max_t: int, sf: int = 2, base_resources: int = 1,
     a milestone, the last entry is ``(max_t, ...)`` after the milestones below it.
     """
     min_t, max_t = check_horizon(min_t, max_t)
-    sf = check_int("sf", sf, 2)
-    base = check_int("base_resources", base_resources, 1)
-    cap = None if max_resources is None else check_int("max_resources", max_resources, base)
+    sf = check_integer("algorithm.sf", sf, low=2, high=INT53)
+    base = check_integer("algorithm.base_resources", base_resources, low=1, high=INT53)
+    cap = None if max_resources is None else check_integer("algorithm.max_resources",
+                                                           max_resources, low=base, high=INT53)
     stops = [m for m in geometric_milestones(min_t, max_t, sf) if m < max_t] + [max_t]
     return [(m, _capped(base * sf**k, cap)) for k, m in enumerate(stops)]
 
@@ -65,10 +67,12 @@ class RASDA(ASHA):
                  max_t: int = 40, sf: int = 2, rf: int = 2, base_resources: int = 1,
                  max_resources: int | None = None, mode: str = "stop",
                  num_samples: int | None = None):
-        self.sf = check_int("sf", sf, 2)
-        self.base_resources = check_int("base_resources", base_resources, 1)
+        self.sf = check_integer("algorithm.sf", sf, low=2, high=INT53)
+        self.base_resources = check_integer("algorithm.base_resources", base_resources,
+                                            low=1, high=INT53)
         self.max_resources = (None if max_resources is None
-                              else check_int("max_resources", max_resources, self.base_resources))
+                              else check_integer("algorithm.max_resources", max_resources,
+                                                 low=self.base_resources, high=INT53))
         try:
             super().__init__(space, objective, seed, min_t=min_t, max_t=max_t,
                              reduction_factor=rf, mode=mode, num_samples=num_samples)
@@ -160,10 +164,7 @@ def lr_scale(workers: int, rule: str) -> float:
 def scaled_lr(base_lr: float, workers: int, optimizer: str) -> float:
     """``base_lr`` (tuned for one worker) scaled for ``workers``: linear for SGD (Goyal et al.),
     square root for Adam (Malladi et al.)."""
-    if isinstance(base_lr, bool) or not isinstance(base_lr, (int, float)) \
-            or not math.isfinite(base_lr) or base_lr <= 0:
-        raise ConfigError("base_lr", base_lr, "must be a finite number > 0")
-    return float(base_lr) * lr_scale(workers, lr_rule(optimizer))
+    return check_positive("base_lr", base_lr) * lr_scale(workers, lr_rule(optimizer))
 
 
 def warmup_factor(step_in_epochs: float, warmup_epochs: float, workers: int, rule: str,
@@ -174,9 +175,7 @@ def warmup_factor(step_in_epochs: float, warmup_epochs: float, workers: int, rul
     ``warmup_epochs`` (0: at once) and stays there. Epochs may be fractional.
     """
     for name, value in (("step_in_epochs", step_in_epochs), ("warmup_epochs", warmup_epochs)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value < 0:
-            raise ConfigError(name, value, "must be a finite number of epochs >= 0")
+        check_number(name, value, low=0.0, hint="(epochs)")
     start = lr_scale(_check_workers("from_workers", from_workers), rule)
     end = lr_scale(workers, rule)
     if warmup_epochs == 0 or step_in_epochs >= warmup_epochs:
@@ -185,6 +184,4 @@ def warmup_factor(step_in_epochs: float, warmup_epochs: float, workers: int, rul
 
 
 def _check_workers(name: str, workers: Any) -> int:
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigError(name, workers, "must be an integer >= 1")
-    return workers
+    return check_integer(name, workers, low=1)

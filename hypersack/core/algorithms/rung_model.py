@@ -17,6 +17,7 @@ import numpy as np
 
 from hypersack.core.algorithms.optuna_model import OptunaModel, SamplerSpec
 from hypersack.core.space import SearchSpace
+from hypersack.validation import INT53, check_integer, check_probability
 
 __all__ = ["RungModel"]
 
@@ -105,15 +106,12 @@ def build_rung_model(sampler: Any, options: Mapping[str, Any] | None, space: Sea
     """The rung model a multi-fidelity algorithm's ``sampler`` option asks for (None: none).
     ``min_points`` defaults to the number of searched parameters + 1 (BOHB's choice)."""
     from hypersack.core.algorithms.optuna_model import parse_sampler
-    from hypersack.core.algorithms.sha import check_int
     from hypersack.core.space import Constant
-    from hypersack.errors import ConfigError
     if sampler is None:
         return None
-    if isinstance(random_fraction, bool) or not isinstance(random_fraction, (int, float)) \
-            or not 0 <= random_fraction <= 1:
-        raise ConfigError("algorithm.random_fraction", random_fraction, "must be in [0, 1]")
+    fraction = check_probability("algorithm.random_fraction", random_fraction)
     searched = sum(not isinstance(d, Constant) for d in space.values())
-    points = check_int("min_points_in_model", searched + 1 if min_points is None else min_points, 1)
+    points = check_integer("algorithm.min_points_in_model",
+                           searched + 1 if min_points is None else min_points, low=1, high=INT53)
     return RungModel(parse_sampler(sampler, options), space, seed, points,
-                     float(random_fraction), feature)
+                     fraction, feature)

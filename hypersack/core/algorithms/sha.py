@@ -27,9 +27,10 @@ from hypersack.core.algorithms.base import (NO_DECISION, Algorithm, Decision, Su
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
+from hypersack.validation import INT53, check_integer
 
 __all__ = ["SuccessiveHalving", "BracketSearch", "SHBracket", "sha_rungs", "floor_log",
-           "objective_value", "check_int", "check_horizon"]
+           "objective_value", "check_horizon"]
 
 # Per-trial status inside a bracket.
 RUNNING = "running"      # training towards its rung's milestone
@@ -41,25 +42,10 @@ DONE = "done"            # ended (complete, pruned or failed)
 
 # ---- shared validation and small helpers ------------------------------------------------------
 
-MAX_INT = 2 ** 53   # beyond, steps and counts are not exact as floats (and 10**400 took 30 s)
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """``value`` as an int in [``minimum``, 2**53], else ConfigError naming ``algorithm.<name>``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"algorithm.{name}", value, "must be an integer")
-    if value < minimum:
-        raise ConfigError(f"algorithm.{name}", value, f"must be >= {minimum}")
-    if value > MAX_INT:
-        raise ConfigError(f"algorithm.{name}", f"{value:.3g}" if value < 10 ** 300 else "an integer of "
-                          f"{len(str(value))} digits", f"must be <= 2**53 ({MAX_INT})")
-    return int(value)
-
-
 def check_horizon(min_t: Any, max_t: Any) -> tuple[int, int]:
     """Validated ``(min_t, max_t)`` in steps: 1 <= min_t <= max_t."""
-    min_t = check_int("min_t", min_t, 1)
-    max_t = check_int("max_t", max_t, 1)
+    min_t = check_integer("algorithm.min_t", min_t, low=1, high=INT53)
+    max_t = check_integer("algorithm.max_t", max_t, low=1, high=INT53)
     if max_t < min_t:
         raise ConfigError("algorithm.max_t", max_t, f"must be >= min_t ({min_t})")
     return min_t, max_t
@@ -328,7 +314,7 @@ class SuccessiveHalving(BracketSearch):
 
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, n: int = 27,
                  min_t: int = 1, max_t: int = 27, reduction_factor: int = 3):
-        n = check_int("n", n, 1)
+        n = check_integer("algorithm.n", n, low=1, high=INT53)
         min_t, max_t = check_horizon(min_t, max_t)
-        eta = check_int("reduction_factor", reduction_factor, 2)
+        eta = check_integer("algorithm.reduction_factor", reduction_factor, low=2, high=INT53)
         super().__init__(space, objective, seed, [sha_rungs(n, min_t, max_t, eta)])

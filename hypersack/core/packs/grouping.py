@@ -23,13 +23,13 @@ pack is a trial that runs alone. Every function is deterministic given its ``see
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
 from hypersack.errors import ConfigError
-from hypersack.validation import is_finite, is_number
+from hypersack.validation import (check_choice, check_integer, check_limit, check_number,
+                                  check_positive, is_number)
 
 __all__ = ["fusibility_key", "group_by_key", "member_cap", "encode_configs", "distance_matrix",
            "pack_opt", "random_packs", "batch_size_packs", "METRICS"]
@@ -73,12 +73,9 @@ def member_cap(capacity_bytes: float, per_member_bytes: float, base_bytes: float
     (data set, framework context). A member that does not fit even alone still gets a pack of 1:
     whether it fits the device at all is the placement policy's question, not packing's.
     """
-    for name, value in (("capacity_bytes", capacity_bytes), ("per_member_bytes", per_member_bytes),
-                        ("base_bytes", base_bytes)):
-        if not is_finite(value) or value < 0:
-            raise ConfigError(f"packing.{name}", value, "must be a finite number >= 0")
-    if per_member_bytes <= 0:
-        raise ConfigError("packing.per_member_bytes", per_member_bytes, "must be > 0")
+    check_number("packing.capacity_bytes", capacity_bytes, low=0.0)
+    check_positive("packing.per_member_bytes", per_member_bytes)
+    check_number("packing.base_bytes", base_bytes, low=0.0)
     return max(1, int((capacity_bytes - base_bytes) // per_member_bytes))
 
 
@@ -124,8 +121,7 @@ def distance_matrix(configs: Sequence[Mapping[str, Any]], keys: Sequence[str] | 
                     levels: Mapping[str, Sequence[Any]] | None = None,
                     metric: str = "euclidean") -> np.ndarray:
     """Pairwise distances ``[n, n]`` between configs (see the module docstring)."""
-    if metric not in METRICS:
-        raise ConfigError("packing.metric", metric, f"must be one of {list(METRICS)}")
+    check_choice("packing.metric", metric, METRICS)
     codes, numeric = encode_configs(configs, keys, levels)
     diff = np.abs(codes[:, None, :] - codes[None, :, :])
     diff[:, :, ~numeric] = (diff[:, :, ~numeric] > 0).astype(float)
@@ -140,10 +136,8 @@ class _Cap:
 
     def __init__(self, n: int, max_members: int | None, member_memory: Sequence[float] | None,
                  capacity: float | None):
-        if max_members is not None and (isinstance(max_members, bool)
-                                        or not isinstance(max_members, numbers.Integral)
-                                        or max_members < 1):
-            raise ConfigError("packing.max_members", max_members, "must be an integer >= 1")
+        if max_members is not None:
+            check_integer("packing.max_members", max_members, low=1)
         if (member_memory is None) != (capacity is None):
             raise ConfigError("packing.capacity", capacity,
                               "must be given together with member_memory (both or neither)")
@@ -151,11 +145,9 @@ class _Cap:
             if len(member_memory) != n:
                 raise ConfigError("packing.member_memory", list(member_memory),
                                   f"must hold one number per config ({n})")
-            if not all(is_number(m) and m >= 0 for m in member_memory):
-                raise ConfigError("packing.member_memory", list(member_memory),
-                                  "must hold numbers >= 0")
-            if not is_number(capacity) or capacity <= 0:
-                raise ConfigError("packing.capacity", capacity, "must be a number > 0")
+            for i, memory in enumerate(member_memory):
+                check_number(f"packing.member_memory[{i}]", memory, low=0.0)
+            check_positive("packing.capacity", capacity)
         self.max_members = max_members
         self.memory = member_memory
         self.capacity = capacity
@@ -181,8 +173,7 @@ def _fill(order: Sequence[int], cap: _Cap) -> list[list[int]]:
 
 
 def _check_threshold(threshold: float) -> None:
-    if not is_number(threshold) or math.isnan(threshold) or threshold < 0:
-        raise ConfigError("packing.threshold", threshold, "must be a number >= 0 (inf: no limit)")
+    check_limit("packing.threshold", threshold)
 
 
 # ---- pack_opt and baselines --------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from hypersack.core.allocator import Demand
 from hypersack.core.packs.grouping import member_cap
 from hypersack.errors import ConfigError
+from hypersack.validation import check_integer
 
 __all__ = ["EXECUTION_MODES", "runs_fused", "pack_cap", "PACK_HEADROOM", "member_demand", "group_key", "PackSeats",
            "choose_pack", "PackPolicy", "Seat", "PackBook"]
@@ -63,9 +64,7 @@ def runs_fused(mode: str, accepts: Callable[[], bool], pack_size: int | None = N
 
 
 def _check_max_members(max_members: Any) -> int:
-    if isinstance(max_members, bool) or not isinstance(max_members, int) or max_members < 1:
-        raise ConfigError("pack.max_members", max_members, "must be an integer >= 1")
-    return max_members
+    return check_integer("pack.max_members", max_members, low=1)
 
 
 def pack_cap(max_members: int, free: float | None, per_member: float | None,

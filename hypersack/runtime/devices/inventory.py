@@ -21,7 +21,6 @@ Three sources, one result:
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 import socket
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, cast
 
 from hypersack.errors import ConfigError, MissingDependencyError
+from hypersack.validation import check_integer, check_mapping, check_positive
 from hypersack.runtime.devices.nvml import DeviceInfo, NvmlSource, NvmlUnavailable
 
 __all__ = ["DEFAULT_OVERSUBSCRIPTION", "FALLBACK_OVERSUBSCRIPTION", "CPU_ARCH", "arch_from_name",
@@ -78,16 +78,10 @@ def oversubscription_for(arch: str, overrides: Mapping[str, float] | None = None
 def _check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, float]:
     if overrides is None:
         return {}
-    if not isinstance(overrides, Mapping):
-        raise ConfigError("oversubscription", overrides,
-                          "must be a mapping of architecture name to ratio, e.g. {'A100': 3}")
-    out = {}
-    for arch, ratio in overrides.items():
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) \
-                or not math.isfinite(ratio) or ratio <= 0:
-            raise ConfigError(f"oversubscription.{arch}", ratio, "must be a positive number")
-        out[str(arch)] = float(ratio)
-    return out
+    check_mapping("oversubscription", overrides,
+                  what="a mapping of architecture name to ratio, e.g. {'A100': 3}")
+    return {str(arch): check_positive(f"oversubscription.{arch}", ratio)
+            for arch, ratio in overrides.items()}
 
 
 def visible_devices(devices: Iterable[DeviceInfo], cuda_visible: str | None) -> list[DeviceInfo]:
@@ -168,8 +162,7 @@ def cluster_from_cpu(*, slots: int | None = None, cpus: int | None = None,
     """A GPU-less machine as one node of ``slots`` pseudo-GPUs (see the module docstring)."""
     cpus = cpus or os.cpu_count() or 1
     slots = cpus if slots is None else slots
-    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-        raise ConfigError("workers", slots, "must be a positive whole number of CPU slots")
+    check_integer("workers", slots, low=1, hint="(CPU slots)")
     share = round((host_memory_gb() if memory_gb is None else memory_gb) / slots, 3)
     p = _placement()
     gpus = [p.GPU(id=f"cpu{i}", arch=CPU_ARCH, memory_gb=share, oversubscription=1.0)

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping
 
 from hypersack.core.demand import DEFAULT_CONTEXT_GB, history_demand, memory_floor_after_oom
 from hypersack.errors import ConfigError, StorageError
+from hypersack.validation import check_integer
 from hypersack.runtime.devices.profiler import Profile
 
 __all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB",
@@ -97,8 +98,7 @@ def profile_key(trainable_name: str, config: Mapping[str, Any], model_keys: Iter
                 arch: str, batch_key: str = "batch_size") -> ProfileKey:
     """The history key of one trial's config on one architecture."""
     batch = config.get(batch_key, 0)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 0:
-        raise ConfigError(f"config.{batch_key}", batch, "must be a whole number >= 0 to key profiles")
+    check_integer(f"config.{batch_key}", batch, low=0, hint="(it keys the profiles)")
     return ProfileKey(signature(trainable_name, config, model_keys), batch, arch)
 
 

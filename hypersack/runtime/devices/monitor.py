@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from hypersack.core.trial import DeviceAdded, DeviceLost
-from hypersack.errors import ConfigError
+from hypersack.validation import check_integer, check_positive
 from hypersack.runtime.devices.inventory import gpu_from_device, visible_devices
 from hypersack.runtime.devices.nvml import DeviceInfo, GIB
 
@@ -70,10 +70,8 @@ class DeviceMonitor:
                  oversubscription: Mapping[str, float] | None = None,
                  cuda_visible: str | None = None, misses_to_lose: int = 1,
                  history: int = 3600, clock: Callable[[], float] = time.monotonic):
-        if not isinstance(interval_s, (int, float)) or isinstance(interval_s, bool) or interval_s <= 0:
-            raise ConfigError("monitor.interval_s", interval_s, "must be a positive number of seconds")
-        if isinstance(misses_to_lose, bool) or not isinstance(misses_to_lose, int) or misses_to_lose < 1:
-            raise ConfigError("monitor.misses_to_lose", misses_to_lose, "must be an integer >= 1")
+        check_positive("monitor.interval_s", interval_s, hint="(seconds)")
+        check_integer("monitor.misses_to_lose", misses_to_lose, low=1)
         self.source = source
         self.node_id = node_id
         self.interval_s = float(interval_s)

@@ -34,7 +34,8 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from hypersack.errors import ConfigError, HyperSackError
+from hypersack.errors import HyperSackError
+from hypersack.validation import check_number
 
 __all__ = ["MpsDaemon", "MpsUnavailableWarning", "MPS_CONTROL"]
 
@@ -106,9 +107,8 @@ class MpsDaemon:
     def env_for(self, job_share_percent: float) -> dict[str, str]:
         """Environment for one worker whose job gets ``job_share_percent`` (0 < x <= 100) of a
         GPU's compute. Empty when MPS is off (time slicing needs no variables)."""
-        if isinstance(job_share_percent, bool) or not isinstance(job_share_percent, (int, float)) \
-                or not math.isfinite(job_share_percent) or not 0 < job_share_percent <= 100:
-            raise ConfigError("compute_share", job_share_percent, "must be a percentage in (0, 100]")
+        check_number("compute_share", job_share_percent, low=0.0, low_open=True, high=100.0,
+                     hint="(a percentage)")
         if not self.active:
             return {}
         return {"CUDA_MPS_PIPE_DIRECTORY": self._pipe_env,

@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hypersack.errors import ConfigError, HyperSackError
+from hypersack.errors import HyperSackError
+from hypersack.validation import check_integer
 
 __all__ = ["Profile", "Sampler", "NullSampler", "UtilizationSampler",
            "ProfilingError"]
@@ -135,8 +136,7 @@ class Sampler:
                  utilization: Callable[[], float | None] | None = None,
                  util_interval_s: float = 0.05):
         for name, value, low in (("iterations", iterations, 1), ("warmup", warmup, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"profiling.{name}", value, f"must be an integer >= {low}")
+            check_integer(f"profiling.{name}", value, low=low)
         self.iterations, self.warmup, self.device = iterations, warmup, device
         gpu = device.startswith("cuda")
         self.arch = arch or (_cuda_arch(device) if gpu else "cpu")

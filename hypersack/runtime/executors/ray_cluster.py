@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from typing import Any, Iterator
 
-from hypersack.errors import ConfigError
+from hypersack.validation import check_integer
 from hypersack.runtime.executors.ray import require_ray
 
 __all__ = ["local_cluster"]
@@ -35,8 +35,7 @@ def local_cluster(nodes: int = 2, cpus: int = 1, gpus: int = 0, *, connect: bool
     nodes read it there), e.g. ``{"health_check_period_ms": 500}``. A start that fails is
     retried once from scratch; ConfigError for a bad ``nodes``, ``cpus`` or ``gpus``."""
     for name, value, low in (("nodes", nodes, 1), ("cpus", cpus, 0), ("gpus", gpus, 0)):
-        if not isinstance(value, int) or value < low:
-            raise ConfigError(name, value, f"must be an integer >= {low}")
+        check_integer(name, value, low=low)
     ray = require_ray()
     folder = tempfile.mkdtemp(prefix="hsray", dir="/tmp")     # short: Ray's socket paths
     saved = os.environ.get("RAY_TMPDIR")

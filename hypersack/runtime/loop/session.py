@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -16,6 +15,7 @@ from hypersack.core.controller import Controller
 from hypersack.core.objective import Objective
 from hypersack.core.spec import StudySpec, check_resumable
 from hypersack.errors import ConfigError
+from hypersack.validation import check_mapping, check_name, check_number
 from hypersack.runtime.loop.run import build_controller
 from hypersack.runtime.storage.sqlite import Storage
 
@@ -89,11 +89,10 @@ def told_metrics(value: Any, objective: Objective) -> dict[str, float]:
 
 def check_metrics(field: str, metrics: Any) -> dict[str, float]:
     """A mapping of metric names to finite numbers, as a dict."""
-    if not isinstance(metrics, Mapping) or not metrics:
-        raise ConfigError(field, metrics, "must be a non-empty mapping of metric names to numbers")
-    for name, value in metrics.items():
-        if not isinstance(name, str) or isinstance(value, bool) \
-                or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(f"{field}.{name}", value, "must be a finite number")
-    return {name: float(value) for name, value in metrics.items()}
+    what = "a non-empty mapping of metric names to numbers"
+    if not check_mapping(field, metrics, what=what):        # a mapping, but an empty one
+        raise ConfigError(field, metrics, f"must be {what}")
+    for name in metrics:
+        check_name(f"{field} (a metric name)", name)
+    return {name: check_number(f"{field}.{name}", value) for name, value in metrics.items()}
 

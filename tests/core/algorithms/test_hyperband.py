@@ -253,7 +253,7 @@ def test_bad_options_name_the_field_and_value(spec, field, value):
 def test_error_message_reads_like_the_others():
     with pytest.raises(ConfigError) as exc:
         make_algorithm({"type": "hyperband", "reduction_factor": 1}, SPACE, OBJ)
-    assert str(exc.value) == "The value of algorithm.reduction_factor is 1, but must be >= 2"
+    assert str(exc.value) == "The value of algorithm.reduction_factor is 1, but must be an integer in [2, 2**53]"
 
 
 def test_built_from_yaml_style_specs():

@@ -109,7 +109,7 @@ def test_options_and_errors():
         with pytest.raises(ConfigError) as exc:
             make_algorithm({"type": "rasda", **options}, SPACE, OBJ)
         assert exc.value.field == field, options
-    with pytest.raises(ConfigError, match="The value of algorithm.rf is 1, but must be >= 2"):
+    with pytest.raises(ConfigError, match=r"The value of algorithm.rf is 1, but must be an integer in \[2, 2\*\*53\]"):
         rasda(rf=1)
 
 
