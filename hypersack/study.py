@@ -401,7 +401,7 @@ class Study:
             with prepare_driver(self.spec, cluster, store, trainable_name=ref.key,
                                 fuses=plan.fuses if plan else None) as machine:
                 yield assemble(self.spec, algorithm, executor, store, row, resume=resume,
-                               services=machine, packs=plan, inventory=cluster), view
+                               services=machine, packs=plan, inventory=machine.cluster), view
 
     @contextlib.contextmanager
     def _assembled_here(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,

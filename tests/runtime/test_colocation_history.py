@@ -249,3 +249,37 @@ def test_decisions_are_kept_with_the_study_and_reach_the_report(tmp_path):
     assert kinds[("execution", "batch_size=None, width=16")].endswith("-> exclusive")
     assert "fills the GPU alone" in kinds[("execution", "batch_size=None, width=16")]
     assert p["extra"]["decisions"] == noted
+
+
+def test_a_ray_run_places_on_the_inventory_auto_scaled(tmp_path, monkeypatch):
+    """On Ray, ``oversubscription: auto`` scales the inventory the agents found (the driver's
+    half, ``prepare_driver``) and the controller places on that scaled inventory, not on the
+    executor's r = 1 (a bug found in stop 32: the Ray path handed over the unscaled cluster)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import hypersack
+    import hypersack.study as study_module
+    from hypersack.placement import GPU, Cluster, Node
+    from hypersack.runtime.executors import ray as ray_module
+    found = Cluster([Node("n0", 16, (GPU("gpu0", "H100", 80.0),))])
+
+    @contextlib.contextmanager
+    def agents(*args, **kwargs):
+        yield SimpleNamespace(inventory=lambda: found)
+    handed: dict = {}
+
+    def assemble(spec, algorithm, executor, store, row, **kwargs):
+        handed.update(kwargs)
+        return "assembly"
+    monkeypatch.setattr(ray_module, "ray_executor", agents)
+    monkeypatch.setattr(study_module, "assemble", assemble)
+    study = hypersack.Study(name="ray-auto", trainable="tests.trainables:quadratic",
+                            space={"x": {"type": "float", "low": 0.0, "high": 1.0}},
+                            objective=("loss", "min"), n_trials=1, oversubscription="auto")
+    with study._assembled_on_ray(tmp_path / "s.db", None, SimpleNamespace(key="t"), None, None,
+                                 False, tmp_path, lambda i: tmp_path, "none", None) as (done, _):
+        assert done == "assembly"
+    (_, gpu), = handed["inventory"].gpus()
+    assert gpu.oversubscription == 2.5                # the paper's H100 ratio: no history yet
+    assert found.nodes[0].gpus[0].oversubscription == 1.0
