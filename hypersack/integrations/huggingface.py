@@ -74,7 +74,7 @@ def unpack_folder(files: Mapping[str, bytes], folder: Path) -> Path:
     return folder
 
 
-class HyperSackCallback(transformers.TrainerCallback):  # type: ignore[misc]
+class HyperSackCallback(transformers.TrainerCallback):
     """``ctx``: the trial's context; ``monitor``: the metric the study optimises (HF names
     evaluation metrics ``eval_*``); ``step``: "epoch" or "global_step"; ``checkpoint_every``:
     checkpoint every n-th evaluation (0: never). See the module for the contract."""

@@ -60,7 +60,7 @@ def scalar_metrics(metrics: Any) -> dict[str, float]:
     return out
 
 
-class HyperSackCallback(pl.Callback):  # type: ignore[misc]
+class HyperSackCallback(pl.Callback):
     """``ctx``: the trial's context; ``monitor``: the metric the study optimises (reported with
     the others); ``step``: "epoch" or "global_step"; ``checkpoint_every``: checkpoint every n-th
     report (0: never). See the module for the contract."""
