@@ -1,4 +1,4 @@
-"""The logging integrations (issue 31): TensorBoard and MLflow callbacks, offline."""
+"""The logging integrations (issue 31): TensorBoard, MLflow and W&B callbacks, offline."""
 from __future__ import annotations
 
 import struct
@@ -83,11 +83,105 @@ def test_mlflow_logs_a_run_per_trial_to_a_local_file_store(tmp_path):
 
 
 @pytest.mark.parametrize("module, cls, extra", [("tensorboard", "TensorBoardCallback", "tensorboard"),
-                                                ("mlflow", "MLflowCallback", "mlflow")])
+                                                ("mlflow", "MLflowCallback", "mlflow"),
+                                                ("wandb", "WandbCallback", "wandb")])
 def test_a_missing_package_names_the_extra(monkeypatch, module, cls, extra):
     import importlib
-    for name in ("tensorboardX", "mlflow", "mlflow.tracking", "mlflow.entities"):
+    for name in ("tensorboardX", "mlflow", "mlflow.tracking", "mlflow.entities", "wandb"):
         monkeypatch.setitem(sys.modules, name, None)      # import fails
     callback = getattr(importlib.import_module(f"hypersack.integrations.{module}"), cls)
     with pytest.raises(MissingDependencyError, match=rf"hypersack\[{extra}\]"):
         callback()
+
+
+# ---- Weights & Biases ---------------------------------------------------------------------------
+
+def _wandb_records(path: Path) -> list:
+    """The records of a ``.wandb`` file: a 7-byte header, then LevelDB-log blocks of 32 KiB whose
+    chunks (crc, length, kind: 1 full, 2 first, 3 middle, 4 last) hold protobuf Records."""
+    from wandb.proto import wandb_internal_pb2
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    at, out, chunk = 7, [], b""
+    while at + 7 <= len(data):
+        left = 32768 - at % 32768
+        _, length, kind = struct.unpack("<IHB", data[at:at + 7]) if left >= 7 else (0, 0, 0)
+        if left < 7 or (kind == 0 and length == 0):
+            at += left
+            continue
+        chunk += data[at + 7:at + 7 + length]
+        at += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunk)
+            out.append(record)
+            chunk = b""
+    return out
+
+
+def _wandb_runs(folder: Path) -> dict[str, dict]:
+    """Each offline run under ``folder`` by name: group, tags, config, history {key: [(step,
+    value)]}, summary and exit code (the last of each)."""
+    import json
+    runs = {}
+    for path in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):
+        run = {"history": {}, "summary": {}, "config": {}, "exit": None}
+        for record in _wandb_records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                run.update(name=record.run.display_name, group=record.run.run_group,
+                           tags=list(record.run.tags))
+                run["config"].update({i.key: json.loads(i.value_json) for i in record.run.config.update
+                                      if i.key != "_wandb"})
+            elif kind == "history":
+                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                         for i in record.history.item}
+                for key, value in items.items():
+                    if not key.startswith("_"):
+                        run["history"].setdefault(key, []).append((items["_step"], value))
+            elif kind == "summary":
+                run["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                                       for i in record.summary.update})
+            elif kind == "exit":
+                run["exit"] = record.exit.exit_code
+        runs[run["name"]] = run
+    return runs
+
+
+def test_wandb_writes_an_offline_run_per_trial_with_metrics_by_step_and_the_end_state(tmp_path):
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install 'hypersack[wandb]')")
+    from hypersack.integrations.wandb import WandbCallback
+    _drive(WandbCallback(tags=["nightly"]), _study(tmp_path))
+    runs = _wandb_runs(tmp_path / "hypersack-runs" / "wandb")
+    assert sorted(runs) == ["trial-00000", "trial-00001"]
+    done, failed = runs["trial-00000"], runs["trial-00001"]
+    assert done["config"] == {"lr": 0.1, "opt": "adam", "sizes": "[1, 2]"} and done["group"] == "demo"
+    assert done["history"]["loss"] == [(1, 0.5), (2, 0.25)] and done["history"]["acc"][-1] == (2, 0.8)
+    assert done["summary"]["hypersack.state"] == "complete" and done["exit"] == 0
+    assert done["tags"] == ["nightly", "complete"]
+    assert failed["summary"]["hypersack.state"] == "failed" and failed["exit"] == 1
+    assert failed["summary"]["hypersack.error"] == "boom"
+
+
+@pytest.mark.slow
+def test_wandb_logs_every_trial_of_a_real_study(tmp_path):
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install 'hypersack[wandb]')")
+    import hypersack
+    from hypersack.integrations.wandb import WandbCallback
+    study = hypersack.Study(name="wb", space={"x": hypersack.Categorical([1.0, 2.0])},
+                            objective=("score", "max"), n_trials=2, workers=1, algorithm="grid",
+                            storage=tmp_path / "s.db", callbacks=[WandbCallback(dir=tmp_path / "w")])
+    study.run("ecosystem_trainables:checkpoints_each_step", progress=False)
+    runs = _wandb_runs(tmp_path / "w")
+    assert {name: run["config"]["x"] for name, run in runs.items()} == {"trial-00000": 1.0,
+                                                                        "trial-00001": 2.0}
+    assert runs["trial-00001"]["history"]["score"] == [(s, 2.0 * s) for s in (1, 2, 3, 4)]
+    assert all(run["summary"]["hypersack.state"] == "complete" for run in runs.values())
+
+
+def test_wandb_refuses_an_unknown_mode_naming_it():
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install 'hypersack[wandb]')")
+    from hypersack.errors import ConfigError
+    from hypersack.integrations.wandb import WandbCallback
+    with pytest.raises(ConfigError, match="mode"):
+        WandbCallback(mode="cloud")

@@ -1,5 +1,5 @@
-"""Logging integrations: study callbacks (``hypersack.callbacks``) that write each trial to a
-tracking tool, offline by default.
+"""Integrations. Logging: study callbacks (``hypersack.callbacks``) that write each trial to a
+tracking tool, offline by default. Training frameworks: callbacks that run inside a trial.
 
 - :class:`~hypersack.integrations.tensorboard.TensorBoardCallback` (``pip install
   'hypersack[tensorboard]'``: tensorboardX): one TensorBoard run per trial, every reported
@@ -7,9 +7,16 @@ tracking tool, offline by default.
 - :class:`~hypersack.integrations.mlflow.MLflowCallback` (``pip install 'hypersack[mlflow]'``):
   one MLflow run per trial in an experiment named after the study, params, metrics by step,
   tags; a local file store by default.
+- :class:`~hypersack.integrations.wandb.WandbCallback` (``pip install 'hypersack[wandb]'``): one
+  W&B run per trial, config, metrics by step, the end state in the summary; offline by default.
+- ``hypersack.integrations.lightning.HyperSackCallback`` (``pip install 'hypersack[lightning]'``)
+  and ``hypersack.integrations.huggingface`` (``HyperSackCallback``, ``HFTrainable``,
+  ``run_hf_search``; ``pip install 'hypersack[huggingface]'``): a Lightning or transformers
+  Trainer inside ``train(config, ctx)`` reports, checkpoints and stops through ``ctx``. These
+  import their framework when imported (MissingDependencyError naming the extra without it).
 
-Each is built in the driver (a missing package raises MissingDependencyError naming the extra
-at once) and runs on the callbacks' thread.
+Each logging callback is built in the driver (a missing package raises MissingDependencyError
+naming the extra at once) and runs on the callbacks' thread.
 """
 from __future__ import annotations
 
