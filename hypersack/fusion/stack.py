@@ -149,7 +149,7 @@ class StackOptions:
             raise ConfigError("pack.capacity", self.capacity, "must be an integer >= 1")
         if self.engine not in ENGINES:
             raise ConfigError("pack.engine", self.engine, f"must be one of {list(ENGINES)}")
-        check_precision(self.precision)
+        check_precision(self.precision, "pack.precision")
         check_graphs(self.graphs)
 
 
