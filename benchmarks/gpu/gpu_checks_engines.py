@@ -45,11 +45,14 @@ def engine_configs(tiny: bool) -> dict[str, dict[str, Any]]:
                         "batch_size": 8 if tiny else 32}}
 
 
-def check_engines(plan: dict, measure_in_child: Callable, run_procs: Callable) -> dict:
-    """Rows per workload and mode, and each workload's ratios (see the module docstring)."""
+def check_engines(plan: dict, measure_in_child: Callable, run_procs: Callable,
+                  save: Callable[[dict], None] = lambda figures: None) -> dict:
+    """Rows per workload and mode, and each workload's ratios (see the module docstring);
+    ``save(figures so far)`` after each part (one workload's modes, its N processes)."""
     spec = plan["fusion"]["engines"]
     rows, ratios, errors = [], {}, []
     for name in spec["workloads"]:
+        save({"rows": rows, "ratios": ratios, "errors_so_far": list(errors)})
         config = dict(spec["configs"].get(name) or plan["workloads"][name])
         n = spec["n"]
         try:
@@ -60,8 +63,13 @@ def check_engines(plan: dict, measure_in_child: Callable, run_procs: Callable) -
             rows.append({"workload": name, "n": n, "error": str(exc)[:300]})
             continue
         modes = got["modes"]
+        ratios[name] = dict(_ratios(modes), engine=got["engine"])
+        save({"rows": rows + [dict(f, workload=name, n=n, mode=m) for m, f in modes.items()],
+              "ratios": ratios, "errors_so_far": list(errors)})
         if spec["mps"]:
             modes["mps"] = _mps(plan, name, config, n, run_procs)
+            if "error" in modes["mps"]:
+                errors.append(f"{name} mps: {modes['mps']['error']}")
         for mode, figures in modes.items():
             rows.append(dict(figures, workload=name, n=n, mode=mode))
         ratios[name] = dict(_ratios(modes), engine=got["engine"])
@@ -77,7 +85,7 @@ def _mps(plan: dict, name: str, config: dict, n: int, run_procs: Callable) -> di
         env = daemon.env_for(100.0) if daemon.start() else None
     try:
         got = run_procs(plan, name, config, n, env=env)
-    except Exception as exc:
+    except Exception as exc:     # CheckFailed (a part limit included): the row says why
         return {"error": str(exc)[:300], "mps_daemon": env is not None}
     finally:
         if daemon is not None and env is not None:
