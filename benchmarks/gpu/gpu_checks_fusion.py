@@ -224,7 +224,8 @@ def study_comparison(plan: dict, work: Path, save: Callable[[dict], None]) -> di
     spec = plan["fusion"]["study"]
     config = dict(spec["config"], epochs=spec["epochs"])
     space = dict(config, lr={"type": "float", "low": 1e-3, "high": 3e-2, "log": True})
-    algorithm = {"type": "asha", "min_t": 1, "max_t": spec["epochs"], "reduction_factor": 3}
+    algorithm = {"type": "asha", "min_t": 1, "max_t": spec["epochs"], "reduction_factor": 3,
+                 "mode": "stop"}
     rows: dict[str, dict] = {}
     errors: list[str] = []
     for name, options in STUDY_EXECUTIONS:
@@ -242,9 +243,9 @@ def study_comparison(plan: dict, work: Path, save: Callable[[dict], None]) -> di
             continue
         row.pop("results")
         rows[name] = row
-        if row["complete"] < spec["trials"]:
-            errors.append(f"study {name}: {row['complete']} of {spec['trials']} trials "
-                          f"complete in {row['makespan_s']} s")
+        if row["ended"] < spec["trials"] or row["failed"]:
+            errors.append(f"study {name}: {row['ended']} of {spec['trials']} trials ended "
+                          f"({row['failed']} failed) in {row['makespan_s']} s")
         save(_study_figures(spec, rows, errors))
     return dict(_study_figures(spec, rows, []), errors=errors)
 
