@@ -108,7 +108,7 @@ class PlainPrecision:
         if self.precision != "fp32" and any(isinstance(m, torch.nn.Conv2d)
                                             for m in model.modules()):
             self.channels_last = True
-            model = model.to(memory_format=torch.channels_last)
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         return model
 
     def inputs(self, x: torch.Tensor) -> torch.Tensor:
@@ -130,12 +130,12 @@ class PlainPrecision:
             return True
         scale, growth = self._rows["scale"].view(1), self._rows["growth"].view(1)
         self._scaler.scale(loss.float(), scale[0]).backward()
-        named = {n: p for n, p in model.named_parameters() if p.grad is not None}
-        grads, finite = self._scaler.unscale({n: p.grad.unsqueeze(0) for n, p in named.items()},
+        named = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        grads, finite = self._scaler.unscale({n: g.unsqueeze(0) for n, g in named.items()},
                                              scale)
         with torch.no_grad():
-            for name, p in named.items():
-                p.grad.copy_(grads[name][0])
+            for name, g in named.items():
+                g.copy_(grads[name][0])
         self._scaler.update(scale, growth, finite, torch.ones_like(finite))
         if not bool(finite.item()):
             return False

@@ -43,8 +43,9 @@ class BuiltinAtPrecision:
         self.name, self.precision = name, precision
 
     def __call__(self, config: Any, ctx: Any) -> None:
-        from hypersack.runtime.worker.trainable import resolve_reference
-        resolve_reference(self.name)(config, ctx, precision=self.precision)
+        import importlib
+        module, _, attr = BUILTINS[self.name].partition(":")
+        getattr(importlib.import_module(module), attr)(config, ctx, precision=self.precision)
 
     def __repr__(self) -> str:
         return f"{self.name} at {self.precision}"
