@@ -365,3 +365,20 @@ def test_cpu_mode_puts_the_fake_mps_control_on_path_when_none_is_there(tmp_path,
     assert env["FAKE_MPS_RECORD"].startswith(str(tmp_path / "fake"))
     monkeypatch.setenv("PATH", env["PATH"])                  # a real one there: left as it is
     assert gpu_suite._fake_mps_env(tmp_path / "again") == {}
+
+
+def test_engine_ratios_take_the_best_fused_mode_against_alone_and_mps():
+    from gpu_checks_engines import _ratios
+    modes = {"alone_fp32": {"model_steps_per_s": 100.0},
+             "alone_bf16_graph": {"model_steps_per_s": 200.0},
+             "fused_fp32": {"model_steps_per_s": 500.0},
+             "fused_bf16": {"model_steps_per_s": 1200.0},
+             "fused_bf16_graph": {"model_steps_per_s": 1000.0},
+             "mps": {"model_steps_per_s": 400.0}}
+    r = _ratios(modes)
+    assert r["best_fused_mode"] == "fused_bf16"
+    assert (r["fused_vs_alone"], r["fused_vs_mps"]) == (12.0, 3.0)
+    assert r["fused_vs_alone_same_precision"] == 5.0 and r["fused_fp32_vs_alone"] == 5.0
+    del modes["mps"], modes["alone_bf16_graph"]
+    r = _ratios(modes)
+    assert r["fused_vs_mps"] is None and r["fused_vs_alone_same_precision"] is None
