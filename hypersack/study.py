@@ -37,7 +37,7 @@ from hypersack.core.timesharing import TimeSharing
 from hypersack.core.keep_best import KeepBest
 from hypersack.core.warm_start import Enqueued, check_config
 from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
-                                 check_resumable)
+                                 check_resumable, split_precision)
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
 from hypersack.errors import (ConfigError, NoTrialCompletedWarning, StorageError,
                               StudyExistsError, TrainableError)
@@ -125,7 +125,11 @@ class Study:
       "memory_gb": ..., "cpus": ...}``.
     - ``execution``: "separate" (a process per trial), "fused" (trials of one architecture
       trained as one model, needs a ``FusableTask``), or "auto".
-    - ``pack``: options of fused packs, ``{"max_members": 16}``.
+    - ``pack``: options of fused packs, ``{"max_members": 16, "graphs": "auto"}``.
+    - ``precision``: "fp32" (default, the exact mode), "bf16" or "fp16": autocast over fp32
+      master weights (fp16 with a loss scale), channels_last for convolutional models; for fused
+      packs and for plain trials of the built-in workloads alike (a trainable of your own keeps
+      its own precision). ``pack={"precision": ...}`` is its deprecated spelling.
     - ``unsafe_checkpoints``: read checkpoints with full pickle (any object; runs code). Default
       False: safe loading of plain data (see README "Checkpoints, faults and trust").
     - ``durability``: what an acknowledged report survives: "power" (default: a power loss; the
@@ -159,7 +163,8 @@ class Study:
                  trainable: Trainable | None = None, placement: str = "wfd",
                  oversubscription: str | float | Mapping[str, float] | None = None,
                  resources: Mapping[str, Any] | None = None, execution: str = "separate",
-                 pack: Mapping[str, Any] | None = None, unsafe_checkpoints: bool = False,
+                 pack: Mapping[str, Any] | None = None, precision: str | None = None,
+                 unsafe_checkpoints: bool = False,
                  durability: str = "power",
                  time_sharing: str | Mapping[str, Any] | None = None,
                  executor: str | Mapping[str, Any] = "local",
@@ -169,6 +174,7 @@ class Study:
                  keep_checkpoints_num: int | None = None):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
+        precision, pack = split_precision(precision, pack)
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
         algorithm_spec = make_algorithm_spec(algorithm)   # an Optuna sampler object: type optuna
         self.spec = StudySpec(
@@ -182,7 +188,8 @@ class Study:
             placement=placement,
             oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
             resources=Resources.from_dict(resources), execution=execution,
-            pack=PackOptions.from_dict(pack), unsafe_checkpoints=unsafe_checkpoints,
+            pack=PackOptions.from_dict(pack), precision=precision,
+            unsafe_checkpoints=unsafe_checkpoints,
             durability=durability,
             time_sharing=TimeSharing.parse(time_sharing), max_failures=max_failures,
             enqueue=tuple(dict(c) if isinstance(c, Mapping) else c for c in enqueue),
@@ -302,7 +309,7 @@ class Study:
         opened, so a bad trainable or algorithm option fails before anything is stored."""
         pack = self.spec.pack
         plain, plan = plan_execution(self.spec.execution, self._pick_trainable(trainable),
-                                     pack.max_members, pack.precision, pack.graphs)
+                                     pack.max_members, self.spec.precision, pack.graphs)
         if self._shared is not None:
             if plan is not None:
                 raise ConfigError("shared", sorted(self._shared), "works with execution "

@@ -1,6 +1,12 @@
 """Check 5 of the GPU suite: fused packs against a Python loop and against one process per
-model, and a fused study against a separate one; ``measure`` is the measuring child's side
-(``gpu_suite.py --measure JOB``)."""
+model, and a fused study against a separate and a co-located one; ``measure`` is the measuring
+child's side (``gpu_suite.py --measure JOB``).
+
+Every part (one workload's measurement, its N processes, one study) has its own time limit
+(``plan["fusion"]["part_s"]``), and the figures so far are written to ``WORK/partial.json``
+after each part, so a part that overruns, or the check's own limit, loses only what was not
+yet measured (``gpu_suite.run_check`` reads the partial figures of a check it had to stop).
+"""
 from __future__ import annotations
 
 import json
@@ -19,8 +25,24 @@ SUITE = Path(__file__).resolve().with_name("gpu_suite.py")
 
 # ---- check 5: fused packs against a loop and against processes ---------------------------------
 
+class Partial:
+    """The check's figures so far, rewritten to ``work/partial.json`` at each ``save``."""
+
+    def __init__(self, work: Path):
+        work.mkdir(parents=True, exist_ok=True)
+        self.path = work / "partial.json"
+        self.figures: dict[str, Any] = {}
+
+    def save(self, **figures: Any) -> None:
+        self.figures.update(figures)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.figures, indent=2, default=str))
+        tmp.replace(self.path)
+
+
 def check_fusion(plan: dict, work: Path) -> dict:
     fusion = plan["fusion"]
+    partial = Partial(work)
     rows, errors, memories = [], [], {}
     for name in fusion["workloads"]:
         config = plan["workloads"][name]
@@ -49,14 +71,21 @@ def check_fusion(plan: dict, work: Path) -> dict:
                 rows.append(dict(row, model_steps_per_s=round(n * got["steps"] / got["seconds"],
                                                               2),
                                  peak_memory_mb=round(got["peak_mb"], 1)))
+                partial.save(rows=rows, memory=memories)
     _ratios(rows)
-    figures: dict[str, Any] = {"rows": rows, "memory": memories,
-                               "study": _fused_study(plan, work) if fusion["study"] else None}
+    figures: dict[str, Any] = {"rows": rows, "memory": memories}
     if fusion.get("engines"):
-        figures["engines"] = check_engines(plan, measure_in_child, run_procs)
+        figures["engines"] = check_engines(plan, measure_in_child, run_procs,
+                                           lambda engines: partial.save(engines=engines))
         errors += figures["engines"].pop("errors")
+        partial.save(engines=figures["engines"])
+    if fusion["study"]:
+        figures["study"] = study_comparison(plan, work, lambda s: partial.save(study=s))
+        errors += figures["study"].pop("errors")
+    partial.save(**figures)
     goals = _fusion_goals(rows)
     goals.update(_engine_goals(figures.get("engines")))
+    goals.update(_study_goals(figures.get("study")))
     if errors:
         raise CheckFailed("; ".join(errors)[:600], figures, goals)
     return {"figures": figures, "goals": goals}
@@ -102,13 +131,33 @@ def _engine_goals(engines: dict | None) -> dict:
     return {"fused_engine_vs_mps": {"target": 10.0, "value": value or None, "met": met}}
 
 
+def _study_goals(study: dict | None) -> dict:
+    """The fused study >= 3x the separate one and faster than the co-located one."""
+    if not study:
+        return {}
+    sep, col = study.get("fused_vs_separate"), study.get("fused_vs_colocated")
+    return {"fused_study_vs_separate": {"target": 3.0, "value": sep,
+                                        "met": sep is not None and sep >= 3.0},
+            "fused_study_vs_colocated": {"target": 1.0, "value": col,
+                                         "met": col is not None and col > 1.0}}
+
+
+def part_limit(plan: dict, part: str) -> float:
+    """Seconds one part of check 5 may take (``measure``, ``procs`` or ``study``)."""
+    return float(plan["fusion"].get("part_s", {}).get(part, 600))
+
+
 def measure_in_child(plan: dict, job: dict) -> dict:
-    """One measurement in a fresh process (its own peak memory); ``--measure JOB``."""
+    """One measurement in a fresh process (its own peak memory); ``--measure JOB``; a child
+    past its part limit is killed and the part fails with "timed out"."""
     job = dict(job, device=torch_device(plan), steps=plan["fusion"]["steps"],
                warmup=plan["fusion"]["warmup"])
-    done = subprocess.run([sys.executable, str(SUITE), "--measure",
-                           json.dumps(job)], capture_output=True, text=True, env=python_env(),
-                          timeout=600)
+    limit = part_limit(plan, "measure")
+    try:
+        done = subprocess.run([sys.executable, str(SUITE), "--measure", json.dumps(job)],
+                              capture_output=True, text=True, env=python_env(), timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"{job['what']} timed out after {limit:g} s (part limit)") from None
     if done.returncode != 0:
         raise CheckFailed(_last_line(done.stderr))
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -126,44 +175,88 @@ def run_procs(plan: dict, name: str, config: dict, n: int,
                                    json.dumps(dict(job, rank=i))], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env=python_env(env))
                  for i in range(n)]
-        deadline = time.monotonic() + 300
-        while len(list(Path(barrier).glob("ready-*"))) < n:
-            if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
-                for p in procs:
+        limit = part_limit(plan, "procs")
+        deadline = time.monotonic() + limit
+        try:
+            while len(list(Path(barrier).glob("ready-*"))) < n:
+                if any(p.poll() not in (None, 0) for p in procs):
+                    bad = next(p for p in procs if p.poll() not in (None, 0))
+                    raise CheckFailed(f"a process did not get ready: "
+                                      f"{_last_line(bad.stderr.read())}")
+                if time.monotonic() > deadline:
+                    raise CheckFailed(f"{n} processes not ready after {limit:g} s (part limit)")
+                time.sleep(0.05)
+            (Path(barrier) / "go").touch()
+            results = []
+            for p in procs:
+                try:
+                    out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    raise CheckFailed(f"{n} processes timed out after {limit:g} s "
+                                      "(part limit)") from None
+                if p.returncode != 0:
+                    raise CheckFailed(_last_line(err))
+                results.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for p in procs:
+                if p.poll() is None:
                     p.kill()
-                bad = next((p for p in procs if p.poll() not in (None, 0)), procs[0])
-                raise CheckFailed(f"a process did not get ready: {_last_line(bad.stderr.read())}")
-            time.sleep(0.05)
-        (Path(barrier) / "go").touch()
-        results = []
-        for p in procs:
-            out, err = p.communicate(timeout=600)
-            if p.returncode != 0:
-                raise CheckFailed(_last_line(err))
-            results.append(json.loads(out.strip().splitlines()[-1]))
+                    p.wait()
     seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
     return {"seconds": seconds, "steps": plan["fusion"]["steps"],
             "peak_mb": sum(r["peak_mb"] for r in results)}
 
 
-def _fused_study(plan: dict, work: Path) -> dict:
-    """The same MobileNet study with ``execution: separate`` and ``fused`` (fixed width)."""
-    from hypersack.workloads.synthetic import SyntheticTask
-    from hypersack.workloads.vision import MOBILENET_WORKLOAD
+STUDY_EXECUTIONS = (
+    # (name, Study options): one trial per device at a time; trials co-located under MPS at
+    # the paper's oversubscription ratio; every trial in fused packs.
+    ("separate", {"execution": "separate", "placement": "exclusive"}),
+    ("colocated", {"execution": "separate", "placement": "wfd", "oversubscription": "paper"}),
+    ("fused", {"execution": "fused"}),
+)
+
+
+def study_comparison(plan: dict, work: Path, save: Callable[[dict], None]) -> dict:
+    """The same ASHA study (``plan["fusion"]["study"]``: workload, config, trials, epochs) run
+    separately, co-located and fused; makespans and ``fused_vs_separate`` /
+    ``fused_vs_colocated``. Each study's time budget is the part limit, so an overrun ends that
+    study (its row says ``complete`` < trials) instead of the check."""
     spec = plan["fusion"]["study"]
-    config = dict(plan["workloads"]["mobilenet_v3_small"], epochs=spec["epochs"])
-    data = {k: config[k] for k in MOBILENET_WORKLOAD.data_keys if k in config}
-    task = SyntheticTask(MOBILENET_WORKLOAD, **data)
+    config = dict(spec["config"], epochs=spec["epochs"])
     space = dict(config, lr={"type": "float", "low": 1e-3, "high": 3e-2, "log": True})
-    rows = []
-    for execution, trainable in (("separate", "mobilenet_v3_small"), ("fused", task)):
-        row = run_study(f"study-{execution}", work, space, spec["trials"], trainable,
-                        execution=execution, pack={"max_members": spec["max_members"]},
-                        workers=spec["workers"])
+    algorithm = {"type": "asha", "min_t": 1, "max_t": spec["epochs"], "reduction_factor": 3,
+                 "mode": "stop"}
+    rows: dict[str, dict] = {}
+    errors: list[str] = []
+    for name, options in STUDY_EXECUTIONS:
+        trainable: Any = spec["workload"]
+        if name == "fused":        # the task of this data (the built-in's has the defaults)
+            trainable = _task({"workload": spec["workload"], "config": config})[1]
+            options = dict(options, pack={"max_members": spec["max_members"]})
+        try:
+            row = run_study(f"study-{name}", work, space, spec["trials"], trainable,
+                            algorithm=algorithm, workers=spec["workers"],
+                            time_budget_s=part_limit(plan, "study"), **options)
+        except Exception as exc:      # one study's failure is a row, not the check's end
+            errors.append(f"study {name}: {type(exc).__name__}: {exc}"[:300])
+            rows[name] = {"error": str(exc)[:300]}
+            continue
         row.pop("results")
-        rows.append(dict(row, execution=execution))
-    speedup = round(rows[0]["makespan_s"] / rows[1]["makespan_s"], 2)
-    return {"rows": rows, "fused_speedup": speedup}
+        rows[name] = row
+        if row["ended"] < spec["trials"] or row["failed"]:
+            errors.append(f"study {name}: {row['ended']} of {spec['trials']} trials ended "
+                          f"({row['failed']} failed) in {row['makespan_s']} s")
+        save(_study_figures(spec, rows, errors))
+    return dict(_study_figures(spec, rows, []), errors=errors)
+
+
+def _study_figures(spec: dict, rows: dict[str, dict], errors: list[str]) -> dict:
+    def ratio(base: str) -> float | None:
+        a, b = rows.get(base, {}).get("makespan_s"), rows.get("fused", {}).get("makespan_s")
+        return round(a / b, 2) if a and b else None
+    return {"workload": spec["workload"], "trials": spec["trials"], "epochs": spec["epochs"],
+            "algorithm": "asha", "rows": rows, "fused_vs_separate": ratio("separate"),
+            "fused_vs_colocated": ratio("colocated"), "errors_so_far": list(errors)}
 
 
 # ---- the measuring child (``--measure``) -------------------------------------------------------

@@ -100,6 +100,8 @@ def run_study(name: str, work: Path, space: dict, trials: int, trainable: Any,
             "mean_gpu_util": mean_utilization(storage, name),
             "best_accuracy": round(max(accuracies), 4) if accuracies else None,
             "complete": status.get("complete", 0),
+            # trials that ended (early-stopped or paused by the algorithm count too)
+            "ended": sum(status.get(k, 0) for k in ("complete", "pruned", "paused")),
             "failed": status.get("failed", 0), "mps_fallback": mps_off[0][:160] if mps_off else None,
             "results": results}
 

@@ -6,6 +6,7 @@ value; ``to_dict`` is the JSON form kept in the study store (resume rebuilds the
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -24,7 +25,7 @@ from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_bool, check_choice
                                   is_integer)
 
 __all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTION_MODES",
-           "check_resumable"]
+           "check_resumable", "split_precision"]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")   # fullmatch: no trailing newline
 
@@ -154,17 +155,16 @@ class Resources:
 class PackOptions:
     """Fused packs (``execution: fused | auto``): ``max_members`` trials at most in one pack
     (one worker process, one fused model); on CUDA a pack may take fewer, as measured memory
-    allows. ``precision``: fp32 (the exact mode), bf16 or fp16 (autocast over fp32 master
-    weights); ``graphs``: the whole fused step as one CUDA graph ("auto": on CUDA devices)."""
+    allows. ``graphs``: the whole fused step as one CUDA graph ("auto": on CUDA devices).
+    The training precision is the study's ``precision`` (``pack: {precision}`` is its deprecated
+    spelling, read by ``split_precision``)."""
     max_members: int = 8
-    precision: str = "fp32"
     graphs: str = "auto"
 
-    _FIELDS = {"max_members", "precision", "graphs"}
+    _FIELDS = {"max_members", "graphs"}
 
     def __post_init__(self) -> None:
         check_integer("pack.max_members", self.max_members, low=1, high=MAX_PACK_MEMBERS)
-        check_choice("pack.precision", self.precision, PRECISIONS)
         check_choice("pack.graphs", self.graphs, GRAPH_MODES)
 
     @classmethod
@@ -174,14 +174,35 @@ class PackOptions:
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (precision and graphs only when not their defaults, so older stored
-        specs compare equal)."""
+        """The JSON form (graphs only when not its default, so older stored specs compare
+        equal)."""
         d: dict[str, Any] = {"max_members": self.max_members}
-        if self.precision != "fp32":
-            d["precision"] = self.precision
         if self.graphs != "auto":
             d["graphs"] = self.graphs
         return d
+
+
+def split_precision(precision: Any, pack: Mapping[str, Any] | None
+                    ) -> tuple[str, dict[str, Any] | None]:
+    """(the study's precision, the pack options without ``precision``).
+
+    ``precision`` (None: not given) is the study's: ``fp32`` (the default, the exact mode),
+    ``bf16`` or ``fp16``, for its packs and its plain trials of built-in workloads alike. The
+    older ``pack: {precision}`` still works with a DeprecationWarning; given both, they must
+    agree (ConfigError naming ``pack.precision``)."""
+    if not isinstance(pack, Mapping) or "precision" not in pack:
+        chosen = "fp32" if precision is None else precision
+        check_choice("precision", chosen, PRECISIONS)
+        return chosen, (dict(pack) if isinstance(pack, Mapping) else pack)
+    old = pack["precision"]
+    check_choice("pack.precision", old, PRECISIONS)
+    if precision is not None and precision != old:
+        raise ConfigError("pack.precision", old, f"differs from precision {precision!r}; set "
+                          "only precision (pack.precision is its deprecated spelling)")
+    warnings.warn("pack: {precision} is deprecated: set the study's precision (YAML "
+                  "'precision: bf16', Study(precision='bf16')), which also applies to plain "
+                  "trials of built-in workloads", DeprecationWarning, stacklevel=3)
+    return old, {k: v for k, v in pack.items() if k != "precision"}
 
 
 def _check_execution(mode: Any) -> None:
@@ -288,6 +309,9 @@ class StudySpec:
     # the trials the task accepts fuse, the others run separately.
     execution: str = "separate"
     pack: PackOptions = PackOptions()
+    # Training precision of packs and of built-in workloads' plain trials: fp32 (exact), bf16,
+    # fp16 (autocast over fp32 master weights; hypersack.fusion.precision).
+    precision: str = "fp32"
     # Read checkpoints with full pickle (arbitrary objects): only for run folders no one else can
     # write. Default: safe loading of plain data (see hypersack.runtime.worker.checkpoints).
     unsafe_checkpoints: bool = False
@@ -309,8 +333,8 @@ class StudySpec:
 
     _FIELDS = {"name", "space", "objective", "budget", "trainable", "algorithm", "seed", "executor",
                "max_steps", "description", "storage", "placement", "oversubscription", "resources",
-               "execution", "pack", "unsafe_checkpoints", "durability", "time_sharing",
-               "max_failures", "source_dir", "callbacks", "enqueue",
+               "execution", "pack", "precision", "unsafe_checkpoints", "durability",
+               "time_sharing", "max_failures", "source_dir", "callbacks", "enqueue",
                "keep_checkpoints_num"}
 
     def __post_init__(self) -> None:
@@ -327,6 +351,7 @@ class StudySpec:
         _check_placement(self.placement)
         _check_oversubscription(self.oversubscription)
         _check_execution(self.execution)
+        check_choice("precision", self.precision, PRECISIONS)
         check_bool("unsafe_checkpoints", self.unsafe_checkpoints)
         check_durability(self.durability)
         object.__setattr__(self, "time_sharing", TimeSharing.parse(self.time_sharing))
@@ -369,6 +394,7 @@ class StudySpec:
             algorithm = {"type": algorithm}
         if not isinstance(algorithm, Mapping) or "type" not in algorithm:
             raise ConfigError("algorithm", algorithm, "must be a name or a mapping with a 'type'")
+        precision, pack = split_precision(d.get("precision"), d.get("pack"))
         return cls(name=d["name"], space=SearchSpace(d["space"]),
                    objective=Objective.parse(d["objective"]), budget=Budget(**budget),
                    trainable=d.get("trainable"), algorithm=dict(algorithm), seed=d.get("seed", 0),
@@ -376,7 +402,8 @@ class StudySpec:
                    max_steps=d.get("max_steps"), description=d.get("description", ""),
                    placement=d.get("placement", "wfd"), oversubscription=d.get("oversubscription"),
                    resources=Resources.from_dict(d.get("resources")),
-                   execution=d.get("execution", "separate"), pack=PackOptions.from_dict(d.get("pack")),
+                   execution=d.get("execution", "separate"), pack=PackOptions.from_dict(pack),
+                   precision=precision,
                    unsafe_checkpoints=d.get("unsafe_checkpoints", False),
                    durability=d.get("durability", "power"),
                    time_sharing=TimeSharing.parse(d.get("time_sharing")),
@@ -386,7 +413,7 @@ class StudySpec:
                    keep_checkpoints_num=d.get("keep_checkpoints_num"))
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``time_sharing``, ``max_failures`` and ``source_dir`` only when not
+        """The JSON form (``time_sharing``, ``max_failures``, ``source_dir``, ``precision``... only when not
         their defaults, so older stored specs compare equal)."""
         d = self._to_dict()
         if self.time_sharing is not None:
@@ -401,6 +428,8 @@ class StudySpec:
             d["enqueue"] = [dict(c) for c in self.enqueue]
         if self.keep_checkpoints_num is not None:
             d["keep_checkpoints_num"] = self.keep_checkpoints_num
+        if self.precision != "fp32":
+            d["precision"] = self.precision
         return d
 
     def _to_dict(self) -> dict[str, Any]:
@@ -420,7 +449,7 @@ class StudySpec:
 # Fields a resumed study may change: how much to run and how, not what is searched.
 RESUMABLE_CHANGES = frozenset({"budget", "executor", "max_steps", "description", "placement",
                                "oversubscription", "resources", "execution", "pack",
-                               "unsafe_checkpoints", "durability", "time_sharing",
+                               "precision", "unsafe_checkpoints", "durability", "time_sharing",
                                "max_failures", "source_dir", "callbacks",
                                "keep_checkpoints_num", "enqueue"})
 

@@ -236,15 +236,27 @@ def dropout_feature_shapes(module: nn.Module,
 
     ``sample`` is one input row without the batch dimension; a layer the forward never calls
     gets None. Static shapes are a condition of fusion, so the shapes hold for every step.
+    A model without dropout layers is not run; one whose forward cannot run on the meta device
+    (it makes a tensor on a fixed device, e.g. a mask) is probed once on ``sample``'s device.
     """
-    probe = copy.deepcopy(module).to("meta").eval()
+    if not dropout_layers(module):
+        return []
+    try:
+        return _probe_dropout_shapes(module, sample, "meta")
+    except (RuntimeError, NotImplementedError, TypeError):
+        return _probe_dropout_shapes(module, sample, sample.device)
+
+
+def _probe_dropout_shapes(module: nn.Module, sample: torch.Tensor,
+                          device: torch.device | str) -> list[tuple[int, ...] | None]:
+    probe = copy.deepcopy(module).to(device).eval()
     shapes: dict[str, tuple[int, ...]] = {}
     hooks = [layer.register_forward_pre_hook(
         lambda _m, args, name=name: shapes.__setitem__(name, tuple(args[0].shape[1:])))
         for name, layer in dropout_layers(probe)]
     try:
         with torch.no_grad():
-            probe(sample.to("meta").unsqueeze(0))
+            probe(sample.to(device).unsqueeze(0))
     finally:
         for hook in hooks:
             hook.remove()

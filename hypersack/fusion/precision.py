@@ -8,6 +8,10 @@ its own scale, its gradients divided by it, and a member whose gradients overflo
 update (parameters and state untouched) and halves its scale; after ``growth_interval`` clean
 steps its scale doubles, like ``torch.amp.GradScaler`` but per member and without a host sync.
 Convolutional packs at reduced precision use channels_last activations.
+
+``PlainPrecision`` is the same for one model trained alone (the built-in workloads' plain trials,
+``hypersack.workloads``): the same autocast, the same ``LossScale`` (with one member), the same
+channels_last rule, so a plain trial and a pack of the study compare at one precision.
 """
 from __future__ import annotations
 
@@ -19,14 +23,15 @@ import torch
 from hypersack.core.packs import PRECISIONS
 from hypersack.errors import ConfigError
 
-__all__ = ["PRECISIONS", "check_precision", "autocast", "LossScale"]
+__all__ = ["PRECISIONS", "check_precision", "autocast", "LossScale", "PlainPrecision"]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def check_precision(precision: str) -> str:
+def check_precision(precision: str, field: str = "precision") -> str:
+    """``precision`` when it is one of ``PRECISIONS``, else ConfigError naming ``field``."""
     if precision not in PRECISIONS:
-        raise ConfigError("pack.precision", precision, f"must be one of {list(PRECISIONS)}")
+        raise ConfigError(field, precision, f"must be one of {list(PRECISIONS)}")
     return precision
 
 
@@ -78,3 +83,70 @@ class LossScale:
             new_growth = torch.where(finite & ~double, grown, torch.zeros_like(growth))
             scale.copy_(torch.where(active, new_scale, scale))
             growth.copy_(torch.where(active, new_growth, growth))
+
+
+class PlainPrecision:
+    """One model's training step at ``precision`` (fp32: exactly ``loss.backward();
+    optimizer.step()``).
+
+    Use: ``model = amp.prepare(model)``; per step ``with amp.autocast(): loss = f(model(amp.inputs(x)))``
+    then ``amp.step(loss, model, optimizer)`` (which runs the backward). Parameters and optimizer
+    state stay in the model's dtype (fp32 master weights); bf16 / fp16 run the forward and loss under
+    autocast, conv models in channels_last. fp16 scales the loss by ``LossScale``'s one-member rule:
+    a step whose gradients overflow is skipped (parameters and optimizer state untouched) and halves
+    the scale. ``state_dict`` / ``load_state_dict`` carry the scale across a checkpoint."""
+
+    def __init__(self, precision: str, device: torch.device | str):
+        self.precision = check_precision(precision)
+        self.device = torch.device(device)
+        self._scaler = LossScale() if precision == "fp16" else None
+        self._rows = self._scaler.rows(self.device) if self._scaler is not None else {}
+        self.channels_last = False
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model``, in channels_last when it convolves in 2-D and the precision is reduced."""
+        if self.precision != "fp32" and any(isinstance(m, torch.nn.Conv2d)
+                                            for m in model.modules()):
+            self.channels_last = True
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        return model
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the layout of the model (channels_last images for a prepared conv model)."""
+        if self.channels_last and x.dim() == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """The forward's (and the loss's) autocast region; nothing in fp32."""
+        return autocast(self.precision, self.device)
+
+    def step(self, loss: torch.Tensor, model: torch.nn.Module,
+             optimizer: torch.optim.Optimizer) -> bool:
+        """Backward of ``loss`` and the optimizer step; False when fp16 skipped it (overflow)."""
+        if self._scaler is None:
+            loss.backward()
+            optimizer.step()
+            return True
+        scale, growth = self._rows["scale"].view(1), self._rows["growth"].view(1)
+        self._scaler.scale(loss.float(), scale[0]).backward()
+        named = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        grads, finite = self._scaler.unscale({n: g.unsqueeze(0) for n, g in named.items()},
+                                             scale)
+        with torch.no_grad():
+            for name, g in named.items():
+                g.copy_(grads[name][0])
+        self._scaler.update(scale, growth, finite, torch.ones_like(finite))
+        if not bool(finite.item()):
+            return False
+        optimizer.step()
+        return True
+
+    def state_dict(self) -> dict[str, float]:
+        """The fp16 loss scale and its clean-step count (empty for fp32 and bf16)."""
+        return {k: float(v.item()) for k, v in self._rows.items()}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        for key, value in state.items():
+            if key in self._rows:
+                self._rows[key].fill_(value)

@@ -148,7 +148,7 @@ class StackOptions:
         check_integer("pack.capacity", self.capacity, low=1)
         if self.engine not in ENGINES:
             raise ConfigError("pack.engine", self.engine, f"must be one of {list(ENGINES)}")
-        check_precision(self.precision)
+        check_precision(self.precision, "pack.precision")
         check_graphs(self.graphs)
 
 

@@ -203,14 +203,17 @@ def build_optimizer(model: nn.Module, settings: Any) -> torch.optim.Optimizer:
 def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
                  y: torch.Tensor, batch_size: int, seed: int, world: Any = None,
                  lr_at: Callable[[float], float] | None = None,
-                 sampler: Any = None) -> tuple[float, int]:
+                 sampler: Any = None, amp: Any = None) -> tuple[float, int]:
     """One shuffled pass over (x, y); returns (mean batch loss, optimizer steps taken).
 
     With ``world`` of size k, each step's global batch is ``batch_size`` x k samples and this
     rank trains on its slice. ``lr_at(fraction of the epoch done)`` sets the learning rate;
-    ``sampler`` (``ctx.sampler``) times each step for the job history."""
+    ``sampler`` (``ctx.sampler``) times each step for the job history; ``amp``: the step's
+    precision (``hypersack.fusion.precision.PlainPrecision``; None: fp32)."""
+    from hypersack.fusion.precision import PlainPrecision
     from hypersack.runtime.devices.profiler import NullSampler
     sampler = sampler if sampler is not None else NullSampler()
+    amp = amp if amp is not None else PlainPrecision("fp32", x.device)
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(y), generator=generator).to(x.device)
@@ -226,12 +229,12 @@ def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Te
             inputs, targets = x[batch], y[batch]
             sampler.data_loaded()
             optimizer.zero_grad(set_to_none=True)
-            if len(batch):
-                loss = nn.functional.cross_entropy(model(inputs), targets)
-            else:   # a short last batch left this rank nothing: join the all-reduce with zero grads
-                loss = model(x[:1]).sum() * 0.0
-            loss.backward()
-            optimizer.step()
+            with amp.autocast():
+                if len(batch):
+                    loss = nn.functional.cross_entropy(model(amp.inputs(inputs)), targets)
+                else:   # a short last batch left this rank nothing: join the all-reduce with 0
+                    loss = model(amp.inputs(x[:1])).sum() * 0.0
+            amp.step(loss, model, optimizer)
         losses.append(loss.detach())
     return torch.stack(losses).mean().item(), len(losses)
 
@@ -260,11 +263,15 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float
     return accuracy, loss
 
 
-def _fit(build: Callable[[], nn.Module], settings: Settings, ctx: Any) -> None:
-    """Train ``build()`` for ``settings.epochs`` epochs, resuming from ``ctx.restore()``."""
+def _fit(build: Callable[[], nn.Module], settings: Settings, ctx: Any,
+         precision: str = "fp32") -> None:
+    """Train ``build()`` for ``settings.epochs`` epochs at ``precision`` (fp32 | bf16 | fp16,
+    ``hypersack.fusion.precision.PlainPrecision``), resuming from ``ctx.restore()``."""
+    from hypersack.fusion.precision import PlainPrecision
+    amp = PlainPrecision(precision, ctx.device)
     x_train, y_train, x_val, y_val = (t.to(ctx.device) for t in load_digits_split())
     torch.manual_seed(ctx.seed)
-    model = build().to(ctx.device)
+    model = amp.prepare(build().to(ctx.device))
     optimizer = build_optimizer(model, settings)
     workers = ctx.world.size
     first_epoch, steps = 1, 0
@@ -273,6 +280,7 @@ def _fit(build: Callable[[], nn.Module], settings: Settings, ctx: Any) -> None:
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        amp.load_state_dict(state.get("loss_scale", {}))
         first_epoch, steps = int(state["epoch"]) + 1, int(state.get("steps", 0))
         since = dict(state.get("since", since))
         if int(state.get("workers", workers)) != workers:
@@ -284,11 +292,13 @@ def _fit(build: Callable[[], nn.Module], settings: Settings, ctx: Any) -> None:
         train_loss, taken = _train_epoch(trained, optimizer, x_train, y_train, settings.batch_size,
                                          _epoch_seed(ctx.seed, epoch), ctx.world,
                                          _lr_schedule(settings, epoch, workers, since),
-                                         getattr(ctx, "sampler", None))
+                                         getattr(ctx, "sampler", None), amp)
         steps += taken
         accuracy, loss = _evaluate(model, x_val, y_val)
         state = {"epoch": epoch, "model": model.state_dict(), "steps": steps,
                  "optimizer": optimizer.state_dict(), "workers": workers, "since": since}
+        if amp.state_dict():
+            state["loss_scale"] = amp.state_dict()
         ctx.report(epoch, checkpoint=state, accuracy=accuracy, loss=loss, train_loss=train_loss,
                    steps=steps, workers=workers)
 
@@ -301,14 +311,16 @@ def _data_parallel(model: nn.Module, ctx: Any) -> nn.Module:
     return DistributedDataParallel(model)
 
 
-def train_mlp(config: Mapping[str, Any], ctx: Any) -> None:
-    """An MLP 64 -> hidden -> hidden -> 10 (ReLU, optional dropout) on the digits."""
+def train_mlp(config: Mapping[str, Any], ctx: Any, precision: str = "fp32") -> None:
+    """An MLP 64 -> hidden -> hidden -> 10 (ReLU, optional dropout) on the digits, trained at
+    ``precision`` (a study's ``precision``; fp32 is exact)."""
     settings = parse_settings(config, ctx.max_steps)
-    _fit(lambda: build_mlp(settings.hidden, settings.dropout), settings, ctx)
+    _fit(lambda: build_mlp(settings.hidden, settings.dropout), settings, ctx, precision)
 
 
-def train_cnn(config: Mapping[str, Any], ctx: Any) -> None:
-    """A two-convolution CNN on the digits as 1x8x8 images (see the module docstring)."""
+def train_cnn(config: Mapping[str, Any], ctx: Any, precision: str = "fp32") -> None:
+    """A two-convolution CNN on the digits as 1x8x8 images (see the module docstring), trained
+    at ``precision``."""
     settings = parse_settings(config, ctx.max_steps)
     channels = _count(config, "channels", 16)
-    _fit(lambda: build_cnn(channels, settings.hidden, settings.dropout), settings, ctx)
+    _fit(lambda: build_cnn(channels, settings.hidden, settings.dropout), settings, ctx, precision)

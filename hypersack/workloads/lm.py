@@ -148,9 +148,9 @@ GPT_WORKLOAD = Workload(
     eval_batch=8, inputs="tokens")
 
 
-def train_gpt(config: Mapping[str, Any], ctx: Any) -> None:
+def train_gpt(config: Mapping[str, Any], ctx: Any, precision: str = "fp32") -> None:
     """The GPT language model on synthetic token sequences (see the module docstring)."""
-    fit(GPT_WORKLOAD, config, ctx)
+    fit(GPT_WORKLOAD, config, ctx, precision)
 
 
 GPT_LM = SyntheticTask(GPT_WORKLOAD)

@@ -192,13 +192,16 @@ def _count(config: Mapping[str, Any], key: str, default: int) -> int:
 
 def train_epoch_loader(model: torch.nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
                        config: Mapping[str, Any], batch_size: int, seed: int, loss_fn: Any,
-                       device: str, world: Any = None, sampler: Any = None) -> tuple[float, int]:
+                       device: str, world: Any = None, sampler: Any = None,
+                       amp: Any = None) -> tuple[float, int]:
     """One epoch through the DataLoader (shuffle and augmentation seeded by ``seed``); returns
     (mean batch loss, steps). The Sampler's data time is the wait for the next batch and its
     copy to the device. With a ``world`` of size k, each step loads ``batch_size`` x k samples
-    and this rank trains on its slice (as ``synthetic.train_epoch``)."""
+    and this rank trains on its slice (as ``synthetic.train_epoch``, ``amp`` too)."""
+    from hypersack.fusion.precision import PlainPrecision
     from hypersack.runtime.devices.profiler import NullSampler
     sampler = sampler if sampler is not None else NullSampler()
+    amp = amp if amp is not None else PlainPrecision("fp32", device)
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     dataset.set_seed(seed)
     loader = make_loader(dataset, config, batch_size * size, shuffle=True, seed=seed,
@@ -213,11 +216,11 @@ def train_epoch_loader(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                                for t in batch)
             sampler.data_loaded()
             optimizer.zero_grad(set_to_none=True)
-            if len(targets):
-                loss = loss_fn(model(inputs), targets).mean()
-            else:   # a short last batch left this rank nothing: join the all-reduce with zero grads
-                loss = model(batch[0][:1].to(device)).sum() * 0.0
-            loss.backward()
-            optimizer.step()
+            with amp.autocast():
+                if len(targets):
+                    loss = loss_fn(model(amp.inputs(inputs)), targets).mean()
+                else:   # a short last batch left this rank nothing: join the all-reduce with 0
+                    loss = model(amp.inputs(batch[0][:1].to(device))).sum() * 0.0
+            amp.step(loss, model, optimizer)
         losses.append(loss.detach())
     return torch.stack(losses).mean().item(), len(losses)

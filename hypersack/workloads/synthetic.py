@@ -32,6 +32,11 @@ Config keys shared by every GPU workload (anything unknown is ignored):
 usual CPU augmentation (``hypersack.workloads.pipeline``); ``cpus`` (3 with a pipeline, else 1)
 is also the trial's host-core demand in placement. Fused packs use the synthetic data.
 
+``fit(..., precision)``: "fp32" (default, exact), "bf16" or "fp16" (a study's ``precision``,
+through ``hypersack.workloads.at_precision``): the training step under
+``hypersack.fusion.precision.PlainPrecision``, as a fused pack of the same study trains;
+validation runs in fp32, as a pack's does.
+
 Every epoch reports ``loss`` (validation), ``train_loss`` (mean over the epoch's batches),
 ``steps`` (optimizer steps so far), ``workers`` and the workload's own metrics (``accuracy`` for
 the image models, ``perplexity`` for the language model). Data-parallel trials
@@ -52,6 +57,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise MissingDependencyError("The GPU workloads", "torch", "workloads") from exc
 
 from hypersack.fusion.optim import OptimizerConfig
+from hypersack.fusion.precision import PlainPrecision
 from hypersack.fusion.task import FusableTask
 from hypersack.workloads.digits import (_choice, _count, _epoch_seed, _number, build_optimizer,
                                         _optimizer_name)
@@ -142,13 +148,16 @@ def save_and_report(ctx: Any, step: int, state: Mapping[str, Any], **metrics: An
 def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
                 y: torch.Tensor, batch_size: int, seed: int,
                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                world: Any = None, sampler: Any = None) -> tuple[float, int]:
+                world: Any = None, sampler: Any = None,
+                amp: PlainPrecision | None = None) -> tuple[float, int]:
     """One shuffled pass (``randperm`` seeded by ``seed``); returns (mean batch loss, steps).
 
     ``loss_fn`` gives per-sample losses; each step minimises their mean over the batch. With a
-    ``world`` of size k each step takes ``batch_size`` x k samples and this rank its slice."""
+    ``world`` of size k each step takes ``batch_size`` x k samples and this rank its slice.
+    ``amp``: the step's precision (None: fp32)."""
     from hypersack.runtime.devices.profiler import NullSampler
     sampler = sampler if sampler is not None else NullSampler()
+    amp = amp if amp is not None else PlainPrecision("fp32", x.device)
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed)).to(x.device)
     model.train()
@@ -159,12 +168,12 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
             inputs, targets = x[batch], y[batch]
             sampler.data_loaded()
             optimizer.zero_grad(set_to_none=True)
-            if len(batch):
-                loss = loss_fn(model(inputs), targets).mean()
-            else:   # a short last batch left this rank nothing: join the all-reduce with zero grads
-                loss = model(x[:1]).sum() * 0.0
-            loss.backward()
-            optimizer.step()
+            with amp.autocast():
+                if len(batch):
+                    loss = loss_fn(model(amp.inputs(inputs)), targets).mean()
+                else:   # a short last batch left this rank nothing: join the all-reduce with 0
+                    loss = model(amp.inputs(x[:1])).sum() * 0.0
+            amp.step(loss, model, optimizer)
         losses.append(loss.detach())
     return torch.stack(losses).mean().item(), len(losses)
 
@@ -179,19 +188,22 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
     return metrics(outputs, y)
 
 
-def fit(workload: Workload, config: Mapping[str, Any], ctx: Any) -> None:
-    """Train ``workload`` for ``epochs`` epochs on ``ctx.device``, resuming from ``ctx.restore()``."""
+def fit(workload: Workload, config: Mapping[str, Any], ctx: Any, precision: str = "fp32") -> None:
+    """Train ``workload`` for ``epochs`` epochs on ``ctx.device`` at ``precision``, resuming
+    from ``ctx.restore()``."""
     config = workload.with_defaults(config)
     s = parse_settings(config, ctx.max_steps)
-    train_one_epoch, x_val, y_val = _epoch_runner(workload, config, s, ctx)
+    amp = PlainPrecision(precision, ctx.device)
+    train_one_epoch, x_val, y_val = _epoch_runner(workload, config, s, ctx, amp)
     torch.manual_seed(ctx.seed)
-    model = workload.build(config).to(ctx.device)
+    model = amp.prepare(workload.build(config).to(ctx.device))
     optimizer = build_optimizer(model, s)
     first_epoch, steps, workers = 1, 0, ctx.world.size
     state = ctx.restore()
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+        amp.load_state_dict(state.get("loss_scale", {}))
         first_epoch, steps = int(state["epoch"]) + 1, int(state["steps"])
     trained = model
     if workers > 1:
@@ -204,15 +216,22 @@ def fit(workload: Workload, config: Mapping[str, Any], ctx: Any) -> None:
         steps += taken
         metrics = evaluate(model, x_val, y_val, workload.metrics, workload.eval_batch)
         save_and_report(ctx, epoch, {"epoch": epoch, "steps": steps, "model": model.state_dict(),
-                                     "optimizer": optimizer.state_dict()},
+                                     "optimizer": optimizer.state_dict(),
+                                     **_scale_state(amp)},
                         train_loss=train_loss, steps=steps, workers=workers, **metrics)
+
+
+def _scale_state(amp: PlainPrecision) -> dict[str, Any]:
+    """The checkpoint's ``loss_scale`` entry (fp16 only: fp32 checkpoints keep their keys)."""
+    scale = amp.state_dict()
+    return {"loss_scale": scale} if scale else {}
 
 
 EpochRunner = Callable[[nn.Module, torch.optim.Optimizer, int], tuple[float, int]]
 
 
 def _epoch_runner(workload: Workload, config: Mapping[str, Any], s: Settings,
-                  ctx: Any) -> tuple[EpochRunner, torch.Tensor, torch.Tensor]:
+                  ctx: Any, amp: PlainPrecision) -> tuple[EpochRunner, torch.Tensor, torch.Tensor]:
     """``(run, x_val, y_val)``: ``run(model, optimizer, epoch_seed) -> (train loss, steps)`` for
     the config's ``data`` mode (``synthetic``: device-resident tensors; ``pipeline``:
     ``workloads.pipeline``), and the validation tensors on the device."""
@@ -225,14 +244,15 @@ def _epoch_runner(workload: Workload, config: Mapping[str, Any], s: Settings,
 
         def run(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> tuple[float, int]:
             return train_epoch_loader(model, optimizer, dataset, config, s.batch_size, seed,
-                                      workload.per_sample_loss, ctx.device, ctx.world, sampler)
+                                      workload.per_sample_loss, ctx.device, ctx.world, sampler,
+                                      amp)
     else:
         x_train, y_train, x_val, y_val = cached_data(workload, config)
         x_train, y_train = x_train.to(ctx.device), y_train.to(ctx.device)
 
         def run(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> tuple[float, int]:
             return train_epoch(model, optimizer, x_train, y_train, s.batch_size, seed,
-                               workload.per_sample_loss, ctx.world, sampler)
+                               workload.per_sample_loss, ctx.world, sampler, amp)
     return run, x_val.to(ctx.device), y_val.to(ctx.device)
 
 

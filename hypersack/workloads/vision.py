@@ -204,26 +204,26 @@ MOBILENET_WORKLOAD = Workload(
     model_keys=("width",), data_keys=_DATA_KEYS, defaults={**_DATA_DEFAULTS, "width": 16})
 
 
-def train_resnet18(config: Mapping[str, Any], ctx: Any) -> None:
+def train_resnet18(config: Mapping[str, Any], ctx: Any, precision: str = "fp32") -> None:
     """CIFAR ResNet-18 on synthetic CIFAR-10-shaped images (see the module docstring)."""
-    fit(RESNET18_WORKLOAD, config, ctx)
+    fit(RESNET18_WORKLOAD, config, ctx, precision)
 
 
-def train_mobilenet(config: Mapping[str, Any], ctx: Any) -> None:
+def train_mobilenet(config: Mapping[str, Any], ctx: Any, precision: str = "fp32") -> None:
     """MobileNet-v3-small on synthetic CIFAR-10-shaped images (see the module docstring)."""
-    fit(MOBILENET_WORKLOAD, config, ctx)
+    fit(MOBILENET_WORKLOAD, config, ctx, precision)
 
 
 IMAGE_MODELS = {"resnet18_cifar": RESNET18_WORKLOAD, "mobilenet_v3_small": MOBILENET_WORKLOAD}
 
 
-def train_image_model(config: Mapping[str, Any], ctx: Any) -> None:
+def train_image_model(config: Mapping[str, Any], ctx: Any, precision: str = "fp32") -> None:
     """``cifar_classifier``: the model ``config["model"]`` names (``resnet18_cifar``, the
     default, or ``mobilenet_v3_small``), so one study searches over both (the paper's SP3-like
     mixes). Not fusable: its packs would mix architectures."""
     from hypersack.workloads.synthetic import choice
     name = choice(config, "model", "resnet18_cifar", tuple(IMAGE_MODELS))
-    fit(IMAGE_MODELS[name], {k: v for k, v in config.items() if k != "model"}, ctx)
+    fit(IMAGE_MODELS[name], {k: v for k, v in config.items() if k != "model"}, ctx, precision)
 
 
 RESNET18 = SyntheticTask(RESNET18_WORKLOAD)

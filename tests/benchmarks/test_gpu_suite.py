@@ -79,6 +79,69 @@ def test_a_check_over_its_limit_fails_with_the_reason(tmp_path, monkeypatch):
     assert CHECK_KEYS <= set(entry)
 
 
+def test_a_check_stopped_at_its_limit_keeps_the_figures_it_saved(tmp_path, monkeypatch):
+    """Check 5 saves its figures part by part; a check stopped at its limit reports them."""
+    monkeypatch.setattr(gpu_suite, "STOP_GRACE_S", 0.5)
+    plan = gpu_suite.make_plan("tiny", "cpu")
+    plan["limits"]["0"] = 0.3
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "plan.json").write_text(json.dumps(plan))
+    partial = gpu_checks_fusion.Partial(tmp_path / "work" / "0-detect")
+    partial.save(engines={"ratios": {"small_cnn": {"fused_vs_alone": 3.0}}})
+    partial.save(study={"fused_vs_separate": 4.0})
+    entry = gpu_suite.run_check(0, plan, tmp_path, gpu_suite.python_env())
+    assert entry["status"] == "fail" and entry["partial"] is True
+    assert entry["figures"] == {"engines": {"ratios": {"small_cnn": {"fused_vs_alone": 3.0}}},
+                                "study": {"fused_vs_separate": 4.0}}
+
+
+def test_check_5_alone_gets_the_issues_8_minutes_and_parts_their_own_limits(tmp_path,
+                                                                            monkeypatch):
+    quick = gpu_suite.make_plan("quick", "cuda")
+    assert quick["limits"]["5"] < gpu_suite.SOLO_LIMITS[5] < 8 * 60
+    assert quick["fusion"]["study"]["trials"] == 32
+    assert quick["fusion"]["engines"]["workloads"][-1] == "gpt_lm"    # the largest goes last
+    parts = quick["fusion"]["part_s"]
+    assert max(parts.values()) < quick["limits"]["5"]
+    assert gpu_checks_fusion.part_limit(quick, "procs") == parts["procs"]
+    seen = {}
+
+    def fake_run_check(number, plan, out, env):
+        seen[number] = plan["limits"][str(number)]
+        return {"id": number, "name": gpu_suite.CHECK_NAMES[number], "status": "pass",
+                "seconds": 0.0, "limit_s": 0, "figures": {}, "goals": {}}
+    monkeypatch.setattr(gpu_suite, "run_check", fake_run_check)
+    gpu_suite.main(["--out", str(tmp_path), "--device", "cuda", "--quick", "--only", "5"])
+    assert seen[5] == gpu_suite.SOLO_LIMITS[5]
+    gpu_suite.main(["--out", str(tmp_path), "--device", "cuda", "--quick", "--only", "4,5"])
+    assert seen[5] == quick["limits"]["5"]
+
+
+def test_a_measuring_child_past_its_part_limit_fails_that_part(monkeypatch):
+    plan = gpu_suite.make_plan("tiny", "cpu")
+    plan["fusion"]["part_s"]["measure"] = 0.01
+    with pytest.raises(gpu_suite.CheckFailed, match="timed out after 0.01 s"):
+        gpu_checks_fusion.measure_in_child(plan, {"what": "engines", "workload": "small_cnn"})
+
+
+def test_study_ratios_and_goals():
+    spec = {"workload": "w", "trials": 4, "epochs": 2}
+    rows = {"separate": {"makespan_s": 90.0}, "colocated": {"makespan_s": 40.0},
+            "fused": {"makespan_s": 20.0}}
+    figures = gpu_checks_fusion._study_figures(spec, rows, [])
+    assert (figures["fused_vs_separate"], figures["fused_vs_colocated"]) == (4.5, 2.0)
+    goals = gpu_checks_fusion._study_goals(figures)
+    assert goals["fused_study_vs_separate"]["met"] and goals["fused_study_vs_colocated"]["met"]
+    rows["fused"]["makespan_s"] = 45.0
+    goals = gpu_checks_fusion._study_goals(gpu_checks_fusion._study_figures(spec, rows, []))
+    assert not goals["fused_study_vs_separate"]["met"]
+    assert not goals["fused_study_vs_colocated"]["met"]
+    del rows["colocated"]
+    figures = gpu_checks_fusion._study_figures(spec, rows, [])
+    assert figures["fused_vs_colocated"] is None
+    assert gpu_checks_fusion._study_goals(figures)["fused_study_vs_colocated"]["met"] is False
+
+
 def test_crashes_and_check_failures_become_reasons(tmp_path, monkeypatch):
     def crash(plan, work):
         return 1 / 0
@@ -302,3 +365,20 @@ def test_cpu_mode_puts_the_fake_mps_control_on_path_when_none_is_there(tmp_path,
     assert env["FAKE_MPS_RECORD"].startswith(str(tmp_path / "fake"))
     monkeypatch.setenv("PATH", env["PATH"])                  # a real one there: left as it is
     assert gpu_suite._fake_mps_env(tmp_path / "again") == {}
+
+
+def test_engine_ratios_take_the_best_fused_mode_against_alone_and_mps():
+    from gpu_checks_engines import _ratios
+    modes = {"alone_fp32": {"model_steps_per_s": 100.0},
+             "alone_bf16_graph": {"model_steps_per_s": 200.0},
+             "fused_fp32": {"model_steps_per_s": 500.0},
+             "fused_bf16": {"model_steps_per_s": 1200.0},
+             "fused_bf16_graph": {"model_steps_per_s": 1000.0},
+             "mps": {"model_steps_per_s": 400.0}}
+    r = _ratios(modes)
+    assert r["best_fused_mode"] == "fused_bf16"
+    assert (r["fused_vs_alone"], r["fused_vs_mps"]) == (12.0, 3.0)
+    assert r["fused_vs_alone_same_precision"] == 5.0 and r["fused_fp32_vs_alone"] == 5.0
+    del modes["mps"], modes["alone_bf16_graph"]
+    r = _ratios(modes)
+    assert r["fused_vs_mps"] is None and r["fused_vs_alone_same_precision"] is None

@@ -317,13 +317,17 @@ def test_max_failures_is_an_option_kept_with_the_study_only_when_set():
     check_resumable(StudySpec.from_dict(base).to_dict(), never.to_dict())   # may change on resume
 
 
-def test_pack_precision_and_graphs_are_pack_options():
-    from hypersack.core.spec import PackOptions
-    options = PackOptions.from_dict({"max_members": 16, "precision": "bf16", "graphs": "off"})
-    assert (options.precision, options.graphs) == ("bf16", "off")
-    assert options.to_dict() == {"max_members": 16, "precision": "bf16", "graphs": "off"}
+def test_graphs_is_a_pack_option_and_precision_the_study_s():
+    from hypersack.core.spec import PackOptions, split_precision
+    options = PackOptions.from_dict({"max_members": 16, "graphs": "off"})
+    assert options.graphs == "off"
+    assert options.to_dict() == {"max_members": 16, "graphs": "off"}
     assert PackOptions().to_dict() == {"max_members": 8}     # older stored specs compare equal
-    for field, value in (("precision", "fp8"), ("graphs", True)):
-        with pytest.raises(ConfigError) as info:
-            PackOptions.from_dict({field: value})
-        assert info.value.field == f"pack.{field}" and info.value.value == value
+    with pytest.raises(ConfigError) as info:
+        PackOptions.from_dict({"graphs": True})
+    assert info.value.field == "pack.graphs" and info.value.value is True
+    assert split_precision(None, None) == ("fp32", None)
+    assert split_precision("bf16", {"max_members": 2}) == ("bf16", {"max_members": 2})
+    with pytest.warns(DeprecationWarning):
+        assert split_precision(None, {"precision": "fp16", "graphs": "off"}) == \
+            ("fp16", {"graphs": "off"})

@@ -91,3 +91,20 @@ def test_member_dropout_is_identity_without_mask_and_in_eval():
     assert torch.equal(layer(x), torch.zeros(4, 3))
     layer.eval()
     assert torch.equal(layer(x), x)
+
+
+class _MaskMadeOnTheHost(nn.Module):
+    """A forward that makes a tensor on a fixed device (it cannot run on the meta device)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop = nn.Linear(4, 6), nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.fc(x)).masked_fill(torch.zeros(6, dtype=torch.bool), 0.0)
+
+
+def test_dropout_shapes_fall_back_to_the_samples_device():
+    model = prepare_module(_MaskMadeOnTheHost())
+    assert dropout_feature_shapes(model, torch.zeros(4)) == [(6,)]
+    assert dropout_feature_shapes(prepare_module(nn.Linear(4, 2)), torch.zeros(4)) == []

@@ -181,3 +181,37 @@ def test_keep_mask_skips_rows_bit_for_bit_and_updates_the_rest(name):
     for k, v in {**params, **state}.items():
         assert torch.equal(v[0], before[k][0]), k
     assert all(not torch.equal(params[k][1], before[k][1]) for k in params)
+
+
+class _OpCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the aten ops dispatched inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _ops_for(cfg: OptimizerConfig, n: int, keep: bool) -> int:
+    members = [start_params(s) for s in range(n)]
+    params = {k: torch.stack([m[k] for m in members]) for k in members[0]}
+    state = {k: torch.stack([init_state(cfg, m)[k] for m in members])
+             for k in init_state(cfg, members[0])}
+    grads = {k: torch.ones_like(v) for k, v in params.items()}
+    h, t = hparam_rows([cfg] * n, torch.float64, "cpu"), torch.zeros(n, dtype=torch.int64)
+    mask = torch.arange(n) % 2 == 0 if keep else None
+    with _OpCounter() as counter:
+        fused_step(cfg.kind, params, grads, state, h, t, keep=mask)
+    return counter.ops
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_step_has_no_python_loop_over_members(name, keep):
+    """The same number of kernels for 2 members as for 32 (with and without a slot mask): the
+    step loops over parameters, never over members."""
+    cfg = CASES[name]
+    assert _ops_for(cfg, 2, keep) == _ops_for(cfg, 32, keep)

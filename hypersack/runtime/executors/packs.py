@@ -39,7 +39,7 @@ from hypersack.runtime.worker.messages import (AddMember, BadMessage, Done, EndP
                                                Reported, StartPack, Started, StopTrial)
 from hypersack.runtime.worker.pack import TaskTrainable, is_task, resolve_reference
 from hypersack.runtime.worker.trainable import TrainableRef
-from hypersack.workloads import FUSED_BUILTINS
+from hypersack.workloads import FUSED_BUILTINS, at_precision
 
 __all__ = ["EXECUTION_MODES", "PackPlan", "plan_execution", "Pack", "PackHost", "describe_exit",
            "failure_event"]
@@ -124,12 +124,16 @@ def plan_execution(execution: str, trainable: Any, max_members: int, precision: 
 
     A task object also gets a plain trainable (``TaskTrainable``: the fused runner with one
     member), so ``separate`` and the non-fusable trials of ``auto`` run it as ordinary trials.
+    Plain trials train at the study's ``precision`` where they can: a task's, and a built-in
+    workload's (``hypersack.workloads.at_precision``); a trainable of the user's keeps its own.
     Raises ConfigError for an unknown mode, or "fused" with a trainable that has no task.
     """
     if execution not in EXECUTION_MODES:
         raise ConfigError("execution", execution, f"must be one of {', '.join(EXECUTION_MODES)}")
+    at = precision if precision != "fp32" else None     # None: a task's own precision
     if execution == "separate":
-        return (TaskTrainable(trainable) if is_task(trainable) else trainable), None
+        return (TaskTrainable(trainable, at) if is_task(trainable)
+                else at_precision(trainable, precision)), None
     task = _find_task(trainable)
     if task is None:
         if execution == "fused":
@@ -137,11 +141,12 @@ def plan_execution(execution: str, trainable: Any, max_members: int, precision: 
                 f"needs a fusable task and the trainable {_name(trainable)} has none (fusable "
                 f"built-ins: {', '.join(sorted(FUSED_BUILTINS))}; or pass a FusableTask, or "
                 "'module:TASK', to run())"))
-        return trainable, None
+        return at_precision(trainable, precision), None
     ref = _task_ref(trainable if isinstance(trainable, str) else task)
-    plain = trainable if not is_task(trainable) else TaskTrainable(task)
+    plain = at_precision(trainable, precision) if not is_task(trainable) \
+        else TaskTrainable(task, at)
     if isinstance(trainable, str) and trainable.removeprefix("builtin:") not in FUSED_BUILTINS:
-        plain = TaskTrainable(task)     # "module:TASK" names a task, not a train() function
+        plain = TaskTrainable(task, at)     # "module:TASK" names a task, not a train() function
     return plain, PackPlan(task, ref, execution, max_members, precision, graphs)
 
 

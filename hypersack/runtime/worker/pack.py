@@ -77,14 +77,16 @@ def resolve_reference(reference: str) -> Any:
 
 class TaskTrainable:
     """``train(config, ctx)`` for a fusable task: the fused runner with one member, so a task
-    runs as an ordinary trial (same results as in a pack: the isolation guarantee)."""
+    runs as an ordinary trial (same results as in a pack: the isolation guarantee), at the
+    study's ``precision`` (None: the task's own)."""
 
-    def __init__(self, task: Any):
-        self.task = task
+    def __init__(self, task: Any, precision: str | None = None):
+        self.task, self.precision = task, precision
 
     def __call__(self, config: Mapping[str, Any], ctx: Any) -> None:
         from hypersack.fusion.runner import run_pack
-        run_pack(self.task, _ContextSource(self.task, config, ctx), ctx.device, max_members=1)
+        run_pack(self.task, _ContextSource(self.task, config, ctx), ctx.device, max_members=1,
+                 precision=self.precision)
 
 
 class _ContextSource:
