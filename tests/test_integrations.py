@@ -144,7 +144,8 @@ def _wandb_runs(folder: Path) -> dict[str, dict]:
                                        for i in record.summary.update})
             elif kind == "exit":
                 run["exit"] = record.exit.exit_code
-        runs[run["name"]] = run
+        if "name" in run:              # a file without its run record (none seen alone) is no run
+            runs[run["name"]] = run
     return runs
 
 

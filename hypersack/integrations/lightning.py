@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hypersack.errors import ConfigError, MissingDependencyError, TrialStopped
+from hypersack.validation import check_choice, check_integer
 
 __all__ = ["HyperSackCallback", "scalar_metrics"]
 
@@ -67,11 +68,8 @@ class HyperSackCallback(pl.Callback):
 
     def __init__(self, ctx: Any, monitor: str = "val_loss", *, step: str = "epoch",
                  checkpoint_every: int = 1):
-        if step not in _STEPS:
-            raise ConfigError("step", step, f"must be one of {', '.join(_STEPS)}")
-        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) \
-                or checkpoint_every < 0:
-            raise ConfigError("checkpoint_every", checkpoint_every, "must be an integer >= 0")
+        check_choice("step", step, _STEPS)
+        checkpoint_every = check_integer("checkpoint_every", checkpoint_every, low=0)
         self.ctx, self.monitor, self.step = ctx, str(monitor), step
         self.checkpoint_every = checkpoint_every
         self.stopped = False

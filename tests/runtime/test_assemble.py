@@ -108,7 +108,10 @@ def test_the_ray_path_goes_through_the_assembly(monkeypatch, store_path):
     with pytest.raises(_Reached):
         study.run("trainables:quick", progress=False)
     (call,) = calls
-    assert isinstance(call["executor"], Remote) and call["inventory"] is cluster
+    assert isinstance(call["executor"], Remote)
+    # the inventory the driver's half made of the agents' (scaled under oversubscription: auto)
+    assert call["inventory"] is call["services"].cluster
+    assert [(n.id, g.id) for n, g in call["inventory"].gpus()] == [("n0", "0")]
     assert call["services"].slots == []          # the driver's half of the machine
     assert opened[0]["spec"] is study.spec
 
