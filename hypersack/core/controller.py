@@ -392,7 +392,8 @@ class Controller:
         seat = self._seat(record)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
                       record.checkpoint, tuple(devices), share,
-                      seat.pack if seat else None, seat.seat if seat else None)
+                      seat.pack if seat else None, seat.seat if seat else None,
+                      self.free_below(record.trial_id))
 
     def _seat(self, record: TrialRecord) -> Seat | None:
         """The pack and seat of a trial that fuses, on its first device (None: it runs alone)."""

@@ -185,7 +185,8 @@ class LocalExecutor:
         return TrialTask(launch.trial_id, launch.config, launch.seed, launch.attempt,
                          worker.slot.device, str(self._trial_dir(launch.trial_id)), self._metric,
                          self._steps_for(launch.config), world, bool(self._profile(launch.config)),
-                         launch.checkpoint, self._unsafe_checkpoints, trainable, self._window)
+                         launch.checkpoint, self._unsafe_checkpoints, trainable, self._window,
+                         launch.free_below)
 
     def _slot(self, key: str, trial_id: int) -> Slot:
         if key not in self._slots:
