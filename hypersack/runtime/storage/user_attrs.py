@@ -114,8 +114,8 @@ class AttrsImporter:
             state = record.state.value
             if state != "running":
                 stop = (state, record.attempts)
-                if self._looked.get(trial_id) != stop:
-                    self._looked[trial_id] = stop
+                if self._looked.get(record.trial_id) != stop:
+                    self._looked[record.trial_id] = stop
                     self._import(record.trial_id)
 
     def close(self, trials: Mapping[int, Any], quiet: bool = False) -> None:
