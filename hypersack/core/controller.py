@@ -496,8 +496,10 @@ class Controller:
     def _missing_objective(self, record: TrialRecord, event: ResultReported) -> str | None:
         """The error of a trial whose first report lacks an objective metric (a typo fails at
         step 1, not after training to the end), or None."""
+        if record.last_step is not None:
+            return None
         missing = self.objective.missing(event.metrics)
-        if record.last_step is not None or not missing:
+        if not missing:
             return None
         metric = missing[0]
         reported = ", ".join(repr(m) for m in sorted(event.metrics)) or "nothing"
