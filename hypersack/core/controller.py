@@ -392,7 +392,8 @@ class Controller:
         seat = self._seat(record)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
                       record.checkpoint, tuple(devices), share,
-                      seat.pack if seat else None, seat.seat if seat else None)
+                      seat.pack if seat else None, seat.seat if seat else None,
+                      self.free_below(record.trial_id))
 
     def _seat(self, record: TrialRecord) -> Seat | None:
         """The pack and seat of a trial that fuses, on its first device (None: it runs alone)."""
@@ -495,8 +496,10 @@ class Controller:
     def _missing_objective(self, record: TrialRecord, event: ResultReported) -> str | None:
         """The error of a trial whose first report lacks an objective metric (a typo fails at
         step 1, not after training to the end), or None."""
+        if record.last_step is not None:
+            return None
         missing = self.objective.missing(event.metrics)
-        if record.last_step is not None or not missing:
+        if not missing:
             return None
         metric = missing[0]
         reported = ", ".join(repr(m) for m in sorted(event.metrics)) or "nothing"

@@ -167,6 +167,9 @@ class Launch:
     # None: a plain trial.
     pack: int | None = None
     seat: int | None = None
+    # The step below which its reports need not wait for an ack (``Controller.free_below`` at
+    # launch): so the first report of an attempt is pipelined too. 0: every report waits.
+    free_below: int = 0
 
 
 class StopReason(str, enum.Enum):

@@ -76,10 +76,17 @@ def test_free_below_is_each_reporting_trials_next_decision_point():
     assert c2.turn([ResultReported(0, 1, {"acc": 0.5})], 1.0).free_below == {0: 0}  # asked to stop
 
 
+def test_a_launch_carries_its_trials_next_decision_point():
+    """So the first report of an attempt is pipelined like the later ones."""
+    first = make(Pipelined()).turn([], 0.0)
+    assert [launch.free_below for launch in first.launches] == [3, 3]
+
+
 def test_a_pack_member_waits_at_every_report():
     c = make(Pipelined(), slots=1, packs=FusesAll())
     first = c.turn([], 0.0)
     assert all(launch.pack == 1 for launch in first.launches)
+    assert all(launch.free_below == 0 for launch in first.launches)
     turn = c.turn([ResultReported(0, 1, {"acc": 0.5})], 1.0)
     assert turn.free_below == {0: 0}
 

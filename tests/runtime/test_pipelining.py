@@ -218,6 +218,27 @@ def test_the_context_posts_only_reports_below_the_point_without_a_checkpoint(tmp
     assert kinds == [("post", 1, False), ("request", 2, True), ("request", 3, False)]
 
 
+def test_a_first_report_without_the_objective_waits_for_its_ack(tmp_path):
+    """The driver fails the trial on it: the trial stops at that report, not one later."""
+    channel = _Channel(free_below=100)
+    ctx = TrialContext(trial_id=1, seed=0, device="cpu", attempt=1, trial_dir=tmp_path,
+                       channel=channel, objective="score")
+    ctx.report(0, loss=1.0)
+    ctx.report(1, loss=0.9)                      # not the first: the driver only checks the first
+    assert [kind for kind, _, _ in channel.calls] == ["request", "post"]
+    other = _Channel(free_below=100)
+    ctx = TrialContext(trial_id=2, seed=0, device="cpu", attempt=1, trial_dir=tmp_path,
+                       channel=other, objective="score")
+    ctx.report(0, score=1.0)
+    assert [kind for kind, _, _ in other.calls] == ["post"]
+
+
+def test_a_pipe_channel_starts_from_the_launchs_free_below():
+    channel = PipeChannel(_FakePipe(), 1, window=4, free_below=5)
+    assert channel.may_post(4) and not channel.may_post(5)
+    assert not PipeChannel(_FakePipe(), 1).may_post(0)
+
+
 def test_a_channel_without_pipelining_waits_for_every_report(tmp_path):
     class Plain(_Channel):
         may_post = None          # type: ignore[assignment]
@@ -284,3 +305,20 @@ def test_the_local_executor_hands_its_window_to_each_task_and_counts_reports_per
         event = executor._event(job, w, Reported(4, step, {"loss": 0.1}, None))
         assert isinstance(event, ResultReported)
     assert executor._awaiting == {4: w} and executor._unacked == {4: 3}
+
+
+def test_the_local_executor_hands_the_launchs_free_below_to_the_task(tmp_path):
+    from types import SimpleNamespace
+
+    from hypersack.core.trial import Launch
+    from hypersack.runtime.worker.messages import WorldSpec
+    executor = object.__new__(LocalExecutor)
+    executor._trainable = SimpleNamespace(key="k", reference=None, payload=None)
+    executor._trial_dir = lambda trial_id: tmp_path / str(trial_id)
+    executor._metric, executor._window, executor._unsafe_checkpoints = "score", 32, False
+    executor._steps_for = lambda config: None
+    executor._profile = lambda config: False
+    worker = SimpleNamespace(has_trainable=True, slot=SimpleNamespace(device="cpu"))
+    launch = Launch(3, {"x": 1}, seed=0, attempt=1, free_below=NO_DECISION)
+    task = executor._task(launch, worker, WorldSpec())
+    assert task.free_below == NO_DECISION and task.report_window == 32

@@ -50,6 +50,28 @@ def test_a_second_driver_is_refused_and_a_dead_ones_lease_is_taken_over(tmp_path
         assert second.load_trials(row.study_id) == []
 
 
+def test_a_turn_with_controller_state_renews_the_lease_in_the_same_write(tmp_path):
+    """The state's UPDATE of the study row is the lease renewal: it moves the heartbeat, and a
+    driver that lost the lease is refused with nothing of the turn written."""
+    path = tmp_path / "s.db"
+    with Storage(path) as first, Storage(path) as second:
+        row = first.create_study("s", {})
+        first.acquire_lease(row)
+        beat = "SELECT lease_heartbeat, controller_state FROM studies WHERE study_id = ?"
+        first._db.execute("UPDATE studies SET lease_heartbeat = 1.0 WHERE study_id = ?",
+                          (row.study_id,))
+        first.save_batch(row.study_id, [record(0)], [(0, 1, {"v": 1.0})], {"turn": 1})
+        heartbeat, state = first._db.execute(beat, (row.study_id,)).fetchone()
+        assert heartbeat > 1.0 and '"turn": 1' in state
+        first.release_lease(row.study_id)
+        second.acquire_lease(row)
+        first._lease = "stale-owner"
+        with pytest.raises(LeaseLostError):
+            first.save_batch(row.study_id, [record(1)], [(1, 1, {"v": 2.0})], {"turn": 2})
+        assert [t.trial_id for t in second.load_trials(row.study_id)] == [0]
+        assert '"turn": 1' in second._db.execute(beat, (row.study_id,)).fetchone()[1]
+
+
 def test_the_lease_of_a_killed_driver_is_taken_over_at_once(tmp_path):
     path = tmp_path / "s.db"
     code = ("import sys, os; from hypersack.runtime.storage.sqlite import Storage\n"

@@ -27,6 +27,7 @@ noted in the study's file with their reasons (``ProfileStore.note``).
 from __future__ import annotations
 
 import contextlib
+import math
 import dataclasses
 import logging
 import time
@@ -38,7 +39,8 @@ from hypersack.core.allocator import Demand
 from hypersack.core.demand import needs_mps, with_history, with_loader_cpus
 from hypersack.core.packs import member_demand as core_member_demand
 from hypersack.core.spec import StudySpec
-from hypersack.core.trial import Event, TrialFailed, TrialFinished, TrialProfiled, TrialRecord
+from hypersack.core.trial import (Event, ResultReported, TrialFailed, TrialFinished, TrialProfiled,
+                                  TrialRecord)
 from hypersack.runtime.devices.slots import Slot, default_slots, slots_cluster
 
 __all__ = ["Machine", "prepare_driver", "prepare_machine", "prepare_node"]
@@ -224,6 +226,20 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     # demands as profiled (what a co-location measurement sums)
     live: dict[int, Any] = {}
     online = _OnlineRatios(machine, spec, store)
+    # (history key, resources, ratio generation, the config's data and cpus) -> (base Job,
+    # Job): what a trial's demand is made of, so a config of a key already placed is renamed,
+    # not rebuilt (a new trial's demand is asked twice: its room, then its place); dropped with
+    # the key's history (``forget``)
+    templates: dict[tuple[str, int, int, str, str], tuple[Any, Any]] = {}
+
+    def build(record: TrialRecord, key: str) -> tuple[Any, Any]:
+        per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
+        base = _with_loaders(with_history(default.job(record), per_arch), record.config)
+        job = online.scaled(base)
+        if spec.execution == "auto":
+            job = _execution_auto(machine, key, job, per_arch,
+                                  lambda why: _note(store, spec.name, "execution", _label(key), why))
+        return base, job
 
     def demand(record: TrialRecord) -> Any:
         records[record.trial_id] = record
@@ -231,12 +247,17 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
         if hit is not None and hit[0] == record.resources and hit[3] == online.generation:
             return hit[1]
         key = _history_key(record.config, model_keys)
-        per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
-        base = _with_loaders(with_history(default.job(record), per_arch), record.config)
-        job = online.scaled(base)
-        if spec.execution == "auto":
-            job = _execution_auto(machine, key, job, per_arch,
-                                  lambda why: _note(store, spec.name, "execution", _label(key), why))
+        config = record.config
+        tkey = (key, record.resources, online.generation, repr(config.get("data")),
+                repr(config.get("cpus")))
+        made = templates.get(tkey)
+        if made is None:
+            if len(templates) > 1024:      # kinds of configs, or ratio generations, galore
+                templates.clear()
+            base, job = made = build(record, key)
+            templates[tkey] = made
+        else:
+            base, job = made[0].renamed(record.trial_id), made[1].renamed(record.trial_id)
         jobs[record.trial_id] = (record.resources, job, key, online.generation)
         keyed.setdefault(key, set()).add(record.trial_id)
         live[record.trial_id] = base
@@ -245,10 +266,15 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     def forget(config: dict) -> None:
         key = _history_key(config, model_keys)
         cache.pop(key, None)
+        settled.discard(key)
+        for tkey in [t for t in templates if t[0] == key]:
+            del templates[tkey]
         for trial_id in keyed.pop(key, ()):
             jobs.pop(trial_id, None)
 
     def observe(event: Event) -> None:
+        if type(event) is ResultReported:        # most events: nothing for the history
+            return
         record = records.get(event.trial_id) if event.trial_id is not None else None
         if record is None:
             return
@@ -276,8 +302,36 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
                     keyed.get(ended[2], set()).discard(event.trial_id)
         except Exception as exc:   # the history is an optimisation: never fail the study on it
             log.warning("job history not updated for trial %s: %s", event.trial_id, exc)
-    machine.demand, machine.observers = demand, [observe]
-    machine.profile = lambda config: True
+    # the least compute a device of each architecture accepts (r x C)
+    capacity: dict[str, float] = {}
+    for _, gpu in machine.cluster.gpus():
+        capacity[gpu.arch] = min(capacity.get(gpu.arch, math.inf), gpu.compute * gpu.oversubscription)
+    settled: set[str] = set()      # history keys whose trials are not profiled (``profile``)
+
+    def profile(config: dict) -> bool:
+        """Whether a trial of ``config`` is profiled (the Sampler runs once per history key):
+        not when its key has a profile measured alone on every architecture here, with a
+        demand that fills a whole device there (no trial can share one with it: profiling it
+        again would measure neither a new alone profile nor a co-location); always under
+        ``oversubscription: auto``, whose ratio learns from every co-located run. Decided
+        again after a new profile or an OOM correction of the key (``forget``)."""
+        if online.measured:
+            return True
+        key = _history_key(config, model_keys)
+        if key in settled:
+            return False
+        try:
+            per_arch = _per_arch(store, config, archs, trainable_name, model_keys, cache, key)
+            alone = all(store.corunners(profile_key(trainable_name, config, model_keys, arch)) == 0
+                        for arch in archs)
+        except Exception:          # a config the history cannot key: profiled as before
+            return True
+        if alone and archs and all(arch in per_arch and per_arch[arch]["compute"] >= capacity[arch]
+                                   for arch in archs):
+            settled.add(key)
+            return False
+        return True
+    machine.demand, machine.observers, machine.profile = demand, [observe], profile
 
 
 def _with_loaders(job: Any, config: dict) -> Any:

@@ -185,7 +185,8 @@ class LocalExecutor:
         return TrialTask(launch.trial_id, launch.config, launch.seed, launch.attempt,
                          worker.slot.device, str(self._trial_dir(launch.trial_id)), self._metric,
                          self._steps_for(launch.config), world, bool(self._profile(launch.config)),
-                         launch.checkpoint, self._unsafe_checkpoints, trainable, self._window)
+                         launch.checkpoint, self._unsafe_checkpoints, trainable, self._window,
+                         launch.free_below)
 
     def _slot(self, key: str, trial_id: int) -> Slot:
         if key not in self._slots:
@@ -289,6 +290,8 @@ class LocalExecutor:
     def _event(self, job: _Job, w: Worker, message: Message) -> Event | None:
         if getattr(message, "trial_id", None) != job.trial_id:
             return None
+        if type(message) is Reported and w.rank == 0:        # most messages: asked first
+            return self._reported(job, w, message)
         if isinstance(message, (Done, Failed)):
             return self._rank_ended(job, w, message)
         if w.rank != 0:
@@ -297,12 +300,16 @@ class LocalExecutor:
             return TrialStarted(job.trial_id, w.slot.label if len(job.workers) == 1
                                 else "+".join(x.slot.label for x in job.workers))
         if isinstance(message, Reported):
-            self._awaiting[job.trial_id] = w
-            self._unacked[job.trial_id] = self._unacked.get(job.trial_id, 0) + 1
-            return ResultReported(job.trial_id, message.step, message.metrics, message.checkpoint)
+            return self._reported(job, w, message)
         if isinstance(message, Profiled):
             return TrialProfiled(job.trial_id, message.profile)
         return None
+
+    def _reported(self, job: _Job, w: Worker, message: Reported) -> ResultReported:
+        """Rank 0's report: it awaits its ack."""
+        self._awaiting[job.trial_id] = w
+        self._unacked[job.trial_id] = self._unacked.get(job.trial_id, 0) + 1
+        return ResultReported(job.trial_id, message.step, message.metrics, message.checkpoint)
 
     def _rank_ended(self, job: _Job, w: Worker, message: Done | Failed) -> Event | None:
         if isinstance(message, Failed):

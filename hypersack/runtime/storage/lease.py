@@ -103,9 +103,13 @@ class StudyLease:
             "UPDATE studies SET lease_heartbeat = ? WHERE study_id = ? AND lease_owner = ?",
             (now, study_id, self._lease))
         if cursor.rowcount != 1:
-            raise LeaseLostError(
-                f"This driver lost its hold on the study in {self.path}: another driver took it "
-                "over (or the study was deleted); stopping without writing")
+            raise self._lease_lost()
+
+    def _lease_lost(self) -> LeaseLostError:
+        """The error of a write that found the lease held by another driver (or no study)."""
+        return LeaseLostError(
+            f"This driver lost its hold on the study in {self.path}: another driver took it "
+            "over (or the study was deleted); stopping without writing")
 
     def release_lease(self, study_id: int) -> None:
         """Give the lease back (at the end of a run); never raises for a lost lease."""

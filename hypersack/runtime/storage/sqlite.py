@@ -116,6 +116,7 @@ class Storage(StudyLease, WalCheckpoints):
                  durability: str = "power"):
         self.path = Path(path)
         self._artifacts_root: Path | None = None    # resolved once (a launch asks for it)
+        self._study_dirs: dict[tuple[str, str], Path] = {}   # (name, uuid) -> study_dir
         self.readonly = readonly
         self.durability = check_durability(durability)
         self.commits = 0                 # durable commits made by this connection
@@ -212,8 +213,13 @@ class Storage(StudyLease, WalCheckpoints):
         return self._artifacts_root
 
     def study_dir(self, study: StudyRow) -> Path:
-        """The study's run folder, keyed by its identity."""
-        return self.artifacts_root / f"{study.name}-{study.uuid[:12]}"
+        """The study's run folder, keyed by its identity (made once per study: every trial's
+        folder is in it)."""
+        key = (study.name, study.uuid)
+        found = self._study_dirs.get(key)
+        if found is None:
+            found = self._study_dirs[key] = self.artifacts_root / f"{study.name}-{study.uuid[:12]}"
+        return found
 
     def trial_dir(self, study: StudyRow, trial_id: int) -> Path:
         return self.study_dir(study) / f"trial-{trial_id:05d}"
@@ -358,8 +364,8 @@ class Storage(StudyLease, WalCheckpoints):
                      controller_state: dict[str, Any] | None, stays: Iterable[Stay] = ()) -> None:
         now = time.time()
         with self._transaction():
-            if self._lease is not None:
-                self._renew(study_id, now)
+            if self._lease is not None and controller_state is None:
+                self._renew(study_id, now)      # else renewed by the state's own UPDATE
             result_rows, last = [], {}
             for tid, step, m in results:
                 text = _metrics_text(m)   # a bad metric (the trial fails on it) as text
@@ -376,7 +382,9 @@ class Storage(StudyLease, WalCheckpoints):
             self._write_stays(study_id, stays)
 
     def _write_state(self, study_id: int, state: dict[str, Any], now: float) -> None:
-        """Inside the batch's transaction: the controller state, whose algorithm parts
+        """Inside the batch's transaction: the controller state, with the lease renewed in the
+        same UPDATE of the study's row when this driver holds one (LeaseLostError, and the
+        batch rolled back, when another driver took it), whose algorithm parts
         (``state["algorithm"]["parts"]``, a ``StateParts`` of those changed since the previous
         batch) go to ``state_parts`` by key (None deletes one) and the rest to the study's row,
         with ``"parts": {}`` where they go; ``get_study`` puts every stored part back. Any other
@@ -397,9 +405,17 @@ class Storage(StudyLease, WalCheckpoints):
                     if value is not None]
             if rows:
                 self._db.executemany("INSERT OR REPLACE INTO state_parts VALUES (?,?,?)", rows)
-        self._db.execute(
-            "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
-            (json.dumps(state), now, study_id))
+        if self._lease is None:
+            self._db.execute(
+                "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
+                (json.dumps(state), now, study_id))
+            return
+        cursor = self._db.execute(
+            "UPDATE studies SET controller_state = ?, updated_at = ?, lease_heartbeat = ? "
+            "WHERE study_id = ? AND lease_owner = ?",
+            (json.dumps(state), now, now, study_id, self._lease))
+        if cursor.rowcount != 1:
+            raise self._lease_lost()
 
     def _write_stays(self, study_id: int, stays: Iterable[Stay]) -> None:
         """Inside the batch's transaction: each stay replaces the stored one with its key."""

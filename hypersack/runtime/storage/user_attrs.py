@@ -102,34 +102,43 @@ class AttrsImporter:
     def __init__(self, store: Any, study_id: int, trial_dir: Any):
         self.store, self.study_id, self.trial_dir = store, study_id, trial_dir
         self._seen: dict[int, float] = {}     # trial -> mtime of the file last imported
+        # trial -> (state, attempts) when its file was last looked at by ``listen``: a trial's
+        # file changes only while it runs, so it is looked at once per stop (one ``stat``)
+        self._looked: dict[int, tuple[str, int]] = {}
 
     def listen(self, events: Sequence[Any], trials: Mapping[int, Any]) -> None:
-        for event in events:
-            trial_id = getattr(event, "trial_id", None)
+        for trial_id in dict.fromkeys(getattr(event, "trial_id", None) for event in events):
             record = trials.get(trial_id) if trial_id is not None else None
-            if record is not None and record.state.value != "running":
-                self._import(record.trial_id)
+            if record is None:
+                continue
+            state = record.state.value
+            if state != "running":
+                stop = (state, record.attempts)
+                if self._looked.get(record.trial_id) != stop:
+                    self._looked[record.trial_id] = stop
+                    self._import(record.trial_id)
 
     def close(self, trials: Mapping[int, Any], quiet: bool = False) -> None:
-        """Import every launched trial's file; ``quiet``: a store fault is dropped."""
+        """Import every launched trial's file (but one looked at since it last stopped);
+        ``quiet``: a store fault is dropped."""
         try:
             for trial_id, record in trials.items():
-                if record.attempts:
+                if record.attempts and self._looked.get(trial_id) != (record.state.value,
+                                                                      record.attempts):
                     self._import(trial_id)
         except StorageError:
             if not quiet:
                 raise
 
     def _import(self, trial_id: int) -> None:
-        path = Path(self.trial_dir(trial_id)) / FILE
         try:
-            mtime = path.stat().st_mtime
+            mtime = os.stat(os.path.join(self.trial_dir(trial_id), FILE)).st_mtime
         except OSError:
             return
         if self._seen.get(trial_id) == mtime:
             return
         self._seen[trial_id] = mtime
-        attrs = read_trial_attrs(path.parent)
+        attrs = read_trial_attrs(self.trial_dir(trial_id))
         try:
             save_attrs(self.store, self.study_id, trial_id, attrs)
         except ConfigError:

@@ -22,8 +22,10 @@ Contract for trainables:
   (32 for the local executor, 1 on a Ray node) such reports may await their acks (with the
   window full, a report waits for room); a report that must wait (a checkpoint, a decision
   point, a non-finite metric) and the trial's end wait until it and every earlier one are
-  durable, so a checkpoint never becomes durable before the results it follows. The first report of
-  an attempt always waits (no decision point is known yet: a missing objective fails there).
+  durable, so a checkpoint never becomes durable before the results it follows. The first
+  report of an attempt is pipelined like the others (the launch carries the trial's decision
+  point), unless it lacks the objective metric: that one waits, and the driver fails the trial
+  on it.
   A decision the algorithm takes at a decision point stops the trial at that very report: no
   step past it is run or stored. A stop no report decides (a time budget, Ctrl-C, a
   preemption, another trial's failure) is raised at the trial's first report after the stop
@@ -99,7 +101,8 @@ class TrialContext:
     def __init__(self, *, trial_id: int, seed: int, device: str, attempt: int, trial_dir: Path,
                  channel: Channel, max_steps: int | None = None, world: World = World(),
                  sync_stop: Callable[[bool], bool] | None = None, meter: Any = None,
-                 committed_checkpoint: str | None = None, unsafe_checkpoints: bool = False):
+                 committed_checkpoint: str | None = None, unsafe_checkpoints: bool = False,
+                 objective: str | None = None):
         self.trial_id = trial_id
         self.seed = seed
         self.device = device
@@ -115,6 +118,9 @@ class TrialContext:
         self._fine_grained = False   # the trainable delimits iterations itself (ctx.sampler)
         self._sampler_override: Any = None
         self._last_step: int | None = None
+        # the objective metric: a first report without it waits (the driver fails the trial
+        # on it), whatever the launch let be pipelined
+        self._objective = objective
         self._stopped = False
         self._committed = committed_checkpoint   # the file the store names (last durable report)
         self._pending: str | None = None         # written, rides with the next report
@@ -158,12 +164,13 @@ class TrialContext:
             self.checkpoint(checkpoint)
         if self._meter is not None and not self._fine_grained:
             self._meter.mark()
-        self._last_step = step
+        first, self._last_step = self._last_step is None, step
         if self.world.rank == 0:
             message = Reported(self.trial_id, step, clean, self._pending)
             poster = self._poster
             if (poster is not None and self._pending is None and _finite(clean)
-                    and poster.may_post(step)):
+                    and poster.may_post(step)
+                    and not (first and self._objective is not None and self._objective not in clean)):
                 poster.post(message)
             else:
                 self._channel.request(message)

@@ -217,7 +217,8 @@ class TrialTask(Message):
     ``trainable``: (key, reference, payload); reference and payload are None when the worker
     has this key loaded already. ``checkpoint``: the committed checkpoint file (the only one
     a restore reads), or None. ``report_window`` (>= 1): how many posted reports may await
-    their acks at once (pipelining; see ``runtime.worker.process.PipeChannel``)."""
+    their acks at once (pipelining; see ``runtime.worker.process.PipeChannel``);
+    ``free_below``: the launch's (``core.trial.Launch``), what the first ack would say."""
     tag: ClassVar[str] = "trial-task"
     nested: ClassVar[dict[str, type]] = {"world": WorldSpec}
     trial_id: int
@@ -234,6 +235,7 @@ class TrialTask(Message):
     unsafe_checkpoints: bool
     trainable: tuple
     report_window: int = 1
+    free_below: int = 0
 
 
 @dataclass(frozen=True)

@@ -38,13 +38,13 @@ class PipeChannel:
     ``free_below`` is the last ack's: reports at lower steps may be posted.
     """
 
-    def __init__(self, pipe: Pipe, trial_id: int, window: int = 1):
+    def __init__(self, pipe: Pipe, trial_id: int, window: int = 1, free_below: int = 0):
         self._pipe = pipe
         self._trial_id = trial_id
         self._window = max(1, window)
         self._stop = False
         self._unacked = 0
-        self.free_below = 0
+        self.free_below = free_below       # the launch's, until the first ack says
         self.shutdown = False
 
     def send(self, message: Message) -> None:
@@ -177,7 +177,7 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
 
     trial_id = task.trial_id
     trial_dir = Path(task.trial_dir)
-    channel = PipeChannel(pipe, trial_id, task.report_window)
+    channel = PipeChannel(pipe, trial_id, task.report_window, task.free_below)
     try:
         checkpoints.ensure_private_dir(trial_dir)
         log_fd = checkpoints.open_private(trial_dir / "trial.log", append=True)
@@ -212,7 +212,7 @@ def _run_trainable(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[.
                            attempt=task.attempt, trial_dir=Path(task.trial_dir),
                            channel=channel, max_steps=task.max_steps, world=world,
                            sync_stop=sync, meter=meter, committed_checkpoint=task.checkpoint,
-                           unsafe_checkpoints=task.unsafe_checkpoints)
+                           unsafe_checkpoints=task.unsafe_checkpoints, objective=task.metric)
         try:
             returned = train(dict(task.config), ctx)
             _report_returned(ctx, returned, task.metric)

@@ -1,0 +1,32 @@
+"""The attribute importer looks at a trial's file once per stop of the trial (the file changes
+only while the trial runs): not once per event, and not again at ``close``."""
+from __future__ import annotations
+
+from hypersack.core.trial import ResultReported, TrialFinished, TrialRecord, TrialState
+from hypersack.runtime.storage.sqlite import Storage
+from hypersack.runtime.storage.user_attrs import AttrsImporter, load_attrs, write_trial_attr
+
+
+def test_a_stopped_trials_file_is_imported_once_per_stop(tmp_path):
+    with Storage(tmp_path / "s.db") as store:
+        row = store.create_study("s", {})
+        importer = AttrsImporter(store, row.study_id, lambda t: store.trial_dir(row, t))
+        looked: list[int] = []
+        real = importer._import
+        importer._import = lambda t: (looked.append(t), real(t))   # type: ignore[method-assign]
+        folder = store.trial_dir(row, 0)
+        folder.mkdir(parents=True)
+        write_trial_attr(folder, "arch", "a")
+        trial = TrialRecord(0, {}, seed=0, state=TrialState.RUNNING, attempts=1)
+        events = [ResultReported(0, 1, {"v": 1.0}), ResultReported(0, 2, {"v": 2.0})]
+        importer.listen(events, {0: trial})
+        assert looked == []                                   # running: its file may change
+        trial.state = TrialState.PAUSED
+        importer.listen([*events, TrialFinished(0)], {0: trial})
+        importer.listen([ResultReported(0, 3, {"v": 3.0})], {0: trial})
+        assert looked == [0] and load_attrs(store, row.study_id) == {0: {"arch": "a"}}
+        trial.attempts, trial.state = 2, TrialState.COMPLETE   # resumed, then ended
+        write_trial_attr(folder, "arch", "b")
+        importer.listen([TrialFinished(0)], {0: trial})
+        importer.close({0: trial})
+        assert looked == [0, 0] and load_attrs(store, row.study_id) == {0: {"arch": "b"}}
