@@ -217,7 +217,7 @@ def test_ctx_sampler_is_the_profiler_under_its_old_name_with_a_warning():
     ctx = object.__new__(TrialContext)
     ctx._profiler_override, ctx._meter = "mine", None
     with pytest.warns(DeprecationWarning, match="ctx.profiler"):
-        assert ctx.profiler == "mine"
+        assert ctx.sampler == "mine"
     with _warnings.catch_warnings():
         _warnings.simplefilter("error")
         assert ctx.profiler == "mine"

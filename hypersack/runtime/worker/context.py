@@ -142,10 +142,10 @@ class TrialContext:
         self._profiler_override = value
 
     @property
-    def profiler(self) -> Any:
-        """Deprecated spelling of :attr:`profiler` (the paper calls the profiler "Profiler"; in
-        HyperSack an Optuna profiler proposes configs): warns, then returns ``ctx.profiler``."""
-        warnings.warn("ctx.profiler is deprecated: use ctx.profiler (a profiler proposes configs)",
+    def sampler(self) -> Any:
+        """Deprecated spelling of :attr:`profiler` (the paper calls the profiler "Sampler"; in
+        HyperSack an Optuna sampler proposes configs): warns, then returns ``ctx.profiler``."""
+        warnings.warn("ctx.sampler is deprecated: use ctx.profiler (a sampler proposes configs)",
                       DeprecationWarning, stacklevel=2)
         return self.profiler
 
