@@ -210,7 +210,7 @@ def test_null_sampler_runs_the_body_and_measures_nothing():
 
 
 def test_ctx_sampler_is_the_profiler_under_its_old_name_with_a_warning():
-    """Glossary: the paper's Sampler is the *profiler*; ``ctx.profiler`` still works, warning."""
+    """Glossary: the paper's Sampler is the *profiler*; ``ctx.sampler`` still works, warning."""
     import warnings as _warnings
 
     from hypersack.runtime.worker.context import TrialContext
