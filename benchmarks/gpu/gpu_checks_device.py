@@ -1,4 +1,4 @@
-"""Checks 0-3 of the GPU suite: detection, NVML inventory and monitor, MPS, Sampler profiles."""
+"""Checks 0-3 of the GPU suite: detection, NVML inventory and monitor, MPS, Profiler profiles."""
 from __future__ import annotations
 
 import json
@@ -82,7 +82,7 @@ _TRAIN_FOR = """
 import json, sys, time, torch
 from hypersack.runtime.worker.trainable import resolve_reference
 from hypersack.runtime.worker.context import TrialContext
-from hypersack.runtime.devices.profiler import NullSampler
+from hypersack.runtime.devices.profiler import NullProfiler
 name, config, device, seconds = {name!r}, {config!r}, {device!r}, {seconds!r}
 class Channel:
     def __init__(self): self.start = time.time()

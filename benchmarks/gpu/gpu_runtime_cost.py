@@ -1,6 +1,6 @@
-"""Cost of the GPU plumbing itself: is the Sampler, the state monitor and the job history cheap?
+"""Cost of the GPU plumbing itself: is the Profiler, the state monitor and the job history cheap?
 
-- Sampler: extra time per timed iteration (``with sampler.iteration(): sampler.data_loaded()``
+- Profiler: extra time per timed iteration (``with profiler.iteration(): profiler.data_loaded()``
   around an empty body) against the bare loop, in microseconds.
 - DeviceMonitor.poll over the in-memory FakeNvml with D devices (what one poll of the thread costs
   in Python; real NVML calls add the driver's own latency, measured with ``--real-nvml`` where a
@@ -24,7 +24,7 @@ from typing import Any, Callable
 from hypersack.runtime.devices.monitor import DeviceMonitor
 from hypersack.runtime.devices.nvml import FakeNvml, NvmlSource
 from hypersack.runtime.devices.profile_trainable import profile_trainable
-from hypersack.runtime.devices.profiler import Profile, Sampler
+from hypersack.runtime.devices.profiler import Profile, Profiler
 from hypersack.runtime.devices.job_history import ProfileKey, ProfileStore
 
 
@@ -40,7 +40,7 @@ def sampler_overhead_us(n: int) -> float:
         return time.perf_counter() - t
 
     def sampled() -> float:
-        s = Sampler(iterations=n, warmup=1, peak_memory=lambda: 0, reset_memory=lambda: None)
+        s = Profiler(iterations=n, warmup=1, peak_memory=lambda: 0, reset_memory=lambda: None)
         t = time.perf_counter()
         for _ in range(n):
             with s.iteration():
@@ -100,9 +100,9 @@ def torch_profile_s() -> float | None:
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(10_000):
-            with ctx.sampler.iteration():
+            with ctx.profiler.iteration():
                 x, y = torch.randn(config["batch_size"], 64), torch.randint(0, 10, (config["batch_size"],))
-                ctx.sampler.data_loaded()
+                ctx.profiler.data_loaded()
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 opt.zero_grad()
                 loss.backward()

@@ -14,7 +14,7 @@ its last error line):
    (each reports the share it got; on a GPU the MPS server must appear), clean stop (no daemon
    process left), recovery of a stale daemon left by a "crashed" run, and the time-slicing
    fallback when MPS is refused.
-3. ``profiles``: the Sampler (``profile_trainable``) on each workload: time per iteration, peak
+3. ``profiles``: the Profiler (``profile_trainable``) on each workload: time per iteration, peak
    memory, GPU utilisation.
 4. ``sp3_makespan``: an SP3-like study (32 trials, quick 16, of ResNet-18 and MobileNet-v3-small
    on CIFAR-shaped uint8 images through a DataLoader with crop/flip/normalise in loader workers,

@@ -5,7 +5,7 @@
 
 Method (CPU worker slots play the devices; the local executor runs the real study):
 1. Calibration run A (seed 0): a real random-search study of the digits MLP. From its store we
-   take, like the Sampler's job history, each batch size's median wall seconds per step (epoch
+   take, like the Profiler's job history, each batch size's median wall seconds per step (epoch
    plus checkpoint, report and acknowledgement), the median start-up of a trial on a warm worker
    (launch to first report, minus one step) and the extra warm-up of each worker's first trial.
 2. The simulator runs study A (in-sample) and study B (seed 1: other configs, out-of-sample) on a

@@ -21,7 +21,7 @@ DEFAULT_CONTEXT_GB = 0.5
 
 
 class Measured(Protocol):
-    """What the Sampler measured of a trial (``runtime.devices.profiler.Profile`` has these)."""
+    """What the Profiler measured of a trial (``runtime.devices.profiler.Profile`` has these)."""
 
     @property
     def gpu_util_percent(self) -> float | None: ...

@@ -105,7 +105,7 @@ class TrialFailed:
 
 @dataclass(frozen=True)
 class TrialProfiled:
-    """What the Sampler measured over the trial's first steps (``Profile.to_dict()``)."""
+    """What the Profiler measured over the trial's first steps (``Profile.to_dict()``)."""
     trial_id: int
     profile: dict[str, Any]
 

@@ -7,7 +7,7 @@ own package beside ``core/`` (which asks it where jobs go).
     # {'t0': ('n0', 0), 't1': ('n0', 0)}
 
 Policies by name: ``ff``, ``ffd``, ``wf``, ``wfd`` (default, the paper's choice), ``exclusive`` (one
-job per GPU: the baseline), ``wfd-ls`` (WFD, then swaps that raise occupancy), ``fill`` (the packer
+job per GPU: the baseline), ``wfd-ls`` (WFD, then swaps that raise occupancy), ``fill`` (the policy
 for tight clusters: Lagrangian price starts and local search), ``auto`` (``fill`` on calls of up
 to 100,000 jobs x GPUs, else ``wfd-ls``), ``mip`` (exact,
 CP-SAT; needs ``pip install 'hypersack[mip]'``), ``hay`` (Hay's node score and GPU states;

@@ -2,7 +2,7 @@
 
 Rule, per call: ``fill`` when (jobs to place) x (GPUs of the cluster) <= ``pairs`` (default
 ``AUTO_PAIRS`` = 100,000, e.g. 384 jobs x 16 GPUs or 1,000 jobs x 100 GPUs), else ``lagrange``.
-``fill`` is the better packer on tight instances (several resources binding; at least 0.99 of
+``fill`` is the better policy on tight instances (several resources binding; at least 0.99 of
 CP-SAT's 20 s solution on all 140 stored instances, see benchmarks/RESULTS.md) and, compiled
 (``pip install hypersack[fast]``), costs about 3x WFD at 384 jobs x 16 GPUs and 1.5-2.5x at 1,000 x
 100; its arrays grow with jobs x GPUs (a GPU's job list is as long as the call's jobs), so above

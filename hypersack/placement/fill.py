@@ -1,4 +1,4 @@
-"""The ``fill`` policy: the packer for tight instances (several resources binding at once).
+"""The ``fill`` policy: the one for tight instances (several resources binding at once).
 
 Starts, each a feasible placement, then the best few improved by local search, then *kicks*
 on the best; the answer with the most placed compute (Eq. 5) wins (ties: the earlier one):

@@ -1,6 +1,6 @@
 """Tight placement instances (``tight_instance(seed)``): seeded, deterministic, the generator of
 ``benchmarks/placement/tight_instances.py`` (whose CP-SAT optima are stored per seed in
-``benchmarks/placement/tight_optima.json``), shared with the tests that score the packers on them.
+``benchmarks/placement/tight_optima.json``), shared with the tests that score the placement policies on them.
 
 Heterogeneous (nodes of A100 and H100, r from {1, 2, 3} per node, memory 40 or 80 GB), many small
 jobs and a few large ones, CPU limits binding:

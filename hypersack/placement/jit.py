@@ -1,4 +1,4 @@
-"""Optional machine-code compilation of the packers' inner loops, with numba.
+"""Optional machine-code compilation of the placement policies' inner loops, with numba.
 
 ``kernel(fn)`` returns ``fn`` compiled by numba (nopython mode, cached on disk beside its module)
 when numba is installed (``pip install hypersack[fast]``; the dev and test set-up installs it),

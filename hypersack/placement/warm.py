@@ -1,4 +1,4 @@
-"""Compile the packers' kernels before their first real call: ``python -m hypersack.placement.warm``.
+"""Compile the placement policies' kernels before their first real call: ``python -m hypersack.placement.warm``.
 
 With numba installed (``pip install hypersack[fast]``) the kernels of ``fill`` and ``lagrange`` are
 compiled at their first call and cached on disk beside their modules; compiling them all costs

@@ -1,10 +1,10 @@
 """The simulator's performance model: how long a step takes where, and what a trial asks for.
 
 Inputs are a profile table (one row per model, batch size and device architecture, from a
-scenario's workload section or the Sampler's job history) and a few cost parameters. Formulas:
+scenario's workload section or the Profiler's job history) and a few cost parameters. Formulas:
 
 Profile of trial ``p`` on architecture ``a``: ``T(p, a)`` seconds per step run alone on one device,
-``c(p, a)`` compute demand in percent of one device (the Sampler's average utilisation; HyperSack's
+``c(p, a)`` compute demand in percent of one device (the Profiler's average utilisation; HyperSack's
 ``c_p``), ``d(p, a)`` memory in GB, ``q(p)`` host cores per device.
 
 1. Data-parallel scaling on ``k`` devices (RASDA)::

@@ -203,16 +203,16 @@ def build_optimizer(model: nn.Module, settings: Any) -> torch.optim.Optimizer:
 def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
                  y: torch.Tensor, batch_size: int, seed: int, world: Any = None,
                  lr_at: Callable[[float], float] | None = None,
-                 sampler: Any = None, amp: Any = None) -> tuple[float, int]:
+                 profiler: Any = None, amp: Any = None) -> tuple[float, int]:
     """One shuffled pass over (x, y); returns (mean batch loss, optimizer steps taken).
 
     With ``world`` of size k, each step's global batch is ``batch_size`` x k samples and this
     rank trains on its slice. ``lr_at(fraction of the epoch done)`` sets the learning rate;
-    ``sampler`` (``ctx.sampler``) times each step for the job history; ``amp``: the step's
+    ``profiler`` (``ctx.profiler``) times each step for the job history; ``amp``: the step's
     precision (``hypersack.fusion.precision.PlainPrecision``; None: fp32)."""
     from hypersack.fusion.precision import PlainPrecision
-    from hypersack.runtime.devices.profiler import NullSampler
-    sampler = sampler if sampler is not None else NullSampler()
+    from hypersack.runtime.devices.profiler import NullProfiler
+    profiler = profiler if profiler is not None else NullProfiler()
     amp = amp if amp is not None else PlainPrecision("fp32", x.device)
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     generator = torch.Generator().manual_seed(seed)
@@ -224,10 +224,10 @@ def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Te
         if lr_at is not None:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(start / len(y))
-        with sampler.iteration():
+        with profiler.iteration():
             batch = torch.tensor_split(order[start:start + step_size], size)[rank]
             inputs, targets = x[batch], y[batch]
-            sampler.data_loaded()
+            profiler.data_loaded()
             optimizer.zero_grad(set_to_none=True)
             with amp.autocast():
                 if len(batch):
@@ -292,7 +292,7 @@ def _fit(build: Callable[[], nn.Module], settings: Settings, ctx: Any,
         train_loss, taken = _train_epoch(trained, optimizer, x_train, y_train, settings.batch_size,
                                          _epoch_seed(ctx.seed, epoch), ctx.world,
                                          _lr_schedule(settings, epoch, workers, since),
-                                         getattr(ctx, "sampler", None), amp)
+                                         getattr(ctx, "profiler", None), amp)
         steps += taken
         accuracy, loss = _evaluate(model, x_val, y_val)
         state = {"epoch": epoch, "model": model.state_dict(), "steps": steps,

@@ -192,15 +192,15 @@ def _count(config: Mapping[str, Any], key: str, default: int) -> int:
 
 def train_epoch_loader(model: torch.nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
                        config: Mapping[str, Any], batch_size: int, seed: int, loss_fn: Any,
-                       device: str, world: Any = None, sampler: Any = None,
+                       device: str, world: Any = None, profiler: Any = None,
                        amp: Any = None) -> tuple[float, int]:
     """One epoch through the DataLoader (shuffle and augmentation seeded by ``seed``); returns
-    (mean batch loss, steps). The Sampler's data time is the wait for the next batch and its
+    (mean batch loss, steps). The Profiler's data time is the wait for the next batch and its
     copy to the device. With a ``world`` of size k, each step loads ``batch_size`` x k samples
     and this rank trains on its slice (as ``synthetic.train_epoch``, ``amp`` too)."""
     from hypersack.fusion.precision import PlainPrecision
-    from hypersack.runtime.devices.profiler import NullSampler
-    sampler = sampler if sampler is not None else NullSampler()
+    from hypersack.runtime.devices.profiler import NullProfiler
+    profiler = profiler if profiler is not None else NullProfiler()
     amp = amp if amp is not None else PlainPrecision("fp32", device)
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     dataset.set_seed(seed)
@@ -210,11 +210,11 @@ def train_epoch_loader(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     model.train()
     losses = []
     for _ in range(len(loader)):
-        with sampler.iteration():
+        with profiler.iteration():
             batch = next(batches)
             inputs, targets = (torch.tensor_split(t, size)[rank].to(device, non_blocking=True)
                                for t in batch)
-            sampler.data_loaded()
+            profiler.data_loaded()
             optimizer.zero_grad(set_to_none=True)
             with amp.autocast():
                 if len(targets):

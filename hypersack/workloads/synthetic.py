@@ -148,25 +148,25 @@ def save_and_report(ctx: Any, step: int, state: Mapping[str, Any], **metrics: An
 def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
                 y: torch.Tensor, batch_size: int, seed: int,
                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                world: Any = None, sampler: Any = None,
+                world: Any = None, profiler: Any = None,
                 amp: PlainPrecision | None = None) -> tuple[float, int]:
     """One shuffled pass (``randperm`` seeded by ``seed``); returns (mean batch loss, steps).
 
     ``loss_fn`` gives per-sample losses; each step minimises their mean over the batch. With a
     ``world`` of size k each step takes ``batch_size`` x k samples and this rank its slice.
     ``amp``: the step's precision (None: fp32)."""
-    from hypersack.runtime.devices.profiler import NullSampler
-    sampler = sampler if sampler is not None else NullSampler()
+    from hypersack.runtime.devices.profiler import NullProfiler
+    profiler = profiler if profiler is not None else NullProfiler()
     amp = amp if amp is not None else PlainPrecision("fp32", x.device)
     rank, size = (world.rank, world.size) if world is not None else (0, 1)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed)).to(x.device)
     model.train()
     losses, step_size = [], batch_size * size
     for start in range(0, len(y), step_size):
-        with sampler.iteration():
+        with profiler.iteration():
             batch = torch.tensor_split(order[start:start + step_size], size)[rank]
             inputs, targets = x[batch], y[batch]
-            sampler.data_loaded()
+            profiler.data_loaded()
             optimizer.zero_grad(set_to_none=True)
             with amp.autocast():
                 if len(batch):
@@ -236,7 +236,7 @@ def _epoch_runner(workload: Workload, config: Mapping[str, Any], s: Settings,
     the config's ``data`` mode (``synthetic``: device-resident tensors; ``pipeline``:
     ``workloads.pipeline``), and the validation tensors on the device."""
     from hypersack.core.demand import data_mode
-    sampler = getattr(ctx, "sampler", None)
+    profiler = getattr(ctx, "profiler", None)
     if data_mode(config) == "pipeline":
         from hypersack.workloads.pipeline import pipeline_data, train_epoch_loader
         host = cached_data(workload, config) if workload.inputs == "tokens" else None
@@ -244,7 +244,7 @@ def _epoch_runner(workload: Workload, config: Mapping[str, Any], s: Settings,
 
         def run(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> tuple[float, int]:
             return train_epoch_loader(model, optimizer, dataset, config, s.batch_size, seed,
-                                      workload.per_sample_loss, ctx.device, ctx.world, sampler,
+                                      workload.per_sample_loss, ctx.device, ctx.world, profiler,
                                       amp)
     else:
         x_train, y_train, x_val, y_val = cached_data(workload, config)
@@ -252,7 +252,7 @@ def _epoch_runner(workload: Workload, config: Mapping[str, Any], s: Settings,
 
         def run(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> tuple[float, int]:
             return train_epoch(model, optimizer, x_train, y_train, s.batch_size, seed,
-                               workload.per_sample_loss, ctx.world, sampler, amp)
+                               workload.per_sample_loss, ctx.world, profiler, amp)
     return run, x_val.to(ctx.device), y_val.to(ctx.device)
 
 

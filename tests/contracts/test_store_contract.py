@@ -23,7 +23,7 @@ from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import StopReason, TrialRecord, TrialState
 from hypersack.errors import HyperSackError, StorageError
 from hypersack.runtime.storage.sqlite import Storage
-from hypersack.runtime.loop.store import LAUNCH_FIELDS, BackgroundCheckpoints, Store
+from hypersack.runtime.loop.store import LAUNCH_FIELDS, BackgroundWalCheckpoints, Store
 from hypersack.runtime.storage.memory import MemoryStore
 
 
@@ -34,7 +34,7 @@ class _Sqlite:
     calls_state_callable = True     # the state is made when the batch is written
     studies = True                  # one file holds many studies
     may_fail = True                 # a write can be refused (read-only file, full disk)
-    background_checkpoints = True
+    background_wal_checkpoints = True
 
     def __init__(self, path):
         self.path = path
@@ -74,7 +74,7 @@ class _Memory:
     calls_state_callable = False
     studies = False
     may_fail = False
-    background_checkpoints = False
+    background_wal_checkpoints = False
 
     def __init__(self, path):
         self.store = MemoryStore(keep_results=True)
@@ -147,11 +147,11 @@ def test_each_store_has_every_method_of_the_protocol_with_its_parameters(subject
         assert list(inspect.signature(method).parameters)[:len(expected)] == expected, name
 
 
-def test_background_checkpoints_is_a_capability_the_loop_can_ask_for(subject):
-    assert isinstance(subject.store, BackgroundCheckpoints) is subject.background_checkpoints
-    if not subject.background_checkpoints:
+def test_background_wal_checkpoints_is_a_capability_the_loop_can_ask_for(subject):
+    assert isinstance(subject.store, BackgroundWalCheckpoints) is subject.background_wal_checkpoints
+    if not subject.background_wal_checkpoints:
         return
-    with subject.store.background_checkpoints():
+    with subject.store.background_wal_checkpoints():
         _save(subject, [_record(0)], [(0, 1, {"v": 1.0})])
     assert subject.results() == [(0, 1, {"v": 1.0})]
 

@@ -217,7 +217,7 @@ def test_acks_go_out_only_after_the_turns_commit(tmp_path, window, siblings):
 # ---- WAL checkpoints beside the loop, not inside its commits -----------------------------------
 
 @pytest.mark.parametrize("durability", ["power", "process"])
-def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(tmp_path, durability,
+def test_inside_background_wal_checkpoints_no_commit_checkpoints_and_a_thread_does(tmp_path, durability,
                                                                               monkeypatch):
     import time
     from hypersack.runtime.storage import wal as storage_module   # where the checkpointer reads them
@@ -227,17 +227,17 @@ def test_inside_background_checkpoints_no_commit_checkpoints_and_a_thread_does(t
         sid = store.create_study("s", {}).study_id
         db = store.connection
         assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
-        with store.background_checkpoints():
+        with store.background_wal_checkpoints():
             assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
             for i in range(20):
                 with store.transaction():
                     store.save_batch(sid, [_record(i)], [(i, 1, {"v": float(i)})])
             deadline = time.monotonic() + 30
-            while store.background_checkpoint_count == 0:
+            while store.wal_checkpoint_count == 0:
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
         assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
-        assert store.background_checkpoint_count == 0
+        assert store.wal_checkpoint_count == 0
         assert len(store.load_results(sid)) == 20
     with Storage(tmp_path / "s.db", readonly=True) as reader:
         assert len(reader.load_results(sid)) == 20
@@ -327,7 +327,7 @@ def test_a_started_or_profiled_trial_may_still_report_and_a_trial_counts_once():
 
 
 @pytest.mark.parametrize("durability", ["power", "process"])
-def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path, monkeypatch,
+def test_background_wal_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path, monkeypatch,
                                                                        durability):
     """Every commit starts a checkpoint (the WAL holds at least one page) and the next
     transaction waits for it: the WAL is copied whole and restarts, so 300 commits of a 2 KB
@@ -341,11 +341,11 @@ def test_background_checkpoints_let_the_wal_restart_instead_of_growing(tmp_path,
     monkeypatch.setattr(storage_module, "CHECKPOINT_EVERY_S", 0.0)
     with Storage(tmp_path / "s.db", durability=durability) as store:
         sid = store.create_study("s", {}).study_id
-        with store.background_checkpoints():
+        with store.background_wal_checkpoints():
             for i in range(300):
                 with store.transaction():
                     store.save_batch(sid, [], [(0, i, {"pad": "x" * 2000})])
-            assert store.background_checkpoint_count >= 250
+            assert store.wal_checkpoint_count >= 250
             wal = os.path.getsize(str(tmp_path / "s.db") + "-wal")
         assert wal < 200_000, wal
         assert len(store.load_results(sid)) == 300
@@ -365,11 +365,11 @@ class _FakeFrames:
 
 
 def _probe_checkpointer(on_checkpoint, **options):
-    """A ``_Checkpointer`` whose thread calls ``on_checkpoint()`` for each checkpoint it starts
+    """A ``_WalCheckpointer`` whose thread calls ``on_checkpoint()`` for each checkpoint it starts
     (instead of running one), then reports itself idle."""
-    from hypersack.runtime.storage.sqlite import _Checkpointer
+    from hypersack.runtime.storage.sqlite import _WalCheckpointer
 
-    class _Probe(_Checkpointer):
+    class _Probe(_WalCheckpointer):
         def _run(self):
             while True:
                 self._wake.wait()

@@ -1,4 +1,4 @@
-"""The Sampler with an injected clock and probes; profile_trainable over real trainables."""
+"""The Profiler with an injected clock and probes; profile_trainable over real trainables."""
 from __future__ import annotations
 
 import pytest
@@ -6,8 +6,8 @@ import pytest
 from hypersack.errors import ConfigError
 from hypersack.runtime.devices.nvml import FakeNvml
 from hypersack.runtime.devices.profile_trainable import profile_trainable
-from hypersack.runtime.devices.profiler import (NullSampler, Profile, ProfilingError, Sampler,
-                                                UtilizationSampler, _nvml_reader)
+from hypersack.runtime.devices.profiler import (NullProfiler, Profile, ProfilingError, Profiler,
+                                                UtilizationMeter, _nvml_reader)
 
 
 class Clock:
@@ -26,7 +26,7 @@ class Clock:
 def test_iterations_exclude_warmup_and_split_data_time():
     clock = Clock()
     resets = []
-    s = Sampler(iterations=3, warmup=1, clock=clock, peak_memory=lambda: 3 * 1024 ** 3,
+    s = Profiler(iterations=3, warmup=1, clock=clock, peak_memory=lambda: 3 * 1024 ** 3,
                 reset_memory=lambda: resets.append(clock.t), arch="cpu")
     durations = [(5.0, 9.0), (0.5, 1.5), (0.5, 1.5), (1.0, 2.0), (7.0, 7.0)]
     for data, compute in durations:
@@ -47,7 +47,7 @@ def test_iterations_exclude_warmup_and_split_data_time():
 
 def test_failed_iteration_is_not_counted():
     clock = Clock()
-    s = Sampler(iterations=2, warmup=0, clock=clock, peak_memory=lambda: 0, reset_memory=lambda: None)
+    s = Profiler(iterations=2, warmup=0, clock=clock, peak_memory=lambda: 0, reset_memory=lambda: None)
     with pytest.raises(RuntimeError):
         with s.iteration():
             clock.tick(50)
@@ -59,7 +59,7 @@ def test_failed_iteration_is_not_counted():
 
 def test_marks_delimit_iterations():
     clock = Clock()
-    s = Sampler(iterations=2, warmup=1, clock=clock, peak_memory=lambda: 0, reset_memory=lambda: None)
+    s = Profiler(iterations=2, warmup=1, clock=clock, peak_memory=lambda: 0, reset_memory=lambda: None)
     s.mark()
     for dt in (10, 1, 3, 99):
         clock.tick(dt)
@@ -69,7 +69,7 @@ def test_marks_delimit_iterations():
 
 
 def test_no_measured_iteration_is_an_error():
-    s = Sampler(iterations=2, warmup=1, peak_memory=lambda: 0, reset_memory=lambda: None)
+    s = Profiler(iterations=2, warmup=1, peak_memory=lambda: 0, reset_memory=lambda: None)
     with s.iteration():
         pass
     with pytest.raises(ProfilingError, match="at least 2 iterations"):
@@ -85,7 +85,7 @@ def test_utilisation_is_averaged_over_measured_iterations_only():
         started.append(True)
         return next(readings)
 
-    s = Sampler(iterations=1, warmup=1, clock=clock, peak_memory=lambda: 0,
+    s = Profiler(iterations=1, warmup=1, clock=clock, peak_memory=lambda: 0,
                 reset_memory=lambda: None, utilization=read, util_interval_s=3600)
     with s.iteration():
         clock.tick(1)
@@ -104,7 +104,7 @@ def test_utilization_sampler_thread_skips_none_and_errors():
             raise ValueError("nvml hiccup")
         return v
 
-    u = UtilizationSampler(read, interval_s=0.001)
+    u = UtilizationMeter(read, interval_s=0.001)
     u.start()
     import time
     deadline = time.monotonic() + 10
@@ -125,9 +125,9 @@ def test_nvml_reader_reads_the_first_visible_gpu():
 
 def test_bad_arguments():
     with pytest.raises(ConfigError, match="profiling.iterations"):
-        Sampler(iterations=0)
+        Profiler(iterations=0)
     with pytest.raises(ConfigError, match="profiling.warmup"):
-        Sampler(warmup=-1)
+        Profiler(warmup=-1)
 
 
 def test_profile_round_trips_through_a_dict():
@@ -150,9 +150,9 @@ def sampler_trainable(config, ctx):
     """Times its own iterations and reports once per 'epoch' of 1000 iterations."""
     for epoch in range(1000):
         for _ in range(1000):
-            with ctx.sampler.iteration():
+            with ctx.profiler.iteration():
                 data = list(range(config["work"]))
-                ctx.sampler.data_loaded()
+                ctx.profiler.data_loaded()
                 sum(i * i for i in data)
         ctx.report(epoch, loss=1.0)
 
@@ -186,9 +186,9 @@ def test_profile_trainable_torch_model():
         model = torch.nn.Linear(32, 4)
         opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
         for step in range(100):
-            with ctx.sampler.iteration():
+            with ctx.profiler.iteration():
                 x, y = torch.randn(config["batch_size"], 32), torch.randint(0, 4, (config["batch_size"],))
-                ctx.sampler.data_loaded()
+                ctx.profiler.data_loaded()
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 opt.zero_grad()
                 loss.backward()
@@ -200,10 +200,24 @@ def test_profile_trainable_torch_model():
 
 
 def test_null_sampler_runs_the_body_and_measures_nothing():
-    s, ran = NullSampler(), []
+    s, ran = NullProfiler(), []
     for _ in range(3):
         with s.iteration():
             s.data_loaded()
             ran.append(1)
         s.mark()
     assert ran == [1, 1, 1] and not s.done and s.measured == 0
+
+
+def test_ctx_sampler_is_the_profiler_under_its_old_name_with_a_warning():
+    """Glossary: the paper's Sampler is the *profiler*; ``ctx.sampler`` still works, warning."""
+    import warnings as _warnings
+
+    from hypersack.runtime.worker.context import TrialContext
+    ctx = object.__new__(TrialContext)
+    ctx._profiler_override, ctx._meter = "mine", None
+    with pytest.warns(DeprecationWarning, match="ctx.profiler"):
+        assert ctx.sampler == "mine"
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("error")
+        assert ctx.profiler == "mine"

@@ -4,7 +4,7 @@
 the placement inventory with the study's oversubscription, starts the MPS daemon when trials share
 GPUs, and the NVML state monitor; on exit (normal, Ctrl-C or error) it stops both. The job history
 (``ProfileStore``, in the study's SQLite file) gives each trial's demand from earlier profiles and
-learns from this run's (Sampler) profiles and out-of-memory failures.
+learns from this run's (Profiler) profiles and out-of-memory failures.
 
 Fused packs (``fuses``: the pack plan's predicate, the one the controller seats by): a trial
 that runs in a pack demands the pack's per-member share of its device

@@ -1,16 +1,16 @@
-"""The Sampler (HyperSack Sec. IV-C1): profile a job over a few training iterations.
+"""The profiler (the HyperSack paper's Sampler, Sec. IV-C1): profile a job over a few training iterations.
 
 Inside a worker, around the trainable's iterations::
 
-    sampler = Sampler(device=ctx.device)
+    profiler = Profiler(device=ctx.device)
     for batch_idx in range(n):
-        with sampler.iteration():
+        with profiler.iteration():
             x, y = next(loader)
-            sampler.data_loaded()          # optional: the time before this is data loading
+            profiler.data_loaded()          # optional: the time before this is data loading
             train_step(x, y)
-        if sampler.done:
+        if profiler.done:
             break
-    profile = sampler.profile()
+    profile = profiler.profile()
 
 Measured (``warmup`` iterations excluded, the paper excludes the first one, which sets the
 pipeline up): wall time per iteration, the share of it spent loading data, peak memory
@@ -19,9 +19,9 @@ the first measured iteration where Linux allows it) and, on a GPU, the mean NVML
 sampled by a background thread during the measured iterations. Utilisation is the whole device's,
 so profile a job alone on its GPU.
 
-Iterations may also be delimited by calls to :meth:`Sampler.mark` (each call ends one iteration);
+Iterations may also be delimited by calls to :meth:`Profiler.mark` (each call ends one iteration);
 :func:`hypersack.runtime.devices.profile_trainable.profile_trainable` uses that to profile an unmodified ``train(config, ctx)``: every
-``ctx.report`` ends an iteration unless the trainable uses ``ctx.sampler`` itself.
+``ctx.report`` ends an iteration unless the trainable uses ``ctx.profiler`` itself.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator
 from hypersack.errors import HyperSackError
 from hypersack.validation import check_integer
 
-__all__ = ["Profile", "Sampler", "NullSampler", "UtilizationSampler",
+__all__ = ["Profile", "Profiler", "NullProfiler", "UtilizationMeter",
            "ProfilingError"]
 
 GIB = 1024 ** 3
@@ -79,7 +79,7 @@ class Profile:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__})
 
 
-class UtilizationSampler:
+class UtilizationMeter:
     """A daemon thread calling ``read() -> percent | None`` every ``interval_s`` seconds between
     ``start()`` and ``stop()``; ``mean`` is the mean of the non-None readings (None if none)."""
 
@@ -119,7 +119,7 @@ class UtilizationSampler:
             self._take()
 
 
-class Sampler:
+class Profiler:
     """Measures ``iterations`` iterations after ``warmup`` unmeasured ones.
 
     ``device``: "cpu" or "cuda[:N]"; ``arch``: the device's architecture name for the profile
@@ -144,7 +144,7 @@ class Sampler:
         self._peak = peak_memory or (_cuda_peak(device) if gpu else _cpu_peak_rss)
         self._reset = reset_memory or (_cuda_reset(device) if gpu else _cpu_reset_peak)
         read = utilization if utilization is not None else (_nvml_reader() if gpu else None)
-        self._util = UtilizationSampler(read, util_interval_s) if read is not None else None
+        self._util = UtilizationMeter(read, util_interval_s) if read is not None else None
         self._seen = 0
         self._times: list[float] = []
         self._data: list[float] = []
@@ -163,7 +163,7 @@ class Sampler:
         return len(self._times)
 
     @contextlib.contextmanager
-    def iteration(self) -> Iterator["Sampler"]:
+    def iteration(self) -> Iterator["Profiler"]:
         """Times one iteration (a failing iteration is not counted)."""
         self._begin(self._clock())
         yield self
@@ -224,15 +224,15 @@ class Sampler:
             self._util.start()
 
 
-class NullSampler:
-    """The Sampler's interface doing nothing: what ``ctx.sampler`` can be outside profiling, so a
-    trainable may always write ``with ctx.sampler.iteration():``."""
+class NullProfiler:
+    """The Profiler's interface doing nothing: what ``ctx.profiler`` can be outside profiling, so a
+    trainable may always write ``with ctx.profiler.iteration():``."""
 
     done = False
     measured = 0
 
     @contextlib.contextmanager
-    def iteration(self) -> Iterator["NullSampler"]:
+    def iteration(self) -> Iterator["NullProfiler"]:
         yield self
 
     def data_loaded(self) -> None:

@@ -33,7 +33,7 @@ from hypersack.errors import StorageError, StorageFullError, TrialsFailingError
 from hypersack.runtime.loop.executor import Executor
 from hypersack.runtime.loop.heap import LoopHeap
 from hypersack.runtime.loop.progress import Progress, NullProgress
-from hypersack.runtime.loop.store import BackgroundCheckpoints, Store, StudyRef
+from hypersack.runtime.loop.store import BackgroundWalCheckpoints, Store, StudyRef
 
 __all__ = ["Acks", "GROUP_SIBLINGS", "GROUP_WINDOW_S", "StudyRun", "acknowledgements",
            "build_controller", "run_loop"]
@@ -121,7 +121,7 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
 
     While the turns run, no full garbage collection walks the study's objects (``heap.LoopHeap``:
     survivors of the young generations are frozen after each turn that promoted some), and a
-    store that offers ``BackgroundCheckpoints`` (SQLite) copies its WAL on a thread of its own,
+    store that offers ``BackgroundWalCheckpoints`` (SQLite) copies its WAL on a thread of its own,
     not inside a turn's commit.
 
     The study is marked running (and ``on_started`` called: a replaced study is deleted
@@ -142,8 +142,8 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
             storage.set_status(row.study_id, "running")
             if on_started is not None:
                 on_started()
-            checkpoints = (storage.background_checkpoints()
-                           if isinstance(storage, BackgroundCheckpoints) else contextlib.nullcontext())
+            checkpoints = (storage.background_wal_checkpoints()
+                           if isinstance(storage, BackgroundWalCheckpoints) else contextlib.nullcontext())
             with LoopHeap() as heap, checkpoints:
                 _turns(controller, executor, storage, row, progress, clock, interrupts, observers,
                        group, heap, listeners)

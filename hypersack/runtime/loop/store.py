@@ -6,7 +6,7 @@ from typing import Any, Callable, ContextManager, Iterable, Protocol, runtime_ch
 from hypersack.core.stays import Stay
 from hypersack.core.trial import TrialRecord
 
-__all__ = ["BackgroundCheckpoints", "LAUNCH_FIELDS", "Store", "StudyRef"]
+__all__ = ["BackgroundWalCheckpoints", "LAUNCH_FIELDS", "Store", "StudyRef"]
 
 #: The ``TrialRecord`` fields of a running launch (its devices, a stop asked and not yet
 #: honoured): ``Controller.restore`` resets them, so a store need not keep them.
@@ -58,7 +58,7 @@ class Store(Protocol):
     it. Nested blocks join the outer one (no savepoints): an exception caught inside the outer
     block undoes nothing.
 
-    Optional: ``BackgroundCheckpoints``, for a store that can move its housekeeping (SQLite's
+    Optional: ``BackgroundWalCheckpoints``, for a store that can move its housekeeping (SQLite's
     WAL checkpoints) off the commits.
     """
 
@@ -81,9 +81,9 @@ class Store(Protocol):
 
 
 @runtime_checkable
-class BackgroundCheckpoints(Protocol):
+class BackgroundWalCheckpoints(Protocol):
     """A store that can move its housekeeping (SQLite's WAL checkpoints) off the commits: the
-    loop holds ``background_checkpoints()`` while it runs (``isinstance(store,
-    BackgroundCheckpoints)``)."""
+    loop holds ``background_wal_checkpoints()`` while it runs (``isinstance(store,
+    BackgroundWalCheckpoints)``)."""
 
-    def background_checkpoints(self) -> ContextManager[Any]: ...
+    def background_wal_checkpoints(self) -> ContextManager[Any]: ...

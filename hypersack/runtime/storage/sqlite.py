@@ -70,7 +70,7 @@ from hypersack.runtime.storage.wal import CHECKPOINT_EVERY_S as CHECKPOINT_EVERY
 from hypersack.runtime.storage.wal import CHECKPOINT_PAGES as CHECKPOINT_PAGES
 from hypersack.runtime.storage.wal import PROCESS_HOLD_PAGES as PROCESS_HOLD_PAGES
 from hypersack.runtime.storage.wal import WalCheckpoints
-from hypersack.runtime.storage.wal import _Checkpointer as _Checkpointer
+from hypersack.runtime.storage.wal import _WalCheckpointer as _WalCheckpointer
 from hypersack.runtime.storage.wal import _WalFrames as _WalFrames
 
 __all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S", "check_durability"]
@@ -120,7 +120,7 @@ class Storage(StudyLease, WalCheckpoints):
         self.readonly = readonly
         self.durability = check_durability(durability)
         self.commits = 0                 # durable commits made by this connection
-        self._checkpointer: _Checkpointer | None = None
+        self._checkpointer: _WalCheckpointer | None = None
         self._depth = 0                  # nesting of transaction()
         self._configs: dict[tuple[int, int], tuple[dict, str]] = {}
         self._lease: str | None = None

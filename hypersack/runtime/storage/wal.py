@@ -1,8 +1,8 @@
 """The background WAL checkpointer of a writing store.
 
-Contract: inside ``Storage.background_checkpoints()`` (the ``WalCheckpoints`` mixin) no commit
+Contract: inside ``Storage.background_wal_checkpoints()`` (the ``WalCheckpoints`` mixin) no commit
 of the store's connection copies the WAL into the database file (SQLite's auto-checkpoint is
-off); a daemon thread with its own connection (``_Checkpointer``) runs PASSIVE checkpoints,
+off); a daemon thread with its own connection (``_WalCheckpointer``) runs PASSIVE checkpoints,
 started after a commit once the WAL holds ``CHECKPOINT_PAGES`` frames (read from the ``-shm``
 file by ``_WalFrames``), at most once per ``CHECKPOINT_EVERY_S``; while one runs that must copy
 the whole WAL, the writer's next transaction waits for it (``wait_idle``). Durability is never
@@ -30,7 +30,7 @@ CHECKPOINT_PAGES = AUTOCHECKPOINT_PAGES  # a background checkpoint starts once t
 CHECKPOINT_EVERY_S = 0.25     # ... at most once per this many seconds (a reader in another
                               # process can keep the WAL from restarting, so it stays that full)
 PROCESS_HOLD_PAGES = 8 * CHECKPOINT_PAGES  # with ``process``, commits wait for a checkpoint only
-                              # once the WAL holds this many frames (see _Checkpointer)
+                              # once the WAL holds this many frames (see _WalCheckpointer)
 
 
 class WalCheckpoints:
@@ -40,10 +40,10 @@ class WalCheckpoints:
     readonly: bool
     durability: str
     _db: sqlite3.Connection
-    _checkpointer: _Checkpointer | None
+    _checkpointer: _WalCheckpointer | None
 
     @contextlib.contextmanager
-    def background_checkpoints(self) -> Any:
+    def background_wal_checkpoints(self) -> Any:
         """While inside, no commit of this connection copies the WAL into the database file
         (SQLite's auto-checkpoint, which stalls the commit that crosses
         ``AUTOCHECKPOINT_PAGES``, 10-40 ms with its fsyncs): a thread with its own connection
@@ -51,14 +51,14 @@ class WalCheckpoints:
         the WAL, as SQLite's own trigger),
         beside the loop instead of in front of an ack; the next transaction waits until it is
         done, so that it copies the whole WAL and the WAL restarts from its beginning (see
-        ``_Checkpointer``). Durability is unchanged: a commit is
+        ``_WalCheckpointer``). Durability is unchanged: a commit is
         durable when it returns (the WAL; fsynced with ``power``), whoever copies it later, and a
         crash during a checkpoint loses nothing. Afterwards the auto-checkpoint is back."""
         if self.readonly or self._checkpointer is not None:
             yield
             return
         self._db.execute("PRAGMA wal_autocheckpoint=0")
-        self._checkpointer = _Checkpointer(
+        self._checkpointer = _WalCheckpointer(
             self.path, DURABILITY[self.durability], frames=_WalFrames.open(self.path),
             hold_above=CHECKPOINT_PAGES if self.durability == "power" else PROCESS_HOLD_PAGES)
         try:
@@ -71,12 +71,12 @@ class WalCheckpoints:
                 self._db.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
 
     @property
-    def background_checkpoint_count(self) -> int:
-        """Checkpoints the background thread made (0 outside ``background_checkpoints``)."""
+    def wal_checkpoint_count(self) -> int:
+        """Checkpoints the background thread made (0 outside ``background_wal_checkpoints``)."""
         return self._checkpointer.done if self._checkpointer is not None else 0
 
 
-class _Checkpointer:
+class _WalCheckpointer:
     """A thread copying the WAL into the database file on its own connection (a PASSIVE
     checkpoint), started by the commit after which the WAL holds ``CHECKPOINT_PAGES`` frames
     (SQLite's auto-checkpoint trigger; where ``frames`` cannot tell, by any commit), at most

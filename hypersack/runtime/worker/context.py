@@ -44,7 +44,7 @@ Contract for trainables:
 - ``ctx.should_stop()``: True once a stop was asked; long steps may poll it.
 - ``ctx.set_attr(key, value)``: a JSON value attached to the trial (``runtime.storage.user_attrs``).
 - ``ctx.shared``: the study's shared objects (``Study(shared=...)``, ``runtime.worker.shared``), or None.
-- ``ctx.sampler``: wrap training iterations in ``with ctx.sampler.iteration():`` so the Sampler
+- ``ctx.profiler``: wrap training iterations in ``with ctx.profiler.iteration():`` so the Profiler
   measures the trial's first iterations (time, memory, GPU utilisation) for the job history.
 - ``ctx.device`` ("cpu" or "cuda:0": the trial's GPU is the only one it sees), ``ctx.seed``,
   ``ctx.trial_id``, ``ctx.attempt`` (1 on first launch), ``ctx.trial_dir``, ``ctx.max_steps``
@@ -57,6 +57,7 @@ Contract for trainables:
 from __future__ import annotations
 
 import math
+import warnings
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 from hypersack.errors import TrialStopped
 from hypersack.runtime.worker import checkpoints
 from hypersack.runtime.worker.messages import Reported
-from hypersack.runtime.devices.profiler import NullSampler
+from hypersack.runtime.devices.profiler import NullProfiler
 from hypersack.validation import check_metric, check_step
 
 __all__ = ["TrialContext", "World", "Channel", "PipelinedChannel"]
@@ -114,9 +115,9 @@ class TrialContext:
         # the channel when it pipelines (checked once, not at every report), else None
         self._poster = channel if isinstance(channel, PipelinedChannel) else None
         self._sync_stop = sync_stop
-        self._meter = meter          # the worker's Sampler: each report ends one measured step
-        self._fine_grained = False   # the trainable delimits iterations itself (ctx.sampler)
-        self._sampler_override: Any = None
+        self._meter = meter          # the worker's Profiler: each report ends one measured step
+        self._fine_grained = False   # the trainable delimits iterations itself (ctx.profiler)
+        self._profiler_override: Any = None
         self._last_step: int | None = None
         # the objective metric: a first report without it waits (the driver fails the trial
         # on it), whatever the launch let be pipelined
@@ -129,22 +130,30 @@ class TrialContext:
         self.shared: Any = None                  # the study's shared objects (runtime.shared)
 
     @property
-    def sampler(self) -> Any:
-        """The Sampler profiling this trial's first iterations (a no-op when it is not being
+    def profiler(self) -> Any:
+        """The Profiler profiling this trial's first iterations (a no-op when it is not being
         profiled). A trainable that wraps each training iteration in ``with
-        ctx.sampler.iteration():`` (and calls ``ctx.sampler.data_loaded()`` once its batch is
+        ctx.profiler.iteration():`` (and calls ``ctx.profiler.data_loaded()`` once its batch is
         ready) is profiled per iteration; otherwise each report counts as one iteration."""
-        if self._sampler_override is not None:
-            return self._sampler_override
+        if self._profiler_override is not None:
+            return self._profiler_override
         if self._meter is None:
-            return NullSampler()
+            return NullProfiler()
         self._fine_grained = True
         return self._meter
 
-    @sampler.setter
-    def sampler(self, value: Any) -> None:
-        """A sampler of the caller's (``profile_offline.profile_trainable`` installs its own)."""
-        self._sampler_override = value
+    @profiler.setter
+    def profiler(self, value: Any) -> None:
+        """A profiler of the caller's (``profile_offline.profile_trainable`` installs its own)."""
+        self._profiler_override = value
+
+    @property
+    def sampler(self) -> Any:
+        """Deprecated spelling of :attr:`profiler` (the paper calls the profiler "Sampler"; in
+        HyperSack an Optuna sampler proposes configs): warns, then returns ``ctx.profiler``."""
+        warnings.warn("ctx.sampler is deprecated: use ctx.profiler (a sampler proposes configs)",
+                      DeprecationWarning, stacklevel=2)
+        return self.profiler
 
     @property
     def last_step(self) -> int | None:

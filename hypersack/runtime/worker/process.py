@@ -207,7 +207,7 @@ def _run_trainable(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[.
         train = _trainable(task.trainable, trainables)
         _seed_everything(task.seed)
         world, sync = _join_world(task.world, task.device)
-        meter = _sampler(task) if world.rank == 0 else None
+        meter = _profiler(task) if world.rank == 0 else None
         ctx = TrialContext(trial_id=trial_id, seed=task.seed, device=task.device,
                            attempt=task.attempt, trial_dir=Path(task.trial_dir),
                            channel=channel, max_steps=task.max_steps, world=world,
@@ -259,15 +259,15 @@ def _flush_quietly() -> None:
             pass
 
 
-def _sampler(task: TrialTask):
-    """A Sampler measuring the trial's first steps (each report ends one), or None."""
+def _profiler(task: TrialTask):
+    """A Profiler measuring the trial's first steps (each report ends one), or None."""
     if not task.profile:
         return None
-    from hypersack.runtime.devices.profiler import Sampler
+    from hypersack.runtime.devices.profiler import Profiler
     try:
-        sampler = Sampler(iterations=10, warmup=1, device=task.device)
-        sampler.mark()      # the first step (set-up included) runs from here to the first report
-        return sampler
+        profiler = Profiler(iterations=10, warmup=1, device=task.device)
+        profiler.mark()      # the first step (set-up included) runs from here to the first report
+        return profiler
     except Exception:       # profiling must never cost a trial
         return None
 
