@@ -243,7 +243,7 @@ def test_inside_background_wal_checkpoints_no_commit_checkpoints_and_a_thread_do
         assert len(reader.load_results(sid)) == 20
 
 
-def test_the_loop_runs_inside_background_checkpoints(tmp_path):
+def test_the_loop_runs_inside_background_wal_checkpoints(tmp_path):
     seen: list[int] = []
     space = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
     objective = Objective("loss", "min")

@@ -1,4 +1,4 @@
-"""The Sampler runs once per history key where a new profile can teach nothing: a key measured
+"""The Profiler runs once per history key where a new profile can teach nothing: a key measured
 alone whose demand fills a whole device is not profiled again (no co-location can come of it);
 every other trial is, and under ``oversubscription: auto`` every trial is. A key's
 demand is built once and renamed for each trial of it."""

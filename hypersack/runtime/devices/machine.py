@@ -309,7 +309,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     settled: set[str] = set()      # history keys whose trials are not profiled (``profile``)
 
     def profile(config: dict) -> bool:
-        """Whether a trial of ``config`` is profiled (the Sampler runs once per history key):
+        """Whether a trial of ``config`` is profiled (the Profiler runs once per history key):
         not when its key has a profile measured alone on every architecture here, with a
         demand that fills a whole device there (no trial can share one with it: profiling it
         again would measure neither a new alone profile nor a co-location); always under
