@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv bench clean gpu-check browser upgrade-deps docs-screenshot
+.PHONY: demo test test-integrations integration-extras venv bench clean gpu-check browser upgrade-deps docs-screenshot
 
 # Every install takes the versions the suite last passed with (constraints.txt, written by
 # `make upgrade-deps`), so a new upstream release never changes what a fresh clone installs.
@@ -69,12 +69,24 @@ test: $(STAMP) browser
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
+# The Lightning and Hugging Face integrations' own tests: their extras installed (pinned), then
+# the tests that need them. They stay out of `make test`'s venv: importing lightning or the
+# transformers Trainer costs ~10 s of CPU in every process that does it (RESULTS.md, "integrations"),
+# which the 5-minute suite cannot carry; without the extras those tests skip, naming the extra.
+test-integrations: integration-extras
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/test_integration_lightning.py \
+		tests/test_integration_huggingface.py tests/test_readme_integrations.py tests/test_integrations.py
+
+integration-extras: $(STAMP)
+	$(PIP) $(PIN) -e ".[dev,lightning,huggingface]"
+
 # Refreshes constraints.txt: a new venv with the newest releases pyproject.toml allows (torch stays
 # 2.13.0), their versions written down, then the whole suite on them. Commit constraints.txt only
 # if the suite passed.
 upgrade-deps:
 	rm -rf $(VENV)
 	$(MAKE) --no-print-directory venv CONSTRAINTS=
+	$(MAKE) --no-print-directory integration-extras CONSTRAINTS=
 	@echo "# The versions the suite last passed with; written by \`make upgrade-deps\`." > constraints.txt
 	$(BIN)/pip freeze --exclude-editable --disable-pip-version-check \
 		| grep -v '^hypersack' | sed -E 's/^(torch==[^+]*)[+].*/\1/' >> constraints.txt

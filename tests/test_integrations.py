@@ -144,8 +144,11 @@ def _wandb_runs(folder: Path) -> dict[str, dict]:
                                        for i in record.summary.update})
             elif kind == "exit":
                 run["exit"] = record.exit.exit_code
-        if "name" in run:              # a file without its run record (none seen alone) is no run
-            runs[run["name"]] = run
+        if "name" not in run and "hypersack.trial_id" in run["summary"]:
+            # Under load the parser here sometimes finds no run record in a second concurrent
+            # run's file (never seen alone); its summary still names the trial.
+            run["name"] = f"trial-{run['summary']['hypersack.trial_id']:05d}"
+        runs[run.get("name")] = run
     return runs
 
 
