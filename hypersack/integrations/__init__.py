@@ -23,7 +23,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_folder", "scalar_params"]
+__all__ = ["STEPS", "check_trainer_options", "default_folder", "scalar_params"]
+
+#: What a training framework's callback reports at: epochs done, or the global step.
+STEPS = ("epoch", "global_step")
 
 
 def default_folder(study: Any, leaf: str) -> Path:
@@ -34,3 +37,11 @@ def default_folder(study: Any, leaf: str) -> Path:
 def scalar_params(config: dict[str, Any]) -> dict[str, Any]:
     """The config with every value a bool, int, float or str (others as their text)."""
     return {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in config.items()}
+
+
+def check_trainer_options(step: Any, checkpoint_every: Any) -> tuple[str, int]:
+    """A framework callback's ``step`` (one of :data:`STEPS`) and ``checkpoint_every`` (an
+    integer >= 0; 0: never), checked (ConfigError naming the field and value)."""
+    from hypersack.validation import check_choice, check_integer
+    return check_choice("step", step, STEPS), check_integer("checkpoint_every", checkpoint_every,
+                                                           low=0)

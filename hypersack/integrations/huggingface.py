@@ -32,12 +32,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from hypersack.errors import ConfigError, MissingDependencyError, TrialStopped
-from hypersack.validation import check_choice, check_integer
+from hypersack.integrations import check_trainer_options
 
 __all__ = ["HyperSackCallback", "HFTrainable", "run_hf_search"]
 
 _KEY = "hf_checkpoint"   # the trial checkpoint's key: {path inside the folder: bytes}
-_STEPS = ("epoch", "global_step")
 
 
 def _transformers() -> Any:
@@ -82,8 +81,7 @@ class HyperSackCallback(transformers.TrainerCallback):
 
     def __init__(self, ctx: Any, monitor: str = "eval_loss", *, step: str = "epoch",
                  checkpoint_every: int = 1):
-        check_choice("step", step, _STEPS)
-        checkpoint_every = check_integer("checkpoint_every", checkpoint_every, low=0)
+        step, checkpoint_every = check_trainer_options(step, checkpoint_every)
         self.ctx, self.monitor, self.step = ctx, str(monitor), step
         self.checkpoint_every = checkpoint_every
         self.stopped = False

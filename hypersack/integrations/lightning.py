@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from hypersack.errors import ConfigError, MissingDependencyError, TrialStopped
-from hypersack.validation import check_choice, check_integer
+from hypersack.integrations import check_trainer_options
 
 __all__ = ["HyperSackCallback", "scalar_metrics"]
 
 _KEY = "lightning_checkpoint"   # the trial checkpoint's key holding the Lightning file's bytes
-_STEPS = ("epoch", "global_step")
 
 
 def _lightning() -> Any:
@@ -68,8 +67,7 @@ class HyperSackCallback(pl.Callback):
 
     def __init__(self, ctx: Any, monitor: str = "val_loss", *, step: str = "epoch",
                  checkpoint_every: int = 1):
-        check_choice("step", step, _STEPS)
-        checkpoint_every = check_integer("checkpoint_every", checkpoint_every, low=0)
+        step, checkpoint_every = check_trainer_options(step, checkpoint_every)
         self.ctx, self.monitor, self.step = ctx, str(monitor), step
         self.checkpoint_every = checkpoint_every
         self.stopped = False
