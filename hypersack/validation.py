@@ -88,7 +88,14 @@ def check_number(field: str, value: Any, *, low: float | None = None, high: floa
                  low_open: bool = False, high_open: bool = False, hint: str = "") -> float:
     """``value`` as a float when it is a finite number (not a bool; numpy scalars and Fractions
     count) in the range: ``low`` excluded when ``low_open``, ``high`` when ``high_open``.
-    ``hint`` is added to the message (``"seconds"``, ``"(1: none)"``)."""
+    ``hint`` is added to the message (``"seconds"``, ``"(1: none)"``).
+    A plain float, or an int within +/- 2**53, skips the ``numbers.Real`` check (same answer: it is
+    the common case, and placement builds a Job per new trial)."""
+    kind = type(value)
+    if kind is float or (kind is int and -INT53 <= value <= INT53):
+        x = float(value)
+        if math.isfinite(x) and _in_range(x, low, high, low_open, high_open):
+            return x
     if not (is_finite(value) and _in_range(float(value), low, high, low_open, high_open)):
         extra = f" {hint}" if hint else ""
         raise ConfigError(field, value, "must be a finite number"

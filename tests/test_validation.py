@@ -37,6 +37,32 @@ def test_check_number_returns_a_float_in_range():
     assert check_number("f", 5.0, high=5.0) == 5.0
 
 
+class _Float(float):
+    pass
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 2.5, -3.0, 1e308, 5e-324, 0, 7, -7, 2**53, -2**53,
+                                   2**53 + 1, -(2**53) - 1, 2**1000, _Float(2.5), np.float64(2.5),
+                                   np.int64(7), float("inf"), float("nan"), True, False])
+@pytest.mark.parametrize("low, high, low_open, high_open", [
+    (None, None, False, False), (0.0, None, False, False), (0.0, None, True, False),
+    (None, 7.0, False, True), (-3.0, 2.5, False, False), (-3.0, 2.5, True, True)])
+def test_check_number_plain_fast_path_agrees_with_the_general_check(value, low, high, low_open,
+                                                                    high_open):
+    """Plain floats and ints take a fast path: it accepts and refuses exactly what the
+    ``numbers.Real`` check does, and returns the same float."""
+    ok = is_finite(value) and (low is None or (float(value) > low if low_open
+                                               else float(value) >= low)) \
+        and (high is None or (float(value) < high if high_open else float(value) <= high))
+    kwargs = {"low": low, "high": high, "low_open": low_open, "high_open": high_open}
+    if ok:
+        got = check_number("f", value, **kwargs)
+        assert type(got) is float and got == float(value)
+    else:
+        with pytest.raises(ConfigError):
+            check_number("f", value, **kwargs)
+
+
 @pytest.mark.parametrize("value, kwargs, text", [
     (0.0, {"low": 0.0, "low_open": True}, "must be a finite number > 0"),
     (0.5, {"low": 1.0, "high": 100.0}, "must be a finite number in [1, 100]"),
