@@ -219,15 +219,15 @@ def _run_trainable(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[.
         finally:
             _leave_world(world)
             _send_profile(pipe, trial_id, meter)
-        channel.flush()          # the trial ends once its last report is durable
+        # No wait for the last acks: the pipe keeps Done behind every report, the driver
+        # stores them in that order (one turn, or turns in order), and a stale ack that comes
+        # once the worker is idle, or busy with its next trial, names this trial: it is ignored.
         pipe.send(Done(trial_id))
     except TrialStopped:
-        channel.flush()
         pipe.send(Done(trial_id))
     except (Exception, SystemExit, KeyboardInterrupt) as exc:   # the trial's, not the worker's
         text = traceback.format_exc()
         _log_quietly(text)
-        channel.flush()
         pipe.send(_failed(trial_id, exc, text))
     finally:
         _flush_quietly()
