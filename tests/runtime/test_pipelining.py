@@ -167,7 +167,7 @@ def test_a_posted_report_returns_at_once_and_the_next_one_waits_for_its_ack():
     assert pipe.recvs == 2 and len(pipe.sent) == 2 and channel.free_below == 6
     assert not channel.stop_requested()
     pipe.inbox = [Ack(1, 6)]
-    channel.flush()                                     # the trial's end waits for the last ack
+    channel.flush()                                     # waits for the last ack
     pipe.inbox = [Ack(1, 6)]
     channel.request(Reported(1, 3, {"loss": 0.8}))     # nothing in flight: waits for its own
     assert pipe.inbox == [] and len(pipe.sent) == 3
@@ -322,3 +322,24 @@ def test_the_local_executor_hands_the_launchs_free_below_to_the_task(tmp_path):
     launch = Launch(3, {"x": 1}, seed=0, attempt=1, free_below=NO_DECISION)
     task = executor._task(launch, worker, WorldSpec())
     assert task.free_below == NO_DECISION and task.report_window == 32
+
+
+def _three_reports(config, ctx):
+    for step in range(3):
+        ctx.report(step, loss=1.0 - step / 10)
+
+
+def test_a_trial_ends_without_waiting_for_the_acks_of_its_posted_reports(tmp_path):
+    """The worker sends Done behind its posted reports at once (the pipe keeps the order, and
+    the driver stores them before or with the end): no recv, so no turn of the driver's just
+    for the acks; the stale acks that come later name this trial and are ignored."""
+    from hypersack.runtime.worker.messages import Done, Started, TrialTask, WorldSpec
+    from hypersack.runtime.worker.process import run_task
+
+    pipe = _FakePipe()                 # recv raises: nothing may wait for the driver
+    task = TrialTask(7, {}, 0, 1, "cpu", str(tmp_path / "t7"), "loss", None, WorldSpec(), False,
+                     None, False, ("three", None, None), report_window=32, free_below=100)
+    run_task(pipe, task, {"three": _three_reports})
+    assert pipe.recvs == 0
+    assert [type(m) for m in pipe.sent] == [Started, Reported, Reported, Reported, Done]
+    assert [m.step for m in pipe.sent[1:4]] == [0, 1, 2]

@@ -10,7 +10,9 @@ Driver -> worker: ``RunTrial``, ``StartPack``, ``AddMember``, ``StopTrial``, ``A
 ``EndPack``, ``Shutdown``. Worker -> driver: ``Started``, ``Reported`` (then the worker waits
 for its ``Ack``, or, for a report below the last ack's ``free_below`` that carries no
 checkpoint, goes on while fewer than the task's ``report_window`` reports await their acks, and
-waits for them all before a report that must wait, or its end; one ``Ack`` may cover several), ``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and
+waits for them all before a report that must wait; one ``Ack`` may cover several; its end
+(``Done``, ``Failed``) follows its reports at once, without waiting for their acks), ``Profiled``,
+``Done``, ``Failed``, and for packs ``PackCap`` and
 ``PackFailed`` (the pack as a whole failed; every member with it).
 """
 from __future__ import annotations
