@@ -1,7 +1,9 @@
 """The turn's durable write (``Storage.save_batch``): what it stores, byte for byte, and how."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 
 import numpy as np
 
@@ -130,3 +132,34 @@ def test_random_search_hands_out_one_snapshot_until_it_draws():
     second = algorithm.state_dict()
     assert second is not first and second != first
     assert first == {"rng": np.random.default_rng(1).bit_generator.state}   # never changed
+
+
+def _mutated(rng: random.Random, r: TrialRecord, step: int) -> TrialRecord:
+    """``r`` with some of its fields changed, as a running trial's record changes turn by turn
+    (and now and then more: a checkpoint, an error, a new device, a state)."""
+    changes: dict = {"last_step": step, "metrics": {"score": rng.random()}, "value": rng.random()}
+    pool = {"state": rng.choice([TrialState.RUNNING, TrialState.PENDING, TrialState.PAUSED]),
+            "attempts": rng.randint(1, 3), "retries": rng.randint(0, 2),
+            "values": rng.choice([None, [0.5, 1.0]]), "error": rng.choice([None, "boom"]),
+            "traceback": rng.choice([None, "tb"]), "checkpoint": rng.choice([None, f"c{step}"]),
+            "checkpoint_step": rng.choice([None, step]), "device": rng.choice([None, "cpu/0"]),
+            "info": rng.choice([{}, {"rung": step}]), "resources": rng.choice([1, 2]),
+            "started_at": rng.choice([None, 1.0, 1]), "finished_at": rng.choice([None, 2.5]),
+            "config": rng.choice([{"x": 0.5}, {"x": 0.25}]), "seed": rng.choice([1, 2])}
+    for name in rng.sample(sorted(pool), rng.randint(0, 3)):
+        changes[name] = pool[name]
+    return dataclasses.replace(r, **changes)
+
+
+def test_trials_written_turn_after_turn_read_back_as_last_written(store_path):
+    rng = random.Random(4)
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        records = {t: bare(t) for t in range(5)}
+        s.save_batch(sid, list(records.values()), [])
+        for step in range(300):
+            changed = rng.sample(sorted(records), rng.randint(1, 3))
+            for t in changed:
+                records[t] = _mutated(rng, records[t], step)
+            s.save_batch(sid, [records[t] for t in changed], [])
+            assert s.load_trials(sid) == [records[t] for t in sorted(records)]
