@@ -163,3 +163,9 @@ def test_trials_written_turn_after_turn_read_back_as_last_written(store_path):
                 records[t] = _mutated(rng, records[t], step)
             s.save_batch(sid, [records[t] for t in changed], [])
             assert s.load_trials(sid) == [records[t] for t in sorted(records)]
+
+
+def test_before_sqlite_3_24_rows_are_replaced_whole(monkeypatch):
+    monkeypatch.setattr(sqlite_store.sqlite3, "sqlite_version_info", (3, 23, 1))
+    assert sqlite_store._upsert("stays", ("trial_id", "end"), ("study_id", "trial_id")) == \
+        "INSERT OR REPLACE INTO stays (study_id, trial_id, end) VALUES (?, ?, ?)"

@@ -93,9 +93,11 @@ def _upsert(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> str:
     without deleting the row and inserting it again at the end of the table with a new rowid:
     one page written instead of two or three, in the WAL and the fsync of every commit)."""
     names = ("study_id", *columns)
+    values = f"({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+    if sqlite3.sqlite_version_info < (3, 24, 0):      # no upsert before SQLite 3.24
+        return f"INSERT OR REPLACE INTO {table} {values}"
     rest = ", ".join(f"{c} = excluded.{c}" for c in names if c not in key)
-    return (f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))}) "
-            f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {rest}")
+    return f"INSERT INTO {table} {values} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {rest}"
 
 
 _INSERT_TRIAL = _upsert("trials", _TRIAL_COLUMNS, ("study_id", "trial_id"))
