@@ -56,7 +56,8 @@ from hypersack.runtime.worker.checkpoints import ensure_private_dir
 from hypersack.runtime.storage.sqlite import DEFAULT_STORAGE, Storage, StudyRow
 from hypersack.runtime.worker.shared import WithShared, check_shared
 from hypersack.runtime.worker.trainable import TrainableRef
-from hypersack.runtime.storage.user_attrs import STUDY as STUDY_ATTRS, AttrsImporter, load_attrs, save_attrs
+from hypersack.runtime.storage.user_attrs import FILE as ATTRS_FILE, STUDY as STUDY_ATTRS
+from hypersack.runtime.storage.user_attrs import AttrsImporter, load_attrs, save_attrs
 
 __all__ = ["Study"]
 
@@ -362,7 +363,8 @@ class Study:
                on_started: Callable[[], None] | None = None) -> StudyRun:
         runner = CallbackRunner(self._resolved, self) if self._resolved else None
         trial_dir = lambda trial_id: store.trial_dir(row, trial_id)   # noqa: E731
-        attrs = AttrsImporter(store, row.study_id, trial_dir)
+        attrs = AttrsImporter(store, row.study_id, trial_dir,
+                              lambda trial_id: store.trial_file(row, trial_id, ATTRS_FILE))
         save_attrs(store, row.study_id, STUDY_ATTRS, self._pending_attrs)
         keep = self.spec.keep_checkpoints_num
         keeper = CheckpointKeeper(KeepBest(self.spec.objective, keep), trial_dir) if keep else None

@@ -497,3 +497,43 @@ def test_a_checkpoint_below_hold_above_runs_beside_the_writer_and_one_above_hold
     finally:
         release.set()
         probe.stop()
+
+
+def test_the_wal_size_is_read_less_often_far_from_checkpoint_pages_and_the_checkpoint_starts_on_time():
+    from hypersack.runtime.storage.sqlite import CHECKPOINT_PAGES
+
+    class Counted(_FakeFrames):
+        reads = 0
+
+        def __call__(self) -> int:
+            self.reads += 1
+            return self.count
+
+    frames = Counted(0)
+    started: list[int] = []
+    now = [10.0]
+
+    def checkpoint():
+        started.append(frames.count)
+        frames.count = 0                        # the WAL restarts
+
+    probe = _probe_checkpointer(checkpoint, clock=lambda: now[0], frames=frames)
+    try:
+        commits = 0
+        while not started:
+            frames.count += 6                   # each commit adds 6 frames
+            commits += 1
+            probe.poke()
+            probe.wait_idle()
+        assert CHECKPOINT_PAGES <= started[0] <= CHECKPOINT_PAGES + 6   # at most one commit late
+        assert frames.reads < commits / 4       # most commits read nothing
+        reads, frames.reads = frames.reads, 0
+        now[0] += 1.0                           # after the interval, the same pace: again
+        for _ in range(commits):
+            frames.count += 6
+            probe.poke()
+            probe.wait_idle()
+        assert len(started) == 2 and CHECKPOINT_PAGES <= started[1] <= CHECKPOINT_PAGES + 6
+        assert frames.reads <= reads + 1
+    finally:
+        probe.stop()

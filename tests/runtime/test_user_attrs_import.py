@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypersack.core.trial import ResultReported, TrialFinished, TrialRecord, TrialState
 from hypersack.runtime.storage.sqlite import Storage
-from hypersack.runtime.storage.user_attrs import AttrsImporter, load_attrs, write_trial_attr
+from hypersack.runtime.storage.user_attrs import FILE, AttrsImporter, load_attrs, write_trial_attr
 
 
 def test_a_stopped_trials_file_is_imported_once_per_stop(tmp_path):
@@ -30,3 +30,23 @@ def test_a_stopped_trials_file_is_imported_once_per_stop(tmp_path):
         importer.listen([TrialFinished(0)], {0: trial})
         importer.close({0: trial})
         assert looked == [0, 0] and load_attrs(store, row.study_id) == {0: {"arch": "b"}}
+
+
+def test_the_file_is_looked_for_at_the_given_path_and_read_from_the_trials_folder(tmp_path):
+    with Storage(tmp_path / "s.db") as store:
+        row = store.create_study("s", {})
+        folders: list[int] = []
+
+        def trial_dir(trial_id: int):
+            folders.append(trial_id)
+            return store.trial_dir(row, trial_id)
+
+        importer = AttrsImporter(store, row.study_id, trial_dir,
+                                 lambda t: store.trial_file(row, t, FILE))
+        store.trial_dir(row, 1).mkdir(parents=True)
+        write_trial_attr(store.trial_dir(row, 1), "arch", "b")
+        trials = {t: TrialRecord(t, {}, seed=0, state=TrialState.COMPLETE, attempts=1)
+                  for t in (0, 1)}
+        importer.listen([TrialFinished(0), TrialFinished(1)], trials)
+        assert folders == [1]                     # no folder built for a trial without a file
+        assert load_attrs(store, row.study_id) == {1: {"arch": "b"}}

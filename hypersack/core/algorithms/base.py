@@ -27,6 +27,8 @@ Contract:
   that one objective.
 - ``state_dict()`` is JSON-serialisable; ``load_state_dict(sd)`` on a freshly built algorithm of
   the same arguments continues exactly where the saved one stood (used by resume).
+- ``state_dict()`` may return a ``StateSnapshot``: the same object for as long as the state is
+  unchanged, never changed once returned (a store then encodes it once, not with every commit).
 - ``state_delta()`` (optional; default None: ``state_dict()`` is stored whole with every commit):
   for a state that grows with the trials, what to store with this commit: the small rest of the
   state with ``"parts"``, a ``StateParts`` of the keyed parts changed since the previous call
@@ -52,7 +54,8 @@ from hypersack.core.objective import Objective, Value
 from hypersack.errors import ConfigError
 from hypersack.core.space import SearchSpace
 
-__all__ = ["Algorithm", "Decision", "NO_DECISION", "Suggestion", "StateParts", "register_algorithm",
+__all__ = ["Algorithm", "Decision", "NO_DECISION", "Suggestion", "StateParts", "StateSnapshot",
+           "register_algorithm",
            "refuse_several_objectives",
            "algorithm_spec", "registered", "is_optuna_sampler"]
 
@@ -81,6 +84,12 @@ class StateParts(dict[str, Any]):
     """The keyed parts of an algorithm's state changed since its previous ``state_delta`` (key
     -> JSON value; None: the part is gone): a store writes these by key instead of the whole
     state (see the module contract and ``Store``)."""
+
+
+class StateSnapshot(dict[str, Any]):
+    """A ``state_dict()`` that its algorithm never changes once handed out, and hands out again
+    (the very object) for as long as its state is unchanged: a store may keep the JSON text of
+    the one it last wrote and reuse it while it is handed the same object (see ``Store``)."""
 
 
 class Algorithm:

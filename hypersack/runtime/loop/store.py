@@ -47,7 +47,9 @@ class Store(Protocol):
     (``Algorithm.state_delta``) carries only the algorithm's parts changed since the previous
     batch: the store keeps parts by key (None removes one) and, when it loads the state, hands
     every stored part back there as a plain dict (``{}`` when none are left; SQLite: the
-    ``state_parts`` table). Any other state is the whole state: stored parts are dropped.
+    ``state_parts`` table). Any other state is the whole state: stored parts are dropped. An
+    algorithm state that is a ``StateSnapshot`` (never changed once handed out) may be encoded
+    once and its text reused while the store is handed that same object.
     ``stays`` (opened or closed with those trials' changes) are written in the same
     transaction; a stay replaces the stored one with its ``key``.
 

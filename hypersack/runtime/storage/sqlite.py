@@ -41,6 +41,7 @@ holds the connection, transactions, ``save_batch`` and the reads, and mixes in t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import time
@@ -49,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from hypersack.core.algorithms.base import StateParts
+from hypersack.core.algorithms.base import StateParts, StateSnapshot
 from hypersack.core.spec import DURABILITY, check_durability
 from hypersack.core.stays import Stay, StayOutcome
 from hypersack.core.trial import TrialRecord, TrialState
@@ -57,6 +58,7 @@ from hypersack.errors import (StorageCorruptError, StorageError, StorageFullErro
                               StudyExistsError, StudyNotFoundError)
 # The schema, the lease and the WAL checkpointer live in their own modules; their names stay
 # importable from here.
+from hypersack.runtime.storage.json_text import encoder
 from hypersack.runtime.storage.lease import LEASE_TTL_S as LEASE_TTL_S
 from hypersack.runtime.storage.lease import StudyLease
 from hypersack.runtime.storage.lease import _Holder as _Holder
@@ -76,6 +78,7 @@ from hypersack.runtime.storage.wal import _WalFrames as _WalFrames
 __all__ = ["Storage", "StudyRow", "DEFAULT_STORAGE", "DURABILITY", "LEASE_TTL_S", "check_durability"]
 
 DEFAULT_STORAGE = "hypersack.db"
+_TRIAL_FOLDER = "trial-{:05d}"   # a trial's folder in its study's run folder
 _PARKED = "\x1freplaced-"    # in the name of a study set aside for its replacement (park_study)
 CACHE_KIB = 65536       # the writer's page cache (KiB)
 
@@ -83,8 +86,21 @@ _TRIAL_COLUMNS = ("trial_id", "state", "config", "seed", "attempts", "retries", 
                   "metrics", "value", "objective_values", "error", "traceback", "checkpoint",
                   "checkpoint_step",
                   "device", "info", "started_at", "finished_at")
-_INSERT_TRIAL = (f"INSERT OR REPLACE INTO trials (study_id, {', '.join(_TRIAL_COLUMNS)}) "
-                 f"VALUES ({', '.join('?' * (len(_TRIAL_COLUMNS) + 1))})")
+
+def _upsert(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> str:
+    """An INSERT of ``(study_id, *columns)`` whose row, where one with its ``key`` is stored,
+    replaces every other column of that row in place (what ``INSERT OR REPLACE`` stores, but
+    without deleting the row and inserting it again at the end of the table with a new rowid:
+    one page written instead of two or three, in the WAL and the fsync of every commit)."""
+    names = ("study_id", *columns)
+    values = f"({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+    if sqlite3.sqlite_version_info < (3, 24, 0):      # no upsert before SQLite 3.24
+        return f"INSERT OR REPLACE INTO {table} {values}"
+    rest = ", ".join(f"{c} = excluded.{c}" for c in names if c not in key)
+    return f"INSERT INTO {table} {values} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {rest}"
+
+
+_INSERT_TRIAL = _upsert("trials", _TRIAL_COLUMNS, ("study_id", "trial_id"))
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,7 @@ class StudyRow:
 
 _STAY_COLUMNS = ("trial_id", "attempt", "node", "gpu", "rank", "share", "pack", "start", "end",
                  "outcome")
+_INSERT_STAY = _upsert("stays", _STAY_COLUMNS, ("study_id", "trial_id", "attempt", "node", "gpu"))
 _STUDY_COLUMNS = "study_id, name, spec, status, controller_state, created_at, updated_at, uuid"
 
 
@@ -125,6 +142,7 @@ class Storage(StudyLease, WalCheckpoints):
         self._configs: dict[tuple[int, int], tuple[dict, str]] = {}
         self._lease: str | None = None
         self._partless: set[int] = set()  # studies with no state parts stored (this connection)
+        self._snapshot: tuple[Any, str] = (None, "")   # the last StateSnapshot written, its text
         if self.path.is_dir():
             raise StorageError(f"The storage path {str(self.path)!r} is a directory, not a database file")
         if readonly and not self.path.exists():
@@ -222,7 +240,12 @@ class Storage(StudyLease, WalCheckpoints):
         return found
 
     def trial_dir(self, study: StudyRow, trial_id: int) -> Path:
-        return self.study_dir(study) / f"trial-{trial_id:05d}"
+        return self.study_dir(study) / _TRIAL_FOLDER.format(trial_id)
+
+    def trial_file(self, study: StudyRow, trial_id: int, name: str) -> str:
+        """``str(trial_dir(study, trial_id) / name)``, without building a Path (the driver
+        looks for a file of every trial that stops)."""
+        return f"{self.study_dir(study)}{os.sep}{_TRIAL_FOLDER.format(trial_id)}{os.sep}{name}"
 
     # ---- studies ---------------------------------------------------------------------------
 
@@ -401,31 +424,45 @@ class Storage(StudyLease, WalCheckpoints):
             gone = [(study_id, key) for key, value in parts.items() if value is None]
             if gone:
                 self._db.executemany("DELETE FROM state_parts WHERE study_id = ? AND key = ?", gone)
-            rows = [(study_id, key, json.dumps(value)) for key, value in parts.items()
+            rows = [(study_id, key, _json(value)) for key, value in parts.items()
                     if value is not None]
             if rows:
                 self._db.executemany("INSERT OR REPLACE INTO state_parts VALUES (?,?,?)", rows)
+        text = self._state_json(state)
         if self._lease is None:
             self._db.execute(
                 "UPDATE studies SET controller_state = ?, updated_at = ? WHERE study_id = ?",
-                (json.dumps(state), now, study_id))
+                (text, now, study_id))
             return
         cursor = self._db.execute(
             "UPDATE studies SET controller_state = ?, updated_at = ?, lease_heartbeat = ? "
             "WHERE study_id = ? AND lease_owner = ?",
-            (json.dumps(state), now, now, study_id, self._lease))
+            (text, now, now, study_id, self._lease))
         if cursor.rowcount != 1:
             raise self._lease_lost()
+
+    def _state_json(self, state: dict[str, Any]) -> str:
+        """``json.dumps(state)``, with the text of ``state["algorithm"]`` (its first key) encoded
+        once per ``StateSnapshot``: reused while the algorithm hands back the same object."""
+        algorithm = state.get("algorithm")
+        if type(algorithm) is not StateSnapshot or next(iter(state)) != "algorithm":
+            return _json(state)
+        held, text = self._snapshot
+        if algorithm is not held:
+            text = _json(algorithm)
+            self._snapshot = (algorithm, text)
+        if len(state) == 1:
+            return '{"algorithm": ' + text + "}"
+        return '{"algorithm": ' + text + ", " + _json(
+            {key: value for key, value in state.items() if key != "algorithm"})[1:]
 
     def _write_stays(self, study_id: int, stays: Iterable[Stay]) -> None:
         """Inside the batch's transaction: each stay replaces the stored one with its key."""
         rows = [(study_id, s.trial_id, s.attempt, s.node, s.gpu, s.rank, s.share,
-                 None if s.pack is None else json.dumps(s.pack), s.start, s.end,
+                 None if s.pack is None else _json(s.pack), s.start, s.end,
                  None if s.outcome is None else s.outcome.value) for s in stays]
         if rows:
-            self._db.executemany(
-                f"INSERT OR REPLACE INTO stays (study_id, {', '.join(_STAY_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * (len(_STAY_COLUMNS) + 1))})", rows)
+            self._db.executemany(_INSERT_STAY, rows)
 
     def load_stays(self, study_id: int) -> list[Stay]:
         """The study's stays by trial, attempt and rank ([] from a store older than schema 3)."""
@@ -518,7 +555,7 @@ class Storage(StudyLease, WalCheckpoints):
         key = (study_id, t.trial_id)
         hit = self._configs.get(key)
         if hit is None or hit[0] is not t.config:
-            hit = self._configs[key] = (t.config, json.dumps(t.config))
+            hit = self._configs[key] = (t.config, _json(t.config))
         return hit[1]
 
     def _transaction(self) -> "_Transaction":
@@ -618,9 +655,10 @@ def _free_space(path: Path) -> str:
     return "unknown space"
 
 
-#: One encoder for every result's metrics (``json.dumps(m, default=str)`` builds a new one per
-#: call): what cannot be JSON is stored as its text.
-_metrics_text = json.JSONEncoder(default=str).encode
+#: The text of ``json.dumps(m, default=str)`` for every result's metrics (what cannot be JSON is
+#: stored as its text), and of ``json.dumps`` for the rest of a batch, by encoders built once.
+_metrics_text = encoder(str)
+_json = encoder()
 
 
 def _metrics_json(last: dict[int, tuple[int, dict, str]], t: TrialRecord) -> str | None:
@@ -632,10 +670,10 @@ def _metrics_json(last: dict[int, tuple[int, dict, str]], t: TrialRecord) -> str
 def _trial_row(t: TrialRecord, config_json: str | None = None,
                metrics_json: str | None = None) -> tuple:
     info = _info_with_resources(t)
-    return (t.trial_id, t.state.value, config_json or json.dumps(t.config), t.seed, t.attempts,
-            t.retries, t.last_step, metrics_json or json.dumps(t.metrics), t.value,
-            None if t.values is None else json.dumps(t.values), t.error, t.traceback,
-            t.checkpoint, t.checkpoint_step, t.device, json.dumps(info) if info else "{}",
+    return (t.trial_id, t.state.value, config_json or _json(t.config), t.seed, t.attempts,
+            t.retries, t.last_step, metrics_json or _json(t.metrics), t.value,
+            None if t.values is None else _json(t.values), t.error, t.traceback,
+            t.checkpoint, t.checkpoint_step, t.device, _json(info) if info else "{}",
             t.started_at, t.finished_at)
 
 

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from hypersack.core.trial import TrialState
 from hypersack.errors import ConfigError, StorageError
 from hypersack.validation import check_plain_data
 
@@ -27,6 +28,7 @@ FILE = "user_attrs.json"
 MAX_ATTR_BYTES = 64 * 1024          # one value's JSON; far above a note, tag or small table
 MAX_ATTRS = 256                     # per trial or study
 _KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_RUNNING = TrialState.RUNNING
 _TABLE = """CREATE TABLE IF NOT EXISTS user_attrs (
     study_id INTEGER NOT NULL, trial_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
     PRIMARY KEY (study_id, trial_id, key))"""
@@ -99,24 +101,27 @@ class AttrsImporter:
     """A loop listener: copies each trial's attribute file into the store once the trial has
     stopped running (ended, paused or waiting), and every trial's at ``close``."""
 
-    def __init__(self, store: Any, study_id: int, trial_dir: Any):
+    def __init__(self, store: Any, study_id: int, trial_dir: Any, attrs_file: Any = None):
+        """``trial_dir(trial_id)``: the trial's folder; ``attrs_file(trial_id)``: the path of its
+        attribute file as text (default: built from ``trial_dir``; ``Storage.trial_file`` makes
+        it without a Path, which costs more than the ``stat`` of it)."""
         self.store, self.study_id, self.trial_dir = store, study_id, trial_dir
+        self._file = attrs_file or (lambda trial_id: os.path.join(trial_dir(trial_id), FILE))
         self._seen: dict[int, float] = {}     # trial -> mtime of the file last imported
         # trial -> (state, attempts) when its file was last looked at by ``listen``: a trial's
         # file changes only while it runs, so it is looked at once per stop (one ``stat``)
         self._looked: dict[int, tuple[str, int]] = {}
 
     def listen(self, events: Sequence[Any], trials: Mapping[int, Any]) -> None:
-        for trial_id in dict.fromkeys(getattr(event, "trial_id", None) for event in events):
-            record = trials.get(trial_id) if trial_id is not None else None
-            if record is None:
+        named: set[Any] = {getattr(event, "trial_id", None) for event in events}
+        for trial_id in named:
+            record = trials.get(trial_id)
+            if record is None or record.state is _RUNNING:
                 continue
-            state = record.state.value
-            if state != "running":
-                stop = (state, record.attempts)
-                if self._looked.get(record.trial_id) != stop:
-                    self._looked[record.trial_id] = stop
-                    self._import(record.trial_id)
+            stop = (record.state.value, record.attempts)
+            if self._looked.get(trial_id) != stop:
+                self._looked[trial_id] = stop
+                self._import(trial_id)
 
     def close(self, trials: Mapping[int, Any], quiet: bool = False) -> None:
         """Import every launched trial's file (but one looked at since it last stopped);
@@ -132,7 +137,7 @@ class AttrsImporter:
 
     def _import(self, trial_id: int) -> None:
         try:
-            mtime = os.stat(os.path.join(self.trial_dir(trial_id), FILE)).st_mtime
+            mtime = os.stat(self._file(trial_id)).st_mtime
         except OSError:
             return
         if self._seen.get(trial_id) == mtime:

@@ -101,6 +101,10 @@ class _WalCheckpointer:
         self._hold_above = hold_above
         self._hold = False                # the next transaction waits for the running one
         self._last = -math.inf            # when the last checkpoint was started
+        self._commits = 0                 # pokes so far (one per commit)
+        self._read: tuple[int, int] | None = None   # (commits, frames) at the last read
+        self._rate = 0.0                  # the most frames per commit seen between two reads
+        self._skip = 0                    # commits whose poke reads no frames
         self._wake = threading.Event()
         self._idle = threading.Event()    # set while no checkpoint is running
         self._idle.set()
@@ -110,16 +114,39 @@ class _WalCheckpointer:
         self._thread.start()
 
     def poke(self) -> None:
-        """After a commit: start a checkpoint if one is due and none is running."""
+        """After a commit: start a checkpoint if one is due and none is running. The WAL's
+        frames are not read after every commit, only where the WAL may have reached
+        ``CHECKPOINT_PAGES`` (``_skips``)."""
+        self._commits += 1
+        if self._skip > 0:
+            self._skip -= 1
+            return
         if not self._idle.is_set() or self._clock() - self._last < CHECKPOINT_EVERY_S:
             return
         frames = self._frames() if self._frames is not None else None
-        if (frames is not None and frames < CHECKPOINT_PAGES) or not self._thread.is_alive():
+        if frames is not None and frames < CHECKPOINT_PAGES:
+            self._skip = self._skips(frames)
+            return
+        if not self._thread.is_alive():
             return
         self._last = self._clock()
+        self._read = None                 # the WAL may restart: the next growth is measured anew
         self._hold = frames is None or frames >= self._hold_above
         self._idle.clear()
         self._wake.set()
+
+    def _skips(self, frames: int) -> int:
+        """After a read of ``frames`` (below ``CHECKPOINT_PAGES``): how many of the next commits
+        skip the read, half of those that the fastest growth seen between two reads (frames per
+        commit) would take to fill the WAL to ``CHECKPOINT_PAGES``; none before a growth is
+        seen. So the reads thin out far from the mark and the checkpoint starts at most one
+        commit's frames past it (at that pace; a heuristic, as the frame count is)."""
+        read, self._read = self._read, (self._commits, frames)
+        if read is not None and frames >= read[1] and self._commits > read[0]:
+            self._rate = max(self._rate, (frames - read[1]) / (self._commits - read[0]))
+        if self._rate <= 0:
+            return 0
+        return int((CHECKPOINT_PAGES - frames) / (2 * self._rate))
 
     def wait_idle(self) -> None:
         """Before a write transaction: wait until a running checkpoint that holds the writer
