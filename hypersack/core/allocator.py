@@ -235,8 +235,8 @@ class Allocator:
 
 def _same_demand(a: Any, b: Any) -> bool:
     """Whether Jobs ``a`` and ``b`` ask for the same thing (every field but the id)."""
-    return (a.gpus == b.gpus and a.compute == b.compute and a.memory_gb == b.memory_gb
-            and a.cpus == b.cpus and a.runtime == b.runtime and a.per_arch == b.per_arch)
+    return bool(a.gpus == b.gpus and a.compute == b.compute and a.memory_gb == b.memory_gb
+                and a.cpus == b.cpus and a.runtime == b.runtime and a.per_arch == b.per_arch)
 
 
 def _describe(cluster: Any) -> str:
