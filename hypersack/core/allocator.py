@@ -72,7 +72,9 @@ class Allocator:
         self.demand = demand
         self._running: dict[int, tuple[Any, Devices]] = {}
         self._version = 0            # bumped whenever the load or the inventory changes
-        self._no_room: tuple[int, Any, int] | None = None   # the last "no" of has_room_for
+        # the last answer of has_room_for: (version, demand asked, resources, the Job placed
+        # (named _NEW_TRIAL), its devices or None for a "no")
+        self._room: tuple[int, Any, int, Any, Devices | None] | None = None
         self._set_load(cluster)
 
     def _set_load(self, cluster: Any) -> None:
@@ -101,6 +103,10 @@ class Allocator:
         Placed trials are counted as running from here on."""
         if not records:
             return {}
+        if len(records) == 1:
+            spot = self._spot_found(records[0])
+            if spot is not None:
+                return spot
         jobs = {r.trial_id: self.demand(r) for r in records}
         chosen = self._assign(list(jobs.values()))
         placed: dict[int, Devices] = {}
@@ -118,25 +124,46 @@ class Allocator:
         latest) on ``resources`` devices. Nothing is placed and no trial is made up: the
         demand of ``like`` is asked, then given the new trial's device count (a demand's
         ``gpus`` is its record's ``resources``, or a floor of its own above them, which is
-        kept). A "no" is remembered: asked again with the same demand (the same Job) and
-        nothing placed, released or changed in the inventory since, it is "no" at once (the
-        loop asks every turn while every device is busy)."""
+        kept). The answer is remembered until something is placed, released or changed in the
+        inventory: asked again with the same demand (the same Job) it is given at once (the
+        loop asks every turn while every device is busy), and a "yes" of a built-in policy
+        places the next single trial whose Job is the one asked about, under its own id, where
+        the policy put that one (``place``): one placement run per new trial, not two."""
         job = self.demand(like)
-        memo = self._no_room
+        memo = self._room
         if (memo is not None and memo[0] == self._version and memo[2] == resources
                 and (memo[1] is job or memo[1] == job)):
-            return False
-        room = self._has_room_for(job, like, resources)
-        self._no_room = None if room else (self._version, job, resources)
-        return room
+            return memo[4] is not None
+        asked = self._asked(job, like, resources)
+        spot = self._assign([asked]).get(_NEW_TRIAL)
+        devices = tuple((n, g) for n, g in spot) if spot else None
+        self._room = (self._version, job, resources, asked, devices)
+        return devices is not None
 
-    def _has_room_for(self, job: Any, like: TrialRecord, resources: int) -> bool:
+    def _asked(self, job: Any, like: TrialRecord, resources: int) -> Any:
+        """The Job a new trial like ``like`` on ``resources`` devices would have, named
+        ``_NEW_TRIAL``."""
         gpus = max(1, int(resources))
         if job.gpus > like.resources:          # the demand's own floor (a model on k devices)
             gpus = max(gpus, job.gpus)
         if gpus != job.gpus:
             job = dataclasses.replace(job, gpus=gpus)
-        return self.fits(job.renamed(_NEW_TRIAL))
+        return job.renamed(_NEW_TRIAL)
+
+    def _spot_found(self, record: TrialRecord) -> dict[int, Devices] | None:
+        """``record`` placed where the last "yes" of ``has_room_for`` found room, when that
+        answer is ``place``'s own: a built-in policy (its answer for one Job depends on the
+        load and the Job's demand, never on its id), nothing placed, released or changed
+        since, and ``record``'s Job equal to the one asked about but for its id. Else None."""
+        memo = self._room
+        if memo is None or memo[4] is None or memo[0] != self._version or self._live is None:
+            return None
+        job = self.demand(record)
+        if not _same_demand(job, memo[3]):
+            return None
+        devices = memo[4]
+        self._occupy(record.trial_id, job, devices, strict=False)
+        return {record.trial_id: devices}
 
     def fits(self, job: Any) -> bool:
         """Whether ``job`` (a placement Job whose id is no running trial's) fits now, per the
@@ -204,6 +231,12 @@ class Allocator:
 
     def running(self) -> Mapping[int, Devices]:
         return {t: d for t, (_, d) in self._running.items()}
+
+
+def _same_demand(a: Any, b: Any) -> bool:
+    """Whether Jobs ``a`` and ``b`` ask for the same thing (every field but the id)."""
+    return bool(a.gpus == b.gpus and a.compute == b.compute and a.memory_gb == b.memory_gb
+                and a.cpus == b.cpus and a.runtime == b.runtime and a.per_arch == b.per_arch)
 
 
 def _describe(cluster: Any) -> str:

@@ -260,7 +260,10 @@ class Controller:
         placed = allocator.place(queued)
         out = [self._launch(r, now, placed[r.trial_id]) for r in queued if r.trial_id in placed]
         self._queue = deque(t for t in self._queue if t not in placed)
-        while not self._queue and self._room_for_new(allocator):
+        # Room is asked only of a study that may create (a "no" of _create's own check ends
+        # the loop as before, without a placement run); a "yes" places the new trial itself
+        # (Allocator.has_room_for): one placement run per new trial.
+        while not self._queue and self._may_create(now) and self._room_for_new(allocator):
             record = self._create(now)
             if record is None:
                 break

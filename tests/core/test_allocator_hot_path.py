@@ -79,3 +79,99 @@ def test_a_no_from_has_room_for_is_remembered_until_the_load_or_the_demand_chang
     assert not alloc.has_room_for(running, 1)
     alloc.add_device("a", GPU("1", "A100", 40))
     assert alloc.has_room_for(running, 1)
+
+
+def _counted(alloc: Allocator) -> list[int]:
+    """The number of jobs of each placement run ``alloc`` makes from here on."""
+    runs: list[int] = []
+    real = alloc._assign
+
+    def counting(jobs):
+        runs.append(len(jobs))
+        return real(jobs)
+    alloc._assign = counting
+    return runs
+
+
+def _two_devices() -> Cluster:
+    """g0 with 80 GB, g1 with 40 GB (one architecture)."""
+    return Cluster([Node("n", 16, (GPU("g0", "A100", 80.0), GPU("g1", "A100", 40.0)))])
+
+
+def _by_config(record: TrialRecord):
+    """A demand read from the config: ``{"c": compute, "m": memory_gb}``."""
+    return Demand(record.config["c"], record.config["m"]).job(record)
+
+
+def _trial(trial_id: int, compute: float, memory_gb: float) -> TrialRecord:
+    record = TrialRecord(trial_id, {"c": compute, "m": memory_gb}, seed=0)
+    record.resources = 1
+    return record
+
+
+def test_a_yes_of_has_room_for_places_the_next_trial_of_that_demand_without_a_second_run():
+    alloc = Allocator(_two_devices(), "wfd", _by_config)
+    fresh = Allocator(_two_devices(), "wfd", _by_config)       # the same steps, no room asked
+    first = _trial(0, 30.0, 1.0)
+    assert alloc.place([first]) == fresh.place([first]) == {0: (("n", "g0"),)}
+    runs = _counted(alloc)
+    assert alloc.has_room_for(first, 1)
+    assert alloc.has_room_for(first, 1)                       # asked again: from memory
+    new = _trial(1, 30.0, 1.0)                                 # the same demand, its own id
+    assert alloc.place([new]) == fresh.place([new]) == {1: (("n", "g1"),)}
+    assert runs == [1]                                         # one run: the room check's
+    assert alloc.running() == fresh.running()
+    assert alloc.cluster.free("n", "g1") == fresh.cluster.free("n", "g1") == (70.0, 39.0)
+
+
+def test_a_new_trial_of_another_demand_is_placed_by_its_own_run():
+    alloc = Allocator(_two_devices(), "wfd", _by_config)
+    first = _trial(0, 30.0, 1.0)
+    alloc.place([first])
+    assert alloc.has_room_for(first, 1)                        # room on g1 (most compute left)
+    runs = _counted(alloc)
+    big = _trial(1, 30.0, 60.0)                                # 60 GB: only g0 can hold it
+    assert alloc.place([big]) == {1: (("n", "g0"),)}
+    assert runs == [1]
+
+
+def test_the_room_found_is_not_reused_once_the_load_or_the_inventory_changed():
+    alloc = Allocator(_two_devices(), "wfd", _by_config)
+    first = _trial(0, 30.0, 1.0)
+    alloc.place([first])
+    assert alloc.has_room_for(first, 1)                        # g1 then
+    alloc.release(0)                                           # both idle: wfd takes g0
+    assert alloc.place([_trial(1, 30.0, 1.0)]) == {1: (("n", "g0"),)}
+    assert alloc.has_room_for(first, 1)                        # g1 again
+    alloc.lose_device("n", "g1")
+    assert alloc.place([_trial(2, 30.0, 1.0)]) == {2: (("n", "g0"),)}
+    assert alloc.has_room_for(first, 1)                        # g0: 40% left
+    assert alloc.place([_trial(3, 30.0, 1.0)]) == {3: (("n", "g0"),)}
+    assert not alloc.has_room_for(first, 1)                    # 10% left
+    assert alloc.place([_trial(4, 30.0, 1.0)]) == {}
+
+
+def test_a_no_is_never_taken_for_a_place_and_several_trials_are_placed_together():
+    alloc = Allocator(_two_devices(), "wfd", _by_config)
+    hog = _trial(0, 100.0, 1.0)                                # all of g0's r x C
+    alloc.place([hog])
+    full = _trial(1, 100.0, 1.0)
+    alloc.place([full])
+    assert not alloc.has_room_for(full, 1)
+    assert alloc.place([_trial(2, 100.0, 1.0)]) == {}
+    alloc.release(1)
+    assert alloc.has_room_for(full, 1)
+    runs = _counted(alloc)
+    pair = [_trial(3, 50.0, 1.0), _trial(4, 50.0, 1.0)]
+    assert alloc.place(pair) == {3: (("n", "g1"),), 4: (("n", "g1"),)}
+    assert runs == [2]                                         # one run for both
+
+
+def test_a_policy_outside_the_built_in_ones_runs_its_own_placement_for_each_trial():
+    alloc = Allocator(_two_devices(), "wfd-ls", _by_config)
+    first = _trial(0, 30.0, 1.0)
+    alloc.place([first])
+    assert alloc.has_room_for(first, 1)
+    runs = _counted(alloc)
+    assert alloc.place([_trial(1, 30.0, 1.0)])
+    assert runs == [1]                                         # its answer may depend on ids

@@ -250,3 +250,44 @@ def test_a_promoted_trial_is_placed_with_the_pack_it_resumes_in():
     (resumed,) = c.launches(now=1.0)
     assert (resumed.pack, resumed.seat) == (None, None)     # alone in its algorithm pack
     assert seen and all(size == 1 for _, size in seen)
+
+
+def _count_runs(c: Controller) -> list[int]:
+    """The number of jobs of each placement run of ``c``'s allocator from here on."""
+    runs: list[int] = []
+    alloc = c.allocator
+    real = alloc._assign
+
+    def counting(jobs):
+        runs.append(len(jobs))
+        return real(jobs)
+    alloc._assign = counting
+    return runs
+
+
+def test_each_new_trial_costs_one_placement_run_its_room_check():
+    c = make(Scripted(limit=10), n=3)
+    runs = _count_runs(c)
+    launches = c.launches(now=0.0)
+    assert [(launch.trial_id, launch.devices) for launch in launches] == [
+        (0, (("n0", "g0"),)), (1, (("n0", "g1"),)), (2, (("n0", "g2"),))]
+    # trial 0 (no room check: no trial yet), the room of trials 1 and 2 (placed from it), and
+    # the "no" for a fourth
+    assert runs == [1, 1, 1, 1]
+    assert sorted(c.trials) == [0, 1, 2]
+    c.handle(ResultReported(1, 1, {"acc": 0.5}), now=1.0)
+    c.handle(TrialFinished(1), now=1.0)
+    assert [(launch.trial_id, launch.devices) for launch in c.launches(now=1.0)] == [
+        (3, (("n0", "g1"),))]
+    assert len(runs) == 6                    # its room, and the "no" after it
+
+
+def test_a_study_that_may_create_no_trial_asks_no_room():
+    c = make(Scripted(limit=10), n=3, trials=2)
+    runs = _count_runs(c)
+    assert [launch.trial_id for launch in c.launches(now=0.0)] == [0, 1]
+    assert runs == [1, 1]                    # trial 0, the room of trial 1; none for a third
+    c.handle(ResultReported(0, 1, {"acc": 0.5}), now=1.0)
+    c.handle(TrialFinished(0), now=1.0)
+    assert c.launches(now=1.0) == [] and runs == [1, 1]
+    assert not c.done(1.0) and c.running() == 1

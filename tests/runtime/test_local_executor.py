@@ -143,3 +143,31 @@ def test_ready_reports_exactly_the_readable_descriptors():
     finally:
         for fd in (r1, r2, w2):
             os.close(fd)
+
+
+def test_each_rank_is_sent_its_own_world_and_trial_folder(tmp_path):
+    """``launch_ranks``: one RunTrial per rank, each naming its rank in the launch's group (a
+    rank 0 gets the group as given; the others a copy with their rank), the trial's folder,
+    and the trainable in full only to a worker that has not loaded it."""
+    from hypersack.runtime.worker.messages import WorldSpec
+
+    class Sent:
+        def __init__(self, slot):
+            self.slot, self.has_trainable, self.messages = slot, False, []
+
+        def send(self, message):
+            self.messages.append(message)
+    slots = default_slots(2, gpus=[])
+    ex = LocalExecutor(slots, TrainableRef("k", "mod:fn"), trial_dir=lambda t: tmp_path / f"t{t}",
+                       metric="score")
+    taken = []
+    ex._pool.take = lambda slot, share: taken.append(Sent(slot)) or taken[-1]
+    keys = [s.key for s in slots]
+    world = WorldSpec(2, 0, 1234)
+    ex.launch_ranks(Launch(3, {"x": 1}, 0, 1), keys, [0, 1], world)
+    tasks = [w.messages[0].task for w in taken]
+    assert [t.world for t in tasks] == [world, WorldSpec(2, 1, 1234)]
+    assert [t.trial_dir for t in tasks] == [str(tmp_path / "t3")] * 2
+    assert [t.trainable for t in tasks] == [("k", "mod:fn", None)] * 2
+    ex.launch_ranks(Launch(4, {"x": 2}, 0, 1), keys[1:], [1], world)    # rank 0 elsewhere
+    assert taken[2].messages[0].task.world == WorldSpec(2, 1, 1234)

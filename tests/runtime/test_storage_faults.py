@@ -32,6 +32,20 @@ def test_each_study_has_its_own_run_folder_even_with_the_same_name(tmp_path):
         assert a.study_dir(again) != a.study_dir(ra)
 
 
+def test_a_trials_folder_is_made_once_and_kept_per_study_identity(tmp_path, monkeypatch):
+    with Storage(tmp_path / "a.db") as a:
+        first = a.create_study("s", {})
+        kept = a.trial_dir(first, 7)
+        assert kept == a.study_dir(first) / "trial-00007" and a.trial_dir(first, 7) is kept
+        assert a.trial_dir(first, 8) == a.study_dir(first) / "trial-00008"
+        a.delete_study("s")
+        again = a.create_study("s", {})                 # the same name, a new identity
+        assert a.trial_dir(again, 7) == a.study_dir(again) / "trial-00007" != kept
+        monkeypatch.setattr(storage_mod, "_TRIAL_DIRS", 2)
+        a.trial_dir(again, 9)                           # past the limit: the kept ones go
+        assert a.trial_dir(first, 7) == kept and a.trial_dir(first, 7) is not kept
+
+
 def test_a_second_driver_is_refused_and_a_dead_ones_lease_is_taken_over(tmp_path):
     path = tmp_path / "s.db"
     with Storage(path) as first, Storage(path) as second:

@@ -40,12 +40,14 @@ from hypersack.core.demand import needs_mps, with_history, with_loader_cpus
 from hypersack.core.packs import member_demand as core_member_demand
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import (Event, ResultReported, TrialFailed, TrialFinished, TrialProfiled,
-                                  TrialRecord)
+                                  TrialRecord, TrialState)
 from hypersack.runtime.devices.slots import Slot, default_slots, slots_cluster
 
 __all__ = ["Machine", "prepare_driver", "prepare_machine", "prepare_node"]
 
 log = logging.getLogger(__name__)
+#: The states of a trial being placed or running: the ones whose demand is kept per trial.
+_PLACED = frozenset({TrialState.PENDING, TrialState.RUNNING})
 
 
 @dataclass
@@ -231,6 +233,22 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     # not rebuilt (a new trial's demand is asked twice: its room, then its place); dropped with
     # the key's history (``forget``)
     templates: dict[tuple[str, int, int, str, str], tuple[Any, Any]] = {}
+    keys: dict[tuple[tuple[type, Any], ...], str] = {}    # fingerprint -> history key
+    keyed_by = [*model_keys, "batch_size"]
+
+    def history_key(config: dict) -> str:
+        """``_history_key(config, model_keys)``, remembered by the values it reads
+        (``_fingerprint``): a trial's key is asked at its room check, its placement and its
+        launch (``profile``)."""
+        fingerprint = _fingerprint(config, keyed_by)
+        if fingerprint is None:
+            return _history_key(config, model_keys)
+        key = keys.get(fingerprint)
+        if key is None:
+            if len(keys) > 4096:
+                keys.clear()
+            key = keys[fingerprint] = _history_key(config, model_keys)
+        return key
 
     def build(record: TrialRecord, key: str) -> tuple[Any, Any]:
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
@@ -242,11 +260,11 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
         return base, job
 
     def demand(record: TrialRecord) -> Any:
-        records[record.trial_id] = record
         hit = jobs.get(record.trial_id)
         if hit is not None and hit[0] == record.resources and hit[3] == online.generation:
+            records[record.trial_id] = record
             return hit[1]
-        key = _history_key(record.config, model_keys)
+        key = history_key(record.config)
         config = record.config
         tkey = (key, record.resources, online.generation, repr(config.get("data")),
                 repr(config.get("cpus")))
@@ -258,13 +276,16 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
             templates[tkey] = made
         else:
             base, job = made[0].renamed(record.trial_id), made[1].renamed(record.trial_id)
+        if record.state not in _PLACED:   # an ended trial, the model of a new one's room
+            return job                    # (Allocator.has_room_for): not live again
+        records[record.trial_id] = record
         jobs[record.trial_id] = (record.resources, job, key, online.generation)
         keyed.setdefault(key, set()).add(record.trial_id)
         live[record.trial_id] = base
         return job
 
     def forget(config: dict) -> None:
-        key = _history_key(config, model_keys)
+        key = history_key(config)
         cache.pop(key, None)
         settled.discard(key)
         for tkey in [t for t in templates if t[0] == key]:
@@ -317,7 +338,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
         again after a new profile or an OOM correction of the key (``forget``)."""
         if online.measured:
             return True
-        key = _history_key(config, model_keys)
+        key = history_key(config)
         if key in settled:
             return False
         try:
@@ -514,6 +535,24 @@ def _history_key(config: dict, model_keys: list[str]) -> str:
     import json
     return json.dumps({k: config.get(k) for k in model_keys + ["batch_size"]}, sort_keys=True,
                       default=repr)
+
+
+#: The types whose equal values always have equal JSON (a float but zero: -0.0 == 0.0).
+_SCALARS = frozenset({str, int, bool, float, type(None)})
+
+
+def _fingerprint(config: dict, names: list[str]) -> tuple[tuple[type, Any], ...] | None:
+    """The values of ``names`` in ``config`` with their types, when configs of equal
+    fingerprints have equal history keys (``_history_key``): every value a scalar of
+    ``_SCALARS`` (the type tells 1, 1.0 and True apart), no float zero. Else None."""
+    out = []
+    for name in names:
+        value = config.get(name)
+        kind = type(value)
+        if kind not in _SCALARS or (kind is float and value == 0.0):
+            return None
+        out.append((kind, value))
+    return tuple(out)
 
 
 def _per_arch(store: Any, config: dict, archs: list[str], trainable: str, model_keys: list[str],

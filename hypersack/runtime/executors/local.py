@@ -176,7 +176,8 @@ class LocalExecutor:
         self._jobs[launch.trial_id] = _Job(launch.trial_id, workers)
         for rank, worker in zip(ranks, workers):
             worker.trial_id, worker.rank = launch.trial_id, rank
-            worker.send(RunTrial(self._task(launch, worker, dataclasses.replace(world, rank=rank))))
+            ranked = world if world.rank == rank else dataclasses.replace(world, rank=rank)
+            worker.send(RunTrial(self._task(launch, worker, ranked)))
             worker.has_trainable = True
 
     def _task(self, launch: Launch, worker: Worker, world: WorldSpec) -> TrialTask:

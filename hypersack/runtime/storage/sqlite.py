@@ -81,6 +81,7 @@ DEFAULT_STORAGE = "hypersack.db"
 _TRIAL_FOLDER = "trial-{:05d}"   # a trial's folder in its study's run folder
 _PARKED = "\x1freplaced-"    # in the name of a study set aside for its replacement (park_study)
 CACHE_KIB = 65536       # the writer's page cache (KiB)
+_TRIAL_DIRS = 4096       # trial folders kept by ``Storage.trial_dir``
 
 _TRIAL_COLUMNS = ("trial_id", "state", "config", "seed", "attempts", "retries", "last_step",
                   "metrics", "value", "objective_values", "error", "traceback", "checkpoint",
@@ -134,6 +135,7 @@ class Storage(StudyLease, WalCheckpoints):
         self.path = Path(path)
         self._artifacts_root: Path | None = None    # resolved once (a launch asks for it)
         self._study_dirs: dict[tuple[str, str], Path] = {}   # (name, uuid) -> study_dir
+        self._trial_dirs: dict[tuple[str, str, int], Path] = {}   # (name, uuid, id) -> trial_dir
         self.readonly = readonly
         self.durability = check_durability(durability)
         self.commits = 0                 # durable commits made by this connection
@@ -240,7 +242,16 @@ class Storage(StudyLease, WalCheckpoints):
         return found
 
     def trial_dir(self, study: StudyRow, trial_id: int) -> Path:
-        return self.study_dir(study) / _TRIAL_FOLDER.format(trial_id)
+        """The trial's folder in ``study_dir``, made once per trial and kept (the loop asks for
+        it at each launch of the trial, and again when it stops: ``AttrsImporter``); the last
+        ``_TRIAL_DIRS`` asked are kept."""
+        key = (study.name, study.uuid, trial_id)
+        found = self._trial_dirs.get(key)
+        if found is None:
+            if len(self._trial_dirs) >= _TRIAL_DIRS:
+                self._trial_dirs.clear()
+            found = self._trial_dirs[key] = self.study_dir(study) / _TRIAL_FOLDER.format(trial_id)
+        return found
 
     def trial_file(self, study: StudyRow, trial_id: int, name: str) -> str:
         """``str(trial_dir(study, trial_id) / name)``, without building a Path (the driver
