@@ -11,6 +11,7 @@ from hypersack.sim.curves import CurveParams, ParametricCurves
 from hypersack.sim.executor import DeviceChange, SimExecutor
 from hypersack.sim.perf import PerfModel, PerfParams, ProfileTable, WorkloadKeys
 
+from executor_helpers import ack_reports
 from sim_helpers import drain
 
 
@@ -66,7 +67,7 @@ def test_a_neighbour_leaving_speeds_the_other_up():
     out = drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
     t1 = out[-1][0]
     ex.submit(Stop(1, "pruned"))       # waits for its ack: ends at once, at t1
-    ex.acknowledge()
+    ack_reports(ex, [e for _, e in out])
     rest = drain(ex)
     assert (t1, TrialFinished) in [(t, type(e)) for t, e in rest if getattr(e, "trial_id", None) == 1]
     second = [t for t, e in rest if isinstance(e, ResultReported) and e.trial_id == 0 and e.step == 2]

@@ -11,6 +11,8 @@ import pytest
 from hypersack.sim.run import simulate
 from hypersack.sim.scenario import load_scenario, scenario_from_dict
 
+from executor_helpers import ack_reports
+
 YAML = Path(__file__).resolve().parents[2] / "examples" / "sim" / "hermes_bins.yaml"
 STEPS = 30
 GOOD, BAD = [0.01, 0.009], [0.0001, 0.00015, 0.0002, 0.00025]
@@ -118,8 +120,9 @@ def test_a_trial_preempted_at_its_last_report_completes_without_another_step():
     executor.submit(Launch(0, {"lr": 0.01}, 1, 1, None, (("n0", "0"),)))
     events = []
     while not any(isinstance(e, TrialFinished) for e in events):
-        events += executor.poll()
-        executor.acknowledge()
+        polled = executor.poll()
+        events += polled
+        ack_reports(executor, polled)
     assert [e.step for e in events if isinstance(e, ResultReported)] == [1, 2]
     checkpoint = [e.checkpoint for e in events if isinstance(e, ResultReported)][-1]
     executor.submit(Launch(0, {"lr": 0.01}, 1, 2, checkpoint, (("n0", "0"),)))
