@@ -408,9 +408,10 @@ class SimExecutor:
                        else [self._runs[t].utilization[key] for t in device.runs])
             device.factor = self.perf.gpu_factor(device.gpu.arch, device.gpu.compute, demands)
             hit.update(device.runs)
+        runs, devices = self._runs, self._devices
         for node_id in {k[0] for k in keys}:
             node = self._nodes[node_id]
-            demand = sum(self._runs[t].cpus for k in node.devices for t in self._devices[k].runs)
+            demand = sum([runs[t].cpus for k in node.devices for t in devices[k].runs])
             factor = self.perf.cpu_factor(node.cpus, demand)
             if factor != node.factor or demand != node.cpu_demand:
                 if factor != node.factor:
