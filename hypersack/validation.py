@@ -41,7 +41,11 @@ MAX_LOCAL_WORKERS_PER_GPU = 16
 
 
 def is_number(value: Any) -> TypeGuard[float]:
-    """True for a real number that is not a bool (int, float, numpy scalars)."""
+    """True for a real number that is not a bool (int, float, numpy scalars). A plain float or
+    int answers without the ``numbers.Real`` check (an ABC's; the same answer)."""
+    kind = type(value)
+    if kind is float or kind is int:
+        return True
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -52,6 +56,8 @@ def is_integer(value: Any) -> TypeGuard[int]:
 
 def is_finite(value: Any) -> TypeGuard[float]:
     """True for a number whose float is finite (False for NaN, +/-inf and ints beyond floats)."""
+    if type(value) is float:
+        return math.isfinite(value)
     if not is_number(value):
         return False
     try:

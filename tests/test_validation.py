@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import datetime
 import math
+import numbers
 from pathlib import Path
 from types import MappingProxyType
 
@@ -39,6 +40,22 @@ def test_check_number_returns_a_float_in_range():
 
 class _Float(float):
     pass
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 2.5, 1e308, 5e-324, 0, 7, -7, 2**53 + 1, 2**1000,
+                                   10**400, -10**400, _Float(2.5), _Float("nan"), np.float64(2.5),
+                                   np.float32("inf"), np.int64(7), float("inf"), float("-inf"),
+                                   float("nan"), True, False, np.bool_(True), "1", None])
+def test_number_predicates_plain_fast_paths_agree_with_the_abc_checks(value):
+    """``is_number`` / ``is_finite`` answer a plain float or int without ``numbers.Real``: the
+    same answers as the definitions (a Real that is not a bool; its float finite)."""
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    try:
+        finite = number and math.isfinite(float(value))
+    except OverflowError:
+        finite = False
+    assert is_number(value) is number
+    assert is_finite(value) is finite
 
 
 @pytest.mark.parametrize("value", [0.0, -0.0, 2.5, -3.0, 1e308, 5e-324, 0, 7, -7, 2**53, -2**53,

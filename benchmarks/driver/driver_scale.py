@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.allocator import Demand
@@ -150,7 +150,7 @@ class FeedExecutor:
         self.cpu_s += time.process_time() - c0
         return out
 
-    def acknowledge(self, trial_ids: Any = None, free_below: Any = None) -> None:
+    def acknowledge(self, trial_ids: Iterable[int], free_below: Mapping[int, int]) -> None:
         c0 = time.process_time()
         now = time.perf_counter()
         if self.warm is None and self.acked >= self.warmup:

@@ -180,11 +180,14 @@ class Controller:
         is done and not interrupted, its PAUSED trials are pruned (``finalize``) in this turn."""
         commands: list[Command] = []
         interrupt = False
+        reported: set[int] = set()
         for event in events:
             if isinstance(event, InterruptRequested):
                 interrupt = True
-            else:
-                commands += self.handle(event, now)
+                continue
+            if isinstance(event, ResultReported):
+                reported.add(event.trial_id)
+            commands += self.handle(event, now)
         commands += self.tick(now)
         if interrupt:
             commands += self.interrupt()
@@ -192,10 +195,10 @@ class Controller:
         done = self.done(now)
         if done:
             self.finalize(now)
-        reported = sorted({e.trial_id for e in events if isinstance(e, ResultReported)})
+        free_below = self.free_below
         return Turn(tuple(commands), tuple(launches), tuple(self.take_changes()),
                     tuple(self.take_results()), tuple(self.take_stays()),
-                    {t: self.free_below(t) for t in reported}, done)
+                    {t: free_below(t) for t in sorted(reported)}, done)
 
     def free_below(self, trial_id: int) -> int:
         """The step below which ``trial_id``'s reports need not wait for an ack (pipelining):
@@ -866,7 +869,10 @@ class Controller:
 
     def take_changes(self) -> list[TrialRecord]:
         """Trials changed since the last call, for the loop to persist."""
-        changed = [self.trials[t] for t in sorted(self._changed)]
+        if not self._changed:
+            return []
+        trials = self.trials
+        changed = [trials[t] for t in sorted(self._changed)]
         self._changed.clear()
         return changed
 

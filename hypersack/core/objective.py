@@ -98,11 +98,13 @@ class Objective:
 
     @property
     def is_multi(self) -> bool:
-        return len(self.parts) > 1
+        """Whether ``parts`` holds several objectives (asked at every report: no tuple built)."""
+        return False
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        return tuple(p.metric for p in self.parts)
+        """Every objective's metric, in order (``parts``' metrics)."""
+        return (self.metric,)
 
     def to_spec(self) -> Any:
         """The stored form: ``{metric, mode}``, or a list of them for several objectives."""
@@ -136,6 +138,14 @@ class MultiObjective(Objective):
     @property
     def parts(self) -> tuple[Objective, ...]:
         return self.objectives
+
+    @property
+    def is_multi(self) -> bool:
+        return len(self.objectives) > 1
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return tuple(p.metric for p in self.objectives)
 
     @classmethod
     def of(cls, specs: Sequence[Any]) -> Objective:

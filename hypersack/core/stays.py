@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any, Iterable, Mapping
 
 __all__ = ["Stay", "StayOutcome", "StayBook", "TrialTimes", "trial_times"]
@@ -103,9 +104,14 @@ class StayBook:
 
     def take(self) -> list[Stay]:
         """Stays opened or closed since the last call, in trial, attempt, rank order."""
-        out = sorted(self._changed.values(), key=lambda s: (s.trial_id, s.attempt, s.rank))
+        if not self._changed:
+            return []
+        out = sorted(self._changed.values(), key=_TAKE_ORDER)
         self._changed.clear()
         return out
+
+
+_TAKE_ORDER = attrgetter("trial_id", "attempt", "rank")
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ Contract, mirroring the local executor:
 
 * ``poll`` pops every pending event of the earliest time on the heap (ties broken by insertion
   order), advances the clock to that time and returns them; the timeout is ignored.
-* A report waits for ``acknowledge()`` before the next step starts (the same turn: no simulated
-  time passes). A ``Stop`` that arrives while a trial waits there ends it at that report's time;
-  one that arrives mid-step ends it at its next report.
+* A report waits for ``acknowledge`` before the next step starts (the same turn: no simulated
+  time passes), whatever the ack's ``free_below``: every report carries a checkpoint, and the
+  local executor's worker waits at those too. A ``Stop`` that arrives while a trial waits
+  there ends it at that report's time; one that arrives mid-step ends it at its next report.
 * A trial that reports its last step (``steps_for(config)``) ends with ``TrialFinished`` at once.
 * ``Preempt`` is a Stop whose trial then holds its devices ``perf.params.suspend_s`` seconds more
   (saving its state) before ``TrialFinished``; its device stay ends with outcome "preempted".
@@ -124,7 +125,6 @@ class SimExecutor:
         self._devices: dict[Key, _Device] = {}
         self._nodes: dict[str, _Node] = {}
         self._runs: dict[int, _Run] = {}
-        self._waiting: list[int] = []
         self._checkpoints: dict[str, int] = {}
         self._warm: set[Key] = set()          # devices that ran a trial (warmup_s paid)
         self._empty_polls = 0
@@ -177,19 +177,22 @@ class SimExecutor:
                            TrialFailed(command.trial_id, command.reason,
                                        cause=FailureCause.CANCELLED))
 
-    def acknowledge(self, trial_ids: Iterable[int] | None = None,
-                    free_below: Mapping[int, int] | None = None) -> None:
-        """Every waiting trial, or those of ``trial_ids``, goes on (the ``Executor`` contract);
-        the simulator does not pipeline: ``free_below`` is ignored."""
+    def acknowledge(self, trial_ids: Iterable[int], free_below: Mapping[int, int]) -> None:
+        """The waiting trials of ``trial_ids`` go on: each starts its next step now (the
+        ``Executor`` contract; others keep waiting, a trial that does not wait is ignored).
+        ``free_below`` changes nothing here, as in the local executor for these reports: every
+        simulated report carries its step's checkpoint, and a report with a checkpoint waits
+        for its ack whatever ``free_below`` says (``TrialContext.report`` posts only reports
+        without one). The wait costs no simulated time (the loop acks in the turn that read
+        the report); it decides that a Stop of that turn ends the trial at this report."""
         now = self.clock.now
-        chosen = set(self._waiting) if trial_ids is None else set(trial_ids)
-        for trial_id in self._waiting:
-            run = self._runs.get(trial_id)
-            if trial_id in chosen and run is not None and run.waiting_ack:
+        runs = self._runs
+        for trial_id in trial_ids:
+            run = runs.get(trial_id)
+            if run is not None and run.waiting_ack:
                 run.waiting_ack = False
                 run.work_left, run.updated_at = run.step_work, now
                 self._schedule_step(run, now)
-        self._waiting = [t for t in self._waiting if t not in chosen]
 
     def poll(self, timeout: float = 0.0) -> list[Event]:
         """Every event of the next event time (the clock moves there), after ``PackCapped(id, 0)``
@@ -357,7 +360,6 @@ class SimExecutor:
             events.append(TrialFinished(run.trial_id))
         else:
             run.waiting_ack = True
-            self._waiting.append(run.trial_id)
         return events
 
     def _stop(self, trial_id: int, preempt: bool = False) -> None:
@@ -406,9 +408,10 @@ class SimExecutor:
                        else [self._runs[t].utilization[key] for t in device.runs])
             device.factor = self.perf.gpu_factor(device.gpu.arch, device.gpu.compute, demands)
             hit.update(device.runs)
+        runs, devices = self._runs, self._devices
         for node_id in {k[0] for k in keys}:
             node = self._nodes[node_id]
-            demand = sum(self._runs[t].cpus for k in node.devices for t in self._devices[k].runs)
+            demand = sum([runs[t].cpus for k in node.devices for t in devices[k].runs])
             factor = self.perf.cpu_factor(node.cpus, demand)
             if factor != node.factor or demand != node.cpu_demand:
                 if factor != node.factor:

@@ -52,6 +52,7 @@ from typing import Any, Mapping, Sequence
 
 from hypersack.core.demand import history_demand, memory_floor_after_oom
 from hypersack.errors import ConfigError
+from hypersack.sim._placement import make_job
 from hypersack.validation import (check_integer, check_mapping, check_number, check_positive,
                                   is_finite, is_integer)
 
@@ -396,10 +397,10 @@ class PerfModel:
         architecture, with every architecture's figures in ``per_arch``. A function of the
         record's config and resources only: the last few answers are kept (the controller asks
         the same question of the latest trial on every turn)."""
-        from hypersack.sim._placement import make_job
         try:
-            key = (tuple(sorted((k, type(v), v) for k, v in record.config.items())),
-                   getattr(record, "resources", 1))       # with the type, 1, 1.0 and True stay apart
+            items = sorted(record.config.items())     # keys differ: values are never compared
+            key = (tuple(items), tuple([type(v) for _, v in items]),   # 1, 1.0, True stay apart
+                   getattr(record, "resources", 1))
             hit = self._demands.get(key)
         except TypeError:                      # an unhashable config value: no memo
             return make_job(self, record)

@@ -13,6 +13,8 @@ from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.trial import (Cancel, Event, FailureCause, Launch, Preempt, ResultReported,
                                   Stop, TrialFailed, TrialFinished, TrialStarted)
 
+from executor_helpers import ack_reports
+
 
 @dataclass
 class Backend:
@@ -27,7 +29,7 @@ class Backend:
         except SimulationStalled:
             events = []
         if ack:
-            ex.acknowledge()
+            ack_reports(ex, events)
         return events
 
     def until(self, ex: Any, done: Callable[[list[Event]], bool], ack: bool = True,
@@ -168,7 +170,7 @@ def test_a_report_waits_for_its_acknowledgement(backend):
     for _ in range(10):
         events += backend.poll(ex, ack=False)
     assert len(_of(events, 0, ResultReported)) == 1       # blocked until acknowledged
-    ex.acknowledge()
+    ack_reports(ex, events)
     events = backend.until(ex, lambda ev: len(_of(ev, 0, ResultReported)) >= 1, ack=False)
     assert _of(events, 0, ResultReported)[0].step == 2
 
@@ -176,9 +178,9 @@ def test_a_report_waits_for_its_acknowledgement(backend):
 def test_a_stop_ends_the_trial_at_its_next_report(backend):
     ex = backend.make()
     ex.submit(Launch(0, backend.config, seed=1, attempt=1, devices=(_device(ex),)))
-    backend.until(ex, lambda ev: bool(_of(ev, 0, ResultReported)), ack=False)
+    events = backend.until(ex, lambda ev: bool(_of(ev, 0, ResultReported)), ack=False)
     ex.submit(Stop(0, "paused"))
-    ex.acknowledge()
+    ack_reports(ex, events)
     events = backend.until(ex, lambda ev: bool(_of(ev, 0, TrialFinished)))
     assert len(_of(events, 0, ResultReported)) <= 1 and not _of(events, 0, TrialFailed)
 
@@ -189,7 +191,7 @@ def test_a_preempted_trial_leaves_at_its_report_and_resumes_after_its_checkpoint
     ex.submit(Launch(0, backend.config, seed=1, attempt=1, devices=(device,)))
     events = backend.until(ex, lambda ev: bool(_of(ev, 0, ResultReported)), ack=False)
     ex.submit(Preempt(0))                 # it waits for its ack: it leaves at this report
-    ex.acknowledge()
+    ack_reports(ex, events)
     events += backend.until(ex, lambda ev: bool(_of(ev, 0, TrialFinished)))
     assert not _of(events, 0, TrialFailed)
     (last,) = _of(events, 0, ResultReported)
@@ -229,14 +231,14 @@ def test_an_acknowledgement_of_some_trials_lets_only_those_go_on(backend):
     for trial_id in (0, 1):
         ex.submit(Launch(trial_id, backend.config, seed=trial_id, attempt=1,
                          devices=(_device(ex, trial_id),)))
-    events = backend.until(ex, lambda ev: all(_of(ev, t, ResultReported) for t in (0, 1)),
-                           ack=False)
+    first = backend.until(ex, lambda ev: all(_of(ev, t, ResultReported) for t in (0, 1)),
+                          ack=False)
     ex.acknowledge([0], {0: 0})
     events = backend.until(ex, lambda ev: len(_of(ev, 0, ResultReported)) >= 1, ack=False)
     for _ in range(10):
         events += backend.poll(ex, ack=False)
     assert [e.step for e in _of(events, 0, ResultReported)] == [2]   # then waits for its ack
     assert _of(events, 1, ResultReported) == []                        # still waits for its own
-    ex.acknowledge()
+    ack_reports(ex, first + events)
     events = backend.until(ex, lambda ev: len(_of(ev, 1, ResultReported)) >= 1, ack=False)
     assert _of(events, 1, ResultReported)[0].step == 2

@@ -181,7 +181,7 @@ class _OneTrialExecutor:
             return [TrialStarted(0, "cpu"), ResultReported(0, 1, {"loss": 0.5}, "ck1")]
         return [ResultReported(0, self.turn, {"loss": 0.4}, f"ck{self.turn}")]
 
-    def acknowledge(self, trial_ids=None, free_below=None):
+    def acknowledge(self, trial_ids, free_below):
         self.acks.append(tuple(trial_ids))
 
     def shutdown(self, kill=False):

@@ -149,7 +149,7 @@ class _Trickle:
                 return [ResultReported(trial, 1, {"loss": 0.1 * trial})]
         return []
 
-    def acknowledge(self, trial_ids=None, free_below=None):
+    def acknowledge(self, trial_ids, free_below):
         with Storage(self.path, readonly=True) as reader:
             stored = {r["trial_id"] for r in reader.load_results(1)}
         self.durable_at_ack.append(set(self.reported) <= stored)
@@ -255,7 +255,7 @@ def test_the_loop_runs_inside_background_wal_checkpoints(tmp_path):
     executor = _Trickle(path)
     original = executor.acknowledge
 
-    def acknowledge(trial_ids=None, free_below=None):
+    def acknowledge(trial_ids, free_below):
         seen.append(store.connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
         original(trial_ids, free_below)
     executor.acknowledge = acknowledge

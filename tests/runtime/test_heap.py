@@ -95,7 +95,7 @@ class _OneTrial:
         self.step += 1
         return [ResultReported(0, self.step, {"loss": 1.0}) if self.step <= 2 else TrialFinished(0)]
 
-    def acknowledge(self, trial_ids=None, free_below=None): pass
+    def acknowledge(self, trial_ids, free_below): pass
 
 
 def test_the_loop_freezes_what_outlived_a_turn_and_gives_it_back(tmp_path):

@@ -11,7 +11,7 @@ from hypersack.runtime.devices.slots import default_slots
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.worker.trainable import TrainableRef
 
-from executor_helpers import collect
+from executor_helpers import ack_reports, collect
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_a_report_waits_for_its_acknowledgement(executor):
     time.sleep(0.3)
     events += ex.poll(0.05)
     assert sum(isinstance(e, ResultReported) for e in events) == 1   # blocked until acknowledged
-    ex.acknowledge()
+    ack_reports(ex, events)
     more = collect(ex, lambda ev: any(isinstance(e, ResultReported) for e in ev), ack=False)
     assert [e.step for e in more if isinstance(e, ResultReported)] == [2]
 

@@ -13,7 +13,7 @@ from hypersack.runtime.devices.slots import Slot
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.worker.trainable import TrainableRef
 
-from executor_helpers import collect
+from executor_helpers import ack_reports, collect
 
 CONFIG = {"x": 0.5, "steps": 4, "sleep": 0.0}
 
@@ -36,7 +36,7 @@ def _preempt_after_first_report(ex: LocalExecutor) -> tuple[int, ResultReported]
     events = collect(ex, lambda ev: bool(_of(ev, 0, ResultReported)), timeout=120, ack=False)
     (pid,) = ex.worker_pids()
     ex.submit(Preempt(0))                 # it waits for its ack: it leaves at this report
-    ex.acknowledge()
+    ack_reports(ex, events)
     events += collect(ex, lambda ev: bool(_of(ev, 0, TrialFinished)), timeout=120)
     assert not _of(events, 0, TrialFailed)
     (last,) = _of(events, 0, ResultReported)

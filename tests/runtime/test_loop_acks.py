@@ -78,7 +78,7 @@ class _Reports:
             out.append(ResultReported(trial, self.steps[trial], {"loss": 0.1}))
         return out
 
-    def acknowledge(self, trial_ids=None, free_below=None):
+    def acknowledge(self, trial_ids, free_below):
         self.acks.append((tuple(trial_ids), dict(free_below)))
         self.waiting -= set(trial_ids)
 

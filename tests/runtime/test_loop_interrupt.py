@@ -27,7 +27,7 @@ class _Held:
     def start(self): pass
     def inventory(self): return slots(2)
     def shutdown(self, kill=False): pass
-    def acknowledge(self, *args, **kwargs): pass
+    def acknowledge(self, trial_ids, free_below): pass
 
     def submit(self, command):
         if isinstance(command, Launch):

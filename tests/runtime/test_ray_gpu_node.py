@@ -12,6 +12,8 @@ from hypersack.core.allocator import Allocator, Demand
 from hypersack.core.trial import (DeviceAdded, Launch, ResultReported, TrialFinished, TrialRecord,
                                   TrialStarted)
 
+from executor_helpers import ack_reports
+
 
 def _setup(tmp_path, profile: bool = False) -> Any:
     from hypersack.runtime.executors.ray import AgentSetup, driver_paths
@@ -62,8 +64,9 @@ def _until(ex: Any, done, timeout: float = 120.0) -> list:
     events: list = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        events += ex.poll(0.2)
-        ex.acknowledge()
+        polled = ex.poll(0.2)
+        events += polled
+        ack_reports(ex, polled)
         if done(events):
             return events
     raise AssertionError(f"timed out; events so far: {events}")

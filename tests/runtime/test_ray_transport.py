@@ -154,7 +154,7 @@ def test_acknowledgements_name_exactly_the_results_received_from_that_node():
     # 3 finished: nothing to ack; the ack carries the loop's free_below (pipelining)
     assert ("acknowledge", [1], {1: 10}) in ray.agents[A].calls
     assert not any(c[0] == "acknowledge" for c in ray.agents[B].calls)
-    ex.acknowledge()
+    ex.acknowledge([1, 3], {1: 10, 3: 30})          # each result is acked once
     assert sum(c[0] == "acknowledge" for c in ray.agents[A].calls) == 1
 
 

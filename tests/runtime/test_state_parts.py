@@ -67,7 +67,7 @@ class _Steps:
                 out.append(TrialFinished(trial))
         return out
 
-    def acknowledge(self, trial_ids=None, free_below=None) -> None:
+    def acknowledge(self, trial_ids, free_below) -> None:
         pass
 
     def shutdown(self, kill: bool = False) -> None:

@@ -1,16 +1,19 @@
 """The simulated executor alone: timing, stop semantics, failures, additions (no controller)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hypersack.placement import GPU, Cluster, Node
-from hypersack.core.trial import (DeviceAdded, DeviceLost, Launch, ResultReported,
+from hypersack.core.trial import (DeviceAdded, DeviceLost, Launch, Preempt, ResultReported,
                                   Stop, TrialFailed, TrialFinished, TrialStarted)
 from hypersack.sim.clock import SimulationStalled
 from hypersack.sim.curves import CurveParams, ParametricCurves
 from hypersack.sim.executor import DeviceChange, SimExecutor
 from hypersack.sim.perf import PerfModel, PerfParams, ProfileTable, WorkloadKeys
 
+from executor_helpers import ack_reports
 from sim_helpers import drain
 
 
@@ -66,7 +69,7 @@ def test_a_neighbour_leaving_speeds_the_other_up():
     out = drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
     t1 = out[-1][0]
     ex.submit(Stop(1, "pruned"))       # waits for its ack: ends at once, at t1
-    ex.acknowledge()
+    ack_reports(ex, [e for _, e in out])
     rest = drain(ex)
     assert (t1, TrialFinished) in [(t, type(e)) for t, e in rest if getattr(e, "trial_id", None) == 1]
     second = [t for t, e in rest if isinstance(e, ResultReported) and e.trial_id == 0 and e.step == 2]
@@ -81,6 +84,29 @@ def test_a_stop_mid_step_is_honoured_at_the_next_report():
     events = drain(ex)
     assert [(t, type(e).__name__) for t, e in events] == [
         (12.0, "ResultReported"), (12.0, "TrialFinished")]
+
+
+@pytest.mark.parametrize("stop", [Stop(0, "pruned"), Preempt(0)], ids=["stop", "preempt"])
+def test_a_report_below_free_below_still_waits_and_a_stop_of_its_turn_ends_the_trial_there(stop):
+    """Every simulated report carries its step's checkpoint, and the local worker waits for the
+    ack of such a report whatever ``free_below`` says (it posts only reports without one): so
+    neither the launch's nor an ack's ``free_below`` lets a simulated trial go on unacked, and a
+    Stop (or a Preempt) of the turn that read a report below it ends the trial at that report."""
+    ex = _executor(suspend_s=0.25)
+    ex.submit(dataclasses.replace(_launch(0), free_below=10))
+    first = drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
+    assert ex.poll() == [] and ex.running() == 1          # step 1 waits despite the launch's 10
+    ack_reports(ex, [e for _, e in first], free_below={0: 10})
+    second = drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
+    (report,) = [(t, e) for t, e in second if isinstance(e, ResultReported)]
+    assert report[1].step == 2 and report[1].checkpoint is not None
+    assert ex.poll() == [] and ex.running() == 1          # step 2 waits despite the ack's 10
+    ex.submit(stop)
+    ack_reports(ex, [report[1]], free_below={0: 10})
+    rest = drain(ex)
+    assert [e for _, e in rest if isinstance(e, ResultReported)] == []
+    suspend_s = ex.perf.params.suspend_s if isinstance(stop, Preempt) else 0.0
+    assert [(t, type(e)) for t, e in rest] == [(report[0] + suspend_s, TrialFinished)]
 
 
 def test_a_failed_gpu_fails_its_trials_retryably_and_a_relaunch_resumes_from_the_checkpoint():

@@ -16,6 +16,7 @@ from hypersack.sim.perf import FUSED_PRESETS, FusedModel, PerfModel, PerfParams,
 from hypersack.sim.run import simulate
 from hypersack.sim.scenario import scenario_from_dict
 
+from executor_helpers import ack_reports
 from sim_helpers import drain
 
 SPEEDUP = [[1, 0.5], [2, 1.5], [4, 2.0]]
@@ -122,7 +123,7 @@ def test_a_member_leaving_reprices_the_members_left():
     out = drain(ex, until=lambda ev: any(isinstance(e, ResultReported) for _, e in ev))
     t1 = out[-1][0]
     ex.submit(Stop(1, "pruned"))
-    ex.acknowledge()
+    ack_reports(ex, [e for _, e in out])
     rest = drain(ex)
     assert _reports(rest, 0)[0] == pytest.approx(t1 + 10 / 0.5)     # a pack of 1 now
 

@@ -3,6 +3,7 @@ restore costs, never replay nor skip a step, and Hermes reaches the good trials'
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from hypersack.sim.run import simulate
 from hypersack.sim.scenario import load_scenario, scenario_from_dict
+
+from executor_helpers import ack_reports
 
 YAML = Path(__file__).resolve().parents[2] / "examples" / "sim" / "hermes_bins.yaml"
 STEPS = 30
@@ -65,6 +68,35 @@ def test_the_simulated_run_is_deterministic():
     assert a.executor.log == b.executor.log
 
 
+def test_the_acks_free_below_changes_nothing_a_simulation_computes(monkeypatch):
+    """Grid search never decides: an ack's ``free_below`` is past the last step (0 only for a
+    trial asked to stop), so every preemption lands on a report below the point its last ack
+    named. A simulated report carries a checkpoint and waits for its ack all the same (as the
+    local worker's does), so the run is the one whose acks say 0 (every report waits): the
+    same log, the same stays. (A simulator that let such reports go on unacked ends each
+    trial preempted at a report one step later: this test then fails.)"""
+    from hypersack.sim.executor import SimExecutor
+    acknowledge = SimExecutor.acknowledge
+    given: list[int] = []
+
+    def recorded(self, trial_ids, free_below):
+        given.extend(free_below.values())
+        acknowledge(self, trial_ids, free_below)
+
+    def zeroed(self, trial_ids, free_below):
+        acknowledge(self, trial_ids, {t: 0 for t in trial_ids})
+
+    monkeypatch.setattr(SimExecutor, "acknowledge", recorded)
+    honoured = simulate(scenario("hermes"))
+    monkeypatch.setattr(SimExecutor, "acknowledge", zeroed)
+    waiting = simulate(scenario("hermes"))
+    assert honoured.executor.log == waiting.executor.log
+    assert ([dataclasses.astuple(iv) for iv in honoured.executor.timeline.intervals]
+            == [dataclasses.astuple(iv) for iv in waiting.executor.timeline.intervals])
+    assert any(iv.outcome == "preempted" for iv in honoured.executor.timeline.intervals)
+    assert sum(b > STEPS for b in given) > len(given) / 2    # most acks: past the last step
+
+
 def _time_to_target(result, lr: float) -> float:
     clean = copy.deepcopy(result_raw := load_scenario(YAML).raw)
     clean["curves"]["noise"] = 0.0
@@ -118,8 +150,9 @@ def test_a_trial_preempted_at_its_last_report_completes_without_another_step():
     executor.submit(Launch(0, {"lr": 0.01}, 1, 1, None, (("n0", "0"),)))
     events = []
     while not any(isinstance(e, TrialFinished) for e in events):
-        events += executor.poll()
-        executor.acknowledge()
+        polled = executor.poll()
+        events += polled
+        ack_reports(executor, polled)
     assert [e.step for e in events if isinstance(e, ResultReported)] == [1, 2]
     checkpoint = [e.checkpoint for e in events if isinstance(e, ResultReported)][-1]
     executor.submit(Launch(0, {"lr": 0.01}, 1, 2, checkpoint, (("n0", "0"),)))

@@ -201,19 +201,19 @@ class LocalExecutor:
             raise RuntimeError(f"no free slot for trial {trial_id}")   # a loop bug, not user input
         return key
 
-    def acknowledge(self, trial_ids: Iterable[int] | None = None,
-                    free_below: Mapping[int, int] | None = None) -> None:
-        """Ack every report read of each waiting trial of ``trial_ids`` (None: every waiting
-        one; one Ack per trial covers them all: the loop calls this once the turn holding them is
-        durable, with no poll in between) with its ``free_below`` (the loop's; a trial it leaves
-        out: 0), below which its worker need not wait (pipelining). An executor that relays this
-        one's events (a Ray node's agent) must build it with ``report_window=1``: its driver acks
-        the results it has seen, and with one report in flight per trial those are all read here."""
-        chosen = list(self._awaiting) if trial_ids is None else [
-            t for t in trial_ids if t in self._awaiting]
-        for trial_id in chosen:
-            below = free_below.get(trial_id, 0) if free_below is not None else 0
-            self._awaiting.pop(trial_id).send(Ack(trial_id, below, self._unacked.pop(trial_id, 1)))
+    def acknowledge(self, trial_ids: Iterable[int], free_below: Mapping[int, int]) -> None:
+        """Ack every report read of each waiting trial of ``trial_ids`` (the others keep
+        waiting; one Ack per trial covers them all: the loop calls this once the turn holding
+        them is durable, with no poll in between) with its ``free_below`` (the loop's; a trial
+        it leaves out: 0), below which its worker need not wait (pipelining). An executor that
+        relays this one's events (a Ray node's agent) must build it with ``report_window=1``:
+        its driver acks the results it has seen, and with one report in flight per trial those
+        are all read here."""
+        for trial_id in trial_ids:
+            worker = self._awaiting.pop(trial_id, None)
+            if worker is not None:
+                worker.send(Ack(trial_id, free_below.get(trial_id, 0),
+                                self._unacked.pop(trial_id, 1)))
 
     # ---- events ----------------------------------------------------------------------------
 

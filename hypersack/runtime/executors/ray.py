@@ -340,17 +340,15 @@ class RayExecutor:
         nodes = list(self._nodes.values())
         return max(nodes, key=lambda n: len(n.devices) - len(n.trials)) if nodes else None
 
-    def acknowledge(self, trial_ids: Iterable[int] | None = None,
-                    free_below: Mapping[int, int] | None = None) -> None:
-        """Each node acks exactly the results received from it (all, or those of
-        ``trial_ids``), with each trial's ``free_below`` (the loop's; a trial it leaves out:
-        0): pipelining, reports below it need not wait."""
-        chosen = None if trial_ids is None else set(trial_ids)
+    def acknowledge(self, trial_ids: Iterable[int], free_below: Mapping[int, int]) -> None:
+        """Each node acks exactly the results received from it of the trials of ``trial_ids``,
+        with each trial's ``free_below`` (the loop's; a trial it leaves out: 0): pipelining,
+        reports below it need not wait."""
+        chosen = set(trial_ids)
         for node in self._nodes.values():
-            trials = sorted(node.unacked if chosen is None else node.unacked & chosen)
+            trials = sorted(node.unacked & chosen)
             if trials:
-                below = {t: free_below.get(t, 0) if free_below is not None else 0 for t in trials}
-                node.actor.acknowledge.remote(trials, below)
+                node.actor.acknowledge.remote(trials, {t: free_below.get(t, 0) for t in trials})
                 node.unacked -= set(trials)
 
     # ---- events ----------------------------------------------------------------------------

@@ -148,7 +148,9 @@ class NodeAgent:
             return dataclasses.replace(event, node_id=self._node)
         return event
 
-    def acknowledge(self, trial_ids: list[int], free_below: dict[int, int] | None = None) -> None:
+    def acknowledge(self, trial_ids: list[int], free_below: dict[int, int]) -> None:
+        """The driver's ack of the results received from this node (``RayExecutor.acknowledge``),
+        relayed as given."""
         self._executor.acknowledge(trial_ids, free_below)
 
     def worker_pids(self) -> list[int]:

@@ -26,14 +26,13 @@ class Executor(Protocol):
         """Events since the last poll; waits up to ``timeout`` seconds when there are none. A
         trial that reported waits, and reports nothing more, until ``acknowledge``."""
 
-    def acknowledge(self, trial_ids: Iterable[int] | None = None,
-                    free_below: Mapping[int, int] | None = None) -> None:
-        """The results returned by the polls of the last turn are durable: let their trials go
-        on. The loop picks them (``run.acknowledgements``): the trials of ``trial_ids`` (the
-        others keep waiting; None: every trial that waits). ``free_below``: each acked trial's
-        next decision point, below which its reports need not wait for an ack (pipelining; a
-        trial it leaves out, or None: 0, every report waits). The executor carries both as
-        given; one that does not pipeline ignores ``free_below``."""
+    def acknowledge(self, trial_ids: Iterable[int], free_below: Mapping[int, int]) -> None:
+        """The results returned by the polls of the last turn are durable: let the trials of
+        ``trial_ids`` go on (the loop's ``run.acknowledgements``: every trial that reported in
+        the turn; a trial not named keeps waiting, a named one that does not wait is ignored).
+        ``free_below``: each named trial's next decision point, below which its reports need
+        not wait for an ack (pipelining; a trial it leaves out: 0, every report waits). The
+        executor carries both as given; one that does not pipeline ignores ``free_below``."""
 
     def shutdown(self, kill: bool = False) -> None:
         """Release every worker; ``kill`` ends running trials at once."""

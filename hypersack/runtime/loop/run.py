@@ -287,8 +287,12 @@ def acknowledgements(events: Sequence[Event], turn: Turn) -> Acks:
     """Every trial that reported in ``events`` (the executor holds each such report until it
     is acked), once, in the order of their first report; each trial's ``free_below`` is the
     turn's (0 where the turn gives none: every report of it waits)."""
-    trial_ids = tuple(dict.fromkeys(e.trial_id for e in events if isinstance(e, ResultReported)))
-    return Acks(trial_ids, {t: turn.free_below.get(t, 0) for t in trial_ids})
+    given = turn.free_below
+    free_below: dict[int, int] = {}
+    for event in events:
+        if isinstance(event, ResultReported) and event.trial_id not in free_below:
+            free_below[event.trial_id] = given.get(event.trial_id, 0)
+    return Acks(tuple(free_below), free_below)
 
 
 def _carry_out(executor: Executor, turn: Turn, acks: Acks) -> None:
