@@ -70,7 +70,11 @@ def _wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
 
 
 def _starts_sleeps(config, ctx):
-    """Starts two `sleep 300` (one in a grandchild shell), records their pids, then hangs."""
+    """Starts two `sleep 300` (one in a grandchild shell), records their pids, then hangs; the
+    grid's first trial (``warm``) only reports, so the worker is up before the timed one."""
+    if config["warm"]:
+        ctx.report(1, score=0.0)
+        return
     import subprocess as sp
     first = sp.Popen(["sleep", "300"])
     shell = sp.Popen(["sh", "-c", "sleep 300 & echo $!; wait"], stdout=sp.PIPE, text=True)
@@ -82,11 +86,15 @@ def _starts_sleeps(config, ctx):
 
 def test_processes_a_trainable_started_end_with_its_timed_out_worker(store_path, tmp_path):
     pids = tmp_path / "pids"
-    study = hypersack.Study(name="w", space={"pids": str(pids)}, objective=("score", "max"),
-                            n_trials=1, storage=store_path, workers=1, trial_timeout_s=3,
+    # The timeout counts from the launch: the timed trial runs second, on the warm worker, so
+    # its 3 s never include the worker's start-up (a loaded machine can take longer than that).
+    space = {"pids": str(pids), "warm": {"type": "categorical", "choices": [True, False]}}
+    study = hypersack.Study(name="w", space=space, objective=("score", "max"), algorithm="grid",
+                            n_trials=2, storage=store_path, workers=1, trial_timeout_s=3,
                             max_retries=0)
     study.run(_starts_sleeps, progress=False)
-    (trial,) = study.status()["trials"]
+    warm, trial = study.status()["trials"]
+    assert warm["state"] == "complete"
     assert trial["state"] == "failed" and "time" in trial["error"]
     started = [int(p) for p in pids.read_text().split()]
     assert _wait_gone(started) == []
