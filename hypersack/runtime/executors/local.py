@@ -29,8 +29,8 @@ from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCau
 from hypersack.runtime.devices.slots import Slot, slots_cluster
 from hypersack.runtime.executors.packs import PackHost, PackPlan, describe_exit, failure_event
 from hypersack.runtime.executors.pool import Worker, WorkerPool
-from hypersack.runtime.worker.messages import (Ack, BadMessage, Done, Failed, Message, Profiled,
-                                               Reported, RunTrial, Started, StopTrial, TrialTask,
+from hypersack.runtime.worker.messages import (Ack, BadMessage, Done, Failed, Profiled, Reported,
+                                               Reports, RunTrial, Started, StopTrial, TrialTask,
                                                WorldSpec)
 from hypersack.runtime.worker.trainable import TrainableRef
 
@@ -262,18 +262,26 @@ class LocalExecutor:
         return events
 
     def _drain(self, job: _Job, w: Worker) -> list[Event]:
-        """The messages waiting in ``w``'s pipe (found readable by ``poll``) as events. A
+        """The messages waiting in ``w``'s pipe (found readable by ``poll``) as events (a
+        report is read as its ``ResultReported`` at once, a ``Reports`` as theirs). A
         message that cannot be used (``BadMessage``) fails the trial and kills its workers
         (they may wait for an ack that will never come); a pipe closed under a worker that
         still runs (its trainable closed the descriptor) is that worker's death. Neither stops
         the driver, nor leaves it polling a dead pipe."""
         events: list[Event] = []
+        pipe = w.pipe
         try:
             while True:
-                event = self._event(job, w, w.pipe.recv())
-                if event is not None:
-                    events.append(event)
-                if job.trial_id not in self._jobs or not w.pipe.poll(0):
+                got = pipe.recv(_AS_EVENTS)
+                if type(got) is tuple:            # a Reports: its results, oldest first
+                    if got[0].trial_id == job.trial_id and w.rank == 0:
+                        self._reported(job, w, len(got))
+                        events.extend(got)
+                else:
+                    event = self._event(job, w, got)
+                    if event is not None:
+                        events.append(event)
+                if job.trial_id not in self._jobs or not pipe.poll(0):
                     break
         except (EOFError, OSError):     # its end of the pipe is closed: it cannot go on
             if job.trial_id in self._jobs:
@@ -287,29 +295,31 @@ class LocalExecutor:
                                           cause=FailureCause.ERROR))
         return events
 
-    def _event(self, job: _Job, w: Worker, message: Message) -> Event | None:
+    def _event(self, job: _Job, w: Worker, message: Any) -> Event | None:
+        """The event a message read from ``w`` makes (a report comes as its event), or None."""
         if getattr(message, "trial_id", None) != job.trial_id:
             return None
-        if type(message) is Reported and w.rank == 0:        # most messages: asked first
-            return self._reported(job, w, message)
-        if isinstance(message, (Done, Failed)):
+        kind = type(message)
+        if kind is ResultReported:                          # most messages: asked first
+            if w.rank != 0:
+                return None
+            self._reported(job, w, 1)
+            return message                                  # type: ignore[no-any-return]
+        if kind is Done or kind is Failed:
             return self._rank_ended(job, w, message)
         if w.rank != 0:
             return None
-        if isinstance(message, Started):
+        if kind is Started:
             return TrialStarted(job.trial_id, w.slot.label if len(job.workers) == 1
                                 else "+".join(x.slot.label for x in job.workers))
-        if isinstance(message, Reported):
-            return self._reported(job, w, message)
-        if isinstance(message, Profiled):
+        if kind is Profiled:
             return TrialProfiled(job.trial_id, message.profile)
         return None
 
-    def _reported(self, job: _Job, w: Worker, message: Reported) -> ResultReported:
-        """Rank 0's report: it awaits its ack."""
+    def _reported(self, job: _Job, w: Worker, reports: int) -> None:
+        """Rank 0 sent ``reports`` reports: they await their ack."""
         self._awaiting[job.trial_id] = w
-        self._unacked[job.trial_id] = self._unacked.get(job.trial_id, 0) + 1
-        return ResultReported(job.trial_id, message.step, message.metrics, message.checkpoint)
+        self._unacked[job.trial_id] = self._unacked.get(job.trial_id, 0) + reports
 
     def _rank_ended(self, job: _Job, w: Worker, message: Done | Failed) -> Event | None:
         if isinstance(message, Failed):
@@ -373,6 +383,51 @@ class LocalExecutor:
                 self._end_job(job.trial_id, kill=True)
                 events.append(TrialFinished(job.trial_id))
         return events
+
+
+def _results(trial_id: int, results: tuple[tuple[int, dict[str, Any]], ...]
+             ) -> tuple[ResultReported, ...]:
+    """A ``Reports``'s results as events, oldest first (none carries a checkpoint). Each is
+    made by ``_new_result``: the burst's events are most of what a burst costs the reader."""
+    return tuple([_new_result(trial_id, step, metrics) for step, metrics in results])
+
+
+def _fast_result(trial_id: int, step: int, metrics: dict[str, Any],
+                 checkpoint: str | None = None) -> ResultReported:
+    """``ResultReported(trial_id, step, metrics, checkpoint)``, its fields set as its
+    ``__init__`` sets them but without the frozen dataclass's ``object.__setattr__`` per field
+    (most of its cost). Only for a class whose ``__init__`` does nothing else (``_new_result``)."""
+    event = _NEW(ResultReported)
+    fields = event.__dict__
+    fields["trial_id"] = trial_id
+    fields["step"] = step
+    fields["metrics"] = metrics
+    fields["checkpoint"] = checkpoint
+    return event
+
+
+_NEW = object.__new__
+
+
+def _plain_init(cls: type, names: tuple[str, ...]) -> bool:
+    """Whether ``cls`` is a dataclass of exactly the fields ``names`` (in that order, each set
+    by ``__init__``, no init-only or class variable beside them) whose ``__init__`` does
+    nothing else: no ``__post_init__``, no slots."""
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or hasattr(cls, "__slots__"):
+        return False
+    found = dataclasses.fields(cls)
+    return (tuple(f.name for f in found) == names and all(f.init for f in found)
+            and len(getattr(cls, "__dataclass_fields__")) == len(names))
+
+
+#: ``_fast_result`` while ``ResultReported`` stays a plain dataclass, else the class itself.
+_new_result: Callable[..., ResultReported] = (
+    _fast_result if _plain_init(ResultReported, ("trial_id", "step", "metrics", "checkpoint"))
+    else ResultReported)
+
+
+#: How ``_drain`` reads reports: straight into their events (``Pipe.recv``'s ``make``).
+_AS_EVENTS: dict[type, Callable[..., Any]] = {Reported: _new_result, Reports: _results}
 
 
 def _ready(fds: list[int], timeout: float) -> set[int]:
