@@ -82,6 +82,7 @@ class LocalExecutor:
         self._unacked: dict[int, int] = {}       # trial -> its reports read, not yet acked
         self._pending: list[Event] = []          # events made by commands, for the next poll
         self._swept = time.monotonic()           # the last liveness check of every worker
+        self._poller = _Poller()                 # every busy pipe and every worker's sentinel
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -228,26 +229,29 @@ class LocalExecutor:
             events = self._packs.end_empty() + events
         busy = self._busy_workers()
         idle = self._pool.idle
-        ready = _ready([w.pipe.fileno() for w in busy] + [w.process.sentinel for w in busy + idle],
-                       0 if events else timeout)
+        pipes = [w.pipe.fileno() for w in busy]
+        ready = self._poller.ready(pipes + [w.process.sentinel for w in busy + idle],
+                                   0 if events else timeout)
         now = time.monotonic()
         sweep = now - self._swept >= LIVENESS_S
         if sweep:
             self._swept = now
         host = self._packs
         pack_of = {id(p.worker): p for p in host.packs} if host is not None else {}
-        for w in busy:
-            pack = pack_of.get(id(w))
+        for w, fd in zip(busy, pipes):
+            pack = pack_of.get(id(w)) if pack_of else None
             if pack is not None and host is not None:
                 events.extend(self._watch(host.drain(pack)))
+                continue
+            exited = sweep or w.process.sentinel in ready
+            if fd not in ready and not exited:          # most workers, most turns
                 continue
             job = self._jobs.get(w.trial_id) if w.trial_id is not None else None
             if job is None or w not in job.workers:
                 continue
-            if w.pipe.fileno() in ready:
+            if fd in ready:
                 events.extend(self._drain(job, w))
-            if (job.trial_id in self._jobs and (sweep or w.process.sentinel in ready)
-                    and not w.process.is_alive()):
+            if job.trial_id in self._jobs and exited and not w.process.is_alive():
                 events.extend(self._worker_died(job, w))
         dead = [w for w in idle if sweep or w.process.sentinel in ready]
         self._pool.replace_dead_idle({w.slot.key for w in self._busy_workers()}, dead)
@@ -430,17 +434,32 @@ _new_result: Callable[..., ResultReported] = (
 _AS_EVENTS: dict[type, Callable[..., Any]] = {Reported: _new_result, Reports: _results}
 
 
-def _ready(fds: list[int], timeout: float) -> set[int]:
-    """The file descriptors of ``fds`` that are readable (or closed) within ``timeout`` seconds:
-    one ``poll(2)`` call (``multiprocessing.connection.wait`` builds a selector per call)."""
-    if not fds:
-        if timeout > 0:
-            time.sleep(timeout)
-        return set()
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, _READABLE)
-    return {fd for fd, _ in poller.poll(max(0, int(timeout * 1000 + 0.999)))}
+class _Poller:
+    """A ``poll(2)`` set kept from one call to the next: ``ready`` registers only the
+    descriptors new since the last call and drops those gone (a set built per call, as
+    ``multiprocessing.connection.wait`` builds a selector, costs a registration per worker
+    per turn). A descriptor number closed and reused between calls is simply polled again:
+    ``select.poll`` keeps numbers, not open files."""
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._fds: set[int] = set()
+
+    def ready(self, fds: list[int], timeout: float) -> set[int]:
+        """The descriptors of ``fds`` that are readable (or closed) within ``timeout`` seconds:
+        one ``poll(2)`` call."""
+        wanted = set(fds)
+        if wanted != self._fds:
+            for fd in self._fds - wanted:
+                self._poll.unregister(fd)
+            for fd in wanted - self._fds:
+                self._poll.register(fd, _READABLE)
+            self._fds = wanted
+        if not wanted:
+            if timeout > 0:
+                time.sleep(timeout)
+            return set()
+        return {fd for fd, _ in self._poll.poll(max(0, int(timeout * 1000 + 0.999)))}
 
 
 _READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR
