@@ -304,7 +304,8 @@ def test_reports_posted_while_earlier_ones_await_their_acks_leave_as_one_message
     assert _steps(pipe.sent) == [0]                         # 0 awaits its ack: 1-3 held
     channel.send(Done(1))                                   # the trial's end: held ones first
     assert _steps(pipe.sent) == [0, [1, 2, 3], "Done"]
-    assert pipe.sent[1] == Reports(1, ((1, {"loss": 0.5}), (2, {"loss": 1 / 3}), (3, {"loss": 0.25})))
+    assert pipe.sent[1] == Reports(1, ((1, {"loss": 0.5}), (2, {"loss": 1 / 3}),
+                                       (3, {"loss": 0.25})))
 
 
 def test_an_ack_that_leaves_only_held_reports_unacked_sends_them():

@@ -417,7 +417,8 @@ def _plain_init(cls: type, names: tuple[str, ...]) -> bool:
     """Whether ``cls`` is a dataclass of exactly the fields ``names`` (in that order, each set
     by ``__init__``, no init-only or class variable beside them) whose ``__init__`` does
     nothing else: no ``__post_init__``, no slots."""
-    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or hasattr(cls, "__slots__"):
+    if (not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__")
+            or hasattr(cls, "__slots__")):
         return False
     found = dataclasses.fields(cls)
     return (tuple(f.name for f in found) == names and all(f.init for f in found)

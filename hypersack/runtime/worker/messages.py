@@ -2,16 +2,20 @@
 
 The wire form of a message is a tuple ``(tag, field, field, ...)`` in the dataclass's field
 order; fields that are themselves messages (a task inside ``RunTrial``) are encoded the same
-way, recursively. ``encode`` / ``decode`` are the only code that knows this form, and
-``Pipe`` wraps a ``multiprocessing`` connection so that the rest of the runtime sends and
-receives dataclasses. A stop or an ack names its trial, so a stale one is ignored.
+way, recursively. ``encode`` / ``decode`` (and ``_fields``, which both readers use) are the
+only code that knows this form, and ``Pipe`` wraps a ``multiprocessing`` connection so that the
+rest of the runtime sends and receives dataclasses (``Pipe.recv(make)``: or the reader's own
+objects built from a message's fields, as the driver reads reports straight into its events).
+A stop or an ack names its trial, so a stale one is ignored.
 
 Driver -> worker: ``RunTrial``, ``StartPack``, ``AddMember``, ``StopTrial``, ``Ack``,
 ``EndPack``, ``Shutdown``. Worker -> driver: ``Started``, ``Reported`` (then the worker waits
 for its ``Ack``, or, for a report below the last ack's ``free_below`` that carries no
 checkpoint, goes on while fewer than the task's ``report_window`` reports await their acks, and
-waits for them all before a report that must wait, or its end; one ``Ack`` may cover several), ``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and
-``PackFailed`` (the pack as a whole failed; every member with it).
+waits for them all before a report that must wait; one ``Ack`` may cover several), ``Reports``
+(posted reports the worker held back, as one message; each counts as one report for the acks),
+``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and ``PackFailed`` (the pack as a
+whole failed; every member with it).
 """
 from __future__ import annotations
 
@@ -28,9 +32,9 @@ from hypersack.errors import ReportError
 from hypersack.validation import check_metric, check_step, is_plain_report
 
 __all__ = ["Ack", "AddMember", "BadMessage", "Done", "EndPack", "Failed", "MemberTask", "Message",
-           "PackCap", "PackFailed", "PackSpec", "Pipe", "Profiled", "Reported", "Reports", "RunTrial",
-           "Shutdown", "StartPack", "Started", "StopTrial", "TrialTask", "WorldSpec", "decode",
-           "encode"]
+           "PackCap", "PackFailed", "PackSpec", "Pipe", "Profiled", "Reported", "Reports",
+           "RunTrial", "Shutdown", "StartPack", "Started", "StopTrial", "TrialTask", "WorldSpec",
+           "decode", "encode"]
 
 _REGISTRY: dict[str, type] = {}
 

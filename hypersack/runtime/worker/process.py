@@ -4,7 +4,8 @@ Protocol over one duplex pipe, in the messages of ``hypersack.runtime.worker.mes
 sends RunTrial / StopTrial / Ack / Shutdown (and StartPack, which turns the worker into a fused
 pack until EndPack); the worker answers Started, Reported (then waits for its Ack, or goes on
 within the task's report window, ``PipeChannel``; a report carries the file name of the
-checkpoint that rides with it), Profiled, Done, Failed. A task
+checkpoint that rides with it), Reports (posted reports held back to leave together, at most
+``HOLD_S``), Profiled, Done, Failed. A task
 names the trial's committed checkpoint: the only file a restore reads; other checkpoint files in
 the folder (left by killed attempts) are deleted.
 ("pack", spec) turns the worker into a fused pack until the driver ends it (protocol in
