@@ -128,20 +128,31 @@ def test_a_busy_worker_killed_is_reported_and_a_dead_idle_one_replaced(executor)
     assert busy not in ex.worker_pids() and len(ex.worker_pids()) == 2
 
 
-def test_ready_reports_exactly_the_readable_descriptors():
+def test_the_poller_reports_exactly_the_readable_descriptors_of_each_call():
     import os
-    from hypersack.runtime.executors.local import _ready
-    (r1, w1), (r2, w2) = os.pipe(), os.pipe()
+    from hypersack.runtime.executors.local import _Poller
+    (r1, w1), (r2, w2), (r3, w3) = os.pipe(), os.pipe(), os.pipe()
+    poller = _Poller()
     try:
-        assert _ready([r1, r2], 0) == set()
+        assert poller.ready([r1, r2], 0) == set()
         os.write(w2, b"x")
-        assert _ready([r1, r2], 0) == {r2}
-        assert _ready([r1, r2], 5.0) == {r2}          # returns at once when one is ready
+        assert poller.ready([r1, r2], 0) == {r2}
+        assert poller.ready([r1, r2], 5.0) == {r2}     # returns at once when one is ready
         os.close(w1)                                   # a closed writer reads as ready (EOF)
-        assert _ready([r1, r2], 0) == {r1, r2}
-        assert _ready([], 0) == set()
+        assert poller.ready([r1, r2], 0) == {r1, r2}
+        assert poller.ready([r1], 0) == {r1}           # one left out: not polled any more
+        os.write(w3, b"x")
+        assert poller.ready([r1, r3], 0) == {r1, r3}   # a new one is
+        fresh, w4 = os.pipe()
+        os.dup2(fresh, r2)                             # r2's number, now a new, empty pipe
+        os.close(fresh)
+        assert poller.ready([r2], 0) == set()
+        os.write(w4, b"x")
+        assert poller.ready([r2, r3], 0) == {r2, r3}
+        assert poller.ready([], 0) == set()
+        os.close(w4)
     finally:
-        for fd in (r1, r2, w2):
+        for fd in (r1, r2, w2, r3, w3):
             os.close(fd)
 
 

@@ -11,6 +11,7 @@ def test_every_message_round_trips_and_nested_tasks_too():
     member = m.MemberTask(4, {"lr": 0.2}, 9, 1, "/runs/t4", None, None, True)
     samples = [m.RunTrial(task), m.StartPack(spec), m.AddMember(member), m.StopTrial(3), m.Ack(3),
                m.EndPack(), m.Shutdown(), m.Started(3), m.Reported(3, 5, {"loss": 0.5}, "c"),
+               m.Reports(3, ((5, {"loss": 0.5}), (6, {"loss": 0.4}))),
                m.Profiled(3, {"t": 1.0}), m.Done(3), m.Failed(3, "boom", "tb", True, False),
                m.PackCap(2), m.PackFailed("oom", None, True)]
     for message in samples:
@@ -83,3 +84,41 @@ def test_a_report_already_plain_is_taken_as_sent_and_others_are_checked():
     left.send(m.Reported(1, 2**60, {"loss": 0.5}, None))     # a step beyond MAX_STEP
     with pytest.raises(m.BadMessage):
         right.recv()
+
+
+def test_a_reader_may_build_its_own_objects_from_a_messages_checked_fields():
+    """``recv(make)``: the maker gets the field values (a report's made plain first); classes
+    it does not name come as messages."""
+    import multiprocessing as mp
+    import numpy as np
+    a, b = mp.Pipe()
+    left, right = m.Pipe(a), m.Pipe(b)
+    make = {m.Reported: lambda *values: ("made", values), m.Reports: lambda *values: values}
+    left.send(m.Reported(1, np.int64(3), {"loss": np.float32(0.5)}, "c"))
+    left.send(m.Reports(1, ((4, {"loss": 0.25}),)))
+    left.send(m.Done(1))
+    made = right.recv(make)
+    assert made == ("made", (1, 3, {"loss": 0.5}, "c")) and type(made[1][1]) is int
+    assert right.recv(make) == (1, ((4, {"loss": 0.25}),))
+    assert right.recv(make) == m.Done(1)
+
+
+def test_a_reports_message_is_checked_like_its_reports_and_a_bad_one_leaves_the_stream_in_step():
+    import multiprocessing as mp
+    import pickle
+    import numpy as np
+    a, b = mp.Pipe()
+    left, right = m.Pipe(a), m.Pipe(b)
+    left.send(m.Reports(1, ((1, {"loss": 0.5}), (np.int64(2), {"loss": np.float64(0.25)}))))
+    got = right.recv()
+    assert got == m.Reports(1, ((1, {"loss": 0.5}), (2, {"loss": 0.25})))
+    assert type(got.results[1][0]) is int and type(got.results[1][1]["loss"]) is float
+    bad = [((1, {"loss": 0.5}), (2, {"flag": True})),      # a bool slipped past ctx.report
+           ((1, {"loss": 0.5}), (2**60, {"loss": 0.5})),   # a step beyond MAX_STEP
+           (), ((1, {"loss": 0.5}), 7), 5]                 # no results; not pairs
+    for results in bad:
+        a.send_bytes(pickle.dumps(("reports", 1, results)))
+        a.send_bytes(pickle.dumps(("done", 1)))
+        with pytest.raises(m.BadMessage):
+            right.recv()
+        assert right.recv() == m.Done(1)                   # the next one reads as sent

@@ -14,8 +14,8 @@ from hypersack.core.space import SearchSpace
 from hypersack.core.trial import ResultReported, TrialStarted
 from hypersack.runtime.worker.context import TrialContext
 from hypersack.runtime.executors.local import LocalExecutor
-from hypersack.runtime.worker.messages import Ack, Reported, StopTrial
-from hypersack.runtime.worker.process import PipeChannel
+from hypersack.runtime.worker.messages import Ack, Done, Reported, Reports, StopTrial
+from hypersack.runtime.worker.process import Outbox, PipeChannel
 
 from controller_helpers import on_slots
 
@@ -262,22 +262,88 @@ def test_a_report_with_a_non_finite_metric_waits_for_its_ack_even_below_the_poin
     assert [kind for kind, _, _ in channel.calls] == ["post", "request", "request", "post"]
 
 
+def _held_channel(pipe, window, free_below=0):
+    """A channel whose outbox holds until released (no thread: nothing leaves on a timer)."""
+    return PipeChannel(pipe, 1, window=window, free_below=free_below,
+                       outbox=Outbox(pipe, hold_s=None))
+
+
+def _steps(sent):
+    """The steps each sent message carries: a report's, a Reports' (a list), or its kind."""
+    return [m.step if isinstance(m, Reported) else [s for s, _ in m.results]
+            if isinstance(m, Reports) else type(m).__name__ for m in sent]
+
+
 def test_a_window_lets_that_many_posted_reports_await_their_acks_and_one_ack_covers_several():
     pipe = _FakePipe()
-    channel = PipeChannel(pipe, 1, window=3)
+    channel = _held_channel(pipe, window=3)
     for step in (1, 2, 3):
         channel.post(Reported(1, step, {"loss": 1.0}))
-    assert pipe.recvs == 0 and len(pipe.sent) == 3          # three in flight, none waited
+    assert pipe.recvs == 0 and _steps(pipe.sent) == [1]     # three in flight, none waited
     pipe.inbox = [Ack(1, 50, 2)]                            # the first two are durable
     channel.post(Reported(1, 4, {"loss": 0.9}))             # the fourth waits for room
-    assert pipe.recvs == 1 and len(pipe.sent) == 4 and channel.free_below == 50
+    assert pipe.recvs == 1 and channel.free_below == 50
+    assert _steps(pipe.sent) == [1, [2, 3]]                 # the held ones left before it waited
     channel.post(Reported(1, 5, {"loss": 0.8}))             # 3 and 4 in flight: room for one
-    assert pipe.recvs == 1 and len(pipe.sent) == 5
+    assert pipe.recvs == 1 and _steps(pipe.sent) == [1, [2, 3]]      # 4 and 5 held
     pipe.inbox = [Ack(1, 50, 1), Ack(1, 50, 3)]
     channel.request(Reported(1, 6, {"loss": 0.7}))          # room for it, then waits for all
     assert pipe.inbox == [] and pipe.recvs == 3
+    assert _steps(pipe.sent) == [1, [2, 3], [4, 5], 6]       # held ones first, then it at once
     channel.flush()                                         # nothing in flight: no recv
     assert pipe.recvs == 3
+
+
+def test_reports_posted_while_earlier_ones_await_their_acks_leave_as_one_message_in_order():
+    pipe = _FakePipe()
+    channel = _held_channel(pipe, window=32)
+    channel.post(Reported(1, 0, {"loss": 1.0}))             # none in flight: leaves at once
+    assert _steps(pipe.sent) == [0]
+    for step in (1, 2, 3):
+        channel.post(Reported(1, step, {"loss": 1.0 / (step + 1)}))
+    assert _steps(pipe.sent) == [0]                         # 0 awaits its ack: 1-3 held
+    channel.send(Done(1))                                   # the trial's end: held ones first
+    assert _steps(pipe.sent) == [0, [1, 2, 3], "Done"]
+    assert pipe.sent[1] == Reports(1, ((1, {"loss": 0.5}), (2, {"loss": 1 / 3}),
+                                       (3, {"loss": 0.25})))
+
+
+def test_an_ack_that_leaves_only_held_reports_unacked_sends_them():
+    """Seen when the trial asks for a stop (after each report), or at its next report."""
+    pipe = _FakePipe()
+    channel = _held_channel(pipe, window=32)
+    channel.post(Reported(1, 0, {"loss": 1.0}))
+    channel.post(Reported(1, 1, {"loss": 0.9}))
+    channel.post(Reported(1, 2, {"loss": 0.8}))
+    assert _steps(pipe.sent) == [0]
+    pipe.inbox = [Ack(1, 99, 1)]                            # 0 is durable; 1 and 2 are held
+    assert not channel.stop_requested()
+    assert _steps(pipe.sent) == [0, [1, 2]]
+    channel.post(Reported(1, 3, {"loss": 0.7}))             # 1 and 2 in flight: held
+    pipe.inbox = [Ack(1, 99, 1)]                            # 1 is durable, 2 still in flight
+    assert not channel.stop_requested() and _steps(pipe.sent) == [0, [1, 2]]
+    pipe.inbox = [Ack(1, 99, 1)]                            # 2 too: the next report takes 3
+    channel.stop_requested()
+    assert _steps(pipe.sent) == [0, [1, 2], 3]              # alone: a plain report
+
+
+def test_held_reports_leave_on_the_outboxs_thread_while_the_trial_computes():
+    """The bound: what is held leaves ``hold_s`` after it was held, with no call of the trial."""
+    import multiprocessing as mp
+    from hypersack.runtime.worker.messages import Pipe
+    a, b = mp.Pipe()
+    worker, driver = Pipe(a), Pipe(b)
+    channel = PipeChannel(worker, 1, window=32, outbox=Outbox(worker, hold_s=0.05))
+    channel.post(Reported(1, 0, {"loss": 1.0}))
+    channel.post(Reported(1, 1, {"loss": 0.9}))
+    channel.post(Reported(1, 2, {"loss": 0.8}))
+    assert driver.recv() == Reported(1, 0, {"loss": 1.0})
+    assert driver.poll(30.0)                                # the trial makes no call meanwhile
+    assert driver.recv() == Reports(1, ((1, {"loss": 0.9}), (2, {"loss": 0.8})))
+    channel.post(Reported(1, 3, {"loss": 0.7}))             # held again; the thread serves it
+    assert driver.poll(30.0) and driver.recv() == Reported(1, 3, {"loss": 0.7})
+    channel.send(Done(1))
+    assert driver.recv() == Done(1) and not driver.poll(0.1)
 
 
 def test_a_window_of_one_waits_for_the_posted_report_before_the_next():
@@ -289,22 +355,29 @@ def test_a_window_of_one_waits_for_the_posted_report_before_the_next():
     assert len(pipe.sent) == 1
 
 
-def test_the_local_executor_hands_its_window_to_each_task_and_counts_reports_per_ack():
+def test_the_local_executor_reads_reports_as_events_and_counts_each_for_the_ack():
+    import multiprocessing as mp
+    from types import SimpleNamespace
+
+    from hypersack.runtime.worker.messages import Pipe
     executor = object.__new__(LocalExecutor)
-    executor._window = 7
-    executor._awaiting, executor._unacked, executor._jobs = {}, {}, {}
-
-    class _Job:
-        trial_id = 4
-        workers: list = []
-
-    class _W:
-        rank = 0
-    job, w = _Job(), _W()
-    for step in range(3):
-        event = executor._event(job, w, Reported(4, step, {"loss": 0.1}, None))
-        assert isinstance(event, ResultReported)
-    assert executor._awaiting == {4: w} and executor._unacked == {4: 3}
+    executor._awaiting, executor._unacked = {}, {}
+    ends = [mp.Pipe() for _ in range(2)]
+    rank0 = SimpleNamespace(rank=0, pipe=Pipe(ends[0][1]))
+    rank1 = SimpleNamespace(rank=1, pipe=Pipe(ends[1][1]))
+    job = SimpleNamespace(trial_id=4, workers=[rank0, rank1])
+    executor._jobs = {4: job}
+    sender = Pipe(ends[0][0])
+    sender.send(Reported(4, 0, {"loss": 0.1}))
+    sender.send(Reported(9, 0, {"loss": 0.1}))                 # another trial's: ignored
+    sender.send(Reports(4, ((1, {"loss": 0.2}), (2, {"loss": 0.3}))))
+    events = executor._drain(job, rank0)
+    assert events == [ResultReported(4, 0, {"loss": 0.1}), ResultReported(4, 1, {"loss": 0.2}),
+                      ResultReported(4, 2, {"loss": 0.3})]
+    assert all(type(e) is ResultReported for e in events)
+    assert executor._awaiting == {4: rank0} and executor._unacked == {4: 3}
+    Pipe(ends[1][0]).send(Reports(4, ((1, {"loss": 0.2}),)))    # a rank other than 0: ignored
+    assert executor._drain(job, rank1) == [] and executor._unacked == {4: 3}
 
 
 def test_the_local_executor_hands_the_launchs_free_below_to_the_task(tmp_path):
@@ -333,13 +406,80 @@ def test_a_trial_ends_without_waiting_for_the_acks_of_its_posted_reports(tmp_pat
     """The worker sends Done behind its posted reports at once (the pipe keeps the order, and
     the driver stores them before or with the end): no recv, so no turn of the driver's just
     for the acks; the stale acks that come later name this trial and are ignored."""
-    from hypersack.runtime.worker.messages import Done, Started, TrialTask, WorldSpec
+    from hypersack.runtime.worker.messages import TrialTask, WorldSpec
     from hypersack.runtime.worker.process import run_task
 
     pipe = _FakePipe()                 # recv raises: nothing may wait for the driver
     task = TrialTask(7, {}, 0, 1, "cpu", str(tmp_path / "t7"), "loss", None, WorldSpec(), False,
                      None, False, ("three", None, None), report_window=32, free_below=100)
-    run_task(pipe, task, {"three": _three_reports})
+    run_task(pipe, task, {"three": _three_reports}, Outbox(pipe, hold_s=None))
     assert pipe.recvs == 0
-    assert [type(m) for m in pipe.sent] == [Started, Reported, Reported, Reported, Done]
-    assert [m.step for m in pipe.sent[1:4]] == [0, 1, 2]
+    assert _steps(pipe.sent) == ["Started", 0, [1, 2], "Done"]
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises", "stopped"])
+def test_a_trials_held_reports_leave_before_how_it_ended(tmp_path, ending):
+    """Done or Failed never overtakes a held report: the driver stores them all first."""
+    from hypersack.runtime.worker import process
+    from hypersack.runtime.worker.messages import TrialTask, WorldSpec
+    pipe = _FakePipe()
+
+    def train(config, ctx):
+        for step in range(4):
+            if ending == "stopped" and step == 2:
+                pipe.inbox.append(StopTrial(1))          # seen after the report at step 2
+            ctx.report(step, loss=1.0 / (step + 1))
+        if ending == "raises":
+            raise ValueError("boom")
+    task = TrialTask(1, {}, 0, 1, "cpu", str(tmp_path / "t"), "loss", None, WorldSpec(), False,
+                     None, False, ("k", None, None), report_window=32, free_below=NO_DECISION)
+    process.run_task(pipe, task, {"k": train}, Outbox(pipe, hold_s=None))
+    end = {"returns": "Done", "raises": "Failed", "stopped": "Done"}[ending]
+    held = [1, 2] if ending == "stopped" else [1, 2, 3]
+    assert _steps(pipe.sent) == ["Started", 0, held, end]
+
+
+def test_the_readers_events_are_made_as_their_class_makes_them_unless_its_init_does_more():
+    import dataclasses
+
+    from hypersack.runtime.executors import local
+    assert local._new_result is local._fast_result          # ResultReported only sets fields
+    made = local._fast_result(4, 2, {"loss": 0.5}, "c")
+    assert made == ResultReported(4, 2, {"loss": 0.5}, "c") and type(made) is ResultReported
+    assert local._fast_result(4, 2, {"loss": 0.5}) == ResultReported(4, 2, {"loss": 0.5})
+    assert repr(made) == repr(ResultReported(4, 2, {"loss": 0.5}, "c"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.step = 3                                        # type: ignore[misc]
+    names = ("trial_id", "step", "metrics", "checkpoint")
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        trial_id: int
+        step: int
+        metrics: dict
+        checkpoint: str | None = None
+
+    @dataclasses.dataclass(frozen=True)
+    class Checks(Plain):
+        def __post_init__(self):
+            pass
+
+    @dataclasses.dataclass(frozen=True)
+    class More(Plain):
+        extra: int = 0
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Slotted:
+        trial_id: int
+        step: int
+        metrics: dict
+        checkpoint: str | None = None
+
+    @dataclasses.dataclass(frozen=True)
+    class Hidden(Plain):
+        seen: dataclasses.InitVar[int] = 0
+
+    assert local._plain_init(Plain, names)
+    for cls in (Checks, More, Slotted, Hidden, dict):
+        assert not local._plain_init(cls, names), cls
+    assert not local._plain_init(Plain, names[:3])

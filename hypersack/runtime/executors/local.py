@@ -29,8 +29,8 @@ from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCau
 from hypersack.runtime.devices.slots import Slot, slots_cluster
 from hypersack.runtime.executors.packs import PackHost, PackPlan, describe_exit, failure_event
 from hypersack.runtime.executors.pool import Worker, WorkerPool
-from hypersack.runtime.worker.messages import (Ack, BadMessage, Done, Failed, Message, Profiled,
-                                               Reported, RunTrial, Started, StopTrial, TrialTask,
+from hypersack.runtime.worker.messages import (Ack, BadMessage, Done, Failed, Profiled, Reported,
+                                               Reports, RunTrial, Started, StopTrial, TrialTask,
                                                WorldSpec)
 from hypersack.runtime.worker.trainable import TrainableRef
 
@@ -82,6 +82,7 @@ class LocalExecutor:
         self._unacked: dict[int, int] = {}       # trial -> its reports read, not yet acked
         self._pending: list[Event] = []          # events made by commands, for the next poll
         self._swept = time.monotonic()           # the last liveness check of every worker
+        self._poller = _Poller()                 # every busy pipe and every worker's sentinel
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -229,26 +230,29 @@ class LocalExecutor:
             events = self._packs.end_empty() + events
         busy = self._busy_workers()
         idle = self._pool.idle
-        ready = _ready([w.pipe.fileno() for w in busy] + [w.process.sentinel for w in busy + idle],
-                       0 if events else timeout)
+        pipes = [w.pipe.fileno() for w in busy]
+        ready = self._poller.ready(pipes + [w.process.sentinel for w in busy + idle],
+                                   0 if events else timeout)
         now = time.monotonic()
         sweep = now - self._swept >= LIVENESS_S
         if sweep:
             self._swept = now
         host = self._packs
         pack_of = {id(p.worker): p for p in host.packs} if host is not None else {}
-        for w in busy:
-            pack = pack_of.get(id(w))
+        for w, fd in zip(busy, pipes):
+            pack = pack_of.get(id(w)) if pack_of else None
             if pack is not None and host is not None:
                 events.extend(self._watch(host.drain(pack)))
+                continue
+            exited = sweep or w.process.sentinel in ready
+            if fd not in ready and not exited:          # most workers, most turns
                 continue
             job = self._jobs.get(w.trial_id) if w.trial_id is not None else None
             if job is None or w not in job.workers:
                 continue
-            if w.pipe.fileno() in ready:
+            if fd in ready:
                 events.extend(self._drain(job, w))
-            if (job.trial_id in self._jobs and (sweep or w.process.sentinel in ready)
-                    and not w.process.is_alive()):
+            if job.trial_id in self._jobs and exited and not w.process.is_alive():
                 events.extend(self._worker_died(job, w))
         dead = [w for w in idle if sweep or w.process.sentinel in ready]
         self._pool.replace_dead_idle({w.slot.key for w in self._busy_workers()}, dead)
@@ -263,18 +267,26 @@ class LocalExecutor:
         return events
 
     def _drain(self, job: _Job, w: Worker) -> list[Event]:
-        """The messages waiting in ``w``'s pipe (found readable by ``poll``) as events. A
+        """The messages waiting in ``w``'s pipe (found readable by ``poll``) as events (a
+        report is read as its ``ResultReported`` at once, a ``Reports`` as theirs). A
         message that cannot be used (``BadMessage``) fails the trial and kills its workers
         (they may wait for an ack that will never come); a pipe closed under a worker that
         still runs (its trainable closed the descriptor) is that worker's death. Neither stops
         the driver, nor leaves it polling a dead pipe."""
         events: list[Event] = []
+        pipe = w.pipe
         try:
             while True:
-                event = self._event(job, w, w.pipe.recv())
-                if event is not None:
-                    events.append(event)
-                if job.trial_id not in self._jobs or not w.pipe.poll(0):
+                got = pipe.recv(_AS_EVENTS)
+                if type(got) is tuple:            # a Reports: its results, oldest first
+                    if got[0].trial_id == job.trial_id and w.rank == 0:
+                        self._reported(job, w, len(got))
+                        events.extend(got)
+                else:
+                    event = self._event(job, w, got)
+                    if event is not None:
+                        events.append(event)
+                if job.trial_id not in self._jobs or not pipe.poll(0):
                     break
         except (EOFError, OSError):     # its end of the pipe is closed: it cannot go on
             if job.trial_id in self._jobs:
@@ -288,29 +300,31 @@ class LocalExecutor:
                                           cause=FailureCause.ERROR))
         return events
 
-    def _event(self, job: _Job, w: Worker, message: Message) -> Event | None:
+    def _event(self, job: _Job, w: Worker, message: Any) -> Event | None:
+        """The event a message read from ``w`` makes (a report comes as its event), or None."""
         if getattr(message, "trial_id", None) != job.trial_id:
             return None
-        if type(message) is Reported and w.rank == 0:        # most messages: asked first
-            return self._reported(job, w, message)
-        if isinstance(message, (Done, Failed)):
+        kind = type(message)
+        if kind is ResultReported:                          # most messages: asked first
+            if w.rank != 0:
+                return None
+            self._reported(job, w, 1)
+            return message                                  # type: ignore[no-any-return]
+        if kind is Done or kind is Failed:
             return self._rank_ended(job, w, message)
         if w.rank != 0:
             return None
-        if isinstance(message, Started):
+        if kind is Started:
             return TrialStarted(job.trial_id, w.slot.label if len(job.workers) == 1
                                 else "+".join(x.slot.label for x in job.workers))
-        if isinstance(message, Reported):
-            return self._reported(job, w, message)
-        if isinstance(message, Profiled):
+        if kind is Profiled:
             return TrialProfiled(job.trial_id, message.profile)
         return None
 
-    def _reported(self, job: _Job, w: Worker, message: Reported) -> ResultReported:
-        """Rank 0's report: it awaits its ack."""
+    def _reported(self, job: _Job, w: Worker, reports: int) -> None:
+        """Rank 0 sent ``reports`` reports: they await their ack."""
         self._awaiting[job.trial_id] = w
-        self._unacked[job.trial_id] = self._unacked.get(job.trial_id, 0) + 1
-        return ResultReported(job.trial_id, message.step, message.metrics, message.checkpoint)
+        self._unacked[job.trial_id] = self._unacked.get(job.trial_id, 0) + reports
 
     def _rank_ended(self, job: _Job, w: Worker, message: Done | Failed) -> Event | None:
         if isinstance(message, Failed):
@@ -376,17 +390,78 @@ class LocalExecutor:
         return events
 
 
-def _ready(fds: list[int], timeout: float) -> set[int]:
-    """The file descriptors of ``fds`` that are readable (or closed) within ``timeout`` seconds:
-    one ``poll(2)`` call (``multiprocessing.connection.wait`` builds a selector per call)."""
-    if not fds:
-        if timeout > 0:
-            time.sleep(timeout)
-        return set()
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, _READABLE)
-    return {fd for fd, _ in poller.poll(max(0, int(timeout * 1000 + 0.999)))}
+def _results(trial_id: int, results: tuple[tuple[int, dict[str, Any]], ...]
+             ) -> tuple[ResultReported, ...]:
+    """A ``Reports``'s results as events, oldest first (none carries a checkpoint). Each is
+    made by ``_new_result``: the burst's events are most of what a burst costs the reader."""
+    return tuple([_new_result(trial_id, step, metrics) for step, metrics in results])
+
+
+def _fast_result(trial_id: int, step: int, metrics: dict[str, Any],
+                 checkpoint: str | None = None) -> ResultReported:
+    """``ResultReported(trial_id, step, metrics, checkpoint)``, its fields set as its
+    ``__init__`` sets them but without the frozen dataclass's ``object.__setattr__`` per field
+    (most of its cost). Only for a class whose ``__init__`` does nothing else (``_new_result``)."""
+    event = _NEW(ResultReported)
+    fields = event.__dict__
+    fields["trial_id"] = trial_id
+    fields["step"] = step
+    fields["metrics"] = metrics
+    fields["checkpoint"] = checkpoint
+    return event
+
+
+_NEW = object.__new__
+
+
+def _plain_init(cls: type, names: tuple[str, ...]) -> bool:
+    """Whether ``cls`` is a dataclass of exactly the fields ``names`` (in that order, each set
+    by ``__init__``, no init-only or class variable beside them) whose ``__init__`` does
+    nothing else: no ``__post_init__``, no slots."""
+    if (not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__")
+            or hasattr(cls, "__slots__")):
+        return False
+    found = dataclasses.fields(cls)
+    return (tuple(f.name for f in found) == names and all(f.init for f in found)
+            and len(getattr(cls, "__dataclass_fields__")) == len(names))
+
+
+#: ``_fast_result`` while ``ResultReported`` stays a plain dataclass, else the class itself.
+_new_result: Callable[..., ResultReported] = (
+    _fast_result if _plain_init(ResultReported, ("trial_id", "step", "metrics", "checkpoint"))
+    else ResultReported)
+
+
+#: How ``_drain`` reads reports: straight into their events (``Pipe.recv``'s ``make``).
+_AS_EVENTS: dict[type, Callable[..., Any]] = {Reported: _new_result, Reports: _results}
+
+
+class _Poller:
+    """A ``poll(2)`` set kept from one call to the next: ``ready`` registers only the
+    descriptors new since the last call and drops those gone (a set built per call, as
+    ``multiprocessing.connection.wait`` builds a selector, costs a registration per worker
+    per turn). A descriptor number closed and reused between calls is simply polled again:
+    ``select.poll`` keeps numbers, not open files."""
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._fds: set[int] = set()
+
+    def ready(self, fds: list[int], timeout: float) -> set[int]:
+        """The descriptors of ``fds`` that are readable (or closed) within ``timeout`` seconds:
+        one ``poll(2)`` call."""
+        wanted = set(fds)
+        if wanted != self._fds:
+            for fd in self._fds - wanted:
+                self._poll.unregister(fd)
+            for fd in wanted - self._fds:
+                self._poll.register(fd, _READABLE)
+            self._fds = wanted
+        if not wanted:
+            if timeout > 0:
+                time.sleep(timeout)
+            return set()
+        return {fd for fd, _ in self._poll.poll(max(0, int(timeout * 1000 + 0.999)))}
 
 
 _READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR

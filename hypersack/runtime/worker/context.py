@@ -20,9 +20,13 @@ Contract for trainables:
   none for random, grid and Optuna searches, which never stop a trial early; every step for
   the others), does not wait: ``report`` returns at once. Up to the executor's report window
   (32 for the local executor, 1 on a Ray node) such reports may await their acks (with the
-  window full, a report waits for room); a report that must wait (a checkpoint, a decision
-  point, a non-finite metric) and the trial's end wait until it and every earlier one are
-  durable, so a checkpoint never becomes durable before the results it follows. The first
+  window full, a report waits for room); one made while earlier ones await theirs may be held
+  in the worker to leave with the next ones as one message, for at most 10 ms
+  (``runtime.worker.process.HOLD_S``) and never past a report that waits, the trial's end or
+  its failure (a worker killed meanwhile loses it with the attempt's other unstored steps,
+  which the retry recomputes from the checkpoint); a report that must wait (a checkpoint, a
+  decision point, a non-finite metric) waits until it and every earlier one are durable, so a
+  checkpoint never becomes durable before the results it follows. The first
   report of an attempt is pipelined like the others (the launch carries the trial's decision
   point), unless it lacks the objective metric: that one waits, and the driver fails the trial
   on it.
@@ -85,7 +89,7 @@ class Channel(Protocol):
 @runtime_checkable
 class PipelinedChannel(Channel, Protocol):
     """A channel that pipelines (the worker's pipe): ``post`` sends a report whose ack the next
-    report (or the trial's end) waits for; ``may_post(step)``: whether a report at ``step`` may
+    report that must wait waits for; ``may_post(step)``: whether a report at ``step`` may
     be posted (below the ack's decision point). A channel without them waits at every report."""
 
     def post(self, message: Reported) -> None: ...

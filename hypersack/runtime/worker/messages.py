@@ -2,18 +2,21 @@
 
 The wire form of a message is a tuple ``(tag, field, field, ...)`` in the dataclass's field
 order; fields that are themselves messages (a task inside ``RunTrial``) are encoded the same
-way, recursively. ``encode`` / ``decode`` are the only code that knows this form, and
-``Pipe`` wraps a ``multiprocessing`` connection so that the rest of the runtime sends and
-receives dataclasses. A stop or an ack names its trial, so a stale one is ignored.
+way, recursively. ``encode`` / ``decode`` (and ``_fields``, which both readers use) are the
+only code that knows this form, and ``Pipe`` wraps a ``multiprocessing`` connection so that the
+rest of the runtime sends and receives dataclasses (``Pipe.recv(make)``: or the reader's own
+objects built from a message's fields, as the driver reads reports straight into its events).
+A stop or an ack names its trial, so a stale one is ignored.
 
 Driver -> worker: ``RunTrial``, ``StartPack``, ``AddMember``, ``StopTrial``, ``Ack``,
 ``EndPack``, ``Shutdown``. Worker -> driver: ``Started``, ``Reported`` (then the worker waits
 for its ``Ack``, or, for a report below the last ack's ``free_below`` that carries no
 checkpoint, goes on while fewer than the task's ``report_window`` reports await their acks, and
 waits for them all before a report that must wait; one ``Ack`` may cover several; its end
-(``Done``, ``Failed``) follows its reports at once, without waiting for their acks), ``Profiled``,
-``Done``, ``Failed``, and for packs ``PackCap`` and
-``PackFailed`` (the pack as a whole failed; every member with it).
+(``Done``, ``Failed``) follows its reports at once, without waiting for their acks), ``Reports``
+(posted reports the worker held back, as one message; each counts as one report for the acks),
+``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and ``PackFailed`` (the pack as a
+whole failed; every member with it).
 """
 from __future__ import annotations
 
@@ -24,15 +27,15 @@ import select
 import struct
 from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 from hypersack.errors import ReportError
 from hypersack.validation import check_metric, check_step, is_plain_report
 
 __all__ = ["Ack", "AddMember", "BadMessage", "Done", "EndPack", "Failed", "MemberTask", "Message",
-           "PackCap", "PackFailed", "PackSpec", "Pipe", "Profiled", "Reported", "RunTrial",
-           "Shutdown", "StartPack", "Started", "StopTrial", "TrialTask", "WorldSpec", "decode",
-           "encode"]
+           "PackCap", "PackFailed", "PackSpec", "Pipe", "Profiled", "Reported", "Reports",
+           "RunTrial", "Shutdown", "StartPack", "Started", "StopTrial", "TrialTask", "WorldSpec",
+           "decode", "encode"]
 
 _REGISTRY: dict[str, type] = {}
 
@@ -62,16 +65,24 @@ def encode(message: Message) -> tuple:
 
 def decode(wire: tuple) -> Message:
     """The message a wire tuple encodes; ``ValueError`` for an unknown tag or arity."""
-    cls: Any = _REGISTRY.get(wire[0]) if isinstance(wire, tuple) and wire else None
+    cls, values = _fields(wire)
+    return cls(*values)
+
+
+def _fields(wire: Any) -> tuple[Any, tuple]:
+    """The message class a wire tuple names and its field values in field order (nested
+    messages decoded): what ``decode`` builds the message from, and what a reader's own maker
+    (``Pipe.recv``) receives. ``ValueError`` for an unknown tag or arity."""
+    cls: Any = _REGISTRY.get(wire[0]) if type(wire) is tuple and wire else None
     if cls is None:
         raise ValueError(f"not a HyperSack message: {str(wire)[:80]}")
     get, nested = _layout(cls)
     if len(wire) - 1 != get.arity:
         raise ValueError(f"message {wire[0]!r} has {len(wire) - 1} fields, expected {get.arity}")
     if not nested:
-        return cls(*wire[1:])
-    return cls(*[decode(v) if i in nested and v is not None else v
-                 for i, v in enumerate(wire[1:])])
+        return cls, wire[1:]
+    return cls, tuple(decode(v) if i in nested and v is not None else v
+                      for i, v in enumerate(wire[1:]))
 
 
 class _Fields:
@@ -124,31 +135,49 @@ class Pipe:
         self.conn = conn
         self._poller: Any = None
         self._buffer = bytearray()
+        self._at = 0                # where the next message's frame starts in ``_buffer``
         self._fd = conn.fileno() if type(conn) is Connection else None   # None: Windows, a fake
 
     def send(self, message: Message) -> None:
         self.conn.send_bytes(pickle.dumps(encode(message), pickle.HIGHEST_PROTOCOL))
 
-    def recv(self) -> Message:
-        """The next message. EOFError or OSError: the connection is closed; ``BadMessage``:
-        one message was read that is unusable (the stream stays in step)."""
+    def recv(self, make: Mapping[type, Callable[..., Any]] | None = None) -> Any:
+        """The next message; where ``make`` names its class, what ``make[class]`` builds from
+        its field values instead (given them as the class would be: a reader's own objects,
+        the driver's events, made without the message in between). A report's step and metrics
+        are plain Python numbers by then (``_checked``). EOFError or OSError: the connection is
+        closed; ``BadMessage``: one message was read that is unusable (the stream stays in
+        step)."""
         data = self.conn.recv_bytes() if self._fd is None else self._frame(self._fd)
         try:
-            message = decode(pickle.loads(data))
+            cls, values = _fields(pickle.loads(data))
         except Exception as exc:
             raise BadMessage(f"an unreadable message ({_describe(exc)})") from None
-        return _checked(message) if isinstance(message, Reported) else message
+        check = _CHECKS.get(cls)
+        if check is not None:
+            values = check(values)
+        build = make.get(cls, cls) if make is not None else cls
+        return build(*values)
 
-    def _frame(self, fd: int) -> bytes:
+    def _frame(self, fd: int) -> bytearray:
         """The next message's bytes, reading ``fd`` (blocking) until one is whole."""
         buffer = self._buffer
         while True:
-            size, start = _frame_size(buffer)
-            if size is not None and len(buffer) >= start + size:
-                data = bytes(buffer[start:start + size])
-                del buffer[:start + size]
+            at = self._at
+            size, start = _frame_size(buffer, at)
+            end = at + start + (size or 0)
+            if size is not None and len(buffer) >= end:
+                data = buffer[at + start:end]
+                if end == len(buffer):
+                    buffer.clear()
+                    self._at = 0
+                else:
+                    self._at = end
                 return data
-            chunk = os.read(fd, max(_CHUNK, start + (size or 0) - len(buffer)))
+            if at:                  # the bytes before ``at`` are read: drop them first
+                del buffer[:at]
+                self._at, end = 0, end - at
+            chunk = os.read(fd, max(_CHUNK, end - len(buffer)))
             if not chunk:
                 raise EOFError
             buffer += chunk
@@ -157,7 +186,7 @@ class Pipe:
         """Whether a message (or the end of the connection) can be read within ``timeout``
         seconds. One ``poll(2)`` on a poller made once (``Connection.poll`` builds a selector
         per call: a worker asks after every report); a closed connection raises OSError."""
-        if self._buffer and _whole(self._buffer):
+        if len(self._buffer) > self._at and _whole(self._buffer, self._at):
             return True
         if self._poller is None:
             poller = select.poll()
@@ -168,6 +197,7 @@ class Pipe:
     def close(self) -> None:
         self._poller = None
         self._buffer.clear()
+        self._at = 0
         self.conn.close()
 
     def fileno(self) -> int:
@@ -177,22 +207,22 @@ class Pipe:
 _CHUNK = 65536          # bytes asked of one read
 
 
-def _frame_size(buffer: bytearray) -> tuple[int | None, int]:
-    """The size of the message at the head of ``buffer`` (None: its header is not all there)
-    and where its bytes start."""
-    if len(buffer) < 4:
+def _frame_size(buffer: bytearray, at: int = 0) -> tuple[int | None, int]:
+    """The size of the message whose frame starts at ``at`` in ``buffer`` (None: its header
+    is not all there) and where its bytes start, counted from ``at``."""
+    if len(buffer) - at < 4:
         return None, 4
-    size = _HEADER.unpack_from(buffer)[0]
+    size = _HEADER.unpack_from(buffer, at)[0]
     if size != -1:
         return size, 4
-    if len(buffer) < 12:
+    if len(buffer) - at < 12:
         return None, 12
-    return _LONG.unpack_from(buffer, 4)[0], 12
+    return _LONG.unpack_from(buffer, at + 4)[0], 12
 
 
-def _whole(buffer: bytearray) -> bool:
-    size, start = _frame_size(buffer)
-    return size is not None and len(buffer) >= start + size
+def _whole(buffer: bytearray, at: int = 0) -> bool:
+    size, start = _frame_size(buffer, at)
+    return size is not None and len(buffer) >= at + start + size
 
 
 _HEADER = struct.Struct("!i")
@@ -341,6 +371,17 @@ class Reported(Message):
 
 
 @dataclass(frozen=True)
+class Reports(Message):
+    """Several posted reports of one trial, oldest first, as one message: ``results`` holds
+    one or more ``(step, metrics)`` pairs, none with a checkpoint (a report that carries one
+    is never posted). The worker sends those it held back this way (``PipeChannel``); each
+    counts as one report for the acks."""
+    tag: ClassVar[str] = "reports"
+    trial_id: int
+    results: tuple[tuple[int, dict[str, Any]], ...]
+
+
+@dataclass(frozen=True)
 class Profiled(Message):
     tag: ClassVar[str] = "profile"
     trial_id: int
@@ -382,20 +423,44 @@ class PackFailed(Message):
 
 
 
-def _checked(message: Reported) -> Reported:
-    """``message`` with its step and metrics as plain Python numbers (what the store keeps);
-    BadMessage for a report that slipped past the worker's own check (``ctx.report``)."""
-    if is_plain_report(message.step, message.metrics):    # what ``ctx.report`` sends
-        return message
+def _checked(values: tuple) -> tuple:
+    """A ``Reported``'s field values with its step and metrics as plain Python numbers (what
+    the store keeps); BadMessage for a report that slipped past the worker's own check
+    (``ctx.report``)."""
+    trial_id, step, metrics, checkpoint = values
+    if is_plain_report(step, metrics):    # what ``ctx.report`` sends
+        return values
+    step, metrics = _plain(step, metrics)
+    return trial_id, step, metrics, checkpoint
+
+
+def _checked_all(values: tuple) -> tuple:
+    """``_checked`` for the results of a ``Reports`` (one or more ``(step, metrics)`` pairs)."""
+    trial_id, results = values
     try:
-        step = check_step(message.step)
-        given = list(dict(message.metrics).items())
-        metrics = {_name(name): check_metric(_name(name), value) for name, value in given}
+        if type(results) is tuple and results and all(
+                [is_plain_report(step, metrics) for step, metrics in results]):
+            return values
+        pairs = [(step, metrics) for step, metrics in results]
+    except (TypeError, ValueError):
+        pairs = []
+    if not pairs:
+        raise BadMessage(f"reports that are not (step, metrics) pairs: {str(results)[:80]}")
+    return trial_id, tuple((step, metrics) if is_plain_report(step, metrics)
+                           else _plain(step, metrics) for step, metrics in pairs)
+
+
+def _plain(step: Any, metrics: Any) -> tuple[int, dict[str, int | float]]:
+    """``step`` and ``metrics`` checked in full and made plain; BadMessage if they cannot be."""
+    try:
+        step = check_step(step)
+        given = list(dict(metrics).items())
+        return step, {_name(name): check_metric(_name(name), value) for name, value in given}
     except (ReportError, TypeError, ValueError) as exc:
         raise BadMessage(f"a report that cannot be stored: {_describe(exc)}") from None
-    if step is message.step and all(metrics.get(k) is v for k, v in given):
-        return message
-    return Reported(message.trial_id, step, metrics, message.checkpoint)
+
+
+_CHECKS: dict[type, Callable[[tuple], tuple]] = {Reported: _checked, Reports: _checked_all}
 
 
 def _name(name: Any) -> str:

@@ -4,7 +4,8 @@ Protocol over one duplex pipe, in the messages of ``hypersack.runtime.worker.mes
 sends RunTrial / StopTrial / Ack / Shutdown (and StartPack, which turns the worker into a fused
 pack until EndPack); the worker answers Started, Reported (then waits for its Ack, or goes on
 within the task's report window, ``PipeChannel``; a report carries the file name of the
-checkpoint that rides with it), Profiled, Done, Failed. A task
+checkpoint that rides with it), Reports (posted reports held back to leave together, at most
+``HOLD_S``), Profiled, Done, Failed. A task
 names the trial's committed checkpoint: the only file a restore reads; other checkpoint files in
 the folder (left by killed attempts) are deleted.
 ("pack", spec) turns the worker into a fused pack until the driver ends it (protocol in
@@ -16,17 +17,93 @@ import os
 import random
 import signal
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 from hypersack.errors import HyperSackError, TrialStopped
 from hypersack.runtime.worker.process_io import is_disk_full, is_oom, redirected
-from hypersack.runtime.worker.messages import (Ack, Done, Failed, Message, Pipe, Profiled, RunTrial,
-                                               Shutdown, StartPack, Started, StopTrial, TrialTask,
-                                               WorldSpec)
+from hypersack.runtime.worker.messages import (Ack, Done, Failed, Message, Pipe, Profiled, Reported,
+                                               Reports, RunTrial, Shutdown, StartPack, Started,
+                                               StopTrial, TrialTask, WorldSpec)
 
 _SHUTDOWN = object()
+
+
+#: The longest a posted report is held back to leave with later ones (seconds): the outbox's
+#: thread sends what it holds by then, whatever the trainable is doing.
+HOLD_S = 0.01
+
+
+class Outbox:
+    """The worker's sends to the driver while it runs a trial, and the posted reports it holds
+    back to send as one message (``Reports``) with the ones after them.
+
+    Every message of a trial leaves through here (``send`` first sends what is held), so the
+    driver reads them in the order they were made. What is held leaves at the latest
+    ``hold_s`` seconds after the first of it was held: a daemon thread, started at the first
+    hold, sends it then if nothing else has (the bound on a held report's delay, whatever the
+    trainable computes meanwhile; ``hold_s=None``: no thread, held until released or sent
+    past). Only the trial's thread holds and sends; the outbox's thread only releases."""
+
+    def __init__(self, pipe: Pipe, hold_s: float | None = HOLD_S):
+        self.pipe = pipe
+        self._hold_s = hold_s
+        self._lock = threading.Condition()
+        self._held: list[Reported] = []
+        self._due = 0.0
+        self._thread: threading.Thread | None = None
+
+    @property
+    def held(self) -> int:
+        """How many reports are held (posted, not sent yet)."""
+        return len(self._held)
+
+    def hold(self, report: Reported) -> None:
+        """Keep ``report`` to send with the next message (or by the outbox's thread)."""
+        with self._lock:
+            if not self._held and self._hold_s is not None:
+                self._due = time.monotonic() + self._hold_s
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._send_when_due, daemon=True,
+                                                    name="hypersack-outbox")
+                    self._thread.start()
+                self._lock.notify()
+            self._held.append(report)
+
+    def release(self) -> None:
+        """Send what is held now (one message), if anything."""
+        if self._held:          # only this thread adds: empty here is empty
+            with self._lock:
+                self._release()
+
+    def send(self, message: Message) -> None:
+        """Send what is held, then ``message``."""
+        with self._lock:
+            self._release()
+            self.pipe.send(message)
+
+    def _release(self) -> None:
+        held, self._held = self._held, []
+        if len(held) == 1:
+            self.pipe.send(held[0])
+        elif held:
+            self.pipe.send(Reports(held[0].trial_id, tuple((r.step, r.metrics) for r in held)))
+
+    def _send_when_due(self) -> None:
+        """The outbox's thread: send what is held once it is due."""
+        with self._lock:
+            while True:
+                left = self._due - time.monotonic() if self._held else None
+                if left is None or left > 0:
+                    self._lock.wait(left)
+                    continue
+                try:
+                    self._release()
+                except (OSError, ValueError):   # the pipe is closed: the trial's next send says so
+                    pass
 
 
 class PipeChannel:
@@ -36,29 +113,46 @@ class PipeChannel:
     ``window`` do, then sends and returns; ``request`` sends and waits until every report sent
     is acknowledged (``flush``). An ack covers its ``reports`` oldest unacknowledged reports.
     ``free_below`` is the last ack's: reports at lower steps may be posted.
+
+    A report posted while earlier ones await their acks is held (``Outbox``): the driver has
+    those to store, and a turn of its own for them; the held ones leave together, as one
+    message, when those acks are in (seen at the trial's next report, or when it asks for a
+    stop), before any other message (a report that must wait, the trial's end, its failure),
+    before the worker waits for room in the window, or ``HOLD_S`` after the first was held,
+    whichever comes first. A report posted with none awaiting its ack leaves at once.
     """
 
-    def __init__(self, pipe: Pipe, trial_id: int, window: int = 1, free_below: int = 0):
+    def __init__(self, pipe: Pipe, trial_id: int, window: int = 1, free_below: int = 0,
+                 outbox: Outbox | None = None):
         self._pipe = pipe
+        self._out = outbox if outbox is not None else Outbox(pipe)
         self._trial_id = trial_id
         self._window = max(1, window)
         self._stop = False
-        self._unacked = 0
+        self._unacked = 0                  # posted (sent or held), not acknowledged
         self.free_below = free_below       # the launch's, until the first ack says
         self.shutdown = False
 
     def send(self, message: Message) -> None:
-        self._pipe.send(message)
+        self._out.send(message)
 
-    def request(self, message: Message) -> None:
-        self.post(message)
+    def request(self, message: Reported) -> None:
+        self.post(message, hold=False)
         self.flush()
 
-    def post(self, message: Message) -> None:
-        """Send a report whose ack a later report (or the trial's end) waits for."""
-        while self._unacked >= self._window:
-            self._handle(self._pipe.recv())
-        self._pipe.send(message)
+    def post(self, message: Reported, hold: bool = True) -> None:
+        """Send a report whose ack a later report that must wait waits for (the trial's end does
+        not wait); held
+        (see the class) when ``hold`` and earlier ones await their acks."""
+        if self._unacked >= self._window:
+            self._out.release()
+            while self._unacked >= self._window:
+                self._handle(self._pipe.recv())
+        if not hold or not self._unacked:
+            self._out.send(message)
+            self._unacked += 1
+            return
+        self._out.hold(message)
         self._unacked += 1
 
     def may_post(self, step: int) -> bool:
@@ -66,7 +160,9 @@ class PipeChannel:
         return step < self.free_below
 
     def flush(self) -> None:
-        """Wait until every report sent is acknowledged."""
+        """Wait until every report posted is acknowledged (what is held is sent first)."""
+        if self._unacked:
+            self._out.release()
         while self._unacked:
             self._handle(self._pipe.recv())
 
@@ -76,7 +172,8 @@ class PipeChannel:
         return self._stop
 
     def _handle(self, message: Message) -> None:
-        """Apply a driver message (a stop, a shutdown, this trial's ack)."""
+        """Apply a driver message (a stop, a shutdown, this trial's ack). An ack that leaves
+        only held reports unacknowledged sends them."""
         if isinstance(message, StopTrial) and message.trial_id == self._trial_id:
             self._stop = True
         elif isinstance(message, Shutdown):
@@ -84,6 +181,8 @@ class PipeChannel:
         elif isinstance(message, Ack) and message.trial_id == self._trial_id:
             self._unacked = max(0, self._unacked - message.reports)
             self.free_below = message.free_below
+            if self._unacked and self._unacked <= self._out.held:
+                self._out.release()
 
 
 def _die_with_parent() -> None:
@@ -152,6 +251,7 @@ def worker_main(conn, env: dict[str, str]) -> None:
 
 def _serve(pipe: Pipe) -> None:
     trainables: dict[str, Callable[..., Any]] = {}
+    outbox = Outbox(pipe)           # one per worker: its thread serves trial after trial
     while True:
         try:
             message = pipe.recv()
@@ -160,7 +260,7 @@ def _serve(pipe: Pipe) -> None:
         if isinstance(message, Shutdown):
             return
         if isinstance(message, RunTrial):
-            if run_task(pipe, message.task, trainables) is _SHUTDOWN:
+            if run_task(pipe, message.task, trainables, outbox) is _SHUTDOWN:
                 return
         elif isinstance(message, StartPack):
             from hypersack.runtime.worker.pack import run_pack_task
@@ -168,37 +268,39 @@ def _serve(pipe: Pipe) -> None:
                 return
 
 
-def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]]):
+def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]],
+             outbox: Outbox | None = None):
     """Run one trial, with stdout and stderr appended to its log file. Whatever the trainable
     raises (KeyboardInterrupt and SystemExit included) is its trial's failure, with its
     traceback; a log that cannot be written (a full disk) fails the trial with a message, never
-    a traceback on the driver's terminal."""
+    a traceback on the driver's terminal. Every message of the trial leaves through
+    ``outbox`` (the worker's; None: one of its own)."""
     from hypersack.runtime.worker import checkpoints
 
     trial_id = task.trial_id
     trial_dir = Path(task.trial_dir)
-    channel = PipeChannel(pipe, trial_id, task.report_window, task.free_below)
+    channel = PipeChannel(pipe, trial_id, task.report_window, task.free_below, outbox)
     try:
         checkpoints.ensure_private_dir(trial_dir)
         log_fd = checkpoints.open_private(trial_dir / "trial.log", append=True)
     except (OSError, HyperSackError) as exc:
-        pipe.send(Started(trial_id))
-        pipe.send(_failed(trial_id, exc, None))
+        channel.send(Started(trial_id))
+        channel.send(_failed(trial_id, exc, None))
         return None
     if task.world.rank == 0:
         checkpoints.remove_other_checkpoints(trial_dir, [task.checkpoint])
     with open(log_fd, "ab", buffering=0) as log, redirected(log):
-        pipe.send(Started(trial_id))
+        channel.send(Started(trial_id))
         try:
             print(f"--- trial {trial_id} attempt {task.attempt} on {task.device} ---", flush=True)
         except OSError as exc:        # the log cannot be written (a full disk)
-            pipe.send(_failed(trial_id, exc, None))
+            channel.send(_failed(trial_id, exc, None))
             return None
-        _run_trainable(pipe, task, trainables, channel)
+        _run_trainable(task, trainables, channel)
     return _SHUTDOWN if channel.shutdown else None
 
 
-def _run_trainable(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]],
+def _run_trainable(task: TrialTask, trainables: dict[str, Callable[..., Any]],
                    channel: PipeChannel) -> None:
     """Call the trainable and send how its trial ended (Done or Failed)."""
     from hypersack.runtime.worker.context import TrialContext
@@ -218,17 +320,18 @@ def _run_trainable(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[.
             _report_returned(ctx, returned, task.metric)
         finally:
             _leave_world(world)
-            _send_profile(pipe, trial_id, meter)
-        # No wait for the last acks: the pipe keeps Done behind every report, the driver
-        # stores them in that order (one turn, or turns in order), and a stale ack that comes
-        # once the worker is idle, or busy with its next trial, names this trial: it is ignored.
-        pipe.send(Done(trial_id))
+            _send_profile(channel, trial_id, meter)
+        # No wait for the last acks: the pipe keeps Done behind every report (held ones leave
+        # first), the driver stores them in that order (one turn, or turns in order), and a
+        # stale ack that comes once the worker is idle, or busy with its next trial, names this
+        # trial: it is ignored.
+        channel.send(Done(trial_id))
     except TrialStopped:
-        pipe.send(Done(trial_id))
+        channel.send(Done(trial_id))
     except (Exception, SystemExit, KeyboardInterrupt) as exc:   # the trial's, not the worker's
         text = traceback.format_exc()
         _log_quietly(text)
-        pipe.send(_failed(trial_id, exc, text))
+        channel.send(_failed(trial_id, exc, text))
     finally:
         _flush_quietly()
 
@@ -272,11 +375,11 @@ def _profiler(task: TrialTask):
         return None
 
 
-def _send_profile(pipe: Pipe, trial_id: int, meter) -> None:
+def _send_profile(channel: PipeChannel, trial_id: int, meter) -> None:
     if meter is None or not meter.measured:
         return
     try:
-        pipe.send(Profiled(trial_id, meter.profile().to_dict()))
+        channel.send(Profiled(trial_id, meter.profile().to_dict()))
     except Exception:
         pass
 
