@@ -142,8 +142,7 @@ class PipeChannel:
 
     def post(self, message: Reported, hold: bool = True) -> None:
         """Send a report whose ack a later report that must wait waits for (the trial's end does
-        not wait); held
-        (see the class) when ``hold`` and earlier ones await their acks."""
+        not wait); held (see the class) when ``hold`` and earlier ones await their acks."""
         if self._unacked >= self._window:
             self._out.release()
             while self._unacked >= self._window:
