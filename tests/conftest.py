@@ -2,6 +2,7 @@
 studies name the trainables in ``tests/trainables.py`` as ``trainables:NAME``."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -56,17 +57,41 @@ def fake_mps(tmp_path, monkeypatch):
 
 
 
+# The session's Ray cluster, closed as soon as the last test of the Ray unit is done (see
+# pytest_runtest_teardown below), not at the end of the session: its raylets, GCS and agents
+# otherwise keep ~4% of a core busy, and their memory held, while the xdist worker that ran the
+# Ray files goes on to other files for minutes.
+_RAY_CLUSTER = contextlib.ExitStack()
+
+
+def _unit(nodeid: str) -> str:
+    """The scheduling unit of a test: its file, or ``ray-cluster`` for every Ray cluster file."""
+    from ray_helpers import RAY_CLUSTER_FILES
+    path = nodeid.split("::")[0]
+    return "ray-cluster" if path in RAY_CLUSTER_FILES else path
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A real local Ray cluster of two raylets, one CPU and no GPU each (``ray_helpers``: its
     shape and health-check settings), started once for the session (every Ray test file runs
-    in one xdist worker); the driver is connected. A test may add and remove nodes, as long as
-    two live nodes of one CPU remain."""
+    in one xdist worker, one after the other) and stopped after the last of them; the driver is
+    connected. A test may add and remove nodes, as long as two live nodes of one CPU remain."""
     pytest.importorskip("ray", reason="ray is not installed (pip install 'hypersack[ray]')")
     from hypersack.runtime.executors.ray_cluster import local_cluster
     from ray_helpers import CPUS, GPUS, NODES, SYSTEM_CONFIG
-    with local_cluster(NODES, CPUS, GPUS, system_config=SYSTEM_CONFIG) as cluster:
-        yield cluster
+    yield _RAY_CLUSTER.enter_context(local_cluster(NODES, CPUS, GPUS, system_config=SYSTEM_CONFIG))
+    _RAY_CLUSTER.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of the Ray unit (its module fixtures already torn down: this runs
+    after pytest's own teardown), the cluster stops. The unit's tests run one after the other
+    (pytest_collection_modifyitems keeps them together), so no later test asks for it again."""
+    if _unit(item.nodeid) == "ray-cluster" and (nextitem is None
+                                                or _unit(nextitem.nodeid) != "ray-cluster"):
+        _RAY_CLUSTER.close()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -94,7 +119,10 @@ def pytest_collection_modifyitems(session, config, items):
     alone with a long file at the end (longest-first scheduling). Without xdist only the order
     of the files changes."""
     slow: dict[str, int] = {}
-    for item in items:
-        slow[item.nodeid.split("::")[0]] = (slow.get(item.nodeid.split("::")[0], 0)
-                                             + (item.get_closest_marker("slow") is not None))
-    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        unit = _unit(item.nodeid)
+        first.setdefault(unit, index)
+        slow[unit] = slow.get(unit, 0) + (item.get_closest_marker("slow") is not None)
+    # The Ray files are one unit: kept together here too, so the session cluster starts once.
+    items.sort(key=lambda item: (-slow[_unit(item.nodeid)], first[_unit(item.nodeid)]))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import hypersack
 from hypersack.errors import ReportError
@@ -11,6 +10,13 @@ from hypersack.runtime.worker.messages import BadMessage, Pipe, Reported
 from hypersack.validation import check_metric, check_step
 
 pytestmark = pytest.mark.filterwarnings("ignore:Study .*no trial completed:RuntimeWarning")
+
+
+def _torch():
+    """torch, imported where a tensor is made: a worker that unpickles this module's trainables
+    imports the module, and only the trials that report a tensor need torch (~3 s of CPU)."""
+    import torch
+    return torch
 
 
 def _study(store_path, **kwargs):
@@ -29,7 +35,7 @@ def _only_trial(study):
 
 _BAD = {   # case -> (what the trainable reports, words its trial's error must hold)
     "ndarray": (lambda: ((1,), {"score": np.array([1.0, 2.0])}), ["metric 'score'", "numpy.ndarray"]),
-    "tensor": (lambda: ((1,), {"score": torch.tensor([0.5, 0.25])}), ["metric 'score'", "torch.Tensor"]),
+    "tensor": (lambda: ((1,), {"score": _torch().tensor([0.5, 0.25])}), ["metric 'score'", "torch.Tensor"]),
     "huge int": (lambda: ((1,), {"score": 10**400}), ["metric 'score'", "float can hold"]),
     "huge step": (lambda: ((10**30,), {"score": 1.0}), ["step", "integer in [0, 9007199254740992]"]),
     "float step": (lambda: ((1.5,), {"score": 1.0}), ["step", "1.5", "float"]),
@@ -59,6 +65,7 @@ def test_a_bad_report_fails_its_trial_and_the_study_completes(store_path):
 
 
 def _report_scalars(config, ctx):
+    torch = _torch()
     ctx.report(np.int64(1), score=torch.tensor(0.5), a=np.float32(0.25), b=np.array(2.0),
                d=2**70)
     ctx.report(torch.tensor(2), score=np.float64(0.75))
@@ -75,6 +82,7 @@ def test_tensors_and_numpy_scalars_become_plain_numbers(store_path):
 
 
 def test_the_checks_convert_and_refuse_as_documented():
+    torch = _torch()
     assert check_step(np.int64(3)) == 3 and type(check_step(torch.tensor(3))) is int
     for bad in (1.5, 2.0, -1, 2**53 + 1, True, "1", None, torch.tensor([1])):
         with pytest.raises(ReportError, match="step"):

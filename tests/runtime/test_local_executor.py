@@ -11,7 +11,7 @@ from hypersack.runtime.devices.slots import default_slots
 from hypersack.runtime.executors.local import LocalExecutor
 from hypersack.runtime.worker.trainable import TrainableRef
 
-from executor_helpers import ack_reports, collect
+from executor_helpers import collect
 
 
 @pytest.fixture
@@ -40,18 +40,6 @@ def test_launch_runs_to_completion_and_frees_the_slot(executor):
     ex.submit(Launch(1, {"x": 0.5}, seed=1, attempt=1))          # free again
     events = collect(ex, lambda ev: any(isinstance(e, TrialFinished) for e in ev))
     assert {e.trial_id for e in events} == {1}
-
-
-def test_a_report_waits_for_its_acknowledgement(executor):
-    ex = executor("trainables:quick")
-    ex.submit(Launch(0, {"x": 0.5}, seed=1, attempt=1))
-    events = collect(ex, lambda ev: any(isinstance(e, ResultReported) for e in ev), ack=False)
-    time.sleep(0.3)
-    events += ex.poll(0.05)
-    assert sum(isinstance(e, ResultReported) for e in events) == 1   # blocked until acknowledged
-    ack_reports(ex, events)
-    more = collect(ex, lambda ev: any(isinstance(e, ResultReported) for e in ev), ack=False)
-    assert [e.step for e in more if isinstance(e, ResultReported)] == [2]
 
 
 def test_stop_ends_the_trial_at_its_next_report(executor):
