@@ -152,11 +152,26 @@ def _wandb_runs(folder: Path) -> dict[str, dict]:
     return runs
 
 
+def _written_runs(folder: Path, count: int, within_s: float = 60.0) -> dict[str, dict]:
+    """``_wandb_runs(folder)`` once ``count`` runs are there, each named and with its exit
+    record: W&B's service process writes the files on its own time, which a loaded machine
+    can put behind ``finish()``'s return (the reader then found a run without its records)."""
+    import time
+    deadline = time.monotonic() + within_s
+    while True:
+        runs = _wandb_runs(folder)
+        whole = len(runs) == count and all(n is not None and r["exit"] is not None
+                                           for n, r in runs.items())
+        if whole or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.2)
+
+
 def test_wandb_writes_an_offline_run_per_trial_with_metrics_by_step_and_the_end_state(tmp_path):
     pytest.importorskip("wandb", reason="wandb is not installed (pip install 'hypersack[wandb]')")
     from hypersack.integrations.wandb import WandbCallback
     _drive(WandbCallback(tags=["nightly"]), _study(tmp_path))
-    runs = _wandb_runs(tmp_path / "hypersack-runs" / "wandb")
+    runs = _written_runs(tmp_path / "hypersack-runs" / "wandb", 2)
     assert sorted(runs) == ["trial-00000", "trial-00001"]
     done, failed = runs["trial-00000"], runs["trial-00001"]
     assert done["config"] == {"lr": 0.1, "opt": "adam", "sizes": "[1, 2]"} and done["group"] == "demo"
