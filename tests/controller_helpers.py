@@ -35,3 +35,15 @@ def on_slots(n: int, policy: str = "wfd", **options) -> ControllerOptions:
 def unplaced(launch: Launch) -> Launch:
     """``launch`` without its devices (to compare the rest)."""
     return dataclasses.replace(launch, devices=())
+
+
+def count_placement_runs(alloc) -> list[int]:
+    """The number of jobs of each placement run ``alloc`` (an ``Allocator``) makes from here on."""
+    runs: list[int] = []
+    real = alloc._assign
+
+    def counting(jobs):
+        runs.append(len(jobs))
+        return real(jobs)
+    alloc._assign = counting
+    return runs

@@ -10,6 +10,8 @@ from hypersack.placement import GPU, Cluster, Node
 from hypersack.core.trial import TrialRecord
 from hypersack.errors import ConfigError
 
+from controller_helpers import count_placement_runs
+
 
 def _record(trial_id: int, resources: int = 1) -> TrialRecord:
     record = TrialRecord(trial_id, {"x": trial_id}, seed=0)
@@ -81,18 +83,6 @@ def test_a_no_from_has_room_for_is_remembered_until_the_load_or_the_demand_chang
     assert alloc.has_room_for(running, 1)
 
 
-def _counted(alloc: Allocator) -> list[int]:
-    """The number of jobs of each placement run ``alloc`` makes from here on."""
-    runs: list[int] = []
-    real = alloc._assign
-
-    def counting(jobs):
-        runs.append(len(jobs))
-        return real(jobs)
-    alloc._assign = counting
-    return runs
-
-
 def _two_devices() -> Cluster:
     """g0 with 80 GB, g1 with 40 GB (one architecture)."""
     return Cluster([Node("n", 16, (GPU("g0", "A100", 80.0), GPU("g1", "A100", 40.0)))])
@@ -114,7 +104,7 @@ def test_a_yes_of_has_room_for_places_the_next_trial_of_that_demand_without_a_se
     fresh = Allocator(_two_devices(), "wfd", _by_config)       # the same steps, no room asked
     first = _trial(0, 30.0, 1.0)
     assert alloc.place([first]) == fresh.place([first]) == {0: (("n", "g0"),)}
-    runs = _counted(alloc)
+    runs = count_placement_runs(alloc)
     assert alloc.has_room_for(first, 1)
     assert alloc.has_room_for(first, 1)                       # asked again: from memory
     new = _trial(1, 30.0, 1.0)                                 # the same demand, its own id
@@ -129,7 +119,7 @@ def test_a_new_trial_of_another_demand_is_placed_by_its_own_run():
     first = _trial(0, 30.0, 1.0)
     alloc.place([first])
     assert alloc.has_room_for(first, 1)                        # room on g1 (most compute left)
-    runs = _counted(alloc)
+    runs = count_placement_runs(alloc)
     big = _trial(1, 30.0, 60.0)                                # 60 GB: only g0 can hold it
     assert alloc.place([big]) == {1: (("n", "g0"),)}
     assert runs == [1]
@@ -161,7 +151,7 @@ def test_a_no_is_never_taken_for_a_place_and_several_trials_are_placed_together(
     assert alloc.place([_trial(2, 100.0, 1.0)]) == {}
     alloc.release(1)
     assert alloc.has_room_for(full, 1)
-    runs = _counted(alloc)
+    runs = count_placement_runs(alloc)
     pair = [_trial(3, 50.0, 1.0), _trial(4, 50.0, 1.0)]
     assert alloc.place(pair) == {3: (("n", "g1"),), 4: (("n", "g1"),)}
     assert runs == [2]                                         # one run for both
@@ -172,6 +162,6 @@ def test_a_policy_outside_the_built_in_ones_runs_its_own_placement_for_each_tria
     first = _trial(0, 30.0, 1.0)
     alloc.place([first])
     assert alloc.has_room_for(first, 1)
-    runs = _counted(alloc)
+    runs = count_placement_runs(alloc)
     assert alloc.place([_trial(1, 30.0, 1.0)])
     assert runs == [1]                                         # its answer may depend on ids

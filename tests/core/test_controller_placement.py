@@ -10,6 +10,8 @@ from hypersack.core.trial import (FailureCause, DeviceAdded, DeviceLost, ResultR
                                   TrialFinished, TrialState)
 from hypersack.placement import GPU, Cluster, Node
 
+from controller_helpers import count_placement_runs
+
 OBJ = Objective("acc", "max")
 SPACE = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
 
@@ -252,22 +254,9 @@ def test_a_promoted_trial_is_placed_with_the_pack_it_resumes_in():
     assert seen and all(size == 1 for _, size in seen)
 
 
-def _count_runs(c: Controller) -> list[int]:
-    """The number of jobs of each placement run of ``c``'s allocator from here on."""
-    runs: list[int] = []
-    alloc = c.allocator
-    real = alloc._assign
-
-    def counting(jobs):
-        runs.append(len(jobs))
-        return real(jobs)
-    alloc._assign = counting
-    return runs
-
-
 def test_each_new_trial_costs_one_placement_run_its_room_check():
     c = make(Scripted(limit=10), n=3)
-    runs = _count_runs(c)
+    runs = count_placement_runs(c.allocator)
     launches = c.launches(now=0.0)
     assert [(launch.trial_id, launch.devices) for launch in launches] == [
         (0, (("n0", "g0"),)), (1, (("n0", "g1"),)), (2, (("n0", "g2"),))]
@@ -284,7 +273,7 @@ def test_each_new_trial_costs_one_placement_run_its_room_check():
 
 def test_a_study_that_may_create_no_trial_asks_no_room():
     c = make(Scripted(limit=10), n=3, trials=2)
-    runs = _count_runs(c)
+    runs = count_placement_runs(c.allocator)
     assert [launch.trial_id for launch in c.launches(now=0.0)] == [0, 1]
     assert runs == [1, 1]                    # trial 0, the room of trial 1; none for a third
     c.handle(ResultReported(0, 1, {"acc": 0.5}), now=1.0)
