@@ -64,13 +64,10 @@ demo: $(STAMP)
 docs-screenshot: $(STAMP) browser
 	$(BIN)/python tools/docs_screenshot.py --out docs/report.png
 
-# mypy first (configured in pyproject.toml: the whole hypersack package), then the tests. The tests
-# write bytecode caches even where the environment says not to (PYTHONDONTWRITEBYTECODE): the
-# suite starts hundreds of worker processes, and each compiled the package from source
-# (~0.4 s of CPU per process on the 2-core VM; RESULTS.md "Stop 34").
+# mypy first (configured in pyproject.toml: the whole hypersack package), then the tests.
 test: $(STAMP) browser
 	$(BIN)/mypy
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The Lightning and Hugging Face integrations' own tests: their extras installed (pinned), then
 # the tests that need them. They stay out of `make test`'s venv: importing lightning or the
