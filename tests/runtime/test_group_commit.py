@@ -415,15 +415,21 @@ def test_without_the_wal_size_a_checkpoint_starts_at_most_once_per_interval_and_
         probe.stop()
 
 
-def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames_at_most_once_per_interval():
-    from hypersack.runtime.storage.sqlite import CHECKPOINT_EVERY_S, CHECKPOINT_PAGES
-    frames = _FakeFrames(CHECKPOINT_PAGES - 1)
+def _restarting_checkpoint(frames):
+    """A checkpoint that records the WAL's frame count when it starts, then restarts the WAL."""
     started: list[int] = []
-    now = [50.0]
 
     def checkpoint():
         started.append(frames.count)
         frames.count = 0                        # the WAL restarts
+    return started, checkpoint
+
+
+def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames_at_most_once_per_interval():
+    from hypersack.runtime.storage.sqlite import CHECKPOINT_EVERY_S, CHECKPOINT_PAGES
+    frames = _FakeFrames(CHECKPOINT_PAGES - 1)
+    started, checkpoint = _restarting_checkpoint(frames)
+    now = [50.0]
 
     probe = _probe_checkpointer(checkpoint, clock=lambda: now[0], frames=frames)
     try:
@@ -510,12 +516,8 @@ def test_the_wal_size_is_read_less_often_far_from_checkpoint_pages_and_the_check
             return self.count
 
     frames = Counted(0)
-    started: list[int] = []
+    started, checkpoint = _restarting_checkpoint(frames)
     now = [10.0]
-
-    def checkpoint():
-        started.append(frames.count)
-        frames.count = 0                        # the WAL restarts
 
     probe = _probe_checkpointer(checkpoint, clock=lambda: now[0], frames=frames)
     try:
