@@ -60,7 +60,7 @@ class Driver:
         self.now = 0.0
         self._heap: list[tuple[float, int, int]] = []
         self._seq = 0
-        self.stored: dict[str, Any] = {}      # what a store holds of the algorithm's state
+        self.stored: str | dict[str, Any] = {}    # what a store holds of the algorithm's state
         self.stored_parts: dict[str, Any] | None = None
 
     # ---- the loop -------------------------------------------------------------------------
@@ -70,7 +70,6 @@ class Driver:
         while self._heap:
             self.now, _, trial_id = heapq.heappop(self._heap)
             self._advance(self.trials[trial_id])
-            self._commit()
             if self.reports == self.kill_at:
                 self._kill_and_restore()
             if self.reports >= self.max_reports:
@@ -136,16 +135,18 @@ class Driver:
         trial.value = self.curve(trial.config, trial.step)
         self.reports += 1
         decision = self.alg.on_result(trial.trial_id, trial.step, {self.metric: trial.value})
-        self._commit()                        # the trial's end comes in a later commit
+        self._commit()
         self.log.append(("report", trial.trial_id, trial.step, decision.value))
         if trial.step % self.checkpoint_every == 0 or decision in (Decision.PAUSE, Decision.GROW):
             trial.checkpoint = trial.step
-        self._apply(trial, decision)
+        if self._apply(trial, decision):
+            self._commit()                    # the trial's end comes in a later commit
 
-    def _apply(self, trial: SimTrial, decision: Decision) -> None:
+    def _apply(self, trial: SimTrial, decision: Decision) -> bool:
+        """Carry out ``decision``; True if the algorithm was told of more (an end, a queueing)."""
         if decision is Decision.CONTINUE and trial.step < self.max_steps:
             self._schedule(trial)
-            return
+            return False
         self.free += trial.devices
         if decision is Decision.CONTINUE:
             trial.state = "complete"
@@ -157,12 +158,13 @@ class Driver:
             trial.state = "paused"
         else:
             self._queue(trial)
+        return True
 
     def _commit(self) -> None:
         """Store the algorithm's state as the study's store does (see the module doc)."""
         delta = self.alg.state_delta()
-        if delta is None:
-            self.stored, self.stored_parts = json.loads(json.dumps(self.alg.state_dict())), None
+        if delta is None:     # the whole state, as the JSON text a store holds (read when restored)
+            self.stored, self.stored_parts = json.dumps(self.alg.state_dict()), None
             return
         state = json.loads(json.dumps(delta))
         parts = state.pop("parts")
@@ -176,7 +178,7 @@ class Driver:
 
     def _kill_and_restore(self) -> None:
         self._commit()
-        state = dict(self.stored)
+        state = json.loads(self.stored) if isinstance(self.stored, str) else dict(self.stored)
         if self.stored_parts is not None:
             state["parts"] = json.loads(json.dumps(self.stored_parts))
         before = json.loads(json.dumps(self.alg.state_dict()))
