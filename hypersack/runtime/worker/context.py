@@ -50,7 +50,9 @@ Contract for trainables:
 - ``ctx.shared``: the study's shared objects (``Study(shared=...)``, ``runtime.worker.shared``), or None.
 - ``ctx.profiler``: wrap training iterations in ``with ctx.profiler.iteration():`` so the Profiler
   measures the trial's first iterations (time, memory, GPU utilisation) for the job history.
-- ``ctx.device`` ("cpu" or "cuda:0": the trial's GPU is the only one it sees), ``ctx.seed``,
+- ``ctx.device`` ("cpu" or "cuda:0": the trial's GPU is the only one it sees), ``ctx.seed``
+  (Python's ``random``, numpy's and torch's global generators are seeded with it before
+  ``train`` runs, or the moment the trial first imports numpy or torch: ``worker.seeding``),
   ``ctx.trial_id``, ``ctx.attempt`` (1 on first launch), ``ctx.trial_dir``, ``ctx.max_steps``
   (the study's planned steps per trial, or None), ``ctx.world`` (rank and size).
 - Data-parallel trials (``ctx.world.size > 1``): every rank calls ``report`` at the same steps

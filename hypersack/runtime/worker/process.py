@@ -14,7 +14,6 @@ the folder (left by killed attempts) are deleted.
 from __future__ import annotations
 
 import os
-import random
 import signal
 import sys
 import threading
@@ -25,6 +24,7 @@ from typing import Any, Callable
 
 from hypersack.errors import HyperSackError, TrialStopped
 from hypersack.runtime.worker.process_io import is_disk_full, is_oom, redirected
+from hypersack.runtime.worker.seeding import seed_everything
 from hypersack.runtime.worker.messages import (Ack, Done, Failed, Message, Pipe, Profiled, Reported,
                                                Reports, RunTrial, Shutdown, StartPack, Started,
                                                StopTrial, TrialTask, WorldSpec)
@@ -306,7 +306,7 @@ def _run_trainable(task: TrialTask, trainables: dict[str, Callable[..., Any]],
     trial_id = task.trial_id
     try:
         train = _trainable(task.trainable, trainables)
-        _seed_everything(task.seed)
+        seed_everything(task.seed)
         world, sync = _join_world(task.world, task.device)
         meter = _profiler(task) if world.rank == 0 else None
         ctx = TrialContext(trial_id=trial_id, seed=task.seed, device=task.device,
@@ -494,14 +494,3 @@ def _report_returned(ctx, returned: Any, metric: str) -> None:
         ctx.report(step, **returned)
     else:
         ctx.report(step, **{metric: returned})
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    try:
-        import numpy as np
-        np.random.seed(seed % 2**32)
-    except ImportError:
-        pass
-    if "torch" in sys.modules:
-        sys.modules["torch"].manual_seed(seed)
