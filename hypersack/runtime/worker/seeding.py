@@ -42,7 +42,7 @@ def seed_everything(seed: int, seeders: dict[str, Seeder] | None = None) -> None
             seeder(module, seed)
         else:
             _HOOK.waiting[name] = (seeder, seed)
-    if _HOOK.waiting and _HOOK not in sys.meta_path:
+    if _HOOK.waiting and not any(finder is _HOOK for finder in sys.meta_path):
         sys.meta_path.insert(0, _HOOK)
 
 
