@@ -183,6 +183,7 @@ class FusedStack:
         self._padded = True
         # Parts of the update rule the members use (grows as members join; graph key).
         self._features: frozenset[str] = frozenset()
+        self._views: dict = {}       # FuseContext.views: reshaped buffers, kept across steps
         self._scaler = LossScale() if self.options.precision == "fp16" else None
         self.program = self._choose_engine()
         self.engine = "vmap" if self.program is None else "hfused"
@@ -431,7 +432,8 @@ class FusedStack:
                               training=True, masks=masks,
                               row_weight=valid if self._padded else None,
                               dropout_index=self.program.dropout_index,
-                              channels_last=self.options.precision != "fp32")
+                              channels_last=self.options.precision != "fp32",
+                              views=self._views)
             return self.program.run(ctx, x)
         return self._vmap_forward(x, masks, valid)
 
