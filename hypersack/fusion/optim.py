@@ -213,11 +213,14 @@ def rule_features(configs: Iterable[OptimizerConfig]) -> frozenset[str]:
     return frozenset(uses)
 
 
+_TensorList = list[torch.Tensor] | tuple[torch.Tensor, ...]
+
+
 class _Lists:
     """The step's tensors as parallel lists (one entry per parameter): ``p``, ``g`` and the
     optimizer state ``s[name]``; ``scalars`` shapes per-member numbers [N] for the foreach ops."""
 
-    def __init__(self, p: list[torch.Tensor], g: list[torch.Tensor],
+    def __init__(self, p: list[torch.Tensor], g: _TensorList,
                  s: dict[str, list[torch.Tensor]]):
         self.p, self.g, self.s = p, g, s
 
@@ -269,7 +272,7 @@ def fused_step(kind: str, params: Mapping[str, torch.Tensor], grads: Mapping[str
     k = None if keep is None else keep.to(lr.dtype)
     if k is not None:
         lr = lr * k
-        if restore:
+        if restore and keep is not None:
             lists.g = _zero_rows(lists.g, keep)
     _RULES[kind](lists, h, lr, k, t, uses)
 
@@ -278,7 +281,7 @@ def _grad(g: torch.Tensor | None, p: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(p) if g is None else g
 
 
-def _zero_rows(grads: list[torch.Tensor], keep: torch.Tensor) -> list[torch.Tensor]:
+def _zero_rows(grads: _TensorList, keep: torch.Tensor) -> list[torch.Tensor]:
     views: dict[int, torch.Tensor] = {}
     out = []
     for g in grads:
@@ -298,7 +301,7 @@ def _masked(value: torch.Tensor, k: torch.Tensor | None, held: float) -> torch.T
 def _sgd(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor, k: torch.Tensor | None,
          t: torch.Tensor, uses: frozenset[str]) -> None:
     fe = torch
-    g = x.g
+    g: _TensorList = x.g
     if "weight_decay" in uses:
         (wd,) = x.scalars(h["weight_decay"])
         g = fe._foreach_addcmul(g, x.p, wd)                     # g + wd p
@@ -321,7 +324,7 @@ def _sgd(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor, k: torch.Te
     buf = x.s["momentum_buffer"]
     fe._foreach_mul_(buf, a)
     fe._foreach_addcmul_(buf, g, c)                             # mom buf + (1 - dampening) g
-    update = buf
+    update: _TensorList = buf
     if mixed:
         update = fe._foreach_mul(g, gc)                         # nesterov: g + mom buf,
         fe._foreach_addcmul_(update, buf, bc)                   # plain: g, else: buf
@@ -341,7 +344,7 @@ def _adam(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor, k: torch.T
     extra = [1 - lr * h["weight_decay"] if decoupled else h["weight_decay"]] if decay else []
     w1_, w2_, b2_, eps, bias2, nss, *wd = x.scalars(w1, w2, b2, h["eps"], bias2_sqrt,
                                                      neg_step_size, *extra)
-    g = x.g
+    g: _TensorList = x.g
     if decay and decoupled:
         fe._foreach_mul_(x.p, wd[0])                            # p (1 - lr wd)
     elif decay:
@@ -374,7 +377,7 @@ def _rmsprop(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor,
     if mixed:
         values += [(mom == 0).to(lr.dtype), (mom > 0).to(lr.dtype)]
     a, w, eps, neg_lr, *rest = x.scalars(*values)
-    g = x.g
+    g: _TensorList = x.g
     if "weight_decay" in uses:
         g = fe._foreach_addcmul(g, x.p, rest.pop(0))            # g + wd p
     sq = x.s["square_avg"]
@@ -388,7 +391,7 @@ def _rmsprop(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor,
     else:
         avg = fe._foreach_sqrt(sq)
     fe._foreach_add_(avg, eps)
-    update = fe._foreach_div(g, avg)
+    update: _TensorList = fe._foreach_div(g, avg)
     if momentum:
         buf, mom_, keep_ = x.s["momentum_buffer"], rest.pop(0), rest.pop(0)
         fe._foreach_mul_(buf, mom_)
@@ -408,7 +411,7 @@ def _adagrad(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor,
     values = [h["eps"], neg_clr] + ([h["weight_decay"]] if "weight_decay" in uses else []) \
         + ([k] if k is not None else [])
     eps, nclr, *rest = x.scalars(*values)
-    g = x.g
+    g: _TensorList = x.g
     if "weight_decay" in uses:
         g = fe._foreach_addcmul(g, x.p, rest.pop(0))            # g + wd p
     gk = g if k is None else fe._foreach_mul(g, rest.pop(0))
