@@ -280,7 +280,8 @@ def main() -> int:
     ap.add_argument("--time-width", type=int, default=64)
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="small widths and images, no timing")
-    ap.add_argument("--no-time", action="store_true")
+    ap.add_argument("--no-time", action="store_true", help="op counts only")
+    ap.add_argument("--no-ops", action="store_true", help="times only")
     ap.add_argument("--ops", default="", help="print ops by name for these models")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
@@ -289,7 +290,7 @@ def main() -> int:
         args.width, args.image_size, args.batch, args.no_time = 4, 8, 8, True
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows: list[dict[str, Any]] = []
-    for model in args.models:
+    for model in ([] if args.no_ops else args.models):
         rows += op_rows(model, args.n, args.width, args.image_size, args.batch,
                         model in args.ops.split(","))
     if not args.no_time:

@@ -1,15 +1,23 @@
 """Functional optimizers over stacked parameters, with per-member hyperparameters and schedules.
 
 Every parameter is a tensor ``[N, ...]`` (row i belongs to member i); every hyperparameter is a
-tensor ``[N]`` broadcast as ``[N, 1, ...]``. One call updates all N members with a handful of
-large tensor operations. The update rules are those of ``torch.optim`` (single-tensor path,
-``maximize=False``, ``amsgrad=False``, no ``differentiable``) so that a member follows the same
-trajectory as ``torch.optim`` on one model, to rounding:
+tensor ``[N]`` broadcast as ``[N, 1, ...]``. One call updates all N members and all parameters
+with a handful of multi-tensor ops (``torch._foreach_*`` over the list of stacked parameters,
+as ``torch.optim``'s ``foreach`` path: Adam is 8 of them, plus about 30 small ops on ``[N]``
+rows), whatever the number of parameters. The update rules are those of ``torch.optim``
+(single-tensor path, ``maximize=False``, ``amsgrad=False``, no ``differentiable``), operation for
+operation, so that a member follows the same trajectory as ``torch.optim`` on one model, to
+rounding:
 
 - ``sgd``: weight decay, momentum (first step ``buf = grad``), dampening, Nesterov.
 - ``adam`` / ``adamw``: betas, eps, L2 (adam) or decoupled (adamw) weight decay.
 - ``rmsprop``: alpha, eps, momentum, centered, weight decay.
 - ``adagrad``: lr_decay, eps, initial_accumulator_value, weight decay.
+
+The fused CUDA kernels (``torch._fused_adam_`` / ``_fused_adamw_`` / ``_fused_sgd_``) take one
+learning rate (a float or a one-element tensor) and float betas, eps, weight decay and momentum
+per call, so per-member hyperparameters would need one call per member: the foreach ops are
+used on every device.
 
 One stack holds one optimizer *kind*; members may differ in every hyperparameter of that kind.
 Members with different kinds go in separate stacks of the same pack (``hypersack.fusion.runner``
