@@ -57,6 +57,11 @@ class FuseContext:
     ``params`` / ``buffers``: stacked ``[n, ...]`` tensors by the member model's names.
     ``masks``: scaled dropout keep-masks ``[n, B, *features]`` by dropout index (absent: p = 0).
     ``row_weight``: ``[n, B]`` 1.0 for real rows, 0.0 for padding; None when no row is padding.
+    ``views``: reshaped views of buffers (no autograd), kept by the caller across forwards so
+    that a step does not make them again (a view whose base is no longer the buffer is remade).
+
+    BatchNorm's running statistics and ``num_batches_tracked`` are updated by ``finish()``, after
+    the forward, for all layers at once (a few multi-tensor ops instead of a few per layer).
     """
     n: int
     params: dict[str, torch.Tensor]
@@ -66,9 +71,83 @@ class FuseContext:
     row_weight: torch.Tensor | None = None
     dropout_index: dict[str, int] = field(default_factory=dict)
     channels_last: bool = False
+    views: dict[tuple[str, tuple[int, ...]], torch.Tensor] = field(default_factory=dict)
+    _tracked: list[torch.Tensor] = field(default_factory=list)
+    _running: list[tuple] = field(default_factory=list)
+    _row_scale: torch.Tensor | None = None
+    _rows: torch.Tensor | None = None
 
     def tensor(self, name: str) -> torch.Tensor | None:
         return self.params.get(name, self.buffers.get(name))
+
+    def buffer_view(self, name: str, shape: tuple[int, ...]) -> torch.Tensor | None:
+        """Buffer ``name`` viewed as ``shape`` (cached in ``views``); None if there is none."""
+        buffer = self.buffers.get(name)
+        if buffer is None:
+            return None
+        cached = self.views.get((name, shape))
+        if cached is None or cached._base is not buffer:
+            cached = self.views[(name, shape)] = buffer.view(shape)
+        return cached
+
+    def row_scale(self, batch: int) -> torch.Tensor:
+        """``[B, n, 1, 1]``: row weight x B / the member's real rows (0 on padding), so that a
+        mean over all B rows times it is the mean over the member's own rows."""
+        if self._row_scale is None:
+            w = self.row_weight
+            if w is None:                  # no padding (BatchNorm with momentum None)
+                w = torch.ones(self.n, batch, device=self.device, dtype=self.dtype)
+            self._rows = w.sum(1)
+            self._row_scale = (w * (batch / self._rows.clamp(min=1)[:, None])).t()[:, :, None, None]
+        return self._row_scale
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.params.values())).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next((p.dtype for p in self.params.values() if p.is_floating_point()),
+                    torch.float32)
+
+    def count_batch(self, tracked: torch.Tensor | None) -> None:
+        if tracked is not None:
+            self._tracked.append(tracked)
+
+    def update_running(self, mean: torch.Tensor | None, var: torch.Tensor | None,
+                       batch_mean: torch.Tensor, batch_var: torch.Tensor, spatial: int,
+                       momentum: float | None, tracked: torch.Tensor | None) -> None:
+        """Queue ``mean/var <- (1 - momentum) mean/var + momentum batch_mean/unbiased batch_var``
+        (``[1, n, C, 1]`` views of the running buffers; ``spatial``: positions per row;
+        ``momentum`` None: a cumulative average, momentum 1 / ``tracked``, as nn.BatchNorm)."""
+        if mean is not None and var is not None:
+            self._running.append((mean, var, batch_mean, batch_var, spatial, momentum, tracked))
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        """Apply the queued BatchNorm updates (``fused_batchnorm``): a few multi-tensor ops."""
+        if self._tracked:
+            torch._foreach_add_(self._tracked, 1)
+            self._tracked = []
+        if not self._running:
+            return
+        assert self._rows is not None    # set by row_scale
+        spatial = sorted({r[4] for r in self._running})
+        rows = self._rows.to(self._running[0][2].dtype)
+        count = rows[None, :] * torch.tensor(spatial, dtype=rows.dtype, device=rows.device)[:, None]
+        unbias = (count / (count - 1).clamp(min=1)).view(len(spatial), 1, -1, 1, 1).unbind(0)
+        factor = dict(zip(spatial, unbias))
+        for momentum in {r[5] for r in self._running}:
+            group = [r for r in self._running if r[5] == momentum]
+            unbiased = torch._foreach_mul([r[3] for r in group], [factor[r[4]] for r in group])
+            if momentum is None:
+                weights = [(1.0 / r[6].to(rows.dtype)).view(1, -1, 1, 1) for r in group]
+                torch._foreach_lerp_([r[0] for r in group], [r[2] for r in group], weights)
+                torch._foreach_lerp_([r[1] for r in group], unbiased, weights)
+                continue
+            torch._foreach_lerp_([r[0] for r in group], [r[2] for r in group], momentum)
+            torch._foreach_lerp_([r[1] for r in group], unbiased, momentum)
+        self._running = []
 
 
 # ---- layouts -----------------------------------------------------------------------------------
@@ -134,56 +213,80 @@ def fused_batchnorm(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Valu
     bn = m
     assert isinstance(bn, MaskedBatchNorm)
     t = to_cf(x, ctx.n, ctx.channels_last)
-    mean, var = _stacked(ctx, name, "running_mean"), _stacked(ctx, name, "running_var")
+    channels = t.shape[1]
+    flat = (channels,)
+    mean = ctx.buffer_view(_attr(name, "running_mean"), flat)
+    var = ctx.buffer_view(_attr(name, "running_var"), flat)
     w, b = _stacked(ctx, name, "weight"), _stacked(ctx, name, "bias")
-    flat_w = None if w is None else w.reshape(-1)
-    flat_b = None if b is None else b.reshape(-1)
     if not ctx.training and mean is not None and var is not None:
-        return Value(F.batch_norm(t, mean.reshape(-1), var.reshape(-1), flat_w, flat_b, False,
-                                  0.0, bn.eps), CF)
+        return Value(F.batch_norm(t, mean, var, _flat(w), _flat(b), False, 0.0, bn.eps), CF)
     tracked = _stacked(ctx, name, "num_batches_tracked")
     if ctx.row_weight is None and bn.momentum is not None:
-        if tracked is not None and ctx.training:
-            tracked.add_(1)
-        running = ctx.training and mean is not None
-        return Value(F.batch_norm(t, mean.reshape(-1) if running and mean is not None else None,
-                                  var.reshape(-1) if running and var is not None else None,
-                                  flat_w, flat_b, True, bn.momentum, bn.eps), CF)
-    return Value(_masked_batchnorm(ctx, bn, t, (mean, var, tracked), w, b), CF)
+        ctx.count_batch(tracked)
+        return Value(F.batch_norm(t, mean, var, _flat(w), _flat(b), True, bn.momentum,
+                                  bn.eps), CF)
+    batch, n = t.shape[0], ctx.n
+    stats = (1, n, channels // n, 1)
+    found: list[tuple[torch.Tensor, torch.Tensor]] = []
+    out = _MaskedBatchNorm.apply(t.view(batch, n, channels // n, -1),
+                                 None if w is None else w.view(stats),
+                                 None if b is None else b.view(stats),
+                                 ctx.row_scale(batch), bn.eps, found)
+    ctx.count_batch(tracked)
+    ctx.update_running(ctx.buffer_view(_attr(name, "running_mean"), stats),
+                       ctx.buffer_view(_attr(name, "running_var"), stats), *found[0],
+                       out.shape[3], bn.momentum, tracked)
+    return Value(out.view(t.shape), CF)
 
 
-def _masked_batchnorm(ctx: FuseContext, bn: MaskedBatchNorm, t: torch.Tensor,
-                      running: tuple, w: torch.Tensor | None,
-                      b: torch.Tensor | None) -> torch.Tensor:
-    """``MaskedBatchNorm``'s arithmetic on all members at once (layers.py states it)."""
-    n, batch = ctx.n, t.shape[0]
-    xs = t.reshape(batch, n, t.shape[1] // n, -1)                       # [B, N, C, L]
-    weight = ctx.row_weight.t() if ctx.row_weight is not None else t.new_ones(batch, n)
-    weight = weight.to(t.dtype)[:, :, None, None]
-    count = (weight.sum(0) * xs.shape[3]).clamp(min=1)                  # [N, 1, 1]
-    mean = (xs * weight).sum((0, 3), keepdim=True) / count
-    centred = xs - mean
-    var = (centred * centred * weight).sum((0, 3), keepdim=True) / count
-    if ctx.training and running[0] is not None:
-        _update_running(bn, running, mean.view(n, -1), var.view(n, -1), count.view(n, 1))
-    out = centred * torch.rsqrt(var + bn.eps)
-    if w is not None and b is not None:
-        out = out * w[None, :, :, None] + b[None, :, :, None]
-    return out.reshape(t.shape)
+def _attr(name: str, attr: str) -> str:
+    return f"{name}.{attr}" if name else attr
 
 
-@torch.no_grad()
-def _update_running(bn: MaskedBatchNorm, running: tuple, mean: torch.Tensor, var: torch.Tensor,
-                    count: torch.Tensor) -> None:
-    run_mean, run_var, tracked = running
-    tracked.add_(1)
-    if bn.momentum is None:
-        factor: torch.Tensor | float = 1.0 / tracked.to(mean.dtype).view(-1, 1)
-    else:
-        factor = bn.momentum
-    unbiased = var * count / (count - 1).clamp(min=1)
-    run_mean.mul_(1 - factor).add_(factor * mean.detach())
-    run_var.mul_(1 - factor).add_(factor * unbiased.detach())
+def _flat(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.view(-1)
+
+
+class _MaskedBatchNorm(torch.autograd.Function):
+    """BatchNorm of ``x`` ``[B, N, C, L]`` over each member's own rows, forward and backward in
+    a few ops each (the composite's autograd takes about three times as many).
+
+    ``weight`` / ``bias``: ``[1, N, C, 1]`` views or None. ``scale`` ``[B, N, 1, 1]``: row weight
+    x B / rows (``FuseContext.row_scale``), so a mean over (B, L) times it is the mean over the
+    member's real rows. The batch mean and biased variance ``[1, N, C, 1]`` are appended to
+    ``stats`` (no gradient). Padded rows of the output are not meaningful; their gradient (zero:
+    the loss gives them none) stays zero.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None,
+                bias: torch.Tensor | None, scale: torch.Tensor, eps: float,
+                stats: list) -> torch.Tensor:
+        mean = (x * scale).mean((0, 3), keepdim=True)
+        centred = x - mean
+        var = (centred * centred * scale).mean((0, 3), keepdim=True)
+        rstd = (var + eps).rsqrt()
+        gain = rstd if weight is None else weight * rstd
+        out = centred * gain if bias is None else torch.addcmul(bias, centred, gain)
+        ctx.save_for_backward(centred, scale, rstd, gain)
+        ctx.affine = (weight is not None, bias is not None)
+        ctx.set_materialize_grads(False)
+        stats.append((mean, var))
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor | None) -> tuple:
+        if grad is None:
+            return None, None, None, None, None, None
+        centred, scale, rstd, gain = ctx.saved_tensors
+        grad_bias = grad.sum((0, 3), keepdim=True)
+        grad_weight = (grad * centred).sum((0, 3), keepdim=True) * rstd
+        # dx = gain (g - mean_real(g) - y mean_real(g y)), y = centred rstd; 0 on padding
+        shift = torch.addcmul(grad_bias, centred, grad_weight * rstd) * scale
+        grad_x = torch.sub(grad, shift, alpha=1.0 / (grad.shape[0] * grad.shape[3])) * gain
+        weight, bias = ctx.affine
+        return (grad_x, grad_weight if weight else None, grad_bias if bias else None,
+                None, None, None)
 
 
 def fused_layernorm(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:

@@ -82,13 +82,15 @@ class FusedProgram:
                 self.constants[target] = _resolve(model, target)
 
     def run(self, ctx: FuseContext, x: torch.Tensor) -> torch.Tensor:
-        """The members' outputs ``[N, ...]`` for inputs ``x`` ``[N, B, ...]``."""
+        """The members' outputs ``[N, ...]`` for inputs ``x`` ``[N, B, ...]`` (BatchNorm's
+        running statistics updated at the end: ``FuseContext.finish``)."""
         env: dict[fx.Node, Any] = {}
         for node in self.nodes:
             if node.op == "output":
                 out = fx.node.map_arg(node.args[0], lambda a: env[a])
                 if not isinstance(out, Value):
                     raise Unfusable("model.forward", "an output that is not one tensor")
+                ctx.finish()
                 return to_nb(out, ctx.n)
             env[node] = self._eval(node, env, ctx, x)
         raise Unfusable("model.forward", "no output")

@@ -1,15 +1,23 @@
 """Functional optimizers over stacked parameters, with per-member hyperparameters and schedules.
 
 Every parameter is a tensor ``[N, ...]`` (row i belongs to member i); every hyperparameter is a
-tensor ``[N]`` broadcast as ``[N, 1, ...]``. One call updates all N members with a handful of
-large tensor operations. The update rules are those of ``torch.optim`` (single-tensor path,
-``maximize=False``, ``amsgrad=False``, no ``differentiable``) so that a member follows the same
-trajectory as ``torch.optim`` on one model, to rounding:
+tensor ``[N]`` broadcast as ``[N, 1, ...]``. One call updates all N members and all parameters
+with a handful of multi-tensor ops (``torch._foreach_*`` over the list of stacked parameters,
+as ``torch.optim``'s ``foreach`` path: Adam is 8 of them, plus about 30 small ops on ``[N]``
+rows), whatever the number of parameters. The update rules are those of ``torch.optim``
+(single-tensor path, ``maximize=False``, ``amsgrad=False``, no ``differentiable``), operation for
+operation, so that a member follows the same trajectory as ``torch.optim`` on one model, to
+rounding:
 
 - ``sgd``: weight decay, momentum (first step ``buf = grad``), dampening, Nesterov.
 - ``adam`` / ``adamw``: betas, eps, L2 (adam) or decoupled (adamw) weight decay.
 - ``rmsprop``: alpha, eps, momentum, centered, weight decay.
 - ``adagrad``: lr_decay, eps, initial_accumulator_value, weight decay.
+
+The fused CUDA kernels (``torch._fused_adam_`` / ``_fused_adamw_`` / ``_fused_sgd_``) take one
+learning rate (a float or a one-element tensor) and float betas, eps, weight decay and momentum
+per call, so per-member hyperparameters would need one call per member: the foreach ops are
+used on every device.
 
 One stack holds one optimizer *kind*; members may differ in every hyperparameter of that kind.
 Members with different kinds go in separate stacks of the same pack (``hypersack.fusion.runner``
@@ -25,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -33,7 +41,7 @@ from hypersack.errors import ConfigError
 from hypersack.validation import check_integer, check_number, check_positive
 
 __all__ = ["KINDS", "SCHEDULES", "Schedule", "OptimizerConfig", "state_names", "init_state",
-           "hparam_rows", "schedule_factor", "fused_step"]
+           "hparam_rows", "schedule_factor", "fused_step", "FEATURES", "rule_features"]
 
 KINDS = ("sgd", "adam", "adamw", "rmsprop", "adagrad")
 SCHEDULES = ("constant", "step", "cosine")
@@ -186,16 +194,60 @@ def schedule_factor(h: Mapping[str, torch.Tensor], t: torch.Tensor) -> torch.Ten
 
 # ---- the update rules --------------------------------------------------------------------------
 
-def _b(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``[N]`` -> ``[N, 1, ...]`` broadcastable against ``like``."""
-    return v.view((-1,) + (1,) * (like.dim() - 1))
+#: Optional parts of the update rules (``rule_features``).
+FEATURES = frozenset({"schedule", "weight_decay", "momentum", "plain", "nesterov", "centered"})
+
+
+def rule_features(configs: Iterable[OptimizerConfig]) -> frozenset[str]:
+    """The optional parts of the update rules that at least one of ``configs`` uses.
+
+    "schedule": a non-constant schedule or a warmup; "weight_decay": > 0; "momentum": > 0
+    (sgd, rmsprop); "plain": momentum 0 (sgd, rmsprop); "nesterov"; "centered" (rmsprop).
+    ``fused_step(features=...)`` leaves out the multi-tensor ops of the parts no member uses;
+    results are the same, since the ops left out would multiply by 0 or 1 for every member.
+    """
+    uses: set[str] = set()
+    for c in configs:
+        if c.schedule.kind != "constant" or c.schedule.warmup_steps > 0:
+            uses.add("schedule")
+        if c.weight_decay > 0:
+            uses.add("weight_decay")
+        if c.kind in ("sgd", "rmsprop"):
+            uses.add("momentum" if c.momentum > 0 else "plain")
+        if c.nesterov:
+            uses.add("nesterov")
+        if c.centered:
+            uses.add("centered")
+    return frozenset(uses)
+
+
+_TensorList = list[torch.Tensor] | tuple[torch.Tensor, ...]
+
+
+class _Lists:
+    """The step's tensors as parallel lists (one entry per parameter): ``p``, ``g`` and the
+    optimizer state ``s[name]``; ``scalars`` shapes per-member numbers [N] for the foreach ops."""
+
+    def __init__(self, p: list[torch.Tensor], g: _TensorList,
+                 s: dict[str, list[torch.Tensor]]):
+        self.p, self.g, self.s = p, g, s
+
+    def scalars(self, *values: torch.Tensor) -> list[list[torch.Tensor]]:
+        """Each ``[N]`` value as a list of ``[N, 1, ...]`` views, one per parameter (entry i
+        broadcasts against ``p[i]``): one stack, then one view and one unbind per rank."""
+        table = torch.stack(values)
+        by_rank: dict[int, Sequence[torch.Tensor]] = {}
+        for x in self.p:
+            if x.dim() not in by_rank:
+                by_rank[x.dim()] = table.view((len(values), -1) + (1,) * (x.dim() - 1)).unbind(0)
+        return [[by_rank[x.dim()][j] for x in self.p] for j in range(len(values))]
 
 
 @torch.no_grad()
 def fused_step(kind: str, params: Mapping[str, torch.Tensor], grads: Mapping[str, torch.Tensor],
                state: Mapping[str, torch.Tensor], h: Mapping[str, torch.Tensor],
                t: torch.Tensor, keep: torch.Tensor | None = None,
-               restore: bool = True) -> None:
+               restore: bool = True, features: frozenset[str] | None = None) -> None:
     """Update ``params`` and ``state`` in place for all N members.
 
     ``h``: hyperparameter rows [N] (``hparam_rows``); ``t``: int64 [N], updates each member has
@@ -203,86 +255,182 @@ def fused_step(kind: str, params: Mapping[str, torch.Tensor], grads: Mapping[str
     parameter that took no part in the loss) counts as zero; torch.optim would skip such a
     parameter instead, which differs only under weight decay or momentum.
 
-    ``keep``: bool [N] or None (all). Rows where it is False get learning rate 0 and a zero
-    gradient, so their parameters stay bit for bit (every rule moves a parameter by lr x a
-    finite number); with ``restore`` their optimizer state is kept too (``torch.where`` against
-    a copy: members whose fp16 gradients overflowed), without it the state of those rows may
-    decay (free slots, whose rows the next load overwrites). Shapes never change and nothing is
-    skipped in Python: the loop is over parameters, never over members.
+    The update is a handful of multi-tensor ops (``torch._foreach_*``, as ``torch.optim``'s
+    ``foreach`` path) over the list of stacked parameters, each per-member number a ``[N, 1,
+    ...]`` view; the number of ops depends on the kind and ``features``, never on N or on the
+    parameters' count. The arithmetic is torch.optim's single-tensor path, operation for
+    operation, so a member follows torch.optim on one model to rounding.
+
+    ``keep``: bool [N] or None (all). Rows where it is False get learning rate 0 and weight 0
+    on every running average, so their parameters and optimizer state stay bit for bit when
+    their gradients are finite. ``restore``: their gradients may not be finite (members whose
+    fp16 gradients overflowed): they are zeroed first (one ``where`` per parameter). Without
+    it (free slots, whose loss weight 0 gives zero gradients) they are used as they are.
+    ``features``: ``rule_features`` of the members (None: every part, always exact).
+    Shapes never change and nothing is skipped in Python: no loop over members.
     """
-    lr = h["lr"] * schedule_factor(h, t)
-    if keep is not None:
-        lr = lr * keep.to(lr.dtype)
-    step = (t + 1).to(lr.dtype)
-    rule = _RULES[kind]
-    for name, p in params.items():
-        g = grads.get(name)
-        g = torch.zeros_like(p) if g is None else g
-        st = {s: state[f"{s}/{name}"] for s in _STATE[kind]}
-        if keep is None:
-            rule(p, g, st, h, lr, step, t)
-            continue
-        g = torch.where(_b(keep, g), g, 0)
-        if not restore:
-            rule(p, g, st, h, lr, step, t)
-            continue
-        tensors = [p, *st.values()]
-        before = [x.clone() for x in tensors]
-        rule(p, g, st, h, lr, step, t)
-        for x, old in zip(tensors, before):
-            x.copy_(torch.where(_b(keep, x), x, old))
+    names = list(params)
+    lists = _Lists([params[n] for n in names],
+                   [_grad(grads.get(n), params[n]) for n in names],
+                   {s: [state[f"{s}/{n}"] for n in names] for s in _STATE[kind]})
+    if not names:
+        return
+    uses = FEATURES if features is None else features
+    lr = h["lr"] * schedule_factor(h, t) if "schedule" in uses else h["lr"]
+    k = None if keep is None else keep.to(lr.dtype)
+    if k is not None:
+        lr = lr * k
+        if restore and keep is not None:
+            lists.g = _zero_rows(lists.g, keep)
+    _RULES[kind](lists, h, lr, k, t, uses)
 
 
-def _sgd(p, g, st, h, lr, step, t) -> None:
-    g = g + _b(h["weight_decay"], p) * p
-    mom, buf = _b(h["momentum"], p), st["momentum_buffer"]
-    first = _b(t == 0, p)
-    buf.copy_(torch.where(first, g, mom * buf + (1 - _b(h["dampening"], p)) * g))
-    with_momentum = torch.where(_b(h["nesterov"], p) > 0, g + mom * buf, buf)
-    update = torch.where(mom != 0, with_momentum, g)
-    p.sub_(_b(lr, p) * update)
+def _grad(g: torch.Tensor | None, p: torch.Tensor) -> torch.Tensor:
+    return torch.zeros_like(p) if g is None else g
 
 
-def _adam(p, g, st, h, lr, step, t, decoupled: bool = False) -> None:
-    wd = _b(h["weight_decay"], p)
-    if decoupled:
-        p.mul_(1 - _b(lr, p) * wd)
+def _zero_rows(grads: _TensorList, keep: torch.Tensor) -> list[torch.Tensor]:
+    views: dict[int, torch.Tensor] = {}
+    out = []
+    for g in grads:
+        if g.dim() not in views:
+            views[g.dim()] = keep.view((-1,) + (1,) * (g.dim() - 1))
+        out.append(torch.where(views[g.dim()], g, 0))
+    return out
+
+
+def _masked(value: torch.Tensor, k: torch.Tensor | None, held: float) -> torch.Tensor:
+    """``value`` where ``k`` is 1, ``held`` where it is 0 (exactly: k is 0.0 or 1.0)."""
+    if k is None:
+        return value
+    return value * k + held * (1 - k)
+
+
+def _sgd(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor, k: torch.Tensor | None,
+         t: torch.Tensor, uses: frozenset[str]) -> None:
+    fe = torch
+    g: _TensorList = x.g
+    if "weight_decay" in uses:
+        (wd,) = x.scalars(h["weight_decay"])
+        g = fe._foreach_addcmul(g, x.p, wd)                     # g + wd p
+    if "momentum" not in uses:
+        (neg_lr,) = x.scalars(-lr)
+        fe._foreach_addcmul_(x.p, g, neg_lr)
+        return
+    mom, first = h["momentum"], t == 0
+    keep_buf = _masked(torch.where(first, 0.0, mom), k, 1.0)    # first step: buf = g
+    # momentum 0: the buffer stays 0, as where no member has momentum (it is left out)
+    take = _masked(torch.where(first, 1.0, 1 - h["dampening"]) * (mom > 0), k, 0.0)
+    mixed = "plain" in uses or "nesterov" in uses
+    if mixed:
+        nesterov, plain = h["nesterov"] > 0, mom == 0
+        g_coef = (nesterov | plain).to(lr.dtype)
+        buf_coef = torch.where(nesterov, mom, (~plain).to(lr.dtype))
+        a, c, neg_lr, gc, bc = x.scalars(keep_buf, take, -lr, g_coef, buf_coef)
     else:
-        g = g + wd * p
-    beta1, beta2 = _b(h["beta1"], p), _b(h["beta2"], p)
-    m, v = st["exp_avg"], st["exp_avg_sq"]
-    m.lerp_(g, 1 - beta1)
-    v.mul_(beta2).add_((1 - beta2) * g * g)
-    step_size = _b(lr / (1 - h["beta1"] ** step), p)
-    bias2_sqrt = _b((1 - h["beta2"] ** step).sqrt(), p)
-    denom = v.sqrt() / bias2_sqrt + _b(h["eps"], p)
-    p.sub_(step_size * m / denom)
+        a, c, neg_lr = x.scalars(keep_buf, take, -lr)
+    buf = x.s["momentum_buffer"]
+    fe._foreach_mul_(buf, a)
+    fe._foreach_addcmul_(buf, g, c)                             # mom buf + (1 - dampening) g
+    update: _TensorList = buf
+    if mixed:
+        update = fe._foreach_mul(g, gc)                         # nesterov: g + mom buf,
+        fe._foreach_addcmul_(update, buf, bc)                   # plain: g, else: buf
+    fe._foreach_addcmul_(x.p, update, neg_lr)
 
 
-def _adamw(p, g, st, h, lr, step, t) -> None:
-    _adam(p, g, st, h, lr, step, t, decoupled=True)
+def _adam(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor, k: torch.Tensor | None,
+          t: torch.Tensor, uses: frozenset[str], decoupled: bool = False) -> None:
+    fe = torch
+    step = (t + 1).to(lr.dtype)
+    beta1, beta2 = h["beta1"], h["beta2"]
+    neg_step_size = lr / (beta1 ** step - 1)                    # -lr / (1 - beta1^t)
+    bias2_sqrt = (1 - beta2 ** step).sqrt()
+    w1, w2 = _masked(1 - beta1, k, 0.0), _masked(1 - beta2, k, 0.0)
+    b2 = _masked(beta2, k, 1.0)
+    decay = "weight_decay" in uses
+    extra = [1 - lr * h["weight_decay"] if decoupled else h["weight_decay"]] if decay else []
+    w1_, w2_, b2_, eps, bias2, nss, *wd = x.scalars(w1, w2, b2, h["eps"], bias2_sqrt,
+                                                     neg_step_size, *extra)
+    g: _TensorList = x.g
+    if decay and decoupled:
+        fe._foreach_mul_(x.p, wd[0])                            # p (1 - lr wd)
+    elif decay:
+        g = fe._foreach_addcmul(g, x.p, wd[0])                  # g + wd p
+    m, v = x.s["exp_avg"], x.s["exp_avg_sq"]
+    fe._foreach_lerp_(m, g, w1_)
+    fe._foreach_mul_(v, b2_)
+    fe._foreach_addcmul_(v, fe._foreach_mul(g, w2_), g)         # v beta2 + (1 - beta2) g g
+    denom = fe._foreach_addcdiv(eps, fe._foreach_sqrt(v), bias2)  # sqrt(v) / bc2 + eps
+    fe._foreach_addcmul_(x.p, fe._foreach_div(m, denom), nss)
 
 
-def _rmsprop(p, g, st, h, lr, step, t) -> None:
-    g = g + _b(h["weight_decay"], p) * p
-    alpha = _b(h["alpha"], p)
-    sq, gavg, buf = st["square_avg"], st["grad_avg"], st["momentum_buffer"]
-    sq.mul_(alpha).add_((1 - alpha) * g * g)
-    gavg.lerp_(g, 1 - alpha)
-    centred = (sq - gavg * gavg).sqrt()
-    avg = torch.where(_b(h["centered"], p) > 0, centred, sq.sqrt()) + _b(h["eps"], p)
-    mom = _b(h["momentum"], p)
-    buf.mul_(mom).add_(g / avg)
-    update = torch.where(mom > 0, buf, g / avg)
-    p.sub_(_b(lr, p) * update)
+def _adamw(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor, k: torch.Tensor | None,
+           t: torch.Tensor, uses: frozenset[str]) -> None:
+    _adam(x, h, lr, k, t, uses, decoupled=True)
 
 
-def _adagrad(p, g, st, h, lr, step, t) -> None:
-    g = g + _b(h["weight_decay"], p) * p
-    clr = _b(lr / (1 + (step - 1) * h["lr_decay"]), p)
-    total = st["sum"]
-    total.add_(g * g)
-    p.sub_(clr * g / (total.sqrt() + _b(h["eps"], p)))
+def _rmsprop(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor,
+             k: torch.Tensor | None, t: torch.Tensor, uses: frozenset[str]) -> None:
+    fe = torch
+    alpha, mom = h["alpha"], h["momentum"]
+    momentum, mixed = "momentum" in uses, "plain" in uses and "momentum" in uses
+    values = [_masked(alpha, k, 1.0), _masked(1 - alpha, k, 0.0), h["eps"], -lr]
+    if "weight_decay" in uses:
+        values.append(h["weight_decay"])
+    if "centered" in uses:
+        values += [(1 - alpha) * h["centered"] * (1.0 if k is None else k), -h["centered"]]
+    if momentum:      # momentum 0: the buffer stays 0, as where no member has momentum
+        values += [_masked(mom, k, 1.0), (mom > 0).to(lr.dtype) * (1.0 if k is None else k)]
+    if mixed:
+        values += [(mom == 0).to(lr.dtype), (mom > 0).to(lr.dtype)]
+    a, w, eps, neg_lr, *rest = x.scalars(*values)
+    g: _TensorList = x.g
+    if "weight_decay" in uses:
+        g = fe._foreach_addcmul(g, x.p, rest.pop(0))            # g + wd p
+    sq = x.s["square_avg"]
+    fe._foreach_mul_(sq, a)
+    fe._foreach_addcmul_(sq, fe._foreach_mul(g, w), g)          # alpha sq + (1 - alpha) g g
+    if "centered" in uses:
+        gavg = x.s["grad_avg"]
+        fe._foreach_lerp_(gavg, g, rest.pop(0))                 # centred members only
+        avg = fe._foreach_addcmul(sq, gavg, fe._foreach_mul(gavg, rest.pop(0)))
+        fe._foreach_sqrt_(avg)                                  # sqrt(sq - gavg^2), centred
+    else:
+        avg = fe._foreach_sqrt(sq)
+    fe._foreach_add_(avg, eps)
+    update: _TensorList = fe._foreach_div(g, avg)
+    if momentum:
+        buf, mom_, keep_ = x.s["momentum_buffer"], rest.pop(0), rest.pop(0)
+        fe._foreach_mul_(buf, mom_)
+        fe._foreach_addcmul_(buf, update, keep_)                # mom buf + g / avg
+        if mixed:
+            fe._foreach_mul_(update, rest.pop(0))               # momentum 0: g / avg
+            fe._foreach_addcmul_(update, buf, rest.pop(0))      # else: buf
+        else:
+            update = buf
+    fe._foreach_addcmul_(x.p, update, neg_lr)
 
 
-_RULES = {"sgd": _sgd, "adam": _adam, "adamw": _adamw, "rmsprop": _rmsprop, "adagrad": _adagrad}
+def _adagrad(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor,
+             k: torch.Tensor | None, t: torch.Tensor, uses: frozenset[str]) -> None:
+    fe = torch
+    neg_clr = -lr / (1 + t.to(lr.dtype) * h["lr_decay"])
+    values = [h["eps"], neg_clr] + ([h["weight_decay"]] if "weight_decay" in uses else []) \
+        + ([k] if k is not None else [])
+    eps, nclr, *rest = x.scalars(*values)
+    g: _TensorList = x.g
+    if "weight_decay" in uses:
+        g = fe._foreach_addcmul(g, x.p, rest.pop(0))            # g + wd p
+    gk = g if k is None else fe._foreach_mul(g, rest.pop(0))
+    total = x.s["sum"]
+    fe._foreach_addcmul_(total, g, gk)                          # sum + g g
+    std = fe._foreach_sqrt(total)
+    fe._foreach_add_(std, eps)
+    fe._foreach_addcmul_(x.p, fe._foreach_div(g, std), nclr)
+
+
+_Rule = Callable[[_Lists, Mapping[str, torch.Tensor], torch.Tensor, "torch.Tensor | None",
+                  torch.Tensor, frozenset[str]], None]
+_RULES: dict[str, _Rule] = {"sgd": _sgd, "adam": _adam, "adamw": _adamw, "rmsprop": _rmsprop,
+                            "adagrad": _adagrad}

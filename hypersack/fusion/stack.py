@@ -56,7 +56,8 @@ from hypersack.fusion.graphs import StepRunner, check_graphs
 from hypersack.fusion.hfused import ENGINES, FusedProgram, choose_engine
 from hypersack.fusion.layers import (batchnorm_layers, dropout_feature_shapes, dropout_layers,
                                      member_key, uniform_stream)
-from hypersack.fusion.optim import OptimizerConfig, fused_step, hparam_rows, init_state
+from hypersack.fusion.optim import (OptimizerConfig, fused_step, hparam_rows, init_state,
+                                    rule_features)
 from hypersack.fusion.precision import LossScale, autocast, check_precision
 from hypersack.fusion.task import FusableTask, Member
 
@@ -180,6 +181,9 @@ class FusedStack:
         self._pos = torch.zeros(0, dtype=torch.int64, device=self.device)
         self._counts = torch.zeros(0, dtype=torch.int64, device=self.device)
         self._padded = True
+        # Parts of the update rule the members use (grows as members join; graph key).
+        self._features: frozenset[str] = frozenset()
+        self._views: dict = {}       # FuseContext.views: reshaped buffers, kept across steps
         self._scaler = LossScale() if self.options.precision == "fp16" else None
         self.program = self._choose_engine()
         self.engine = "vmap" if self.program is None else "hfused"
@@ -223,6 +227,7 @@ class FusedStack:
             self.host[name][slot] = values[0]
         self.host["active"][slot] = True
         self.slots[slot] = Slot(member, max_steps, optimizer)
+        self._features = self._features | rule_features([optimizer])
         return slot
 
     def remove(self, indices: list[int]) -> None:
@@ -342,7 +347,7 @@ class FusedStack:
         with torch.no_grad():
             self._pos.copy_(torch.as_tensor(self.host["pos"].astype(np.int64)))
             self._counts.copy_(torch.as_tensor(counts_h.astype(np.int64)))
-        self.runner((width, padded, self._mask_layers()))
+        self.runner((width, padded, self._mask_layers(), self._features))
         self.host["pos"] = np.where(active, self.host["pos"] + counts_h, self.host["pos"])
         self.host["loss_count"] = self.host["loss_count"] + active
         ended = active & (self.host["pos"] >= n)
@@ -358,8 +363,8 @@ class FusedStack:
 
     def _device_step(self, key: Hashable) -> None:
         """The static step: gather, forward, backward, optimizer; device tensors only.
-        ``key``: (padded width, any padding, dropout layers with masks)."""
-        width, padded, layers = cast(tuple, key)
+        ``key``: (padded width, any padding, dropout layers with masks, optimizer features)."""
+        width, padded, layers, _ = cast(tuple, key)
         rows, n = self.rows, self.data.n
         span = self._arange[:width]
         idx = rows["order"].gather(1, (self._pos[:, None] + span[None]).clamp(max=n - 1))
@@ -394,7 +399,8 @@ class FusedStack:
             self._scaler.update(self.rows["amp.scale"], self.rows["amp.growth"], finite, keep)
             keep = keep & finite
         fused_step(self.kind, params, grads, self._prefixed("o."), self._prefixed("h."),
-                   self.rows["iter"], keep=keep, restore=self._scaler is not None)
+                   self.rows["iter"], keep=keep, restore=self._scaler is not None,
+                   features=self._features)
         return keep
 
     def _params(self) -> dict[str, torch.Tensor]:
@@ -426,7 +432,8 @@ class FusedStack:
                               training=True, masks=masks,
                               row_weight=valid if self._padded else None,
                               dropout_index=self.program.dropout_index,
-                              channels_last=self.options.precision != "fp32")
+                              channels_last=self.options.precision != "fp32",
+                              views=self._views)
             return self.program.run(ctx, x)
         return self._vmap_forward(x, masks, valid)
 
