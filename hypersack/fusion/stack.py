@@ -238,7 +238,7 @@ class FusedStack:
                                 f", and vmap cannot run it ({type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0][:200]})")
         if self.options.engine == "auto":
-            where = "one member after another (engine 'loop')" if self.engine == "loop" \
+            where = "one after another, each on its own (engine 'loop')" if self.engine == "loop" \
                 else "under vmap"
             warnings.warn(f"fused pack: {self.engine_note}: its members train {where}",
                           RuntimeWarning, stacklevel=3)

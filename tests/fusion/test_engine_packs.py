@@ -244,3 +244,36 @@ def test_builtin_members_equal_their_alone_runs(name):
     for m in members:
         assert_same_state(packed.checkpoints[m.trial_id], alone(task, m).checkpoints[m.trial_id],
                           rtol=1e-9, atol=1e-8)
+
+
+class GRUNet(nn.Module):
+    """A GRU over the 6 features as 2 steps of 3: neither fusable nor vmappable."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.gru = nn.GRU(3, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 3)
+
+    def forward(self, x):
+        out, _ = self.gru(x.view(x.shape[0], 2, 3))
+        return self.head(out[:, -1])
+
+
+class GRUTask(TinyTask):
+    name = "tiny_gru"
+
+    def build_model(self, config):
+        return GRUNet(config.get("hidden", 8))
+
+
+def test_a_model_neither_engine_takes_trains_each_member_on_its_own_with_one_line(recwarn):
+    task = GRUTask()
+    members = [Member(i, {"optimizer": kind, "lr": 0.01, "batch_size": 6 + i, "epochs": 2},
+                      seed=i) for i, kind in enumerate(("adam", "sgd", "adam"))]
+    packed, pack = run_with(task, members, StackOptions(capacity=3))
+    lines = [str(w.message) for w in recwarn if "fused pack" in str(w.message)]
+    assert pack.engine == "loop" and len(lines) == 1
+    assert "model.gru (GRU)" in lines[0] and "vmap cannot run it" in lines[0]
+    for m in members:
+        assert [s for s, _ in packed.reports[m.trial_id]] == [1, 2]
+        assert_same_state(packed.checkpoints[m.trial_id], alone(task, m).checkpoints[m.trial_id])
