@@ -104,9 +104,9 @@ class PackStats:
         return (f"pack stats: {self.iterations} iterations in {self.seconds:.2f}s, "
                 f"members loaded {self.loaded} freed {self.freed} failed {self.failed} "
                 f"peak {self.peak_members}; slot occupancy mean {self.mean_occupancy:.3f}, "
-                f"time-weighted {self.time_occupancy:.3f}; slot-steps per member-step "
-                f"{self.slot_steps_per_member_step:.3f}, compactions {self.compactions}, "
-                f"graph captures {self.captures}")
+                f"time-weighted {self.time_occupancy:.3f}; slot-steps {self.slot_steps} for "
+                f"member-steps {self.member_steps} ({self.slot_steps_per_member_step:.3f} per "
+                f"member-step), compactions {self.compactions}, graph captures {self.captures}")
 
 
 class Pack:

@@ -572,18 +572,18 @@ class FusedStack:
         outputs = []
         try:
             for i in range(x.shape[0]):
-                for j, layer in enumerate(self._dropouts):
-                    layer.fused_mask = masks[j][i] if j in masks else None
-                for layer in self._norms:
-                    layer.row_weight = valid[i]
+                for j, drop in enumerate(self._dropouts):
+                    drop.fused_mask = masks[j][i] if j in masks else None
+                for norm in self._norms:
+                    norm.row_weight = valid[i]
                 outputs.append(functional_call(self.base, ({k: v[i] for k, v in params.items()},
                                                            {k: v[i] for k, v in buffers.items()}),
                                                (x[i],)))
         finally:
-            for layer in self._dropouts:
-                layer.fused_mask = None
-            for layer in self._norms:
-                layer.row_weight = None
+            for drop in self._dropouts:
+                drop.fused_mask = None
+            for norm in self._norms:
+                norm.row_weight = None
         return torch.stack(outputs)
 
     def _vmap_forward(self, x: torch.Tensor, masks: dict[int, torch.Tensor],

@@ -178,4 +178,5 @@ def test_members_of_two_optimizer_kinds_share_one_stack_and_it_compacts(tmp_path
     assert session.pack.stack.kinds == ["sgd"]          # adam's rows went with its member
     assert stats.compactions == 2 and stats.member_steps == 15 and stats.slot_steps == 15
     assert stats.slot_steps_per_member_step == 1.0
-    assert "slot-steps per member-step 1.000, compactions 2" in stats.summary()
+    assert "slot-steps 15 for member-steps 15 (1.000 per member-step), compactions 2" \
+        in stats.summary()
