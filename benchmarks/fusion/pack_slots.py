@@ -14,6 +14,12 @@ that on CUDA (its stacks had ``max_members`` slots each, one stack per optimizer
 figure is a lower bound on the old cost, computed from this run, not a run of the old code.
 
     python benchmarks/fusion/pack_slots.py [--trials 64] [--max-members 32] [--json PATH]
+    python benchmarks/fusion/pack_slots.py --mixed [--compare ROOT] [--turns 3]
+
+``--mixed``: the issue's case, 3 members of 2 optimizer kinds (adam, adam, sgd) in a pack of
+capacity 32 (the digits MLP): slots computed per step and ms per step, by turns (A, B, A, B)
+with ``--compare ROOT``, another checkout (e.g. ``git archive 7bfe09a hypersack | tar -x -C
+ROOT``), each turn a fresh process.
 
 Counts, not times: the figures do not depend on the machine's speed, only (slightly) on the
 order in which members reach the packs.
@@ -88,13 +94,73 @@ def run(trials: int, max_members: int, epochs: int) -> dict[str, Any]:
                 fixed_cap_ratio=round(figures["iterations"] * max_members / member, 3))
 
 
+MIXED = r"""
+import json, sys, time
+import torch
+torch.set_num_threads(1)
+from hypersack.fusion.runner import Pack
+from hypersack.fusion.stack import StackOptions
+from hypersack.fusion.task import Member
+from hypersack.workloads.digits_fused import DIGITS_MLP
+pack = Pack(DIGITS_MLP, "cpu", options=StackOptions(capacity=32))
+for i, kind in enumerate(("adam", "adam", "sgd")):
+    pack.load(Member(i, {"optimizer": kind, "lr": 0.01, "batch_size": 32, "hidden": 64,
+                         "epochs": 9}, seed=i))
+for _ in range(3):
+    pack.train_iteration()
+stacks = list(pack.stacks.values()) if hasattr(pack, "stacks") else [pack.stack]
+start = time.perf_counter()
+for _ in range(STEPS):
+    pack.train_iteration()
+ms = 1000 * (time.perf_counter() - start) / STEPS
+print(json.dumps({"slots": sum(s.capacity for s in stacks), "stacks": len(stacks), "ms": ms}))
+"""
+
+
+def mixed_turn(root: Path, steps: int) -> dict[str, Any]:
+    """One turn of the mixed-kinds pack in a fresh process on checkout ``root``."""
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", MIXED.replace("STEPS", str(steps))],
+                          capture_output=True, text=True, env=env, check=True, cwd=root)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def mixed(compare: Path | None, turns: int, steps: int) -> int:
+    roots = {"this": ROOT} | ({"compare": compare} if compare else {})
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
+    for _ in range(turns):
+        for name, root in roots.items():
+            runs[name].append(mixed_turn(root, steps))
+    rows = {name: {"slots": r[0]["slots"], "stacks": r[0]["stacks"],
+                   "ms_per_step": round(sorted(x["ms"] for x in r)[len(r) // 2], 2),
+                   "ms_turns": [round(x["ms"], 2) for x in r]} for name, r in runs.items()}
+    print(json.dumps(rows))
+    if compare:
+        print(f"3 members (adam, adam, sgd), capacity 32: this checkout computes "
+              f"{rows['this']['slots']} slots in {rows['this']['stacks']} stack(s), "
+              f"{rows['this']['ms_per_step']} ms/step; {compare} computes "
+              f"{rows['compare']['slots']} slots in {rows['compare']['stacks']}, "
+              f"{rows['compare']['ms_per_step']} ms/step: "
+              f"{rows['compare']['ms_per_step'] / rows['this']['ms_per_step']:.1f}x "
+              f"(median of {turns} turns)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--max-members", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=9)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--mixed", action="store_true",
+                        help="the 3-members-of-2-kinds pack at capacity 32, ms per step")
+    parser.add_argument("--compare", type=Path, help="--mixed: another checkout, by turns")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args(argv)
+    if args.mixed:
+        return mixed(args.compare, args.turns, args.steps)
     row = run(args.trials, args.max_members, args.epochs)
     print(json.dumps(row))
     verdict = "PASS" if row["member_steps"] and row["ratio"] <= GOAL else "FAIL"
