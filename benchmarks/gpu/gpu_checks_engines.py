@@ -143,7 +143,7 @@ def measure_engines(job: dict, workload: Any, task: Any, loop_step: Callable,
     del alone                  # frees the lone pack's memory before the pack of N is built
     pack = _pack(task, device, [dict(config, lr=1e-3 * (1 + i % 7)) for i in range(n)],
                  "fp32", "off")
-    engine = ",".join(sorted(set(pack.engines.values())))
+    engine = pack.engine
     for mode, precision, graph in FUSED_MODES:
         pack.set_mode(precision, graph if graphs == "on" else "off")
         modes[mode] = dict(_timed(lambda k: pack.train_iteration(), n, job, sync, peak_mb),
