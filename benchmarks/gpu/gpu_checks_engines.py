@@ -137,10 +137,8 @@ def measure_engines(job: dict, workload: Any, task: Any, loop_step: Callable,
     modes: dict[str, dict] = {}
     step = loop_step(workload, task, [dict(config, lr=1e-3)], device)
     modes["alone_fp32"] = _timed(step, 1, job, sync, peak_mb)
-    alone = _pack(task, device, [config], "bf16", graphs)
-    modes["alone_bf16_graph"] = dict(_timed(lambda k: alone.train_iteration(), 1, job, sync,
-                                            peak_mb), graphs=_captured(alone))
-    del alone                  # frees the lone pack's memory before the pack of N is built
+    # the lone pack lives only in this call: its memory is free before the pack of N is built
+    modes["alone_bf16_graph"] = _alone_graph(task, device, config, graphs, job, sync, peak_mb)
     pack = _pack(task, device, [dict(config, lr=1e-3 * (1 + i % 7)) for i in range(n)],
                  "fp32", "off")
     engine = pack.engine
@@ -149,6 +147,14 @@ def measure_engines(job: dict, workload: Any, task: Any, loop_step: Callable,
         modes[mode] = dict(_timed(lambda k: pack.train_iteration(), n, job, sync, peak_mb),
                            graphs=_captured(pack))
     return {"modes": modes, "engine": engine}
+
+
+def _alone_graph(task: Any, device: str, config: dict, graphs: str, job: dict,
+                 sync: Callable, peak_mb: Callable) -> dict:
+    """The trial alone as a pack of one in bf16, its step a CUDA graph where one is captured."""
+    alone = _pack(task, device, [config], "bf16", graphs)
+    return dict(_timed(lambda k: alone.train_iteration(), 1, job, sync, peak_mb),
+                graphs=_captured(alone))
 
 
 def _captured(pack: Any) -> bool:
