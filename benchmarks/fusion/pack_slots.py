@@ -17,9 +17,9 @@ figure is a lower bound on the old cost, computed from this run, not a run of th
     python benchmarks/fusion/pack_slots.py --mixed [--compare ROOT] [--turns 3]
 
 ``--mixed``: the issue's case, 3 members of 2 optimizer kinds (adam, adam, sgd) in a pack of
-capacity 32 (the digits MLP): slots computed per step and ms per step, by turns (A, B, A, B)
-with ``--compare ROOT``, another checkout (e.g. ``git archive 7bfe09a hypersack | tar -x -C
-ROOT``), each turn a fresh process.
+capacity 32, and a full pack of 8 adam members (the digits MLP, batch 32): slots computed per
+step and ms per step, by turns (A, B, A, B) with ``--compare ROOT``, another checkout (e.g.
+``git archive 7bfe09a hypersack | tar -x -C ROOT``), each turn a fresh process.
 
 Counts, not times: the figures do not depend on the machine's speed, only (slightly) on the
 order in which members reach the packs.
@@ -102,48 +102,65 @@ from hypersack.fusion.runner import Pack
 from hypersack.fusion.stack import StackOptions
 from hypersack.fusion.task import Member
 from hypersack.workloads.digits_fused import DIGITS_MLP
-pack = Pack(DIGITS_MLP, "cpu", options=StackOptions(capacity=32))
-for i, kind in enumerate(("adam", "adam", "sgd")):
+pack = Pack(DIGITS_MLP, "cpu", options=StackOptions(capacity=CAPACITY))
+for i, kind in enumerate(KINDS):
     pack.load(Member(i, {"optimizer": kind, "lr": 0.01, "batch_size": 32, "hidden": 64,
                          "epochs": 9}, seed=i))
 for _ in range(3):
+    pack.train_iteration()
+from torch.utils._python_dispatch import TorchDispatchMode
+class Ops(TorchDispatchMode):
+    count = 0
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        Ops.count += 1
+        return func(*args, **(kwargs or {}))
+with Ops():
     pack.train_iteration()
 stacks = list(pack.stacks.values()) if hasattr(pack, "stacks") else [pack.stack]
 start = time.perf_counter()
 for _ in range(STEPS):
     pack.train_iteration()
 ms = 1000 * (time.perf_counter() - start) / STEPS
-print(json.dumps({"slots": sum(s.capacity for s in stacks), "stacks": len(stacks), "ms": ms}))
+print(json.dumps({"slots": sum(s.capacity for s in stacks), "stacks": len(stacks), "ms": ms,
+                  "ops": Ops.count}))
 """
 
 
-def mixed_turn(root: Path, steps: int) -> dict[str, Any]:
-    """One turn of the mixed-kinds pack in a fresh process on checkout ``root``."""
+# name: (members' optimizer kinds, capacity): the issue's case, and a full pack of one kind
+# (nothing to save there: it shows the step did not get slower).
+SCENARIOS = {"3 members of 2 kinds, capacity 32": (("adam", "adam", "sgd"), 32),
+             "8 adam members, capacity 8": (("adam",) * 8, 8)}
+
+
+def mixed_turn(root: Path, steps: int, kinds: tuple[str, ...], capacity: int) -> dict[str, Any]:
+    """One turn of a scenario's pack in a fresh process on checkout ``root``."""
     import subprocess
     env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, "-c", MIXED.replace("STEPS", str(steps))],
+    code = MIXED.replace("STEPS", str(steps)).replace("CAPACITY", str(capacity)) \
+        .replace("KINDS", repr(kinds))
+    done = subprocess.run([sys.executable, "-c", code],
                           capture_output=True, text=True, env=env, check=True, cwd=root)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def mixed(compare: Path | None, turns: int, steps: int) -> int:
-    roots = {"this": ROOT} | ({"compare": compare} if compare else {})
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
-    for _ in range(turns):
-        for name, root in roots.items():
-            runs[name].append(mixed_turn(root, steps))
-    rows = {name: {"slots": r[0]["slots"], "stacks": r[0]["stacks"],
-                   "ms_per_step": round(sorted(x["ms"] for x in r)[len(r) // 2], 2),
-                   "ms_turns": [round(x["ms"], 2) for x in r]} for name, r in runs.items()}
-    print(json.dumps(rows))
-    if compare:
-        print(f"3 members (adam, adam, sgd), capacity 32: this checkout computes "
-              f"{rows['this']['slots']} slots in {rows['this']['stacks']} stack(s), "
-              f"{rows['this']['ms_per_step']} ms/step; {compare} computes "
-              f"{rows['compare']['slots']} slots in {rows['compare']['stacks']}, "
-              f"{rows['compare']['ms_per_step']} ms/step: "
-              f"{rows['compare']['ms_per_step'] / rows['this']['ms_per_step']:.1f}x "
-              f"(median of {turns} turns)")
+    for scenario, (kinds, capacity) in SCENARIOS.items():
+        roots = {"this": ROOT} | ({"compare": compare} if compare else {})
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
+        for _ in range(turns):
+            for name, root in roots.items():
+                runs[name].append(mixed_turn(root, steps, kinds, capacity))
+        rows = {name: {"slots": r[0]["slots"], "stacks": r[0]["stacks"], "ops": r[0]["ops"],
+                       "ms_per_step": round(sorted(x["ms"] for x in r)[len(r) // 2], 2),
+                       "ms_turns": [round(x["ms"], 2) for x in r]} for name, r in runs.items()}
+        print(json.dumps({"scenario": scenario, **rows}))
+        if compare:
+            this, other = rows["this"], rows["compare"]
+            print(f"{scenario}: this checkout {this['slots']} slots in {this['stacks']} "
+                  f"stack(s), {this['ops']} aten ops, {this['ms_per_step']} ms/step; {compare} "
+                  f"{other['slots']} slots in {other['stacks']}, {other['ops']} aten ops, "
+                  f"{other['ms_per_step']} ms/step: "
+                  f"{other['ms_per_step'] / this['ms_per_step']:.2f}x (median of {turns} turns)")
     return 0
 
 
