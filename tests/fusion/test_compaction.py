@@ -26,7 +26,7 @@ def members(epochs=(1, 3, 2, 3, 1, 2)):
 
 
 def test_members_of_every_kind_in_one_stack_each_equal_their_alone_run():
-    ms = members()
+    ms = members((1, 2, 1, 2, 1))        # 4 seats; after the first epochs 2 of 4 are left
     packed, stats = run_members(TASK, ms, max_members=4)
     assert stats.peak_members == 4 and stats.compactions >= 1
     for m in ms:
