@@ -166,7 +166,8 @@ def _loop_and_procs(plan: dict, partial: Partial, deadline: "Deadline",
                     continue
                 rows.append(dict(row, model_steps_per_s=round(n * got["steps"] / got["seconds"],
                                                               2),
-                                 peak_memory_mb=round(got["peak_mb"], 1)))
+                                 peak_memory_mb=round(got["peak_mb"], 1),
+                                 **({"graphs": got["graphs"]} if "graphs" in got else {})))
                 partial.save(rows=rows, memory=memories)
     _ratios(rows)
     return rows, memories
@@ -412,6 +413,7 @@ def measure(job: dict) -> dict:
         return measure_engines(job, workload, task, _loop_step, _sync, _peak_mb)
     configs = [dict(job["config"], lr=1e-3 * (1 + i % 7), optimizer="adam")
                for i in range(job["n"])]
+    pack = None
     if job["what"] == "fused":
         from hypersack.fusion.runner import Pack
         pack = Pack(task, device)
@@ -432,8 +434,11 @@ def measure(job: dict) -> dict:
         step(warmup + k)
     _sync(device)
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "steps": steps, "peak_mb": _peak_mb(device), "start": start,
-            "end": start + seconds}
+    got = {"seconds": seconds, "steps": steps, "peak_mb": _peak_mb(device), "start": start,
+           "end": start + seconds}
+    if pack is not None:           # whether its step ran as a captured graph
+        got["graphs"] = pack.captures > 0 and pack.graphs_enabled
+    return got
 
 
 def _loop_step(workload: Any, task: Any, configs: list[dict], device: str) -> Callable[[int], None]:
