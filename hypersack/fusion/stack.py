@@ -221,22 +221,26 @@ class FusedStack:
         def vmapped(params: dict, buffers: dict, x: torch.Tensor) -> torch.Tensor:
             return vmap(lambda p, b, x: functional_call(self.base, (p, b), (x,)),
                         randomness="different")(params, buffers, x)
+        prefix = "fused pack runs under vmap: "     # choose_engine's line, said once below
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             program = choose_engine(self.options.engine, self.base, sample, vmapped, rtol)
+        for w in caught:
+            if not str(w.message).startswith(prefix):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.engine = "hfused" if program is not None else "vmap"
         if program is not None:
             return program
-        self.engine_note = next((str(w.message) for w in caught), "engine: vmap")
+        self.engine_note = next((str(w.message).removeprefix(prefix) for w in caught
+                                 if str(w.message).startswith(prefix)), "engine: vmap")
         try:
             self._dry_step(sample, vmapped)
         except Exception as exc:     # vmap cannot batch it: each member runs on its own
             if self.options.engine == "vmap":
                 raise
             self.engine = "loop"
-            self.engine_note = (f"{self.engine_note.removeprefix('fused pack runs under vmap: ')}"
-                                f", and vmap cannot run it ({type(exc).__name__}: "
-                                f"{str(exc).splitlines()[0][:200]})")
+            self.engine_note += (f", and vmap cannot run it ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0][:200]})")
         if self.options.engine == "auto":
             where = "one after another, each on its own (engine 'loop')" if self.engine == "loop" \
                 else "under vmap"
