@@ -82,6 +82,7 @@ def load_study(path: str | Path) -> LoadedStudy:
     spec, and the algorithm built from it (so a bad option, or a grid too large to list, names
     its line too). The spec is parsed once and the algorithm built once."""
     data, lines = load_yaml_mapping(path, "study file", "a mapping of fields")
+    data = _yaml_graphs(data)
     try:
         spec = StudySpec.from_dict(data)
         algorithm = make_algorithm(spec.algorithm, spec.space, spec.objective, spec.seed)
@@ -94,6 +95,15 @@ def load_study(path: str | Path) -> LoadedStudy:
     # The file's folder replaces any source_dir it declares (checked above, as before).
     spec = dataclasses.replace(spec, source_dir=str(folder))
     return LoadedStudy(spec, algorithm, data.get("storage"), data, folder)
+
+
+def _yaml_graphs(data: dict[str, Any]) -> dict[str, Any]:
+    """``pack: {graphs: on}`` unquoted, which YAML 1.1 reads as True (and ``off`` as False),
+    means the mode "on" ("off"): the only field whose words YAML turns into booleans."""
+    pack = data.get("pack")
+    if not isinstance(pack, dict) or not isinstance(pack.get("graphs"), bool):
+        return data
+    return dict(data, pack=dict(pack, graphs="on" if pack["graphs"] else "off"))
 
 
 def load_study_file(path: str | Path) -> dict[str, Any]:

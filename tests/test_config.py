@@ -332,3 +332,13 @@ def test_an_unknown_algorithm_option_names_the_option_and_the_valid_ones(tmp_pat
     assert exc.field == "algorithm.reduction_factr"
     assert "is not an option of 'asha'" in str(exc) and "reduction_factor" in str(exc)
     assert "__init__" not in str(exc)
+
+
+@pytest.mark.parametrize("word, mode", [("on", "on"), ("off", "off"), ("yes", "on"),
+                                        ("auto", "auto"), ("'on'", "on")])
+def test_pack_graphs_on_and_off_unquoted_are_the_modes(tmp_path, loader, word, mode):
+    """YAML 1.1 reads on / off as booleans: for ``pack.graphs`` they mean the modes."""
+    from hypersack.config import load_study
+    text = digits_with("seed: 0", "seed: 0\nexecution: fused\n"
+                                  f"pack: {{max_members: 4, graphs: {word}}}")
+    assert load_study(write(tmp_path, text)).spec.pack.graphs == mode

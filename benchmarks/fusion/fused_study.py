@@ -10,8 +10,8 @@ slots / cap per iteration, time-weighted, from the ``pack stats`` line of each p
     python benchmarks/fusion/fused_study.py [--trials 32] [--epochs 8] [--hidden 64]
                                             [--max-members 16] [--uniform] [--quick] [--json PATH]
 
-By default batch sizes (16-128) and optimizers (4 kinds) vary per trial: a pack then holds one
-fused stack per optimizer kind and pads every step to its largest batch. ``--uniform`` fixes
+By default batch sizes (16-128) and optimizers (4 kinds) vary per trial: a pack's one stack then
+runs one optimizer update per kind present and pads every step to its largest batch. ``--uniform`` fixes
 batch size 32 and adam, the case fusion is made for.
 
 `--quick`: 8 trials of 2 epochs (a smoke run, not a measurement). CPU figures on a shared

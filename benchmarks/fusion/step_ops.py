@@ -94,7 +94,7 @@ def engine_stack(model: str, n: int, width: int, image_size: int, batches: list[
     for i in range(n):
         config = dict(base, optimizer="adam", lr=1e-3 * (1 + i), batch_size=batches[i % len(batches)])
         pack.load(Member(trial_id=i, config=config, seed=100 + i))
-    (stack,) = pack.stacks.values()
+    stack = pack.stack
     for _ in range(2):
         stack.train_iteration()
     return task, stack
@@ -193,8 +193,15 @@ class AdamPair:
 
     def engine(self) -> None:
         s = self.stack
-        self.optim.fused_step(s.kind, self.params, self.grads, s._prefixed("o."),
-                              s._prefixed("h."), s.rows["iter"], **self.kwargs)
+        if hasattr(s, "kind"):       # a checkout from before one stack held every kind
+            kind, state, hparams = s.kind, s._prefixed("o."), s._prefixed("h.")
+        else:                        # state and hyperparameter rows per kind, schedule shared
+            kind, = s.kinds
+            state = s._prefixed(f"o.{kind}.")
+            hparams = {k: v for k, v in s._prefixed("h.").items() if "." not in k}
+            hparams.update(s._prefixed(f"h.{kind}."))
+        self.optim.fused_step(kind, self.params, self.grads, state, hparams, s.rows["iter"],
+                              **self.kwargs)
 
     def torch_foreach(self) -> None:
         self.foreach.step()

@@ -6,7 +6,7 @@
 - ``OptimizerConfig`` / ``Schedule``: per-member optimizers over stacked parameters
   (``hypersack.fusion.optim``).
 - ``measure_member_memory``: the per-member memory that caps a pack's size.
-- ``StackOptions``: slots, engine, precision and CUDA graphs of a pack's stacks
+- ``StackOptions``: slots, engine, precision and CUDA graphs of a pack's stack
   (``hypersack.fusion.stack``; ``run_pack`` takes the same as keyword arguments).
 
 Engines: ``hfused`` (``hypersack.fusion.hfused`` over the op table of

@@ -6,6 +6,12 @@ writes them in place and returns nothing, so its kernels can be recorded once an
 ``key`` is what changes the recorded shapes (the padded batch width, whether rows are padded);
 members joining or leaving only rewrite rows and masks, so they never force a new capture.
 
+Graphs are cached by key, at most ``max_graphs`` (least recently replayed first out). A graph
+reads the persistent tensors by address, so nothing it reads may be freed while it lives: the
+stack's rows live until ``reset`` (which drops every graph), and a tensor made outside the
+step but read inside it (a cached constant such as ``layers``' dropout offsets) is handed to
+``keep_alive`` while the step is captured, which ties it to that graph's entry.
+
 ``mode``: "auto" (graphs on CUDA, eager elsewhere), "on" or "off". The first ``warmup`` steps
 of a key run eagerly (on a side stream on CUDA, as capture requires); the next one is captured
 and replayed, and every later one replays. A capture that fails turns graphs off for the stack
@@ -14,15 +20,38 @@ injectable (tests drive the same logic on the CPU with a stand-in graph).
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
-from typing import Any, Callable, Hashable, Protocol
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterator, Protocol
 
 import torch
 
 from hypersack.core.packs import GRAPH_MODES
 from hypersack.errors import ConfigError
 
-__all__ = ["GRAPH_MODES", "StepRunner", "check_graphs"]
+__all__ = ["GRAPH_MODES", "StepRunner", "check_graphs", "keep_alive"]
+
+_HELD: list[list[Any]] = []      # the tensors of the captures in progress (innermost last)
+
+
+def keep_alive(tensor: torch.Tensor) -> torch.Tensor:
+    """Tie ``tensor`` to the graph being captured, if any (it then lives as long as that
+    graph's cache entry); returns it."""
+    if _HELD:
+        _HELD[-1].append(tensor)
+    return tensor
+
+
+@contextlib.contextmanager
+def _holding() -> Iterator[list[Any]]:
+    held: list[Any] = []
+    _HELD.append(held)
+    try:
+        yield held
+    finally:
+        _HELD.pop()
 
 
 
@@ -54,18 +83,27 @@ def cuda_capture(step: Callable[[Hashable], None], key: Hashable, device: torch.
     return graph
 
 
+@dataclass
+class _Entry:
+    graph: Graph
+    held: list[Any] = field(default_factory=list)   # tensors made outside, read by the graph
+
+
 class StepRunner:
-    """Runs a stack's static step eagerly or as replayed graphs (see the module docstring)."""
+    """Runs a stack's static step eagerly or as replayed graphs (see the module docstring).
+    ``captures`` counts the graphs captured (evicted or reset ones included)."""
 
     def __init__(self, step: Callable[[Hashable], None], mode: str, device: torch.device,
-                 warmup: int = 2, capture: Callable[..., Graph] | None = None):
+                 warmup: int = 2, capture: Callable[..., Graph] | None = None,
+                 max_graphs: int = 8):
         check_graphs(mode)
         self.step, self.device, self.warmup = step, device, warmup
         self.enabled = mode == "on" or (mode == "auto" and device.type == "cuda")
         if self.enabled and capture is None and device.type != "cuda":
             raise ConfigError("pack.graphs", mode, f"needs a CUDA device (the pack is on {device})")
         self.capture = capture or cuda_capture
-        self.graphs: dict[Hashable, Graph] = {}
+        self.max_graphs = max(1, max_graphs)
+        self.graphs: OrderedDict[Hashable, _Entry] = OrderedDict()
         self.seen: dict[Hashable, int] = {}
         self.captures = 0
 
@@ -78,23 +116,28 @@ class StepRunner:
         if not self.enabled:
             self.step(key)
             return
-        graph = self.graphs.get(key)
-        if graph is not None:
-            graph.replay()
+        entry = self.graphs.get(key)
+        if entry is not None:
+            self.graphs.move_to_end(key)
+            entry.graph.replay()
             return
         self.seen[key] = self.seen.get(key, 0) + 1
         if self.seen[key] <= self.warmup:
             self._eager_warmup(key)
             return
         try:
-            graph = self.capture(self.step, key, self.device)
+            with _holding() as held:
+                graph = self.capture(self.step, key, self.device)
         except Exception as exc:     # any capture failure: eager from now on, same results
             self.enabled = False
             warnings.warn(f"fused pack: CUDA graph capture failed, running eagerly ({exc})",
                           RuntimeWarning, stacklevel=2)
             self.step(key)
             return
-        self.graphs[key] = graph
+        while len(self.graphs) >= self.max_graphs:
+            old, _ = self.graphs.popitem(last=False)    # least recently replayed
+            self.seen.pop(old, None)
+        self.graphs[key] = _Entry(graph, held)
         self.captures += 1
         graph.replay()
 

@@ -25,7 +25,7 @@ running estimate, ``momentum=None`` for a cumulative average.
 from __future__ import annotations
 
 import copy
-import functools
+from collections import OrderedDict
 from typing import cast
 
 import numpy as np
@@ -34,6 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hypersack.errors import ConfigError
+from hypersack.fusion.graphs import keep_alive
 
 __all__ = ["MemberDropout", "MaskedBatchNorm", "prepare_module", "member_key", "uniform_stream",
            "dropout_layers", "batchnorm_layers", "dropout_feature_shapes"]
@@ -82,10 +83,25 @@ def _mix32_int(x: int) -> int:
     return x ^ (x >> 15)
 
 
-@functools.lru_cache(maxsize=32)
+_OFFSETS: OrderedDict[tuple[int, torch.device], torch.Tensor] = OrderedDict()
+_MAX_OFFSETS = 32
+
+
 def _element_offsets(count: int, device: torch.device) -> torch.Tensor:
-    """``(arange(count) * golden) mod 2**32``: the per-element counter offsets (cached)."""
-    return _mul32(torch.arange(count, device=device, dtype=torch.int64), _GOLDEN)
+    """``(arange(count) * golden) mod 2**32``: the per-element counter offsets, cached (the
+    ``_MAX_OFFSETS`` most recent). A captured CUDA graph reads them by address, so each one
+    used in a capture is also held by that graph (``graphs.keep_alive``): one evicted here
+    stays alive, never reused, as long as a graph may read it."""
+    key = (count, device)
+    offsets = _OFFSETS.get(key)
+    if offsets is None:
+        offsets = _OFFSETS[key] = _mul32(torch.arange(count, device=device, dtype=torch.int64),
+                                         _GOLDEN)
+        while len(_OFFSETS) > _MAX_OFFSETS:
+            _OFFSETS.popitem(last=False)
+    else:
+        _OFFSETS.move_to_end(key)
+    return keep_alive(offsets)
 
 
 def uniform_stream(keys: torch.Tensor, iterations: torch.Tensor, layer: int,

@@ -40,9 +40,8 @@ def _pack(task: FusableTask, config: Mapping[str, Any], n: int, device: torch.de
 
 def _state_bytes(pack: Pack) -> float:
     total = 0
-    for stack in pack.stacks.values():
-        for key, value in stack.rows.items():
-            total += value.numel() * value.element_size() * (2 if key.startswith("p.") else 1)
+    for key, value in (pack.stack.rows if pack.stack is not None else {}).items():
+        total += value.numel() * value.element_size() * (2 if key.startswith("p.") else 1)
     return float(total)
 
 

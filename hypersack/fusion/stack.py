@@ -1,4 +1,4 @@
-"""One fused stack: up to C members of one architecture and one optimizer kind as one model.
+"""One fused stack: up to C members of one architecture as one model, whatever their optimizers.
 
 Every per-member quantity is a row of a stacked tensor (first dimension = slot): parameters,
 buffers (BatchNorm running statistics), optimizer state, hyperparameters, schedule, dropout
@@ -7,7 +7,14 @@ count and its running training loss. The stack has C fixed slots; loading a memb
 rows into a free slot, freeing one clears its mask (``rows["active"]``): a free slot trains on
 nothing (loss weight 0) and its optimizer update is skipped (``fused_step``'s ``keep``), so
 tensor shapes never change while members come and go (C doubles only when a member finds every
-slot taken).
+slot taken, up to ``StackOptions.max_capacity``; ``shrink`` compacts the live members into fewer
+slots, which ``hypersack.core.packs.compacted_capacity`` decides).
+
+Members may use different optimizer kinds (sgd, adam, ...): each kind present has its own
+state rows (``o.<kind>.<state>/<param>``) and hyperparameter rows (``h.<kind>.<name>``; the
+schedule's rows are shared), and the optimizer step runs the update of each kind present
+with the slots of the other kinds masked (lr 0, zero gradient: their parameters stay bit for
+bit, and their rows of that kind's state, which nothing reads, hold only finite numbers).
 
 The forward is the horizontally fused model (``hypersack.fusion.hfused``: grouped convolutions,
 batched matmuls, per-member BatchNorm over N x C channels) or, for a model that does not fuse,
@@ -22,15 +29,24 @@ One training iteration (``train_iteration``):
    which sits on the device once for the whole pack.
 3. One fused forward; each member's loss is the mean over its own valid rows (padding has
    weight 0, BatchNorm statistics skip it), so its gradient is exactly that of a lone step.
-4. One fused optimizer step (``hypersack.fusion.optim``) with each member's own learning rate
-   from its schedule at its own step count.
+4. One fused optimizer step per optimizer kind present (``hypersack.fusion.optim``) with each
+   member's own learning rate from its schedule at its own step count.
 
 Steps 2-4 are one function of persistent tensors (``_device_step``) that runs eagerly or as a
 replayed CUDA graph (``hypersack.fusion.graphs``), under the pack's precision
-(``hypersack.fusion.precision``).
+(``hypersack.fusion.precision``). It never waits for the host: the per-step host facts (each
+slot's position and row count, one [2, C] tensor) and a new epoch's orders are staged in
+pinned memory on CUDA and copied non-blocking, and nothing in the step reads a device value
+back (``tests/fusion/test_host_syncs.py`` counts). Under graphs the padded width is rounded up
+to a bucket (``bucket_width``) so a new mix of batch sizes rarely needs a new capture.
 
 A member's epoch ends when it has seen each training sample exactly once; members with
 different batch sizes end epochs at different iterations and simply go on with their next epoch.
+
+A model that neither engine can run (a layer outside the fused table that vmap cannot batch,
+e.g. ``nn.GRU``) is found at build time by a dry training step on two members, and then
+trains on the ``loop`` engine: each member's model runs separately, one after the other, in
+the same step (one line says which layer and why).
 
 "Alone" means this same stack with one member: in fp32 (float64 in the tests) a member's
 parameters after k steps are the same (to floating-point rounding of batched versus single
@@ -41,6 +57,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Hashable, Iterator, Mapping, cast
 
@@ -49,6 +66,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from hypersack.core.packs import bucket_width, grown_capacity
 from hypersack.errors import ConfigError
 from hypersack.validation import check_integer
 from hypersack.fusion.fused_ops import FuseContext
@@ -56,14 +74,15 @@ from hypersack.fusion.graphs import StepRunner, check_graphs
 from hypersack.fusion.hfused import ENGINES, FusedProgram, choose_engine
 from hypersack.fusion.layers import (batchnorm_layers, dropout_feature_shapes, dropout_layers,
                                      member_key, uniform_stream)
-from hypersack.fusion.optim import (OptimizerConfig, fused_step, hparam_rows, init_state,
-                                    rule_features)
+from hypersack.fusion.optim import (KINDS, OptimizerConfig, Schedule, fused_step, hparam_rows,
+                                    init_state, rule_features)
 from hypersack.fusion.precision import LossScale, autocast, check_precision
 from hypersack.fusion.task import FusableTask, Member
 
 __all__ = ["PackData", "FusedStack", "StackOptions", "epoch_seed", "CHECKPOINT_FORMAT"]
 
 CHECKPOINT_FORMAT = "hypersack.fusion.member/1"
+_SCHEDULE_ROWS = frozenset(Schedule().values())     # hyperparameter rows every kind shares
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -135,8 +154,9 @@ class SlotTable:
 class StackOptions:
     """How a stack trains (all results equal in fp32 whatever the engine and graph mode).
 
-    ``capacity``: slots allocated up front (doubled when a member finds none free).
-    ``engine``: "auto" (horizontally fused, vmap where the model does not fuse), "hfused" or
+    ``capacity``: slots allocated up front (doubled when a member finds none free, up to
+    ``max_capacity``, None: no bound). ``engine``: "auto" (horizontally fused, vmap where the
+    model does not fuse, the per-member loop where vmap cannot run it either), "hfused" or
     "vmap". ``precision``: "fp32" | "bf16" | "fp16" (``hypersack.fusion.precision``).
     ``graphs``: "auto" | "on" | "off" (``hypersack.fusion.graphs``).
     """
@@ -144,9 +164,12 @@ class StackOptions:
     engine: str = "auto"
     precision: str = "fp32"
     graphs: str = "auto"
+    max_capacity: int | None = None
 
     def __post_init__(self) -> None:
         check_integer("pack.capacity", self.capacity, low=1)
+        if self.max_capacity is not None:
+            check_integer("pack.max_capacity", self.max_capacity, low=1)
         if self.engine not in ENGINES:
             raise ConfigError("pack.engine", self.engine, f"must be one of {list(ENGINES)}")
         check_precision(self.precision, "pack.precision")
@@ -154,15 +177,17 @@ class StackOptions:
 
 
 class FusedStack:
-    """Members of one architecture and optimizer kind, trained together (see module docstring).
+    """Members of one architecture, trained together (see module docstring).
 
     ``template`` is any member's model after ``prepare_module``; it fixes the architecture.
-    ``slots[i]`` is the member in slot i (``SlotTable``); ``len(stack)`` counts members.
+    ``slots[i]`` is the member in slot i (``SlotTable``); ``len(stack)`` counts members;
+    ``kinds`` the optimizer kinds with rows; ``engine`` "hfused" | "vmap" | "loop";
+    ``engine_note`` why it is not "hfused" (None when it is).
     """
 
-    def __init__(self, task: FusableTask, kind: str, template: nn.Module, data: PackData,
+    def __init__(self, task: FusableTask, template: nn.Module, data: PackData,
                  options: StackOptions | None = None):
-        self.task, self.kind, self.data = task, kind, data
+        self.task, self.data = task, data
         self.options = options or StackOptions()
         self.base = copy.deepcopy(template).train()
         self.param_names = [n for n, _ in template.named_parameters()]
@@ -177,26 +202,65 @@ class FusedStack:
         self.rows: dict[str, torch.Tensor] = {}
         self.host: dict[str, np.ndarray] = {}
         self.slots = SlotTable(0)
+        self.kinds: list[str] = []
         self._arange = torch.arange(data.n, device=self.device)
-        self._pos = torch.zeros(0, dtype=torch.int64, device=self.device)
-        self._counts = torch.zeros(0, dtype=torch.int64, device=self.device)
+        self._steps = torch.zeros((2, 0), dtype=torch.int64, device=self.device)
         self._padded = True
-        # Parts of the update rule the members use (grows as members join; graph key).
+        self._pinned = self.device.type == "cuda"
+        # Parts of the update rules the members use (grows as members join; graph key).
         self._features: frozenset[str] = frozenset()
         self._views: dict = {}       # FuseContext.views: reshaped buffers, kept across steps
         self._scaler = LossScale() if self.options.precision == "fp16" else None
+        self.engine_note: str | None = None
         self.program = self._choose_engine()
-        self.engine = "vmap" if self.program is None else "hfused"
         self.runner = StepRunner(self._device_step, self.options.graphs, self.device)
 
     def _choose_engine(self) -> FusedProgram | None:
+        """The fused program, or None for vmap or (``engine`` "loop") the per-member loop; a
+        dry training step on two members shows vmap can run the model (see module doc)."""
         sample = self.data.x_train[:2].unsqueeze(0).expand(2, *self.data.x_train[:2].shape)
         rtol = 1e-9 if self.dtype == torch.float64 else 1e-3
 
         def vmapped(params: dict, buffers: dict, x: torch.Tensor) -> torch.Tensor:
             return vmap(lambda p, b, x: functional_call(self.base, (p, b), (x,)),
                         randomness="different")(params, buffers, x)
-        return choose_engine(self.options.engine, self.base, sample, vmapped, rtol)
+        prefix = "fused pack runs under vmap: "     # choose_engine's line, said once below
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            program = choose_engine(self.options.engine, self.base, sample, vmapped, rtol)
+        for w in caught:
+            if not str(w.message).startswith(prefix):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        self.engine = "hfused" if program is not None else "vmap"
+        if program is not None:
+            return program
+        self.engine_note = next((str(w.message).removeprefix(prefix) for w in caught
+                                 if str(w.message).startswith(prefix)), "engine: vmap")
+        try:
+            self._dry_step(sample, vmapped)
+        except Exception as exc:     # vmap cannot batch it: each member runs on its own
+            if self.options.engine == "vmap":
+                raise
+            self.engine = "loop"
+            self.engine_note += (f", and vmap cannot run it ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0][:200]})")
+        if self.options.engine == "auto":
+            where = "one after another, each on its own (engine 'loop')" if self.engine == "loop" \
+                else "under vmap"
+            warnings.warn(f"fused pack: {self.engine_note}: its members train {where}",
+                          RuntimeWarning, stacklevel=3)
+        return None
+
+    def _dry_step(self, sample: torch.Tensor, vmapped: Any) -> None:
+        """Forward and backward of two members under vmap, on copies (state untouched)."""
+        params = {k: torch.stack([v.detach(), v.detach()]).requires_grad_(v.is_floating_point())
+                  for k, v in self.base.named_parameters()}
+        buffers = {k: torch.stack([v.detach(), v.detach()]).clone()
+                   for k, v in self.base.named_buffers()}
+        out = vmapped(params, buffers, sample)
+        grads = [p for p in params.values() if p.requires_grad]
+        if grads and out.is_floating_point():
+            torch.autograd.grad(out.float().sum(), grads, allow_unused=True)
 
     def __len__(self) -> int:
         return self.slots.occupied()
@@ -210,16 +274,20 @@ class FusedStack:
     def add(self, member: Member, model: nn.Module, optimizer: OptimizerConfig, batch_size: int,
             max_steps: int) -> int:
         """Write ``member`` (its prepared model on the pack's device and dtype) into a free slot;
-        returns the slot. Shapes change only when no slot is free (capacity doubles)."""
+        returns the slot. Shapes change only when no slot is free (capacity doubles, up to
+        ``max_capacity``) or the member's optimizer kind is new to the stack (its rows)."""
         rows, host = self._member_rows(member, model, optimizer, batch_size)
         if len(self.slots) == 0:
             self._allocate(rows, host, self.options.capacity)
+        if optimizer.kind not in self.kinds:
+            self._add_kind(optimizer.kind, rows)
         free = self.slots.free()
         if not free:
             self._grow(rows, host)
             free = self.slots.free()
         slot = free[0]
         with torch.no_grad():
+            self._reset_kinds(slot)
             for k, v in rows.items():
                 self.rows[k][slot] = v
             self.rows["active"][slot] = True
@@ -240,19 +308,55 @@ class FusedStack:
 
     def _allocate(self, rows: dict[str, torch.Tensor], host: dict[str, np.ndarray],
                   capacity: int) -> None:
+        """Fresh rows for ``capacity`` slots, shaped like ``rows`` (one member's), all free;
+        every kind's hyperparameter rows hold that kind's defaults (finite updates of free
+        slots)."""
         self.rows = {k: torch.zeros((capacity, *v.shape), dtype=v.dtype, device=v.device)
                      for k, v in rows.items()}
         self.rows["active"] = torch.zeros(capacity, dtype=torch.bool, device=self.device)
         self.host = {k: np.zeros(capacity, dtype=v.dtype) for k, v in host.items()}
         self.host["active"] = np.zeros(capacity, dtype=bool)
         self.slots = SlotTable(capacity)
+        self.kinds = sorted({k.split(".")[1] for k in rows if k.startswith("o.")}
+                            | {k.split(".")[1] for k in rows if k.count(".") == 2
+                               and k.startswith("h.")})
+        with torch.no_grad():
+            for kind in self.kinds:
+                self._default_rows(kind, slice(None))
         self._static_buffers(capacity)
         self._releaf()
 
+    def _kind_rows(self, kind: str) -> list[str]:
+        return [k for k in self.rows if k.startswith((f"o.{kind}.", f"h.{kind}."))]
+
+    def _default_rows(self, kind: str, where: Any) -> None:
+        """Rows of ``kind`` at slots ``where`` back to a fresh member's: zero state, default
+        hyperparameters (their values never move a parameter of another kind's member)."""
+        defaults = hparam_rows([OptimizerConfig(kind=kind)], self.dtype, self.device)
+        for key in self._kind_rows(kind):
+            name = key.split(".", 2)[2]
+            self.rows[key][where] = defaults[name][0] if key.startswith("h.") else 0
+
+    def _reset_kinds(self, slot: int) -> None:
+        for kind in self.kinds:
+            self._default_rows(kind, slot)
+
+    def _add_kind(self, kind: str, rows: dict[str, torch.Tensor]) -> None:
+        """Rows for a new optimizer kind (``rows``: a member's of that kind); recaptures."""
+        capacity = len(self.slots)
+        with torch.no_grad():
+            for k, v in rows.items():
+                if k.startswith((f"o.{kind}.", f"h.{kind}.")):
+                    self.rows[k] = torch.zeros((capacity, *v.shape), dtype=v.dtype,
+                                               device=v.device)
+            self.kinds = sorted(set(self.kinds) | {kind})
+            self._default_rows(kind, slice(None))
+        self.runner.reset()
+
     def _grow(self, rows: dict[str, torch.Tensor], host: dict[str, np.ndarray]) -> None:
         old_rows, old_host, old_slots = self.rows, self.host, self.slots
-        capacity = 2 * len(old_slots)
-        self._allocate(rows, host, capacity)
+        capacity = grown_capacity(len(old_slots), len(old_slots) + 1, self.options.max_capacity)
+        self._allocate({k: v[0] for k, v in old_rows.items() if k != "active"}, host, capacity)
         with torch.no_grad():
             for k, tensor in old_rows.items():
                 self.rows[k][:len(old_slots)] = tensor.detach()
@@ -264,18 +368,22 @@ class FusedStack:
 
     def shrink(self, capacity: int) -> bool:
         """Fewer slots: the members move, in slot order, to the first ``capacity`` slots (slot
-        numbers change; each member's rows, hence its results, do not). False, and nothing
-        changes, when ``capacity`` is not below the capacity or is below the members held."""
+        numbers change; each member's rows, hence its results, do not; the rows of optimizer
+        kinds no member uses any more go). False, and nothing changes, when ``capacity`` is
+        not below the capacity or is below the members held. The step is captured again."""
         if capacity >= len(self.slots) or capacity < len(self) or capacity < 1:
             return False
         keep = [i for i, slot in enumerate(self.slots) if slot is not None]
+        live = {slot.optimizer.kind for slot in self.slots if slot is not None}
+        gone = set(self.kinds) - live
         old_rows, old_host, old_slots = self.rows, self.host, self.slots
-        template = {k: v[0] for k, v in old_rows.items() if k != "active"}
+        template = {k: v[0] for k, v in old_rows.items() if k != "active"
+                    and not (k[:2] in ("o.", "h.") and k.split(".")[1] in gone)}
         self._allocate(template, {k: v for k, v in old_host.items() if k != "active"}, capacity)
         index = torch.as_tensor(keep, dtype=torch.int64, device=self.device)
         with torch.no_grad():
-            for k, tensor in old_rows.items():
-                self.rows[k][:len(keep)] = tensor.detach()[index]
+            for k in self.rows:
+                self.rows[k][:len(keep)] = old_rows[k].detach()[index]
         for k, array in old_host.items():
             self.host[k][:len(keep)] = array[keep]
         for new, old in enumerate(keep):
@@ -284,8 +392,8 @@ class FusedStack:
         return True
 
     def _static_buffers(self, capacity: int) -> None:
-        self._pos = torch.zeros(capacity, dtype=torch.int64, device=self.device)
-        self._counts = torch.zeros(capacity, dtype=torch.int64, device=self.device)
+        # Per step, row 0: each slot's position in its epoch order; row 1: its rows this step.
+        self._steps = torch.zeros((2, capacity), dtype=torch.int64, device=self.device)
 
     def _releaf(self) -> None:
         for name in self.param_names:
@@ -297,13 +405,16 @@ class FusedStack:
         state = model.state_dict()
         device, dtype = self.device, self.dtype
         params = {n: state[n].detach().clone() for n in self.param_names}
-        ckpt = _checked_checkpoint(member, self.kind, self.param_names)
+        kind = optimizer.kind
+        ckpt = _checked_checkpoint(member, kind, self.param_names)
         opt_state = init_state(optimizer, params) if ckpt is None else ckpt["optimizer"]["state"]
         rows = {"p." + n: v for n, v in params.items()}
         rows.update({"b." + n: state[n].detach().clone() for n in self.buffer_names})
-        rows.update({"o." + k: v.to(device=device, dtype=params[k.split("/", 1)[1]].dtype)
+        rows.update({f"o.{kind}.{k}": v.to(device=device, dtype=params[k.split("/", 1)[1]].dtype)
                      for k, v in opt_state.items()})
-        rows.update({"h." + k: v[0] for k, v in hparam_rows([optimizer], dtype, device).items()})
+        rows.update({(f"h.{k}" if k in _SCHEDULE_ROWS else f"h.{kind}.{k}"): v[0]
+                     for k, v in hparam_rows([optimizer], dtype, device).items()})
+        rows["kind"] = torch.tensor(KINDS.index(kind), dtype=torch.int64, device=device)
         iteration = 0 if ckpt is None else int(ckpt["iteration"])
         rows["iter"] = torch.tensor(iteration, dtype=torch.int64, device=device)
         rows["key"] = torch.tensor(member_key(member.seed), dtype=torch.int64, device=device)
@@ -327,15 +438,29 @@ class FusedStack:
         return int(self.host["epoch"][i])
 
     def _start_epochs(self) -> None:
+        """New epoch orders of the members whose epoch ended: drawn on the host, staged in
+        pinned memory on CUDA and written with one non-blocking copy."""
         n = self.data.n
-        for i in np.flatnonzero((self.host["pos"] >= n) & self.host["active"]):
-            seed = epoch_seed(int(self.host["seed"][i]), int(self.host["epoch"][i]) + 1)
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-            with torch.no_grad():
-                self.rows["order"][i] = order.to(self.device)
-                self.rows["loss_sum"][i] = 0
-            self.host["pos"][i] = 0
-            self.host["loss_count"][i] = 0
+        starting = np.flatnonzero((self.host["pos"] >= n) & self.host["active"])
+        if not len(starting):
+            return
+        orders = torch.stack([torch.randperm(n, generator=torch.Generator().manual_seed(
+            epoch_seed(int(self.host["seed"][i]), int(self.host["epoch"][i]) + 1)))
+            for i in starting])
+        index = torch.as_tensor(starting.astype(np.int64))
+        with torch.no_grad():
+            index_d, orders_d = self._to_device(index), self._to_device(orders)
+            self.rows["order"].index_copy_(0, index_d, orders_d)
+            self.rows["loss_sum"].index_fill_(0, index_d, 0)
+        self.host["pos"][starting] = 0
+        self.host["loss_count"][starting] = 0
+
+    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
+        """``host`` on the stack's device: on CUDA through pinned memory, non-blocking (the
+        pinned block is not reused before its copy ran: torch's host allocator records it)."""
+        if not self._pinned:
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
 
     def train_iteration(self) -> list[int]:
         """One optimizer step for every member; returns the slots whose epoch just ended."""
@@ -343,11 +468,15 @@ class FusedStack:
         n, active = self.data.n, self.host["active"]
         counts_h = np.where(active, np.minimum(self.host["batch"], n - self.host["pos"]), 0)
         width = int(self.host["batch"][active].max())
+        if self.runner.enabled:             # captures per bucket, not per mix of batch sizes
+            width = bucket_width(width)
         padded = bool(np.any(counts_h[active] < width))
+        steps = torch.as_tensor(np.stack([self.host["pos"], counts_h]).astype(np.int64))
         with torch.no_grad():
-            self._pos.copy_(torch.as_tensor(self.host["pos"].astype(np.int64)))
-            self._counts.copy_(torch.as_tensor(counts_h.astype(np.int64)))
-        self.runner((width, padded, self._mask_layers(), self._features))
+            self._steps.copy_(steps.pin_memory() if self._pinned else steps,
+                              non_blocking=self._pinned)
+        kinds = tuple(sorted({s.optimizer.kind for s in self.slots if s is not None}))
+        self.runner((width, padded, self._mask_layers(), kinds, self._features))
         self.host["pos"] = np.where(active, self.host["pos"] + counts_h, self.host["pos"])
         self.host["loss_count"] = self.host["loss_count"] + active
         ended = active & (self.host["pos"] >= n)
@@ -362,13 +491,15 @@ class FusedStack:
             self.runner.enabled or np.any(self.host[f"drop.{i}"][active] > 0)))
 
     def _device_step(self, key: Hashable) -> None:
-        """The static step: gather, forward, backward, optimizer; device tensors only.
-        ``key``: (padded width, any padding, dropout layers with masks, optimizer features)."""
-        width, padded, layers, _ = cast(tuple, key)
+        """The static step: gather, forward, backward, optimizer; device tensors only, none
+        read back. ``key``: (padded width, any padding, dropout layers with masks, optimizer
+        kinds of the members, optimizer features)."""
+        width, padded, layers, kinds, features = cast(tuple, key)
         rows, n = self.rows, self.data.n
-        span = self._arange[:width]
-        idx = rows["order"].gather(1, (self._pos[:, None] + span[None]).clamp(max=n - 1))
-        valid_b = span[None] < self._counts[:, None]
+        pos, counts = self._steps[0], self._steps[1]
+        span = self._arange[:width] if width <= n else torch.arange(width, device=self.device)
+        idx = rows["order"].gather(1, (pos[:, None] + span[None]).clamp(max=n - 1))
+        valid_b = span[None] < counts[:, None]
         valid = valid_b.to(self.dtype)
         self._padded = padded
         with autocast(self.options.precision, self.device):
@@ -378,15 +509,17 @@ class FusedStack:
                                         self.data.y_train[idx].flatten(0, 1))
         per_sample = per_sample.to(self.dtype).view(self.capacity, width)
         member_loss = torch.where(valid_b, per_sample, 0).sum(1) \
-            / self._counts.clamp(min=1).to(self.dtype)
-        keep = self._optimize(member_loss)
+            / counts.clamp(min=1).to(self.dtype)
+        keep = self._optimize(member_loss, kinds, features)
         with torch.no_grad():
             rows["iter"] += keep.to(torch.int64)
             rows["loss_sum"] += torch.where(keep, member_loss.detach(), 0)
 
-    def _optimize(self, member_loss: torch.Tensor) -> torch.Tensor:
-        """Backward and the fused update of the active slots; returns the slots updated (fp16:
-        an overflowing member skips its update, parameters and state untouched)."""
+    def _optimize(self, member_loss: torch.Tensor, kinds: tuple[str, ...],
+                  features: frozenset[str]) -> torch.Tensor:
+        """Backward and the fused update of the active slots, one update per optimizer kind in
+        ``kinds`` over the slots of that kind; returns the slots updated (fp16: an
+        overflowing member skips its update, parameters and state untouched)."""
         params = self._params()
         names = list(params)
         loss = member_loss if self._scaler is None else \
@@ -398,9 +531,12 @@ class FusedStack:
             grads, finite = self._scaler.unscale(grads, self.rows["amp.scale"])
             self._scaler.update(self.rows["amp.scale"], self.rows["amp.growth"], finite, keep)
             keep = keep & finite
-        fused_step(self.kind, params, grads, self._prefixed("o."), self._prefixed("h."),
-                   self.rows["iter"], keep=keep, restore=self._scaler is not None,
-                   features=self._features)
+        shared = {k: v for k, v in self._prefixed("h.").items() if k in _SCHEDULE_ROWS}
+        for kind in kinds:
+            mine = keep if len(kinds) == 1 else keep & (self.rows["kind"] == KINDS.index(kind))
+            fused_step(kind, params, grads, self._prefixed(f"o.{kind}."),
+                       dict(shared, **self._prefixed(f"h.{kind}.")), self.rows["iter"],
+                       keep=mine, restore=self._scaler is not None, features=features)
         return keep
 
     def _params(self) -> dict[str, torch.Tensor]:
@@ -435,7 +571,30 @@ class FusedStack:
                               channels_last=self.options.precision != "fp32",
                               views=self._views)
             return self.program.run(ctx, x)
+        if self.engine == "loop":
+            return self._loop_forward(x, masks, valid)
         return self._vmap_forward(x, masks, valid)
+
+    def _loop_forward(self, x: torch.Tensor, masks: dict[int, torch.Tensor],
+                      valid: torch.Tensor) -> torch.Tensor:
+        """Each slot's model on its own (a model vmap cannot batch), outputs stacked."""
+        params, buffers = self._params(), self._buffers()
+        outputs = []
+        try:
+            for i in range(x.shape[0]):
+                for j, drop in enumerate(self._dropouts):
+                    drop.fused_mask = masks[j][i] if j in masks else None
+                for norm in self._norms:
+                    norm.row_weight = valid[i]
+                outputs.append(functional_call(self.base, ({k: v[i] for k, v in params.items()},
+                                                           {k: v[i] for k, v in buffers.items()}),
+                                               (x[i],)))
+        finally:
+            for drop in self._dropouts:
+                drop.fused_mask = None
+            for norm in self._norms:
+                norm.row_weight = None
+        return torch.stack(outputs)
 
     def _vmap_forward(self, x: torch.Tensor, masks: dict[int, torch.Tensor],
                       valid: torch.Tensor) -> torch.Tensor:
@@ -480,6 +639,11 @@ class FusedStack:
             return self.program.run(ctx, x_val.unsqueeze(0).expand(k, *x_val.shape))
         self.base.eval()
         try:
+            if self.engine == "loop":
+                return torch.stack([functional_call(
+                    self.base, ({n: v[j] for n, v in params.items()},
+                                {n: v[j] for n, v in buffers.items()}), (x_val,))
+                    for j in range(k)])
             return vmap(lambda p, b, x: functional_call(self.base, (p, b), (x,)),
                         in_dims=(0, 0, None))(params, buffers, x_val)
         finally:
@@ -496,10 +660,11 @@ class FusedStack:
             return t.detach()[i].to("cpu", copy=True)
         model = {n: cpu(self.rows["p." + n]) for n in self.param_names}
         model.update({n: cpu(self.rows["b." + n]) for n in self.buffer_names})
-        state = {k: cpu(v) for k, v in self._prefixed("o.").items()}
+        kind = self.slots[i].optimizer.kind
+        state = {k: cpu(v) for k, v in self._prefixed(f"o.{kind}.").items()}
         return {"format": CHECKPOINT_FORMAT, "epoch": self.epoch(i),
                 "iteration": int(self.rows["iter"][i]), "position": 0, "model": model,
-                "optimizer": {"kind": self.kind, "state": state}}
+                "optimizer": {"kind": kind, "state": state}}
 
 
 def _checked_checkpoint(member: Member, kind: str, param_names: list[str]) -> Mapping | None:

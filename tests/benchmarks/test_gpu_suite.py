@@ -382,3 +382,71 @@ def test_engine_ratios_take_the_best_fused_mode_against_alone_and_mps():
     del modes["mps"], modes["alone_bf16_graph"]
     r = _ratios(modes)
     assert r["fused_vs_mps"] is None and r["fused_vs_alone_same_precision"] is None
+
+
+def _engine_figures(alone, mps, captured=True, daemon=True):
+    ratios = {name: {"fused_bf16_graph_vs_alone": alone, "fused_bf16_graph_vs_mps": mps,
+                     "graph_captured": captured, "mps_daemon": daemon}
+              for name in ("resnet18_cifar", "mobilenet_v3_small")}
+    return {"rows": [], "ratios": ratios, "errors": []}
+
+
+def _fake_parts(monkeypatch, engines, study=None):
+    calls = []
+
+    def check_engines(plan, measure, procs, save, workloads, before):
+        calls.append(list(workloads))
+        return dict(engines, errors=list(engines["errors"])) if before is None else before
+    monkeypatch.setattr(gpu_checks_fusion, "check_engines", check_engines)
+    monkeypatch.setattr(gpu_checks_fusion, "study_comparison",
+                        lambda plan, work, save, deadline: dict(study or {
+                            "fused_vs_separate": 4.0, "fused_vs_colocated": 2.0}, errors=[]))
+    return calls
+
+
+@pytest.mark.parametrize("figures, missed", [
+    (_engine_figures(12.0, 3.0), []),
+    (_engine_figures(9.0, 3.0), ["fused_bf16_graph_vs_alone"]),
+    (_engine_figures(12.0, 2.4), ["fused_bf16_graph_vs_mps"]),
+    (_engine_figures(12.0, 3.0, captured=False), ["fused_bf16_graph_vs_alone",
+                                                   "fused_bf16_graph_vs_mps"]),
+    (_engine_figures(12.0, 3.0, daemon=False), ["fused_bf16_graph_vs_mps"]),
+])
+def test_check_5_fails_when_a_goal_is_missed_on_a_gpu(tmp_path, monkeypatch, figures, missed):
+    plan = gpu_suite.make_plan("quick", "cuda")
+    calls = _fake_parts(monkeypatch, figures)
+    if not missed:
+        outcome = gpu_checks_fusion.check_fusion(plan, tmp_path)
+        assert all(g["met"] for g in outcome["goals"].values())
+    else:
+        with pytest.raises(gpu_suite.CheckFailed) as info:
+            gpu_checks_fusion.check_fusion(plan, tmp_path)
+        goals = info.value.args[2]
+        assert sorted(k for k, g in goals.items() if not g["met"]) == sorted(missed)
+        assert info.value.args[0].startswith("goals missed: ")
+    # the goal workloads first, then the study, then the rest
+    assert calls == [["resnet18_cifar", "mobilenet_v3_small"], ["small_cnn", "gpt_lm"]]
+
+
+def test_on_the_cpu_check_5_gives_no_verdict_on_its_goals(tmp_path, monkeypatch):
+    plan = gpu_suite.make_plan("tiny", "cpu")
+    _fake_parts(monkeypatch, _engine_figures(1.0, 0.5, captured=False))
+    outcome = gpu_checks_fusion.check_fusion(plan, tmp_path)
+    assert outcome["reason"].startswith("logic only")
+    assert outcome["goals"] and all(g["met"] is None and g["applicable"] is False
+                                    for g in outcome["goals"].values())
+    table = gpu_suite.markdown({"mode": "tiny", "device_name": "no GPU", "driver": "n/a",
+                                "date": "d", "checks": [], "goals": outcome["goals"]})
+    assert "not applicable on the CPU (no verdict)" in table and "NOT met" not in table
+
+
+def test_check_5_keeps_its_own_clock_and_skips_what_has_no_time_left():
+    now = [0.0]
+    plan = {"limits": {"5": 100}, "fusion": {"part_s": {"measure": 60}}}
+    deadline = gpu_checks_fusion.Deadline(plan, now=lambda: now[0])
+    assert gpu_checks_fusion._limit(plan, "measure", deadline) == 60
+    now[0] = 50.0
+    assert gpu_checks_fusion._limit(plan, "measure", deadline) == 35    # 100 - 15 margin - 50
+    now[0] = 80.0
+    with pytest.raises(gpu_suite.CheckFailed, match=gpu_checks_fusion.SKIPPED):
+        gpu_checks_fusion._limit(plan, "measure", deadline)

@@ -57,9 +57,9 @@ def run_with(task, members, options, stop_at=None, dtype=torch.float64):
             ask = runner._fill(pack, source, options.capacity, stats)
         if len(pack) == 0:
             return source, pack
-        for kind, rows in pack.train_iteration().items():
-            if rows and runner._end_epochs(pack, kind, rows, source, stats):
-                ask = True
+        rows = pack.train_iteration()
+        if rows and runner._end_epochs(pack, rows, source, stats):
+            ask = True
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -75,7 +75,7 @@ def test_the_default_engine_is_horizontal_and_agrees_with_vmap():
     members = conv_members(KINDS["adamw"])
     fused, pack = run_with(TASK, members, StackOptions(capacity=3))
     vmapped, vpack = run_with(TASK, members, StackOptions(capacity=3, engine="vmap"))
-    assert pack.engines == {"adamw": "hfused"} and vpack.engines == {"adamw": "vmap"}
+    assert pack.engine == "hfused" and vpack.engine == "vmap"
     for m in members:
         assert_same_state(fused.checkpoints[m.trial_id], vmapped.checkpoints[m.trial_id],
                           rtol=1e-9, atol=1e-11)
@@ -96,21 +96,21 @@ def test_a_checkpoint_moves_between_engines():
 def test_slots_keep_shapes_and_a_free_slot_is_untouched():
     pack = Pack(TASK, "cpu", torch.float64, StackOptions(capacity=4))
     members = conv_members(KINDS["adamw"], count=3, epochs=5)
-    rows = [pack.load(m)[1] for m in members[:2]]
-    stack = pack.stacks["adamw"]
+    rows = [pack.load(m) for m in members[:2]]
+    stack = pack.stack
     weight = stack.rows["p.0.weight"]
     assert stack.capacity == 4 and len(stack) == 2 and rows == [0, 1]
     for _ in range(3):
-        pack.train_iteration()
-    stack.remove([0])
+        stack.train_iteration()         # the stack's own step: no compaction (see test_compaction)
+    pack.free([0])
     frozen = {k: v.detach().clone() for k, v in stack.rows.items()
               if k[:2] == "p." or k in ("iter", "loss_sum")}
     for _ in range(3):
-        pack.train_iteration()
+        stack.train_iteration()
     for k, v in frozen.items():
         assert torch.equal(stack.rows[k][0], v[0]), k               # the free slot: untouched
     assert not torch.equal(stack.rows["p.0.weight"][1], frozen["p.0.weight"][1])
-    assert pack.load(members[2])[1] == 0                           # refilled, same tensors
+    assert pack.load(members[2]) == 0                              # refilled, same tensors
     assert stack.rows["p.0.weight"] is weight and stack.capacity == 4
 
 
@@ -122,7 +122,7 @@ def test_a_refilled_slot_trains_like_alone_and_capacity_doubles_when_full():
     grown = Pack(TASK, "cpu", torch.float64, StackOptions(capacity=2))
     for m in members:
         grown.load(m)
-    assert grown.stacks["rmsprop"].capacity == 8 and len(grown) == 5
+    assert grown.stack.capacity == 8 and len(grown) == 5
 
 
 class FakeGraph:
@@ -147,11 +147,11 @@ def test_the_graph_step_replays_per_shape_and_gives_the_eager_results():
     original = Pack.load
 
     def load_with_graphs(self, member):
-        kind, row = original(self, member)
-        stack = self.stacks[kind]
+        row = original(self, member)
+        stack = self.stack
         if not stack.runner.enabled:
             stack.runner = StepRunner(stack._device_step, "on", stack.device, capture=capture)
-        return kind, row
+        return row
 
     eager, _ = run_with(TASK, members, StackOptions(capacity=2))
     try:
@@ -229,7 +229,7 @@ def test_builtin_workloads_fuse_horizontally(name, recwarn):
     task, config = _builtin(name)
     pack = Pack(task, "cpu", torch.float64, StackOptions(capacity=2))
     pack.load(Member(0, {**config, "batch_size": 4, "epochs": 1}, seed=1))
-    assert pack.engines == {"adam": "hfused"}
+    assert pack.engine == "hfused"
     assert not [w for w in recwarn if "vmap" in str(w.message)]
 
 
@@ -244,3 +244,36 @@ def test_builtin_members_equal_their_alone_runs(name):
     for m in members:
         assert_same_state(packed.checkpoints[m.trial_id], alone(task, m).checkpoints[m.trial_id],
                           rtol=1e-9, atol=1e-8)
+
+
+class GRUNet(nn.Module):
+    """A GRU over the 6 features as 2 steps of 3: neither fusable nor vmappable."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.gru = nn.GRU(3, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 3)
+
+    def forward(self, x):
+        out, _ = self.gru(x.view(x.shape[0], 2, 3))
+        return self.head(out[:, -1])
+
+
+class GRUTask(TinyTask):
+    name = "tiny_gru"
+
+    def build_model(self, config):
+        return GRUNet(config.get("hidden", 8))
+
+
+def test_a_model_neither_engine_takes_trains_each_member_on_its_own_with_one_line(recwarn):
+    task = GRUTask()
+    members = [Member(i, {"optimizer": kind, "lr": 0.01, "batch_size": 6 + i, "epochs": 2},
+                      seed=i) for i, kind in enumerate(("adam", "sgd", "adam"))]
+    packed, pack = run_with(task, members, StackOptions(capacity=3))
+    lines = [str(w.message) for w in recwarn if "fused pack" in str(w.message)]
+    assert pack.engine == "loop" and len(lines) == 1
+    assert "model.gru (GRU)" in lines[0] and "vmap cannot run it" in lines[0]
+    for m in members:
+        assert [s for s, _ in packed.reports[m.trial_id]] == [1, 2]
+        assert_same_state(packed.checkpoints[m.trial_id], alone(task, m).checkpoints[m.trial_id])

@@ -100,7 +100,8 @@ def test_the_pack_process_records_occupancy_against_its_cap(tmp_path):
 @pytest.mark.parametrize("error", [None, RuntimeError("CUDA error: out of memory")])
 def test_an_oom_halves_the_cap_reports_it_and_training_goes_on_unchanged(
         tmp_path, monkeypatch, error):
-    want_reports = reports(run_session(tmp_path / "a")[1])
+    three = {"epochs": (1, 2, 2), "optimizers": ("adam", "sgd", "adam")}   # 3 of 4: no compaction
+    want_reports = reports(run_session(tmp_path / "a", **three)[1])
     calls = inject_oom(monkeypatch, {3}, error)
     seen_capacity = []
     spy = FusedStack._device_step
@@ -110,19 +111,19 @@ def test_an_oom_halves_the_cap_reports_it_and_training_goes_on_unchanged(
         return spy(self, key)
 
     monkeypatch.setattr(FusedStack, "_device_step", record)
-    session, sent = run_session(tmp_path / "b")
-    assert [m for m in sent if isinstance(m, PackCap)] == [PackCap(2)]    # 4 -> 2, 2 held
-    assert session.cap == 2 and len(calls) == 11                         # step 3 ran twice
-    assert seen_capacity == [4] * 3 + [2] * 8    # the stack shrank to the cap for the retry
+    session, sent = run_session(tmp_path / "b", **three)
+    assert [m for m in sent if isinstance(m, PackCap)] == [PackCap(3)]    # 4 -> 3, 3 held
+    assert session.cap == 3 and len(calls) == 11                         # step 3 ran twice
+    assert seen_capacity == [4] * 3 + [3] * 8    # the stack shrank to the cap for the retry
     assert reports(sent) == want_reports
-    # occupancy is against the cap of its time: after the OOM 2 of 2, then 1 of 2.
-    assert session.stats.mean_occupancy == pytest.approx((2 * 0.5 + 3 * 1 + 5 * 0.5) / 10)
+    # occupancy is against the cap of its time: 3 of 4, after the OOM 3 of 3, then 2 of 3.
+    assert session.stats.mean_occupancy == pytest.approx((2 * 0.75 + 3 * 1 + 5 * 2 / 3) / 10)
 
 
 def test_an_oom_the_cap_cannot_absorb_fails_the_pack(tmp_path, monkeypatch):
-    inject_oom(monkeypatch, {2, 4})     # 4 -> 2 with 2 held, then no smaller cap is possible
+    inject_oom(monkeypatch, {2, 4})     # 4 -> 3 with 3 held, then no smaller cap is possible
     with pytest.raises(torch.cuda.OutOfMemoryError):
-        run_session(tmp_path)
+        run_session(tmp_path, epochs=(1, 2, 2), optimizers=("adam",) * 3)
 
 
 def test_an_error_that_is_not_an_oom_is_not_retried(tmp_path, monkeypatch):
@@ -155,8 +156,8 @@ def test_a_shrunk_stack_trains_its_moved_members_as_before():
         for i in range(3):
             p.load(member(i, 3))
         p.train_iteration()
-        p.free("adam", [0])
-        return p, p.stacks["adam"]
+        p.free([0])
+        return p, p.stack
 
     (_, kept), (shrunk_pack, shrunk) = pack(), pack()
     assert not shrunk.shrink(1) and not shrunk.shrink(4)    # below the members / not smaller
@@ -169,12 +170,13 @@ def test_a_shrunk_stack_trains_its_moved_members_as_before():
         assert_same_state(shrunk.member_state(new), kept.member_state(old))
 
 
-def test_an_oom_of_a_later_stack_retries_only_that_stack(tmp_path, monkeypatch):
-    # adam and sgd stacks step in turn; call 10 is sgd's step of iteration 5, on which adam's
-    # member ends its epoch: adam is not stepped twice and its report is the same.
-    mixed = {"optimizers": ("adam", "sgd")}
-    want_reports = reports(run_session(tmp_path / "a", **mixed)[1])
-    calls = inject_oom(monkeypatch, {10})
-    session, sent = run_session(tmp_path / "b", **mixed)
-    assert [m for m in sent if isinstance(m, PackCap)] == [PackCap(2)]
-    assert len(calls) == 5 * 2 + 1 + 5 and reports(sent) == want_reports
+def test_members_of_two_optimizer_kinds_share_one_stack_and_it_compacts(tmp_path):
+    """2 members (adam, sgd) in a 4-seat pack: one stack, compacted to its 2 members before
+    the first step and to 1 once the first leaves: one slot-step per member-step."""
+    session, sent = run_session(tmp_path, optimizers=("adam", "sgd"))
+    stats = session.stats
+    assert session.pack.stack.kinds == ["sgd"]          # adam's rows went with its member
+    assert stats.compactions == 2 and stats.member_steps == 15 and stats.slot_steps == 15
+    assert stats.slot_steps_per_member_step == 1.0
+    assert "slot-steps 15 for member-steps 15 (1.000 per member-step), compactions 2" \
+        in stats.summary()

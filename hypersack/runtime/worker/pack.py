@@ -11,12 +11,15 @@ is the pipe protocol of ``hypersack.runtime.worker.messages``.
 - worker -> driver: per member, the plain messages (Started, Reported [with its checkpoint, then
   its Ack], Done, Failed); PackCap when a measured memory cap (CUDA) is below ``max_members``,
   and again each time a fused step runs out of memory: the pack halves its cap (never below
-  the members it holds), shrinks its stacks to that many slots, frees the allocator's cache and
+  the members it holds), shrinks its stack to that many slots, frees the allocator's cache and
   retries the step; PackFailed when the pack as a whole failed (every member in it failed with
   it; an OOM when the cap cannot shrink).
 
-At its end the pack writes its ``PackStats`` (iterations, members, slot occupancy: occupied
-slots / cap per iteration, plain and time-weighted means) to its own log.
+The pack's one stack never grows past the cap and is compacted to its live members when they
+fill half its slots or fewer (``Pack.compact``, before a step). At its end the pack writes its
+``PackStats`` (iterations, members, slot occupancy: occupied slots / cap per iteration, plain
+and time-weighted means; slot-steps per member-step, compactions, graph captures) to its own
+log.
 
 Each member follows the checkpoint contract of plain trials (``hypersack.runtime.worker.checkpoints``):
 at every epoch end a new private checkpoint file is written and rides with that epoch's report;
@@ -31,10 +34,10 @@ whose epochs end on the same iteration go out together and their acks are awaite
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,14 +168,14 @@ class _PackSession:
         from hypersack.fusion.stack import StackOptions
         self.pipe, self.spec, self.task = pipe, spec, task
         self.cap = max(1, spec.max_members if cap is None else cap)
-        self.shrink_all = False     # the cap shrank: the other stacks follow before next step
         self.stats = PackStats()
         # On a GPU, as many slots as the pack may seat, so its shapes (and CUDA graphs) never
         # change; on the CPU free slots cost their full share of compute: start small, double.
         cuda = str(spec.device).startswith("cuda")
         precision = spec.precision if spec.precision != "fp32" else task.precision
-        options = StackOptions(capacity=max(1, spec.max_members) if cuda else 4,
-                               precision=precision, graphs=spec.graphs)
+        options = StackOptions(capacity=self.cap if cuda else min(4, self.cap),
+                               precision=precision, graphs=spec.graphs,
+                               max_capacity=self.cap)
         self.pack = Pack(task, spec.device, options=options)
         self.queue: list[MemberTask] = []
         self.seats: dict[int, _Seat] = {}
@@ -220,26 +223,19 @@ class _PackSession:
                 if self.ended:
                     return None
                 continue
-            for kind, rows in self._train_iteration().items():
-                if rows and self._end_epochs(kind, rows) is _SHUTDOWN:
-                    return _SHUTDOWN
+            rows = self._train_iteration()
+            if rows and self._end_epochs(rows) is _SHUTDOWN:
+                return _SHUTDOWN
 
-    def _train_iteration(self) -> dict[str, list[int]]:
-        if self.shrink_all:
-            for stack in self.pack.stacks.values():
-                stack.shrink(self.cap)
-            self.shrink_all = False
-        start, occupied = time.perf_counter(), len(self.pack)
-        ended = self.pack.train_iteration(on_error=self._shrink)
-        self.stats.record(occupied, self.cap, time.perf_counter() - start)
-        return ended
+    def _train_iteration(self) -> list[int]:
+        from hypersack.fusion.runner import train_recorded
+        return train_recorded(self.pack, self.stats, lambda: self.cap, on_error=self._shrink)
 
-    def _shrink(self, kind: str, exc: BaseException) -> bool:
-        """On an OOM of stack ``kind``'s fused step: halve the cap (never below the members
-        held), report it (PackCap), shrink that stack to at most that many slots (the others
-        before the next step: their ended rows of this step keep their numbers), free the
-        allocator's cache; True: retry the step. False (the pack fails) for any other error,
-        or when the cap cannot shrink below what it is."""
+    def _shrink(self, exc: BaseException) -> bool:
+        """On an OOM of the fused step: halve the cap (never below the members held), report
+        it (PackCap), shrink the stack to at most that many slots, free the allocator's
+        cache; True: retry the step. False (the pack fails) for any other error, or when the
+        cap cannot shrink below what it is."""
         held = len(self.pack)
         new = max(self.cap // 2, held, 1)
         if not is_oom(exc) or new >= self.cap:
@@ -248,10 +244,11 @@ class _PackSession:
               f"retrying ({type(exc).__name__}: {exc})", flush=True)
         self.cap = new
         self.pipe.send(PackCap(new))
-        stack = self.pack.stacks[kind]
+        stack = self.pack.stack
+        assert stack is not None
         if not stack.shrink(new):       # its free slots cost memory too: at most ``new``
             stack.runner.reset()
-        self.shrink_all = True
+        stack.options = dataclasses.replace(stack.options, max_capacity=new)
         _empty_cache(self.spec.device)
         return True
 
@@ -268,7 +265,7 @@ class _PackSession:
             checkpoints.remove_other_checkpoints(trial_dir, [m.checkpoint])
             state = checkpoints.read_checkpoint(trial_dir, m.checkpoint, unsafe=m.unsafe_checkpoints)
             member = Member(trial_id, config, m.seed, state, max_steps)
-            kind, row = self.pack.load(member)
+            row = self.pack.load(member)
         except Exception as exc:
             text = traceback.format_exc()
             _log(trial_dir, text)
@@ -279,11 +276,12 @@ class _PackSession:
         self.stats.trial_ids.append(trial_id)
         self.stats.peak_members = max(self.stats.peak_members, len(self.pack))
         self.seats[trial_id] = _Seat(trial_id, trial_dir, max_steps, m.attempt, committed=m.checkpoint)
-        if self.pack.stacks[kind].epoch(row) >= max_steps:      # resumed with nothing left
-            self._free(kind, [row])
+        if self.pack.stack is not None and self.pack.stack.epoch(row) >= max_steps:
+            self._free([row])                                    # resumed with nothing left
 
-    def _end_epochs(self, kind: str, rows: list[int]) -> str | None:
-        stack = self.pack.stacks[kind]
+    def _end_epochs(self, rows: list[int]) -> str | None:
+        stack = self.pack.stack
+        assert stack is not None
         leaving, reported = [], []
         for row, metrics in zip(rows, stack.evaluate(rows)):
             seat, epoch = self.seats[stack.slots[row].member.trial_id], stack.epoch(row)
@@ -304,13 +302,14 @@ class _PackSession:
         leaving += [row for row, seat, epoch, _ in reported
                     if seat.trial_id in self.stops or epoch >= seat.max_steps]
         if leaving:
-            self._free(kind, sorted(leaving))
+            self._free(sorted(leaving))
         return None
 
-    def _free(self, kind: str, rows: list[int]) -> None:
-        stack = self.pack.stacks[kind]
+    def _free(self, rows: list[int]) -> None:
+        stack = self.pack.stack
+        assert stack is not None
         trial_ids = [stack.slots[row].member.trial_id for row in rows]
-        self.pack.free(kind, rows)
+        self.pack.free(rows)
         self.stats.freed += len(rows)
         for trial_id in trial_ids:
             self.seats.pop(trial_id, None)
