@@ -144,3 +144,27 @@ def test_a_resume_closes_the_stays_a_killed_driver_left_open(store_path):
         assert stays[0] == done
         assert stays[1].end == written and stays[1].outcome is StayOutcome.INTERRUPTED
         assert s.end_open_stays(study.study_id) == 0
+
+
+def test_a_new_store_and_its_wal_files_are_private_whatever_the_umask(tmp_path):
+    import os
+    import stat
+    old = os.umask(0o022)
+    try:
+        with Storage(tmp_path / "s.db") as s:
+            s.create_study("a", {})
+            modes = {suffix: stat.S_IMODE(os.stat(f"{s.path}{suffix}").st_mode)
+                     for suffix in ("", "-wal", "-shm")}
+    finally:
+        os.umask(old)
+    assert modes == {"": 0o600, "-wal": 0o600, "-shm": 0o600}      # was 0644 each
+
+
+def test_an_existing_store_keeps_its_permissions(tmp_path):
+    import os
+    import stat
+    path = tmp_path / "s.db"
+    Storage(path).close()
+    os.chmod(path, 0o640)
+    Storage(path).close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640

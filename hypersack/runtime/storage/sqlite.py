@@ -6,6 +6,7 @@ One file holds many studies. ``save_batch`` writes one batch of changes in one t
 returns only once it is durable, so a result that was acknowledged to a worker survives a kill -9
 (and, with ``durability="power"``, a power loss). Readers (``hypersack status``) open the file read-only
 (``Storage(path, readonly=True)``) and can read while a study runs; they never create a file.
+A new store is created 0600 (its ``-wal`` and ``-shm`` too), as the run folders' files.
 
 Identity: each study has a uuid; its run folder (logs, checkpoints) is
 ``hypersack-runs/<name>-<uuid12>/`` beside the database, so two stores in one folder, or a study
@@ -150,6 +151,8 @@ class Storage(StudyLease, WalCheckpoints):
         if readonly and not self.path.exists():
             raise StorageError(f"No study store at {str(self.path)!r} (check the path, or pass "
                                "--storage FILE)")
+        if not readonly:
+            _create_private(self.path)
         try:
             self._db = _connect(self.path, readonly)
             if not readonly:
@@ -637,6 +640,19 @@ class _Transaction:
         store.commits += 1
         if store._checkpointer is not None:
             store._checkpointer.poke()
+
+
+def _create_private(path: Path) -> None:
+    """Create a new store's file empty and 0600 whatever the umask (as the run folders' files),
+    before SQLite opens it: SQLite gives the ``-wal`` and ``-shm`` files the database file's
+    permissions. An existing file (or link) is left as it is. Closing this descriptor is safe:
+    the file is new (``O_EXCL``), so no connection of this process holds a lock on it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        return                  # it exists, or SQLite says why it cannot be made
+    os.close(fd)
 
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
