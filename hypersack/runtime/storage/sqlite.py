@@ -59,6 +59,7 @@ from hypersack.errors import (StorageCorruptError, StorageError, StorageFullErro
                               StudyExistsError, StudyNotFoundError)
 # The schema, the lease and the WAL checkpointer live in their own modules; their names stay
 # importable from here.
+from hypersack.runtime.storage import integrity
 from hypersack.runtime.storage.json_text import encoder
 from hypersack.runtime.storage.lease import LEASE_TTL_S as LEASE_TTL_S
 from hypersack.runtime.storage.lease import StudyLease
@@ -194,8 +195,8 @@ class Storage(StudyLease, WalCheckpoints):
         if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in str(exc) \
                 or "not a database" in str(exc):
             return StorageCorruptError(
-                f"The study store {where!r} is damaged or is not a HyperSack store ({exc}). Recover "
-                f"what it holds with: sqlite3 {where} .recover | sqlite3 recovered.db")
+                f"The study store {where!r} is damaged or is not a HyperSack store ({exc}). "
+                + _DAMAGE_HINT.format(where=where))
         if "no such table" in str(exc):
             empty = self.path.exists() and self.path.stat().st_size == 0
             what = ("is an empty file (0 bytes): no study was ever stored in it" if empty
@@ -208,6 +209,20 @@ class Storage(StudyLease, WalCheckpoints):
             return StorageError(f"The study store {where!r} stayed locked by another process "
                                 f"for 30 s: cannot {doing}")
         return StorageError(f"The study store {where!r}: cannot {doing} ({exc})")
+
+    def check_integrity(self, full: bool = False) -> list[str]:
+        """What SQLite's quick check (``full``: its integrity check, indexes included) finds
+        damaged in the file, one line each naming the table; [] when it is intact
+        (``integrity.problems``). Reads only."""
+        return integrity.problems(self._db, full)
+
+    def verify_integrity(self, doing: str) -> None:
+        """The quick check, before a study is resumed or exported (``doing`` says which):
+        ``StorageCorruptError`` naming the file and what is damaged, rather than resuming or
+        exporting from a damaged file."""
+        found = self.check_integrity()
+        if found:
+            raise _damaged(str(self.path), found, doing)
 
     def _run(self, doing: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -668,6 +683,34 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
             raise
     # A WAL store in a folder we cannot write (no -shm file to create): read it as it is on disk.
     return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=30, isolation_level=None)
+
+
+_DAMAGE_HINT = ("See what is damaged with: hypersack check --storage {where}; recover what it "
+                "holds with: sqlite3 {where} .recover | sqlite3 recovered.db")
+
+
+def _damaged(where: str, found: list[str], doing: str) -> StorageCorruptError:
+    shown = "; ".join(found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else "")
+    return StorageCorruptError(f"The study store {where!r} is damaged ({shown}): cannot {doing}. "
+                               + _DAMAGE_HINT.format(where=where))
+
+
+def check_file(path: str | Path, full: bool = True) -> list[str]:
+    """``Storage.check_integrity`` of the file at ``path`` opened read-only, even one whose
+    studies table cannot be read (``Storage`` refuses to open that one); ``StorageError`` when
+    there is no such file, ``StorageCorruptError`` when it is not an SQLite database at all."""
+    path = Path(path)
+    if not path.is_file():
+        raise StorageError(f"No study store at {str(path)!r} (check the path, or pass --storage FILE)")
+    try:
+        db = _connect(path, readonly=True)
+    except sqlite3.DatabaseError as exc:
+        raise StorageCorruptError(f"The study store {str(path)!r} is not an SQLite database "
+                                  f"({exc})") from None
+    try:
+        return integrity.problems(db, full)
+    finally:
+        db.close()
 
 
 def _free_space(path: Path) -> str:
