@@ -84,9 +84,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="the HTML file (default: STUDY-report.html, or A-vs-B.html)")
     dash = add("dashboard", "a live web page of the store's studies (127.0.0.1 by default)",
                study=False)
-    dash.add_argument("name", nargs="?", default=None, help="the study to show first")
+    dash.add_argument("name", nargs="?", default=None,
+                      help="the one study to serve (default: every study of the store)")
     dash.add_argument("--host", default="127.0.0.1",
-                      help="address to listen on (default 127.0.0.1: this machine only)")
+                      help="address to listen on (default 127.0.0.1: this machine only; any "
+                           "other address requires the token printed in the URL)")
     dash.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free port)")
     dash.add_argument("--poll-ms", type=int, default=2000, help="page refresh period (ms)")
     from hypersack.sim import cli as sim_cli
@@ -334,8 +336,12 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from hypersack.report.dashboard import Dashboard
     storage = args.storage or DEFAULT_STORAGE
     board = Dashboard(storage, study=args.name, host=args.host, port=args.port, poll_ms=args.poll_ms)
-    print(f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it)",
-          flush=True)
+    print(f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it); "
+          f"it serves {board.scope()}", flush=True)
+    if not board.loopback:
+        print(f"warning: listening on {args.host}, not this machine's loopback: anyone who can "
+              "reach this port and has the URL above (its token) can read the store",
+              file=sys.stderr, flush=True)
     board.serve_until_interrupted()
     return 0
 
