@@ -681,7 +681,18 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     except sqlite3.OperationalError as exc:
         if "unable to open" not in str(exc):
             raise
-    # A WAL store in a folder we cannot write (no -shm file to create): read it as it is on disk.
+    # A WAL store in a folder we cannot write (no -shm file to create): read it as it is on
+    # disk, unless its WAL holds commits: an immutable connection ignores the WAL, so it would
+    # answer from before them (a wrong answer, not an error). No -shm there means no connection
+    # is open, so those commits are a closed or killed writer's, waiting for a checkpoint.
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StorageError(
+            f"Cannot read the study store {str(path)!r} read-only: its write-ahead log "
+            f"{str(wal)!r} holds commits not yet in the file, and its folder cannot be written "
+            "(SQLite needs a -shm file beside it to read them). Open it once where the folder is "
+            "writable (its owner running hypersack status copies them in), or copy the store "
+            "with its -wal file to a writable folder")
     return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=30, isolation_level=None)
 
 
