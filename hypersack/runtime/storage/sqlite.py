@@ -33,7 +33,9 @@ within the turn's window, the trials' changes, the controller's state and the pr
 together, before any of them is acknowledged. ``commits`` counts durable commits (benchmarks).
 
 Faults are errors, not tracebacks: a full disk raises ``StorageFullError`` (with the free
-space), a damaged file ``StorageCorruptError`` (naming the file and how to recover it).
+space), a damaged file ``StorageCorruptError`` (naming the file and how to recover it). A study
+is resumed or exported only from a file SQLite's quick check finds intact (``verify_integrity``;
+``integrity``); ``hypersack check`` runs the full check.
 
 Modules: ``schema`` (tables, ``SCHEMA_VERSION``, ``migrate``), ``lease`` (``StudyLease``: the
 driver's lease), ``wal`` (``WalCheckpoints``: the background checkpointer); ``Storage`` here
