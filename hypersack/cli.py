@@ -336,12 +336,12 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from hypersack.report.dashboard import Dashboard
     storage = args.storage or DEFAULT_STORAGE
     board = Dashboard(storage, study=args.name, host=args.host, port=args.port, poll_ms=args.poll_ms)
-    print(f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it); "
-          f"it serves {board.scope()}", flush=True)
     if not board.loopback:
         print(f"warning: listening on {args.host}, not this machine's loopback: anyone who can "
-              "reach this port and has the URL above (its token) can read the store",
+              "reach this port and has the URL below (its token) can read the store",
               file=sys.stderr, flush=True)
+    print(f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it); "
+          f"it serves {board.scope()}", flush=True)
     board.serve_until_interrupted()
     return 0
 

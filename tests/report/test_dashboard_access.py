@@ -108,3 +108,21 @@ def test_two_dashboards_get_different_tokens(two_studies):
     finally:
         for b in boards:
             b.close()
+
+
+def test_the_command_says_what_it_serves_and_warns_off_loopback(two_studies, subprocess_env):
+    import signal
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-m", "hypersack", "dashboard", "small", "--storage",
+                             str(two_studies), "--host", "0.0.0.0", "--port", "0"],
+                            env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert "?token=" in line and "study 'small' only" in line, line
+    assert "warning: listening on 0.0.0.0" in err                  # was silent
