@@ -59,6 +59,8 @@ def test_the_writer_keeps_sqlites_lock_on_the_wal_index_through_and_after_backgr
             for i in range(5):
                 store.save_batch(sid, [], [(0, i, {"v": i})])
             assert _shm_lock(store.path) == "held"
+            frames = store._checkpointer._frames       # found: SQLite's own descriptor
+            assert frames is not None and frames() is not None and frames() > 0
         assert _shm_lock(store.path) == "held"        # was "free": the close dropped it
         store.save_batch(sid, [], [(0, 9, {"v": 9})])
         assert _shm_lock(store.path) == "held"
