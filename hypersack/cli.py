@@ -1,8 +1,10 @@
-"""Command line: run, resume, status, best, export, export-best, list, report, dashboard, simulate.
+"""Command line: run, resume, status, best, export, export-best, list, check, report, dashboard,
+simulate.
 
 Exit codes: 0 success; 1 the study ended but no trial completed (``run``/``resume``), or it has
 no result yet (``best``); 2 an error (bad study file or option, unknown study, missing
-trainable); 130 interrupted (Ctrl-C; continue with ``hypersack resume NAME``). A closed output
+trainable); 3 the study store is damaged (``hypersack check`` says what; ``resume`` and the
+exports run SQLite's quick check first); 130 interrupted (Ctrl-C; continue with ``hypersack resume NAME``). A closed output
 pipe (``hypersack status NAME | head``) ends the command quietly (exit 1, as rich and the Python
 docs do).
 """
@@ -19,16 +21,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hypersack.errors import HyperSackError, NoTrialCompletedWarning, StudyExistsError
+from hypersack.errors import (HyperSackError, NoTrialCompletedWarning, StorageCorruptError,
+                              StudyExistsError)
 from hypersack.runtime.storage import queries
-from hypersack.runtime.storage.sqlite import DEFAULT_STORAGE, Storage
+from hypersack.runtime.storage.sqlite import DEFAULT_STORAGE, Storage, check_file
 
 EXIT_NO_RESULT = 1
 EXIT_ERROR = 2
+EXIT_DAMAGED = 3
 EXIT_INTERRUPTED = 130
 
 _EXIT_CODES = ("exit codes: 0 done; 1 no trial completed (run, resume) or no result yet (best); "
-               "2 error; 130 interrupted (continue with: hypersack resume NAME)")
+               "2 error; 3 the study store is damaged (see: hypersack check); 130 interrupted "
+               "(continue with: hypersack resume NAME)")
 _PROGRESS_HELP = ("live: a display with a bar per running trial (default on a terminal); lines: "
                   "one line per finished, paused or pruned trial (default when piped); none: quiet")
 
@@ -68,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     best = add("export-best", "copy the best trial's checkpoint and best.json into a folder")
     best.add_argument("-o", "--output", required=True, help="the folder (created if needed)")
     add("list", "studies in the store", json_flag=True, study=False)
+    check = add("check", "SQLite's full integrity check of the store: what is damaged, if anything",
+                json_flag=True, study=False)
+    check.add_argument("name", nargs="?", default=None,
+                       help="a study whose every row is also read back (default: the file only)")
     report = add("report", "an HTML report of a study, or two side by side (opens offline)",
                  study=False)
     report.add_argument("names", nargs="+", metavar="STUDY", help="one study, or several to compare")
@@ -75,9 +84,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="the HTML file (default: STUDY-report.html, or A-vs-B.html)")
     dash = add("dashboard", "a live web page of the store's studies (127.0.0.1 by default)",
                study=False)
-    dash.add_argument("name", nargs="?", default=None, help="the study to show first")
+    dash.add_argument("name", nargs="?", default=None,
+                      help="the one study to serve (default: every study of the store)")
     dash.add_argument("--host", default="127.0.0.1",
-                      help="address to listen on (default 127.0.0.1: this machine only)")
+                      help="address to listen on (default 127.0.0.1: this machine only; any "
+                           "other address requires the token printed in the URL)")
     dash.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: any free port)")
     dash.add_argument("--poll-ms", type=int, default=2000, help="page refresh period (ms)")
     from hypersack.sim import cli as sim_cli
@@ -93,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             # run/resume say it themselves (``_finish``), with the command that shows why.
             warnings.filterwarnings("ignore", category=NoTrialCompletedWarning)
             return _COMMANDS[args.command](args)
+    except StorageCorruptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_DAMAGED
     except HyperSackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -322,8 +336,12 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from hypersack.report.dashboard import Dashboard
     storage = args.storage or DEFAULT_STORAGE
     board = Dashboard(storage, study=args.name, host=args.host, port=args.port, poll_ms=args.poll_ms)
-    print(f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it)",
-          flush=True)
+    if not board.loopback:
+        print(f"warning: listening on {args.host}, not this machine's loopback: anyone who can "
+              "reach this port and has the URL below (its token) can read the store",
+              file=sys.stderr, flush=True)
+    print(f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it); "
+          f"it serves {board.scope()}", flush=True)
     board.serve_until_interrupted()
     return 0
 
@@ -350,6 +368,53 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """The full integrity check of the file (``check_file``), then, with a study, every row of
+    that study read back; exit 0 intact, 3 damaged (each problem on its own line)."""
+    storage = args.storage or DEFAULT_STORAGE
+    found = check_file(storage, full=True)
+    read: dict[str, int] = {}
+    if args.name is not None:
+        read, more = _read_study(storage, args.name)
+        found += more
+    if args.json:
+        print(json.dumps({"storage": os.path.abspath(storage), "intact": not found,
+                          "problems": found, "rows_read": read}))
+    elif found:
+        print(f"{storage}: damaged ({len(found)} problem{'s' if len(found) != 1 else ''}):")
+        for line in found:
+            print(f"  {line}")
+        print(f"Recover what it holds with: sqlite3 {storage} .recover | sqlite3 recovered.db")
+    else:
+        rows = ", ".join(f"{n} {what}" for what, n in read.items())
+        print(f"{storage}: intact (SQLite's integrity check found no problem"
+              + (f"; study {args.name!r}: {rows} read)" if read else ")"))
+    return EXIT_DAMAGED if found else 0
+
+
+def _read_study(storage: str, name: str) -> tuple[dict[str, int], list[str]]:
+    """Read every row of study ``name`` back: (rows read by kind, a line per kind that could
+    not be). A missing study is StudyNotFoundError (exit 2)."""
+    read: dict[str, int] = {}
+    found: list[str] = []
+    try:
+        store = Storage(storage, readonly=True)
+    except StorageCorruptError as exc:
+        return read, [f"study {name!r}: the store cannot be opened ({exc})"]
+    with store:
+        try:
+            study_id = store.get_study(name).study_id
+        except StorageCorruptError as exc:
+            return read, [f"study {name!r}: its row cannot be read ({exc})"]
+        for what, load in (("trials", store.load_trials), ("results", store.load_results),
+                           ("stays", store.load_stays), ("samples", store.load_samples)):
+            try:
+                read[what] = len(load(study_id))
+            except StorageCorruptError:
+                found.append(f"study {name!r}: its {what} cannot be read")
+    return read, found
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from hypersack.sim import cli as sim_cli
     return sim_cli.main(args)
@@ -357,7 +422,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 _COMMANDS = {"run": cmd_run, "resume": cmd_resume, "status": cmd_status, "best": cmd_best,
              "export": cmd_export, "list": cmd_list, "simulate": cmd_simulate,
-             "report": cmd_report, "dashboard": cmd_dashboard, "export-best": cmd_export_best}
+             "report": cmd_report, "dashboard": cmd_dashboard, "export-best": cmd_export_best,
+             "check": cmd_check}
 
 
 if __name__ == "__main__":

@@ -340,6 +340,7 @@ class Study:
         # it ends when the algorithm is dropped.
         algorithm.use_background(ThreadPoolExecutor(1, thread_name_prefix="hypersack-suggest"))
         if resume:
+            store.verify_integrity(f"resume study {self.name!r}")   # not from a damaged file
             row = store.get_study(self.name)
             # JSON round trip: the stored spec is JSON, so compare like with like.
             new_spec = json.loads(json.dumps(self.spec.to_dict()))

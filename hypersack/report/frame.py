@@ -81,11 +81,13 @@ def _time(pd: Any, seconds: float | None) -> Any:
 
 
 def write_parquet(storage: Any, name: str, path: Any) -> None:
-    """Write ``trials_dataframe`` to a Parquet file (needs pyarrow)."""
+    """Write ``trials_dataframe`` to a Parquet file (needs pyarrow), from a store the quick
+    check finds intact (``StorageCorruptError`` otherwise)."""
     try:
         import pyarrow  # noqa: F401
     except ImportError:
         raise MissingDependencyError("export --format parquet", "pyarrow", "parquet") from None
+    storage.verify_integrity(f"export study {name!r}")
     frame = trials_dataframe(storage, name)
     for column in frame.columns:       # mixed parameter types (a categorical of ints and str)
         if frame[column].dtype == object and column != "error":

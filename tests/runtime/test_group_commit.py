@@ -456,13 +456,18 @@ def test_a_checkpoint_starts_once_the_wal_holds_checkpoint_pages_frames_at_most_
         probe.stop()
 
 
-def test_the_wal_frame_count_is_read_from_the_wal_index(tmp_path):
+def test_the_wal_frame_count_is_read_from_the_wal_index_through_sqlites_own_descriptor(tmp_path):
+    import os
     from hypersack.runtime.storage.sqlite import _WalFrames
     with Storage(tmp_path / "s.db") as store:
         sid = store.create_study("s", {}).study_id
         store.connection.execute("PRAGMA wal_autocheckpoint=0")
-        frames = _WalFrames.open(store.path)
+        shm = os.stat(f"{store.path}-shm")
+        opened = set(os.listdir("/dev/fd"))
+        frames = _WalFrames.find(store.path)
         assert frames is not None
+        fd = frames._fd
+        assert set(os.listdir("/dev/fd")) == opened          # it opened no descriptor
         before = frames()
         store.save_batch(sid, [], [(0, 1, {"pad": "x" * 9000})])
         after = frames()
@@ -470,7 +475,9 @@ def test_the_wal_frame_count_is_read_from_the_wal_index(tmp_path):
         assert store.connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1] == after
         frames.close()
         assert frames() is None
-    assert _WalFrames.open(tmp_path / "missing.db") is None
+        st = os.fstat(fd)                                   # SQLite's descriptor: still open
+        assert (st.st_dev, st.st_ino) == (shm.st_dev, shm.st_ino)
+    assert _WalFrames.find(tmp_path / "missing.db") is None
 
 
 def test_a_checkpoint_below_hold_above_runs_beside_the_writer_and_one_above_holds_it():

@@ -144,3 +144,56 @@ def test_a_resume_closes_the_stays_a_killed_driver_left_open(store_path):
         assert stays[0] == done
         assert stays[1].end == written and stays[1].outcome is StayOutcome.INTERRUPTED
         assert s.end_open_stays(study.study_id) == 0
+
+
+def test_a_new_store_and_its_wal_files_are_private_whatever_the_umask(tmp_path):
+    import os
+    import stat
+    old = os.umask(0o022)
+    try:
+        with Storage(tmp_path / "s.db") as s:
+            s.create_study("a", {})
+            modes = {suffix: stat.S_IMODE(os.stat(f"{s.path}{suffix}").st_mode)
+                     for suffix in ("", "-wal", "-shm")}
+    finally:
+        os.umask(old)
+    assert modes == {"": 0o600, "-wal": 0o600, "-shm": 0o600}      # was 0644 each
+
+
+def test_an_existing_store_keeps_its_permissions(tmp_path):
+    import os
+    import stat
+    path = tmp_path / "s.db"
+    Storage(path).close()
+    os.chmod(path, 0o640)
+    Storage(path).close()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+
+
+def test_a_reader_that_cannot_use_the_wal_refuses_rather_than_answer_from_before_it(tmp_path,
+                                                                                   monkeypatch):
+    """In a folder the reader cannot write (no -shm to create), the read-only fallback
+    (``immutable=1``) ignores the WAL: with commits in it, it would answer from before them."""
+    import sqlite3
+
+    from hypersack.runtime.storage import sqlite as storage_module
+    path = tmp_path / "s.db"
+    writer = Storage(path)
+    sid = writer.create_study("a", {}).study_id
+    writer.connection.execute("PRAGMA wal_autocheckpoint=0")
+    writer.save_batch(sid, [record(0)], [(0, 1, {"score": 0.5})])
+    connect = sqlite3.connect
+
+    def unwritable_folder(database, *args, **kwargs):       # what SQLite says there
+        if "mode=ro" in str(database) and "immutable" not in str(database):
+            raise sqlite3.OperationalError("unable to open database file")
+        return connect(database, *args, **kwargs)
+    monkeypatch.setattr(storage_module.sqlite3, "connect", unwritable_folder)
+    try:
+        with pytest.raises(StorageError, match="write-ahead log"):
+            Storage(path, readonly=True)          # was: a study with no trial (the WAL unread)
+    finally:
+        monkeypatch.undo()
+        writer.close()
+    with Storage(path, readonly=True) as reader:  # checkpointed at the close: read as it is
+        assert len(reader.load_trials(sid)) == 1

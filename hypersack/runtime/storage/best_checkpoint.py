@@ -83,7 +83,9 @@ def best_checkpoint(store: Any, name: str, unsafe: bool = False) -> tuple[dict[s
 def export_best(store: Any, name: str, out_dir: str | Path) -> Path:
     """Copy the best trial's checkpoint file into ``out_dir`` (created) beside ``best.json``
     (the trial, its config, value, step and the file's name); returns the copy's path. Nothing
-    is unpickled: the file is copied as it is."""
+    is unpickled: the file is copied as it is. From a store the quick check finds intact
+    (``StorageCorruptError`` otherwise)."""
+    store.verify_integrity(f"export the best checkpoint of study {name!r}")
     best, record, folder = _best_with_checkpoint(store, name)
     name_ = record.checkpoint or ""
     if os.sep in name_ or name_.startswith(".") or not name_.startswith(checkpoints._PREFIX):

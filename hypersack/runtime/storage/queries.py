@@ -120,7 +120,9 @@ def status(storage: Storage, name: str) -> dict[str, Any]:
 
 
 def export(storage: Storage, name: str, fmt: str) -> str:
-    """Every trial (json: with all its reported results) or one row per trial (csv)."""
+    """Every trial (json: with all its reported results) or one row per trial (csv), from a
+    store the quick check finds intact (``StorageCorruptError`` otherwise)."""
+    storage.verify_integrity(f"export study {name!r}")
     row = storage.get_study(name)
     trials = storage.load_trials(row.study_id)
     if fmt == "json":

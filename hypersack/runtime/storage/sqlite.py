@@ -6,6 +6,7 @@ One file holds many studies. ``save_batch`` writes one batch of changes in one t
 returns only once it is durable, so a result that was acknowledged to a worker survives a kill -9
 (and, with ``durability="power"``, a power loss). Readers (``hypersack status``) open the file read-only
 (``Storage(path, readonly=True)``) and can read while a study runs; they never create a file.
+A new store is created 0600 (its ``-wal`` and ``-shm`` too), as the run folders' files.
 
 Identity: each study has a uuid; its run folder (logs, checkpoints) is
 ``hypersack-runs/<name>-<uuid12>/`` beside the database, so two stores in one folder, or a study
@@ -32,7 +33,9 @@ within the turn's window, the trials' changes, the controller's state and the pr
 together, before any of them is acknowledged. ``commits`` counts durable commits (benchmarks).
 
 Faults are errors, not tracebacks: a full disk raises ``StorageFullError`` (with the free
-space), a damaged file ``StorageCorruptError`` (naming the file and how to recover it).
+space), a damaged file ``StorageCorruptError`` (naming the file and how to recover it). A study
+is resumed or exported only from a file SQLite's quick check finds intact (``verify_integrity``;
+``integrity``); ``hypersack check`` runs the full check.
 
 Modules: ``schema`` (tables, ``SCHEMA_VERSION``, ``migrate``), ``lease`` (``StudyLease``: the
 driver's lease), ``wal`` (``WalCheckpoints``: the background checkpointer); ``Storage`` here
@@ -58,6 +61,7 @@ from hypersack.errors import (StorageCorruptError, StorageError, StorageFullErro
                               StudyExistsError, StudyNotFoundError)
 # The schema, the lease and the WAL checkpointer live in their own modules; their names stay
 # importable from here.
+from hypersack.runtime.storage import integrity
 from hypersack.runtime.storage.json_text import encoder
 from hypersack.runtime.storage.lease import LEASE_TTL_S as LEASE_TTL_S
 from hypersack.runtime.storage.lease import StudyLease
@@ -150,6 +154,8 @@ class Storage(StudyLease, WalCheckpoints):
         if readonly and not self.path.exists():
             raise StorageError(f"No study store at {str(self.path)!r} (check the path, or pass "
                                "--storage FILE)")
+        if not readonly:
+            _create_private(self.path)
         try:
             self._db = _connect(self.path, readonly)
             if not readonly:
@@ -191,8 +197,8 @@ class Storage(StudyLease, WalCheckpoints):
         if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in str(exc) \
                 or "not a database" in str(exc):
             return StorageCorruptError(
-                f"The study store {where!r} is damaged or is not a HyperSack store ({exc}). Recover "
-                f"what it holds with: sqlite3 {where} .recover | sqlite3 recovered.db")
+                f"The study store {where!r} is damaged or is not a HyperSack store ({exc}). "
+                + _DAMAGE_HINT.format(where=where))
         if "no such table" in str(exc):
             empty = self.path.exists() and self.path.stat().st_size == 0
             what = ("is an empty file (0 bytes): no study was ever stored in it" if empty
@@ -205,6 +211,20 @@ class Storage(StudyLease, WalCheckpoints):
             return StorageError(f"The study store {where!r} stayed locked by another process "
                                 f"for 30 s: cannot {doing}")
         return StorageError(f"The study store {where!r}: cannot {doing} ({exc})")
+
+    def check_integrity(self, full: bool = False) -> list[str]:
+        """What SQLite's quick check (``full``: its integrity check, indexes included) finds
+        damaged in the file, one line each naming the table; [] when it is intact
+        (``integrity.problems``). Reads only."""
+        return integrity.problems(self._db, full)
+
+    def verify_integrity(self, doing: str) -> None:
+        """The quick check, before a study is resumed or exported (``doing`` says which):
+        ``StorageCorruptError`` naming the file and what is damaged, rather than resuming or
+        exporting from a damaged file."""
+        found = self.check_integrity()
+        if found:
+            raise _damaged(str(self.path), found, doing)
 
     def _run(self, doing: str, fn: Callable[[], Any]) -> Any:
         try:
@@ -639,6 +659,19 @@ class _Transaction:
             store._checkpointer.poke()
 
 
+def _create_private(path: Path) -> None:
+    """Create a new store's file empty and 0600 whatever the umask (as the run folders' files),
+    before SQLite opens it: SQLite gives the ``-wal`` and ``-shm`` files the database file's
+    permissions. An existing file (or link) is left as it is. Closing this descriptor is safe:
+    the file is new (``O_EXCL``), so no connection of this process holds a lock on it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        return                  # it exists, or SQLite says why it cannot be made
+    os.close(fd)
+
+
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     if not readonly:
         return sqlite3.connect(str(path), timeout=30, isolation_level=None)
@@ -650,8 +683,47 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     except sqlite3.OperationalError as exc:
         if "unable to open" not in str(exc):
             raise
-    # A WAL store in a folder we cannot write (no -shm file to create): read it as it is on disk.
+    # A WAL store in a folder we cannot write (no -shm file to create): read it as it is on
+    # disk, unless its WAL holds commits: an immutable connection ignores the WAL, so it would
+    # answer from before them (a wrong answer, not an error). No -shm there means no connection
+    # is open, so those commits are a closed or killed writer's, waiting for a checkpoint.
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise StorageError(
+            f"Cannot read the study store {str(path)!r} read-only: its write-ahead log "
+            f"{str(wal)!r} holds commits not yet in the file, and its folder cannot be written "
+            "(SQLite needs a -shm file beside it to read them). Open it once where the folder is "
+            "writable (its owner running hypersack status copies them in), or copy the store "
+            "with its -wal file to a writable folder")
     return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=30, isolation_level=None)
+
+
+_DAMAGE_HINT = ("See what is damaged with: hypersack check --storage {where}; recover what it "
+                "holds with: sqlite3 {where} .recover | sqlite3 recovered.db")
+
+
+def _damaged(where: str, found: list[str], doing: str) -> StorageCorruptError:
+    shown = "; ".join(found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else "")
+    return StorageCorruptError(f"The study store {where!r} is damaged ({shown}): cannot {doing}. "
+                               + _DAMAGE_HINT.format(where=where))
+
+
+def check_file(path: str | Path, full: bool = True) -> list[str]:
+    """``Storage.check_integrity`` of the file at ``path`` opened read-only, even one whose
+    studies table cannot be read (``Storage`` refuses to open that one); ``StorageError`` when
+    there is no such file, ``StorageCorruptError`` when it is not an SQLite database at all."""
+    path = Path(path)
+    if not path.is_file():
+        raise StorageError(f"No study store at {str(path)!r} (check the path, or pass --storage FILE)")
+    try:
+        db = _connect(path, readonly=True)
+    except sqlite3.DatabaseError as exc:
+        raise StorageCorruptError(f"The study store {str(path)!r} is not an SQLite database "
+                                  f"({exc})") from None
+    try:
+        return integrity.problems(db, full)
+    finally:
+        db.close()
 
 
 def _free_space(path: Path) -> str:

@@ -4,7 +4,8 @@ Contract: inside ``Storage.background_wal_checkpoints()`` (the ``WalCheckpoints`
 of the store's connection copies the WAL into the database file (SQLite's auto-checkpoint is
 off); a daemon thread with its own connection (``_WalCheckpointer``) runs PASSIVE checkpoints,
 started after a commit once the WAL holds ``CHECKPOINT_PAGES`` frames (read from the ``-shm``
-file by ``_WalFrames``), at most once per ``CHECKPOINT_EVERY_S``; while one runs that must copy
+file through SQLite's own descriptor by ``_WalFrames``: nothing here opens or closes a file of
+the database while it is connected), at most once per ``CHECKPOINT_EVERY_S``; while one runs that must copy
 the whole WAL, the writer's next transaction waits for it (``wait_idle``). Durability is never
 changed by it: a commit is durable when it returns, whoever copies it later, and a checkpoint's
 errors are ignored (the WAL keeps everything). On leaving the block the thread is stopped and the
@@ -59,7 +60,7 @@ class WalCheckpoints:
             return
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer = _WalCheckpointer(
-            self.path, DURABILITY[self.durability], frames=_WalFrames.open(self.path),
+            self.path, DURABILITY[self.durability], frames=_WalFrames.find(self.path),
             hold_above=CHECKPOINT_PAGES if self.durability == "power" else PROCESS_HOLD_PAGES)
         try:
             yield
@@ -191,17 +192,41 @@ class _WalFrames:
     """How many frames the WAL holds now: ``mxFrame`` of the wal-index header, 4 bytes at
     offset 16 of the ``-shm`` file in native byte order (https://www.sqlite.org/walformat.html),
     read without a lock: a heuristic for when to checkpoint, never for what is durable. None
-    when it cannot be read."""
+    when it cannot be read.
+
+    It reads through SQLite's own descriptor of the ``-shm`` file (``find``), and never opens
+    or closes one itself: on POSIX, closing ANY descriptor of a file drops every fcntl lock the
+    process holds on it, SQLite's included (https://www.sqlite.org/howtocorrupt.html, 2.2), and
+    without its lock on ``-shm`` the next connection of another process (``hypersack status``,
+    the dashboard) takes itself for the first one, truncates ``-shm`` and rebuilds it under
+    this process's mapping: the driver died of SIGBUS (issue 37). The descriptor is SQLite's:
+    it is valid while a connection of this process to the database is open (SQLite keeps one
+    per file and process), so ``find`` is called with the store's connection open and the
+    reads stop before it closes (``_WalCheckpointer.stop``); ``close`` only forgets it.
+    (Python's ``mmap`` would duplicate and later close it: not used.)"""
 
     def __init__(self, fd: int):
         self._fd: int | None = fd
 
     @classmethod
-    def open(cls, db_path: Path) -> "_WalFrames | None":
+    def find(cls, db_path: Path) -> "_WalFrames | None":
+        """The reader of SQLite's open ``-shm`` descriptor of ``db_path`` in this process (a
+        connection must have read the database in WAL mode), or None where there is none (no
+        WAL, an exclusive-mode connection's wal-index in memory) or descriptors cannot be
+        listed."""
         try:
-            return cls(os.open(f"{db_path}-shm", os.O_RDONLY))
+            shm = os.stat(f"{db_path}-shm")
+            names = os.listdir("/dev/fd")        # this process's descriptors (Linux, macOS)
         except OSError:
             return None
+        for name in names:
+            try:
+                st = os.fstat(int(name))         # fstat of a number: nothing is opened
+            except (OSError, ValueError):
+                continue
+            if (st.st_dev, st.st_ino) == (shm.st_dev, shm.st_ino):
+                return cls(int(name))
+        return None
 
     def __call__(self) -> int | None:
         if self._fd is None:
@@ -213,7 +238,5 @@ class _WalFrames:
         return int.from_bytes(header, sys.byteorder) if len(header) == 4 else None
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
+        """Stop reading; the descriptor is SQLite's, never closed here."""
+        self._fd = None
