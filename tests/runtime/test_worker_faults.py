@@ -173,3 +173,48 @@ def test_a_full_trial_log_is_a_clean_disk_full_failure_with_nothing_on_the_termi
         assert done.returncode == 0, done.stderr
         assert done.stderr == "after the trial\n"         # no traceback, no lost log lines
         assert "SENT [('Started', None), ('Failed', True)]" in done.stdout
+
+
+class _Sent:
+    """A pipe that keeps what is sent and acks each report at once."""
+    def __init__(self):
+        self.sent = []
+
+    def send(self, message):
+        self.sent.append(message)
+
+    def recv(self):
+        from hypersack.runtime.worker.messages import Ack
+        return Ack(self.sent[-1].trial_id, 0, 1)
+
+    def poll(self, timeout=0):
+        return False
+
+
+def _scores(config, ctx):
+    ctx.report(1, score=1.0)
+
+
+def test_a_trial_that_fails_before_loading_its_trainable_leaves_it_to_the_next(tmp_path):
+    """The driver sends a trainable once per worker: a first trial that fails on an unsafe
+    trial.log (before loading it) must not leave the next trials with "not sent"."""
+    from hypersack.runtime.worker import process as worker
+    from hypersack.runtime.worker.messages import Done, Failed, TrialTask, WorldSpec
+    from hypersack.runtime.worker.trainable import TrainableRef
+    ref = TrainableRef.of(_scores)
+    unsafe = tmp_path / "t0"
+    unsafe.mkdir(mode=0o700)
+    (unsafe / "trial.log").symlink_to(tmp_path / "elsewhere.log")
+    cache: dict = {}
+    outcomes = []
+    for trial_id, folder, sent in ((0, unsafe, (ref.key, ref.reference, ref.payload)),
+                                   (1, tmp_path / "t1", (ref.key, None, None)),
+                                   (2, tmp_path / "t2", (ref.key, None, None))):
+        pipe = _Sent()
+        task = TrialTask(trial_id, {}, 0, 1, "cpu", str(folder), "score", None, WorldSpec(),
+                         False, None, False, sent)
+        worker.run_task(pipe, task, cache)
+        outcomes.append(pipe.sent[-1])
+    assert isinstance(outcomes[0], Failed) and "UnsafePathError" in outcomes[0].reason
+    assert [type(m) for m in outcomes[1:]] == [Done, Done]
+    assert not (tmp_path / "elsewhere.log").exists()

@@ -121,8 +121,12 @@ class _ContextSource:
 # ---- the pack process ---------------------------------------------------------------------------
 
 def _load_task(spec: tuple, cache: dict[str, Any]) -> Any:
-    key, reference, payload = spec
+    from hypersack.runtime.worker.trainable import receive, received
+    key = spec[0]
     if key not in cache:
+        receive(spec)
+        ref = received(key)
+        reference, payload = ref.reference, ref.payload
         if payload is not None:
             import cloudpickle
             cache[key] = cloudpickle.loads(payload)
@@ -356,6 +360,8 @@ def run_pack_task(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | No
     The pack process writes its own log (``spec.log``); each member's trial.log gets its load
     line and any error. Members arrive as AddMember messages.
     """
+    from hypersack.runtime.worker.trainable import receive
+    receive(spec.task)
     log_path = Path(spec.log)
     checkpoints.ensure_private_dir(log_path.parent)
     with open(checkpoints.open_private(log_path, append=True), "ab", buffering=0) as log, \

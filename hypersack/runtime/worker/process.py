@@ -276,6 +276,8 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
     ``outbox`` (the worker's; None: one of its own)."""
     from hypersack.runtime.worker import checkpoints
 
+    from hypersack.runtime.worker.trainable import receive
+    receive(task.trainable)
     trial_id = task.trial_id
     trial_dir = Path(task.trial_dir)
     channel = PipeChannel(pipe, trial_id, task.report_window, task.free_below, outbox)
@@ -463,16 +465,14 @@ def _barrier(store, rank: int, size: int) -> None:
 # Why a trainable could not be loaded in this worker, by key: the driver sends a trainable's
 # reference or payload once per worker, so a later trial must get the first error again.
 _LOAD_ERRORS: dict[str, BaseException] = {}
-
-
 def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
-    from hypersack.runtime.worker.trainable import TrainableRef
-    key, reference, payload = spec
+    from hypersack.runtime.worker.trainable import receive, received
+    key = spec[0]
     if key not in cache:
-        if reference is None and payload is None and key in _LOAD_ERRORS:
+        if not receive(spec) and key in _LOAD_ERRORS:
             raise _LOAD_ERRORS[key]
         try:
-            cache[key] = TrainableRef(key, reference, payload).load(adapt=_task_as_trainable)
+            cache[key] = received(key).load(adapt=_task_as_trainable)
         except Exception as exc:
             _LOAD_ERRORS[key] = exc
             raise
