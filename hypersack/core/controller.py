@@ -483,6 +483,7 @@ class Controller:
         record.metrics = dict(event.metrics)
         if self.objective.metric in event.metrics:
             record.value = float(event.metrics[self.objective.metric])
+            record.value_step = event.step
         self._keep_values(record, event.metrics)
         if self.shared is not None:
             self.shared.observe(record, event.metrics)
@@ -670,6 +671,7 @@ class Controller:
             self._results.append((record.trial_id, step, dict(metrics)))
         record.last_step, record.metrics = results[-1][0], dict(results[-1][1])
         record.value = float(results[-1][1][self.objective.metric])
+        record.value_step = results[-1][0]
         self._keep_values(record, results[-1][1])
         record.state, record.finished_at = TrialState.COMPLETE, now
         told = self._told(record)      # never None: the caller checked the last result
@@ -710,6 +712,7 @@ class Controller:
         self._results.append((trial_id, step, dict(metrics)))
         record.last_step, record.metrics = step, dict(metrics)
         record.value = float(metrics[self.objective.metric])
+        record.value_step = step
         self._keep_values(record, metrics)
         self.algorithm.on_result(trial_id, step, metrics)
         record.state = TrialState.COMPLETE

@@ -34,7 +34,9 @@ class TrialRecord:
     retries: int = 0              # relaunches after a worker died
     last_step: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)   # the last reported metrics
-    value: float | None = None    # objective value: the metric in the last report
+    value: float | None = None    # objective value: the metric in the last report that held it
+    value_step: int | None = None  # the step of that report (``last_step`` or an earlier one):
+    # the step shown beside ``value`` wherever it is shown (best trial, status, report)
     # Multi-objective studies: every objective's value in the last report that held them all
     # (objective order; ``value`` is the first); None in a single-objective study.
     values: list[float] | None = None

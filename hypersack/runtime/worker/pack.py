@@ -43,7 +43,7 @@ from typing import Any, Mapping
 from hypersack.core.packs import pack_cap
 from hypersack.errors import ConfigError
 from hypersack.runtime.worker import checkpoints
-from hypersack.runtime.worker.process_io import is_oom, redirected
+from hypersack.runtime.worker.process_io import failure_reason, is_oom, redirected
 from hypersack.runtime.worker.messages import (Ack, AddMember, Done, EndPack, Failed, MemberTask, Message,
                                                PackCap, PackFailed, PackSpec, Pipe, Reported, Shutdown,
                                                Started, StopTrial)
@@ -277,7 +277,7 @@ class _PackSession:
             text = traceback.format_exc()
             _log(trial_dir, text)
             self.stats.failed += 1
-            self.pipe.send(Failed(trial_id, f"{type(exc).__name__}: {exc}", text))
+            self.pipe.send(Failed(trial_id, failure_reason(exc), text))
             return
         self.stats.loaded += 1
         self.stats.trial_ids.append(trial_id)
@@ -324,7 +324,7 @@ class _PackSession:
     def fail_all(self, exc: BaseException, text: str, oom: bool) -> None:
         for seat in self.seats.values():
             _log(seat.trial_dir, text)
-        self.pipe.send(PackFailed(f"{type(exc).__name__}: {exc}", text, oom))
+        self.pipe.send(PackFailed(failure_reason(exc), text, oom))
 
 
 def _empty_cache(device: str) -> None:
@@ -388,7 +388,7 @@ def _run_session(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | Non
         if session is not None:
             session.fail_all(exc, text, is_oom(exc))
         else:
-            pipe.send(PackFailed(f"{type(exc).__name__}: {exc}", text, is_oom(exc)))
+            pipe.send(PackFailed(failure_reason(exc), text, is_oom(exc)))
         return _drain_until_end(pipe)
 
 

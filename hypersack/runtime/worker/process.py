@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hypersack.errors import HyperSackError, TrialStopped
-from hypersack.runtime.worker.process_io import is_disk_full, is_oom, redirected
+from hypersack.runtime.worker.process_io import (failure_reason, is_disk_full, is_oom,
+                                                  redirected)
 from hypersack.runtime.worker.seeding import seed_everything
 from hypersack.runtime.worker.messages import (Ack, Done, Failed, Message, Pipe, Profiled, Reported,
                                                Reports, RunTrial, Shutdown, StartPack, Started,
@@ -339,10 +340,7 @@ def _run_trainable(task: TrialTask, trainables: dict[str, Callable[..., Any]],
 
 def _failed(trial_id: int, exc: BaseException, text: str | None) -> Failed:
     """The Failed message for ``exc`` (its reason never raises, whatever ``exc`` is)."""
-    try:
-        reason = f"{type(exc).__name__}: {exc}"
-    except Exception:
-        reason = f"{type(exc).__name__} (its message cannot be shown)"
+    reason = failure_reason(exc)
     return Failed(trial_id, reason[:10_000], text, is_oom(exc), is_disk_full(exc))
 
 

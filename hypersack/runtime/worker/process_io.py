@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any, Iterator
 
-__all__ = ["redirected", "is_oom", "is_disk_full"]
+__all__ = ["redirected", "is_oom", "is_disk_full", "failure_reason", "memory_limit"]
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -22,6 +22,73 @@ def is_oom(exc: BaseException) -> bool:
         return "out of memory" in str(exc).lower()
     except Exception:           # an exception whose message cannot be made
         return False
+
+
+def failure_reason(exc: BaseException) -> str:
+    """``"Type: message"`` of a trial's exception; never raises, whatever ``exc`` is. A
+    ``MemoryError`` (host memory; Python gives it no message) says "out of memory" and the
+    limit the process ran under when one is known (``memory_limit``)."""
+    try:
+        text = str(exc)
+    except Exception:
+        return f"{type(exc).__name__} (its message cannot be shown)"
+    if isinstance(exc, MemoryError):
+        limit = memory_limit()
+        detail = f"; {text}" if text else ""
+        where = f" (limit: {limit})" if limit else " (no memory limit is set: the machine's memory)"
+        return f"{type(exc).__name__}: out of memory{where}{detail}"
+    return f"{type(exc).__name__}: {text}"
+
+
+def memory_limit() -> str | None:
+    """The host memory limits this process runs under, as text (``RLIMIT_AS 2.0 GiB, cgroup
+    memory.max 8.0 GiB``), or None when neither is set (or they cannot be read)."""
+    limits = []
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append(f"RLIMIT_AS {_size(soft)}")
+    except (ImportError, OSError, ValueError):
+        pass
+    cgroup = _cgroup_memory_max()
+    if cgroup is not None:
+        limits.append(f"cgroup memory.max {_size(cgroup)}")
+    return ", ".join(limits) or None
+
+
+def _cgroup_memory_max() -> int | None:
+    """Linux: the memory limit of this process's cgroup (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), or None when unlimited or unknown."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            name = f"/sys/fs/cgroup{path.rstrip('/')}/memory.max"
+        elif "memory" in controllers.split(","):
+            name = f"/sys/fs/cgroup/memory{path.rstrip('/')}/memory.limit_in_bytes"
+        else:
+            continue
+        try:
+            with open(name) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:      # v1 says "unlimited" with a huge number
+            return int(text)
+    return None
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024       # type: ignore[assignment]
+    return f"{n} bytes"
 
 
 def is_disk_full(exc: BaseException | None) -> bool:
