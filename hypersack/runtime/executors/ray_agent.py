@@ -179,10 +179,14 @@ def _check_storage(check: tuple[str, str] | None) -> None:
     if check is None:
         return
     path, token = check
+    from hypersack.errors import UnsafePathError
+    from hypersack.runtime.worker.checkpoints import read_private
     try:
-        seen = Path(path).read_text()
+        seen = read_private(Path(path), limit=1024).decode(errors="replace")
     except OSError as exc:
         seen = f"<{exc.strerror or exc}>"
+    except UnsafePathError as exc:
+        seen = f"<{exc}>"
     if seen != token:
         raise RuntimeError(
             f"the study's run folder {os.path.dirname(path)!r} is not the driver's here (read "
