@@ -218,3 +218,30 @@ def test_a_trial_that_fails_before_loading_its_trainable_leaves_it_to_the_next(t
     assert isinstance(outcomes[0], Failed) and "UnsafePathError" in outcomes[0].reason
     assert [type(m) for m in outcomes[1:]] == [Done, Done]
     assert not (tmp_path / "elsewhere.log").exists()
+
+
+def _escapes(config, ctx):
+    """Starts a `sleep 300` in a session of its own (out of the worker's group), records its
+    pid; the grid's second trial does so and then stops itself."""
+    import subprocess as sp
+    child = sp.Popen(["setsid", "sleep", "300"])
+    with open(config["pids"], "a") as f:
+        f.write(f"{child.pid}\n")
+    ctx.report(1, score=1.0)
+    if config["hang"]:
+        time.sleep(300)
+
+
+def test_no_process_a_trainable_started_outlives_its_trial_even_in_a_new_session(store_path, tmp_path):
+    """A finished trial's escaped process ends with the trial (the worker stays warm); a
+    timed-out trial's ends with its killed worker."""
+    pids = tmp_path / "pids"
+    space = {"pids": str(pids), "hang": {"type": "categorical", "choices": [False, True]}}
+    study = hypersack.Study(name="w", space=space, objective=("score", "max"), algorithm="grid",
+                            n_trials=2, storage=store_path, workers=1, trial_timeout_s=3,
+                            max_retries=0)
+    study.run(_escapes, progress=False)
+    done, hung = study.status()["trials"]
+    assert done["state"] == "complete" and hung["state"] == "failed"
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 2 and _wait_gone(started) == []

@@ -14,6 +14,7 @@ the folder (left by killed attempts) are deleted.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
@@ -25,6 +26,7 @@ from typing import Any, Callable
 from hypersack.errors import HyperSackError, TrialStopped
 from hypersack.runtime.worker.process_io import (failure_reason, is_disk_full, is_oom,
                                                   redirected)
+from hypersack.runtime.worker.reaper import become_subreaper, end_descendants
 from hypersack.runtime.worker.seeding import seed_everything
 from hypersack.runtime.worker.messages import (Ack, Done, Failed, Message, Pipe, Profiled, Reported,
                                                Reports, RunTrial, Shutdown, StartPack, Started,
@@ -192,30 +194,68 @@ def _die_with_parent() -> None:
         _set_parent_death_signal(signal.SIGKILL)
 
 
+#: The pid of the group guard while it is this worker's child (the fallback without pidfds):
+#: ``end_descendants`` spares it.
+_GUARD: set[int] = set()
+
+
 def guard_process_group() -> None:
-    """Linux, in a worker that leads its own process group: fork a small guard that waits for
+    """Linux, in a worker that leads its own process group: start a small guard that waits for
     the worker's end, however it comes (a clean exit, a kill by the driver, the driver's own
     death through PR_SET_PDEATHSIG), then SIGKILLs the whole group, itself included: processes
     a trainable started never outlive their worker. Elsewhere, or in a worker started without
-    a group of its own (the guard must never signal the driver's group), it does nothing."""
+    a group of its own (the guard must never signal the driver's group), it does nothing.
+
+    The guard is started through a second fork, so it is not the worker's child (the worker
+    then has no child at all between trials: ``reaper.end_descendants`` costs one call), and
+    watches the worker through a pidfd; without pidfds it is the worker's child, woken by
+    PR_SET_PDEATHSIG (and spared by ``end_descendants``, ``_GUARD``)."""
     if not sys.platform.startswith("linux") or os.getpgrp() != os.getpid():
         return
     worker = os.getpid()
-    if os.fork() != 0:
+    try:
+        watch = os.pidfd_open(worker)
+    except (AttributeError, OSError):
+        watch = None
+    first = os.fork()
+    if first != 0:
+        if watch is not None:
+            os.close(watch)
+            os.waitpid(first, 0)        # the middle process, gone at once
+        else:
+            _GUARD.add(first)
         return
-    try:                        # the guard: no Python cleanup, no inherited pipes held open
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.closerange(3, _max_fd())
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        if watch is not None and os.fork() != 0:
+            return                      # the middle process: the guard is its child
+        _guard(worker, watch)
+    finally:
+        os._exit(0)
+
+
+def _guard(worker: int, watch: int | None) -> None:
+    """The guard: no Python cleanup, no inherited pipes held open; waits for the worker's end
+    (``watch``: a pidfd of it, readable once it has ended; None: PR_SET_PDEATHSIG), then
+    SIGKILLs the worker's group."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if watch is not None:
+        os.dup2(watch, 3)
+        watch = 3
+    os.closerange(4 if watch is not None else 3, _max_fd())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if watch is not None:
+        poller = select.poll()
+        poller.register(watch, select.POLLIN)
+        while not poller.poll():
+            pass
+    else:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
         _set_parent_death_signal(signal.SIGUSR1)
         if os.getppid() == worker:          # else the worker is gone already
             signal.sigwait({signal.SIGUSR1})
-        os.killpg(0, signal.SIGKILL)
-    finally:
-        os._exit(0)
+    os.killpg(worker, signal.SIGKILL)
 
 
 def _max_fd() -> int:
@@ -241,12 +281,20 @@ def worker_main(conn, env: dict[str, str]) -> None:
     not by its workers; a worker that cannot talk is reported dead by its driver."""
     _die_with_parent()
     guard_process_group()
+    become_subreaper()
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the driver decides what Ctrl-C means
     try:
         _serve(Pipe(conn))
     except (OSError, EOFError):     # its pipe is broken or closed (its trainable closed it)
         return
+    finally:
+        end_trial_processes()
+
+
+def end_trial_processes() -> None:
+    """End every process the trial started (however detached: ``reaper``), but the guard."""
+    end_descendants(frozenset(_GUARD))
 
 
 def _serve(pipe: Pipe) -> None:
@@ -264,7 +312,9 @@ def _serve(pipe: Pipe) -> None:
                 return
         elif isinstance(message, StartPack):
             from hypersack.runtime.worker.pack import run_pack_task
-            if run_pack_task(pipe, message.spec, trainables) == "shutdown":
+            ended = run_pack_task(pipe, message.spec, trainables)
+            end_trial_processes()
+            if ended == "shutdown":
                 return
 
 
@@ -304,7 +354,8 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
 
 def _run_trainable(task: TrialTask, trainables: dict[str, Callable[..., Any]],
                    channel: PipeChannel) -> None:
-    """Call the trainable and send how its trial ended (Done or Failed)."""
+    """Call the trainable and send how its trial ended (Done or Failed), once every process it
+    started has ended (``end_trial_processes``)."""
     from hypersack.runtime.worker.context import TrialContext
     trial_id = task.trial_id
     try:
@@ -327,15 +378,16 @@ def _run_trainable(task: TrialTask, trainables: dict[str, Callable[..., Any]],
         # first), the driver stores them in that order (one turn, or turns in order), and a
         # stale ack that comes once the worker is idle, or busy with its next trial, names this
         # trial: it is ignored.
-        channel.send(Done(trial_id))
+        end: Message = Done(trial_id)
     except TrialStopped:
-        channel.send(Done(trial_id))
+        end = Done(trial_id)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:   # the trial's, not the worker's
         text = traceback.format_exc()
         _log_quietly(text)
-        channel.send(_failed(trial_id, exc, text))
-    finally:
-        _flush_quietly()
+        end = _failed(trial_id, exc, text)
+    _flush_quietly()
+    end_trial_processes()
+    channel.send(end)
 
 
 def _failed(trial_id: int, exc: BaseException, text: str | None) -> Failed:
