@@ -62,6 +62,13 @@ class TrialStarted:
 
 
 @dataclass(frozen=True)
+class TrialHeartbeat:
+    """Every worker of a running trial was heard from (``core.timeouts.silence``): a fact an
+    executor whose workers send heartbeats reports, at most once per ``HEARTBEAT_S``."""
+    trial_id: int
+
+
+@dataclass(frozen=True)
 class ResultReported:
     """A step's result; ``checkpoint`` names the state after the step that rides with it (a
     file name in the trial's folder): it is the trial's checkpoint once the result is durable."""
@@ -147,7 +154,7 @@ class InterruptRequested:
     trial_id: None = None
 
 
-Event = (TrialStarted | ResultReported | TrialFinished | TrialFailed
+Event = (TrialStarted | ResultReported | TrialFinished | TrialFailed | TrialHeartbeat
          | TrialProfiled | DeviceAdded | DeviceLost | PackCapped | InterruptRequested)
 
 
@@ -205,9 +212,12 @@ class Preempt(Stop):
 
 @dataclass(frozen=True)
 class Cancel:
-    """End a running trial at once (its worker is killed); it is reported FAILED with ``reason``."""
+    """End a running trial at once (its worker is killed); the executor reports it as
+    ``TrialFailed(reason, cause)``: CANCELLED, or WORKER_DIED for a worker killed because it
+    stopped responding (the controller then retries the trial as a dead worker's)."""
     trial_id: int
     reason: str = "cancelled"
+    cause: FailureCause = FailureCause.CANCELLED
 
 
 Command = Launch | Stop | Cancel

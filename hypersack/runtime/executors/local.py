@@ -25,11 +25,11 @@ from hypersack.core.devices import first_free_device, warm_workers
 from hypersack.core.timeouts import straggling
 from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCause, Launch,
                                   Preempt, ResultReported, Stop, TrialFailed, TrialFinished,
-                                  TrialProfiled, TrialStarted)
+                                  TrialHeartbeat, TrialProfiled, TrialStarted)
 from hypersack.runtime.devices.slots import Slot, slots_cluster
 from hypersack.runtime.executors.packs import PackHost, PackPlan, describe_exit, failure_event
 from hypersack.runtime.executors.pool import Worker, WorkerPool
-from hypersack.runtime.worker.messages import (Ack, BadMessage, Done, Failed, Profiled, Reported,
+from hypersack.runtime.worker.messages import (Ack, Alive, BadMessage, Done, Failed, Profiled, Reported,
                                                Reports, RunTrial, Started, StopTrial, TrialTask,
                                                WorldSpec)
 from hypersack.runtime.worker.trainable import TrainableRef
@@ -50,6 +50,7 @@ class _Job:
     workers: list[Worker]
     finished_ranks: set[int] = field(default_factory=set)
     rank0_done_at: float | None = None
+    beats: set[int] = field(default_factory=set)   # ranks heard since the last TrialHeartbeat
     retire: bool = False        # preempted on a GPU: its workers end with it (memory freed)
 
 
@@ -147,7 +148,7 @@ class LocalExecutor:
             return
         self._awaiting.pop(trial_id, None)
         self._unacked.pop(trial_id, None)
-        self._pending.append(TrialFailed(trial_id, command.reason, cause=FailureCause.CANCELLED))
+        self._pending.append(TrialFailed(trial_id, command.reason, cause=command.cause))
 
     def _job_workers(self, trial_id: int) -> list[Worker]:
         job = self._jobs.get(trial_id)
@@ -302,9 +303,11 @@ class LocalExecutor:
 
     def _event(self, job: _Job, w: Worker, message: Any) -> Event | None:
         """The event a message read from ``w`` makes (a report comes as its event), or None."""
+        kind = type(message)
+        if kind is Alive:
+            return self._alive(job, w)
         if getattr(message, "trial_id", None) != job.trial_id:
             return None
-        kind = type(message)
         if kind is ResultReported:                          # most messages: asked first
             if w.rank != 0:
                 return None
@@ -320,6 +323,15 @@ class LocalExecutor:
         if kind is Profiled:
             return TrialProfiled(job.trial_id, message.profile)
         return None
+
+    def _alive(self, job: _Job, w: Worker) -> TrialHeartbeat | None:
+        """A heartbeat of ``w``: the trial's, once every one of its workers has sent one since
+        its last (a stopped rank keeps its trial silent while the others still beat)."""
+        job.beats.add(w.rank)
+        if len(job.beats) < len(job.workers):
+            return None
+        job.beats.clear()
+        return TrialHeartbeat(job.trial_id)
 
     def _reported(self, job: _Job, w: Worker, reports: int) -> None:
         """Rank 0 sent ``reports`` reports: they await their ack."""

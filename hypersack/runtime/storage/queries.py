@@ -11,6 +11,7 @@ from hypersack.core.controller import best_record
 from hypersack.core.objective import Objective
 from hypersack.core.pareto import pareto_front
 from hypersack.core.stays import TrialTimes, trial_times
+from hypersack.core.timeouts import NOT_RESPONDING
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import ConfigError
 from hypersack.runtime.storage.sqlite import Storage
@@ -80,6 +81,7 @@ def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any
             **({} if t.values is None else {"values": t.values}), "value_step": t.value_step,
             "last_step": t.last_step, "metrics": t.metrics, "attempts": t.attempts,
             "retries": t.retries, "device": t.device, "error": t.error, "traceback": t.traceback,
+            "not_responding": t.info.get(NOT_RESPONDING),
             "checkpoint": t.checkpoint, "started_at": t.started_at, "finished_at": t.finished_at,
             "first_started_at": times.first_start if times else None,
             "running_s": times.running_s if times else None,

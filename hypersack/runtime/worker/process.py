@@ -13,6 +13,7 @@ the folder (left by killed attempts) are deleted.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -21,14 +22,15 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from hypersack.core.timeouts import HEARTBEAT_S
 from hypersack.errors import HyperSackError, TrialStopped
 from hypersack.runtime.worker.process_io import (failure_reason, is_disk_full, is_oom,
                                                   redirected)
 from hypersack.runtime.worker.reaper import become_subreaper, end_descendants
 from hypersack.runtime.worker.seeding import seed_everything
-from hypersack.runtime.worker.messages import (Ack, Done, Failed, Message, Pipe, Profiled, Reported,
+from hypersack.runtime.worker.messages import (Ack, Alive, Done, Failed, Message, Pipe, Profiled, Reported,
                                                Reports, RunTrial, Shutdown, StartPack, Started,
                                                StopTrial, TrialTask, WorldSpec)
 
@@ -292,6 +294,38 @@ def worker_main(conn, env: dict[str, str]) -> None:
         end_trial_processes()
 
 
+class Heartbeat:
+    """A busy worker's heartbeat: while ``beating``, a daemon thread sends ``Alive`` every
+    ``interval`` seconds (the first as the worker gets busy). A stopped or frozen process
+    sends none: the driver's controller judges the silence (``core.timeouts.silence``)."""
+
+    def __init__(self, pipe: Pipe, interval: float = HEARTBEAT_S):
+        self._pipe, self._interval = pipe, interval
+        self._busy = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def beating(self) -> Iterator[None]:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name="hypersack-heartbeat")
+            self._thread.start()
+        self._busy.set()
+        try:
+            yield
+        finally:
+            self._busy.clear()
+
+    def _run(self) -> None:
+        while True:
+            self._busy.wait()
+            try:
+                self._pipe.send(Alive())
+            except (OSError, ValueError):     # the pipe is closed: the worker is ending
+                return
+            time.sleep(self._interval)
+
+
 def end_trial_processes() -> None:
     """End every process the trial started (however detached: ``reaper``), but the guard."""
     end_descendants(frozenset(_GUARD))
@@ -300,6 +334,7 @@ def end_trial_processes() -> None:
 def _serve(pipe: Pipe) -> None:
     trainables: dict[str, Callable[..., Any]] = {}
     outbox = Outbox(pipe)           # one per worker: its thread serves trial after trial
+    heart = Heartbeat(pipe)
     while True:
         try:
             message = pipe.recv()
@@ -308,7 +343,9 @@ def _serve(pipe: Pipe) -> None:
         if isinstance(message, Shutdown):
             return
         if isinstance(message, RunTrial):
-            if run_task(pipe, message.task, trainables, outbox) is _SHUTDOWN:
+            with heart.beating():
+                ended = run_task(pipe, message.task, trainables, outbox)
+            if ended is _SHUTDOWN:
                 return
         elif isinstance(message, StartPack):
             from hypersack.runtime.worker.pack import run_pack_task
