@@ -50,6 +50,7 @@ class _Job:
     workers: list[Worker]
     finished_ranks: set[int] = field(default_factory=set)
     rank0_done_at: float | None = None
+    started: bool = False       # rank 0 said Started: heartbeats count from then on
     beats: set[int] = field(default_factory=set)   # ranks heard since the last TrialHeartbeat
     retire: bool = False        # preempted on a GPU: its workers end with it (memory freed)
 
@@ -318,6 +319,7 @@ class LocalExecutor:
         if w.rank != 0:
             return None
         if kind is Started:
+            job.started = True
             return TrialStarted(job.trial_id, w.slot.label if len(job.workers) == 1
                                 else "+".join(x.slot.label for x in job.workers))
         if kind is Profiled:
@@ -326,7 +328,10 @@ class LocalExecutor:
 
     def _alive(self, job: _Job, w: Worker) -> TrialHeartbeat | None:
         """A heartbeat of ``w``: the trial's, once every one of its workers has sent one since
-        its last (a stopped rank keeps its trial silent while the others still beat)."""
+        its last (a stopped rank keeps its trial silent while the others still beat), after
+        its TrialStarted (one sent before comes from the worker's previous trial)."""
+        if not job.started:
+            return None
         job.beats.add(w.rank)
         if len(job.beats) < len(job.workers):
             return None

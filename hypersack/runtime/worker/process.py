@@ -343,9 +343,7 @@ def _serve(pipe: Pipe) -> None:
         if isinstance(message, Shutdown):
             return
         if isinstance(message, RunTrial):
-            with heart.beating():
-                ended = run_task(pipe, message.task, trainables, outbox)
-            if ended is _SHUTDOWN:
+            if run_task(pipe, message.task, trainables, outbox, heart) is _SHUTDOWN:
                 return
         elif isinstance(message, StartPack):
             from hypersack.runtime.worker.pack import run_pack_task
@@ -356,12 +354,12 @@ def _serve(pipe: Pipe) -> None:
 
 
 def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]],
-             outbox: Outbox | None = None):
+             outbox: Outbox | None = None, heart: Heartbeat | None = None):
     """Run one trial, with stdout and stderr appended to its log file. Whatever the trainable
     raises (KeyboardInterrupt and SystemExit included) is its trial's failure, with its
     traceback; a log that cannot be written (a full disk) fails the trial with a message, never
     a traceback on the driver's terminal. Every message of the trial leaves through
-    ``outbox`` (the worker's; None: one of its own)."""
+    ``outbox`` (the worker's; None: one of its own); ``heart`` beats from its Started on."""
     from hypersack.runtime.worker import checkpoints
 
     from hypersack.runtime.worker.trainable import receive
@@ -385,7 +383,8 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
         except OSError as exc:        # the log cannot be written (a full disk)
             channel.send(_failed(trial_id, exc, None))
             return None
-        _run_trainable(task, trainables, channel)
+        with heart.beating() if heart is not None else contextlib.nullcontext():
+            _run_trainable(task, trainables, channel)
     return _SHUTDOWN if channel.shutdown else None
 
 
