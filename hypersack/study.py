@@ -436,7 +436,8 @@ class Study:
                 cluster=machine.cluster,
                 share_env=machine.share_env, profile=machine.profile,
                 device_events=machine.device_events, packs=plan,
-                unsafe_checkpoints=self.spec.unsafe_checkpoints)
+                unsafe_checkpoints=self.spec.unsafe_checkpoints,
+                max_log_bytes=self.spec.executor.max_log_bytes)
             view = make_progress(self.name, self.spec.steps_for, progress, machine.decisions)
             yield assemble(self.spec, algorithm, executor, store, row, resume=resume,
                            services=machine, packs=plan), view

@@ -86,6 +86,11 @@ class ExecutorOptions:
     _FIELDS = {"workers", "max_retries", "trial_timeout_s", "backend", "address", "runtime_env",
                "heartbeat_timeout_s", "max_log_mb"}
 
+    @property
+    def max_log_bytes(self) -> int | None:
+        """``max_log_mb`` in bytes (None: no cap)."""
+        return None if self.max_log_mb is None else int(self.max_log_mb * 1_000_000)
+
     def __post_init__(self) -> None:
         if self.workers is not None:
             check_integer("executor.workers", self.workers, low=1, high=MAX_WORKERS)

@@ -268,3 +268,29 @@ def test_a_trial_that_stops_itself_is_shown_not_responding_then_killed_and_retri
     assert stopped["not_responding"] is None                 # cleared once it ended
     out = capsys.readouterr().out
     assert "not responding (no heartbeat for" in out
+
+
+def _floods_its_log(config, ctx):
+    """Writes 3 MB through Python, waits for the cap to be seen, then 3 MB at the C level."""
+    Path(config["where"]).write_text(str(ctx.trial_dir))
+    for _ in range(30):
+        sys.stdout.write("x" * 99_999 + "\n")
+    sys.stdout.flush()
+    time.sleep(0.5)
+    for _ in range(30):
+        os.write(1, b"y" * 99_999 + b"\n")
+    ctx.report(1, score=1.0)
+
+
+def test_a_trials_log_is_capped_and_the_cut_marked(store_path, tmp_path):
+    space = {"where": str(tmp_path / "where")}
+    study = hypersack.Study(name="w", space=space, objective=("score", "max"), n_trials=1,
+                            storage=store_path, workers=1, max_log_mb=1)
+    study.run(_floods_its_log, progress=False)
+    (trial,) = study.status()["trials"]
+    assert trial["state"] == "complete"
+    log = (Path((tmp_path / "where").read_text()) / "trial.log").read_bytes()
+    assert 1_000_000 < len(log) < 1_000_000 + 1_000
+    assert log.rstrip().endswith(b"executor.max_log_mb (1 MB) to its log; the rest of its "
+                                 b"output is dropped ---")
+    assert b"yyyy" not in log

@@ -64,7 +64,7 @@ class LocalExecutor:
                  profile: Callable[[dict[str, Any]], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
                  packs: PackPlan | None = None, unsafe_checkpoints: bool = False,
-                 report_window: int = REPORT_WINDOW):
+                 report_window: int = REPORT_WINDOW, max_log_bytes: int | None = None):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
@@ -76,6 +76,7 @@ class LocalExecutor:
         self._device_events = device_events
         self._unsafe_checkpoints = unsafe_checkpoints
         self._window = report_window
+        self._max_log_bytes = max_log_bytes
         self._pool = WorkerPool(self._slots, share_env)
         self._packs = PackHost(packs, self._pool, trial_dir=trial_dir, steps_for=steps_for,
                                unsafe_checkpoints=unsafe_checkpoints) if packs else None
@@ -190,7 +191,7 @@ class LocalExecutor:
                          worker.slot.device, str(self._trial_dir(launch.trial_id)), self._metric,
                          self._steps_for(launch.config), world, bool(self._profile(launch.config)),
                          launch.checkpoint, self._unsafe_checkpoints, trainable, self._window,
-                         launch.free_below)
+                         launch.free_below, self._max_log_bytes)
 
     def _slot(self, key: str, trial_id: int) -> Slot:
         if key not in self._slots:

@@ -93,7 +93,8 @@ class NodeAgent:
             steps_for=spec.steps_for, cluster=machine.cluster, share_env=machine.share_env,
             profile=lambda config: setup.profile, device_events=machine.device_events,
             packs=setup.packs, unsafe_checkpoints=setup.unsafe_checkpoints,
-            report_window=1)     # the driver acks what it has seen: one report in flight
+            report_window=1,     # the driver acks what it has seen: one report in flight
+            max_log_bytes=spec.executor.max_log_bytes)
 
     def _trial_dir(self, trial_id: int) -> Path:
         return Path(self._dirs[trial_id])

@@ -256,7 +256,8 @@ class TrialTask(Message):
     has this key loaded already. ``checkpoint``: the committed checkpoint file (the only one
     a restore reads), or None. ``report_window`` (>= 1): how many posted reports may await
     their acks at once (pipelining; see ``runtime.worker.process.PipeChannel``);
-    ``free_below``: the launch's (``core.trial.Launch``), what the first ack would say."""
+    ``free_below``: the launch's (``core.trial.Launch``), what the first ack would say;
+    ``max_log_bytes``: the most this attempt adds to its trial.log (None: no cap)."""
     tag: ClassVar[str] = "trial-task"
     nested: ClassVar[dict[str, type]] = {"world": WorldSpec}
     trial_id: int
@@ -274,6 +275,7 @@ class TrialTask(Message):
     trainable: tuple
     report_window: int = 1
     free_below: int = 0
+    max_log_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 from hypersack.core.timeouts import HEARTBEAT_S
 from hypersack.errors import HyperSackError, TrialStopped
-from hypersack.runtime.worker.process_io import (failure_reason, is_disk_full, is_oom,
+from hypersack.runtime.worker.process_io import (LogCap, failure_reason, is_disk_full, is_oom,
                                                   redirected)
 from hypersack.runtime.worker.reaper import become_subreaper, end_descendants
 from hypersack.runtime.worker.seeding import seed_everything
@@ -335,6 +335,7 @@ def _serve(pipe: Pipe) -> None:
     trainables: dict[str, Callable[..., Any]] = {}
     outbox = Outbox(pipe)           # one per worker: its thread serves trial after trial
     heart = Heartbeat(pipe)
+    cap = LogCap()
     while True:
         try:
             message = pipe.recv()
@@ -343,7 +344,7 @@ def _serve(pipe: Pipe) -> None:
         if isinstance(message, Shutdown):
             return
         if isinstance(message, RunTrial):
-            if run_task(pipe, message.task, trainables, outbox, heart) is _SHUTDOWN:
+            if run_task(pipe, message.task, trainables, outbox, heart, cap) is _SHUTDOWN:
                 return
         elif isinstance(message, StartPack):
             from hypersack.runtime.worker.pack import run_pack_task
@@ -354,12 +355,14 @@ def _serve(pipe: Pipe) -> None:
 
 
 def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]],
-             outbox: Outbox | None = None, heart: Heartbeat | None = None):
+             outbox: Outbox | None = None, heart: Heartbeat | None = None,
+             cap: LogCap | None = None):
     """Run one trial, with stdout and stderr appended to its log file. Whatever the trainable
     raises (KeyboardInterrupt and SystemExit included) is its trial's failure, with its
     traceback; a log that cannot be written (a full disk) fails the trial with a message, never
     a traceback on the driver's terminal. Every message of the trial leaves through
-    ``outbox`` (the worker's; None: one of its own); ``heart`` beats from its Started on."""
+    ``outbox`` (the worker's; None: one of its own); ``heart`` beats from its Started on;
+    ``cap`` keeps its log under ``task.max_log_bytes`` (None: one of its own)."""
     from hypersack.runtime.worker import checkpoints
 
     from hypersack.runtime.worker.trainable import receive
@@ -383,7 +386,8 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
         except OSError as exc:        # the log cannot be written (a full disk)
             channel.send(_failed(trial_id, exc, None))
             return None
-        with heart.beating() if heart is not None else contextlib.nullcontext():
+        with heart.beating() if heart is not None else contextlib.nullcontext(), \
+                (cap or LogCap()).watching(log.fileno(), task.max_log_bytes):
             _run_trainable(task, trainables, channel)
     return _SHUTDOWN if channel.shutdown else None
 

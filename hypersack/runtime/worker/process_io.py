@@ -7,9 +7,10 @@ import contextlib
 import errno
 import os
 import sys
+import threading
 from typing import Any, Iterator
 
-__all__ = ["redirected", "is_oom", "is_disk_full", "failure_reason", "memory_limit"]
+__all__ = ["redirected", "is_oom", "is_disk_full", "failure_reason", "memory_limit", "LogCap"]
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -142,3 +143,75 @@ def _flush_or_drop() -> None:
                 pass
     finally:
         os.close(null)
+
+
+class LogCap:
+    """Keeps what one attempt of a trial adds to its log under a limit.
+
+    While ``watching(fd, limit)``, a daemon thread (one per worker, idle between trials) looks
+    at the log's size every ``period_s``. Once the attempt has added more than ``limit``
+    bytes, file descriptors 1 and 2 are pointed at /dev/null (the rest of the trial's output,
+    C extensions' included, is dropped), the log is cut back to the limit and a line marking
+    the cut is appended; output written past it afterwards (a process the trial started that
+    holds the log itself) is cut away again at each look and when the watch ends. So the log
+    holds at most ``limit`` bytes of the attempt plus the mark; between two looks it may hold
+    more for a moment (what the trial writes in ``period_s``)."""
+
+    def __init__(self, period_s: float = 0.1):
+        self._period_s = period_s
+        self._lock = threading.Condition()
+        self._fd: int | None = None
+        self._end = 0                   # the size the log may reach
+        self._cut: int | None = None    # the log's size once cut (with the mark), or None
+        self._limit = 0
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def watching(self, fd: int, limit: int | None) -> Iterator[None]:
+        if limit is None:
+            yield
+            return
+        with self._lock:
+            self._fd, self._limit, self._cut = fd, limit, None
+            self._end = os.fstat(fd).st_size + limit
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="hypersack-log-cap")
+                self._thread.start()
+            self._lock.notify()
+        try:
+            yield
+        finally:
+            _flush_or_drop()
+            with self._lock:
+                self._look()
+                self._fd = None
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                if self._fd is not None:
+                    self._look()
+                self._lock.wait(self._period_s if self._fd is not None else None)
+
+    def _look(self) -> None:
+        """Cut the log if the attempt's output passed its limit (under the lock)."""
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            size = os.fstat(fd).st_size
+            if self._cut is None and size > self._end:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+                os.close(null)
+                os.ftruncate(fd, self._end)
+                os.write(fd, (f"\n--- HyperSack: this attempt wrote more than "
+                              f"executor.max_log_mb ({self._limit / 1e6:g} MB) to its log; the "
+                              "rest of its output is dropped ---\n").encode())
+                self._cut = os.fstat(fd).st_size
+            elif self._cut is not None and size > self._cut:
+                os.ftruncate(fd, self._cut)
+        except OSError:
+            pass                        # a full disk: the trial's own writes say so
