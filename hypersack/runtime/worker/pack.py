@@ -130,8 +130,11 @@ def _load_task(spec: tuple, cache: dict[str, Any]) -> Any:
         if payload is not None:
             import cloudpickle
             cache[key] = cloudpickle.loads(payload)
-        else:
+        elif reference is not None:
             cache[key] = resolve_reference(reference)
+        else:
+            raise ConfigError("trainable", key, "was not sent to this worker (no reference and "
+                              "no payload)")
         if not is_task(cache[key]):
             raise ConfigError("trainable", reference or key, "is not a FusableTask")
     return cache[key]
