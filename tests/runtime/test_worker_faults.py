@@ -248,22 +248,23 @@ def test_no_process_a_trainable_started_outlives_its_trial_even_in_a_new_session
 
 
 def _stops_itself_once(config, ctx):
-    """The grid's first trial stops its own process (SIGSTOP: every thread, its heartbeat's
-    too) on its first attempt; every other attempt reports and ends."""
-    ctx.report(1, score=1.0)
-    if config["case"] == 0 and ctx.attempt == 1:
+    """The grid's third trial (on a warm worker) stops its own process at once (SIGSTOP: every
+    thread, its heartbeat's too) on its first attempt; every other attempt reports and ends."""
+    if config["case"] == 2 and ctx.attempt == 1:
         os.kill(os.getpid(), signal.SIGSTOP)
+    ctx.report(1, score=1.0)
     ctx.report(2, score=2.0)
 
 
 def test_a_trial_that_stops_itself_is_shown_not_responding_then_killed_and_retried(store_path, capsys):
     study = hypersack.Study(name="w", space={"case": {"type": "categorical", "choices": [0, 1, 2, 3]}},
                             objective=("score", "max"), algorithm="grid", n_trials=4,
-                            storage=store_path, workers=2, heartbeat_timeout_s=3)
+                            storage=store_path, workers=2, heartbeat_timeout_s=3,
+                            trial_timeout_s=60)     # a failure here fails, never hangs
     assert study.run(_stops_itself_once, progress="lines").status == "complete"
     trials = study.status()["trials"]
     assert [t["state"] for t in trials] == ["complete"] * 4
-    stopped = next(t for t in trials if t["config"]["case"] == 0)
+    stopped = next(t for t in trials if t["config"]["case"] == 2)
     assert stopped["retries"] == 1 and stopped["attempts"] == 2
     assert stopped["not_responding"] is None                 # cleared once it ended
     out = capsys.readouterr().out

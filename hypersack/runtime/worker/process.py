@@ -296,8 +296,10 @@ def worker_main(conn, env: dict[str, str]) -> None:
 
 class Heartbeat:
     """A busy worker's heartbeat: while ``beating``, a daemon thread sends ``Alive`` every
-    ``interval`` seconds (the first as the worker gets busy). A stopped or frozen process
-    sends none: the driver's controller judges the silence (``core.timeouts.silence``)."""
+    ``interval`` seconds; the first is sent by ``beating`` itself, before the trial's code
+    runs (so a trial that stops at once is heard from once, and judged). A stopped or frozen
+    process sends none: the driver's controller judges the silence
+    (``core.timeouts.silence``)."""
 
     def __init__(self, pipe: Pipe, interval: float = HEARTBEAT_S):
         self._pipe, self._interval = pipe, interval
@@ -310,6 +312,7 @@ class Heartbeat:
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name="hypersack-heartbeat")
             self._thread.start()
+        self._pipe.send(Alive())
         self._busy.set()
         try:
             yield
