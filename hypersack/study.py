@@ -116,7 +116,8 @@ class Study:
     - ``trial_timeout_s``: a trial running longer is killed and FAILED; None: no limit.
     - ``heartbeat_timeout_s``: a trial whose worker sent no heartbeat for this long (a stopped
       or frozen process) is killed and retried as a dead worker's; "not responding" after half
-      of it. Default 60 s (at least 3); None: not watched.
+      of it. Default 60 s (at least 3); None: not watched (the heartbeat is a thread: a C call
+      holding the GIL longer than this is taken for a hang too).
     - ``max_log_mb``: the most one attempt of a trial writes to its ``trial.log`` (MB); the cut
       is marked in the log. Default 32; None: no cap.
     - ``max_steps``: steps per trial, for progress bars and ETA: a number, or the name of a

@@ -67,7 +67,9 @@ class ExecutorOptions:
     ``trial_timeout_s``: a trial running longer is killed and FAILED.
     ``heartbeat_timeout_s``: a trial whose worker sent no heartbeat for this long (stopped,
     frozen) is killed and retried as a dead worker's; it shows as "not responding" after half
-    of it (``core.timeouts``; default 60, at least 3; None: not watched).
+    of it (``core.timeouts``; default 60, at least 3; None: not watched). The heartbeat is a
+    thread of the worker: a trainable stuck in a C call that holds the GIL (a numba kernel
+    without ``nogil``) is silent too, so raise it (or set None) for such trainables.
     ``max_log_mb``: the most a trial's attempt writes to its ``trial.log`` (MB); the rest of
     its output is dropped and the cut is marked in the log (default 32; None: no cap).
     ``backend``: "local" (this machine) or "ray" (every node of a Ray cluster).
