@@ -52,6 +52,14 @@ class TrialRecord:
     finished_at: float | None = None
     stop_reason: StopReason | None = None   # set while a stop was asked and not yet honoured
 
+    @property
+    def step_of_value(self) -> int | None:
+        """The step shown beside ``value``: ``value_step``, or ``last_step`` where that was not
+        kept (a record built by hand, a store written before it); None without a value."""
+        if self.value is None:
+            return None
+        return self.value_step if self.value_step is not None else self.last_step
+
 
 # ---- events: executor -> controller ---------------------------------------------------------
 

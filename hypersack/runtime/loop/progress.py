@@ -159,7 +159,7 @@ def _best_text(controller: Controller) -> str:
     metric = controller.objective.metric
     if best is None:
         return "; no result yet"
-    text = f"; best {metric} {best.value:.4g} (trial {best.trial_id}, step {best.value_step}"
+    text = f"; best {metric} {best.value:.4g} (trial {best.trial_id}, step {best.step_of_value}"
     if best.state is TrialState.COMPLETE:
         return text + ")"
     text += f", {best.state.value})"

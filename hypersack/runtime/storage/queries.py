@@ -70,7 +70,7 @@ def _best_dict(best: TrialRecord | None, objective: Objective) -> dict[str, Any]
     if best is None:
         return None
     return {"trial_id": best.trial_id, "config": best.config, "metric": objective.metric,
-            "value": best.value, "step": best.value_step, "state": best.state.value}
+            "value": best.value, "step": best.step_of_value, "state": best.state.value}
 
 
 def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any
     (``core.stays.trial_times``): ``first_started_at``, ``running_s`` (summed over attempts)
     and ``waiting_s`` (paused, preempted, queued), else None."""
     return {"trial_id": t.trial_id, "state": t.state.value, "config": t.config, "value": t.value,
-            **({} if t.values is None else {"values": t.values}), "value_step": t.value_step,
+            **({} if t.values is None else {"values": t.values}), "value_step": t.step_of_value,
             "last_step": t.last_step, "metrics": t.metrics, "attempts": t.attempts,
             "retries": t.retries, "device": t.device, "error": t.error, "traceback": t.traceback,
             "not_responding": t.info.get(NOT_RESPONDING),

@@ -692,7 +692,7 @@ def _info_with_resources(t: TrialRecord) -> dict[str, Any]:
     """The trial's info, plus its device count when it grew (kept for resume) and the step of
     its value when that is not its last step (its objective was missing from later reports)."""
     info = t.info if t.resources == 1 else {**t.info, _RESOURCES_KEY: t.resources}
-    if t.value_step != t.last_step and t.value is not None:
+    if t.value_step is not None and t.value_step != t.last_step and t.value is not None:
         info = {**info, _VALUE_STEP_KEY: t.value_step}
     return info
 
