@@ -272,7 +272,7 @@ def _shown(status: str, name: str, args: argparse.Namespace) -> str:
 def _trials_table(trials: list[dict], width: int) -> Table:
     """One row per trial in ``width`` columns (the console's: 80 when piped); the config is cut
     with an ellipsis, never wrapped (``hypersack export`` has it whole)."""
-    from hypersack.runtime.loop.progress import shared_view
+    from hypersack.runtime.loop.progress import not_responding, shared_view
     shared = any(t.get("time_sharing") for t in trials)    # time-shared: priority column
     rows = []
     for t in trials:
@@ -280,6 +280,7 @@ def _trials_table(trials: list[dict], width: int) -> Table:
         step = "-" if t["last_step"] is None else str(t["last_step"])
         config = ", ".join(f"{k}={_short(v)}" for k, v in t["config"].items())
         state, priority = shared_view(t["state"], t.get("time_sharing"))
+        state = not_responding(state, t) and "not responding" or state
         extra = (priority,) if shared else ()
         rows.append((str(t["trial_id"]), state, value, step, str(t["attempts"]), *extra, config))
     heads = ("trial", "state", "value", "step", "tries") + (("priority",) if shared else ())

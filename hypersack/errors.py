@@ -91,7 +91,8 @@ class CheckpointError(HyperSackError):
 
 
 class UnsafePathError(HyperSackError):
-    """A run folder or file is a symbolic link, or belongs to another user."""
+    """A run folder or file is a symbolic link, belongs to another user, or is no regular file
+    (a FIFO, a device) or no folder where one should be."""
 
     def __init__(self, path: Any, problem: str):
         self.path = str(path)

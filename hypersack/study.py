@@ -34,9 +34,10 @@ from hypersack.core.controller import Budget
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.core.timesharing import TimeSharing
+from hypersack.core.timeouts import HEARTBEAT_TIMEOUT_S
 from hypersack.core.keep_best import KeepBest
 from hypersack.core.warm_start import Enqueued, check_config
-from hypersack.core.spec import (ExecutorOptions, PackOptions, Resources, StudySpec,
+from hypersack.core.spec import (MAX_LOG_MB, ExecutorOptions, PackOptions, Resources, StudySpec,
                                  check_resumable, split_precision)
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
 from hypersack.errors import (ConfigError, NoTrialCompletedWarning, StorageError,
@@ -113,6 +114,12 @@ class Study:
       the objective metric missing...), the study stops with one error instead of failing the
       rest one by one (``hypersack.core.failures``); None: never. Default 5.
     - ``trial_timeout_s``: a trial running longer is killed and FAILED; None: no limit.
+    - ``heartbeat_timeout_s``: a trial whose worker sent no heartbeat for this long (a stopped
+      or frozen process) is killed and retried as a dead worker's; "not responding" after half
+      of it. Default 60 s (at least 3); None: not watched (the heartbeat is a thread: a C call
+      holding the GIL longer than this is taken for a hang too).
+    - ``max_log_mb``: the most one attempt of a trial writes to its ``trial.log`` (MB); the cut
+      is marked in the log. Default 32; None: no cap.
     - ``max_steps``: steps per trial, for progress bars and ETA: a number, or the name of a
       space parameter holding it (``"epochs"``).
     - ``trainable``: the default for ``run()``: a callable ``train(config, ctx)``,
@@ -172,7 +179,9 @@ class Study:
                  max_failures: int | None = DEFAULT_MAX_FAILURES,
                  callbacks: Sequence[Any] = (), enqueue: Sequence[Mapping[str, Any]] = (),
                  shared: Mapping[str, Any] | None = None,
-                 keep_checkpoints_num: int | None = None):
+                 keep_checkpoints_num: int | None = None,
+                 heartbeat_timeout_s: float | None = HEARTBEAT_TIMEOUT_S,
+                 max_log_mb: float | None = MAX_LOG_MB):
         if n_trials is None and time_budget_s is None:
             raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
         precision, pack = split_precision(precision, pack)
@@ -185,7 +194,9 @@ class Study:
             trainable=TrainableRef.storable_name(trainable) if trainable is not None else None,
             algorithm=algorithm_spec, seed=seed,
             executor=ExecutorOptions(workers, max_retries, trial_timeout_s,
-                                     **_backend_options(executor)), max_steps=max_steps,
+                                     **_backend_options(executor),
+                                     heartbeat_timeout_s=heartbeat_timeout_s,
+                                     max_log_mb=max_log_mb), max_steps=max_steps,
             placement=placement,
             oversubscription=dict(oversubscription) if isinstance(oversubscription, Mapping) else oversubscription,
             resources=Resources.from_dict(resources), execution=execution,
@@ -427,7 +438,8 @@ class Study:
                 cluster=machine.cluster,
                 share_env=machine.share_env, profile=machine.profile,
                 device_events=machine.device_events, packs=plan,
-                unsafe_checkpoints=self.spec.unsafe_checkpoints)
+                unsafe_checkpoints=self.spec.unsafe_checkpoints,
+                max_log_bytes=self.spec.executor.max_log_bytes)
             view = make_progress(self.name, self.spec.steps_for, progress, machine.decisions)
             yield assemble(self.spec, algorithm, executor, store, row, resume=resume,
                            services=machine, packs=plan), view

@@ -323,3 +323,16 @@ def test_best_of_a_multi_objective_study_is_its_pareto_front(tmp_path, hs):
     assert table[1].split()[:4] == ["trial", "step", "loss", "latency_ms"]
     assert [int(line.split()[0]) for line in table[2:]] == [t["trial_id"] for t in front]
     assert "Pareto front of 'm'" in hs(tmp_path, "status", "m").stdout
+
+
+def test_status_shows_a_silent_running_trial_as_not_responding():
+    from rich.console import Console
+
+    from hypersack.cli import _trials_table
+    base = {"value": None, "last_step": 1, "config": {"x": 1}, "attempts": 1}
+    trials = [{**base, "trial_id": 0, "state": "running", "not_responding": 31.5},
+              {**base, "trial_id": 1, "state": "running", "not_responding": None}]
+    console = Console(width=100, record=True)
+    console.print(_trials_table(trials, 100))
+    rows = console.export_text().splitlines()[1:]
+    assert "not responding" in rows[0] and "not responding" not in rows[1]

@@ -21,13 +21,13 @@ from hypersack.core.failures import DEFAULT_MAX_FAILURES, FailureStreak
 from hypersack.core.objective import Objective, Value
 from hypersack.core.packs import PackBook, PackPolicy, Seat
 from hypersack.core.shared_devices import SharedDevices
-from hypersack.core.timeouts import timed_out
+from hypersack.core.timeouts import NOT_RESPONDING, Silence, silence, timed_out
 from hypersack.core.timesharing import TimeSharing
 from hypersack.core.stays import Stay, StayBook, StayOutcome
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
                                   InterruptRequested, Launch, PackCapped, Preempt, ResultReported, Stop, StopReason,
-                                  TrialFailed, TrialFinished, TrialRecord, TrialStarted,
-                                  TrialState)
+                                  TrialFailed, TrialFinished, TrialHeartbeat, TrialRecord,
+                                  TrialStarted, TrialState)
 from hypersack.errors import ConfigError
 from hypersack.validation import check_integer, check_positive
 
@@ -104,6 +104,7 @@ class Controller:
     def __init__(self, algorithm: Algorithm, objective: Objective, budget: Budget, *,
                  seed: int = 0, max_retries: int = 2, now: float = 0.0,
                  trial_timeout_s: float | None = None,
+                 heartbeat_timeout_s: float | None = None,
                  max_failures: int | None = DEFAULT_MAX_FAILURES,
                  options: ControllerOptions = ControllerOptions()):
         check_integer("max_retries", max_retries, low=0)
@@ -113,6 +114,9 @@ class Controller:
         self.seed = seed
         self.max_retries = max_retries
         self.trial_timeout_s = trial_timeout_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self._heard: dict[int, float] = {}     # running trial -> its last heartbeat (this attempt)
+        self._silenced: set[int] = set()       # running trials whose worker was killed (silent)
         self.options = options
         self.trials: dict[int, TrialRecord] = {}
         self._queue: deque[int] = deque()      # PENDING trials waiting for a slot, in launch order
@@ -386,6 +390,7 @@ class Controller:
                 devices: tuple[tuple[str, str], ...]) -> Launch:
         record.state = TrialState.RUNNING
         self._running_ids.add(record.trial_id)
+        self._heard.pop(record.trial_id, None)     # silence counts from this attempt's first beat
         record.attempts += 1
         record.started_at = now
         record.error = record.traceback = None
@@ -439,6 +444,9 @@ class Controller:
         record = self.trials.get(event.trial_id)
         if record is None or record.state is not TrialState.RUNNING:
             return []          # late news of a trial already decided (e.g. failed on NaN)
+        if isinstance(event, TrialHeartbeat):
+            self._heard_from(record, now)
+            return []
         self._changed.add(record.trial_id)
         if isinstance(event, TrialStarted):
             record.device = event.device
@@ -483,6 +491,7 @@ class Controller:
         record.metrics = dict(event.metrics)
         if self.objective.metric in event.metrics:
             record.value = float(event.metrics[self.objective.metric])
+            record.value_step = event.step
         self._keep_values(record, event.metrics)
         if self.shared is not None:
             self.shared.observe(record, event.metrics)
@@ -634,6 +643,9 @@ class Controller:
 
     def _release(self, record: TrialRecord) -> None:
         self._running_ids.discard(record.trial_id)
+        self._heard.pop(record.trial_id, None)
+        self._silenced.discard(record.trial_id)
+        record.info.pop(NOT_RESPONDING, None)
         self._placer().release(record.trial_id)
         record.devices = []
         if self.shared is not None:
@@ -670,6 +682,7 @@ class Controller:
             self._results.append((record.trial_id, step, dict(metrics)))
         record.last_step, record.metrics = results[-1][0], dict(results[-1][1])
         record.value = float(results[-1][1][self.objective.metric])
+        record.value_step = results[-1][0]
         self._keep_values(record, results[-1][1])
         record.state, record.finished_at = TrialState.COMPLETE, now
         told = self._told(record)      # never None: the caller checked the last result
@@ -710,6 +723,7 @@ class Controller:
         self._results.append((trial_id, step, dict(metrics)))
         record.last_step, record.metrics = step, dict(metrics)
         record.value = float(metrics[self.objective.metric])
+        record.value_step = step
         self._keep_values(record, metrics)
         self.algorithm.on_result(trial_id, step, metrics)
         record.state = TrialState.COMPLETE
@@ -728,8 +742,9 @@ class Controller:
 
     def tick(self, now: float) -> list[Command]:
         """Time-driven decisions: trials past ``trial_timeout_s`` (since their launch) fail and
-        are cancelled; once the time budget is spent, every running trial is asked to stop."""
-        commands = self._time_out(now) + self._preempt(now)
+        are cancelled; trials silent past ``heartbeat_timeout_s`` are killed (then retried as
+        a dead worker's); once the time budget is spent, every running trial is asked to stop."""
+        commands = self._time_out(now) + self._silent(now) + self._preempt(now)
         if self._time_up or not self._out_of_time(now):
             return commands
         self._time_up = True
@@ -758,6 +773,36 @@ class Controller:
                 reason = f"timed out after {limit:g} s (executor.trial_timeout_s)"
                 self._finish(record, TrialState.FAILED, now, error=reason)
                 out.append(Cancel(trial_id, reason))
+        return out
+
+    def _heard_from(self, record: TrialRecord, now: float) -> None:
+        """A heartbeat of a running trial: its silence counts from now (and it responds again)."""
+        self._heard[record.trial_id] = now
+        if record.info.pop(NOT_RESPONDING, None) is not None:
+            self._changed.add(record.trial_id)
+
+    def _silent(self, now: float) -> list[Command]:
+        """Running trials by their last heartbeat (``core.timeouts.silence``): NOT_RESPONDING
+        ones are marked (``info["not_responding"]``: seconds of silence when first seen), GONE
+        ones have their worker killed: the executor reports WORKER_DIED, retried as usual."""
+        limit = self.heartbeat_timeout_s
+        if limit is None or not self._heard:
+            return []
+        out: list[Command] = []
+        for trial_id, heard_at in sorted(self._heard.items()):
+            judged = silence(heard_at, now, limit)
+            if judged is Silence.HEARD or trial_id in self._silenced:
+                continue
+            record = self.trials[trial_id]
+            if NOT_RESPONDING not in record.info:
+                record.info[NOT_RESPONDING] = round(now - heard_at, 1)
+                self._changed.add(trial_id)
+            if judged is Silence.GONE:
+                self._silenced.add(trial_id)
+                out.append(Cancel(trial_id, (
+                    f"not responding: no heartbeat from its worker for {now - heard_at:.0f} s "
+                    f"(executor.heartbeat_timeout_s = {limit:g}); its worker was killed"),
+                    cause=FailureCause.WORKER_DIED))
         return out
 
     def interrupt(self) -> list[Command]:

@@ -16,6 +16,7 @@ from hypersack.core.objective import Objective
 from hypersack.core.packs import EXECUTION_MODES, GRAPH_MODES, PRECISIONS
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
+from hypersack.core.timeouts import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, MIN_HEARTBEAT_TIMEOUT_S
 from hypersack.core.keep_best import MAX_KEEP
 from hypersack.core.warm_start import check_enqueued
 from hypersack.errors import ConfigError
@@ -55,11 +56,22 @@ def check_fields(section: str, given: Mapping[str, Any], allowed: set[str],
                               f"is not a known field (known: {', '.join(sorted(allowed))})")
 
 
+MAX_LOG_MB = 32.0               # the default cap of a trial attempt's log
+MAX_LOG_MB_HIGH = 1 << 20       # 1 TB: the highest cap accepted
+
+
 @dataclass(frozen=True)
 class ExecutorOptions:
     """``workers``: parallel trial slots (None: one per GPU, else one per CPU core; on Ray: per
     node). ``max_retries``: relaunches of a trial whose worker process died.
     ``trial_timeout_s``: a trial running longer is killed and FAILED.
+    ``heartbeat_timeout_s``: a trial whose worker sent no heartbeat for this long (stopped,
+    frozen) is killed and retried as a dead worker's; it shows as "not responding" after half
+    of it (``core.timeouts``; default 60, at least 3; None: not watched). The heartbeat is a
+    thread of the worker: a trainable stuck in a C call that holds the GIL (a numba kernel
+    without ``nogil``) is silent too, so raise it (or set None) for such trainables.
+    ``max_log_mb``: the most a trial's attempt writes to its ``trial.log`` (MB); the rest of
+    its output is dropped and the cut is marked in the log (default 32; None: no cap).
     ``backend``: "local" (this machine) or "ray" (every node of a Ray cluster).
     ``address`` (Ray only): None starts a local Ray for the run and stops it after; "auto" joins
     the cluster this machine belongs to; "host:port" (a head's GCS) or "ray://host:port" (Ray
@@ -70,8 +82,16 @@ class ExecutorOptions:
     backend: str = "local"
     address: str | None = None
     runtime_env: dict[str, Any] | None = None
+    heartbeat_timeout_s: float | None = HEARTBEAT_TIMEOUT_S
+    max_log_mb: float | None = MAX_LOG_MB
 
-    _FIELDS = {"workers", "max_retries", "trial_timeout_s", "backend", "address", "runtime_env"}
+    _FIELDS = {"workers", "max_retries", "trial_timeout_s", "backend", "address", "runtime_env",
+               "heartbeat_timeout_s", "max_log_mb"}
+
+    @property
+    def max_log_bytes(self) -> int | None:
+        """``max_log_mb`` in bytes (None: no cap)."""
+        return None if self.max_log_mb is None else int(self.max_log_mb * 1_000_000)
 
     def __post_init__(self) -> None:
         if self.workers is not None:
@@ -80,6 +100,13 @@ class ExecutorOptions:
         if self.trial_timeout_s is not None:
             check_number("executor.trial_timeout_s", self.trial_timeout_s, low=0.0, low_open=True,
                          high=MAX_SECONDS, hint="(seconds)")
+        if self.heartbeat_timeout_s is not None:
+            check_number("executor.heartbeat_timeout_s", self.heartbeat_timeout_s,
+                         low=MIN_HEARTBEAT_TIMEOUT_S, high=MAX_SECONDS,
+                         hint=f"(seconds; workers send a heartbeat every {HEARTBEAT_S:g} s)")
+        if self.max_log_mb is not None:
+            check_number("executor.max_log_mb", self.max_log_mb, low=0.0, low_open=True,
+                         high=MAX_LOG_MB_HIGH, hint="(megabytes)")
         check_choice("executor.backend", self.backend, BACKENDS)
         if self.address is not None:
             _check_ray_only("executor.address", self.address, self.backend)
@@ -99,6 +126,10 @@ class ExecutorOptions:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"workers": self.workers, "max_retries": self.max_retries,
                                "trial_timeout_s": self.trial_timeout_s}
+        if self.heartbeat_timeout_s != HEARTBEAT_TIMEOUT_S:     # stored when not the default
+            out["heartbeat_timeout_s"] = self.heartbeat_timeout_s
+        if self.max_log_mb != MAX_LOG_MB:
+            out["max_log_mb"] = self.max_log_mb
         if self.backend != "local":      # a local study's stored form is unchanged
             out.update(backend=self.backend, address=self.address,
                        runtime_env=dict(self.runtime_env) if self.runtime_env else None)

@@ -34,7 +34,9 @@ class TrialRecord:
     retries: int = 0              # relaunches after a worker died
     last_step: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)   # the last reported metrics
-    value: float | None = None    # objective value: the metric in the last report
+    value: float | None = None    # objective value: the metric in the last report that held it
+    value_step: int | None = None  # the step of that report (``last_step`` or an earlier one):
+    # the step shown beside ``value`` wherever it is shown (best trial, status, report)
     # Multi-objective studies: every objective's value in the last report that held them all
     # (objective order; ``value`` is the first); None in a single-objective study.
     values: list[float] | None = None
@@ -50,6 +52,14 @@ class TrialRecord:
     finished_at: float | None = None
     stop_reason: StopReason | None = None   # set while a stop was asked and not yet honoured
 
+    @property
+    def step_of_value(self) -> int | None:
+        """The step shown beside ``value``: ``value_step``, or ``last_step`` where that was not
+        kept (a record built by hand, a store written before it); None without a value."""
+        if self.value is None:
+            return None
+        return self.value_step if self.value_step is not None else self.last_step
+
 
 # ---- events: executor -> controller ---------------------------------------------------------
 
@@ -57,6 +67,13 @@ class TrialRecord:
 class TrialStarted:
     trial_id: int
     device: str
+
+
+@dataclass(frozen=True)
+class TrialHeartbeat:
+    """Every worker of a running trial was heard from (``core.timeouts.silence``): a fact an
+    executor whose workers send heartbeats reports, at most once per ``HEARTBEAT_S``."""
+    trial_id: int
 
 
 @dataclass(frozen=True)
@@ -145,7 +162,7 @@ class InterruptRequested:
     trial_id: None = None
 
 
-Event = (TrialStarted | ResultReported | TrialFinished | TrialFailed
+Event = (TrialStarted | ResultReported | TrialFinished | TrialFailed | TrialHeartbeat
          | TrialProfiled | DeviceAdded | DeviceLost | PackCapped | InterruptRequested)
 
 
@@ -203,9 +220,12 @@ class Preempt(Stop):
 
 @dataclass(frozen=True)
 class Cancel:
-    """End a running trial at once (its worker is killed); it is reported FAILED with ``reason``."""
+    """End a running trial at once (its worker is killed); the executor reports it as
+    ``TrialFailed(reason, cause)``: CANCELLED, or WORKER_DIED for a worker killed because it
+    stopped responding (the controller then retries the trial as a dead worker's)."""
     trial_id: int
     reason: str = "cancelled"
+    cause: FailureCause = FailureCause.CANCELLED
 
 
 Command = Launch | Stop | Cancel

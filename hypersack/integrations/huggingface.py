@@ -56,9 +56,11 @@ def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 def pack_folder(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` by its path relative to it."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every regular file under ``folder`` by its path relative to it (read no-follow:
+    ``checkpoints.read_private``; a symbolic link is refused)."""
+    from hypersack.runtime.worker.checkpoints import read_private
+    return {p.relative_to(folder).as_posix(): read_private(p)
+            for p in sorted(folder.rglob("*")) if p.is_file() or p.is_symlink()}
 
 
 def unpack_folder(files: Mapping[str, bytes], folder: Path) -> Path:

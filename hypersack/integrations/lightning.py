@@ -124,12 +124,14 @@ class HyperSackCallback(pl.Callback):
     def _checkpoint(self, trainer: Any) -> dict[str, bytes] | None:
         """The Trainer's state as ``{"lightning_checkpoint": bytes}`` (None on ranks that do not
         write: Lightning saves on global rank 0)."""
+        from hypersack.runtime.worker.checkpoints import read_private
         path = Path(self.ctx.trial_dir) / f"lightning-save-r{self.ctx.world.rank}.ckpt"
+        path.unlink(missing_ok=True)        # a link planted there is removed, never written through
         trainer.save_checkpoint(path)
-        if not path.exists():
-            return None
         try:
-            return {_KEY: path.read_bytes()}
+            return {_KEY: read_private(path)}
+        except FileNotFoundError:
+            return None
         finally:
             path.unlink(missing_ok=True)
 

@@ -175,7 +175,7 @@ class SimExecutor:
                 self._end_run(command.trial_id, self.clock.now, "failed")
                 self._push(self.clock.now, "event", command.trial_id,
                            TrialFailed(command.trial_id, command.reason,
-                                       cause=FailureCause.CANCELLED))
+                                       cause=command.cause))
 
     def acknowledge(self, trial_ids: Iterable[int], free_below: Mapping[int, int]) -> None:
         """The waiting trials of ``trial_ids`` go on: each starts its next step now (the

@@ -163,7 +163,8 @@ def _full_record() -> TrialRecord:
     return TrialRecord(
         trial_id=7, config={"lr": 0.01, "layers": [64, 32], "act": "relu", "opt": {"b": [0.9, 0.99]}},
         seed=2**40 + 3, state=TrialState.PAUSED, attempts=3, retries=1, last_step=9,
-        metrics={"loss": 0.25, "acc": 0.875}, value=0.25, values=[0.25, 0.875], error="boom: it broke",
+        metrics={"loss": 0.25, "acc": 0.875}, value=0.25, value_step=6, values=[0.25, 0.875],
+        error="boom: it broke",
         traceback="Traceback (most recent call last):\n  ...\nValueError: é\n",
         checkpoint="checkpoint-a3-9.pkl", checkpoint_step=8, device="n0/gpu1",
         info={"bracket": 1, "rung": 2, "pack": "p3", "note": "ü"}, resources=2,

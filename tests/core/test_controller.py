@@ -662,3 +662,55 @@ def test_a_trial_past_its_time_limit_fails_and_is_cancelled_by_the_controller():
     c.handle(TrialFailed(0, "cancelled", cause=FailureCause.CANCELLED), 11.0)
     assert c.trials[0].state is TrialState.FAILED and c.trials[0].retries == 0
     assert [x.trial_id for x in c.tick(15.5)] == [1]
+
+
+def test_a_silent_trial_is_marked_not_responding_then_killed_and_retried_as_a_dead_worker():
+    from hypersack.core.timeouts import NOT_RESPONDING
+    from hypersack.core.trial import Cancel, TrialHeartbeat
+    c = make(trials=2, slots=2, heartbeat_timeout_s=10.0)
+    c.launches(0.0)
+    assert c.tick(1000.0) == []                     # no heartbeat yet (start-up): never judged
+    c.handle(TrialHeartbeat(0), 1000.0)
+    c.handle(TrialHeartbeat(1), 1000.0)
+    c.take_changes()
+    c.handle(TrialHeartbeat(1), 1004.0)
+    assert c.tick(1005.0) == [] and NOT_RESPONDING not in c.trials[0].info
+    assert c.tick(1005.5) == []                     # silent for more than half the limit
+    assert c.trials[0].info[NOT_RESPONDING] == 5.5 and NOT_RESPONDING not in c.trials[1].info
+    assert [r.trial_id for r in c.take_changes()] == [0]
+    (cancel,) = c.tick(1010.5)
+    assert cancel.trial_id == 0 and cancel.cause is FailureCause.WORKER_DIED
+    assert "no heartbeat from its worker for 10 s (executor.heartbeat_timeout_s = 10)" in cancel.reason
+    assert c.tick(1011.0) == [] and c.trials[0].state is TrialState.RUNNING   # killed once
+    c.handle(TrialFailed(0, cancel.reason, cause=cancel.cause), 1011.0)
+    assert c.trials[0].state is TrialState.PENDING and c.trials[0].retries == 1
+    assert NOT_RESPONDING not in c.trials[0].info
+    (again,) = c.launches(1011.0)
+    assert again.trial_id == 0 and again.attempt == 2
+    assert c.tick(1100.0) == [Cancel(1, cancel.reason.replace("10 s", "96 s"), FailureCause.WORKER_DIED)]
+    assert c.trials[0].state is TrialState.RUNNING   # its new attempt has not beaten yet
+
+
+def test_a_trial_heard_again_responds_again_and_heartbeats_alone_change_nothing_stored():
+    from hypersack.core.timeouts import NOT_RESPONDING
+    from hypersack.core.trial import TrialHeartbeat
+    c = make(trials=1, heartbeat_timeout_s=10.0)
+    c.launches(0.0)
+    c.handle(TrialHeartbeat(0), 0.0)
+    c.take_changes()
+    c.handle(TrialHeartbeat(0), 1.0)
+    assert c.take_changes() == []
+    c.tick(7.0)
+    assert c.trials[0].info[NOT_RESPONDING] == 6.0
+    c.take_changes()
+    c.handle(TrialHeartbeat(0), 8.0)
+    assert NOT_RESPONDING not in c.trials[0].info and [r.trial_id for r in c.take_changes()] == [0]
+    assert c.tick(17.0) == []
+
+
+def test_heartbeats_are_not_watched_without_a_limit():
+    from hypersack.core.trial import TrialHeartbeat
+    c = make(trials=1)
+    c.launches(0.0)
+    c.handle(TrialHeartbeat(0), 0.0)
+    assert c.tick(1e9) == []

@@ -331,3 +331,18 @@ def test_graphs_is_a_pack_option_and_precision_the_study_s():
     with pytest.warns(DeprecationWarning):
         assert split_precision(None, {"precision": "fp16", "graphs": "off"}) == \
             ("fp16", {"graphs": "off"})
+
+def test_heartbeat_timeout_and_log_cap_are_validated_executor_options():
+    from hypersack.core.spec import ExecutorOptions
+    default = ExecutorOptions()
+    assert default.heartbeat_timeout_s == 60.0 and default.max_log_bytes == 32_000_000
+    chosen = ExecutorOptions.from_dict({"heartbeat_timeout_s": 5, "max_log_mb": 0.5})
+    assert chosen.heartbeat_timeout_s == 5 and chosen.max_log_bytes == 500_000
+    assert ExecutorOptions.from_dict(chosen.to_dict()) == chosen
+    off = ExecutorOptions(heartbeat_timeout_s=None, max_log_mb=None)
+    assert off.max_log_bytes is None and ExecutorOptions.from_dict(off.to_dict()) == off
+    for field, value in (("heartbeat_timeout_s", 2), ("heartbeat_timeout_s", "60"),
+                         ("heartbeat_timeout_s", float("nan")), ("max_log_mb", 0),
+                         ("max_log_mb", True)):
+        with pytest.raises(ConfigError, match=f"executor.{field} is {value!r}"):
+            ExecutorOptions.from_dict({field: value})

@@ -32,3 +32,13 @@ def test_ranks_straggle_strictly_after_the_grace_past_rank_zero():
     assert not straggling(100.0, 160.0)
     assert straggling(100.0, math.nextafter(160.0, math.inf))
     assert straggling(0.0, 2.5, grace=2.0) and not straggling(0.0, 1.5, grace=2.0)
+
+
+def test_silence_counts_from_the_first_heartbeat_half_the_limit_is_not_responding():
+    from hypersack.core.timeouts import Silence, silence
+    assert silence(None, 1e9, 10.0) is Silence.HEARD            # no heartbeat yet
+    assert silence(0.0, 1e9, None) is Silence.HEARD             # not watched
+    assert silence(0.0, 5.0, 10.0) is Silence.HEARD
+    assert silence(0.0, math.nextafter(5.0, math.inf), 10.0) is Silence.NOT_RESPONDING
+    assert silence(0.0, 10.0, 10.0) is Silence.NOT_RESPONDING
+    assert silence(0.0, math.nextafter(10.0, math.inf), 10.0) is Silence.GONE

@@ -156,3 +156,35 @@ def test_a_pack_that_sends_what_the_driver_cannot_use_fails_its_members_and_ends
                                 TrialFailed(0, reason, None, cause=FailureCause.ERROR),
                                 TrialFailed(1, reason, None, cause=FailureCause.ERROR)]
     assert host.packs == [] and host.members == {} and pack.worker.process.exitcode == -9
+
+
+def _objective_then_loss(config, ctx):
+    """The objective at step 1 only; later reports carry only a loss."""
+    ctx.report(1, score=0.5, loss=1.0)
+    for step in range(2, 11):
+        ctx.report(step, loss=1.0 / step)
+
+
+def test_the_step_shown_with_a_value_is_the_step_of_that_value(store_path):
+    study = _study(store_path)
+    study.run(_objective_then_loss, progress=False)
+    trial = _only_trial(study)
+    assert trial["state"] == "complete" and trial["value"] == 0.5
+    assert trial["last_step"] == 10 and trial["value_step"] == 1
+    assert study.best_trial()["step"] == 1
+    assert study.status()["best"]["step"] == 1 and study.status()["best_complete"]["step"] == 1
+
+
+def _out_of_memory(config, ctx):
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (64 << 30, hard))   # a known limit, far above use
+    raise MemoryError()
+
+
+def test_a_memory_error_says_out_of_memory_and_the_limit(store_path):
+    study = _study(store_path, max_retries=0)
+    study.run(_out_of_memory, progress=False)
+    trial = _only_trial(study)
+    assert trial["state"] == "failed"
+    assert trial["error"].startswith("MemoryError: out of memory (limit: RLIMIT_AS 64.0 GiB")

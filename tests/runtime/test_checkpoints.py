@@ -130,3 +130,42 @@ def test_new_folders_and_files_are_private_and_stale_checkpoints_are_removed(tmp
     remove_other_checkpoints(trial, [keep, None])
     assert sorted(p.name for p in trial.iterdir()) == [keep, "trial.log"] and drop != keep
     assert stat.S_IMODE(os.stat(trial / keep).st_mode) == 0o600
+
+
+def test_read_private_reads_only_a_regular_file_of_this_user_and_never_blocks(tmp_path):
+    good = tmp_path / "good"
+    good.write_bytes(b"data")
+    assert checkpoints.read_private(good) == b"data"
+    with pytest.raises(UnsafePathError, match="more than the 3"):
+        checkpoints.read_private(good, limit=3)
+    os.mkfifo(tmp_path / "fifo")               # an open() without O_NONBLOCK would wait forever
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        checkpoints.read_private(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(good)
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        checkpoints.read_private(tmp_path / "link")
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        checkpoints.read_private(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        checkpoints.read_private(tmp_path / "missing")
+
+
+def test_a_fifo_planted_as_the_committed_checkpoint_is_refused_not_waited_on(tmp_path):
+    import threading
+    fifo = tmp_path / "checkpoint-a1-1.pkl"
+    os.mkfifo(fifo)
+    raised: list = []
+
+    def restore():
+        try:
+            checkpoints.read_checkpoint(tmp_path, fifo.name)
+        except Exception as exc:
+            raised.append(exc)
+    thread = threading.Thread(target=restore, daemon=True)
+    thread.start()
+    thread.join(10)
+    blocked = thread.is_alive()
+    if blocked:          # unblock the reader stuck in open() (the old code), then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert not blocked
+    assert isinstance(raised[0], UnsafePathError) and "not a regular file" in str(raised[0])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from hypersack.core.trial import ResultReported, TrialFinished, TrialRecord, TrialState
 from hypersack.runtime.storage.sqlite import Storage
-from hypersack.runtime.storage.user_attrs import FILE, AttrsImporter, load_attrs, write_trial_attr
+from hypersack.runtime.storage.user_attrs import (FILE, AttrsImporter, load_attrs,
+                                                  read_trial_attrs, write_trial_attr)
 
 
 def test_a_stopped_trials_file_is_imported_once_per_stop(tmp_path):
@@ -50,3 +51,48 @@ def test_the_file_is_looked_for_at_the_given_path_and_read_from_the_trials_folde
         importer.listen([TrialFinished(0), TrialFinished(1)], trials)
         assert folders == [1]                     # no folder built for a trial without a file
         assert load_attrs(store, row.study_id) == {1: {"arch": "b"}}
+
+
+def _returns_within(call, seconds: float = 10.0):
+    """``call()``'s value, from a thread that must end within ``seconds`` (a read that blocks
+    on a FIFO would not: the test fails instead of hanging)."""
+    import threading
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return thread.is_alive(), out
+
+
+def test_a_fifo_or_link_planted_as_the_attribute_file_is_never_read(tmp_path):
+    import os
+    folder = tmp_path / "trial"
+    folder.mkdir(mode=0o700)
+    os.mkfifo(folder / FILE)
+    try:
+        blocked, out = _returns_within(lambda: read_trial_attrs(folder))
+    finally:
+        try:        # unblock a reader stuck in open() (the old code)
+            os.close(os.open(folder / FILE, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+    assert not blocked and out == [{}]
+    os.unlink(folder / FILE)
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"stolen": 1}')
+    (folder / FILE).symlink_to(outside)
+    assert read_trial_attrs(folder) == {}
+
+
+def test_set_attr_never_writes_through_a_planted_link(tmp_path):
+    import os
+    folder = tmp_path / "trial"
+    folder.mkdir(mode=0o700)
+    target = tmp_path / "target"
+    target.write_text("keep me")
+    (folder / f"user_attrs.tmp{os.getpid()}").symlink_to(target)
+    (folder / FILE).symlink_to(target)
+    write_trial_attr(folder, "arch", "a")
+    assert target.read_text() == "keep me"
+    assert not (folder / FILE).is_symlink() and read_trial_attrs(folder) == {"arch": "a"}
+    assert sorted(p.name for p in folder.iterdir()) == [FILE, f"user_attrs.tmp{os.getpid()}"]

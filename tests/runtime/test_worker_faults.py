@@ -173,3 +173,125 @@ def test_a_full_trial_log_is_a_clean_disk_full_failure_with_nothing_on_the_termi
         assert done.returncode == 0, done.stderr
         assert done.stderr == "after the trial\n"         # no traceback, no lost log lines
         assert "SENT [('Started', None), ('Failed', True)]" in done.stdout
+
+
+class _Sent:
+    """A pipe that keeps what is sent and acks each report at once."""
+    def __init__(self):
+        self.sent = []
+
+    def send(self, message):
+        self.sent.append(message)
+
+    def recv(self):
+        from hypersack.runtime.worker.messages import Ack
+        return Ack(self.sent[-1].trial_id, 0, 1)
+
+    def poll(self, timeout=0):
+        return False
+
+
+def _scores(config, ctx):
+    ctx.report(1, score=1.0)
+
+
+def test_a_trial_that_fails_before_loading_its_trainable_leaves_it_to_the_next(tmp_path):
+    """The driver sends a trainable once per worker: a first trial that fails on an unsafe
+    trial.log (before loading it) must not leave the next trials with "not sent"."""
+    from hypersack.runtime.worker import process as worker
+    from hypersack.runtime.worker.messages import Done, Failed, TrialTask, WorldSpec
+    from hypersack.runtime.worker.trainable import TrainableRef
+    ref = TrainableRef.of(_scores)
+    unsafe = tmp_path / "t0"
+    unsafe.mkdir(mode=0o700)
+    (unsafe / "trial.log").symlink_to(tmp_path / "elsewhere.log")
+    cache: dict = {}
+    outcomes = []
+    for trial_id, folder, sent in ((0, unsafe, (ref.key, ref.reference, ref.payload)),
+                                   (1, tmp_path / "t1", (ref.key, None, None)),
+                                   (2, tmp_path / "t2", (ref.key, None, None))):
+        pipe = _Sent()
+        task = TrialTask(trial_id, {}, 0, 1, "cpu", str(folder), "score", None, WorldSpec(),
+                         False, None, False, sent)
+        worker.run_task(pipe, task, cache)
+        outcomes.append(pipe.sent[-1])
+    assert isinstance(outcomes[0], Failed) and "UnsafePathError" in outcomes[0].reason
+    assert [type(m) for m in outcomes[1:]] == [Done, Done]
+    assert not (tmp_path / "elsewhere.log").exists()
+
+
+def _escapes(config, ctx):
+    """Starts a `sleep 300` in a session of its own (out of the worker's group), records its
+    pid; the grid's second trial does so and then stops itself."""
+    import subprocess as sp
+    child = sp.Popen(["setsid", "sleep", "300"])
+    with open(config["pids"], "a") as f:
+        f.write(f"{child.pid}\n")
+    ctx.report(1, score=1.0)
+    if config["hang"]:
+        time.sleep(300)
+
+
+def test_no_process_a_trainable_started_outlives_its_trial_even_in_a_new_session(store_path, tmp_path):
+    """A finished trial's escaped process ends with the trial (the worker stays warm); a
+    timed-out trial's ends with its killed worker."""
+    pids = tmp_path / "pids"
+    space = {"pids": str(pids), "hang": {"type": "categorical", "choices": [False, True]}}
+    study = hypersack.Study(name="w", space=space, objective=("score", "max"), algorithm="grid",
+                            n_trials=2, storage=store_path, workers=1, trial_timeout_s=3,
+                            max_retries=0)
+    study.run(_escapes, progress=False)
+    done, hung = study.status()["trials"]
+    assert done["state"] == "complete" and hung["state"] == "failed"
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 2 and _wait_gone(started) == []
+
+
+def _stops_itself_once(config, ctx):
+    """The grid's third trial (on a warm worker) stops its own process at once (SIGSTOP: every
+    thread, its heartbeat's too) on its first attempt; every other attempt reports and ends."""
+    if config["case"] == 2 and ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    ctx.report(1, score=1.0)
+    ctx.report(2, score=2.0)
+
+
+def test_a_trial_that_stops_itself_is_shown_not_responding_then_killed_and_retried(store_path, capsys):
+    study = hypersack.Study(name="w", space={"case": {"type": "categorical", "choices": [0, 1, 2, 3]}},
+                            objective=("score", "max"), algorithm="grid", n_trials=4,
+                            storage=store_path, workers=2, heartbeat_timeout_s=3,
+                            trial_timeout_s=60)     # a failure here fails, never hangs
+    assert study.run(_stops_itself_once, progress="lines").status == "complete"
+    trials = study.status()["trials"]
+    assert [t["state"] for t in trials] == ["complete"] * 4
+    stopped = next(t for t in trials if t["config"]["case"] == 2)
+    assert stopped["retries"] == 1 and stopped["attempts"] == 2
+    assert stopped["not_responding"] is None                 # cleared once it ended
+    out = capsys.readouterr().out
+    assert "not responding (no heartbeat for" in out
+
+
+def _floods_its_log(config, ctx):
+    """Writes 3 MB through Python, waits for the cap to be seen, then 3 MB at the C level."""
+    Path(config["where"]).write_text(str(ctx.trial_dir))
+    for _ in range(30):
+        sys.stdout.write("x" * 99_999 + "\n")
+    sys.stdout.flush()
+    time.sleep(0.5)
+    for _ in range(30):
+        os.write(1, b"y" * 99_999 + b"\n")
+    ctx.report(1, score=1.0)
+
+
+def test_a_trials_log_is_capped_and_the_cut_marked(store_path, tmp_path):
+    space = {"where": str(tmp_path / "where")}
+    study = hypersack.Study(name="w", space=space, objective=("score", "max"), n_trials=1,
+                            storage=store_path, workers=1, max_log_mb=1)
+    study.run(_floods_its_log, progress=False)
+    (trial,) = study.status()["trials"]
+    assert trial["state"] == "complete"
+    log = (Path((tmp_path / "where").read_text()) / "trial.log").read_bytes()
+    assert 1_000_000 < len(log) < 1_000_000 + 1_000
+    assert log.rstrip().endswith(b"executor.max_log_mb (1 MB) to its log; the rest of its "
+                                 b"output is dropped ---")
+    assert b"yyyy" not in log

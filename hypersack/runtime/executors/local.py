@@ -25,11 +25,11 @@ from hypersack.core.devices import first_free_device, warm_workers
 from hypersack.core.timeouts import straggling
 from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCause, Launch,
                                   Preempt, ResultReported, Stop, TrialFailed, TrialFinished,
-                                  TrialProfiled, TrialStarted)
+                                  TrialHeartbeat, TrialProfiled, TrialStarted)
 from hypersack.runtime.devices.slots import Slot, slots_cluster
 from hypersack.runtime.executors.packs import PackHost, PackPlan, describe_exit, failure_event
 from hypersack.runtime.executors.pool import Worker, WorkerPool
-from hypersack.runtime.worker.messages import (Ack, BadMessage, Done, Failed, Profiled, Reported,
+from hypersack.runtime.worker.messages import (Ack, Alive, BadMessage, Done, Failed, Profiled, Reported,
                                                Reports, RunTrial, Started, StopTrial, TrialTask,
                                                WorldSpec)
 from hypersack.runtime.worker.trainable import TrainableRef
@@ -50,6 +50,8 @@ class _Job:
     workers: list[Worker]
     finished_ranks: set[int] = field(default_factory=set)
     rank0_done_at: float | None = None
+    started: bool = False       # rank 0 said Started: heartbeats count from then on
+    beats: set[int] = field(default_factory=set)   # ranks heard since the last TrialHeartbeat
     retire: bool = False        # preempted on a GPU: its workers end with it (memory freed)
 
 
@@ -62,7 +64,7 @@ class LocalExecutor:
                  profile: Callable[[dict[str, Any]], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
                  packs: PackPlan | None = None, unsafe_checkpoints: bool = False,
-                 report_window: int = REPORT_WINDOW):
+                 report_window: int = REPORT_WINDOW, max_log_bytes: int | None = None):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable
         self._trial_dir = trial_dir
@@ -74,6 +76,7 @@ class LocalExecutor:
         self._device_events = device_events
         self._unsafe_checkpoints = unsafe_checkpoints
         self._window = report_window
+        self._max_log_bytes = max_log_bytes
         self._pool = WorkerPool(self._slots, share_env)
         self._packs = PackHost(packs, self._pool, trial_dir=trial_dir, steps_for=steps_for,
                                unsafe_checkpoints=unsafe_checkpoints) if packs else None
@@ -147,7 +150,7 @@ class LocalExecutor:
             return
         self._awaiting.pop(trial_id, None)
         self._unacked.pop(trial_id, None)
-        self._pending.append(TrialFailed(trial_id, command.reason, cause=FailureCause.CANCELLED))
+        self._pending.append(TrialFailed(trial_id, command.reason, cause=command.cause))
 
     def _job_workers(self, trial_id: int) -> list[Worker]:
         job = self._jobs.get(trial_id)
@@ -188,7 +191,7 @@ class LocalExecutor:
                          worker.slot.device, str(self._trial_dir(launch.trial_id)), self._metric,
                          self._steps_for(launch.config), world, bool(self._profile(launch.config)),
                          launch.checkpoint, self._unsafe_checkpoints, trainable, self._window,
-                         launch.free_below)
+                         launch.free_below, self._max_log_bytes)
 
     def _slot(self, key: str, trial_id: int) -> Slot:
         if key not in self._slots:
@@ -302,9 +305,11 @@ class LocalExecutor:
 
     def _event(self, job: _Job, w: Worker, message: Any) -> Event | None:
         """The event a message read from ``w`` makes (a report comes as its event), or None."""
+        kind = type(message)
+        if kind is Alive:
+            return self._alive(job, w)
         if getattr(message, "trial_id", None) != job.trial_id:
             return None
-        kind = type(message)
         if kind is ResultReported:                          # most messages: asked first
             if w.rank != 0:
                 return None
@@ -315,11 +320,24 @@ class LocalExecutor:
         if w.rank != 0:
             return None
         if kind is Started:
+            job.started = True
             return TrialStarted(job.trial_id, w.slot.label if len(job.workers) == 1
                                 else "+".join(x.slot.label for x in job.workers))
         if kind is Profiled:
             return TrialProfiled(job.trial_id, message.profile)
         return None
+
+    def _alive(self, job: _Job, w: Worker) -> TrialHeartbeat | None:
+        """A heartbeat of ``w``: the trial's, once every one of its workers has sent one since
+        its last (a stopped rank keeps its trial silent while the others still beat), after
+        its TrialStarted (one sent before comes from the worker's previous trial)."""
+        if not job.started:
+            return None
+        job.beats.add(w.rank)
+        if len(job.beats) < len(job.workers):
+            return None
+        job.beats.clear()
+        return TrialHeartbeat(job.trial_id)
 
     def _reported(self, job: _Job, w: Worker, reports: int) -> None:
         """Rank 0 sent ``reports`` reports: they await their ack."""

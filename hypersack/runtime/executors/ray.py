@@ -45,6 +45,7 @@ from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Even
                                   Launch, ResultReported, TrialFailed, TrialFinished)
 from hypersack.errors import ClusterError, ConfigError, MissingDependencyError
 from hypersack.runtime.executors.ray_agent import AgentSetup, NodeAgent
+from hypersack.runtime.worker.checkpoints import replace_private
 
 __all__ = ["AgentSetup", "RayExecutor", "ray_executor", "ray_session", "require_ray",
            "storage_check"]
@@ -482,9 +483,7 @@ def storage_check(study_dir: Path) -> tuple[str, str]:
     (``AgentSetup.storage_check``)."""
     path = Path(study_dir) / CHECK_FILE
     token = secrets.token_hex(16)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token)
+    replace_private(path, token.encode())
     return str(path), token
 
 

@@ -93,7 +93,8 @@ class NodeAgent:
             steps_for=spec.steps_for, cluster=machine.cluster, share_env=machine.share_env,
             profile=lambda config: setup.profile, device_events=machine.device_events,
             packs=setup.packs, unsafe_checkpoints=setup.unsafe_checkpoints,
-            report_window=1)     # the driver acks what it has seen: one report in flight
+            report_window=1,     # the driver acks what it has seen: one report in flight
+            max_log_bytes=spec.executor.max_log_bytes)
 
     def _trial_dir(self, trial_id: int) -> Path:
         return Path(self._dirs[trial_id])
@@ -179,10 +180,14 @@ def _check_storage(check: tuple[str, str] | None) -> None:
     if check is None:
         return
     path, token = check
+    from hypersack.errors import UnsafePathError
+    from hypersack.runtime.worker.checkpoints import read_private
     try:
-        seen = Path(path).read_text()
+        seen = read_private(Path(path), limit=1024).decode(errors="replace")
     except OSError as exc:
         seen = f"<{exc.strerror or exc}>"
+    except UnsafePathError as exc:
+        seen = f"<{exc}>"
     if seen != token:
         raise RuntimeError(
             f"the study's run folder {os.path.dirname(path)!r} is not the driver's here (read "

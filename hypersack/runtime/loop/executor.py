@@ -20,7 +20,8 @@ class Executor(Protocol):
 
     def submit(self, command: Command) -> None:
         """Launch a trial on the devices its Launch names; Stop: end it at its next report;
-        Cancel: end it now and report TrialFailed(CANCELLED)."""
+        Cancel: end it now and report TrialFailed(reason, cause) with the Cancel's own (CANCELLED,
+        or WORKER_DIED for a trial that stopped responding)."""
 
     def poll(self, timeout: float) -> list[Event]:
         """Events since the last poll; waits up to ``timeout`` seconds when there are none. A

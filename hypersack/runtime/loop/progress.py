@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hypersack.core.controller import Controller
+from hypersack.core.timeouts import NOT_RESPONDING
 from hypersack.core.trial import TrialRecord, TrialState
 
 __all__ = ["Progress", "NullProgress", "LineProgress", "LiveProgress", "make_progress", "summary",
@@ -90,6 +91,15 @@ def shared_view(state: str, shared: dict | None) -> tuple[str, str]:
     return str(shared.get("state", state)), "new" if priority is None else f"{priority:.3g}"
 
 
+def not_responding(state: str, info: Mapping[str, Any]) -> str | None:
+    """"not responding" and for how long, for a running trial whose worker went silent (the
+    controller's mark, ``core.timeouts.NOT_RESPONDING``); None otherwise."""
+    silent = info.get(NOT_RESPONDING)
+    if state != "running" or silent is None:
+        return None
+    return f"not responding (no heartbeat for {silent:g} s)"
+
+
 def starting(r: TrialRecord) -> str | None:
     """What a running trial without a report is waiting for, or None once it has reported."""
     if r.state is not TrialState.RUNNING or r.last_step is not None:
@@ -149,7 +159,7 @@ def _best_text(controller: Controller) -> str:
     metric = controller.objective.metric
     if best is None:
         return "; no result yet"
-    text = f"; best {metric} {best.value:.4g} (trial {best.trial_id}, step {best.last_step}"
+    text = f"; best {metric} {best.value:.4g} (trial {best.trial_id}, step {best.step_of_value}"
     if best.state is TrialState.COMPLETE:
         return text + ")"
     text += f", {best.state.value})"
@@ -193,6 +203,11 @@ class LineProgress:
         self._last = (controller, now)
         lines = []
         for r in controller.trials.values():
+            silent = not_responding(r.state.value, r.info)
+            if silent is not None and self._said.get(r.trial_id) != (r.state, silent):
+                self._said[r.trial_id] = (r.state, silent)
+                lines.append(f"trial {r.trial_id} {silent}: its worker is killed and the trial "
+                             "retried once executor.heartbeat_timeout_s has passed")
             if not (r.state.finished or r.state is TrialState.PAUSED):
                 continue
             key = (r.state, r.last_step)
@@ -268,8 +283,9 @@ class LiveProgress:
                 continue
             total = self._steps_for(r.config)
             step = r.last_step or 0
+            silent = not_responding(r.state.value, r.info)
             waiting = starting(r)
-            bar = Text(waiting, style="dim") if waiting else (
+            bar = Text(silent, style="bold red") if silent else Text(waiting, style="dim") if waiting else (
                 ProgressBar(total=total, completed=min(step, total or step), width=30) if total
                 else Text("..."))
             value = "-" if r.value is None else f"{r.value:.4g}"

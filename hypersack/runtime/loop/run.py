@@ -28,7 +28,7 @@ from hypersack.core.controller import Controller, ControllerOptions, Turn
 from hypersack.core.group_commit import GROUP_SIBLINGS, GROUP_WINDOW_S, GroupCommit
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import (Event, InterruptRequested, ResultReported, TrialFailed,
-                                  TrialFinished)
+                                  TrialFinished, TrialHeartbeat)
 from hypersack.errors import StorageError, StorageFullError, TrialsFailingError
 from hypersack.runtime.loop.executor import Executor
 from hypersack.runtime.loop.heap import LoopHeap
@@ -63,6 +63,7 @@ def build_controller(spec: StudySpec, algorithm: Algorithm, row: Any, storage: A
     controller = Controller(algorithm, spec.objective, spec.budget, seed=spec.seed,
                             max_retries=spec.executor.max_retries, now=now,
                             trial_timeout_s=spec.executor.trial_timeout_s,
+                            heartbeat_timeout_s=spec.executor.heartbeat_timeout_s,
                             max_failures=spec.max_failures, options=options)
     if resume:
         state = row.controller_state or {}
@@ -230,10 +231,11 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
     last_beat = clock()
     while True:
         events = [] if first else executor.poll(POLL_INTERVAL_S)
-        if events and group.window_s > 0:
+        news = _news(events)
+        if news and group.window_s > 0:
             events = _gather(executor, events, controller, group)
         first = False
-        with storage.transaction() if events else contextlib.nullcontext():
+        with storage.transaction() if news else contextlib.nullcontext():
             now = clock()
             turn = _decide(controller, events, now, observers, interrupts)
             last_beat = _store(controller, storage, row, turn, now, last_beat)
@@ -245,6 +247,12 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
             heap.after_turn()
         if turn.done:
             return
+
+
+def _news(events: list[Event]) -> bool:
+    """Whether ``events`` hold more than heartbeats (which change nothing stored, mostly: a
+    turn of heartbeats alone opens no transaction and waits for no group commit)."""
+    return any(type(event) is not TrialHeartbeat for event in events)
 
 
 def _decide(controller: Controller, events: list[Event], now: float,

@@ -11,6 +11,7 @@ from hypersack.core.controller import best_record
 from hypersack.core.objective import Objective
 from hypersack.core.pareto import pareto_front
 from hypersack.core.stays import TrialTimes, trial_times
+from hypersack.core.timeouts import NOT_RESPONDING
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import ConfigError
 from hypersack.runtime.storage.sqlite import Storage
@@ -69,7 +70,7 @@ def _best_dict(best: TrialRecord | None, objective: Objective) -> dict[str, Any]
     if best is None:
         return None
     return {"trial_id": best.trial_id, "config": best.config, "metric": objective.metric,
-            "value": best.value, "step": best.last_step, "state": best.state.value}
+            "value": best.value, "step": best.step_of_value, "state": best.state.value}
 
 
 def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any]:
@@ -77,8 +78,10 @@ def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any
     (``core.stays.trial_times``): ``first_started_at``, ``running_s`` (summed over attempts)
     and ``waiting_s`` (paused, preempted, queued), else None."""
     return {"trial_id": t.trial_id, "state": t.state.value, "config": t.config, "value": t.value,
-            **({} if t.values is None else {"values": t.values}), "last_step": t.last_step, "metrics": t.metrics, "attempts": t.attempts,
+            **({} if t.values is None else {"values": t.values}), "value_step": t.step_of_value,
+            "last_step": t.last_step, "metrics": t.metrics, "attempts": t.attempts,
             "retries": t.retries, "device": t.device, "error": t.error, "traceback": t.traceback,
+            "not_responding": t.info.get(NOT_RESPONDING),
             "checkpoint": t.checkpoint, "started_at": t.started_at, "finished_at": t.finished_at,
             "first_started_at": times.first_start if times else None,
             "running_s": times.running_s if times else None,

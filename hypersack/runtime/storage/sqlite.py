@@ -761,21 +761,28 @@ def _trial_row(t: TrialRecord, config_json: str | None = None,
 
 
 def _info_with_resources(t: TrialRecord) -> dict[str, Any]:
-    """The trial's info, plus its device count when it grew (kept for resume)."""
-    return t.info if t.resources == 1 else {**t.info, _RESOURCES_KEY: t.resources}
+    """The trial's info, plus its device count when it grew (kept for resume) and the step of
+    its value when that is not its last step (its objective was missing from later reports)."""
+    info = t.info if t.resources == 1 else {**t.info, _RESOURCES_KEY: t.resources}
+    if t.value_step is not None and t.value_step != t.last_step and t.value is not None:
+        info = {**info, _VALUE_STEP_KEY: t.value_step}
+    return info
 
 
 _RESOURCES_KEY = "_resources"
+_VALUE_STEP_KEY = "_value_step"
 
 
 def _trial_from_row(r: tuple) -> TrialRecord:
     d = dict(zip(_TRIAL_COLUMNS, r))
     info = json.loads(d["info"])
     resources = int(info.pop(_RESOURCES_KEY, 1))
+    value_step = info.pop(_VALUE_STEP_KEY, None if d["value"] is None else d["last_step"])
     return TrialRecord(resources=resources,
         trial_id=d["trial_id"], config=json.loads(d["config"]), seed=d["seed"],
         state=TrialState(d["state"]), attempts=d["attempts"], retries=d["retries"],
         last_step=d["last_step"], metrics=json.loads(d["metrics"]), value=d["value"],
+        value_step=value_step,
         values=None if d["objective_values"] is None else json.loads(d["objective_values"]),
         error=d["error"], traceback=d["traceback"], checkpoint=d["checkpoint"],
         checkpoint_step=d["checkpoint_step"], device=d["device"], info=info,

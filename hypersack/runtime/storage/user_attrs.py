@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from hypersack.core.trial import TrialState
-from hypersack.errors import ConfigError, StorageError
+from hypersack.errors import ConfigError, StorageError, UnsafePathError
+from hypersack.runtime.worker import checkpoints
 from hypersack.validation import check_plain_data
 
 __all__ = ["check_attr", "write_trial_attr", "read_trial_attrs", "save_attrs", "load_attrs",
@@ -27,6 +28,7 @@ STUDY = -1                          # the trial id of the study's own attributes
 FILE = "user_attrs.json"
 MAX_ATTR_BYTES = 64 * 1024          # one value's JSON; far above a note, tag or small table
 MAX_ATTRS = 256                     # per trial or study
+_MAX_FILE_BYTES = MAX_ATTRS * (MAX_ATTR_BYTES + 256)   # the most a worker writes to FILE
 _KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _RUNNING = TrialState.RUNNING
 _TABLE = """CREATE TABLE IF NOT EXISTS user_attrs (
@@ -49,10 +51,12 @@ def check_attr(key: Any, value: Any) -> str:
 
 
 def read_trial_attrs(trial_dir: Path) -> dict[str, Any]:
-    """The attributes a trial's worker wrote ({} when none, or the file is unreadable)."""
+    """The attributes a trial's worker wrote ({} when none, or the file is unreadable or
+    unsafe: a link, a FIFO, another user's file or one too large, see
+    ``checkpoints.read_private``)."""
     try:
-        data = json.loads((Path(trial_dir) / FILE).read_text())
-    except (OSError, ValueError):
+        data = json.loads(checkpoints.read_private(Path(trial_dir) / FILE, _MAX_FILE_BYTES))
+    except (OSError, ValueError, UnsafePathError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -64,12 +68,7 @@ def write_trial_attr(trial_dir: Path, key: str, value: Any) -> None:
     attrs[key] = value
     if len(attrs) > MAX_ATTRS:
         raise ConfigError("user_attrs", key, f"must hold at most {MAX_ATTRS} keys per trial")
-    path = Path(trial_dir) / FILE
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(attrs, f)
-    os.replace(tmp, path)
+    checkpoints.replace_private(Path(trial_dir) / FILE, json.dumps(attrs).encode())
 
 
 def save_attrs(store: Any, study_id: int, trial_id: int, attrs: Mapping[str, Any]) -> None:
@@ -137,7 +136,7 @@ class AttrsImporter:
 
     def _import(self, trial_id: int) -> None:
         try:
-            mtime = os.stat(self._file(trial_id)).st_mtime
+            mtime = os.lstat(self._file(trial_id)).st_mtime
         except OSError:
             return
         if self._seen.get(trial_id) == mtime:

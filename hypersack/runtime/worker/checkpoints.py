@@ -8,7 +8,10 @@ Contract (the driver side is ``core/controller.py``, the trainable side ``runtim
   restore reads that file and no other, so a newer file left by a killed attempt is never
   adopted, and a file that lies in the folder without the store naming it is ignored.
 - Folders are created 0700 and files 0600; a folder or file owned by another user, or a
-  symbolic link where a folder or file should be, is refused (``UnsafePathError``).
+  symbolic link where a folder or file should be, is refused (``UnsafePathError``). This
+  module is the one home of that rule for every file of a run folder, whoever opens it (the
+  driver or a worker): ``open_private`` (write), ``read_private`` (read: never follows a link,
+  never blocks on a FIFO, only a regular file) and ``replace_private`` (atomic rewrite).
 - Reading is safe by default: ``.pt`` files through ``torch.load(weights_only=True)`` and
   ``.pkl`` files through an unpickler that builds only plain data (numbers, strings, bytes,
   lists, tuples, dicts, sets, numpy arrays and scalars) plus the types a trainable allowed with
@@ -21,6 +24,7 @@ import importlib
 import io
 import os
 import pickle
+import secrets
 import stat
 import sys
 from pathlib import Path
@@ -29,7 +33,8 @@ from typing import Any, Callable, Iterable
 from hypersack.errors import CheckpointError, UnsafePathError
 
 __all__ = ["allow_checkpoint_types", "checkpoint_name", "ensure_private_dir", "open_private",
-           "read_checkpoint", "remove_other_checkpoints", "write_checkpoint"]
+           "read_private", "replace_private", "read_checkpoint", "remove_other_checkpoints",
+           "write_checkpoint"]
 
 _PREFIX = "checkpoint-"
 _ALLOWED: dict[tuple[str, str], type] = {}
@@ -127,6 +132,53 @@ def open_private(path: Path, *, append: bool = False) -> int:
     return fd
 
 
+def read_private(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, opened without following a symbolic link and without blocking
+    (a FIFO planted there never stalls the reader). It must be a regular file owned by this
+    user, of at most ``limit`` bytes (None: any size): otherwise ``UnsafePathError``.
+    FileNotFoundError when there is no such file."""
+    flags = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+             | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        if _is_link(path):
+            raise UnsafePathError(path, "is a symbolic link; HyperSack does not follow it") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnsafePathError(path, "is not a regular file (a FIFO, device or folder); "
+                              "HyperSack does not read it")
+    with os.fdopen(fd, "rb") as f:
+        if st.st_uid != os.getuid():
+            raise UnsafePathError(path, f"belongs to another user (uid {st.st_uid}); refusing "
+                                  "to read it")
+        if limit is not None and st.st_size > limit:
+            raise UnsafePathError(path, f"holds {st.st_size} bytes, more than the {limit} "
+                                  "HyperSack reads from it")
+        return f.read() if limit is None else f.read(limit + 1)[:limit]
+
+
+def replace_private(path: Path, data: bytes) -> None:
+    """Make ``data`` the content of ``path`` atomically: written into a new private file beside
+    it (``open_private``: exclusive, never through a link, a name no other write uses), then
+    renamed over ``path`` (a symbolic link planted at ``path`` is replaced, never followed)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    fd = open_private(tmp)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def _is_link(path: Path) -> bool:
     try:
         return stat.S_ISLNK(os.lstat(path).st_mode)
@@ -213,18 +265,10 @@ def read_checkpoint(trial_dir: Path, name: str | None, *, unsafe: bool = False) 
         raise CheckpointError(f"the stored checkpoint name {name!r} is not a checkpoint file name")
     path = Path(trial_dir) / name
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        data = read_private(path)
     except FileNotFoundError:
         raise CheckpointError(f"the checkpoint {str(path)!r} named by the study store is missing; "
                               "was the run folder moved or cleaned?") from None
-    except OSError:
-        if _is_link(path):
-            raise UnsafePathError(path, "is a symbolic link; HyperSack does not follow it") from None
-        raise
-    with os.fdopen(fd, "rb") as f:
-        if os.fstat(f.fileno()).st_uid != os.getuid():
-            raise UnsafePathError(path, "belongs to another user; refusing to load it")
-        data = f.read()
     return _load(data, name, unsafe)
 
 

@@ -15,7 +15,8 @@ interpreter flags (``-O``, ``-X ...``), and its end of a duplex socket pair as a
 handle: the part of ``multiprocessing.Process`` the pool uses (``pid``, ``sentinel``,
 ``is_alive``, ``exitcode``, ``join``, ``kill``). Each worker leads a session and process
 group of its own (so a terminal's Ctrl-C reaches the driver alone, which decides what it
-means), and ``kill`` ends the whole group: processes a trainable started go with their worker.
+means), and ``kill`` ends the whole group and every process below the worker (its subreaper,
+``hypersack.runtime.worker.reaper``): processes a trainable started go with their worker.
 Live workers are killed when the driver exits (as multiprocessing does with daemon children);
 on Linux a worker also dies with its driver (PR_SET_PDEATHSIG, set in ``worker_main``), and a
 guard process takes the rest of its group with it (``worker.guard_process_group``).
@@ -33,6 +34,8 @@ import sys
 import weakref
 from multiprocessing.connection import Connection
 from typing import Mapping
+
+from hypersack.runtime.worker.reaper import kill_tree
 
 __all__ = ["WorkerProcess", "main"]
 
@@ -90,9 +93,13 @@ class WorkerProcess:
             self._popen.poll()
 
     def kill(self) -> None:
-        """SIGKILL the worker and every process of its group (what its trainable started);
-        the group is signalled even when the worker is gone already (its children may not be)."""
+        """SIGKILL the worker, every process below it (what its trainable started, however it
+        detached: the worker is their subreaper, ``reaper.kill_tree``) and every process of its
+        group; the group is signalled even when the worker is gone already (its children may
+        not be)."""
         running = self._popen.poll() is None
+        if running:
+            kill_tree(self.pid, include_root=True)
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

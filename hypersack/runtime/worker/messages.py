@@ -15,7 +15,8 @@ checkpoint, goes on while fewer than the task's ``report_window`` reports await 
 waits for them all before a report that must wait; one ``Ack`` may cover several; its end
 (``Done``, ``Failed``) follows its reports at once, without waiting for their acks), ``Reports``
 (posted reports the worker held back, as one message; each counts as one report for the acks),
-``Profiled``, ``Done``, ``Failed``, and for packs ``PackCap`` and ``PackFailed`` (the pack as a
+``Profiled``, ``Done``, ``Failed``, ``Alive`` (a heartbeat, from a thread, while the worker
+runs a plain trial), and for packs ``PackCap`` and ``PackFailed`` (the pack as a
 whole failed; every member with it).
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import pickle
 import select
 import struct
+import threading
 from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
 from typing import Any, Callable, ClassVar, Mapping
@@ -32,7 +34,7 @@ from typing import Any, Callable, ClassVar, Mapping
 from hypersack.errors import ReportError
 from hypersack.validation import check_metric, check_step, is_plain_report
 
-__all__ = ["Ack", "AddMember", "BadMessage", "Done", "EndPack", "Failed", "MemberTask", "Message",
+__all__ = ["Ack", "AddMember", "Alive", "BadMessage", "Done", "EndPack", "Failed", "MemberTask", "Message",
            "PackCap", "PackFailed", "PackSpec", "Pipe", "Profiled", "Reported", "Reports",
            "RunTrial", "Shutdown", "StartPack", "Started", "StopTrial", "TrialTask", "WorldSpec",
            "decode", "encode"]
@@ -133,13 +135,17 @@ class Pipe:
 
     def __init__(self, conn: Any):
         self.conn = conn
+        self._sending = threading.Lock()     # a worker sends from its heartbeat thread too
         self._poller: Any = None
         self._buffer = bytearray()
         self._at = 0                # where the next message's frame starts in ``_buffer``
         self._fd = conn.fileno() if type(conn) is Connection else None   # None: Windows, a fake
 
     def send(self, message: Message) -> None:
-        self.conn.send_bytes(pickle.dumps(encode(message), pickle.HIGHEST_PROTOCOL))
+        """Send ``message`` whole (safe from several threads: one message at a time)."""
+        data = pickle.dumps(encode(message), pickle.HIGHEST_PROTOCOL)
+        with self._sending:
+            self.conn.send_bytes(data)
 
     def recv(self, make: Mapping[type, Callable[..., Any]] | None = None) -> Any:
         """The next message; where ``make`` names its class, what ``make[class]`` builds from
@@ -250,7 +256,8 @@ class TrialTask(Message):
     has this key loaded already. ``checkpoint``: the committed checkpoint file (the only one
     a restore reads), or None. ``report_window`` (>= 1): how many posted reports may await
     their acks at once (pipelining; see ``runtime.worker.process.PipeChannel``);
-    ``free_below``: the launch's (``core.trial.Launch``), what the first ack would say."""
+    ``free_below``: the launch's (``core.trial.Launch``), what the first ack would say;
+    ``max_log_bytes``: the most this attempt adds to its trial.log (None: no cap)."""
     tag: ClassVar[str] = "trial-task"
     nested: ClassVar[dict[str, type]] = {"world": WorldSpec}
     trial_id: int
@@ -268,6 +275,7 @@ class TrialTask(Message):
     trainable: tuple
     report_window: int = 1
     free_below: int = 0
+    max_log_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -353,6 +361,13 @@ class Shutdown(Message):
 
 
 # ---- worker -> driver ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Alive(Message):
+    """A busy worker's heartbeat, every ``core.timeouts.HEARTBEAT_S`` (``process.Heartbeat``,
+    a thread: a stopped or frozen worker sends none)."""
+    tag: ClassVar[str] = "alive"
+
 
 @dataclass(frozen=True)
 class Started(Message):

@@ -46,7 +46,7 @@ from typing import Any, Mapping
 from hypersack.core.packs import pack_cap
 from hypersack.errors import ConfigError
 from hypersack.runtime.worker import checkpoints
-from hypersack.runtime.worker.process_io import is_oom, redirected
+from hypersack.runtime.worker.process_io import failure_reason, is_oom, redirected
 from hypersack.runtime.worker.messages import (Ack, AddMember, Done, EndPack, Failed, MemberTask, Message,
                                                PackCap, PackFailed, PackSpec, Pipe, Reported, Shutdown,
                                                Started, StopTrial)
@@ -124,13 +124,20 @@ class _ContextSource:
 # ---- the pack process ---------------------------------------------------------------------------
 
 def _load_task(spec: tuple, cache: dict[str, Any]) -> Any:
-    key, reference, payload = spec
+    from hypersack.runtime.worker.trainable import receive, received
+    key = spec[0]
     if key not in cache:
+        receive(spec)
+        ref = received(key)
+        reference, payload = ref.reference, ref.payload
         if payload is not None:
             import cloudpickle
             cache[key] = cloudpickle.loads(payload)
-        else:
+        elif reference is not None:
             cache[key] = resolve_reference(reference)
+        else:
+            raise ConfigError("trainable", key, "was not sent to this worker (no reference and "
+                              "no payload)")
         if not is_task(cache[key]):
             raise ConfigError("trainable", reference or key, "is not a FusableTask")
     return cache[key]
@@ -270,7 +277,7 @@ class _PackSession:
             text = traceback.format_exc()
             _log(trial_dir, text)
             self.stats.failed += 1
-            self.pipe.send(Failed(trial_id, f"{type(exc).__name__}: {exc}", text))
+            self.pipe.send(Failed(trial_id, failure_reason(exc), text))
             return
         self.stats.loaded += 1
         self.stats.trial_ids.append(trial_id)
@@ -319,7 +326,7 @@ class _PackSession:
     def fail_all(self, exc: BaseException, text: str, oom: bool) -> None:
         for seat in self.seats.values():
             _log(seat.trial_dir, text)
-        self.pipe.send(PackFailed(f"{type(exc).__name__}: {exc}", text, oom))
+        self.pipe.send(PackFailed(failure_reason(exc), text, oom))
 
 
 def _empty_cache(device: str) -> None:
@@ -355,6 +362,8 @@ def run_pack_task(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | No
     The pack process writes its own log (``spec.log``); each member's trial.log gets its load
     line and any error. Members arrive as AddMember messages.
     """
+    from hypersack.runtime.worker.trainable import receive
+    receive(spec.task)
     log_path = Path(spec.log)
     checkpoints.ensure_private_dir(log_path.parent)
     with open(checkpoints.open_private(log_path, append=True), "ab", buffering=0) as log, \
@@ -381,7 +390,7 @@ def _run_session(pipe: Pipe, spec: PackSpec, cache: dict[str, Any]) -> str | Non
         if session is not None:
             session.fail_all(exc, text, is_oom(exc))
         else:
-            pipe.send(PackFailed(f"{type(exc).__name__}: {exc}", text, is_oom(exc)))
+            pipe.send(PackFailed(failure_reason(exc), text, is_oom(exc)))
         return _drain_until_end(pipe)
 
 

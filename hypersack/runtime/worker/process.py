@@ -13,19 +13,24 @@ the folder (left by killed attempts) are deleted.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from hypersack.core.timeouts import HEARTBEAT_S
 from hypersack.errors import HyperSackError, TrialStopped
-from hypersack.runtime.worker.process_io import is_disk_full, is_oom, redirected
+from hypersack.runtime.worker.process_io import (LogCap, failure_reason, is_disk_full, is_oom,
+                                                  redirected)
+from hypersack.runtime.worker.reaper import become_subreaper, end_descendants
 from hypersack.runtime.worker.seeding import seed_everything
-from hypersack.runtime.worker.messages import (Ack, Done, Failed, Message, Pipe, Profiled, Reported,
+from hypersack.runtime.worker.messages import (Ack, Alive, Done, Failed, Message, Pipe, Profiled, Reported,
                                                Reports, RunTrial, Shutdown, StartPack, Started,
                                                StopTrial, TrialTask, WorldSpec)
 
@@ -191,30 +196,68 @@ def _die_with_parent() -> None:
         _set_parent_death_signal(signal.SIGKILL)
 
 
+#: The pid of the group guard while it is this worker's child (the fallback without pidfds):
+#: ``end_descendants`` spares it.
+_GUARD: set[int] = set()
+
+
 def guard_process_group() -> None:
-    """Linux, in a worker that leads its own process group: fork a small guard that waits for
+    """Linux, in a worker that leads its own process group: start a small guard that waits for
     the worker's end, however it comes (a clean exit, a kill by the driver, the driver's own
     death through PR_SET_PDEATHSIG), then SIGKILLs the whole group, itself included: processes
     a trainable started never outlive their worker. Elsewhere, or in a worker started without
-    a group of its own (the guard must never signal the driver's group), it does nothing."""
+    a group of its own (the guard must never signal the driver's group), it does nothing.
+
+    The guard is started through a second fork, so it is not the worker's child (the worker
+    then has no child at all between trials: ``reaper.end_descendants`` costs one call), and
+    watches the worker through a pidfd; without pidfds it is the worker's child, woken by
+    PR_SET_PDEATHSIG (and spared by ``end_descendants``, ``_GUARD``)."""
     if not sys.platform.startswith("linux") or os.getpgrp() != os.getpid():
         return
     worker = os.getpid()
-    if os.fork() != 0:
+    try:
+        watch = os.pidfd_open(worker)
+    except (AttributeError, OSError):
+        watch = None
+    first = os.fork()
+    if first != 0:
+        if watch is not None:
+            os.close(watch)
+            os.waitpid(first, 0)        # the middle process, gone at once
+        else:
+            _GUARD.add(first)
         return
-    try:                        # the guard: no Python cleanup, no inherited pipes held open
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.closerange(3, _max_fd())
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        if watch is not None and os.fork() != 0:
+            return                      # the middle process: the guard is its child
+        _guard(worker, watch)
+    finally:
+        os._exit(0)
+
+
+def _guard(worker: int, watch: int | None) -> None:
+    """The guard: no Python cleanup, no inherited pipes held open; waits for the worker's end
+    (``watch``: a pidfd of it, readable once it has ended; None: PR_SET_PDEATHSIG), then
+    SIGKILLs the worker's group."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if watch is not None:
+        os.dup2(watch, 3)
+        watch = 3
+    os.closerange(4 if watch is not None else 3, _max_fd())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if watch is not None:
+        poller = select.poll()
+        poller.register(watch, select.POLLIN)
+        while not poller.poll():
+            pass
+    else:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
         _set_parent_death_signal(signal.SIGUSR1)
         if os.getppid() == worker:          # else the worker is gone already
             signal.sigwait({signal.SIGUSR1})
-        os.killpg(0, signal.SIGKILL)
-    finally:
-        os._exit(0)
+    os.killpg(worker, signal.SIGKILL)
 
 
 def _max_fd() -> int:
@@ -240,17 +283,62 @@ def worker_main(conn, env: dict[str, str]) -> None:
     not by its workers; a worker that cannot talk is reported dead by its driver."""
     _die_with_parent()
     guard_process_group()
+    become_subreaper()
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the driver decides what Ctrl-C means
     try:
         _serve(Pipe(conn))
     except (OSError, EOFError):     # its pipe is broken or closed (its trainable closed it)
         return
+    finally:
+        end_trial_processes()
+
+
+class Heartbeat:
+    """A busy worker's heartbeat: while ``beating``, a daemon thread sends ``Alive`` every
+    ``interval`` seconds; the first is sent by ``beating`` itself, before the trial's code
+    runs (so a trial that stops at once is heard from once, and judged). A stopped or frozen
+    process sends none: the driver's controller judges the silence
+    (``core.timeouts.silence``)."""
+
+    def __init__(self, pipe: Pipe, interval: float = HEARTBEAT_S):
+        self._pipe, self._interval = pipe, interval
+        self._busy = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def beating(self) -> Iterator[None]:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name="hypersack-heartbeat")
+            self._thread.start()
+        self._pipe.send(Alive())
+        self._busy.set()
+        try:
+            yield
+        finally:
+            self._busy.clear()
+
+    def _run(self) -> None:
+        while True:
+            self._busy.wait()
+            try:
+                self._pipe.send(Alive())
+            except (OSError, ValueError):     # the pipe is closed: the worker is ending
+                return
+            time.sleep(self._interval)
+
+
+def end_trial_processes() -> None:
+    """End every process the trial started (however detached: ``reaper``), but the guard."""
+    end_descendants(frozenset(_GUARD))
 
 
 def _serve(pipe: Pipe) -> None:
     trainables: dict[str, Callable[..., Any]] = {}
     outbox = Outbox(pipe)           # one per worker: its thread serves trial after trial
+    heart = Heartbeat(pipe)
+    cap = LogCap()
     while True:
         try:
             message = pipe.recv()
@@ -259,23 +347,29 @@ def _serve(pipe: Pipe) -> None:
         if isinstance(message, Shutdown):
             return
         if isinstance(message, RunTrial):
-            if run_task(pipe, message.task, trainables, outbox) is _SHUTDOWN:
+            if run_task(pipe, message.task, trainables, outbox, heart, cap) is _SHUTDOWN:
                 return
         elif isinstance(message, StartPack):
             from hypersack.runtime.worker.pack import run_pack_task
-            if run_pack_task(pipe, message.spec, trainables) == "shutdown":
+            ended = run_pack_task(pipe, message.spec, trainables)
+            end_trial_processes()
+            if ended == "shutdown":
                 return
 
 
 def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., Any]],
-             outbox: Outbox | None = None):
+             outbox: Outbox | None = None, heart: Heartbeat | None = None,
+             cap: LogCap | None = None):
     """Run one trial, with stdout and stderr appended to its log file. Whatever the trainable
     raises (KeyboardInterrupt and SystemExit included) is its trial's failure, with its
     traceback; a log that cannot be written (a full disk) fails the trial with a message, never
     a traceback on the driver's terminal. Every message of the trial leaves through
-    ``outbox`` (the worker's; None: one of its own)."""
+    ``outbox`` (the worker's; None: one of its own); ``heart`` beats from its Started on;
+    ``cap`` keeps its log under ``task.max_log_bytes`` (None: one of its own)."""
     from hypersack.runtime.worker import checkpoints
 
+    from hypersack.runtime.worker.trainable import receive
+    receive(task.trainable)
     trial_id = task.trial_id
     trial_dir = Path(task.trial_dir)
     channel = PipeChannel(pipe, trial_id, task.report_window, task.free_below, outbox)
@@ -295,13 +389,16 @@ def run_task(pipe: Pipe, task: TrialTask, trainables: dict[str, Callable[..., An
         except OSError as exc:        # the log cannot be written (a full disk)
             channel.send(_failed(trial_id, exc, None))
             return None
-        _run_trainable(task, trainables, channel)
+        with heart.beating() if heart is not None else contextlib.nullcontext(), \
+                (cap or LogCap()).watching(log.fileno(), task.max_log_bytes):
+            _run_trainable(task, trainables, channel)
     return _SHUTDOWN if channel.shutdown else None
 
 
 def _run_trainable(task: TrialTask, trainables: dict[str, Callable[..., Any]],
                    channel: PipeChannel) -> None:
-    """Call the trainable and send how its trial ended (Done or Failed)."""
+    """Call the trainable and send how its trial ended (Done or Failed), once every process it
+    started has ended (``end_trial_processes``)."""
     from hypersack.runtime.worker.context import TrialContext
     trial_id = task.trial_id
     try:
@@ -324,23 +421,21 @@ def _run_trainable(task: TrialTask, trainables: dict[str, Callable[..., Any]],
         # first), the driver stores them in that order (one turn, or turns in order), and a
         # stale ack that comes once the worker is idle, or busy with its next trial, names this
         # trial: it is ignored.
-        channel.send(Done(trial_id))
+        end: Message = Done(trial_id)
     except TrialStopped:
-        channel.send(Done(trial_id))
+        end = Done(trial_id)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:   # the trial's, not the worker's
         text = traceback.format_exc()
         _log_quietly(text)
-        channel.send(_failed(trial_id, exc, text))
-    finally:
-        _flush_quietly()
+        end = _failed(trial_id, exc, text)
+    _flush_quietly()
+    end_trial_processes()
+    channel.send(end)
 
 
 def _failed(trial_id: int, exc: BaseException, text: str | None) -> Failed:
     """The Failed message for ``exc`` (its reason never raises, whatever ``exc`` is)."""
-    try:
-        reason = f"{type(exc).__name__}: {exc}"
-    except Exception:
-        reason = f"{type(exc).__name__} (its message cannot be shown)"
+    reason = failure_reason(exc)
     return Failed(trial_id, reason[:10_000], text, is_oom(exc), is_disk_full(exc))
 
 
@@ -463,16 +558,14 @@ def _barrier(store, rank: int, size: int) -> None:
 # Why a trainable could not be loaded in this worker, by key: the driver sends a trainable's
 # reference or payload once per worker, so a later trial must get the first error again.
 _LOAD_ERRORS: dict[str, BaseException] = {}
-
-
 def _trainable(spec: tuple, cache: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
-    from hypersack.runtime.worker.trainable import TrainableRef
-    key, reference, payload = spec
+    from hypersack.runtime.worker.trainable import receive, received
+    key = spec[0]
     if key not in cache:
-        if reference is None and payload is None and key in _LOAD_ERRORS:
+        if not receive(spec) and key in _LOAD_ERRORS:
             raise _LOAD_ERRORS[key]
         try:
-            cache[key] = TrainableRef(key, reference, payload).load(adapt=_task_as_trainable)
+            cache[key] = received(key).load(adapt=_task_as_trainable)
         except Exception as exc:
             _LOAD_ERRORS[key] = exc
             raise

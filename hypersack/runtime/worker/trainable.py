@@ -226,3 +226,26 @@ class TrainableRef:
             raise TrainableError(f"The trainable {self.key!r} was not sent to this worker (no "
                                  "reference and no payload)")
         return resolve_reference(self.reference, adapt)
+
+
+# Worker side: what the driver sent of each trainable this worker has not loaded yet, by key.
+_RECEIVED: dict[str, tuple[str | None, bytes | None]] = {}
+
+
+def receive(spec: tuple) -> bool:
+    """Keep what a task carries of its trainable (``(key, reference, payload)``; both None once
+    the driver has sent them to this worker), whether or not the task gets to load it: the
+    driver sends them once per worker, so a trial that fails before loading (an unsafe log
+    file, say) must not leave the next one without them. Every plain trial and pack calls this
+    first. Returns whether something is kept for ``key`` now."""
+    key, reference, payload = spec
+    if reference is not None or payload is not None:
+        _RECEIVED.setdefault(key, (reference, payload))
+    return key in _RECEIVED
+
+
+def received(key: str) -> TrainableRef:
+    """The trainable ``key`` as this worker received it (what is kept is handed over once:
+    the caller caches what it loads); a ref with neither reference nor payload if none came."""
+    reference, payload = _RECEIVED.pop(key, (None, None))
+    return TrainableRef(key, reference, payload)
