@@ -31,11 +31,11 @@ def asha(sampler="TPESampler", **kw):
 
 def hyperband(sampler="QMCSampler", **kw):
     return make_algorithm({"type": "hyperband", "min_t": 1, "max_t": 9, "sampler": sampler,
-                           "seed": 2, **kw}, SPACE, OBJ)
+                           "seed": 2, "repeat": 1, **kw}, SPACE, OBJ)
 
 
 def _bohb_gp():
-    return make_algorithm({"type": "bohb", "min_t": 1, "max_t": 9, "seed": 5,
+    return make_algorithm({"type": "bohb", "min_t": 1, "max_t": 9, "seed": 5, "repeat": 1,
                            "sampler": "GPSampler", "options": {"n_startup_trials": 2}}, SPACE, OBJ)
 
 
