@@ -104,8 +104,9 @@ class RungModel:
         """The model's proposal for ``trial_id``: at once without a runner; with one, the
         proposal asked ahead if it is ready (then the next is asked), else None (a random
         config goes instead; the one in flight stays for a later trial)."""
+        config: dict[str, Any] | None = None
         if self._runner is None:
-            config: dict[str, Any] | None = self._model(steps).propose(trial_id, keep=False)
+            config = self._model(steps).propose(trial_id, keep=False)
             return config
         if self._ahead is not None:
             ahead_steps, key = self._ahead
