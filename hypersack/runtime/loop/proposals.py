@@ -44,6 +44,7 @@ class ProposalThread:
         self._ready = threading.Condition()
         self._closed = False
         self._rest_until = 0.0
+        self._dropping = False
         self.busy_s = 0.0                       # time spent running jobs
         self._name = name
         self._thread: threading.Thread | None = None
@@ -96,6 +97,8 @@ class ProposalThread:
                 if rest <= 0:
                     break
                 self._ready.wait(rest)
+            if self._dropping:
+                future.cancel()                 # shut down with cancel: it never starts
 
     def _hurry(self, future: "_Waited") -> None:
         with self._ready:
@@ -105,6 +108,7 @@ class ProposalThread:
     def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
         with self._ready:
             self._closed = True
+            self._dropping = cancel
             if cancel:
                 for _, future in self._jobs:
                     future.cancel()
