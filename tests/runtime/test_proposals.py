@@ -61,3 +61,16 @@ def test_an_idle_thread_ends_and_the_next_job_starts_another(monkeypatch):
 def test_the_share_is_checked():
     with pytest.raises(ValueError):
         ProposalThread(share=0.0)
+
+
+def test_eager_jobs_never_rest():
+    clock = _Clock()
+    thread = ProposalThread(share=0.25, clock=clock)
+
+    def fit():
+        clock.now += 100.0
+    thread.submit(fit).result(timeout=10)
+    eager = thread.eager.submit(lambda: "now")
+    assert eager.waited                                   # marked so that it never rests
+    assert eager.result(timeout=10) == "now"
+    thread.shutdown()

@@ -9,7 +9,9 @@ took ``d`` seconds it rests ``d * (1 / share - 1)`` before the next, which bound
 fits can cost the loop, whatever one fit costs (TPE's ask grows with the results). The rest
 releases the lock; which trials get a model's proposal then depends on timing, never a value.
 A caller that does wait for a job (``Future.result``: the plain ``tpe`` algorithm with nothing
-else to run) cuts the rest short: resting then would only idle the study.
+else to run) cuts the rest short: resting then would only idle the study. Jobs submitted through
+``eager`` never rest: an algorithm with no fallback (a plain sampler: a trial has no config
+until its proposal is ready) would only leave devices idle.
 """
 from __future__ import annotations
 
@@ -49,8 +51,9 @@ class ProposalThread:
         self._name = name
         self._thread: threading.Thread | None = None
 
-    def submit(self, fn: Callable[[], Any]) -> "_Waited":
+    def submit(self, fn: Callable[[], Any], eager: bool = False) -> "_Waited":
         future = _Waited()
+        future.waited = eager
         with self._ready:
             if self._closed:
                 raise RuntimeError("the proposal thread is shut down")
@@ -88,6 +91,11 @@ class ProposalThread:
             took = self._clock() - started
             self.busy_s += took
             self._rest_until = self._clock() + took * (1.0 / self.share - 1.0)
+
+    @property
+    def eager(self) -> "_Eager":
+        """This thread, for jobs that never rest (see the module doc)."""
+        return _Eager(self)
 
     def _rest(self, future: "_Waited") -> None:
         """Wait out the rest (the lock is released meanwhile), unless ``future`` is waited for."""
@@ -129,3 +137,13 @@ class _Waited(Future[Any]):
         if not self.done():
             self.hurry(self)
         return super().result(timeout)
+
+
+class _Eager:
+    """A runner whose jobs run on a ``ProposalThread`` without resting."""
+
+    def __init__(self, thread: ProposalThread):
+        self.thread = thread
+
+    def submit(self, fn: Callable[[], Any]) -> _Waited:
+        return self.thread.submit(fn, eager=True)
