@@ -49,7 +49,7 @@ from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun
 from hypersack.runtime.executors.packs import plan_execution
 from hypersack.validation import check_bool, check_mapping
 from hypersack.runtime.loop.progress import make_progress
-from hypersack.runtime.loop.proposals import ProposalThread
+from hypersack.runtime.loop.proposals import ProposalRunner
 from hypersack.runtime.storage.best_checkpoint import CheckpointKeeper
 from hypersack.runtime.loop.callbacks import CallbackRunner, freeze
 from hypersack.runtime.worker.checkpoints import ensure_private_dir
@@ -336,9 +336,10 @@ class Study:
              progress: str | bool | None, slots: list[Slot] | None,
              on_started: Callable[[], None] | None = None) -> StudyRun:
         ref, plan, algorithm = prepared
-        # Model fits (Optuna samplers) run on this thread, off the loop's, at most a share of
-        # the time (runtime.loop.proposals); the loop never waits for one (rung_model).
-        algorithm.use_background(ProposalThread())
+        # Model fits (Optuna samplers) take at most a share of the loop's time, and the loop
+        # never waits for one (runtime.loop.proposals, rung_model); plain samplers ask on a
+        # thread of their own (the runner's ``eager``).
+        algorithm.use_background(ProposalRunner())
         if resume:
             row = store.get_study(self.name)
             # JSON round trip: the stored spec is JSON, so compare like with like.

@@ -4,7 +4,7 @@ the same number of trials of a trivial multi-fidelity trainable.
 
 The trainable: 3 parameters (``x``, ``y`` in [0, 1], ``lr`` log-uniform), loss
 ``(x - 0.3)^2 + (y - 0.6)^2 + |log10(lr) + 2| / 10 + 1 / step``, one report per step up to
-``--max-t`` (27) steps; every algorithm runs ``min_t 1``, ``max_t 27``, ``reduction_factor 3``
+``--max-t`` (27) steps; every algorithm runs ``min_t`` (``--min-t``, 1), ``max_t 27``, ``reduction_factor 3``
 (ASHA in its default pause mode). Hyperband and BOHB run with no ``repeat`` (iterations until
 ``n_trials`` ends); code from before issue 41 (``PYTHONPATH=<old tree>``) stops after one
 iteration without ``repeat``, so they get ``repeat: 1000`` there (the issue's workaround).
@@ -12,8 +12,8 @@ iteration without ``repeat``, so they get ``repeat: 1000`` there (the issue's wo
 Two modes, each algorithm run by turns (asha, the others, asha, the others... ``--rounds``):
 
 - ``--mode synthetic`` (default): the REAL loop, controller and SQLite store (durability
-  ``process``, the group window of a real study) and the study's proposal thread (a
-  one-thread pool, as ``Study`` passes), with a fake executor (``StepExecutor``) in place of
+  ``process``, the group window of a real study) and the runner ``Study`` hands its
+  algorithm for model fits (``ProposalRunner``; before issue 41 a one-thread pool), with a fake executor (``StepExecutor``) in place of
   worker processes: ``--concurrent`` trials at once, each reporting its next step as soon as
   its previous one was acknowledged, a paused trial resuming from its last step. Driver CPU
   per report = process CPU (the proposal thread included) minus the fake's own, over every
@@ -70,8 +70,8 @@ def _old_code() -> bool:
     return not hasattr(BracketSearch, "position")
 
 
-def spec_for(name: str, max_t: int) -> dict[str, Any]:
-    base = {"min_t": 1, "max_t": max_t, "reduction_factor": 3}
+def spec_for(name: str, max_t: int, min_t: int = 1) -> dict[str, Any]:
+    base = {"min_t": min_t, "max_t": max_t, "reduction_factor": 3}
     spec: dict[str, Any] = {
         "asha": {"type": "asha", **base},
         "asha+tpe": {"type": "asha", "sampler": "tpe", **base},
@@ -85,13 +85,13 @@ def spec_for(name: str, max_t: int) -> dict[str, Any]:
 # ---- synthetic: the real loop, controller and store; a fake executor ------------------------
 
 def proposal_runner() -> Any:
-    """The runner ``Study`` hands its algorithm: the proposal thread, or before issue 41 a
+    """The runner ``Study`` hands its algorithm (``ProposalRunner``), or before issue 41 a
     one-thread pool."""
     try:
-        from hypersack.runtime.loop.proposals import ProposalThread
+        from hypersack.runtime.loop.proposals import ProposalRunner
     except ImportError:
         return ThreadPoolExecutor(1, thread_name_prefix="hypersack-suggest")
-    return ProposalThread()
+    return ProposalRunner()
 
 
 class StepExecutor:
@@ -159,7 +159,7 @@ class StepExecutor:
 
 
 def run_synthetic(tmp: Path, name: str, trials: int, concurrent: int, max_t: int,
-                  inline: bool = False) -> dict[str, Any]:
+                  inline: bool = False, min_t: int = 1) -> dict[str, Any]:
     from hypersack.core.algorithms import make_algorithm
     from hypersack.core.controller import Budget, Controller, ControllerOptions
     from hypersack.core.objective import Objective
@@ -169,7 +169,7 @@ def run_synthetic(tmp: Path, name: str, trials: int, concurrent: int, max_t: int
     from hypersack.runtime.storage.sqlite import Storage
 
     objective = Objective("loss", "min")
-    algorithm = make_algorithm(spec_for(name, max_t), SearchSpace(SPACE), objective, 0)
+    algorithm = make_algorithm(spec_for(name, max_t, min_t), SearchSpace(SPACE), objective, 0)
     pool = proposal_runner()
     if not inline:
         algorithm.use_background(pool)               # as Study does
@@ -188,7 +188,8 @@ def run_synthetic(tmp: Path, name: str, trials: int, concurrent: int, max_t: int
         stored = store.connection.execute("SELECT COUNT(*) FROM results").fetchone()[0]
         parts = store.connection.execute("SELECT COUNT(*) FROM state_parts").fetchone()[0] \
             if hasattr(store, "connection") else None
-    pool.shutdown(wait=True)
+    if hasattr(pool, "shutdown"):
+        pool.shutdown(wait=True)
     model = getattr(algorithm, "_rung_model", None)
     out = {"algorithm": name, "trials": trials, "created": len(controller.trials),
            "reports": executor.reports, "stored": stored, "wall_s": round(wall, 3),
@@ -203,14 +204,15 @@ def run_synthetic(tmp: Path, name: str, trials: int, concurrent: int, max_t: int
 
 # ---- real workers ---------------------------------------------------------------------------
 
-def run_real(tmp: Path, name: str, trials: int, workers: int, max_t: int) -> dict[str, Any]:
+def run_real(tmp: Path, name: str, trials: int, workers: int, max_t: int,
+             min_t: int = 1) -> dict[str, Any]:
     import functools
 
     import hypersack
     Study = hypersack.Study
     t0, c0 = time.perf_counter(), time.process_time()
     study = Study(name=f"scale-{name.replace('+', '-')}", space=SPACE, objective=("loss", "min"),
-                  algorithm=spec_for(name, max_t), n_trials=trials,
+                  algorithm=spec_for(name, max_t, min_t), n_trials=trials,
                   storage=tmp / f"{name}-{time.time_ns()}.db", workers=workers, seed=0,
                   max_steps=max_t, durability="process")
     study.run(functools.partial(mf_trial, max_t=max_t), if_exists="replace", progress=False)
@@ -229,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=int, default=8, help="synthetic: trials at once")
     parser.add_argument("--workers", type=int, default=1, help="real: worker processes")
     parser.add_argument("--max-t", type=int, default=27)
+    parser.add_argument("--min-t", type=int, default=1, help="grace period (steps)")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--max-ratio", type=float, default=1.5)
     parser.add_argument("--max-cpu-us", type=float, default=100.0)
@@ -250,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 if args.mode == "synthetic":
                     row = run_synthetic(Path(tmp), name, args.trials, args.concurrent, args.max_t,
-                                        args.inline)
+                                        args.inline, args.min_t)
                 else:
-                    row = run_real(Path(tmp), name, args.trials, args.workers, args.max_t)
+                    row = run_real(Path(tmp), name, args.trials, args.workers, args.max_t,
+                                   args.min_t)
                 base = row["wall_s"] if name == "asha" else base
                 row["round"] = turn + 1
                 row["ratio"] = round(row["wall_s"] / base, 2) if base else None

@@ -1,10 +1,12 @@
-"""The proposal thread: model fits at most a share of the time, cut short when waited for."""
+"""The proposal runner: model fits run on the loop's thread when looked at, at most a share of
+the time; a fit that is waited for runs at once."""
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import hypersack.runtime.loop.proposals as proposals
-from hypersack.runtime.loop.proposals import ProposalThread
+from hypersack.runtime.loop.proposals import ProposalRunner
 
 
 class _Clock:
@@ -15,62 +17,42 @@ class _Clock:
         return self.now
 
 
-def test_after_a_job_the_thread_rests_until_its_share_is_kept_unless_a_caller_waits():
+def _fit(clock, took, value=None):
+    def job():
+        clock.now += took                     # the fit "takes" this long
+        return took if value is None else value
+    return job
+
+
+def test_fits_run_when_looked_at_within_their_share_of_the_time():
     clock = _Clock()
-    thread = ProposalThread(share=0.25, clock=clock)
-
-    def fit(took):
-        def job():
-            clock.now += took                 # the fit "takes" this long
-            return took
-        return job
-    assert thread.submit(fit(100.0)).result() == 100.0
-    assert thread._rest_until == pytest.approx(100.0 + 300.0)   # 25%: 3x the fit's time
-    second = thread.submit(fit(1.0))
-    third = thread.submit(fit(1.0))
-    assert not second.done() and not third.done()          # resting: 300 s of the clock
-    assert second.result(timeout=10) == 1.0                # waited for: it runs at once
-    assert thread.busy_s == pytest.approx(101.0)
-    thread.shutdown(cancel=True)
-    assert third.cancelled()
+    runner = ProposalRunner(share=0.25, clock=clock)
+    first = runner.submit(_fit(clock, 1.0))
+    assert first.done() and first.result() == 1.0         # nothing spent yet: it runs
+    second = runner.submit(_fit(clock, 1.0))
+    assert not second.done()                               # 1 s of fits in 1 s: over 25%
+    clock.now = 3.9
+    assert not second.done()
+    clock.now = 4.0                                        # 1 s in 4 s: 25%
+    assert second.done() and runner.busy_s == pytest.approx(2.0)
 
 
-def test_an_error_reaches_whoever_collects_the_proposal():
-    thread = ProposalThread()
+def test_a_fit_that_is_waited_for_runs_at_once_and_errors_reach_the_caller():
+    clock = _Clock()
+    runner = ProposalRunner(share=0.1, clock=clock)
+    runner.submit(_fit(clock, 5.0)).result()
+    assert runner.submit(_fit(clock, 1.0, "now")).result() == "now"
 
     def bad():
         raise ValueError("no fit")
     with pytest.raises(ValueError, match="no fit"):
-        thread.submit(bad).result(timeout=10)
-    thread.shutdown()
-    with pytest.raises(RuntimeError):
-        thread.submit(lambda: 1)
+        runner.submit(bad).result()
 
 
-def test_an_idle_thread_ends_and_the_next_job_starts_another(monkeypatch):
-    monkeypatch.setattr(proposals, "IDLE_S", 0.01)
-    thread = ProposalThread(share=1.0)
-    assert thread.submit(lambda: 1).result(timeout=10) == 1
-    first = thread._thread
-    assert first is not None
-    first.join(timeout=10)
-    assert not first.is_alive() and thread._thread is None
-    assert thread.submit(lambda: 2).result(timeout=10) == 2
-
-
-def test_the_share_is_checked():
+def test_plain_samplers_get_a_thread_and_the_share_is_checked():
+    runner = ProposalRunner()
+    assert isinstance(runner.eager, ThreadPoolExecutor) and runner.eager is runner.eager
+    assert runner.eager.submit(lambda: 3).result(timeout=10) == 3
+    runner.eager.shutdown()
     with pytest.raises(ValueError):
-        ProposalThread(share=0.0)
-
-
-def test_eager_jobs_never_rest():
-    clock = _Clock()
-    thread = ProposalThread(share=0.25, clock=clock)
-
-    def fit():
-        clock.now += 100.0
-    thread.submit(fit).result(timeout=10)
-    eager = thread.eager.submit(lambda: "now")
-    assert eager.waited                                   # marked so that it never rests
-    assert eager.result(timeout=10) == "now"
-    thread.shutdown()
+        ProposalRunner(share=0.0)
