@@ -197,6 +197,8 @@ def _told(value: float | Sequence[float] | None) -> float | list[float] | None:
     """A value as the journal keeps it (a list for several objectives); None unless finite."""
     if value is None:
         return None
+    if type(value) is float:                      # the common case, without the ABC check
+        return value if math.isfinite(value) else None
     values = [float(v) for v in value] if isinstance(value, Sequence) else [float(value)]
     if not all(math.isfinite(v) for v in values):
         return None

@@ -24,7 +24,7 @@ from typing import Any, Callable
 __all__ = ["ProposalRunner", "DEFAULT_SHARE"]
 
 #: The share of the wall time that model fits may take on the loop's thread.
-DEFAULT_SHARE = 0.2
+DEFAULT_SHARE = 0.1
 
 
 class ProposalRunner:
