@@ -291,10 +291,12 @@ class BracketSearch(Algorithm):
         return index
 
     def _filling(self) -> int | None:
-        """The bracket that takes the next new config: the newest one while it fills its
-        first rung, else a new one (None once ``repeat`` iterations were made)."""
-        if self._brackets and self._brackets[-1].wants_new():
-            return len(self._brackets) - 1
+        """The bracket that takes the next new config: the earliest one still filling its
+        first rung (the newest, but for a state saved whole by older code, which made every
+        bracket at once), else a new one (None once ``repeat`` iterations were made)."""
+        for index in self._open:
+            if self._brackets[index].wants_new():
+                return index
         if self._cap is not None and len(self._brackets) >= self._cap:
             return None
         return self._add_bracket()

@@ -90,3 +90,15 @@ def test_the_position_names_the_newest_bracket_and_how_many_are_open():
     assert alg.position() == {"iteration": 2, "bracket": 1, "brackets": 3, "iterations": None,
                               "open": 4}
     assert alg.progress_note() == "iteration 2, bracket 1 of 3 (4 brackets open)"
+
+
+def test_a_state_saved_whole_with_every_bracket_made_fills_the_earliest_bracket_first():
+    alg = _hyperband(repeat=1)
+    for t in range(5):
+        alg.suggest(t)
+    state = alg.state_dict()
+    empty = {"created": 0, "trials": {}, "queue": [], "closed": [False] * 2, "records": [{}, {}]}
+    state["brackets"] += [empty, {**empty, "closed": [False], "records": [{}]}]  # older code
+    again = _hyperband(repeat=1)
+    again.load_state_dict(state)
+    assert again.suggest(5).info["bracket"] == 0
