@@ -23,7 +23,6 @@ import shutil
 import sys
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -51,6 +50,7 @@ from hypersack.runtime.loop.run import GROUP_WINDOW_S, StudyRun
 from hypersack.runtime.executors.packs import plan_execution
 from hypersack.validation import check_bool, check_mapping
 from hypersack.runtime.loop.progress import make_progress
+from hypersack.runtime.loop.proposals import ProposalRunner
 from hypersack.runtime.storage.best_checkpoint import CheckpointKeeper
 from hypersack.runtime.loop.callbacks import CallbackRunner, freeze
 from hypersack.runtime.worker.checkpoints import ensure_private_dir
@@ -347,9 +347,10 @@ class Study:
              progress: str | bool | None, slots: list[Slot] | None,
              on_started: Callable[[], None] | None = None) -> StudyRun:
         ref, plan, algorithm = prepared
-        # Model fits (Optuna samplers) run on this thread, off the loop's (see optuna_model);
-        # it ends when the algorithm is dropped.
-        algorithm.use_background(ThreadPoolExecutor(1, thread_name_prefix="hypersack-suggest"))
+        # Model fits (Optuna samplers) take at most a share of the loop's time, and the loop
+        # never waits for one (runtime.loop.proposals, rung_model); plain samplers ask on a
+        # thread of their own (the runner's ``eager``).
+        algorithm.use_background(ProposalRunner())
         if resume:
             store.verify_integrity(f"resume study {self.name!r}")   # not from a damaged file
             row = store.get_study(self.name)

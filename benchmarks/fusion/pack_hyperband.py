@@ -336,7 +336,7 @@ class MiniStudy:
 
 def make_alg(name: str, args, space: SearchSpace):
     spec: dict[str, Any] = {"type": name, "min_t": 1, "max_t": args.max_t,
-                            "reduction_factor": args.eta}
+                            "reduction_factor": args.eta, "repeat": 1}   # one iteration each
     if name == "pack_hyperband":
         spec.update(grouping=args.grouping, max_pack=args.max_pack, threshold=args.threshold,
                     fusibility_keys=["hidden"], distance_keys=args.distance_keys,

@@ -122,8 +122,11 @@ def specs(max_t, samples, devices):
     eta = 3
     return {
         "sha": {"type": "sha", "n": samples, "min_t": 1, "max_t": max_t, "reduction_factor": eta},
-        "hyperband": {"type": "hyperband", "min_t": 1, "max_t": max_t, "reduction_factor": eta},
-        "bohb": {"type": "bohb", "min_t": 1, "max_t": max_t, "reduction_factor": eta},
+        # one Hyperband iteration: the driver below runs an algorithm until it is exhausted
+        "hyperband": {"type": "hyperband", "min_t": 1, "max_t": max_t, "reduction_factor": eta,
+                      "repeat": 1},
+        "bohb": {"type": "bohb", "min_t": 1, "max_t": max_t, "reduction_factor": eta,
+                 "repeat": 1},
         "asha (pause)": {"type": "asha", "min_t": 1, "max_t": max_t, "reduction_factor": eta,
                          "num_samples": samples},
         "asha (stop)": {"type": "asha", "min_t": 1, "max_t": max_t, "reduction_factor": eta,

@@ -187,7 +187,8 @@ def rasda_cv() -> dict:
     }
 
 
-HB = {"type": "hyperband", "min_t": 1, "max_t": 81, "reduction_factor": 3}
+HB = {"type": "hyperband", "min_t": 1, "max_t": 81, "reduction_factor": 3,
+      "repeat": 1}                        # the paper's one iteration of Hyperband
 
 
 def pack_hyperband() -> dict:

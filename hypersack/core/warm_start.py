@@ -102,6 +102,9 @@ class Enqueued(Algorithm):
     def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
         self.inner.use_background(runner, wait_s)
 
+    def progress_note(self) -> str | None:
+        return self.inner.progress_note()
+
     # The state is the inner one with one key more, so a store that keeps an algorithm's state
     # in parts (``state_delta``'s ``"parts"``) keeps the wrapped one's the same way.
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
+
 from hypersack.core.algorithms import make_algorithm
 from hypersack.core.algorithms.base import StateParts
 from hypersack.core.controller import Budget, Controller
@@ -144,3 +146,59 @@ def test_a_study_stored_whole_by_an_older_driver_resumes_and_is_then_stored_in_p
         later = make_algorithm(ASHA, SPACE, OBJ, 0)
         later.load_state_dict(store.get_study("s").controller_state["algorithm"])
     assert later.state_dict() == whole
+
+
+# ---- every multi-fidelity algorithm in parts (issue 41) -------------------------------------
+
+HYPERBAND = {"type": "hyperband", "min_t": 1, "max_t": 9, "reduction_factor": 3}
+MODELS = {"hyperband": HYPERBAND, "bohb": {**HYPERBAND, "type": "bohb"},
+          "asha-tpe": {**ASHA, "sampler": "tpe"},
+          "hyperband-tpe": {**HYPERBAND, "sampler": "tpe"}}
+
+
+def _needs(spec: dict) -> None:
+    if spec["type"] == "bohb" or "sampler" in spec:
+        pytest.importorskip("optuna")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_killed_driver_resumes_every_multi_fidelity_algorithm_from_its_parts(tmp_path, name):
+    spec = MODELS[name]
+    _needs(spec)
+    controller = Controller(make_algorithm(spec, SPACE, OBJ, 3), OBJ, Budget(trials=40),
+                            options=on_slots(6))
+    executor = _Steps(controller, 25, 2)          # the study takes 43-59 polls
+    path = tmp_path / "s.db"
+    with Storage(path, durability="process") as store:
+        row = store.create_study("s", {})
+        with pytest.raises(_Killed):
+            run_loop(controller, executor, store, row, group_window_s=0.0)
+    with Storage(path) as store:
+        raw = store.connection.execute("SELECT controller_state FROM studies").fetchone()[0]
+        parts = store.connection.execute("SELECT COUNT(*) FROM state_parts").fetchone()[0]
+        stored = store.get_study("s").controller_state
+        resumed = Controller(make_algorithm(spec, SPACE, OBJ, 3), OBJ, Budget(trials=40),
+                             options=on_slots(6))
+        resumed.restore(store.load_trials(row.study_id), stored["algorithm"])
+    assert resumed.algorithm.state_dict() == executor.at_kill
+    assert json.loads(raw)["algorithm"]["parts"] == {} and parts > 20
+    assert len(raw) < 2500                   # the row holds no trial's state, only the head
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_a_commit_of_a_multi_fidelity_algorithm_carries_what_changed(name):
+    spec = MODELS[name]
+    _needs(spec)
+    alg = make_algorithm(spec, SPACE, OBJ, 0)
+    for t in range(9):
+        alg.suggest(t)
+        alg.on_result(t, 1, {"loss": 1.0 + t})
+    first = alg.state_delta()
+    assert isinstance(first["parts"], StateParts) and len(first["parts"]) >= 9
+    assert alg.state_delta()["parts"] == {}            # nothing changed since
+    trial = alg.suggest(9)
+    resumed = trial.resume if trial.resume is not None else 9
+    alg.on_result(resumed, 3, {"loss": 0.5})
+    delta = alg.state_delta()["parts"]
+    assert 1 <= len(delta) <= 6 and f"t{resumed}" in delta
+    assert len(json.dumps(delta)) < 1500

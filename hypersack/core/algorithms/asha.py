@@ -294,24 +294,28 @@ class ASHA(Algorithm):
     # ---- state -------------------------------------------------------------------------------
 
     def _head(self) -> dict[str, Any]:
-        """The state that does not grow with the trials (the sampler's model aside)."""
-        state = {"rng": self._rng.bit_generator.state, "created": self._created}
-        if self._rung_model is not None:
-            state["model"] = self._rung_model.state_dict()
-        return state
+        """The state that does not grow with the trials."""
+        return {"rng": self._rng.bit_generator.state, "created": self._created}
 
     def state_dict(self) -> dict[str, Any]:
         state = self._head()
+        if self._rung_model is not None:
+            state["model"] = self._rung_model.state_dict()
         state["trials"] = {str(t): list(e) for t, e in self._trials.items()}
         state["records"] = [{str(t): v for t, v in r.values.items()} for r in self._rungs]
         return state
 
     def state_delta(self) -> dict[str, Any]:
-        """The head (rng, count, model) and, under ``"parts"``, one part per trial changed since
-        the previous call: ``"t<id>": _part(id)``. O(changed trials x rungs)."""
+        """The head (rng, count, the sampler model's head) and, under ``"parts"``, one part per
+        trial changed since the previous call: ``"t<id>": _part(id)``, and the sampler model's
+        new parts (``rung_model``). O(changed trials x rungs)."""
         state = self._head()
-        state["parts"] = StateParts({f"t{t}": self._part(t) for t in sorted(self._dirty)})
+        parts = StateParts({f"t{t}": self._part(t) for t in sorted(self._dirty)})
         self._dirty = set()
+        if self._rung_model is not None:
+            state["model"], model_parts = self._rung_model.state_delta()
+            parts.update(model_parts)
+        state["parts"] = parts
         return state
 
     def _part(self, trial_id: int) -> list[Any] | None:
@@ -334,7 +338,7 @@ class ASHA(Algorithm):
         if "parts" in state:
             self._trials = {}
             for trial_id, part in sorted((int(key[1:]), part) for key, part in state["parts"].items()
-                                         if part is not None):
+                                         if key[0] == "t" and part is not None):
                 self._trials[trial_id] = [int(part[0]), str(part[1])]
                 for rung, value in zip(self._rungs, part[2]):
                     if value is not None:
@@ -350,4 +354,4 @@ class ASHA(Algorithm):
         self._recount()
         self._dirty = set(self._trials)
         if self._rung_model is not None:
-            self._rung_model.load_state_dict(state["model"])
+            self._rung_model.load_state_dict(state["model"], state.get("parts"))

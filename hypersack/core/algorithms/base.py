@@ -145,6 +145,11 @@ class Algorithm:
         """Offered by the study; the default ignores it (everything runs inline)."""
         return None
 
+    def progress_note(self) -> str | None:
+        """Where the search stands, for the progress view (Hyperband: "iteration 3, bracket 2
+        of 5"), or None: nothing to say."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 

@@ -27,7 +27,8 @@ _DEFAULT_SAMPLER = {"n_startup_trials": 0, "multivariate": True}
 @register_algorithm("bohb")
 class BOHB(Hyperband):
     """Options: those of :class:`Hyperband` (``min_t``, ``max_t``, ``reduction_factor``,
-    ``repeat``), ``random_fraction`` (in [0, 1], default 1/3), ``min_points_in_model`` (default:
+    ``repeat``: None, the default, runs iterations until the study's budget ends),
+    ``random_fraction`` (in [0, 1], default 1/3), ``min_points_in_model`` (default:
     number of searched parameters + 1), and any ``optuna.samplers.TPESampler`` option
     (defaults here: ``n_startup_trials=0``, ``multivariate=True``); or ``sampler`` (+ ``options``)
     for another Optuna sampler."""
@@ -35,7 +36,7 @@ class BOHB(Hyperband):
     _feature = "The BOHB algorithm"
 
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, min_t: int = 1,
-                 max_t: int = 81, reduction_factor: int = 3, repeat: int = 1,
+                 max_t: int = 81, reduction_factor: int = 3, repeat: int | None = None,
                  random_fraction: float = 1 / 3, min_points_in_model: int | None = None,
                  sampler: Any = None, options: Any = None, **sampler_options: Any):
         if sampler is None:
@@ -61,9 +62,9 @@ class BOHB(Hyperband):
             return
         # Saved before the incremental models: refeed the recorded results (bracket by bracket,
         # rung by rung, by trial id: the order the old code replayed them in).
-        empty: dict[str, dict[str, Any]] = {"models": {}, "counts": {}, "configs": {}}
+        empty: dict[str, dict[str, Any]] = {"models": {}, "counts": {},
+                                            "configs": dict(state["configs"])}
         super().load_state_dict({**state, "model": empty})
-        self._rung_model.configs = {int(t): dict(c) for t, c in state["configs"].items()}
         for bracket in self._brackets:
             for (_, steps), records in zip(bracket.rungs, bracket.records):
                 for trial_id, value in sorted(records.items()):

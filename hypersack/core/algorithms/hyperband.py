@@ -8,6 +8,10 @@ inside it, rung i trains ``n_i = floor(n * eta**-i)`` configs to ``r_i = r * eta
 Steps: one unit is ``min_t`` steps, so ``R = max_t / min_t`` and a rung trains to
 ``round(r_i * min_t)`` steps (>= 1). Brackets are interleaved as :class:`BracketSearch` documents:
 each bracket is synchronous, and a later one starts while earlier ones wait on running trials.
+
+Iterations (the whole set of brackets) follow one another until the study's trial or time budget
+ends, as Optuna's HyperbandPruner, Ray Tune's HyperBandScheduler and Syne Tune's synchronous
+Hyperband do; ``repeat`` caps their number.
 """
 from __future__ import annotations
 
@@ -62,7 +66,9 @@ class Hyperband(BracketSearch):
 
     Options: ``min_t`` (steps per resource unit, >= 1), ``max_t`` (steps a config trains at most,
     R = max_t / min_t), ``reduction_factor`` (eta, integer >= 2), ``repeat`` (how many times the
-    whole set of brackets runs, >= 1). Exhausted once every bracket has finished.
+    whole set of brackets runs, >= 1; None, the default: iterations go on until the study's
+    ``n_trials`` or ``time_budget_s`` ends). With ``repeat``, exhausted once every bracket of
+    those iterations has finished; without, never (the budget ends the study).
 
     ``sampler`` (an Optuna sampler name or ``{type: name, options: {...}}``, see
     ``optuna_search``; ``options`` go with a bare name): new configs come from that sampler fitted
@@ -73,12 +79,14 @@ class Hyperband(BracketSearch):
     _feature = "Hyperband with a sampler"
 
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, min_t: int = 1,
-                 max_t: int = 81, reduction_factor: int = 3, repeat: int = 1,
+                 max_t: int = 81, reduction_factor: int = 3, repeat: int | None = None,
                  sampler: Any = None, options: Mapping[str, Any] | None = None,
                  min_points_in_model: int | None = None, random_fraction: float = 0.0):
         min_t, max_t = check_horizon(min_t, max_t)
         eta = check_integer("algorithm.reduction_factor", reduction_factor, low=2, high=INT53)
-        repeat = check_integer("algorithm.repeat", repeat, low=1, high=INT53)
+        if repeat is not None:
+            repeat = check_integer("algorithm.repeat", repeat, low=1, high=INT53)
         model = build_rung_model(sampler, options, space, seed, min_points_in_model,
                                  random_fraction, self._feature)
-        super().__init__(space, objective, seed, hyperband_steps(min_t, max_t, eta) * repeat, model)
+        super().__init__(space, objective, seed, hyperband_steps(min_t, max_t, eta), model,
+                         repeat=repeat)

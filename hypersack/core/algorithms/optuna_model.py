@@ -197,6 +197,8 @@ def _told(value: float | Sequence[float] | None) -> float | list[float] | None:
     """A value as the journal keeps it (a list for several objectives); None unless finite."""
     if value is None:
         return None
+    if type(value) is float:                      # the common case, without the ABC check
+        return value if math.isfinite(value) else None
     values = [float(v) for v in value] if isinstance(value, Sequence) else [float(value)]
     if not all(math.isfinite(v) for v in values):
         return None
@@ -243,6 +245,8 @@ class OptunaModel:
         self._study_seeded = cls_name in _STUDY_SEEDED
         self._multi = not isinstance(direction, str)
         self._study: Any = None
+        self._synced = 0                           # journal entries the study holds
+        self._changed: set[int] = set()            # journal entries changed since ``delta``
         self._journal: list[dict[str, Any]] = []   # study trials, in study order
         self._number: dict[int, int] = {}          # HyperSack trial -> Optuna trial number
         self._study_attrs: dict[str, Any] = {}
@@ -273,13 +277,18 @@ class OptunaModel:
         """The config for ``trial_id``; None when ``defer`` and it is still being computed.
         ``keep=False``: the asked trial is failed at once (it is no observation of this model).
         """
+        self.start(trial_id, keep)
+        return self._collect(self.wait_s if defer else None)
+
+    def start(self, trial_id: int, keep: bool = True) -> None:
+        """Start computing the proposal for ``trial_id`` (off the loop's thread with a
+        runner); ``propose(trial_id)`` collects it. No-op while it is the one in flight."""
         if self._inflight is not None and self._inflight != trial_id:
             self._settle()                        # another trial took its place
         if self._inflight is None:
             self._inflight, self._keep, self._future = trial_id, keep, None
         if self._future is None:
             self._future = self._start(trial_id, self._keep)
-        return self._collect(self.wait_s if defer else None)
 
     def _settle(self) -> None:
         """Finish the proposal in flight and drop it (its trial was never created)."""
@@ -293,7 +302,8 @@ class OptunaModel:
             self.finish(dropped, None, "failed")
 
     def _start(self, trial_id: int, keep: bool) -> Any:
-        study = self._ensure_study()
+        study = self._study_object()
+        cutoff = len(self._journal)               # unchanged while the ask runs (``_submit``)
         seed = trial_sampler_seed(self.seed, trial_id)
         if self.spec.instance is not None:
             sampler = self._sampler
@@ -303,11 +313,13 @@ class OptunaModel:
         else:
             sampler = self.spec.build(self._optuna, self.seed if self._study_seeded else seed)
         study.sampler = sampler
-        job: Callable[[], Any] = lambda: self._ask(study, keep)   # noqa: E731
+        job: Callable[[], Any] = lambda: self._ask(study, keep, cutoff)   # noqa: E731
         return self._runner.submit(job) if self._runner is not None else _Done(job())
 
-    def _ask(self, study: Any, keep: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Runs off the loop's thread with a runner: touches only the study and sampler."""
+    def _ask(self, study: Any, keep: bool, cutoff: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Runs off the loop's thread with a runner: touches only the study and sampler (it
+        first adds the journal's entries up to ``cutoff`` that the study lacks)."""
+        self._sync(cutoff)
         trial = study.ask(self._dists)
         if not keep:
             study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
@@ -333,7 +345,9 @@ class OptunaModel:
             self._number[trial_id] = len(self._journal)
         if attrs:
             entry["a"] = attrs
+        self._changed.add(len(self._journal))
         self._journal.append(entry)
+        self._synced = len(self._journal)        # the asked trial is in the study
         study_attrs = self._study._storage.get_study_system_attrs(self._study._study_id)
         if study_attrs != self._study_attrs:
             self._study_attrs = dict(study_attrs)
@@ -369,13 +383,14 @@ class OptunaModel:
             self._apply(op)
 
     def _apply(self, op: list[Any]) -> None:
+        if op[0] == "observe":                   # the study gets it when it next asks
+            self._changed.add(len(self._journal))
+            self._journal.append({"p": op[1], "s": "C", "v": op[2]})
+            self.told += 1
+            return
         study = self._ensure_study()
         TrialState = self._optuna.trial.TrialState
         kind = op[0]
-        if kind == "observe":
-            self._add(study, {"p": op[1], "s": "C", "v": op[2]})
-            self.told += 1
-            return
         number = self._number.get(op[1])
         if number is None or self._journal[number]["s"] != "R":
             return                                   # unknown, or already finished
@@ -385,12 +400,14 @@ class OptunaModel:
             steps = entry.setdefault("i", {})
             if str(op[2]) not in steps:
                 steps[str(op[2])] = op[3]
+                self._changed.add(number)
                 study._storage.set_trial_intermediate_value(tid, op[2], op[3])
             return
         state = TrialState[_STATES[op[3]]]
         study.tell(number, op[2] if state == TrialState.COMPLETE else None, state=state)
         frozen = study._storage.get_trial(tid)
         entry["s"] = op[3]
+        self._changed.add(number)
         if frozen.values is not None:
             entry["v"] = frozen.values if self._multi else frozen.values[0]
         if frozen.system_attrs:
@@ -400,17 +417,32 @@ class OptunaModel:
     # ---- the study and its journal ------------------------------------------------------
 
     def _ensure_study(self) -> Any:
+        """The study, holding every journal entry."""
+        study = self._study_object()
+        self._sync(len(self._journal))
+        return study
+
+    def _study_object(self) -> Any:
+        """The study, made (with the study attributes) if need be; it may lack the newest
+        journal entries (``_sync``)."""
         if self._study is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 directions = self.direction if self._multi else [self.direction]
                 self._study = self._optuna.create_study(sampler=self._sampler,
                                                         directions=directions)
-            for entry in self._journal:
-                self._add(self._study, entry, journal=False)
+            self._synced = 0
             for key, value in self._study_attrs.items():
                 self._study._storage.set_study_system_attr(self._study._study_id, key, value)
         return self._study
+
+    def _sync(self, upto: int) -> None:
+        """Add the journal's entries before ``upto`` that the study lacks, in journal order
+        (results are journalled at once and reach the study only when it next asks: the
+        loop's thread does not pay Optuna's ``add_trial`` for a model that never asks)."""
+        for entry in self._journal[self._synced:upto]:
+            self._add(self._study, entry, journal=False)
+        self._synced = max(self._synced, upto)
 
     def _add(self, study: Any, entry: dict[str, Any], journal: bool = True) -> None:
         state = self._optuna.trial.TrialState[_STATES[entry["s"]]]
@@ -420,6 +452,7 @@ class OptunaModel:
             **{"values" if self._multi else "value": entry.get("v")}, state=state, intermediate_values=steps,
             system_attrs=dict(entry.get("a", {}))))
         if journal:
+            self._changed.add(len(self._journal))
             self._journal.append(entry)
 
     def state_dict(self) -> dict[str, Any]:
@@ -429,15 +462,33 @@ class OptunaModel:
                 "queue": [list(op) for op in self._queue], "inflight": self._inflight,
                 "keep": self._keep}
 
+    def delta(self, prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``state_dict()`` in parts: the head (the journal's length ``n`` and the rest)
+        and the journal entries changed since the previous call, keyed ``<prefix><index>``
+        (``load_state_dict`` takes the head with ``entries``: index -> entry)."""
+        head = {"n": len(self._journal), "study_attrs": dict(self._study_attrs),
+                "queue": [list(op) for op in self._queue], "inflight": self._inflight,
+                "keep": self._keep}
+        parts = {f"{prefix}{i}": self._journal[i] for i in sorted(self._changed)}
+        self._changed = set()
+        return head, parts
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``; the study is rebuilt from the journal on first use."""
-        self._journal = [dict(e) for e in state["trials"]]
+        """Continue from ``state`` (``state_dict()``, or ``delta``'s head with ``entries``);
+        the study is rebuilt from the journal on first use. Every entry is then due in the
+        next ``delta``."""
+        if "trials" in state:
+            self._journal = [dict(e) for e in state["trials"]]
+        else:
+            entries = state["entries"]
+            self._journal = [dict(entries[i]) for i in range(int(state["n"]))]
+        self._changed = set(range(len(self._journal)))
         self._number = {int(e["t"]): i for i, e in enumerate(self._journal) if "t" in e}
         self._study_attrs = dict(state.get("study_attrs", {}))
         self._queue = [list(op) for op in state.get("queue", [])]
         self._inflight = state.get("inflight")
         self._keep = bool(state.get("keep", True))
-        self._future, self._study = None, None
+        self._future, self._study, self._synced = None, None, 0
         self.told = sum(e["s"] in "CP" for e in self._journal)
 
     # ---- reading ---------------------------------------------------------------------------

@@ -54,7 +54,9 @@ class OptunaSearch(Algorithm):
         self._pinned: dict[int, dict[str, Any]] = {}   # trial -> the config it really runs
 
     def use_background(self, runner: Any, wait_s: float = 0.0) -> None:
-        self.model.use_background(runner, wait_s)
+        """A trial has no config until its proposal is ready (no random fallback here): a
+        runner's ``eager`` form, when it has one, runs the asks without rest."""
+        self.model.use_background(getattr(runner, "eager", runner), wait_s)
 
     def suggest(self, trial_id: int) -> Suggestion | None:
         # Defer (return None, "ask again") only while another trial runs: with none running

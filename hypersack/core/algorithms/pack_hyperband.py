@@ -92,7 +92,8 @@ def _check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
 class PackHyperband(BracketSearch):
     """Hyperband over packs (see the module docstring).
 
-    Options as :class:`Hyperband` (``min_t``, ``max_t``, ``reduction_factor``, ``repeat``) plus:
+    Options as :class:`Hyperband` (``min_t``, ``max_t``, ``reduction_factor``, ``repeat``: here
+    1 by default, one iteration) plus:
     ``grouping`` ("knn" | "random" | "batch_size"), ``max_pack`` (members per pack, >= 1: the
     memory cap, e.g. ``packs.member_cap`` of a measured footprint), ``threshold`` (largest
     kNN distance a centroid accepts, >= 0; None/inf: no limit), ``fusibility_keys`` (parameters
@@ -129,13 +130,15 @@ class PackHyperband(BracketSearch):
             raise ConfigError("algorithm.batch_key", batch_key,
                               f"must name a parameter of the search space {sorted(space)}")
         self.batch_key = batch_key
-        super().__init__(space, objective, seed, hyperband_steps(min_t, max_t, eta) * repeat)
-        self._brackets = [PackBracket(i, b.rungs, self._repack)
-                          for i, b in enumerate(self._brackets)]
+        super().__init__(space, objective, seed, hyperband_steps(min_t, max_t, eta),
+                         repeat=repeat)
         self._configs: dict[int, dict[str, Any]] = {}     # trial id -> config
         self._plans: dict[int, list[tuple[dict[str, Any], int]]] = {}  # bracket -> rung 0 to hand
         self._packs: dict[int, dict[str, Any]] = {}       # pack id -> bracket, rung, size, key
         self._pack_of: dict[int, int] = {}                # trial id -> its current pack id
+
+    def _make_bracket(self, index: int, rungs: list[tuple[int, int]]) -> SHBracket:
+        return PackBracket(index, rungs, self._repack)
 
     # ---- packing ------------------------------------------------------------------------------
 
@@ -207,16 +210,21 @@ class PackHyperband(BracketSearch):
         resumed = self.promote()
         if resumed is not None:
             return Suggestion(info=self.pack_info(resumed) or {}, resume=resumed)
-        for index, bracket in enumerate(self._brackets):
-            if bracket.wants_new():
-                if index not in self._plans:
-                    self._plan_bracket(index)
-                config, pack_id = self._plans[index].pop(0)
-                bracket.add(trial_id)
-                self._home[trial_id] = index
-                self._configs[trial_id] = config
-                self._pack_of[trial_id] = pack_id
-                return Suggestion(dict(config), self.pack_info(trial_id) or {})
+        index = self._filling()
+        if index is None:
+            return None
+        if index not in self._plans:
+            self._plan_bracket(index)
+        config, pack_id = self._plans[index].pop(0)
+        self._brackets[index].add(trial_id)
+        self._touched.add(index)
+        self._home[trial_id] = index
+        self._configs[trial_id] = config
+        self._pack_of[trial_id] = pack_id
+        return Suggestion(dict(config), self.pack_info(trial_id) or {})
+
+    def state_delta(self) -> dict[str, Any] | None:
+        """None: the packs' state is stored whole with every commit (not yet in parts)."""
         return None
 
     def state_dict(self) -> dict[str, Any]:

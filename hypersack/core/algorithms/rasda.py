@@ -133,7 +133,8 @@ class RASDA(ASHA):
         super().load_state_dict(state)
         if "parts" in state:
             self._launched = {int(key[1:]): int(part[3]) for key, part in state["parts"].items()
-                              if part is not None and len(part) > 3 and part[3] is not None}
+                              if key[0] == "t" and part is not None and len(part) > 3
+                              and part[3] is not None}
         else:
             self._launched = {int(t): int(d) for t, d in state.get("launched", {}).items()}
 

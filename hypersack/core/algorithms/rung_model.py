@@ -6,8 +6,20 @@ recorded at a rung (value signed: larger is better) to that rung's model as it a
 ``propose`` draws a random config when no rung holds ``min_points`` results or, with probability
 ``random_fraction``, from the algorithm's numpy Generator; otherwise the sampler of the largest
 ready rung proposes (its asked trial is failed at once: it is no observation of that rung). The
-choice for a trial is made once, when it is first asked for, so a deferred proposal (computed off
-the loop's thread, see ``optuna_model``) never draws twice; it is part of the state.
+choice for a trial is made once, when it is first asked for; it is part of the state.
+
+**Never waits.** Without a runner (simulator, tests) the sampler proposes at once, for that
+trial. With one (``use_background``: a study's proposal thread) the proposals are asked *ahead*:
+a trial that should get the model's proposal takes the one computed since the previous such
+trial if it is ready, and the next one is asked at once (from the model's results as they stand);
+if none is ready the trial gets a random config (from the Generator) and the proposal in flight
+waits for the next trial. Which trials got a model's proposal thus depends on timing; each
+config, the Generator, the proposal in flight and its cut-off are stored, so a resume continues
+from exactly what was decided (``fallbacks`` counts the random ones).
+
+State in parts (``state_delta``): a head, ``"c<trial>"`` (a config) and ``"j<steps>.<i>"`` (entry
+i of the model of the rung of that many steps), written once each (a journal entry of a model
+only grows), so a commit costs what changed.
 """
 from __future__ import annotations
 
@@ -31,6 +43,9 @@ class RungModel:
         self.counts: dict[int, int] = {}              # steps -> results recorded there
         self.configs: dict[int, dict[str, Any]] = {}  # trial -> config
         self._plan: tuple[int, int | None] | None = None   # (trial, steps | None: random)
+        self._ahead: tuple[int, int] | None = None     # (steps, key) of the proposal asked ahead
+        self.fallbacks = 0                            # random configs for want of a proposal
+        self._new: set[int] = set()                   # trials whose config is not yet in a delta
         self._runner: Any = None
         self._wait_s = 0.0
         self._model(0)                                # fails fast on a bad sampler or options
@@ -57,47 +72,100 @@ class RungModel:
         config = self.configs.get(trial_id)
         if config is None:
             return
-        self._model(steps).observe(config, value)
+        self._model(steps).observe(config, value)    # journalled; fed to Optuna when it asks
         self.counts[steps] = self.counts.get(steps, 0) + 1
 
     def pin(self, trial_id: int, config: Mapping[str, Any]) -> None:
         """``trial_id`` runs ``config`` (an enqueued one): its results feed the rungs' models."""
         self.configs[trial_id] = dict(config)
+        self._new.add(trial_id)
 
     def propose(self, trial_id: int, rng: np.random.Generator, defer: bool
                 ) -> dict[str, Any] | None:
-        """The config of new trial ``trial_id``, or None (``defer``: still being computed)."""
+        """The config of new trial ``trial_id`` (never None: see the module doc; ``defer``
+        is no longer used)."""
         if self._plan is None or self._plan[0] != trial_id:
             steps = self.model_steps()
             if steps is not None and rng.random() < self.random_fraction:
                 steps = None
             self._plan = (trial_id, steps)
         steps = self._plan[1]
-        config: dict[str, Any] | None
-        if steps is None:
+        config: dict[str, Any] | None = None
+        if steps is not None:
+            config = self._proposal(trial_id, steps)
+        if config is None:
             config = self.space.sample(rng)
-        else:
-            config = self._model(steps).propose(trial_id, defer=defer, keep=False)
-            if config is None:
-                return None
         self._plan = None
         self.configs[trial_id] = config
+        self._new.add(trial_id)
         return config
+
+    def _proposal(self, trial_id: int, steps: int) -> dict[str, Any] | None:
+        """The model's proposal for ``trial_id``: at once without a runner; with one, the
+        proposal asked ahead if it is ready (then the next is asked), else None (a random
+        config goes instead; the one in flight stays for a later trial)."""
+        config: dict[str, Any] | None = None
+        if self._runner is None:
+            config = self._model(steps).propose(trial_id, keep=False)
+            return config
+        if self._ahead is not None:
+            ahead_steps, key = self._ahead
+            config = self._model(ahead_steps).propose(key, defer=True, keep=False)
+            if config is None:
+                self.fallbacks += 1
+                return None
+        else:
+            self.fallbacks += 1
+        self._ahead = (steps, trial_id)
+        self._model(steps).start(trial_id, keep=False)
+        return config
+
+    def _small(self) -> dict[str, Any]:
+        return {"counts": {str(s): n for s, n in self.counts.items()},
+                "plan": list(self._plan) if self._plan is not None else None,
+                "ahead": list(self._ahead) if self._ahead is not None else None,
+                "fallbacks": self.fallbacks}
 
     def state_dict(self) -> dict[str, Any]:
         return {"models": {str(s): m.state_dict() for s, m in self.models.items()},
-                "counts": {str(s): n for s, n in self.counts.items()},
-                "configs": {str(t): c for t, c in self.configs.items()},
-                "plan": list(self._plan) if self._plan is not None else None}
+                "configs": {str(t): c for t, c in self.configs.items()}, **self._small()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def state_delta(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The head and the parts changed since the previous call (see the module doc)."""
+        parts = {f"c{t}": self.configs[t] for t in sorted(self._new)}
+        self._new = set()
+        models = {}
+        for steps, model in self.models.items():
+            models[str(steps)], journal = model.delta(f"j{steps}.")
+            parts.update(journal)
+        return {"models": models, **self._small()}, parts
+
+    def load_state_dict(self, state: Mapping[str, Any],
+                        parts: Mapping[str, Any] | None = None) -> None:
+        """From ``state_dict()``, or from ``state_delta``'s head with every part stored
+        (``parts``, the algorithm's: keys of other prefixes are ignored)."""
+        whole = "configs" in state
+        entries: dict[str, dict[int, Any]] = {}
+        if not whole:
+            self.configs = {}
+            for key, part in (parts or {}).items():
+                if key[0] == "c" and part is not None:
+                    self.configs[int(key[1:])] = dict(part)
+                elif key[0] == "j" and part is not None:
+                    steps, index = key[1:].split(".")
+                    entries.setdefault(steps, {})[int(index)] = part
+        else:
+            self.configs = {int(t): dict(c) for t, c in state["configs"].items()}
         self.models = {}
         for steps, saved in state["models"].items():
-            self._model(int(steps)).load_state_dict(saved)
+            model_state = saved if whole else {**saved, "entries": entries.get(steps, {})}
+            self._model(int(steps)).load_state_dict(model_state)
         self.counts = {int(s): int(n) for s, n in state["counts"].items()}
-        self.configs = {int(t): dict(c) for t, c in state["configs"].items()}
-        plan = state.get("plan")
+        plan, ahead = state.get("plan"), state.get("ahead")
         self._plan = (int(plan[0]), None if plan[1] is None else int(plan[1])) if plan else None
+        self._ahead = (int(ahead[0]), int(ahead[1])) if ahead else None
+        self.fallbacks = int(state.get("fallbacks", 0))
+        self._new = set(self.configs)
 
 
 def build_rung_model(sampler: Any, options: Mapping[str, Any] | None, space: SearchSpace,

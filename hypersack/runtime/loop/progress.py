@@ -3,7 +3,8 @@
 Both say the same things: trials finished out of the budget ("5 of 32 finished"), running ones
 (and how many are still starting: a fresh worker process starting Python and importing the
 trainable, torch included, takes seconds to tens of seconds before the first report), paused,
-pending and failed ones, the best result so far (trial and step), elapsed time and an ETA.
+pending and failed ones, the best result so far (trial and step), where the algorithm stands
+(``Algorithm.progress_note``: Hyperband's iteration and bracket), elapsed time and an ETA.
 
 ETA (``eta_s``): with a trial budget, elapsed x (1 - f) / f where f is the fraction done: each
 finished trial counts 1, a running or paused one its last step over its planned steps (when
@@ -133,6 +134,9 @@ def summary(name: str, controller: Controller, now: float | None = None,
             if state is TrialState.PENDING and waiting:
                 text += f" ({waiting} waiting for their turn on a device)"
     text += _best_text(controller)
+    note = getattr(controller.algorithm, "progress_note", lambda: None)()
+    if note:
+        text += f"; {note}"
     if now is not None:
         text += f"; elapsed {_duration(controller.elapsed(now))}"
         eta = eta_s(controller, now, steps_for)

@@ -25,7 +25,7 @@ def curve(config, step):
 
 
 def bohb(**kw):
-    options = dict(min_t=1, max_t=9, reduction_factor=3, seed=5)
+    options = dict(min_t=1, max_t=9, reduction_factor=3, seed=5, repeat=1)   # one iteration
     options.update(kw)
     return BOHB(SPACE, OBJ, **options)
 

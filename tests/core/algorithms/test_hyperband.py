@@ -165,7 +165,7 @@ def test_max_metric_ranks_the_largest_first():
 # ---- Hyperband end to end ---------------------------------------------------------------------
 
 def _hyperband(**kw):
-    options = dict(min_t=1, max_t=27, reduction_factor=3, seed=7)
+    options = dict(min_t=1, max_t=27, reduction_factor=3, seed=7, repeat=1)   # one iteration
     options.update(kw)
     return Hyperband(SPACE, OBJ, **options)
 

@@ -31,11 +31,11 @@ def asha(sampler="TPESampler", **kw):
 
 def hyperband(sampler="QMCSampler", **kw):
     return make_algorithm({"type": "hyperband", "min_t": 1, "max_t": 9, "sampler": sampler,
-                           "seed": 2, **kw}, SPACE, OBJ)
+                           "seed": 2, "repeat": 1, **kw}, SPACE, OBJ)
 
 
 def _bohb_gp():
-    return make_algorithm({"type": "bohb", "min_t": 1, "max_t": 9, "seed": 5,
+    return make_algorithm({"type": "bohb", "min_t": 1, "max_t": 9, "seed": 5, "repeat": 1,
                            "sampler": "GPSampler", "options": {"n_startup_trials": 2}}, SPACE, OBJ)
 
 
@@ -91,3 +91,39 @@ def test_bad_samplers_name_the_field(spec, field):
     with pytest.raises(ConfigError) as exc:
         make_algorithm(spec, SPACE, OBJ)
     assert exc.value.field == field
+
+
+class _Held:
+    """A proposal runner whose jobs run only when ``release``d (a slow proposal thread)."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def submit(self, fn):
+        from concurrent.futures import Future
+        future = Future()
+        self.jobs.append((fn, future))
+        return future
+
+    def release(self):
+        jobs, self.jobs = self.jobs, []
+        for fn, future in jobs:
+            future.set_result(fn())
+
+
+def test_a_slow_proposal_never_holds_a_trial_back_and_is_taken_once_ready():
+    alg, runner = asha(min_points_in_model=4, mode="stop"), _Held()      # no promotions
+    alg.use_background(runner)
+    for t in range(4):
+        alg.on_result(t, 1, {"loss": curve(alg.suggest(t).config, 1)})
+    model = alg._rung_model
+    fallback = [alg.suggest(t).config for t in (4, 5)]     # the ask is still running
+    assert all(c is not None for c in fallback) and model.fallbacks == 2
+    assert len(runner.jobs) == 1                           # one ask in flight, not one per trial
+    runner.release()
+    taken = alg.suggest(6).config
+    asked = model.models[1].trials()[-1]
+    assert asked["s"] == "F" and asked["p"][0] == taken["x"]   # the model's proposal
+    assert model.fallbacks == 2 and len(runner.jobs) == 1  # and the next one is asked at once
+    state = json.loads(json.dumps(alg.state_dict()))
+    assert state["model"]["ahead"] == [1, 6] and state["model"]["fallbacks"] == 2
