@@ -59,21 +59,25 @@ __all__ = ["Curve", "CurveModel", "FunctionCurves", "ParametricCurves", "ReplayC
 
 
 class Curve:
-    """Metrics per step of one trial; noise is drawn in step order, so ``at`` is order-free."""
+    """Metrics per step of one trial; noise is drawn in step order, so ``at`` is order-free,
+    from ``numpy.random.default_rng(seed)``, made at the first draw (never without noise)."""
 
-    def __init__(self, values: Any, metric: str, noise: float, rng: np.random.Generator,
+    def __init__(self, values: Any, metric: str, noise: float, seed: Sequence[int],
                  clip: tuple[float, float] | None, extra: Any = None):
         self._values = values          # callable step -> mean value of ``metric``
         self._extra = extra            # callable step -> other metrics (replay) or None
         self.metric = metric
         self._noise = noise
-        self._rng = rng
+        self._seed = seed
+        self._rng: np.random.Generator | None = None
         self._drawn: list[float] = []
         self._clip = clip
 
     def at(self, step: int) -> dict[str, float]:
         value = float(self._values(step))
         if self._noise > 0:
+            if self._rng is None:
+                self._rng = np.random.default_rng(self._seed)
             while len(self._drawn) < step:
                 self._drawn.extend(self._rng.normal(0.0, self._noise, size=16).tolist())
             value += self._drawn[step - 1]
@@ -177,8 +181,8 @@ class ParametricCurves(CurveModel):
         else:
             def values(t: int) -> float:
                 return a_inf + (p.start - a_inf) * math.exp(-t / tau)
-        rng = np.random.default_rng([self.seed, int(trial_seed)])
-        return Curve(values, self.metric, self.noise, rng, self.clip)
+        seed = [self.seed, int(trial_seed)]
+        return Curve(values, self.metric, self.noise, seed, self.clip)
 
     def describe(self) -> str:
         return f"parametric {self.family} curves of {self.metric} (noise sd {self.noise:g})"
@@ -250,8 +254,8 @@ class ReplayCurves(CurveModel):
 
         def extra(step: int) -> dict[str, float]:
             return {k: float(v) for k, v in row(step).items() if k not in ("step", metric)}
-        rng = np.random.default_rng([self.seed, int(trial_seed)])
-        return Curve(lambda s: row(s)[metric], metric, self.noise, rng, None, extra)
+        seed = [self.seed, int(trial_seed)]
+        return Curve(lambda s: row(s)[metric], metric, self.noise, seed, None, extra)
 
     def describe(self) -> str:
         return f"replay of {len(self._configs)} recorded curves ({self.source})"
@@ -355,8 +359,8 @@ class FunctionCurves(CurveModel):
 
         def extra(step: int) -> dict[str, float]:
             return {k: v for k, v in metrics(step).items() if k != self.metric}
-        rng = np.random.default_rng([self.seed, int(trial_seed)])
-        return Curve(lambda s: metrics(s)[self.metric], self.metric, self.noise, rng, self.clip, extra)
+        seed = [self.seed, int(trial_seed)]
+        return Curve(lambda s: metrics(s)[self.metric], self.metric, self.noise, seed, self.clip, extra)
 
     def mean(self, config: Mapping[str, Any], step: int) -> float:
         return self._metrics(config, step)[self.metric]
@@ -386,7 +390,7 @@ def _read_table(path: Path) -> list[dict[str, Any]]:
     """Rows of a CSV (numbers parsed; the rest kept as text) or parquet file (needs pyarrow)."""
     if path.suffix.lower() in (".parquet", ".pq"):
         try:
-            import pyarrow.parquet as pq          # type: ignore[import-untyped]
+            import pyarrow.parquet as pq
         except ImportError:
             raise ConfigError("curves.file", str(path), "is parquet, which needs pyarrow "
                               "(pip install pyarrow), or give a CSV file") from None
