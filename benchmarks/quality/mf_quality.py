@@ -124,14 +124,14 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             traces[name][arm] = [hypersack_trace(name, arm, s, budget) for s in seeds]
         wall[arm] = time.perf_counter() - started
         print(f"  {arm}: {wall[arm]:.1f} s", file=sys.stderr, flush=True)
-    for arm in [a for a in PEERS if RUNNERS[a][0] == "optuna"]:
+    for arm in [a for a in PEERS if RUNNERS[a][0] == "optuna" and "optuna" in args.peers]:
         started = time.perf_counter()
         for name in names:
             traces[name][arm] = [peer_trace(name, run_peer(arm, FUNCTIONS[name], s, budget)) for s in seeds]
         wall[arm] = time.perf_counter() - started
         print(f"  {arm}: {wall[arm]:.1f} s", file=sys.stderr, flush=True)
-    if args.no_synetune:
-        notes.append("Syne Tune skipped (--no-synetune)")
+    if args.no_synetune or "synetune" not in args.peers:
+        notes.append("Syne Tune skipped (--no-synetune or --peers)")
     else:
         started = time.perf_counter()
         runs = synetune_runs(args.synetune_python, names, seeds, budget)
@@ -162,6 +162,8 @@ def verdict(results: dict[str, Any], forced: str | None) -> dict[str, Any]:
     is no worse than the best peer's there."""
     per_function = {name: medians(t) for name, t in results.items()}
     candidates = [a for a in MULTI_FIDELITY if all(a in m for m in per_function.values())]
+    if not (forced or candidates):
+        return {"judged": None, "mean_rank": {}, "functions": {}}
     ranks: dict[str, list[int]] = {a: [] for a in candidates}
     for m in per_function.values():
         for j in (1, 2):
@@ -221,8 +223,11 @@ def report(results: dict[str, Any], judged: dict[str, Any], run: dict[str, Any],
         print("| algorithm | 25% | 50% | 100% |\n|---|---:|---:|---:|")
         for row in table["rows"]:
             print(f"| {row['algorithm']} | " + " | ".join(cell(q) for q in row["regret"]) + " |")
-    print(f"\nJudged: {judged['judged']} (best mean rank at 50%/100% among HyperSack's "
-          f"multi-fidelity arms: " + ", ".join(f"{a} {r:.2f}" for a, r in judged["mean_rank"].items()) + ")")
+    if judged["judged"] is None:
+        print("\nNo HyperSack multi-fidelity arm ran: nothing judged (merge with --merge)")
+    else:
+        print(f"\nJudged: {judged['judged']} (best mean rank at 50%/100% among HyperSack's "
+              f"multi-fidelity arms: " + ", ".join(f"{a} {r:.2f}" for a, r in judged["mean_rank"].items()) + ")")
     for name, c in judged["functions"].items():
         if c["best_peer"] is None:
             print(f"  {name}: FAIL (no peer ran)")
@@ -237,6 +242,31 @@ def report(results: dict[str, Any], judged: dict[str, Any], run: dict[str, Any],
         print(f"NOTE: {note}")
 
 
+def merge(paths: list[str]) -> dict[str, Any]:
+    """The tables of several ``--json`` files of one budget and seed count (disjoint arms, e.g.
+    HyperSack's and a peer's run in separate processes), as one result: rows are per arm, so
+    they combine exactly; ``curves`` (the plot's) only when every file has them."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    first = runs[0]
+    for p, r in zip(paths, runs):
+        if (r["budget"], r["seeds"]) != (first["budget"], first["seeds"]):
+            raise SystemExit(f"{p}: budget {r['budget']} and {r['seeds']} seeds differ from "
+                             f"{paths[0]}'s {first['budget']} and {first['seeds']}")
+    merged: dict[str, Any] = {"budget": first["budget"], "seeds": first["seeds"], "tables": {},
+                              "curves": {} if all("curves" in r for r in runs) else None,
+                              "wall_s": {}, "notes": []}
+    for r in runs:
+        for key in ("tables", "curves"):
+            if merged[key] is None:
+                continue
+            for name, table in r[key].items():
+                into = merged[key].setdefault(name, {**table, "rows": []})
+                into["rows"] += table["rows"]
+        merged["wall_s"].update(r["wall_s"])
+        merged["notes"] += [n for n in r["notes"] if "skipped" not in n]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=10)
@@ -248,27 +278,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--synetune-python", default=DEFAULT_SYNETUNE)
     p.add_argument("--no-synetune", action="store_true")
     p.add_argument("--png", default="benchmarks/results/mf-quality.png")
+    p.add_argument("--peers", default="optuna,synetune", help="peer groups to run (optuna, synetune)")
     p.add_argument("--json", default=None)
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="report, judge and plot the --json files of runs with disjoint arms")
     args = p.parse_args(argv)
+    if args.merge:
+        return finish(merge(args.merge), args)
     if args.quick:
         args.seeds, args.budget = min(args.seeds, 3), min(args.budget, 1000)
     args.functions = args.functions.split(",")
-    args.hypersack_arms = args.arms.split(",")
+    args.hypersack_arms = [a for a in args.arms.split(",") if a]
+    args.peers = args.peers.split(",")
     unknown = [n for n in args.functions if n not in FUNCTIONS] + \
         [a for a in args.hypersack_arms if a not in HYPERSACK]
     if unknown:
         p.error(f"unknown function or arm: {unknown} (functions: {list(FUNCTIONS)}; arms: {list(HYPERSACK)})")
     run = run_all(args)
-    results = tables(run["traces"], args.budget)
-    judged = verdict(results, args.hypersack)
-    report(results, judged, run, args.budget)
-    png = plot(tables(run["traces"], args.budget, CURVE_FRACTIONS), Path(args.png))
+    result = {"budget": args.budget, "seeds": args.seeds, "tables": tables(run["traces"], args.budget),
+              "curves": tables(run["traces"], args.budget, CURVE_FRACTIONS),
+              "wall_s": run["wall_s"], "notes": run["notes"]}
+    return finish(result, args)
+
+
+def finish(result: dict[str, Any], args: argparse.Namespace) -> int:
+    """Judge, print, plot and (``--json``) write ``result``; exit 1 when a function FAILs."""
+    judged = verdict(result["tables"], args.hypersack)
+    report(result["tables"], judged, result, result["budget"])
+    png = plot(result["curves"] or result["tables"], Path(args.png))
     print(f"plot: {png}" if png else "plot: matplotlib is not installed")
     if args.json:
-        Path(args.json).write_text(json.dumps({"budget": args.budget, "seeds": args.seeds,
-                                               "tables": results, "verdict": judged,
-                                               "wall_s": run["wall_s"], "notes": run["notes"]},
-                                              indent=1, default=str))
+        Path(args.json).write_text(json.dumps({**result, "verdict": judged}, indent=1, default=str))
     return 0 if all(c["pass"] for c in judged["functions"].values()) else 1
 
 

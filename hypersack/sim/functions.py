@@ -1,5 +1,5 @@
 """Multi-fidelity test functions from their published formulas, for the simulator and the
-search-quality benchmark (``benchmarks/quality/``). Pure numpy: this module imports nothing from
+search-quality benchmark (``benchmarks/quality/``). Python and numpy only: it imports nothing from
 the package, so a peer's process (another virtual environment) can load it by path.
 
 Each function is a callable ``f(config, step) -> float`` to MINIMISE, usable as a scenario's
@@ -24,6 +24,7 @@ within ``bounds``. Attributes: ``name``, ``dims``, ``bounds``, ``max_fidelity``,
 from __future__ import annotations
 
 import math
+import struct
 import zlib
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
@@ -44,7 +45,7 @@ _HARTMANN = {
                         dtype=float),
         -3.32236801141551, (0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573)),
 }
-_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
+_ALPHA_LIST = [1.0, 1.2, 3.0, 3.2]
 
 
 class _MFFunction:
@@ -57,10 +58,10 @@ class _MFFunction:
     max_fidelity: int
 
     def __call__(self, config: Mapping[str, Any], step: int) -> float:
-        x = np.array([float(config[f"x{i}"]) for i in range(self.dims)])
-        return self.value(x, int(step))
+        return self.value([float(config[f"x{i}"]) for i in range(self.dims)], int(step))
 
-    def value(self, x: np.ndarray, fidelity: int) -> float:
+    def value(self, x: Sequence[float], fidelity: int) -> float:
+        """``f(x, fidelity)``: ``x`` the coordinates in order (a list or a numpy array)."""
         raise NotImplementedError
 
     def scaled(self, fidelity: int) -> float:
@@ -88,16 +89,20 @@ class MFHartmann(_MFFunction):
                              f"noise={noise!r}: need max_fidelity >= 1, bias and noise >= 0")
         self.dims, self.bias, self.noise = dims, float(bias), float(noise)
         self.max_fidelity, self.seed = int(max_fidelity), int(seed)
-        self._a, self._p, self.optimum, self.argmin = _HARTMANN[dims]
+        a, p, self.optimum, self.argmin = _HARTMANN[dims]
+        self._a_rows, self._p_rows = a.tolist(), p.tolist()     # plain floats: faster than numpy here
         self.bounds = ((0.0, 1.0),) * dims
         self.name = name or f"hartmann{dims}"
 
-    def value(self, x: np.ndarray, fidelity: int) -> float:
+    def value(self, x: Sequence[float], fidelity: int) -> float:
         gap = 1.0 - self.scaled(fidelity)
-        inner = np.sum(self._a * (x[np.newaxis, :] - self._p) ** 2, axis=1)
-        h = -float(np.dot(_ALPHA - self.bias * gap, np.exp(-inner)))
+        xs = [float(v) for v in x]
+        h = 0.0
+        for alpha, a_row, p_row in zip(_ALPHA_LIST, self._a_rows, self._p_rows):
+            inner = sum(a * (xi - p) ** 2 for a, xi, p in zip(a_row, xs, p_row))
+            h -= (alpha - self.bias * gap) * math.exp(-inner)
         if self.noise > 0 and gap > 0:
-            h += abs(_normal(self.seed, int(fidelity), x)) * self.noise * gap
+            h += abs(_normal(self.seed, int(fidelity), xs)) * self.noise * gap
         return h
 
 
@@ -111,7 +116,7 @@ class MFBranin(_MFFunction):
         self.bounds = ((-5.0, 10.0), (0.0, 15.0))
         self.optimum, self.argmin = 0.397887357729738, (math.pi, 2.275)
 
-    def value(self, x: np.ndarray, fidelity: int) -> float:
+    def value(self, x: Sequence[float], fidelity: int) -> float:
         gap = 1.0 - self.scaled(fidelity)
         b = 5.1 / (4 * math.pi ** 2) - 0.01 * gap
         c = 5 / math.pi - 0.1 * gap
@@ -120,10 +125,10 @@ class MFBranin(_MFFunction):
         return (x1 - b * x0 * x0 + c * x0 - 6.0) ** 2 + 10.0 * (1 - t) * math.cos(x0) + 10.0
 
 
-def _normal(seed: int, fidelity: int, x: np.ndarray) -> float:
-    """A standard normal draw that is a pure function of (seed, fidelity, x): a 32-bit hash
-    through the normal's inverse CDF (cheaper than seeding a generator per query)."""
-    key = zlib.crc32(x.tobytes(), zlib.crc32(f"{seed}:{fidelity}".encode()))
+def _normal(seed: int, fidelity: int, x: Sequence[float]) -> float:
+    """A standard normal draw that is a pure function of (seed, fidelity, x): a 32-bit hash of
+    x's float64 bytes through the normal's inverse CDF (cheaper than seeding a generator)."""
+    key = zlib.crc32(struct.pack(f"<{len(x)}d", *x), zlib.crc32(f"{seed}:{fidelity}".encode()))
     return _STANDARD.inv_cdf((key + 0.5) / 2.0 ** 32)
 
 
@@ -139,5 +144,4 @@ FUNCTIONS: dict[str, _MFFunction] = {f.name: f for f in (hartmann3, hartmann6, b
 
 def check_optimum(f: _MFFunction, points: Sequence[Sequence[float]] = ()) -> float:
     """``f`` at its ``argmin`` at the top fidelity (a self-check of the published constants)."""
-    x = np.array(points[0] if points else f.argmin, dtype=float)
-    return f.value(x, f.max_fidelity)
+    return f.value(list(points[0] if points else f.argmin), f.max_fidelity)
