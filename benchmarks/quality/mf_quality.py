@@ -196,11 +196,13 @@ def plot(curves: dict[str, Any], path: Path) -> str | None:
     for ax, name in zip(axes[0], names):
         table = curves[name]
         xs = np.array(table["fractions"]) * 100
-        for row in table["rows"]:
+        colors = plt.get_cmap("tab20").colors
+        for i, row in enumerate(table["rows"]):
             q = np.array(row["regret"], dtype=float)
             style = "-" if row["algorithm"].startswith("hypersack-") else "--"
-            line, = ax.plot(xs, q[:, 1], style, label=row["algorithm"])
-            ax.fill_between(xs, q[:, 0], q[:, 2], color=line.get_color(), alpha=0.12)
+            ax.plot(xs, q[:, 1], style, marker="." if len(xs) < 5 else None, label=row["algorithm"],
+                    color=colors[(2 * i) % 20 + (2 * i) // 20])
+            ax.fill_between(xs, q[:, 0], q[:, 2], color=colors[(2 * i) % 20], alpha=0.1)
         ax.set_yscale("log")
         ax.set_title(f"{name} ({table['rows'][0]['seeds']} seeds, {table['budget']:,} steps)", fontsize=9)
         ax.set_xlabel("% of the budget of fidelity steps")
