@@ -7,6 +7,7 @@
     hypersack simulate SCENARIO --timeline run.csv                 # + run.png when matplotlib is there
     hypersack simulate examples/sim/pack_hyperband_mlp3.yaml --compare --execution separate
     hypersack simulate SCENARIO --report run.html                  # the HTML report of the run
+    hypersack simulate examples/sim/hartmann6_quality.yaml --compare   # regret at 25/50/100% budget
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from typing import Any
 
 from hypersack.errors import HyperSackError
 from hypersack.sim.compare import (BASELINE, algorithm_rows, compare_algorithms, compare_policies,
-                                   compare_time_sharing, policy_rows, time_sharing_rows)
+                                   compare_quality, compare_time_sharing, policy_rows,
+                                   time_sharing_rows)
 from hypersack.sim.run import SimResult, simulate
 from hypersack.sim.scenario import Scenario, load_scenario
 from hypersack.sim.timeline import write_csv, write_gantt
@@ -95,7 +97,10 @@ def _compare(scenario: Scenario, policy: str | None) -> dict[str, Any]:
         out["policies"] = policy_rows(results, scenario.reference)
         last = results[-1]
     if scenario.compare_algorithms:
-        runs = compare_algorithms(scenario, scenario.compare_algorithms, policy)
+        if scenario.compares_quality:
+            runs, out["quality"] = compare_quality(scenario, scenario.compare_algorithms, policy)
+        else:
+            runs = compare_algorithms(scenario, scenario.compare_algorithms, policy)
         out["algorithms"] = algorithm_rows(runs, scenario.reference)
         last = runs[-1][1]
     if scenario.compare_time_sharing:
@@ -186,6 +191,8 @@ def _print(out: dict[str, Any]) -> None:
                [[r["algorithm"], _dur(r["makespan_s"]), _x(r["speedup"]), _dur(r["paper_runtime_s"]),
                  _num(r["best_value"]), _dur(r["time_to_best_s"]), str(r["trials"])]
                 for r in out["algorithms"]])
+    if "quality" in out:
+        _print_quality(out["quality"])
     if "time_sharing" in out:
         _table(["time sharing", "runtime", "speedup", "best value", "time to best", "trials"],
                [[r["time_sharing"], _dur(r["makespan_s"]), _x(r["speedup"]),
@@ -194,6 +201,17 @@ def _print(out: dict[str, Any]) -> None:
     _print_labels(out)
     if out.get("report"):
         print(f"  report              {out['report']}")
+
+
+def _print_quality(q: dict[str, Any]) -> None:
+    seeds = max((r["seeds"] for r in q["rows"]), default=0)
+    against = "the optimum" if q["optimum_known"] else "the best value any compared run reached"
+    print(f"  search quality: regret of the best config trained to the top fidelity "
+          f"(against {against}, {_num(q['optimum'])}), median [q1, q3] over {seeds} seed(s), "
+          f"every run cut at {q['budget']:,} fidelity steps")
+    _table(["algorithm"] + [f"{100 * f:g}% budget" for f in q["fractions"]],
+           [[r["algorithm"]] + [f"{_num(m)} [{_num(lo)}, {_num(hi)}]" for lo, m, hi in r["regret"]]
+            for r in q["rows"]])
 
 
 def _print_run(out: dict[str, Any]) -> None:

@@ -20,12 +20,28 @@ Two families behind one interface, ``model.curve(config, seed) -> Curve`` and ``
   config's other hyperparameters (optimizer, activation...), so they matter too. Works for metrics
   to maximise (start < best) and to minimise (start > best). ``models`` overrides any of these per
   workload model.
+* :class:`FunctionCurves`: a callable ``f(config, step)`` (``curves.function: module:attr``;
+  ``curves.options`` are passed to ``attr`` first to build it) whose float is the metric at that
+  step (a mapping: every metric of the report): a test function with a fidelity, such as
+  ``hypersack.sim.functions``, run in simulated time.
+* :class:`TableCurves`: learning curves from a CSV or parquet file, one row per config and step
+  (columns: the study space's parameters, ``step``, the metrics), replayed as ``ReplayCurves``
+  does: a config not in the table gets the curve of its NEAREST row (the distance above), so any
+  space can be searched over a table of sampled configs (Syne Tune's blackbox repository
+  interpolates likewise); steps run 1..n for every config.
+
+``model.mean(config, step)`` is the metric without the scenario's noise and
+``model.best_known(mode, step)`` the best value any config reaches at ``step`` when the model
+knows it (a function's ``optimum``, a table's or a recording's best row; None for parametric
+curves): what the regret of ``sim.quality`` is measured against.
 
 Randomness comes only from ``numpy.random.default_rng([seed, trial_seed])``: the same scenario seed
 and trial seed give the same curve, whatever the order trials are simulated in.
 """
 from __future__ import annotations
 
+import csv
+import importlib
 import json
 import math
 import zlib
@@ -36,27 +52,32 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hypersack.errors import ConfigError
-from hypersack.validation import check_number, check_positive, is_finite
+from hypersack.validation import check_integer, check_number, check_positive, is_finite
 
-__all__ = ["Curve", "CurveModel", "ParametricCurves", "ReplayCurves", "curves_from_dict"]
+__all__ = ["Curve", "CurveModel", "FunctionCurves", "ParametricCurves", "ReplayCurves", "TableCurves",
+           "curves_from_dict"]
 
 
 class Curve:
-    """Metrics per step of one trial; noise is drawn in step order, so ``at`` is order-free."""
+    """Metrics per step of one trial; noise is drawn in step order, so ``at`` is order-free,
+    from ``numpy.random.default_rng(seed)``, made at the first draw (never without noise)."""
 
-    def __init__(self, values: Any, metric: str, noise: float, rng: np.random.Generator,
+    def __init__(self, values: Any, metric: str, noise: float, seed: Sequence[int],
                  clip: tuple[float, float] | None, extra: Any = None):
         self._values = values          # callable step -> mean value of ``metric``
         self._extra = extra            # callable step -> other metrics (replay) or None
         self.metric = metric
         self._noise = noise
-        self._rng = rng
+        self._seed = seed
+        self._rng: np.random.Generator | None = None
         self._drawn: list[float] = []
         self._clip = clip
 
     def at(self, step: int) -> dict[str, float]:
         value = float(self._values(step))
         if self._noise > 0:
+            if self._rng is None:
+                self._rng = np.random.default_rng(self._seed)
             while len(self._drawn) < step:
                 self._drawn.extend(self._rng.normal(0.0, self._noise, size=16).tolist())
             value += self._drawn[step - 1]
@@ -76,6 +97,15 @@ class CurveModel:
 
     def describe(self) -> str:
         raise NotImplementedError
+
+    def mean(self, config: Mapping[str, Any], step: int) -> float:
+        """The metric of ``config`` at ``step`` without the scenario's noise."""
+        return float(self.curve(config, 0)._values(step))
+
+    def best_known(self, mode: str, step: int) -> float | None:
+        """The best value (``mode`` "min" or "max") any config reaches at ``step``, when the
+        model knows it; None when it does not."""
+        return None
 
 
 # ---- parametric ---------------------------------------------------------------------------
@@ -151,8 +181,8 @@ class ParametricCurves(CurveModel):
         else:
             def values(t: int) -> float:
                 return a_inf + (p.start - a_inf) * math.exp(-t / tau)
-        rng = np.random.default_rng([self.seed, int(trial_seed)])
-        return Curve(values, self.metric, self.noise, rng, self.clip)
+        seed = [self.seed, int(trial_seed)]
+        return Curve(values, self.metric, self.noise, seed, self.clip)
 
     def describe(self) -> str:
         return f"parametric {self.family} curves of {self.metric} (noise sd {self.noise:g})"
@@ -184,6 +214,7 @@ class ReplayCurves(CurveModel):
         self._reports = [list(c["reports"]) for c in curves]
         self.noise, self.seed, self.source = float(noise), seed, source
         self._scales = _key_scales(self._configs)
+        self._index = _NearestIndex(self._configs, self._scales)
         self._match: dict[str, int] = {}
 
     @classmethod
@@ -199,10 +230,20 @@ class ReplayCurves(CurveModel):
         key = repr(sorted((k, repr(v)) for k, v in config.items()))
         hit = self._match.get(key)
         if hit is None:
-            hit = min(range(len(self._configs)),
-                      key=lambda i: (_distance(config, self._configs[i], self._scales), i))
+            hit = self._index.nearest(config)
             self._match[key] = hit
         return hit
+
+    def _row(self, config: Mapping[str, Any], step: int) -> Mapping[str, Any]:
+        reports = self._reports[self.nearest(config)]
+        return reports[min(max(step, 1), len(reports)) - 1]
+
+    def mean(self, config: Mapping[str, Any], step: int) -> float:
+        return float(self._row(config, step)[self.metric])
+
+    def best_known(self, mode: str, step: int) -> float | None:
+        ends = [float(r[min(max(step, 1), len(r)) - 1][self.metric]) for r in self._reports]
+        return min(ends) if mode == "min" else max(ends)
 
     def curve(self, config: Mapping[str, Any], trial_seed: int) -> Curve:
         reports = self._reports[self.nearest(config)]
@@ -213,8 +254,8 @@ class ReplayCurves(CurveModel):
 
         def extra(step: int) -> dict[str, float]:
             return {k: float(v) for k, v in row(step).items() if k not in ("step", metric)}
-        rng = np.random.default_rng([self.seed, int(trial_seed)])
-        return Curve(lambda s: row(s)[metric], metric, self.noise, rng, None, extra)
+        seed = [self.seed, int(trial_seed)]
+        return Curve(lambda s: row(s)[metric], metric, self.noise, seed, None, extra)
 
     def describe(self) -> str:
         return f"replay of {len(self._configs)} recorded curves ({self.source})"
@@ -233,18 +274,191 @@ def _key_scales(configs: Sequence[Mapping[str, Any]]) -> dict[str, tuple[bool, f
     return scales
 
 
-def _distance(a: Mapping[str, Any], b: Mapping[str, Any], scales: Mapping[str, tuple[bool, float]]) -> float:
-    total = 0.0
-    for key, vb in b.items():
-        va = a.get(key)
-        if key in scales and is_finite(va):
-            log, span = scales[key]
-            xa = math.log(va) if log and va > 0 else float(va)
-            xb = math.log(vb) if log else float(vb)
-            total += ((xa - xb) / span) ** 2
-        else:
-            total += 0.0 if va == vb else 1.0
-    return total
+class _NearestIndex:
+    """The distance of a config to every recorded config at once (numpy), summed over the
+    recorded config's keys: for a number of ``scales``, the squared difference (in log space when
+    the scale says so) over its range, or 1 when the config's value is not a number; for any
+    other key, 0 when the values are equal, else 1. The nearest is the first of the closest."""
+
+    def __init__(self, configs: Sequence[Mapping[str, Any]], scales: Mapping[str, tuple[bool, float]]):
+        self.n = len(configs)
+        self.numeric: list[tuple[str, bool, float, np.ndarray]] = []
+        self.categories: list[tuple[str, dict[Any, int], np.ndarray, np.ndarray]] = []
+        for key in sorted(set().union(*(c.keys() for c in configs))):
+            if key in scales:
+                log, span = scales[key]
+                xs = np.array([math.log(c[key]) if log else float(c[key]) for c in configs])
+                self.numeric.append((key, log, span, xs))
+            else:
+                present = np.array([key in c for c in configs])
+                codes: dict[Any, int] = {}
+                column = np.array([codes.setdefault(_hashable(c.get(key)), len(codes))
+                                   for c in configs])
+                self.categories.append((key, codes, column, present))
+
+    def nearest(self, config: Mapping[str, Any]) -> int:
+        total = np.zeros(self.n)
+        for key, log, span, xs in self.numeric:
+            va = config.get(key)
+            if is_finite(va):
+                xa = math.log(va) if log and va > 0 else float(va)
+                total += ((xa - xs) / span) ** 2
+            else:
+                total += 1.0
+        for key, codes, column, present in self.categories:
+            code = codes.get(_hashable(config.get(key)), -1)
+            total += (column != code) & present
+        return int(np.argmin(total))
+
+
+def _hashable(value: Any) -> Any:
+    """``value`` as a dict key that is equal where the values are (lists become tuples)."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+# ---- function and table ---------------------------------------------------------------------
+
+class FunctionCurves(CurveModel):
+    """``fn(config, step)``: a float (the ``metric``) or a mapping of metrics; see the module
+    docstring. ``fn.optimum``, when the callable has one, is its best value at the top step."""
+
+    def __init__(self, fn: Any, metric: str, *, noise: float = 0.0, seed: int = 0,
+                 clip: tuple[float, float] | None = None, source: str = "a function"):
+        if not callable(fn):
+            raise ConfigError("curves.function", source, "must name a callable (config, step) -> metrics")
+        check_number("curves.noise", noise, low=0.0)
+        self.fn, self.metric, self.noise, self.seed = fn, metric, float(noise), seed
+        self.clip, self.source = clip, source
+        optimum = getattr(fn, "optimum", None)
+        self.optimum = float(optimum) if is_finite(optimum) else None
+
+    def _metrics(self, config: Mapping[str, Any], step: int) -> dict[str, float]:
+        out = self.fn(config, step)
+        if isinstance(out, Mapping):
+            if self.metric not in out:
+                raise ConfigError("curves.metric", self.metric,
+                                  f"is not among the metrics {self.source} returns ({', '.join(map(str, out))})")
+            return {str(k): float(v) for k, v in out.items()}
+        if not is_finite(out):
+            raise ConfigError("curves.function", self.source,
+                              f"must return a finite number or a mapping of metrics, not {out!r} "
+                              f"(config {dict(config)}, step {step})")
+        return {self.metric: float(out)}
+
+    def curve(self, config: Mapping[str, Any], trial_seed: int) -> Curve:
+        last: dict[str, Any] = {}
+
+        def metrics(step: int) -> dict[str, float]:
+            if last.get("step") != step:
+                last.update(step=step, metrics=self._metrics(config, step))
+            return dict(last["metrics"])
+
+        def extra(step: int) -> dict[str, float]:
+            return {k: v for k, v in metrics(step).items() if k != self.metric}
+        seed = [self.seed, int(trial_seed)]
+        return Curve(lambda s: metrics(s)[self.metric], self.metric, self.noise, seed, self.clip, extra)
+
+    def mean(self, config: Mapping[str, Any], step: int) -> float:
+        return self._metrics(config, step)[self.metric]
+
+    def best_known(self, mode: str, step: int) -> float | None:
+        return self.optimum
+
+    def describe(self) -> str:
+        return f"function {self.source} as {self.metric} (noise sd {self.noise:g})"
+
+
+class TableCurves(ReplayCurves):
+    """Learning curves from a table (module docstring); nearest row for configs not in it."""
+
+    @classmethod
+    def from_table(cls, path: str | Path, config_keys: Sequence[str], *, metric: str,
+                   step_column: str = "step", **kw: Any) -> "TableCurves":
+        rows = _read_table(Path(path))
+        return cls(_curves_from_rows(rows, str(path), list(config_keys), metric, step_column),
+                   metric=metric, source=str(path), **kw)
+
+    def describe(self) -> str:
+        return f"table of {len(self._configs)} learning curves ({self.source}, nearest row)"
+
+
+def _read_table(path: Path) -> list[dict[str, Any]]:
+    """Rows of a CSV (numbers parsed; the rest kept as text) or parquet file (needs pyarrow)."""
+    if path.suffix.lower() in (".parquet", ".pq"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ConfigError("curves.file", str(path), "is parquet, which needs pyarrow "
+                              "(pip install pyarrow), or give a CSV file") from None
+        try:
+            return list(pq.read_table(path).to_pylist())
+        except (OSError, ValueError) as exc:
+            raise ConfigError("curves.file", str(path), f"must be a readable parquet file ({exc})") from None
+    try:
+        with path.open(newline="") as handle:
+            return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ConfigError("curves.file", str(path), f"must be a readable CSV file ({exc})") from None
+
+
+def _cell(text: Any) -> Any:
+    if not isinstance(text, str):
+        return text
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _curves_from_rows(rows: list[dict[str, Any]], source: str, config_keys: list[str],
+                      metric: str, step_column: str) -> dict[str, Any]:
+    """``ReplayCurves``' form: one curve per distinct config, its reports in step order."""
+    if not rows:
+        raise ConfigError("curves.file", source, "must hold at least one row")
+    for column in [step_column, metric, *config_keys]:
+        if column not in rows[0]:
+            raise ConfigError("curves.file", source, f"must have a column {column!r} "
+                              f"(its columns: {', '.join(map(str, rows[0]))})")
+    groups: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
+    for i, row in enumerate(rows):
+        step = row[step_column]
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1 or not is_finite(row[metric]):
+            raise ConfigError(f"curves.file[{i}]", {step_column: step, metric: row[metric]},
+                              f"must have an integer {step_column} >= 1 and a number {metric} ({source})")
+        key = tuple(_hashable(row[k]) for k in config_keys)
+        groups.setdefault(key, []).append((step, row))
+    curves = []
+    for key, steps in groups.items():
+        steps.sort(key=lambda item: item[0])
+        if [s for s, _ in steps] != list(range(1, len(steps) + 1)):
+            raise ConfigError("curves.file", source, f"must have steps 1..n for each config; the config "
+                              f"{dict(zip(config_keys, key))} has steps {[s for s, _ in steps][:10]}")
+        config = {k: steps[0][1][k] for k in config_keys}
+        reports = [{k: v for k, v in row.items() if k not in config_keys} for _, row in steps]
+        curves.append({"config": config, "reports": reports})
+    return {"metric": metric, "curves": curves}
+
+
+def _import_attr(reference: Any, field: str) -> Any:
+    """The object ``module:attr`` names (dots allowed after the colon)."""
+    module_name, sep, attr = str(reference).partition(":") if isinstance(reference, str) else ("", "", "")
+    if not sep or not module_name or not attr:
+        raise ConfigError(field, reference, "must be 'module:attr'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(field, reference, f"names a module that cannot be imported ({exc})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(field, reference, f"names nothing: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
 
 
 # ---- from a scenario ----------------------------------------------------------------------
@@ -252,25 +466,69 @@ def _distance(a: Mapping[str, Any], b: Mapping[str, Any], scales: Mapping[str, t
 _COMMON = {"type", "metric", "noise", "seed"}
 _PARAMETRIC = _COMMON | _PARAM_FIELDS | {"family", "clip", "lr_key", "batch_size_key", "models"}
 _REPLAY = _COMMON | {"file"}
+_ALLOWED = {"parametric": _PARAMETRIC, "replay": _REPLAY,
+            "function": _COMMON | {"function", "options", "clip"},
+            "table": _COMMON | {"file", "step_column"}}
 
 
 def curves_from_dict(d: Mapping[str, Any], *, base_dir: Path = Path("."), seed: int = 0,
-                     model_key: str | None = None, batch_size_key: str | None = None) -> CurveModel:
-    """The ``curves`` section of a scenario; relative ``file`` paths are read from ``base_dir``."""
-    if not isinstance(d, Mapping) or d.get("type") not in ("parametric", "replay"):
+                     model_key: str | None = None, batch_size_key: str | None = None,
+                     objective_metric: str | None = None,
+                     config_keys: Sequence[str] = ()) -> CurveModel:
+    """The ``curves`` section of a scenario; relative ``file`` paths are read from ``base_dir``.
+    ``objective_metric`` is the metric of function and table curves unless ``metric`` is given;
+    ``config_keys`` (the study space's parameters) are a table's config columns."""
+    if not isinstance(d, Mapping) or d.get("type") not in _ALLOWED:
         raise ConfigError("curves.type", d.get("type") if isinstance(d, Mapping) else d,
-                          "must be 'parametric' or 'replay'")
-    allowed = _PARAMETRIC if d["type"] == "parametric" else _REPLAY
+                          f"must be one of {', '.join(repr(t) for t in _ALLOWED)}")
+    allowed = _ALLOWED[d["type"]]
     for key in d:
         if key not in allowed:
             raise ConfigError(f"curves.{key}", d[key], f"is not a known field (known: {', '.join(sorted(allowed))})")
     seed = d.get("seed", seed)
-    if d["type"] == "replay":
+    check_integer("curves.seed", seed, low=0)
+    if d["type"] in ("replay", "table"):
         if "file" not in d:
-            raise ConfigError("curves.file", None, "is required for replay curves")
+            raise ConfigError("curves.file", None, f"is required for {d['type']} curves")
         path = Path(d["file"])
-        return ReplayCurves.from_file(path if path.is_absolute() else base_dir / path,
-                                      metric=d.get("metric"), noise=d.get("noise", 0.0), seed=seed)
+        path = path if path.is_absolute() else base_dir / path
+        if d["type"] == "table":
+            return TableCurves.from_table(path, config_keys, metric=d.get("metric", objective_metric or "accuracy"),
+                                          step_column=d.get("step_column", "step"),
+                                          noise=d.get("noise", 0.0), seed=seed)
+        return ReplayCurves.from_file(path, metric=d.get("metric"), noise=d.get("noise", 0.0), seed=seed)
+    if d["type"] == "function":
+        return _function_curves(d, seed, objective_metric)
+    return _parametric_curves(d, seed, model_key, batch_size_key)
+
+
+def _function_curves(d: Mapping[str, Any], seed: int, objective_metric: str | None) -> FunctionCurves:
+    if "function" not in d:
+        raise ConfigError("curves.function", None, "is required for function curves ('module:attr')")
+    fn = _import_attr(d["function"], "curves.function")
+    options = d.get("options")
+    if options is not None:
+        if not isinstance(options, Mapping):
+            raise ConfigError("curves.options", options, "must be a mapping of keyword arguments")
+        try:
+            fn = fn(**options)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("curves.options", dict(options),
+                              f"are not accepted by {d['function']} ({exc})") from None
+    return FunctionCurves(fn, str(d.get("metric", objective_metric or "accuracy")),
+                          noise=d.get("noise", 0.0), seed=seed, clip=_clip(d.get("clip")),
+                          source=str(d["function"]))
+
+
+def _clip(clip: Any) -> tuple[float, float] | None:
+    if clip is not None and (not isinstance(clip, (list, tuple)) or len(clip) != 2
+                             or not all(is_finite(c) for c in clip) or clip[0] >= clip[1]):
+        raise ConfigError("curves.clip", clip, "must be [low, high] with low < high")
+    return (float(clip[0]), float(clip[1])) if clip is not None else None
+
+
+def _parametric_curves(d: Mapping[str, Any], seed: int, model_key: str | None,
+                       batch_size_key: str | None) -> ParametricCurves:
     base = CurveParams(**{k: d[k] for k in _PARAM_FIELDS if k in d})
     models = {}
     for name, overrides in (d.get("models") or {}).items():
@@ -279,12 +537,8 @@ def curves_from_dict(d: Mapping[str, Any], *, base_dir: Path = Path("."), seed: 
             raise ConfigError(f"curves.models.{name}.{unknown[0]}", overrides[unknown[0]],
                               f"is not a curve parameter (known: {', '.join(sorted(_PARAM_FIELDS))})")
         models[str(name)] = replace(base, **overrides)
-    clip = d.get("clip")
-    if clip is not None and (not isinstance(clip, (list, tuple)) or len(clip) != 2
-                             or not all(is_finite(c) for c in clip) or clip[0] >= clip[1]):
-        raise ConfigError("curves.clip", clip, "must be [low, high] with low < high")
     return ParametricCurves(d.get("metric", "accuracy"), base, family=d.get("family", "power_law"),
-                            noise=d.get("noise", 0.0), clip=tuple(clip) if clip else None, seed=seed,
+                            noise=d.get("noise", 0.0), clip=_clip(d.get("clip")), seed=seed,
                             lr_key=d.get("lr_key", "lr"),
                             batch_size_key=d.get("batch_size_key", batch_size_key),
                             model_key=model_key, models=models)

@@ -24,6 +24,8 @@ Schema (every error is a ConfigError naming the dotted field)::
       validated: false               # whether the profiles were measured on that hardware
     perf: {interference, saturation: {A100: 2.0}, dp_beta, startup_s, fused, ...}   # perf.PerfParams
     curves: {type: parametric, ...} | {type: replay, file: curves/digits_mlp.json}
+          | {type: function, function: hypersack.sim.functions:hartmann6, options: {...}}
+          | {type: table, file: curves.csv, step_column: step}   # see sim.curves
     events:                          # inventory changes at simulated times (seconds)
       - {at: 600, fail: {node: a0, gpu: "1"}}
       - {at: 900, add: {node: a1, cpus: 64, gpu: {id: "0", arch: H100, memory_gb: 80}}}
@@ -31,6 +33,8 @@ Schema (every error is a ConfigError naming the dotted field)::
       policies: [exclusive, ff, ffd, wf, wfd]
       algorithms: {ASHA: {type: asha, ...}, RASDA: {type: rasda, ...}}
       time_sharing: [fifo, rr, slaq, hermes]   # time-sharing policies (the first: the baseline)
+      seeds: 10                      # each algorithm run with seeds seed .. seed+9: the quality table
+      budget_steps: 3000             # fidelity steps each run is cut at (default: the fewest run)
     reference: {source: "...", ...}  # the paper's figures, printed beside ours (free form)
     notes: free text printed with the results
 """
@@ -57,7 +61,7 @@ _STUDY = {"space", "objective", "algorithm", "budget", "max_steps", "max_retries
           "pack", "trial_timeout_s", "time_sharing"}
 _WORKLOAD = {"model_key", "model", "batch_size_key", "batch_size", "profiles", "source", "validated",
              "architecture_keys"}
-_COMPARE = {"policies", "algorithms", "time_sharing"}
+_COMPARE = {"policies", "algorithms", "time_sharing", "seeds", "budget_steps"}
 
 
 @dataclass
@@ -77,6 +81,8 @@ class Scenario:
     compare_time_sharing: list[str]
     profiles_source: str
     profiles_validated: bool
+    compare_seeds: int = 1
+    compare_budget_steps: int | None = None
     reference: dict[str, Any] = field(default_factory=dict)
     notes: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
@@ -87,6 +93,20 @@ class Scenario:
         raw = dict(self.raw)
         raw["study"] = {**raw["study"], "algorithm": dict(algorithm)}
         return scenario_from_dict(raw, self.base_dir)
+
+    @property
+    def compares_quality(self) -> bool:
+        """Whether ``--compare`` prints the search-quality table (``sim.quality``) of its
+        algorithms: with function or table curves, or when ``compare.seeds`` or
+        ``compare.budget_steps`` is given."""
+        return bool(self.compare_algorithms) and (
+            self.raw.get("curves", {}).get("type") in ("function", "table")
+            or "seeds" in (self.raw.get("compare") or {})
+            or "budget_steps" in (self.raw.get("compare") or {}))
+
+    def with_seed(self, seed: int) -> "Scenario":
+        """A copy with ``seed`` (the study's configs and the curves' noise)."""
+        return scenario_from_dict({**self.raw, "seed": seed}, self.base_dir)
 
     def with_time_sharing(self, policy: str) -> "Scenario":
         """A copy whose devices are time-shared under ``policy``: the scenario's own options
@@ -132,7 +152,9 @@ def scenario_from_dict(d: Any, base_dir: Path = Path(".")) -> Scenario:
     perf, keys = _perf(d["workload"], d.get("perf"), study, list(cluster.architectures) + added)
     curves = _prefixed("curves", lambda: curves_from_dict(d["curves"], base_dir=base_dir, seed=seed,
                                                           model_key=keys.model_key,
-                                                          batch_size_key=keys.batch_size_key),
+                                                          batch_size_key=keys.batch_size_key,
+                                                          objective_metric=study.objective.metrics[0],
+                                                          config_keys=list(study.space)),
                        already="curves")
     compare = d.get("compare") or {}
     _check_keys("compare", compare, _COMPARE)
@@ -146,16 +168,23 @@ def scenario_from_dict(d: Any, base_dir: Path = Path(".")) -> Scenario:
     for label, spec in algorithms.items():
         _prefixed(f"compare.algorithms.{label}", lambda: _build_algorithm(study, spec))
     sharing = _time_sharing_policies(compare.get("time_sharing"))
+    seeds = compare.get("seeds", 1)
+    check_integer("compare.seeds", seeds, low=1, high=10_000)
+    budget_steps = compare.get("budget_steps")
+    if budget_steps is not None:
+        check_integer("compare.budget_steps", budget_steps, low=1)
     scenario = Scenario(
         name=str(d["name"]), description=str(d.get("description", "")), seed=seed, cluster=cluster,
         policy=policy, study=study, max_retries=max_retries, perf=perf, curves=curves,
         changes=changes, compare_policies=policies,
         compare_algorithms={str(k): dict(v) for k, v in algorithms.items()},
-        compare_time_sharing=sharing,
+        compare_time_sharing=sharing, compare_seeds=int(seeds), compare_budget_steps=budget_steps,
         profiles_source=str(d["workload"].get("source", "not stated")),
         profiles_validated=bool(d["workload"].get("validated", False)),
         reference=dict(d.get("reference") or {}), notes=str(d.get("notes", "")), raw=dict(d),
         base_dir=base_dir)
+    if scenario.compares_quality:
+        study.objective.part(curves.metric, "curves.metric")   # its regret needs the mode
     return scenario
 
 
