@@ -5,6 +5,8 @@ pack's cap, a member's demand). Pure: the controller asks and names the outcome 
 ``Launch`` (``pack``, ``seat``); executors obey it. A *pack* is a fused process of members in
 seats; a *group* is an algorithm's set of similar configs.
 """
+from hypersack.core.packs.choice import (FUSED_MARGIN, FusionChoice, FusionProbe, choose_fusion,
+                                         planned_width)
 from hypersack.core.packs.grouping import (METRICS, batch_size_packs, distance_matrix,
                                            encode_configs, fusibility_key, group_by_key,
                                            member_cap, pack_opt, random_packs)
@@ -12,7 +14,7 @@ from hypersack.core.packs.seating import (EXECUTION_MODES, GRAPH_MODES, PACK_HEA
                                           choose_pack, group_key, member_demand, pack_cap,
                                           runs_fused)
 
-__all__ = ["EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
+__all__ = ["FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "planned_width", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
            "group_by_key", "member_cap", "pack_opt", "random_packs", "PACK_HEADROOM", "PackBook",
            "PackPolicy", "PackSeats", "Seat", "choose_pack", "group_key", "member_demand",
            "pack_cap", "runs_fused"]

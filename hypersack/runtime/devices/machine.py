@@ -235,6 +235,8 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     templates: dict[tuple[str, int, int, str, str], tuple[Any, Any]] = {}
     keys: dict[tuple[tuple[type, Any], ...], str] = {}    # fingerprint -> history key
     keyed_by = [*model_keys, "batch_size"]
+    # co-located or exclusive (``_execution_auto``) is a choice about sharing GPUs: none on CPU slots
+    shares_gpus = any(g.arch != "cpu" for _, g in machine.cluster.gpus())
 
     def history_key(config: dict) -> str:
         """``_history_key(config, model_keys)``, remembered by the values it reads
@@ -254,7 +256,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
         base = _with_loaders(with_history(default.job(record), per_arch), record.config)
         job = online.scaled(base)
-        if spec.execution == "auto":
+        if spec.execution == "auto" and shares_gpus:
             job = _execution_auto(machine, key, job, per_arch,
                                   lambda why: _note(store, spec.name, "execution", _label(key), why))
         return base, job

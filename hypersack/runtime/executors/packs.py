@@ -59,12 +59,18 @@ class PackPlan:
     max_members: int
     precision: str = "fp32"
     graphs: str = "auto"
+    #: ``auto``: whether a config the task accepts fuses on this device, from measurement
+    #: (``runtime.devices.fusion_probe.FusionAdvisor.fuses``, set once the machine is known);
+    #: None: every accepted config fuses.
+    measured: Callable[[Mapping[str, Any]], bool] | None = None
     _cache: dict[str, bool] = field(default_factory=dict, repr=False)
 
     def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
         """Whether a trial with ``config``, in an algorithm pack of ``pack_size`` members (None:
-        no algorithm pack), runs in a pack (``core.packs.runs_fused``)."""
-        return runs_fused(self.mode, lambda: self._accepts(config), pack_size)
+        no algorithm pack), runs in a pack (``core.packs.runs_fused``; in ``auto``, a config
+        the task accepts fuses when ``measured`` says so)."""
+        return runs_fused(self.mode, lambda: self._accepts(config) and (
+            self.measured is None or self.measured(config)), pack_size)
 
     def _accepts(self, config: Mapping[str, Any]) -> bool:
         key = json.dumps(config, sort_keys=True, default=repr)
