@@ -21,8 +21,10 @@ Co-location (issue 30): a trial's ``cpus`` cover its data loader's workers
 measurement against the model's profile taken alone; ``oversubscription: auto`` sets each GPU
 architecture's ratio from those measurements at the start and rescales later demands when the
 run's own measurements move it (``core.oversubscription``); ``execution: auto`` runs a model
-whose profile fills the GPU alone exclusively (``core.execution``). Both decisions are logged and
-noted in the study's file with their reasons (``ProfileStore.note``).
+whose profile fills the GPU alone exclusively (``core.execution``; only where GPUs are shared:
+CPU slots have nothing to share). Both decisions are logged and noted in the study's file with
+their reasons (``ProfileStore.note``). Whether a fusable model runs fused or separate under
+``execution: auto`` is measured by ``fusion_probe`` (its choices join ``Machine.execution``).
 """
 from __future__ import annotations
 
