@@ -21,8 +21,8 @@ Co-location (issue 30): a trial's ``cpus`` cover its data loader's workers
 measurement against the model's profile taken alone; ``oversubscription: auto`` sets each GPU
 architecture's ratio from those measurements at the start and rescales later demands when the
 run's own measurements move it (``core.oversubscription``); ``execution: auto`` runs a model
-whose profile fills the GPU alone exclusively (``core.execution``; only where GPUs are shared:
-CPU slots have nothing to share). Both decisions are logged and noted in the study's file with
+whose profile fills the GPU alone exclusively (``core.execution``; not on CPU slots of ratio 1,
+which nothing shares). Both decisions are logged and noted in the study's file with
 their reasons (``ProfileStore.note``). Whether a fusable model runs fused or separate under
 ``execution: auto`` is measured by ``fusion_probe`` (its choices join ``Machine.execution``).
 """
@@ -96,7 +96,7 @@ def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Any, *,
 
 def _devices(spec: StudySpec, slots: list[Slot] | None, nvml: Any) -> Machine:
     if slots is None:
-        cluster = _gpu_cluster(nvml, spec.oversubscription)
+        cluster = _gpu_cluster(nvml, spec.ratios)
         if cluster is not None:
             gpu_slots = _gpu_slots(cluster, spec.executor.workers)
             return Machine(gpu_slots, _only(cluster, gpu_slots))
@@ -104,27 +104,26 @@ def _devices(spec: StudySpec, slots: list[Slot] | None, nvml: Any) -> Machine:
         if any(s.gpu is not None for s in slots):
             log.warning("GPUs found without NVML: each is one device of unknown memory, no monitor "
                         "(pip install 'hypersack[gpu]' for memory-aware placement)")
-    ratio = _cpu_ratio(spec.oversubscription, slots)
+    ratio = _cpu_ratio(spec.ratios, slots)
     return Machine(slots, slots_cluster(slots, oversubscription=ratio))
 
 
-def _gpu_cluster(nvml: Any, oversubscription: Any) -> Any | None:
-    """This host's GPUs from NVML with the study's ratios, or None (no NVML, no GPU)."""
+def _gpu_cluster(nvml: Any, ratios: Any) -> Any | None:
+    """This host's GPUs from NVML with the study's ratios (``Oversubscription``), or None (no
+    NVML, no GPU)."""
     from hypersack.errors import MissingDependencyError
     from hypersack.runtime.devices.inventory import cluster_from_nvml
     from hypersack.runtime.devices.nvml import NvmlSource, NvmlUnavailable
     try:
         source = NvmlSource(nvml)
         with source:
-            cluster = cluster_from_nvml(
-                source, node_id="local",
-                oversubscription=oversubscription if isinstance(oversubscription, Mapping) else None)
+            cluster = cluster_from_nvml(source, node_id="local", oversubscription=ratios.per_arch)
     except (MissingDependencyError, NvmlUnavailable, OSError):
         return None
     if not any(True for _ in cluster.gpus()):
         return None
-    if isinstance(oversubscription, (int, float)):
-        cluster = _with_ratio(cluster, float(oversubscription))
+    if ratios.single is not None:
+        cluster = _with_ratio(cluster, ratios.single)
     return cluster
 
 
@@ -158,13 +157,13 @@ def _gpu_slots(cluster: Any, workers: int | None) -> list[Slot]:
     return out
 
 
-def _cpu_ratio(oversubscription: Any, slots: list[Slot]) -> float:
-    if oversubscription is None or isinstance(oversubscription, str):   # auto, paper: 1 on CPUs
+def _cpu_ratio(ratios: Any, slots: list[Slot]) -> float:
+    """CPU slots (and GPUs found without NVML, arch "gpu"): the fixed ratio given for them,
+    else 1 (``auto`` and ``paper`` too: a trial already uses its slot's threads)."""
+    if ratios.mode != "fixed":
         return 1.0
-    if isinstance(oversubscription, Mapping):
-        arch = "cpu" if all(s.gpu is None for s in slots) else "gpu"
-        return float(oversubscription.get(arch, 1.0))
-    return float(oversubscription)
+    arch = "cpu" if all(s.gpu is None for s in slots) else "gpu"
+    return ratios.single if ratios.single is not None else float(ratios.per_arch.get(arch, 1.0))
 
 
 def _shares_gpus(spec: StudySpec, machine: Machine) -> bool:
@@ -237,8 +236,9 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     templates: dict[tuple[str, int, int, str, str], tuple[Any, Any]] = {}
     keys: dict[tuple[tuple[type, Any], ...], str] = {}    # fingerprint -> history key
     keyed_by = [*model_keys, "batch_size"]
-    # co-located or exclusive (``_execution_auto``) is a choice about sharing GPUs: none on CPU slots
-    shares_gpus = any(g.arch != "cpu" for _, g in machine.cluster.gpus())
+    # co-located or exclusive (``_execution_auto``) is a choice about sharing devices: none
+    # where no device takes more than its compute (CPU slots under auto or paper: ratio 1)
+    shares_gpus = any(g.oversubscription > 1 or g.arch != "cpu" for _, g in machine.cluster.gpus())
 
     def history_key(config: dict) -> str:
         """``_history_key(config, model_keys)``, remembered by the values it reads
@@ -449,12 +449,11 @@ class _OnlineRatios:
     ONLINE_STEP = 0.02
 
     def __init__(self, machine: Machine, spec: StudySpec, store: Any):
-        from hypersack.core.oversubscription import ratio_mode
         self.machine, self.generation, self.store, self.study = machine, 0, store, spec.name
         self.start = {a: c.ratio for a, c in machine.ratios.items()}
         self.now = dict(self.start)
         self.measured: dict[str, list[Any]] = {}
-        if ratio_mode(spec.oversubscription) == "auto":
+        if spec.ratios.mode == "auto":
             self.measured = {arch: list(_colocations(store, arch)) for arch in self.start}
 
     def learn(self, arch: str, measurement: Any) -> None:
@@ -494,8 +493,8 @@ def _auto_ratios(machine: Machine, spec: StudySpec, store: Any) -> None:
     """``oversubscription: auto``: each GPU architecture's ratio from the job history's
     co-location measurements (``core.oversubscription.auto_ratio``), set on the inventory and
     kept in ``machine.ratios``; other modes and CPU slots are left as they are."""
-    from hypersack.core.oversubscription import auto_ratio, ratio_mode
-    if ratio_mode(spec.oversubscription) != "auto":
+    from hypersack.core.oversubscription import auto_ratio
+    if spec.ratios.mode != "auto":
         return
     archs = sorted({g.arch for _, g in machine.cluster.gpus() if g.arch != "cpu"})
     if not archs:
