@@ -1,7 +1,8 @@
 """Fused packs, decided in one place: which configs an algorithm groups into packs
 (``grouping``: the fusibility key, ``pack_opt`` and the paper's baselines), and where a trial
 runs among the running packs (``seating``: whether it fuses, the pack and seat it takes, a new
-pack's cap, a member's demand). Pure: the controller asks and names the outcome in its
+pack's cap, a member's demand), a study's pack policy (``plan``: ``PackPlan``) and ``execution:
+auto``'s measured choice (``choice``). Pure: the controller asks and names the outcome in its
 ``Launch`` (``pack``, ``seat``); executors obey it. A *pack* is a fused process of members in
 seats; a *group* is an algorithm's set of similar configs.
 """
@@ -10,11 +11,12 @@ from hypersack.core.packs.choice import (FUSED_MARGIN, FusionChoice, FusionProbe
 from hypersack.core.packs.grouping import (METRICS, batch_size_packs, distance_matrix,
                                            encode_configs, fusibility_key, group_by_key,
                                            member_cap, pack_opt, random_packs)
+from hypersack.core.packs.plan import PackPlan
 from hypersack.core.packs.seating import (EXECUTION_MODES, GRAPH_MODES, PACK_HEADROOM, PRECISIONS, PackBook, PackPolicy, PackSeats, Seat,
                                           choose_pack, group_key, member_demand, pack_cap,
                                           runs_fused)
 
-__all__ = ["FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "planned_width", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
+__all__ = ["PackPlan", "FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "planned_width", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
            "group_by_key", "member_cap", "pack_opt", "random_packs", "PACK_HEADROOM", "PackBook",
            "PackPolicy", "PackSeats", "Seat", "choose_pack", "group_key", "member_demand",
            "pack_cap", "runs_fused"]

@@ -269,7 +269,7 @@ def advise_fusion(spec: Any, plan: Any, plain: Any, machine: Any, history: Any,
                   trainable_name: str) -> FusionAdvisor | None:
     """The advisor of a study run on this machine's ``machine.slots`` (the first one is
     probed), or None when the study is not ``execution: auto`` or has no slot here.
-    ``plan``: the study's PackPlan; ``plain``: its plain trainable (a callable; a task's own
+    ``plan``: the study's TaskPackPlan; ``plain``: its plain trainable (a callable; a task's own
     ``TaskTrainable`` counts as none: the task alone is timed as a pack of one);
     ``history``: its ``ProfileStore``. Its choices go to ``machine.execution``."""
     from hypersack.core.packs import planned_width
