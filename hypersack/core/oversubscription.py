@@ -41,7 +41,7 @@ from hypersack.validation import MAX_OVERSUBSCRIPTION, check_name, check_number,
 
 __all__ = ["PAPER_RATIOS", "PAPER_FALLBACK", "MODES", "SATURATED", "PROBE", "MAX_AUTO_RATIO",
            "Oversubscription", "Colocation", "RatioChoice", "paper_ratio", "auto_ratio", "colocation",
-           "ratio_mode", "fixed_ratio", "scaled_compute"]
+           "ratio_mode", "fixed_ratio", "scaled_compute", "ONLINE_STEP", "relearned_ratio"]
 
 #: The paper's best ratio per architecture (Sec. V-D); ``PAPER_FALLBACK`` for the others.
 PAPER_RATIOS: dict[str, float] = {"A100": 3.0, "A800": 3.0, "H100": 2.5, "H800": 2.5}
@@ -52,6 +52,8 @@ SATURATED = 1.10
 #: How far beyond the largest demand that caused no slowdown ``auto`` probes next.
 PROBE = 1.25
 MAX_AUTO_RATIO = 8.0
+#: Relative move of the learned ratio below which a run keeps the ratio it uses (``relearned_ratio``).
+ONLINE_STEP = 0.02
 CPU_ARCH = "cpu"
 
 
@@ -178,3 +180,14 @@ def scaled_compute(compute: float, start_ratio: float, ratio: float) -> float:
     check_number("oversubscription (the inventory's ratio)", start_ratio, low=1.0)
     check_number("oversubscription", ratio, low=1.0)
     return float(compute) * float(start_ratio) / float(ratio)
+
+
+def relearned_ratio(arch: str, measurements: Iterable[Colocation], now: float,
+                    step: float = ONLINE_STEP) -> RatioChoice | None:
+    """``auto_ratio`` over ``arch``'s measurements during a run whose ratio is ``now``: the
+    new choice when it moved by more than ``step`` x ``now``, else None (the run keeps its
+    ratio, and its cached demands)."""
+    choice = auto_ratio(arch, measurements)
+    if abs(choice.ratio - now) <= step * now:
+        return None
+    return choice

@@ -13,10 +13,10 @@ from hypersack.core.packs.grouping import (METRICS, batch_size_packs, distance_m
                                            member_cap, pack_opt, random_packs)
 from hypersack.core.packs.plan import PackPlan
 from hypersack.core.packs.seating import (EXECUTION_MODES, GRAPH_MODES, PACK_HEADROOM, PRECISIONS, PackBook, PackPolicy, PackSeats, Seat,
-                                          choose_pack, group_key, member_demand, pack_cap,
+                                          choose_pack, group_key, member_demand, member_job, pack_cap,
                                           runs_fused)
 
 __all__ = ["PackPlan", "FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "planned_width", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
            "group_by_key", "member_cap", "pack_opt", "random_packs", "PACK_HEADROOM", "PackBook",
-           "PackPolicy", "PackSeats", "Seat", "choose_pack", "group_key", "member_demand",
+           "PackPolicy", "PackSeats", "Seat", "choose_pack", "group_key", "member_demand", "member_job",
            "pack_cap", "runs_fused"]

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from hypersack.core.allocator import Demand
-from hypersack.core.demand import needs_mps, with_history, with_loader_cpus
-from hypersack.core.packs import member_demand as core_member_demand
+from hypersack.core.demand import needs_mps, needs_profile, with_history, with_loader_cpus
+from hypersack.core.packs import member_demand as core_member_demand, member_job
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import (Event, ResultReported, TrialFailed, TrialFinished, TrialProfiled,
                                   TrialRecord, TrialState)
@@ -334,12 +334,10 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     settled: set[str] = set()      # history keys whose trials are not profiled (``profile``)
 
     def profile(config: dict) -> bool:
-        """Whether a trial of ``config`` is profiled (the Profiler runs once per history key):
-        not when its key has a profile measured alone on every architecture here, with a
-        demand that fills a whole device there (no trial can share one with it: profiling it
-        again would measure neither a new alone profile nor a co-location); always under
-        ``oversubscription: auto``, whose ratio learns from every co-located run. Decided
-        again after a new profile or an OOM correction of the key (``forget``)."""
+        """Whether a trial of ``config`` is profiled: ``core.demand.needs_profile`` of its
+        history key's profiles (always under ``oversubscription: auto``, which learns from
+        every co-located run); a key found settled is not asked again until a new profile
+        or an OOM correction of it (``forget``)."""
         if online.measured:
             return True
         key = history_key(config)
@@ -351,11 +349,11 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
                         for arch in archs)
         except Exception:          # a config the history cannot key: profiled as before
             return True
-        if alone and archs and all(arch in per_arch and per_arch[arch]["compute"] >= capacity[arch]
-                                   for arch in archs):
-            settled.add(key)
-            return False
-        return True
+        if needs_profile(learning=False, alone_everywhere=alone, per_arch=per_arch,
+                         capacity=capacity, archs=archs):
+            return True
+        settled.add(key)
+        return False
     machine.demand, machine.observers, machine.profile = demand, [observe], profile
 
 
@@ -385,19 +383,16 @@ def _execution_auto(machine: Machine, key: str, job: Any,
     from its profile (the busiest architecture's); ``exclusive`` makes its demand each device's
     whole capacity, so it runs alone. The choice is kept in ``machine.execution`` and ``note``d
     when it changes."""
-    from hypersack.core.execution import Group, choose_execution
-    util = max((d["compute"] for d in per_arch.values()), default=None)
-    memory = max((d["memory_gb"] for d in per_arch.values()), default=None)
-    device_memory = min((g.memory_gb for _, g in machine.cluster.gpus()), default=None)
-    choice = choose_execution(Group(_label(key), 1, False, util, memory, device_memory))
+    from hypersack.core.execution import choose_execution, exclusive_demand, group_of
+    choice = choose_execution(group_of(_label(key), per_arch,
+                                       [g.memory_gb for _, g in machine.cluster.gpus()]))
     if machine.execution.get(key) != choice:
         machine.execution[key] = choice
         note(f"{choice.reason} -> {choice.mode}")
     if choice.mode != "exclusive":
         return job
     capacity = {g.arch: g.compute * g.oversubscription for _, g in machine.cluster.gpus()}
-    whole = {arch: {"compute": capacity[arch], "memory_gb": d["memory_gb"],
-                    "runtime": d["runtime"]} for arch, d in per_arch.items() if arch in capacity}
+    whole = exclusive_demand(per_arch, capacity)
     return dataclasses.replace(job, compute=max(capacity.values(), default=job.compute),
                                per_arch=whole or None)
 
@@ -441,12 +436,10 @@ def _record_colocation(store: Any, key: Any, profile: Any, on_device: list[Trial
 
 class _OnlineRatios:
     """``oversubscription: auto`` during the run: each new co-location measurement re-runs
-    ``core.oversubscription.auto_ratio`` over the architecture's measurements; when the ratio
-    moves (by more than ``ONLINE_STEP``), demands placed from then on are rescaled
+    ``core.oversubscription.relearned_ratio`` over the architecture's measurements; when the
+    ratio moves (by more than ``ONLINE_STEP``), demands placed from then on are rescaled
     (``core.oversubscription.scaled_compute``: the inventory keeps the ratio the run started
     with) and ``generation`` changes, so cached demands are rebuilt. Other modes: inert."""
-
-    ONLINE_STEP = 0.02
 
     def __init__(self, machine: Machine, spec: StudySpec, store: Any):
         self.machine, self.generation, self.store, self.study = machine, 0, store, spec.name
@@ -457,12 +450,12 @@ class _OnlineRatios:
             self.measured = {arch: list(_colocations(store, arch)) for arch in self.start}
 
     def learn(self, arch: str, measurement: Any) -> None:
-        from hypersack.core.oversubscription import auto_ratio
+        from hypersack.core.oversubscription import relearned_ratio
         if arch not in self.measured:
             return
         self.measured[arch].append(measurement)
-        choice = auto_ratio(arch, self.measured[arch])
-        if abs(choice.ratio - self.now[arch]) <= self.ONLINE_STEP * self.now[arch]:
+        choice = relearned_ratio(arch, self.measured[arch], self.now[arch])
+        if choice is None:
             return
         self.now[arch], self.machine.ratios[arch] = choice.ratio, choice
         self.generation += 1
@@ -520,14 +513,15 @@ def member_demand(spec: StudySpec) -> Demand:
 
 def _fused_demand(machine: Machine, spec: StudySpec,
                   fuses: Callable[[dict, int | None], bool]) -> None:
-    """Members get ``member_demand``; the other trials (a trial alone in its algorithm pack
+    """Members get ``core.packs.member_job`` (``member_demand`` as a Job); the other trials (a trial alone in its algorithm pack
     among them) keep the demand they had."""
-    member = member_demand(spec)
+    r = spec.resources
+    declared = Demand(r.compute, r.memory_gb, r.cpus)
     plain = machine.demand
 
     def demand(record: TrialRecord) -> Any:
         if fuses(record.config, record.info.get("pack_size")):
-            return member.job(record)
+            return member_job(record, declared, spec.pack.max_members)
         return plain(record) if plain is not None else Demand(
             spec.resources.compute, spec.resources.memory_gb, spec.resources.cpus).job(record)
     machine.demand = demand
