@@ -1,6 +1,7 @@
 """``execution: auto`` against the faster of ``separate`` and ``fused`` (issue 38, item 6b).
 
-For each workload (the built-in digits MLP, digits CNN and a small ``resnet18_cifar``) the same
+For each workload (the built-in digits MLP, digits CNN and a small ``resnet18_cifar``:
+``auto_choice_tasks.SMALL_RESNET18``, the built-in workload over 512 images of 16 x 16) the same
 32-trial study (random search, few epochs) runs with ``execution: separate``, ``fused`` and
 ``auto``, by turns (the order rotates each round), each as its own ``hypersack run`` process on
 this machine's CPU slots, in a fresh folder: ``auto`` pays its fusion probe (a fresh job
@@ -39,8 +40,11 @@ WORKLOADS = {
                              "hidden": 32, "channels": 8,
                              "optimizer": {"type": "categorical", "choices": ["adam", "sgd"]},
                              "epochs": 1}},
-    "resnet18_cifar": {"space": {"lr": {"type": "float", "low": 3e-4, "high": 3e-2, "log": True},
-                                 "batch_size": 256, "width": 4,
+    "resnet18_cifar": {"trainable": "auto_choice_tasks:SMALL_RESNET18",
+                       "space": {"lr": {"type": "float", "low": 3e-4, "high": 3e-2, "log": True},
+                                 "batch_size": {"type": "categorical", "choices": [32, 64]},
+                                 "width": 8, "train_size": 512, "val_size": 128,
+                                 "image_size": 16,
                                  "optimizer": {"type": "categorical", "choices": ["adam", "sgd"]},
                                  "epochs": 1}},
 }
@@ -48,7 +52,8 @@ MODES = ("separate", "fused", "auto")
 
 
 def study_yaml(name: str, workload: str, mode: str, trials: int, members: int) -> str:
-    spec = {"name": name, "trainable": workload, "execution": mode,
+    spec = {"name": name, "trainable": WORKLOADS[workload].get("trainable", workload),
+            "execution": mode,
             "pack": {"max_members": members}, "objective": {"metric": "loss", "mode": "min"},
             "space": WORKLOADS[workload]["space"], "algorithm": {"type": "random"}, "seed": 0,
             "budget": {"trials": trials}, "max_steps": "epochs"}
@@ -60,7 +65,7 @@ def run_study(folder: Path, name: str, workload: str, mode: str, trials: int,
     """Seconds of one ``hypersack run`` in ``folder``, and auto's choice lines (or "")."""
     path = folder / f"{name}.yaml"
     path.write_text(study_yaml(name, workload, mode, trials, members))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)])}
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "hypersack", "run", str(path), "--progress",
                            "lines"], cwd=folder, env=env, capture_output=True, text=True)

@@ -76,6 +76,22 @@ def _sig(config):
     return signature("task:x", config, ("hidden",))
 
 
+def test_architecture_keys_the_config_leaves_out_take_the_tasks_default(tmp_path):
+    """A task whose architecture keys include data keys with defaults (``SyntheticTask``):
+    configs without them are one signature (was: ConfigError from the signature, the study
+    failed)."""
+    class _Synthetic:
+        architecture_keys = ("width", "image_size", "channels")
+    measure = _Measure(0.01, 0.005)
+    with ProfileStore(tmp_path / "h.db") as history:
+        advisor = _advisor(history, measure)
+        advisor.task = _Synthetic()
+        assert advisor.fuses({"width": 8, "image_size": 16, "lr": 0.1})
+        assert advisor.fuses({"width": 8, "image_size": 16, "lr": 0.2})
+        assert len(measure.plans) == 1
+        assert list(advisor.decisions) == ["width=8, image_size=16"]
+
+
 def test_separate_when_fused_is_slower_or_the_probe_fails(tmp_path):
     with ProfileStore(tmp_path / "h.db") as history:
         slow = _advisor(history, _Measure(fused_step_s=0.05, alone_step_s=0.01))   # 80/s vs 100/s

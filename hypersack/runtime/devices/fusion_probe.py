@@ -41,10 +41,10 @@ __all__ = ["PROBE_STEPS", "PROBE_WARMUP", "ALONE_MEMBERS", "ProbePlan", "member_
 log = logging.getLogger(__name__)
 
 #: Measured steps per side of the probe, and unmeasured warm-up steps before them.
-PROBE_STEPS = 6
-PROBE_WARMUP = 2
+PROBE_STEPS = 3
+PROBE_WARMUP = 1
 #: Members of the probed pack also timed alone (the first ones: the trial's own config first).
-ALONE_MEMBERS = 4
+ALONE_MEMBERS = 3
 #: The longest a probe in a child process may take (seconds) before it counts as failed.
 CHILD_TIMEOUT_S = 600.0
 
@@ -212,14 +212,15 @@ class FusionAdvisor:
         """Whether trials of ``config``'s signature run in packs (probed at its first ask)."""
         from hypersack.runtime.devices.job_history import signature
         keys = tuple(self.task.architecture_keys)
-        sig = signature(self.trainable_name, config, keys)
+        # a key the config leaves out takes the task's default: the same model for every such config
+        sig = signature(self.trainable_name, {k: config.get(k) for k in keys}, keys)
         choice = self._choices.get(sig)
         if choice is None:
             choice = self._choices[sig] = self._choose(sig, config, keys)
         return choice.fused
 
     def _choose(self, sig: str, config: Mapping[str, Any], keys: Sequence[str]) -> FusionChoice:
-        subject = ", ".join(f"{k}={config.get(k)}" for k in keys) or self.trainable_name
+        subject = ", ".join(f"{k}={config[k]}" for k in keys if k in config) or self.trainable_name
         probe, error = self._probe(sig, config, keys)
         choice = choose_fusion(subject, probe)
         if error is not None:
@@ -243,10 +244,10 @@ class FusionAdvisor:
             stored = None
         if stored is not None:
             return stored, None
-        plan = ProbePlan(self.task, self.plain,
-                         member_configs(config, self.space, keys, self.width, self.seed),
-                         self.device, self.arch, self.threads, self.precision, self.graphs)
         try:
+            plan = ProbePlan(self.task, self.plain,
+                             member_configs(config, self.space, keys, self.width, self.seed),
+                             self.device, self.arch, self.threads, self.precision, self.graphs)
             probe = self._measure(plan)
         except Exception as exc:     # a model the engine cannot run, a dead child...
             log.warning("fusion probe failed: %s", exc)
