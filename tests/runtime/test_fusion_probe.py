@@ -147,3 +147,19 @@ def test_an_auto_study_probes_and_status_json_shows_the_choice(tmp_path, capsys)
                for d in info["decisions"])
     main(["status", "auto-probe", "--storage", str(store_path)])
     assert f"execution auto: {choice['reason']}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_probe_runs_in_a_child_process_as_on_a_gpu():
+    """The GPU path (a child process that sees only the slot's device), run on the CPU: the
+    plan goes by cloudpickle, the probe comes back as JSON; a child that fails is an error."""
+    pytest.importorskip("torch")
+    from fused_tasks import SMALL
+    from hypersack.runtime.devices.fusion_probe import measure_in_child
+    configs = ({"hidden": 8, "batch_size": 16}, {"hidden": 8, "batch_size": 8})
+    plan = ProbePlan(SMALL, None, configs, steps=2, warmup=1, alone_members=1, threads=1)
+    probe = measure_in_child(plan, {"OMP_NUM_THREADS": "1"})
+    assert probe.valid and probe.width == 2 and probe.steps == 2
+    bad = ProbePlan(SMALL, None, ({"hidden": 8, "batch_size": 0},), steps=1, warmup=0)
+    with pytest.raises(RuntimeError, match="the fusion probe failed"):
+        measure_in_child(bad, {})
