@@ -235,6 +235,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     with Storage(args.storage or DEFAULT_STORAGE, readonly=True) as store:
         info = queries.status(store, args.name)
+        info.update(_decisions(store, args.name))
     if args.json:
         print(json.dumps(info))
         return 0
@@ -247,6 +248,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print(_shown("interrupted", info["name"], args), markup=False, highlight=False,
                       soft_wrap=True)
     console.print(_trials_table(info["trials"], console.width))
+    for d in info.get("decisions", []):
+        console.print(f"{d['kind']} auto: {d['reason']}", markup=False, highlight=False,
+                      soft_wrap=True)
     for t in info["trials"]:
         if t["state"] == "failed":
             console.print(f"[red]trial {t['trial_id']} failed:[/red] {t['error']}", markup=True)
@@ -258,6 +262,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if info.get("best_trials"):
         _print_front(args.name, info["best_trials"], console.width)
     return 0
+
+
+def _decisions(store: Storage, name: str) -> dict[str, Any]:
+    """``decisions``: what ``oversubscription: auto`` and ``execution: auto`` chose and why
+    (one line each); ``execution_auto``: the fused-or-separate choices with their figures."""
+    from hypersack.runtime.devices.job_history import read_decisions, read_fusion_choices
+    return {"decisions": read_decisions(store.connection, name),
+            "execution_auto": read_fusion_choices(store.connection, name)}
 
 
 def _shown(status: str, name: str, args: argparse.Namespace) -> str:

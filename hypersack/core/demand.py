@@ -1,5 +1,6 @@
 """What a trial asks of a device: the demand the job history gives, the
-memory floor an out-of-memory leaves, and whether trials share GPUs through MPS. Pure: used
+memory floor an out-of-memory leaves, whether trials share GPUs through MPS, and whether a
+trial is profiled (``needs_profile``). Pure: used
 alike by the local machine set-up (``runtime/devices/machine.py``, ``runtime/devices/job_history.py``) and the
 simulator (``sim/perf.py``, ``sim/run.py``).
 
@@ -13,7 +14,7 @@ from typing import Any, Iterable, Mapping, Protocol
 from hypersack.validation import check_choice, check_integer, check_positive
 
 __all__ = ["history_demand", "memory_floor_after_oom", "with_history",
-           "needs_mps", "Measured", "DEFAULT_CONTEXT_GB", "DATA_MODES", "PIPELINE_CPUS",
+           "needs_mps", "needs_profile", "Measured", "DEFAULT_CONTEXT_GB", "DATA_MODES", "PIPELINE_CPUS",
            "data_mode", "trial_cpus", "loader_workers", "with_loader_cpus"]
 
 #: Per-process CUDA context that ``torch.cuda.max_memory_allocated`` does not count (GiB).
@@ -87,6 +88,23 @@ DATA_MODES = ("synthetic", "pipeline")
 #: and two loader workers.
 PIPELINE_CPUS = 3
 MAX_TRIAL_CPUS = 4096
+
+
+def needs_profile(*, learning: bool, alone_everywhere: bool,
+                  per_arch: Mapping[str, Mapping[str, float]], capacity: Mapping[str, float],
+                  archs: Iterable[str]) -> bool:
+    """Whether a trial of a model is profiled (the Profiler runs once per job-history key):
+    always while ``oversubscription: auto`` is ``learning`` (it learns from every co-located
+    run); else not when the model has a profile measured alone on every architecture of
+    ``archs`` (``alone_everywhere``) with a demand (``per_arch[arch]["compute"]``) that fills a
+    whole device there (``capacity[arch]``, r x C): no trial can share a device with it, so
+    profiling it again measures neither a new alone profile nor a co-location."""
+    if learning:
+        return True
+    archs = list(archs)
+    fills = all(arch in per_arch and per_arch[arch]["compute"] >= capacity[arch]
+                for arch in archs)
+    return not (alone_everywhere and archs and fills)
 
 
 def data_mode(config: Mapping[str, Any]) -> str:

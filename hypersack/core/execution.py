@@ -16,9 +16,10 @@ Pure; the choice comes with a one-line reason for logs, the progress view and th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
 
 __all__ = ["MODES", "MIN_FUSED_TRIALS", "FILLS_DEVICE_PERCENT", "Group", "ExecutionChoice",
-           "choose_execution"]
+           "choose_execution", "group_of", "exclusive_demand"]
 
 MODES = ("fused", "co-located", "exclusive")
 MIN_FUSED_TRIALS = 4
@@ -62,3 +63,22 @@ def choose_execution(group: Group) -> ExecutionChoice:
                                "at its declared demand")
     return ExecutionChoice("co-located", f"{name}: {why}; {util:.0f}% utilisation alone "
                            "leaves room: shares the GPU (MPS)")
+
+
+def group_of(name: str, per_arch: Mapping[str, Mapping[str, float]],
+             device_memory: Iterable[float]) -> Group:
+    """The ``Group`` of one model that does not fuse, from its job-history demand per
+    architecture (``compute`` and ``memory_gb``: the busiest architecture's; none: not
+    profiled) and the memory of the devices here (the smallest counts; none: unknown)."""
+    util = max((d["compute"] for d in per_arch.values()), default=None)
+    memory = max((d["memory_gb"] for d in per_arch.values()), default=None)
+    return Group(name, 1, False, util, memory, min(device_memory, default=None))
+
+
+def exclusive_demand(per_arch: Mapping[str, Mapping[str, float]],
+                     capacity: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    """The per-architecture demand of an ``exclusive`` trial: each architecture's whole
+    capacity (r x C, ``capacity``) as its compute, its profiled memory and runtime kept; the
+    architectures without a capacity here are left out."""
+    return {arch: {"compute": capacity[arch], "memory_gb": d["memory_gb"],
+                   "runtime": d["runtime"]} for arch, d in per_arch.items() if arch in capacity}

@@ -23,6 +23,9 @@ from the run's own measurements, demands placed from then on are scaled by ``r0 
 (``scaled_compute``): Eq. 2 with capacity ``r0 x 100`` and demands ``d x r0 / r`` is Eq. 2 with
 ``r x 100`` and ``d``.
 
+A study's value is parsed once into ``Oversubscription`` (its mode and fixed ratios, one set of
+bounds); the paper's table is ``PAPER_RATIOS``, the only one (the inventory reads it).
+
 Pure: measurements come from the job history (``runtime.devices.job_history.ProfileStore``), which records
 them as the study runs, per GPU architecture and model signature, so the next study on that
 architecture starts from what this one learned.
@@ -34,11 +37,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from hypersack.errors import ConfigError
-from hypersack.validation import check_number, is_finite
+from hypersack.validation import MAX_OVERSUBSCRIPTION, check_name, check_number, is_finite
 
 __all__ = ["PAPER_RATIOS", "PAPER_FALLBACK", "MODES", "SATURATED", "PROBE", "MAX_AUTO_RATIO",
-           "Colocation", "RatioChoice", "paper_ratio", "auto_ratio", "colocation",
-           "ratio_mode", "fixed_ratio", "scaled_compute"]
+           "Oversubscription", "Colocation", "RatioChoice", "paper_ratio", "auto_ratio", "colocation",
+           "ratio_mode", "fixed_ratio", "scaled_compute", "ONLINE_STEP", "relearned_ratio"]
 
 #: The paper's best ratio per architecture (Sec. V-D); ``PAPER_FALLBACK`` for the others.
 PAPER_RATIOS: dict[str, float] = {"A100": 3.0, "A800": 3.0, "H100": 2.5, "H800": 2.5}
@@ -49,6 +52,8 @@ SATURATED = 1.10
 #: How far beyond the largest demand that caused no slowdown ``auto`` probes next.
 PROBE = 1.25
 MAX_AUTO_RATIO = 8.0
+#: Relative move of the learned ratio below which a run keeps the ratio it uses (``relearned_ratio``).
+ONLINE_STEP = 0.02
 CPU_ARCH = "cpu"
 
 
@@ -77,23 +82,55 @@ def paper_ratio(arch: str) -> float:
     return PAPER_RATIOS.get(arch, PAPER_FALLBACK)
 
 
+@dataclass(frozen=True)
+class Oversubscription:
+    """A study's ``oversubscription``, parsed once (``parse``): ``mode`` "auto" (None), "paper"
+    or "fixed"; a fixed study gives ``single`` (one ratio for every device) or ``per_arch``
+    ({architecture: ratio}, the paper's ratio for the others). Every ratio is in [1,
+    ``MAX_OVERSUBSCRIPTION``]: 1 is no oversubscription."""
+    mode: str = "auto"
+    single: float | None = None
+    per_arch: Mapping[str, float] | None = None
+
+    @classmethod
+    def parse(cls, value: Any, field: str = "oversubscription") -> "Oversubscription":
+        """The value object of ``value`` (ConfigError naming ``field`` and the value)."""
+        if value is None:
+            return cls()
+        if isinstance(value, str):
+            if value not in MODES:
+                raise ConfigError(field, value, "must be 'auto', 'paper', a number >= 1 or "
+                                  "{architecture: number}")
+            return cls(value)
+        if isinstance(value, Mapping):
+            ratios = {check_name(f"{field} (an architecture name)", arch):
+                      _ratio(f"{field}.{arch}", r) for arch, r in value.items()}
+            return cls("fixed", per_arch=ratios)
+        return cls("fixed", single=_ratio(field, value))
+
+    def ratio(self, arch: str) -> float:
+        """The ratio a device of ``arch`` starts with: the fixed one, else the paper's
+        (``paper_ratio``: 1 on CPU slots); ``auto`` then learns from there."""
+        if self.single is not None:
+            return self.single
+        if self.per_arch is not None and arch in self.per_arch:
+            return float(self.per_arch[arch])
+        return paper_ratio(arch)
+
+
+def _ratio(field: str, value: Any) -> float:
+    return check_number(field, value, low=1.0, high=MAX_OVERSUBSCRIPTION,
+                        hint="(1: no oversubscription)")
+
+
 def ratio_mode(value: Any) -> str:
     """``auto``, ``paper`` or ``fixed`` for a study's ``oversubscription`` (None: ``auto``)."""
-    if value is None:
-        return "auto"
-    if isinstance(value, str):
-        if value not in MODES:
-            raise ConfigError("oversubscription", value,
-                              "must be 'auto', 'paper', a number >= 1 or {architecture: number}")
-        return value
-    return "fixed"
+    return Oversubscription.parse(value).mode
 
 
 def fixed_ratio(value: float | Mapping[str, float], arch: str) -> float:
     """The ratio a fixed ``oversubscription`` gives ``arch`` (a mapping without it: the paper's)."""
-    if isinstance(value, Mapping):
-        return float(value[arch]) if arch in value else paper_ratio(arch)
-    return float(value)
+    return Oversubscription.parse(value).ratio(arch)
 
 
 def colocation(alone_s: float, shared_s: float, demands: Iterable[float]) -> Colocation | None:
@@ -143,3 +180,14 @@ def scaled_compute(compute: float, start_ratio: float, ratio: float) -> float:
     check_number("oversubscription (the inventory's ratio)", start_ratio, low=1.0)
     check_number("oversubscription", ratio, low=1.0)
     return float(compute) * float(start_ratio) / float(ratio)
+
+
+def relearned_ratio(arch: str, measurements: Iterable[Colocation], now: float,
+                    step: float = ONLINE_STEP) -> RatioChoice | None:
+    """``auto_ratio`` over ``arch``'s measurements during a run whose ratio is ``now``: the
+    new choice when it moved by more than ``step`` x ``now``, else None (the run keeps its
+    ratio, and its cached demands)."""
+    choice = auto_ratio(arch, measurements)
+    if abs(choice.ratio - now) <= step * now:
+        return None
+    return choice

@@ -20,7 +20,7 @@ from hypersack.core.timeouts import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, MIN_HEARTB
 from hypersack.core.keep_best import MAX_KEEP
 from hypersack.core.warm_start import check_enqueued
 from hypersack.errors import ConfigError
-from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_bool, check_choice, check_integer,
+from hypersack.validation import (check_bool, check_choice, check_integer,
                                   check_mapping, check_name,
                                   check_number, check_plain_data, check_references, check_text,
                                   is_integer)
@@ -242,18 +242,8 @@ def _check_execution(mode: Any) -> None:
 
 def _check_oversubscription(value: Any) -> None:
     """None, ``auto``, ``paper``, a ratio >= 1, or ``{architecture: ratio}``."""
-    if value is None:
-        return
-    if isinstance(value, str):
-        from hypersack.core.oversubscription import ratio_mode
-        ratio_mode(value)
-        return
-    items = value.items() if isinstance(value, Mapping) else [(None, value)]
-    for arch, r in items:
-        if arch is not None:
-            check_name("oversubscription (an architecture name)", arch)
-        field_name = "oversubscription" if arch is None else f"oversubscription.{arch}"
-        check_number(field_name, r, low=1.0, high=MAX_OVERSUBSCRIPTION, hint="(1: no oversubscription)")
+    from hypersack.core.oversubscription import Oversubscription
+    Oversubscription.parse(value)
 
 
 def _check_algorithm(algorithm: Any) -> None:
@@ -395,6 +385,13 @@ class StudySpec:
         object.__setattr__(self, "enqueue", check_enqueued(self.enqueue, self.space))
         if self.keep_checkpoints_num is not None:
             check_integer("keep_checkpoints_num", self.keep_checkpoints_num, low=1, high=MAX_KEEP)
+
+    @property
+    def ratios(self) -> Any:
+        """``oversubscription`` as its value object (``core.oversubscription.Oversubscription``,
+        validated with the spec)."""
+        from hypersack.core.oversubscription import Oversubscription
+        return Oversubscription.parse(self.oversubscription)
 
     def steps_for(self, config: Mapping[str, Any]) -> int | None:
         """Planned steps of a trial with ``config`` (for progress bars), or None if unknown."""

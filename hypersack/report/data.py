@@ -79,10 +79,11 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
     objective = Objective.parse(row.spec["objective"])
     results = storage.load_metric(row.study_id, objective.metric)
     every = storage.load_results(row.study_id) if len(results) <= METRICS_MAX_RESULTS else None
-    from hypersack.runtime.devices.job_history import read_decisions
+    from hypersack.runtime.devices.job_history import read_decisions, read_fusion_choices
     return StudyData(name, status, objective, trials, results, stays,
                      storage.load_samples(row.study_id), now=now, source="store",
-                     extra={"decisions": read_decisions(storage.connection, name)},
+                     extra={"decisions": read_decisions(storage.connection, name),
+                            "execution_auto": read_fusion_choices(storage.connection, name)},
                      space=dict(row.spec.get("space") or {}),
                      target_trials=(row.spec.get("budget") or {}).get("trials"), metrics=every)
 

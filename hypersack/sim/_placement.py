@@ -32,20 +32,17 @@ def make_job(perf: Any, record: Any) -> Any:
 
 
 def _member_job(perf: Any, fusion: Any, record: Any) -> Any:
-    """A pack member's Job: ``core.packs.member_demand`` of a trial asking for a whole device
-    (compute 100), its profile's memory and cores, as the local machine's members (each
-    architecture with its own memory)."""
+    """A pack member's Job: ``core.packs.member_job``, as the local machine's members, of a
+    trial asking for a whole device (compute 100), its profile's memory and cores, each
+    architecture with its own memory and runtime."""
     from hypersack.core.allocator import Demand
-    from hypersack.core.packs import member_demand
-    from hypersack.placement import Job
+    from hypersack.core.packs import member_job
     config, ref_arch = record.config, perf.reference_arch
     cpus = perf.profile(config, ref_arch).cpus
-    member = member_demand(Demand(100.0, perf.memory_gb(config, ref_arch), cpus), fusion.max_members)
-    per_arch = {arch: {"compute": member.compute, "memory_gb": perf.memory_gb(config, arch),
+    per_arch = {arch: {"memory_gb": perf.memory_gb(config, arch),
                        "runtime": perf.expected_runtime(config, arch)} for arch in perf.archs}
-    return Job(record.trial_id, member.compute, member.memory_gb, cpus=member.cpus,
-               runtime=per_arch[ref_arch]["runtime"], per_arch=per_arch,
-               gpus=max(1, int(getattr(record, "resources", 1) or 1)))
+    return member_job(record, Demand(100.0, perf.memory_gb(config, ref_arch), cpus),
+                      fusion.max_members, per_arch, per_arch[ref_arch]["runtime"])
 
 
 def cluster_from_dict(d: Mapping[str, Any]) -> Any:

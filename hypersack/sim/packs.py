@@ -1,9 +1,9 @@
 """Fused packs in the simulator: the scenario's fusion plan, its pack policy for the controller,
 and the packs running on the simulated devices.
 
-The decisions are core's and the controller's, as in a local study: whether a trial fuses
-(``core.packs.runs_fused``; the simulated task accepts every config, so ``auto`` fuses every
-trial), its key (``core.packs.fusibility_key`` of the workload's ``architecture_keys``), the pack
+The decisions are core's and the controller's, as in a local study: whether a trial fuses and
+its key (``core.packs.PackPlan``, the local study's policy; the simulated task accepts every
+config, so ``auto`` fuses every trial), the pack
 and seat it takes and a new pack's cap (``core.packs.PackBook``, with a member costing its
 profile's ``memory_gb`` of its device's memory: ``SimPackPolicy``); a member's demand on
 placement is ``core.packs.member_demand``. The executor only obeys the Launch (``RunningPacks``):
@@ -16,33 +16,21 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypersack.core.packs import EXECUTION_MODES, fusibility_key, runs_fused
-from hypersack.errors import ConfigError
+from hypersack.core.packs import PackPlan
 
 __all__ = ["SimFusion", "SimPackPolicy", "SimPack", "RunningPacks"]
 
 Key = tuple[str, str]
 
 
-@dataclass(frozen=True)
-class SimFusion:
-    """A scenario's fusion plan: ``mode`` (the study's ``execution``), ``max_members`` (its
-    ``pack.max_members``), ``architecture_keys`` (config keys that change tensor shapes: only
-    trials with equal values fuse)."""
+@dataclass
+class SimFusion(PackPlan):
+    """A scenario's fusion plan: ``core.packs.PackPlan`` (the local study's policy) with the
+    scenario's ``mode`` (its study's ``execution``, default fused), ``max_members`` (its
+    ``pack.max_members``) and ``architecture_keys``; the simulated task accepts every config
+    and nothing is measured, so ``auto`` fuses every trial. Errors name ``study.execution``."""
     mode: str = "fused"
-    max_members: int = 8
-    architecture_keys: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.mode not in EXECUTION_MODES:
-            raise ConfigError("study.execution", self.mode,
-                              f"must be one of {', '.join(EXECUTION_MODES)}")
-
-    def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
-        return runs_fused(self.mode, lambda: True, pack_size)
-
-    def key(self, config: Mapping[str, Any]) -> Hashable:
-        return fusibility_key(config, self.architecture_keys)
+    mode_field: str = field(default="study.execution", repr=False)
 
 
 class SimPackPolicy:

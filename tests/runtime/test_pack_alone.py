@@ -7,7 +7,7 @@ import pytest
 
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import TrialRecord
-from hypersack.runtime.executors.packs import PackPlan
+from hypersack.runtime.executors.packs import TaskPackPlan
 from hypersack.runtime.devices.machine import Machine, _fused_demand
 
 SPEC = StudySpec.from_dict({"name": "s", "space": {"x": 1}, "objective": ["y", "max"],
@@ -29,5 +29,5 @@ def test_a_lone_trial_demands_a_plain_trials_share(pack_size, member):
 
 
 def test_the_pack_plan_does_not_fuse_a_lone_trial():
-    plan = PackPlan(task=object(), ref=None, mode="fused", max_members=4)  # type: ignore[arg-type]
+    plan = TaskPackPlan(task=object(), ref=None, mode="fused", max_members=4)
     assert not plan.fuses({"x": 1}, 1) and plan.fuses({"x": 1}, 2) and plan.fuses({"x": 1})

@@ -12,7 +12,8 @@ takes, a new pack's cap, and a member's demand on placement. Pure: the controlle
 - ``pack_cap(max_members, free, per_member, base)``: members a new pack takes, from the memory
   free on its device when it starts (``None``: not measured): ``max_members``, lowered to the
   members that fit ``PACK_HEADROOM`` of the free memory, at least 1.
-- ``member_demand(resources, max_members)``: a member's share of its device for placement.
+- ``member_demand(resources, max_members)``: a member's share of its device for placement;
+  ``member_job``: that share as the member's placement Job (local machine and simulator).
 - ``PackBook``: the running packs as the controller knows them (members, seats, caps); a pack
   left without members still takes launches of the same turn and is dropped by ``end_turn``,
   as executors end it at their next poll.
@@ -28,7 +29,8 @@ from hypersack.core.packs.grouping import member_cap
 from hypersack.errors import ConfigError
 from hypersack.validation import check_integer
 
-__all__ = ["EXECUTION_MODES", "runs_fused", "pack_cap", "PACK_HEADROOM", "member_demand", "group_key", "PackSeats",
+__all__ = ["EXECUTION_MODES", "runs_fused", "pack_cap", "PACK_HEADROOM", "member_demand",
+           "member_job", "group_key", "PackSeats",
            "choose_pack", "PackPolicy", "Seat", "PackBook"]
 
 #: A study's ``execution``: a process per trial, every trial in a pack, or packs for the
@@ -87,6 +89,23 @@ def member_demand(resources: Demand, max_members: int) -> Demand:
     r = resources
     compute = r.compute if r.compute != 100.0 else 100.0 / max_members
     return Demand(compute, r.memory_gb, r.cpus / max_members)
+
+
+def member_job(record: Any, resources: Demand, max_members: int,
+               per_arch: Mapping[str, Mapping[str, float]] | None = None,
+               runtime: float | None = None) -> Any:
+    """A pack member's placement Job, for the local machine and the simulator alike:
+    ``member_demand(resources, max_members)`` as ``record``'s Job; with ``per_arch``
+    (``{arch: {"memory_gb", "runtime"}}``, what a simulator's profiles say) each architecture
+    gets the member's compute with its own memory and runtime, and the Job ``runtime``."""
+    import dataclasses
+    member = member_demand(resources, max_members)
+    job = member.job(record)
+    if per_arch is None:
+        return job
+    return dataclasses.replace(job, runtime=runtime, per_arch={
+        arch: {"compute": member.compute, "memory_gb": d["memory_gb"], "runtime": d["runtime"]}
+        for arch, d in per_arch.items()})
 
 
 def group_key(fusibility: Hashable, group: Hashable | None) -> Hashable:

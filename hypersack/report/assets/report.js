@@ -97,7 +97,20 @@
     var decisions = ((p.extra || {}).decisions || []).map(function (d) {
       return el("div", {"class": "best-config", "data-view": "decision", text: d.kind + ": " + d.reason});
     });
-    return el("div", {"data-view": "summary"}, [box, cfg].concat(decisions));
+    return el("div", {"data-view": "summary"}, [box, cfg].concat(decisions, [executionAuto(p)]));
+  }
+
+  // execution: auto's fused-or-separate choices with the probe's figures (member-steps per second).
+  function executionAuto(p) {
+    var rows = (p.extra || {}).execution_auto || [];
+    if (!rows.length) { return null; }
+    var head = ["model", "choice", "fused member-steps/s", "separate member-steps/s", "pack width", "device"];
+    var cells = function (tag, values) { return el("tr", {}, values.map(function (v) { return el(tag, {text: fmt(v)}); })); };
+    return el("div", {"data-view": "execution-auto"}, [
+      el("h3", {text: "execution: auto"}),
+      el("table", {}, [cells("th", head)].concat(rows.map(function (r) {
+        return cells("td", [r.subject, r.mode, r.fused_rate, r.separate_rate, r.width, r.device]);
+      })))]);
   }
 
   // "6 of 8" (of the trial budget), or "6 of 7 trials" without one; running trials are not finished.

@@ -27,8 +27,9 @@ import socket
 from pathlib import Path
 from typing import Any, Iterable, Mapping, cast
 
+from hypersack.core.oversubscription import PAPER_FALLBACK, PAPER_RATIOS, Oversubscription
 from hypersack.errors import ConfigError, MissingDependencyError
-from hypersack.validation import check_integer, check_mapping, check_positive
+from hypersack.validation import check_integer, check_mapping
 from hypersack.runtime.devices.nvml import DeviceInfo, NvmlSource, NvmlUnavailable
 
 __all__ = ["DEFAULT_OVERSUBSCRIPTION", "FALLBACK_OVERSUBSCRIPTION", "CPU_ARCH", "arch_from_name",
@@ -36,9 +37,10 @@ __all__ = ["DEFAULT_OVERSUBSCRIPTION", "FALLBACK_OVERSUBSCRIPTION", "CPU_ARCH", 
            "cluster_from_yaml", "cluster_from_cpu", "detect_cluster", "host_memory_gb"]
 
 CPU_ARCH = "cpu"
-# The paper's measured best ratios (Fig. 13, 14); everything else gets FALLBACK until profiled.
-DEFAULT_OVERSUBSCRIPTION: dict[str, float] = {"A100": 3.0, "A800": 3.0, "H100": 2.5, "H800": 2.5}
-FALLBACK_OVERSUBSCRIPTION = 2.0
+# The paper's measured best ratios (Fig. 13, 14): core.oversubscription's one table; everything
+# else gets FALLBACK until profiled.
+DEFAULT_OVERSUBSCRIPTION: dict[str, float] = PAPER_RATIOS
+FALLBACK_OVERSUBSCRIPTION = PAPER_FALLBACK
 
 # Most specific first: "GH200" before "H200", "A100" before "A10", "L40S" before "L40" before "L4".
 _ARCH_PATTERNS = [
@@ -67,12 +69,11 @@ def arch_from_name(name: str) -> str:
 
 
 def oversubscription_for(arch: str, overrides: Mapping[str, float] | None = None) -> float:
-    """The oversubscription ratio r for ``arch``: the study's override, else the table, else 2."""
+    """The oversubscription ratio r for ``arch``: the study's override, else the paper's
+    (``core.oversubscription.Oversubscription.ratio``)."""
     if overrides and arch in overrides:
         return float(overrides[arch])
-    if arch == CPU_ARCH:
-        return 1.0
-    return DEFAULT_OVERSUBSCRIPTION.get(arch, FALLBACK_OVERSUBSCRIPTION)
+    return Oversubscription().ratio(arch)
 
 
 def _check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, float]:
@@ -80,8 +81,7 @@ def _check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, float]:
         return {}
     check_mapping("oversubscription", overrides,
                   what="a mapping of architecture name to ratio, e.g. {'A100': 3}")
-    return {str(arch): check_positive(f"oversubscription.{arch}", ratio)
-            for arch, ratio in overrides.items()}
+    return dict(Oversubscription.parse(overrides).per_arch or {})
 
 
 def visible_devices(devices: Iterable[DeviceInfo], cuda_visible: str | None) -> list[DeviceInfo]:

@@ -19,6 +19,10 @@ utilisation is the whole device's, not the job's). Co-location measurements
 (``core.oversubscription.Colocation``: summed demand, slowdown against the alone profile) go to
 the table ``colocation``, per GPU architecture and model signature, for ``oversubscription:
 auto`` (:meth:`ProfileStore.colocations`).
+
+``execution: auto`` keeps its fusion probes (``core.packs.FusionProbe``: fused against alone
+step times) in ``fusion_probes``, per model signature, device kind and pack width, and each
+study's choice with its figures in ``fusion_choices`` (``read_fusion_choices``).
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from hypersack.validation import check_integer
 from hypersack.runtime.devices.profiler import Profile
 
 __all__ = ["ProfileKey", "ProfileStore", "signature", "profile_key", "DEFAULT_CONTEXT_GB",
-           "read_decisions"]
+           "read_decisions", "read_fusion_choices"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS profiles (
@@ -64,6 +68,21 @@ CREATE TABLE IF NOT EXISTS decisions (
     reason TEXT NOT NULL,
     updated_at REAL NOT NULL,
     PRIMARY KEY (study, kind, subject)
+);
+CREATE TABLE IF NOT EXISTS fusion_probes (
+    signature TEXT NOT NULL,
+    arch TEXT NOT NULL,
+    width INTEGER NOT NULL,
+    probe TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (signature, arch, width)
+);
+CREATE TABLE IF NOT EXISTS fusion_choices (
+    study TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    choice TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (study, subject)
 );
 """
 
@@ -265,6 +284,31 @@ class ProfileStore:
             "ON CONFLICT (study, kind, subject) DO UPDATE SET reason = excluded.reason, "
             "updated_at = excluded.updated_at", (study, kind, subject, reason, time.time()))
 
+    def fusion_probe(self, signature_: str, arch: str, width: int) -> Any:
+        """The stored ``FusionProbe`` of a model signature on ``arch`` at ``width``, or None."""
+        from hypersack.core.packs import FusionProbe
+        row = self._db.execute("SELECT probe FROM fusion_probes WHERE signature = ? AND arch = ? "
+                               "AND width = ?", (signature_, arch, int(width))).fetchone()
+        return None if row is None else FusionProbe.from_dict(json.loads(row[0]))
+
+    def put_fusion_probe(self, signature_: str, probe: Any) -> None:
+        """Keep ``probe`` (a ``FusionProbe``) for its signature, device kind and width."""
+        self._db.execute(
+            "INSERT INTO fusion_probes (signature, arch, width, probe, updated_at) "
+            "VALUES (?,?,?,?,?) ON CONFLICT (signature, arch, width) DO UPDATE SET "
+            "probe = excluded.probe, updated_at = excluded.updated_at",
+            (signature_, probe.device, int(probe.width), json.dumps(probe.to_dict()),
+             time.time()))
+
+    def record_fusion_choice(self, study: str, subject: str, choice: Mapping[str, Any]) -> None:
+        """Keep the study's ``execution: auto`` choice about ``subject`` and its figures
+        (``FusionChoice.to_dict``): ``hypersack status`` and the report show them."""
+        self._db.execute(
+            "INSERT INTO fusion_choices (study, subject, choice, updated_at) VALUES (?,?,?,?) "
+            "ON CONFLICT (study, subject) DO UPDATE SET choice = excluded.choice, "
+            "updated_at = excluded.updated_at", (study, subject, json.dumps(dict(choice)),
+                                                 time.time()))
+
     def _row(self, key: ProfileKey) -> tuple | None:
         return self._db.execute(
             "SELECT profile, memory_floor_gb FROM profiles WHERE signature = ? AND batch_size = ? "
@@ -280,3 +324,14 @@ def read_decisions(db: sqlite3.Connection, study: str) -> list[dict[str, str]]:
     except sqlite3.OperationalError:        # a file from before the table existed
         return []
     return [{"kind": k, "subject": s, "reason": r} for k, s, r in rows]
+
+
+def read_fusion_choices(db: sqlite3.Connection, study: str) -> list[dict[str, Any]]:
+    """The study's ``execution: auto`` choices with their figures (``FusionChoice.to_dict``),
+    by subject, through any connection to the file; [] where none was made."""
+    try:
+        rows = db.execute("SELECT choice FROM fusion_choices WHERE study = ? ORDER BY subject",
+                          (study,)).fetchall()
+    except sqlite3.OperationalError:        # a file from before the table existed
+        return []
+    return [json.loads(r[0]) for r in rows]

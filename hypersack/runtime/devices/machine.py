@@ -21,8 +21,10 @@ Co-location (issue 30): a trial's ``cpus`` cover its data loader's workers
 measurement against the model's profile taken alone; ``oversubscription: auto`` sets each GPU
 architecture's ratio from those measurements at the start and rescales later demands when the
 run's own measurements move it (``core.oversubscription``); ``execution: auto`` runs a model
-whose profile fills the GPU alone exclusively (``core.execution``). Both decisions are logged and
-noted in the study's file with their reasons (``ProfileStore.note``).
+whose profile fills the GPU alone exclusively (``core.execution``; not on CPU slots of ratio 1,
+which nothing shares). Both decisions are logged and noted in the study's file with
+their reasons (``ProfileStore.note``). Whether a fusable model runs fused or separate under
+``execution: auto`` is measured by ``fusion_probe`` (its choices join ``Machine.execution``).
 """
 from __future__ import annotations
 
@@ -36,8 +38,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from hypersack.core.allocator import Demand
-from hypersack.core.demand import needs_mps, with_history, with_loader_cpus
-from hypersack.core.packs import member_demand as core_member_demand
+from hypersack.core.demand import needs_mps, needs_profile, with_history, with_loader_cpus
+from hypersack.core.packs import member_demand as core_member_demand, member_job
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import (Event, ResultReported, TrialFailed, TrialFinished, TrialProfiled,
                                   TrialRecord, TrialState)
@@ -94,7 +96,7 @@ def prepare_machine(spec: StudySpec, study_dir: Path, storage_path: Any, *,
 
 def _devices(spec: StudySpec, slots: list[Slot] | None, nvml: Any) -> Machine:
     if slots is None:
-        cluster = _gpu_cluster(nvml, spec.oversubscription)
+        cluster = _gpu_cluster(nvml, spec.ratios)
         if cluster is not None:
             gpu_slots = _gpu_slots(cluster, spec.executor.workers)
             return Machine(gpu_slots, _only(cluster, gpu_slots))
@@ -102,27 +104,26 @@ def _devices(spec: StudySpec, slots: list[Slot] | None, nvml: Any) -> Machine:
         if any(s.gpu is not None for s in slots):
             log.warning("GPUs found without NVML: each is one device of unknown memory, no monitor "
                         "(pip install 'hypersack[gpu]' for memory-aware placement)")
-    ratio = _cpu_ratio(spec.oversubscription, slots)
+    ratio = _cpu_ratio(spec.ratios, slots)
     return Machine(slots, slots_cluster(slots, oversubscription=ratio))
 
 
-def _gpu_cluster(nvml: Any, oversubscription: Any) -> Any | None:
-    """This host's GPUs from NVML with the study's ratios, or None (no NVML, no GPU)."""
+def _gpu_cluster(nvml: Any, ratios: Any) -> Any | None:
+    """This host's GPUs from NVML with the study's ratios (``Oversubscription``), or None (no
+    NVML, no GPU)."""
     from hypersack.errors import MissingDependencyError
     from hypersack.runtime.devices.inventory import cluster_from_nvml
     from hypersack.runtime.devices.nvml import NvmlSource, NvmlUnavailable
     try:
         source = NvmlSource(nvml)
         with source:
-            cluster = cluster_from_nvml(
-                source, node_id="local",
-                oversubscription=oversubscription if isinstance(oversubscription, Mapping) else None)
+            cluster = cluster_from_nvml(source, node_id="local", oversubscription=ratios.per_arch)
     except (MissingDependencyError, NvmlUnavailable, OSError):
         return None
     if not any(True for _ in cluster.gpus()):
         return None
-    if isinstance(oversubscription, (int, float)):
-        cluster = _with_ratio(cluster, float(oversubscription))
+    if ratios.single is not None:
+        cluster = _with_ratio(cluster, ratios.single)
     return cluster
 
 
@@ -156,13 +157,13 @@ def _gpu_slots(cluster: Any, workers: int | None) -> list[Slot]:
     return out
 
 
-def _cpu_ratio(oversubscription: Any, slots: list[Slot]) -> float:
-    if oversubscription is None or isinstance(oversubscription, str):   # auto, paper: 1 on CPUs
+def _cpu_ratio(ratios: Any, slots: list[Slot]) -> float:
+    """CPU slots (and GPUs found without NVML, arch "gpu"): the fixed ratio given for them,
+    else 1 (``auto`` and ``paper`` too: a trial already uses its slot's threads)."""
+    if ratios.mode != "fixed":
         return 1.0
-    if isinstance(oversubscription, Mapping):
-        arch = "cpu" if all(s.gpu is None for s in slots) else "gpu"
-        return float(oversubscription.get(arch, 1.0))
-    return float(oversubscription)
+    arch = "cpu" if all(s.gpu is None for s in slots) else "gpu"
+    return ratios.single if ratios.single is not None else float(ratios.per_arch.get(arch, 1.0))
 
 
 def _shares_gpus(spec: StudySpec, machine: Machine) -> bool:
@@ -235,6 +236,9 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     templates: dict[tuple[str, int, int, str, str], tuple[Any, Any]] = {}
     keys: dict[tuple[tuple[type, Any], ...], str] = {}    # fingerprint -> history key
     keyed_by = [*model_keys, "batch_size"]
+    # co-located or exclusive (``_execution_auto``) is a choice about sharing devices: none
+    # where no device takes more than its compute (CPU slots under auto or paper: ratio 1)
+    shares_gpus = any(g.oversubscription > 1 or g.arch != "cpu" for _, g in machine.cluster.gpus())
 
     def history_key(config: dict) -> str:
         """``_history_key(config, model_keys)``, remembered by the values it reads
@@ -254,7 +258,7 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
         per_arch = _per_arch(store, record.config, archs, trainable_name, model_keys, cache, key)
         base = _with_loaders(with_history(default.job(record), per_arch), record.config)
         job = online.scaled(base)
-        if spec.execution == "auto":
+        if spec.execution == "auto" and shares_gpus:
             job = _execution_auto(machine, key, job, per_arch,
                                   lambda why: _note(store, spec.name, "execution", _label(key), why))
         return base, job
@@ -330,12 +334,10 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
     settled: set[str] = set()      # history keys whose trials are not profiled (``profile``)
 
     def profile(config: dict) -> bool:
-        """Whether a trial of ``config`` is profiled (the Profiler runs once per history key):
-        not when its key has a profile measured alone on every architecture here, with a
-        demand that fills a whole device there (no trial can share one with it: profiling it
-        again would measure neither a new alone profile nor a co-location); always under
-        ``oversubscription: auto``, whose ratio learns from every co-located run. Decided
-        again after a new profile or an OOM correction of the key (``forget``)."""
+        """Whether a trial of ``config`` is profiled: ``core.demand.needs_profile`` of its
+        history key's profiles (always under ``oversubscription: auto``, which learns from
+        every co-located run); a key found settled is not asked again until a new profile
+        or an OOM correction of it (``forget``)."""
         if online.measured:
             return True
         key = history_key(config)
@@ -347,11 +349,11 @@ def _attach_history(machine: Machine, spec: StudySpec, storage_path: Any, traina
                         for arch in archs)
         except Exception:          # a config the history cannot key: profiled as before
             return True
-        if alone and archs and all(arch in per_arch and per_arch[arch]["compute"] >= capacity[arch]
-                                   for arch in archs):
-            settled.add(key)
-            return False
-        return True
+        if needs_profile(learning=False, alone_everywhere=alone, per_arch=per_arch,
+                         capacity=capacity, archs=archs):
+            return True
+        settled.add(key)
+        return False
     machine.demand, machine.observers, machine.profile = demand, [observe], profile
 
 
@@ -381,19 +383,16 @@ def _execution_auto(machine: Machine, key: str, job: Any,
     from its profile (the busiest architecture's); ``exclusive`` makes its demand each device's
     whole capacity, so it runs alone. The choice is kept in ``machine.execution`` and ``note``d
     when it changes."""
-    from hypersack.core.execution import Group, choose_execution
-    util = max((d["compute"] for d in per_arch.values()), default=None)
-    memory = max((d["memory_gb"] for d in per_arch.values()), default=None)
-    device_memory = min((g.memory_gb for _, g in machine.cluster.gpus()), default=None)
-    choice = choose_execution(Group(_label(key), 1, False, util, memory, device_memory))
+    from hypersack.core.execution import choose_execution, exclusive_demand, group_of
+    choice = choose_execution(group_of(_label(key), per_arch,
+                                       [g.memory_gb for _, g in machine.cluster.gpus()]))
     if machine.execution.get(key) != choice:
         machine.execution[key] = choice
         note(f"{choice.reason} -> {choice.mode}")
     if choice.mode != "exclusive":
         return job
     capacity = {g.arch: g.compute * g.oversubscription for _, g in machine.cluster.gpus()}
-    whole = {arch: {"compute": capacity[arch], "memory_gb": d["memory_gb"],
-                    "runtime": d["runtime"]} for arch, d in per_arch.items() if arch in capacity}
+    whole = exclusive_demand(per_arch, capacity)
     return dataclasses.replace(job, compute=max(capacity.values(), default=job.compute),
                                per_arch=whole or None)
 
@@ -437,29 +436,26 @@ def _record_colocation(store: Any, key: Any, profile: Any, on_device: list[Trial
 
 class _OnlineRatios:
     """``oversubscription: auto`` during the run: each new co-location measurement re-runs
-    ``core.oversubscription.auto_ratio`` over the architecture's measurements; when the ratio
-    moves (by more than ``ONLINE_STEP``), demands placed from then on are rescaled
+    ``core.oversubscription.relearned_ratio`` over the architecture's measurements; when the
+    ratio moves (by more than ``ONLINE_STEP``), demands placed from then on are rescaled
     (``core.oversubscription.scaled_compute``: the inventory keeps the ratio the run started
     with) and ``generation`` changes, so cached demands are rebuilt. Other modes: inert."""
 
-    ONLINE_STEP = 0.02
-
     def __init__(self, machine: Machine, spec: StudySpec, store: Any):
-        from hypersack.core.oversubscription import ratio_mode
         self.machine, self.generation, self.store, self.study = machine, 0, store, spec.name
         self.start = {a: c.ratio for a, c in machine.ratios.items()}
         self.now = dict(self.start)
         self.measured: dict[str, list[Any]] = {}
-        if ratio_mode(spec.oversubscription) == "auto":
+        if spec.ratios.mode == "auto":
             self.measured = {arch: list(_colocations(store, arch)) for arch in self.start}
 
     def learn(self, arch: str, measurement: Any) -> None:
-        from hypersack.core.oversubscription import auto_ratio
+        from hypersack.core.oversubscription import relearned_ratio
         if arch not in self.measured:
             return
         self.measured[arch].append(measurement)
-        choice = auto_ratio(arch, self.measured[arch])
-        if abs(choice.ratio - self.now[arch]) <= self.ONLINE_STEP * self.now[arch]:
+        choice = relearned_ratio(arch, self.measured[arch], self.now[arch])
+        if choice is None:
             return
         self.now[arch], self.machine.ratios[arch] = choice.ratio, choice
         self.generation += 1
@@ -490,8 +486,8 @@ def _auto_ratios(machine: Machine, spec: StudySpec, store: Any) -> None:
     """``oversubscription: auto``: each GPU architecture's ratio from the job history's
     co-location measurements (``core.oversubscription.auto_ratio``), set on the inventory and
     kept in ``machine.ratios``; other modes and CPU slots are left as they are."""
-    from hypersack.core.oversubscription import auto_ratio, ratio_mode
-    if ratio_mode(spec.oversubscription) != "auto":
+    from hypersack.core.oversubscription import auto_ratio
+    if spec.ratios.mode != "auto":
         return
     archs = sorted({g.arch for _, g in machine.cluster.gpus() if g.arch != "cpu"})
     if not archs:
@@ -517,14 +513,15 @@ def member_demand(spec: StudySpec) -> Demand:
 
 def _fused_demand(machine: Machine, spec: StudySpec,
                   fuses: Callable[[dict, int | None], bool]) -> None:
-    """Members get ``member_demand``; the other trials (a trial alone in its algorithm pack
+    """Members get ``core.packs.member_job`` (``member_demand`` as a Job); the other trials (a trial alone in its algorithm pack
     among them) keep the demand they had."""
-    member = member_demand(spec)
+    r = spec.resources
+    declared = Demand(r.compute, r.memory_gb, r.cpus)
     plain = machine.demand
 
     def demand(record: TrialRecord) -> Any:
         if fuses(record.config, record.info.get("pack_size")):
-            return member.job(record)
+            return member_job(record, declared, spec.pack.max_members)
         return plain(record) if plain is not None else Demand(
             spec.resources.compute, spec.resources.memory_gb, spec.resources.cpus).job(record)
     machine.demand = demand

@@ -162,6 +162,11 @@ class Profiler:
     def measured(self) -> int:
         return len(self._times)
 
+    @property
+    def times(self) -> tuple[float, ...]:
+        """The measured iterations' wall seconds, in order (warm-up excluded)."""
+        return tuple(self._times)
+
     @contextlib.contextmanager
     def iteration(self) -> Iterator["Profiler"]:
         """Times one iteration (a failing iteration is not counted)."""

@@ -27,7 +27,7 @@ from hypersack.core.trial import (Cancel, Command, DeviceLost, Event, FailureCau
                                   Preempt, ResultReported, Stop, TrialFailed, TrialFinished,
                                   TrialHeartbeat, TrialProfiled, TrialStarted)
 from hypersack.runtime.devices.slots import Slot, slots_cluster
-from hypersack.runtime.executors.packs import PackHost, PackPlan, describe_exit, failure_event
+from hypersack.runtime.executors.packs import PackHost, TaskPackPlan, describe_exit, failure_event
 from hypersack.runtime.executors.pool import Worker, WorkerPool
 from hypersack.runtime.worker.messages import (Ack, Alive, BadMessage, Done, Failed, Profiled, Reported,
                                                Reports, RunTrial, Started, StopTrial, TrialTask,
@@ -63,7 +63,7 @@ class LocalExecutor:
                  cluster: Any = None, share_env: Callable[[Slot, float | None], dict[str, Any]] | None = None,
                  profile: Callable[[dict[str, Any]], bool] = lambda config: False,
                  device_events: Callable[[], list[Event]] | None = None,
-                 packs: PackPlan | None = None, unsafe_checkpoints: bool = False,
+                 packs: TaskPackPlan | None = None, unsafe_checkpoints: bool = False,
                  report_window: int = REPORT_WINDOW, max_log_bytes: int | None = None):
         self._slots = {slot.key: slot for slot in slots}
         self._trainable = trainable

@@ -1,5 +1,6 @@
 """Fused packs on this machine, driver side: which trials of a study fuse (``plan_execution``,
-``PackPlan``: the controller's pack policy), and the pack processes the executor runs as the
+``TaskPackPlan``: the controller's pack policy, ``core.packs.PackPlan``, with the task that
+gives it its keys and verdicts), and the pack processes the executor runs as the
 controller's ``Launch`` says. The worker side, what runs inside a pack process, is
 ``hypersack.runtime.worker.pack``; the seam is the pipe protocol of
 ``hypersack.runtime.worker.messages`` (StartPack, AddMember, ..., PackCap, PackFailed).
@@ -15,20 +16,19 @@ checkpoints). A member that is cancelled or times out is asked to stop (its pack
 and reported failed at once.
 
 ``execution`` (separate | fused | auto) and the trainable (a built-in name, ``module:NAME``, a
-callable or a ``FusableTask`` object) give the plain trainable and a ``PackPlan``. ``auto`` fuses
+callable or a ``FusableTask`` object) give the plain trainable and a ``TaskPackPlan``. ``auto`` fuses
 a trial when the trainable has a fusable task and the task accepts its config (optimizer,
 schedule, batch size...); ``fused`` sends every trial to a pack (a config the task refuses fails).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from hypersack.core.packs import EXECUTION_MODES, fusibility_key, runs_fused
+from hypersack.core.packs import EXECUTION_MODES, PackPlan
 from hypersack.core.trial import (Event, FailureCause, Launch, PackCapped, ResultReported,
                                   TrialFailed, TrialFinished, TrialStarted)
 from hypersack.errors import ConfigError
@@ -41,47 +41,27 @@ from hypersack.runtime.worker.pack import TaskTrainable, is_task, resolve_refere
 from hypersack.runtime.worker.trainable import TrainableRef
 from hypersack.workloads import FUSED_BUILTINS, at_precision
 
-__all__ = ["EXECUTION_MODES", "PackPlan", "plan_execution", "Pack", "PackHost", "describe_exit",
+__all__ = ["EXECUTION_MODES", "TaskPackPlan", "plan_execution", "Pack", "PackHost", "describe_exit",
            "failure_event"]
 
 
 # ---- which trials fuse ---------------------------------------------------------------------------
 
 @dataclass
-class PackPlan:
-    """How a study fuses: ``task`` (a FusableTask, in the driver), ``ref`` (how workers load
-    it), ``mode`` ("fused" or "auto"), ``max_members`` (members per pack, >= 1), ``precision``
-    and ``graphs`` (the study's ``pack`` options, sent to every pack it starts). It is the
-    controller's ``core.packs.PackPolicy`` and the executor's recipe for a new pack."""
-    task: Any
-    ref: TrainableRef
-    mode: str
-    max_members: int
-    precision: str = "fp32"
-    graphs: str = "auto"
-    _cache: dict[str, bool] = field(default_factory=dict, repr=False)
+class TaskPackPlan(PackPlan):
+    """``core.packs.PackPlan`` (the controller's pack policy) of a study whose packs run a
+    FusableTask: ``task`` (in the driver: its ``architecture_keys`` and its verdict on configs,
+    ``accepts``, come from it) and ``ref`` (how workers load it), the executor's recipe for a
+    new pack with ``max_members``, ``precision`` and ``graphs``."""
+    task: Any = None
+    ref: TrainableRef | None = None
 
-    def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
-        """Whether a trial with ``config``, in an algorithm pack of ``pack_size`` members (None:
-        no algorithm pack), runs in a pack (``core.packs.runs_fused``)."""
-        return runs_fused(self.mode, lambda: self._accepts(config), pack_size)
-
-    def _accepts(self, config: Mapping[str, Any]) -> bool:
-        key = json.dumps(config, sort_keys=True, default=repr)
-        if key not in self._cache:
-            self._cache[key] = _task_accepts(self.task, config)
-        return self._cache[key]
-
-    def key(self, config: Mapping[str, Any]) -> Hashable:
-        """The fusibility key: trials fuse only when theirs are equal."""
-        return fusibility_key(config, self.task.architecture_keys)
-
-    def member_memory(self, config: Mapping[str, Any], device: tuple[str, str]) -> float | None:
-        """Not known in the driver: a pack measures its own cap (``PackCap``, on CUDA)."""
-        return None
-
-    def device_memory(self, device: tuple[str, str]) -> float | None:
-        return None
+    def __post_init__(self) -> None:
+        if self.task is not None and not self.architecture_keys:
+            self.architecture_keys = tuple(getattr(self.task, "architecture_keys", ()))
+        if self.accepts is None and is_task(self.task):
+            self.accepts = functools.partial(_task_accepts, self.task)
+        super().__post_init__()
 
 
 def _task_accepts(task: Any, config: Mapping[str, Any]) -> bool:
@@ -119,7 +99,7 @@ def _find_task(trainable: Any) -> Any | None:
 
 
 def plan_execution(execution: str, trainable: Any, max_members: int, precision: str = "fp32",
-                   graphs: str = "auto") -> tuple[Any, PackPlan | None]:
+                   graphs: str = "auto") -> tuple[Any, TaskPackPlan | None]:
     """(the plain trainable, the pack plan or None) for a study's ``execution`` mode.
 
     A task object also gets a plain trainable (``TaskTrainable``: the fused runner with one
@@ -147,7 +127,8 @@ def plan_execution(execution: str, trainable: Any, max_members: int, precision: 
         else TaskTrainable(task, at)
     if isinstance(trainable, str) and trainable.removeprefix("builtin:") not in FUSED_BUILTINS:
         plain = TaskTrainable(task, at)     # "module:TASK" names a task, not a train() function
-    return plain, PackPlan(task, ref, execution, max_members, precision, graphs)
+    return plain, TaskPackPlan(execution, max_members, precision=precision, graphs=graphs,
+                               task=task, ref=ref)
 
 
 def _name(trainable: Any) -> str:
@@ -169,7 +150,7 @@ class Pack:
 class PackHost:
     """The packs of one executor. ``members`` maps a member's trial id to its pack."""
 
-    def __init__(self, plan: PackPlan, pool: WorkerPool, *, trial_dir: Callable[[int], Path],
+    def __init__(self, plan: TaskPackPlan, pool: WorkerPool, *, trial_dir: Callable[[int], Path],
                  steps_for: Callable[[dict[str, Any]], int | None], unsafe_checkpoints: bool):
         self.plan, self._pool = plan, pool
         self._trial_dir, self._steps_for = trial_dir, steps_for
@@ -196,8 +177,10 @@ class PackHost:
         return pack
 
     def _start(self, pack_id: int, slot: Slot, launch: Launch) -> Pack:
-        worker = self._pool.take(slot, None)
         ref = self.plan.ref
+        if ref is None:                   # a plan built without its task's reference
+            raise RuntimeError(f"pack {pack_id} has no task to load")
+        worker = self._pool.take(slot, None)
         log = Path(self._trial_dir(launch.trial_id)).parent / "packs" / f"pack-{pack_id}.log"
         worker.send(StartPack(PackSpec(pack_id, (ref.key, ref.reference, ref.payload),
                                        slot.device, self.plan.max_members, dict(launch.config),

@@ -34,7 +34,7 @@ class AgentSetup:
     """What every agent needs, sent once when it starts.
 
     ``spec``: the StudySpec; ``study_dir``: the study's run folder (absolute, on shared storage);
-    ``trainable``: the TrainableRef workers load; ``packs``: the PackPlan of a fused study, or
+    ``trainable``: the TrainableRef workers load; ``packs``: the TaskPackPlan of a fused study, or
     None; ``sys_path``/``cwd``: the driver's, adopted where they exist on the node (a trainable
     next to the study file imports the same); ``storage_check``: (file, token) the driver wrote
     in the run folder, which the agent must read back, or None (tests without storage)."""

@@ -1,0 +1,165 @@
+"""``execution: auto`` measures: the fusion probe times fused and alone steps, the job history
+keeps the probe, the advisor decides once per model signature, and the choice with its figures
+reaches ``hypersack status --json`` (``runtime.devices.fusion_probe``)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hypersack.core.packs import FusionProbe
+from hypersack.core.space import SearchSpace
+from hypersack.runtime.devices.fusion_probe import (FusionAdvisor, ProbePlan, measure_fusion,
+                                                    member_configs)
+from hypersack.runtime.devices.job_history import ProfileStore, read_fusion_choices
+
+
+class _Task:
+    """What the advisor reads of a task without torch: its architecture keys."""
+    architecture_keys = ("hidden",)
+
+
+class _Measure:
+    """A probe that records its plans and answers given step times."""
+
+    def __init__(self, fused_step_s: float, alone_step_s: float, fail: bool = False):
+        self.plans: list[ProbePlan] = []
+        self.times, self.fail = (fused_step_s, alone_step_s), fail
+
+    def __call__(self, plan: ProbePlan) -> FusionProbe:
+        self.plans.append(plan)
+        if self.fail:
+            raise RuntimeError("no fused layer for GRU")
+        return FusionProbe(plan.arch, len(plan.configs), plan.steps, *self.times)
+
+
+def _advisor(history, measure, width=4, decisions=None):
+    space = SearchSpace({"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True},
+                         "hidden": {"type": "categorical", "choices": [8, 16]},
+                         "batch_size": {"type": "categorical", "choices": [8, 16]}})
+    return FusionAdvisor(history, "study", "task:x", _Task(), None, space, 0, width,
+                         measure=measure, decisions={} if decisions is None else decisions)
+
+
+def test_the_advisor_probes_once_per_signature_and_keeps_the_probe(tmp_path):
+    measure = _Measure(fused_step_s=0.01, alone_step_s=0.005)     # x4: 400/s against 200/s
+    decisions: dict = {}
+    with ProfileStore(tmp_path / "h.db") as history:
+        advisor = _advisor(history, measure, decisions=decisions)
+        assert advisor.fuses({"hidden": 8, "lr": 0.01, "batch_size": 8})
+        assert advisor.fuses({"hidden": 8, "lr": 0.05, "batch_size": 16})   # same signature
+        assert len(measure.plans) == 1
+        plan = measure.plans[0]
+        assert len(plan.configs) == 4 and plan.configs[0]["lr"] == 0.01
+        assert {c["hidden"] for c in plan.configs} == {8}        # the architecture is kept
+        assert len({c["lr"] for c in plan.configs}) == 4           # the rest drawn from the space
+        assert history.fusion_probe(_sig({"hidden": 8}), "cpu", 4) == FusionProbe(
+            "cpu", 4, plan.steps, 0.01, 0.005)
+        assert advisor.fuses({"hidden": 16, "lr": 0.01, "batch_size": 8})
+        assert len(measure.plans) == 2
+        assert decisions["hidden=8"].reason.startswith(
+            "hidden=8 fused x4: 400 member-steps/s vs separate 200/s on cpu -> fused")
+        chosen = read_fusion_choices(history._db, "study")
+        assert [c["subject"] for c in chosen] == ["hidden=16", "hidden=8"]
+        assert chosen[1]["fused_rate"] == pytest.approx(400.0)
+    # a later study on the same file and device decides from the kept probe
+    again = _Measure(1.0, 1.0)
+    with ProfileStore(tmp_path / "h.db") as history:
+        assert _advisor(history, again).fuses({"hidden": 8, "lr": 0.02, "batch_size": 8})
+        assert again.plans == []
+        assert _advisor(history, again, width=2).fuses({"hidden": 8})    # x2: 2/s against 1/s
+        assert len(again.plans) == 1      # another width is another probe
+
+
+def _sig(config):
+    from hypersack.runtime.devices.job_history import signature
+    return signature("task:x", config, ("hidden",))
+
+
+def test_architecture_keys_the_config_leaves_out_take_the_tasks_default(tmp_path):
+    """A task whose architecture keys include data keys with defaults (``SyntheticTask``):
+    configs without them are one signature (was: ConfigError from the signature, the study
+    failed)."""
+    class _Synthetic:
+        architecture_keys = ("width", "image_size", "channels")
+    measure = _Measure(0.01, 0.005)
+    with ProfileStore(tmp_path / "h.db") as history:
+        advisor = _advisor(history, measure)
+        advisor.task = _Synthetic()
+        assert advisor.fuses({"width": 8, "image_size": 16, "lr": 0.1})
+        assert advisor.fuses({"width": 8, "image_size": 16, "lr": 0.2})
+        assert len(measure.plans) == 1
+        assert list(advisor.decisions) == ["width=8, image_size=16"]
+
+
+def test_separate_when_fused_is_slower_or_the_probe_fails(tmp_path):
+    with ProfileStore(tmp_path / "h.db") as history:
+        slow = _advisor(history, _Measure(fused_step_s=0.05, alone_step_s=0.01))   # 80/s vs 100/s
+        assert not slow.fuses({"hidden": 8})
+        failing = _advisor(history, _Measure(0.01, 0.01, fail=True), width=3)
+        assert not failing.fuses({"hidden": 8})
+        reason = read_fusion_choices(history._db, "study")[0]["reason"]
+        assert "probe failed: RuntimeError: no fused layer for GRU" in reason
+        assert history.fusion_probe(_sig({"hidden": 8}), "cpu", 3) is None     # nothing kept
+
+
+def test_member_configs_keep_the_trial_first_and_its_architecture():
+    space = SearchSpace({"lr": {"type": "float", "low": 1e-3, "high": 1e-1},
+                         "hidden": {"type": "categorical", "choices": [8, 16]}})
+    configs = member_configs({"hidden": 8, "lr": 0.5, "epochs": 3}, space, ("hidden",), 3, 1)
+    assert configs[0] == {"hidden": 8, "lr": 0.5, "epochs": 3}
+    assert all(c["hidden"] == 8 and c["epochs"] == 3 for c in configs)
+    assert configs == member_configs({"hidden": 8, "lr": 0.5, "epochs": 3}, space, ("hidden",), 3, 1)
+
+
+def test_the_probe_times_fused_and_alone_steps_of_a_real_task():
+    pytest.importorskip("torch")
+    from fused_tasks import SMALL
+    configs = tuple({"hidden": 8, "batch_size": b, "optimizer": o, "lr": 0.01}
+                    for b, o in ((16, "adam"), (8, "sgd"), (16, "sgd")))
+    probe = measure_fusion(ProbePlan(SMALL, None, configs, steps=3, warmup=1, alone_members=2,
+                                     threads=1))
+    assert probe.valid and probe.width == 3 and probe.steps == 3 and probe.device == "cpu"
+    assert json.loads(json.dumps(probe.to_dict())) == probe.to_dict()
+
+
+def test_an_auto_study_probes_and_status_json_shows_the_choice(tmp_path, capsys):
+    """A real study: its first trial's signature is probed on the CPU slot, the choice and its
+    figures are in ``hypersack status --json`` and on its text lines."""
+    pytest.importorskip("torch")
+    import hypersack
+    from hypersack.cli import main
+    from hypersack.runtime.devices.slots import default_slots
+    store_path = tmp_path / "study.db"
+    space = {"lr": 0.01, "optimizer": "adam", "hidden": 8, "batch_size": 16, "epochs": 1}
+    study = hypersack.Study(name="auto-probe", space=space, objective=("loss", "min"),
+                            n_trials=1, storage=store_path, execution="auto",
+                            pack={"max_members": 2})
+    study.run("fused_tasks:SMALL", progress=False, slots=default_slots(1, gpus=[]))
+    assert study.status()["complete"] == 1
+    main(["status", "auto-probe", "--storage", str(store_path), "--json"])
+    info = json.loads(capsys.readouterr().out)
+    [choice] = info["execution_auto"]
+    assert choice["subject"] == "hidden=8" and choice["mode"] in ("fused", "separate")
+    assert choice["width"] == 1 and choice["device"] == "cpu"     # one trial: a pack of one
+    assert choice["fused_rate"] > 0 and choice["separate_rate"] > 0
+    assert any(d["kind"] == "execution" and d["reason"] == choice["reason"]
+               for d in info["decisions"])
+    main(["status", "auto-probe", "--storage", str(store_path)])
+    assert f"execution auto: {choice['reason']}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_probe_runs_in_a_child_process_as_on_a_gpu():
+    """The GPU path (a child process that sees only the slot's device), run on the CPU: the
+    plan goes by cloudpickle, the probe comes back as JSON; a child that fails is an error."""
+    pytest.importorskip("torch")
+    from fused_tasks import SMALL
+    from hypersack.runtime.devices.fusion_probe import measure_in_child
+    configs = ({"hidden": 8, "batch_size": 16}, {"hidden": 8, "batch_size": 8})
+    plan = ProbePlan(SMALL, None, configs, steps=2, warmup=1, alone_members=1, threads=1)
+    probe = measure_in_child(plan, {"OMP_NUM_THREADS": "1"})
+    assert probe.valid and probe.width == 2 and probe.steps == 2
+    bad = ProbePlan(SMALL, None, ({"hidden": 8, "batch_size": 0},), steps=1, warmup=0)
+    with pytest.raises(RuntimeError, match="the fusion probe failed"):
+        measure_in_child(bad, {})
