@@ -187,7 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     study = Study.from_yaml(args.file, storage=args.storage)
     if_exists = "resume" if args.resume else "replace" if args.replace else "error"
     try:
-        run = study.run(if_exists=if_exists, progress=_progress(args))
+        run = study._run_returning(if_exists=if_exists, progress=_progress(args))
     except StudyExistsError as exc:          # name the file the user gave
         raise StudyExistsError(exc.name, exc.path, shlex.quote(args.file)) from None
     return _finish(run, str(study.storage_path))
@@ -197,7 +197,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from hypersack.study import Study, extend_sys_path
     extend_sys_path(os.getcwd())      # as `python -m`: a module:function in the working directory
     storage = args.storage or DEFAULT_STORAGE
-    run = Study.load(args.name, storage).resume(progress=_progress(args))
+    run = Study.load(args.name, storage)._resume_returning(progress=_progress(args))
     return _finish(run, storage)
 
 

@@ -52,3 +52,26 @@ def test_from_yaml_puts_the_study_folder_and_working_directory_on_sys_path(tmp_p
     assert sys.path[:2] == [str(study_dir), str(cwd)]
     TrainableRef.of("beside_study:train")          # found by the driver (workers get sys.path)
     TrainableRef.of("in_cwd:train")
+
+
+# ---- issue 39: silent wrong answers ---------------------------------------------------------
+
+def test_every_read_refuses_a_study_object_that_describes_another_stored_study(tmp_path):
+    db = tmp_path / "s.db"
+    a = hypersack.Study(name="same", space={"x": hypersack.Float(0, 1)}, objective=("y", "min"),
+                        n_trials=2, storage=db)
+    a.add_trial({"x": 0.5}, 1.0)
+    b = hypersack.Study(name="same", space={"z": hypersack.Int(1, 4)}, objective=("y", "max"),
+                        n_trials=2, storage=db)
+    reads = [b.best_trial, b.best_trials, b.best_complete_trial, b.status, b.results,
+             b.user_attrs, lambda: b.set_attr("k", 1), lambda: b.report(tmp_path / "r.html"),
+             b.trials_dataframe, b.best_checkpoint, lambda: b.export_best(tmp_path / "out")]
+    for read in reads:
+        with pytest.raises(ConfigError, match="another study than the one stored") as err:
+            read()
+        assert err.value.field in ("objective", "space")
+    # what may change on resume (the budget) does not stop a read, and the stored one reads
+    again = hypersack.Study(name="same", space={"x": hypersack.Float(0, 1)}, objective=("y", "min"),
+                            n_trials=9, storage=db)
+    assert again.best_trial()["value"] == 1.0
+    assert hypersack.Study.load("same", db).best_trial()["trial_id"] == again.best_trial()["trial_id"]

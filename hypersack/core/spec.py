@@ -463,3 +463,20 @@ def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:
                               f"differs from the stored study's {stored.get(key)!r}; only "
                               f"{', '.join(sorted(RESUMABLE_CHANGES))} may change on resume "
                               "(replace the study, or give it another name)")
+
+
+def check_same_study(stored: Mapping[str, Any], new: Mapping[str, Any], name: str) -> None:
+    """Raise ConfigError when a ``Study`` described as ``new`` reads the stored study ``name``
+    whose spec is ``stored`` but describes another one (another space, objective, algorithm or
+    seed): its results would be silently another study's. What may change on resume may differ;
+    a trainable is compared only when both name one (one passed to ``run()`` is not stored)."""
+    for key in sorted(set(stored) | set(new)):
+        if key in RESUMABLE_CHANGES or key == "name":
+            continue
+        if key == "trainable" and (stored.get(key) is None or new.get(key) is None):
+            continue
+        if stored.get(key) != new.get(key):
+            raise ConfigError(key, new.get(key),
+                              f"differs from the stored study {name!r}'s {stored.get(key)!r}: "
+                              "this Study describes another study than the one stored under "
+                              "its name (read the stored one with Study.load(name, storage))")

@@ -47,9 +47,11 @@ _SETTLING = (ResultReported, TrialFinished, TrialFailed)
 
 @dataclass
 class StudyRun:
-    """How a run ended: ``status`` is complete or interrupted."""
+    """How a run ended: ``status`` is complete or interrupted; ``signalled``: interrupted by
+    Ctrl-C or SIGTERM (not by a halt or a failing-trials stop)."""
     name: str
     status: str
+    signalled: bool = False
 
 
 def build_controller(spec: StudySpec, algorithm: Algorithm, row: Any, storage: Any,
@@ -165,7 +167,7 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     if halted:
         raise StorageFullError(f"Study {row.name!r} stopped: {halted}. Nothing stored was lost; "
                                f"free some space, then continue with: hypersack resume {row.name}")
-    return StudyRun(row.name, status)
+    return StudyRun(row.name, status, signalled=interrupts.count > 0)
 
 
 def _failing(name: str, why: str) -> TrialsFailingError:
