@@ -267,8 +267,9 @@ def _trials_table(trials: list[dict], width: int) -> Table:
         config = ", ".join(f"{k}={_short(v)}" for k, v in t["config"].items())
         state, priority = shared_view(t["state"], t.get("time_sharing"))
         extra = (priority,) if shared else ()
-        rows.append((str(t["trial_id"]), state, value, step, str(t["attempts"]), *extra, config))
-    heads = ("trial", "state", "value", "step", "tries") + (("priority",) if shared else ())
+        rows.append((str(t["trial_id"]), state, value, step, str(t["attempts"]),
+                     str(t.get("resumes", 0)), *extra, config))
+    heads = ("trial", "state", "value", "step", "tries", "resumes") + (("priority",) if shared else ())
     fixed = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
     padding = 2 * (len(heads) + 1)                     # box-less table: one space each side
     table = Table(box=None)

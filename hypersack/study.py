@@ -81,7 +81,7 @@ def _warn_without_result(store: Storage, ended: StudyRun) -> None:
     if not counts["complete"]:
         warnings.warn(f"Study {ended.name!r}: no trial completed ({counts['failed']} failed, "
                       f"{counts['pruned']} pruned); see Study.status() for errors and tracebacks",
-                      NoTrialCompletedWarning, stacklevel=3)
+                      NoTrialCompletedWarning, stacklevel=4)
 
 
 class Study:

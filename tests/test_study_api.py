@@ -29,7 +29,7 @@ def test_objective_without_mode_is_refused_in_python():
 
 
 def test_a_study_without_a_complete_trial_warns(tmp_path):
-    study = hypersack.Study(name="f", space={"x": -1.0}, objective=("score", "max"), n_trials=2,
+    study = hypersack.Study(name="f", space={"x": hypersack.Float(-2, -1)}, objective=("score", "max"), n_trials=2,
                             workers=1, storage=tmp_path / "s.db")
     with pytest.warns(RuntimeWarning, match=r"no trial completed \(2 failed"):
         study.run("trainables:raises_for_negative", progress=False)

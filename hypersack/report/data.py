@@ -423,7 +423,7 @@ def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, Any]:
     return {
         "id": [t["trial_id"] for t in trials], "state": [t["state"] for t in trials],
         "value": _rs([t["value"] for t in trials]), "step": [t["last_step"] for t in trials],
-        "attempts": [t["attempts"] for t in trials],
+        "attempts": [t["attempts"] for t in trials], "resumes": [t["resumes"] for t in trials],
         "start": _rs(starts, origin),
         "running": _rs([t.get("running_s") for t in trials]),
         "waiting": _rs([t.get("waiting_s") for t in trials]),

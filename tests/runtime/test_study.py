@@ -116,7 +116,7 @@ def test_segfaulting_worker_is_retried_from_its_checkpoint(store_path):
 
 
 def test_a_report_is_in_the_store_when_it_returns_to_the_trainable(store_path):
-    study = make_study(store_path, n_trials=2, space={"db": str(store_path)})
+    study = make_study(store_path, n_trials=2, space={"db": str(store_path), **SPACE})
     study.run("trainables:checks_durability", progress=False)
     results = study.results()
     assert len(results) == 14

@@ -320,7 +320,7 @@
       xaxis: {title: {text: "seconds since the first launch"}}, showlegend: traces.length <= 16}));
   }
 
-  var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "start", "running", "waiting"];
+  var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "resumes", "start", "running", "waiting"];
 
   function tableView(box, p) {
     var t = p.table, order = [], want = box.getAttribute("data-state") || "", sortKey = box.getAttribute("data-sort") || "id", desc = box.getAttribute("data-desc") === "1";
@@ -382,7 +382,7 @@
     if (!box || r < 0) { return; }
     box.innerHTML = "";
     box.appendChild(el("h3", {text: "Trial " + id + " (" + t.state[r] + "), " + p.metric + " " + fmt(t.value[r]) +
-      " at step " + fmt(t.step[r]) + ", " + t.attempts[r] + " attempt(s)"}));
+      " at step " + fmt(t.step[r]) + ", " + t.attempts[r] + " attempt(s), " + t.resumes[r] + " resume(s)"}));
     var cfg = {};
     Object.keys(t.params).forEach(function (k) { if (t.params[k][r] !== null) { cfg[k] = t.params[k][r]; } });
     box.appendChild(el("div", {"class": "best-config", text: "config: " + JSON.stringify(cfg)}));

@@ -73,12 +73,15 @@ def _best_dict(best: TrialRecord | None, objective: Objective) -> dict[str, Any]
 
 
 def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any]:
-    """A trial as plain data. ``started_at`` is its last attempt's launch; with ``times``
+    """A trial as plain data. ``attempts``: its first launch and each retry after a failure
+    (``retries``); ``resumes``: the launches that continued it without a failure (promotion,
+    preemption, resume after Ctrl-C; ``TrialRecord.tries``/``resumes``). ``started_at`` is
+    its last launch; with ``times``
     (``core.stays.trial_times``): ``first_started_at``, ``running_s`` (summed over attempts)
     and ``waiting_s`` (paused, preempted, queued), else None."""
     return {"trial_id": t.trial_id, "state": t.state.value, "config": t.config, "value": t.value,
-            **({} if t.values is None else {"values": t.values}), "last_step": t.last_step, "metrics": t.metrics, "attempts": t.attempts,
-            "retries": t.retries, "device": t.device, "error": t.error, "traceback": t.traceback,
+            **({} if t.values is None else {"values": t.values}), "last_step": t.last_step, "metrics": t.metrics, "attempts": t.tries,
+            "retries": t.retries, "resumes": t.resumes, "device": t.device, "error": t.error, "traceback": t.traceback,
             "checkpoint": t.checkpoint, "started_at": t.started_at, "finished_at": t.finished_at,
             "first_started_at": times.first_start if times else None,
             "running_s": times.running_s if times else None,
@@ -138,10 +141,10 @@ def export(storage: Storage, name: str, fmt: str) -> str:
         metrics = sorted({k for t in trials for k in t.metrics})
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["trial_id", "state", "value", "last_step", "attempts", "error",
+        writer.writerow(["trial_id", "state", "value", "last_step", "attempts", "resumes", "error",
                          *[f"config.{p}" for p in params], *[f"metric.{m}" for m in metrics]])
         for t in trials:
-            writer.writerow([t.trial_id, t.state.value, t.value, t.last_step, t.attempts, t.error or "",
+            writer.writerow([t.trial_id, t.state.value, t.value, t.last_step, t.tries, t.resumes, t.error or "",
                              *[t.config.get(p) for p in params], *[t.metrics.get(m) for m in metrics]])
         return out.getvalue()
     from hypersack.errors import ConfigError
