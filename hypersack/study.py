@@ -96,7 +96,7 @@ class Study:
       "max" and is required. ``metric`` is a name the trainable reports. A list of them
       (``[("loss", "min"), ("latency_ms", "min")]``) makes a multi-objective study: every trial
       reports every objective, ``best_trials()`` is the Pareto front (README "Multi-objective").
-    - ``name``: the study's name in the store (letters, digits, ``_ . -``); None: a timestamped
+    - ``name``: the study's name in the store (letters of any script, digits, ``_ . -``); None: a timestamped
       name ("study-YYYYmmdd-HHMMSS"). An empty string is an error.
     - ``algorithm``: "random", "grid", "tpe", or ``{"type": "sha"|"hyperband"|"asha"|"bohb"|
       "rasda"|"pack_hyperband", **options}`` (README "Algorithms"), or an ``Algorithm`` instance.
@@ -174,7 +174,8 @@ class Study:
                  shared: Mapping[str, Any] | None = None,
                  keep_checkpoints_num: int | None = None):
         if n_trials is None and time_budget_s is None:
-            raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
+            raise ConfigError("n_trials", None, "the study needs a budget: set n_trials or "
+                              "time_budget_s (or both)")
         precision, pack = split_precision(precision, pack)
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
         algorithm_spec = make_algorithm_spec(algorithm)   # an Optuna sampler object: type optuna
@@ -380,10 +381,10 @@ class Study:
     def _drive(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any, algorithm: Any,
                resume: bool, progress: str | bool | None, slots: list[Slot] | None,
                on_started: Callable[[], None] | None = None) -> StudyRun:
-        runner = CallbackRunner(self._resolved, self) if self._resolved else None
         trial_dir = lambda trial_id: store.trial_dir(row, trial_id)   # noqa: E731
         attrs = AttrsImporter(store, row.study_id, trial_dir,
                               lambda trial_id: store.trial_file(row, trial_id, ATTRS_FILE))
+        runner = CallbackRunner(self._resolved, self, attrs.of) if self._resolved else None
         save_attrs(store, row.study_id, STUDY_ATTRS, self._pending_attrs)
         keep = self.spec.keep_checkpoints_num
         keeper = CheckpointKeeper(KeepBest(self.spec.objective, keep), trial_dir) if keep else None
@@ -396,12 +397,14 @@ class Study:
                                     on_started=on_started, listeners=listeners)
         finally:
             trials = assembly.controller.trials if assembly is not None else {}
-            if keeper is not None:
-                keeper.close(trials)
-            if runner is not None:
-                runner.close(trials)
-            # With the run's own error in flight, a store fault here is not the one to see.
-            attrs.close(trials, quiet=sys.exc_info()[0] is not None)
+            try:        # first: the last callbacks see every trial's attributes
+                # With the run's own error in flight, a store fault here is not the one to see.
+                attrs.close(trials, quiet=sys.exc_info()[0] is not None)
+            finally:
+                if keeper is not None:
+                    keeper.close(trials)
+                if runner is not None:
+                    runner.close(trials)
 
     def _assembled(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
                    algorithm: Any, resume: bool, progress: str | bool | None,

@@ -27,7 +27,9 @@ from hypersack.validation import (MAX_OVERSUBSCRIPTION, check_bool, check_choice
 __all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTION_MODES",
            "check_resumable", "split_precision"]
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")   # fullmatch: no trailing newline
+# Letters of any script (é, ß, 中), digits, _ . -, a letter or digit first (fullmatch: no
+# trailing newline); a name is a folder name, so no space, slash or control character.
+_NAME = re.compile(r"[^\W_][\w.-]{0,127}")
 
 # Upper bounds of the study's numbers: each far above any real use, low enough that the study
 # never allocates, sums or sleeps on an absurd value (a worker list of 10**9 slots...).
@@ -340,7 +342,8 @@ class StudySpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ConfigError("name", self.name,
-                              "must be 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit")
+                              "must be 1-128 letters (of any script: 'é' is one), digits, '_', "
+                              "'.' or '-', starting with a letter or digit (no space or '/')")
         check_integer("seed", self.seed, low=0, high=MAX_SEED)
         if self.trainable is not None:
             check_name("trainable", self.trainable, max_len=1024)

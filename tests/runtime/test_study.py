@@ -84,6 +84,8 @@ def test_a_metric_typo_stops_the_study_after_max_failures_trials(store_path):
     assert "2 trials in a row failed the same way" in str(exc.value)
     assert "'score' is missing from the trial's first report" in str(exc.value)
     assert "'loss'" in str(exc.value) and "hypersack resume t" in str(exc.value)
+    assert "if the objective itself is wrong" in str(exc.value)         # resume keeps it
+    assert "hypersack run FILE --replace" in str(exc.value)
     status = study.status()
     assert status["total"] == 2 and status["failed"] == 2 and status["status"] == "interrupted"
 

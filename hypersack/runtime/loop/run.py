@@ -171,10 +171,17 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
 
 
 def _failing(name: str, why: str) -> TrialsFailingError:
+    wrong_objective = ""
+    if "the objective metric" in why and "is missing from the trial's" in why:
+        wrong_objective = (
+            "; if the objective itself is wrong (the trainable reports another name), correct "
+            "the study's objective and start over: hypersack run FILE --replace (Python: "
+            "Study.run(if_exists='replace')), since a resume keeps the stored objective")
     return TrialsFailingError(
         f"Study {name!r} stopped: {why}. Fix the cause (every failure and its traceback: "
-        f"hypersack status {name}), then continue with: hypersack resume {name}; to run "
-        "on regardless, raise max_failures in the study (null: never stop)")
+        f"hypersack status {name}), then continue with: hypersack resume {name}"
+        f"{wrong_objective}; to run on regardless, raise max_failures in the study "
+        "(null: never stop)")
 
 
 def _with_resume_hint(exc: StorageError, name: str) -> StorageError:
