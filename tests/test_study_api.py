@@ -89,7 +89,7 @@ def test_no_budget_says_to_set_n_trials_or_time_budget_s():
 def test_a_name_in_any_script_is_accepted_and_a_bad_one_says_what_a_name_holds():
     assert hypersack.Study(name="café-中文_1", space={"x": 1}, objective=("y", "max"),
                            n_trials=1).name == "café-中文_1"
-    with pytest.raises(ConfigError, match=r"letters \(of any script: 'é' is one\).*no space"):
+    with pytest.raises(ConfigError, match=r"letters, digits.*\(letters of any script: 'é' is one\).*no space"):
         hypersack.Study(name="my study", space={"x": 1}, objective=("y", "max"), n_trials=1)
 
 

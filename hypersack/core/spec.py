@@ -342,8 +342,9 @@ class StudySpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ConfigError("name", self.name,
-                              "must be 1-128 letters (of any script: 'é' is one), digits, '_', "
-                              "'.' or '-', starting with a letter or digit (no space or '/')")
+                              "must be 1-128 letters, digits, '_', '.' or '-' (letters of any "
+                              "script: 'é' is one), starting with a letter or digit (no space or "
+                              "'/')")
         check_integer("seed", self.seed, low=0, high=MAX_SEED)
         if self.trainable is not None:
             check_name("trainable", self.trainable, max_len=1024)
