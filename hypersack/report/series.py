@@ -321,9 +321,10 @@ def contour_grid(xs: Sequence[float], ys: Sequence[float], zs: Sequence[float], 
                  xlog: bool = False, ylog: bool = False, size: int = 30) -> dict[str, Any]:
     """The objective ``zs`` over a ``size`` x ``size`` grid spanning the trials' ``xs`` and
     ``ys`` (log-even steps on a log axis, whose values must be positive): each trial falls in
-    its nearest cell (cells holding several: their mean); every other cell gets the
-    inverse-distance-weighted mean (power 2) of the filled cells, distances in cell units,
-    so the surface passes through the filled cells and never leaves the range of the values.
+    its nearest cell (cells holding several: their mean); the other cells are filled by
+    Laplace's equation (each the mean of its neighbours; edges mirror), as optuna-dashboard
+    fills its contour: a smooth surface through the filled cells, with no bullseye around each
+    trial (inverse-distance weighting's), that never leaves the range of the values.
     Returns ``{"x": [size], "y": [size], "z": [size rows of size]}`` (``z[j][i]`` at
     ``(x[i], y[j])``), grid values in real units. Needs two or more distinct ``xs`` and ``ys``."""
     if size < 2:
@@ -334,15 +335,51 @@ def contour_grid(xs: Sequence[float], ys: Sequence[float], zs: Sequence[float], 
     cell = cy * size + cx
     counts = np.bincount(cell, minlength=size * size)
     sums = np.bincount(cell, weights=z, minlength=size * size)
-    filled = np.flatnonzero(counts)
-    known = sums[filled] / counts[filled]
-    jj, ii = np.divmod(np.arange(size * size), size)
-    fj, fi = np.divmod(filled, size)
-    d2 = (jj[:, None] - fj[None, :]) ** 2 + (ii[:, None] - fi[None, :]) ** 2
-    w = 1.0 / np.maximum(d2, 1).astype(float)     # d2 == 0 only at a filled cell, set below
-    grid = (w @ known) / w.sum(axis=1)
-    grid[filled] = known                            # a filled cell: its own mean, exactly
+    filled = counts > 0
+    grid = np.zeros(size * size)
+    grid[filled] = sums[filled] / counts[filled]   # a filled cell: its own mean, exactly
+    grid[~filled] = _laplace_fill(filled, grid, size)
     return {"x": gx.tolist(), "y": gy.tolist(), "z": grid.reshape(size, size).tolist()}
+
+
+def _laplace_fill(filled: np.ndarray, grid: np.ndarray, size: int) -> np.ndarray:
+    """The values of the cells not ``filled`` of a ``size`` x ``size`` grid (flat, row-major)
+    that make each the mean of its 2-4 neighbours (the grid's discrete Laplace equation, its
+    edges reflecting), the filled cells held: conjugate gradients on the free cells' system
+    (symmetric positive definite once a cell is filled), a stencil per step, to 1e-10."""
+    free = ~filled.reshape(size, size)
+    degree = _neighbour_sum(np.ones((size, size)), size)
+
+    def laplacian(v: np.ndarray) -> np.ndarray:       # on the free cells, filled ones at 0
+        full = np.zeros((size, size))
+        full[free] = v
+        return (degree * full - _neighbour_sum(full, size))[free]
+
+    held = np.where(free, 0.0, grid.reshape(size, size))
+    b = _neighbour_sum(held, size)[free]
+    x = np.full(b.shape, float(grid[filled].mean()))
+    r = b - laplacian(x)
+    d, rr = r.copy(), float(r @ r)
+    for _ in range(4 * size * size):
+        if rr <= 1e-20 * max(1.0, float(b @ b)):
+            break
+        ad = laplacian(d)
+        step = rr / float(d @ ad)
+        x += step * d
+        r -= step * ad
+        rr, before = float(r @ r), rr
+        d = r + (rr / before) * d
+    return x
+
+
+def _neighbour_sum(g: np.ndarray, size: int) -> np.ndarray:
+    """Each cell's sum over its 2-4 grid neighbours (none beyond the edges)."""
+    out = np.zeros_like(g)
+    out[1:, :] += g[:-1, :]
+    out[:-1, :] += g[1:, :]
+    out[:, 1:] += g[:, :-1]
+    out[:, :-1] += g[:, 1:]
+    return out
 
 
 def _axis_cells(values: np.ndarray, log: bool, size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -223,3 +223,14 @@ def test_contour_grid_never_leaves_the_range_of_the_values(points):
     flat = [v for row in g["z"] for v in row]
     assert len(flat) == 64
     assert min(zs) - 1e-9 <= min(flat) and max(flat) <= max(zs) + 1e-9
+
+
+def test_contour_grid_fills_smoothly_between_trials_without_bullseyes():
+    """Two columns of trials (z = 0 left, z = 1 right) and one in between: the fill is the plane
+    through them (Laplace's equation, as optuna-dashboard fills), not a bump around each trial
+    with the mean between them (inverse-distance weighting)."""
+    left, right = [(0.0, float(j), 0.0) for j in range(9)], [(1.0, float(j), 1.0) for j in range(9)]
+    xs, ys, zs = zip(*left, *right, (0.25, 4.0, 0.25))
+    g = series.contour_grid(xs, ys, zs, size=9)
+    for row in g["z"]:
+        assert row == pytest.approx([i / 8 for i in range(9)], abs=1e-6)
