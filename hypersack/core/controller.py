@@ -393,9 +393,15 @@ class Controller:
         record.info.update(self.algorithm.trial_info(record.trial_id))
         self._changed.add(record.trial_id)
         share = self._share(record)
-        self.stays.open(record.trial_id, record.attempts, record.devices, now, share,
-                        record.info.get("pack"), record.device)
         seat = self._seat(record)
+        # A fused member's stay names its pack (the report draws a pack as one stay) and its
+        # record keeps where it sat; a plain trial's, the algorithm's pack hint (or None).
+        if seat is not None:
+            record.info["fused"] = {"pack": seat.pack, "seat": seat.seat}
+        else:
+            record.info.pop("fused", None)
+        self.stays.open(record.trial_id, record.attempts, record.devices, now, share,
+                        seat.pack if seat else record.info.get("pack"), record.device)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
                       record.checkpoint, tuple(devices), share,
                       seat.pack if seat else None, seat.seat if seat else None,

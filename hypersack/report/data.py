@@ -73,7 +73,7 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
     trials = []
     for t in records:
         d = trial_dict(t, times.get(t.trial_id))
-        d["pack"] = t.info.get("pack")
+        d.update(_pack_of(t.info))
         d["user_attrs"] = attrs.get(t.trial_id, {})
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
@@ -99,7 +99,7 @@ def from_simulation(result: Any, store: Any) -> StudyData:
     trials = []
     for record in controller.trials.values():
         d = trial_dict(record, times.get(record.trial_id))
-        d["pack"] = record.info.get("pack")
+        d.update(_pack_of(record.info))
         trials.append(d)
     metric = controller.objective.metric
     results: list[tuple[int, int, float | None, Any]] = [
@@ -108,6 +108,15 @@ def from_simulation(result: Any, store: Any) -> StudyData:
                      stays, [], now=result.makespan_s, source="simulation",
                      extra={"policy": result.policy, "algorithm": result.algorithm,
                             "makespan_s": result.makespan_s}, space=dict(result.space))
+
+
+def _pack_of(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's ``pack`` and ``seat``: the fused pack it last sat in and its seat there
+    (``info["fused"]``, the controller's), else the algorithm's pack (no seat), else None."""
+    fused = info.get("fused")
+    if isinstance(fused, Mapping):
+        return {"pack": fused.get("pack"), "seat": fused.get("seat")}
+    return {"pack": info.get("pack"), "seat": None}
 
 
 def _r(x: float | None) -> float | None:
@@ -164,7 +173,7 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
               for t in valued if t["trial_id"] in reached]
     best = series.best_so_far(points, mode)
     stays = data.stays
-    bars = series.lanes(stays, now + origin)
+    bars = series.lanes(series.pack_stays(stays), now + origin)     # a pack: one stay
     occ = series.occupancy(stays, now + origin)
     curves = series.learning_curves(((tid, step, v) for tid, step, _t, v in data.results),
                                     per_curve=per_curve, total=total_points)
@@ -177,6 +186,7 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "points": {"t": _rs([p[0] for p in points]), "v": _rs([p[1] for p in points]),
                    "id": [p[2] for p in points]},
         "curves": _curves(curves, data),
+        "curves_range": _robust_range([y for _xs, ys in curves.values() for y in ys]),
         "lanes": _lanes(bars, origin),
         "occupancy": {d: [_rs(ts, origin), _rs(vs)] for d, (ts, vs) in occ.items()},
         "utilization": _utilization(data.samples, origin),
@@ -218,12 +228,26 @@ def _summary(data: StudyData, valued: list[dict], occ: Mapping, origin: float,
                key=lambda t: (sign * t["value"], -t["trial_id"]), default=None)
     mean = series.occupancy_mean(occ, 0.0 + origin, now + origin) if now > 0 else {}
     finished = sum(counts.get(k, 0) for k in _FINISHED)
-    return {"trials": len(data.trials), "counts": counts, "duration_s": _r(now),
+    front = _front_cards(data) if data.objective.is_multi else None
+    if front is not None:          # several objectives: no one best, the front instead
+        best = full = None
+    return {"front": front,"trials": len(data.trials), "counts": counts, "duration_s": _r(now),
             "finished": finished, "target": data.target_trials,
             "eta_s": _eta(finished, data.target_trials, now, data.status),
             "devices": len(occ), "stays": len(data.stays),
             "mean_occupancy": _r(sum(mean.values()) / len(mean)) if mean else None,
             "best": _best_card(best), "best_complete": _best_card(full)}
+
+
+def _front_cards(data: StudyData) -> list[dict[str, Any]]:
+    """A multi-objective study's Pareto front for the header: each front trial's id, its
+    values by objective and its config, by trial id (``core.pareto``, as ``best_trials()``)."""
+    objective = data.objective
+    done = [t for t in data.trials if t["state"] == "complete" and t.get("values")]
+    front = pareto_front(done, [t["values"] for t in done], objective)
+    return [{"trial_id": t["trial_id"], "config": t["config"],
+             "values": {m: _r(v) for m, v in zip(objective.metrics, t["values"])}}
+            for t in sorted(front, key=lambda t: t["trial_id"])]
 
 
 def _eta(finished: int, target: int | None, elapsed: float, status: str) -> float | None:
@@ -232,6 +256,28 @@ def _eta(finished: int, target: int | None, elapsed: float, status: str) -> floa
     if status != "running" or not target or finished <= 0 or elapsed <= 0:
         return None
     return _r(max(0.0, elapsed / finished * (target - finished)))
+
+
+CURVE_QUANTILES = (0.02, 0.98)    # the learning curves' y-range leaves out what lies beyond
+
+
+def _robust_range(values: Sequence[float]) -> dict[str, Any] | None:
+    """The y-range of the learning curves that outliers do not squash: the values' 2% to 98%
+    quantiles widened by a tenth of their span (each side), as ``{"linear": [lo, hi], "log":
+    [log10 lo, log10 hi] or None (values not all positive), "clipped": how many values lie
+    outside}``; None without values."""
+    a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if not len(a):
+        return None
+    lo, hi = (float(q) for q in np.quantile(a, CURVE_QUANTILES))
+    pad = (hi - lo) * 0.1 or abs(hi) * 0.1 or 1.0
+    out: dict[str, Any] = {"linear": [_r(lo - pad), _r(hi + pad)], "log": None,
+                           "clipped": int(((a < lo - pad) | (a > hi + pad)).sum())}
+    if float(a.min()) > 0:
+        llo, lhi = math.log10(lo), math.log10(hi)
+        lpad = (lhi - llo) * 0.1 or 0.1
+        out["log"] = [_r(llo - lpad), _r(lhi + lpad)]
+    return out
 
 
 def _best_card(t: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -265,6 +311,8 @@ def _lanes(bars: list[series.LaneBar], origin: float) -> dict[str, list]:
             "trial": [s.trial_id for s in stays], "attempt": [s.attempt for s in stays],
             "outcome": [s.outcome.value if s.outcome else "running" for s in stays],
             "pack": [None if s.pack is None else str(s.pack) for s in stays],
+            "members": [[m.trial_id for m in s.members] if isinstance(s, series.PackStay) else None
+                        for s in stays],
             "share": _rs([s.share for s in stays])}
 
 
@@ -288,6 +336,10 @@ def _importance(valued: list[dict]) -> dict[str, Any]:
                         f"a value; this study has {n}."}
     configs = [t["config"] for t in valued]
     varied = [k for k in configs[0] if len({repr(c.get(k)) for c in configs}) > 1]   # no constants
+    if not varied:
+        return {"method": "none", "scores": {}, "n": n,
+                "note": f"No parameter varies across the {n} trials with a value: there is "
+                        "nothing to rank."}
     scores, method = series.importance([{k: c.get(k) for k in varied} for c in configs],
                                        [t["value"] for t in valued])
     note = (f"Estimated from only {n} trials: a rough guide, not a ranking."
@@ -424,6 +476,8 @@ def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, Any]:
         "id": [t["trial_id"] for t in trials], "state": [t["state"] for t in trials],
         "value": _rs([t["value"] for t in trials]), "step": [t["last_step"] for t in trials],
         "attempts": [t["attempts"] for t in trials], "resumes": [t["resumes"] for t in trials],
+        "pack": [None if t.get("pack") is None else str(t["pack"]) for t in trials],
+        "seat": [t.get("seat") for t in trials],
         "start": _rs(starts, origin),
         "running": _rs([t.get("running_s") for t in trials]),
         "waiting": _rs([t.get("waiting_s") for t in trials]),

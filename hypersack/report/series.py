@@ -84,7 +84,7 @@ class LaneBar:
     lane: int
     start: float
     end: float
-    stay: Stay
+    stay: Any          # a Stay, or a PackStay (a fused pack drawn as one)
 
 
 def _device(stay: Stay) -> str:
@@ -94,6 +94,52 @@ def _device(stay: Stay) -> str:
 def _ends(stays: Iterable[Stay], now: float) -> list[tuple[Stay, float, float]]:
     """Each stay with its start and end; an open stay ends at ``now`` (never before its start)."""
     return [(s, s.start, max(s.start, now if s.end is None else s.end)) for s in stays]
+
+
+@dataclass(frozen=True)
+class PackStay:
+    """A fused pack's time on one device, drawn as one stay: from its first member's launch to
+    its last member's end (None while one runs); ``members``: each member's stay, by start."""
+    members: tuple[Stay, ...]
+
+    def __getattr__(self, name: str) -> Any:        # trial_id, attempt, node, gpu, share, pack, ...
+        return getattr(self.members[0], name)
+
+    @property
+    def start(self) -> float:
+        return min(m.start for m in self.members)
+
+    @property
+    def end(self) -> float | None:
+        ends = [m.end for m in self.members]
+        return None if None in ends else max(e for e in ends if e is not None)
+
+    @property
+    def outcome(self) -> Any:
+        """The pack's last member's outcome (None while one runs)."""
+        if self.end is None:
+            return None
+        return max(self.members, key=lambda m: m.end or 0.0).outcome
+
+
+def pack_stays(stays: Iterable[Stay]) -> list[Stay | PackStay]:
+    """``stays`` with each fused pack's members on a device merged into one ``PackStay`` (a
+    pack that ran again later, after all its members had left, is another one); plain stays
+    as they are, in order of start."""
+    out: list[Any] = []
+    open_packs: dict[tuple[str, Any], list[Stay]] = {}
+    for stay in sorted(stays, key=lambda s: (s.start, s.trial_id)):
+        if stay.pack is None:
+            out.append(stay)
+            continue
+        key = (_device(stay), stay.pack)
+        group = open_packs.get(key)
+        ends = [m.end for m in group] if group else []
+        if group is None or (None not in ends and stay.start > max(e for e in ends if e is not None)):
+            group = open_packs[key] = []
+            out.append(group)
+        group.append(stay)
+    return [PackStay(tuple(item)) if isinstance(item, list) else item for item in out]
 
 
 def lanes(stays: Iterable[Stay], now: float) -> list[LaneBar]:

@@ -234,3 +234,15 @@ def test_contour_grid_fills_smoothly_between_trials_without_bullseyes():
     g = series.contour_grid(xs, ys, zs, size=9)
     for row in g["z"]:
         assert row == pytest.approx([i / 8 for i in range(9)], abs=1e-6)
+
+
+def test_a_packs_members_on_a_device_merge_into_one_stay_and_a_later_run_is_another():
+    stays = [_stay(0, 0.0, 10.0, pack=3), _stay(1, 0.0, 12.0, pack=3), _stay(2, 1.0, 5.0),
+             _stay(3, 2.0, 11.0, pack=3, gpu="g1"), _stay(4, 20.0, 25.0, pack=3)]
+    merged = series.pack_stays(stays)
+    packs = [s for s in merged if isinstance(s, series.PackStay)]
+    assert [[m.trial_id for m in p.members] for p in packs] == [[0, 1], [3], [4]]
+    assert (packs[0].start, packs[0].end, packs[0].gpu, packs[0].pack) == (0.0, 12.0, "g0", 3)
+    assert [s.trial_id for s in merged if not isinstance(s, series.PackStay)] == [2]
+    bars = series.lanes(merged, now=30.0)
+    assert len(bars) == 4 and max(b.lane for b in bars if b.device == "n/g0") == 1   # one lane a pack
