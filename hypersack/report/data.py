@@ -169,9 +169,9 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
     metric, mode = data.objective.metric, data.objective.mode or "min"
     reached = _reached_at(data)
     valued = [t for t in data.trials if t["value"] is not None and t["state"] != "failed"]
-    points = [(reached[t["trial_id"]] - origin, t["value"], t["trial_id"])
+    points = [(reached[t["trial_id"]] - origin, t["value"], t["trial_id"], t["state"])
               for t in valued if t["trial_id"] in reached]
-    best = series.best_so_far(points, mode)
+    best = series.best_so_far([p[:3] for p in points], mode)
     stays = data.stays
     bars = series.lanes(series.pack_stays(stays), now + origin)     # a pack: one stay
     occ = series.occupancy(stays, now + origin)
@@ -184,7 +184,7 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "summary": _summary(data, valued, occ, origin, now),
         "best": _columns(best, ("t", "v", "id"), origin=0.0),
         "points": {"t": _rs([p[0] for p in points]), "v": _rs([p[1] for p in points]),
-                   "id": [p[2] for p in points]},
+                   "id": [p[2] for p in points], "state": [p[3] for p in points]},
         "curves": _curves(curves, data),
         "curves_range": _robust_range([y for _xs, ys in curves.values() for y in ys]),
         "lanes": _lanes(bars, origin),
@@ -258,26 +258,34 @@ def _eta(finished: int, target: int | None, elapsed: float, status: str) -> floa
     return _r(max(0.0, elapsed / finished * (target - finished)))
 
 
-CURVE_QUANTILES = (0.02, 0.98)    # the learning curves' y-range leaves out what lies beyond
+CURVE_FENCE = 3.0    # values beyond this many interquartile ranges of the others: off the chart
 
 
 def _robust_range(values: Sequence[float]) -> dict[str, Any] | None:
-    """The y-range of the learning curves that outliers do not squash: the values' 2% to 98%
-    quantiles widened by a tenth of their span (each side), as ``{"linear": [lo, hi], "log":
-    [log10 lo, log10 hi] or None (values not all positive), "clipped": how many values lie
-    outside}``; None without values."""
+    """The y-range of the learning curves that outliers do not squash: the least and largest
+    values within ``CURVE_FENCE`` interquartile ranges of the middle half (Tukey's fences),
+    widened by 5% of their span each side, as ``{"linear": [lo, hi], "log": [log10 lo, log10
+    hi] or None (values not all positive), "clipped": how many values lie outside}``; None
+    without values."""
     a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if not len(a):
         return None
-    lo, hi = (float(q) for q in np.quantile(a, CURVE_QUANTILES))
-    pad = (hi - lo) * 0.1 or abs(hi) * 0.1 or 1.0
-    out: dict[str, Any] = {"linear": [_r(lo - pad), _r(hi + pad)], "log": None,
-                           "clipped": int(((a < lo - pad) | (a > hi + pad)).sum())}
+    lo, hi, clipped = _fenced(a)
+    out: dict[str, Any] = {"linear": [_r(lo), _r(hi)], "log": None, "clipped": clipped}
     if float(a.min()) > 0:
-        llo, lhi = math.log10(lo), math.log10(hi)
-        lpad = (lhi - llo) * 0.1 or 0.1
-        out["log"] = [_r(llo - lpad), _r(lhi + lpad)]
+        llo, lhi, _ = _fenced(np.log10(a))
+        out["log"] = [_r(llo), _r(lhi)]
     return out
+
+
+def _fenced(a: np.ndarray) -> tuple[float, float, int]:
+    """``(lo, hi, outside)``: the range of ``a`` within Tukey's fences, padded 5% each side."""
+    q1, q3 = (float(q) for q in np.quantile(a, (0.25, 0.75)))
+    spread = (q3 - q1) or abs(q3) * 0.1 or 1.0
+    inside = a[(a >= q1 - CURVE_FENCE * spread) & (a <= q3 + CURVE_FENCE * spread)]
+    lo, hi = float(inside.min()), float(inside.max())
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 0.5
+    return lo - pad, hi + pad, int(len(a) - len(inside))
 
 
 def _best_card(t: dict[str, Any] | None) -> dict[str, Any] | None:

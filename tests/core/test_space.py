@@ -391,8 +391,9 @@ def domains(draw):
         high = low + draw(st.integers(0, 1000))
         if kind == "int_log":
             return {"type": "int", "low": low, "high": high, "log": True}
-        if kind == "int_step":
-            return {"type": "int", "low": low, "high": high, "step": draw(st.integers(2, 9)),
+        if kind == "int_step":            # a step within the range (a larger one is refused)
+            step = draw(st.integers(2, 9)) if high - low >= 2 else 1
+            return {"type": "int", "low": low, "high": high, "step": min(step, max(high - low, 1)),
                     "values": [low]}
         return {"type": "int", "low": low, "high": high}
     if kind == "cat":

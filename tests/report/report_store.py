@@ -85,9 +85,11 @@ def fill_multi_store(path, name="multi"):
     return path
 
 
-def fill_pack_store(path, name="packed", members=4):
+def fill_pack_store(path, name="packed", members=4, outlier=False):
     """A fused pack of ``members`` trials (pack 3, seats 0..) on ``cpu0`` from T0 to T0 + 20
-    (members leave at T0 + 10 + k), then a plain trial alone on ``cpu0`` from T0 + 30 to T0 + 40."""
+    (members leave at T0 + 10 + k), then a plain trial alone on ``cpu0`` from T0 + 30 to T0 + 40.
+    Each reports loss 1 / (id + step) at steps 1 and 2; ``outlier``: the last trial's step 1
+    loss is 1e6."""
     import hypersack
     spec = hypersack.Study(name=name, objective=("loss", "min"), n_trials=members + 1, storage=path,
                            space={"lr": {"type": "float", "low": 0.001, "high": 1.0,
@@ -103,7 +105,8 @@ def fill_pack_store(path, name="packed", members=4):
                                  info={"fused": {"pack": 3, "seat": i}} if fused else {})
             stay = Stay(i, 1, "n0", "cpu0", start, 100.0, pack=3 if fused else None, end=end,
                         outcome=StayOutcome.FINISHED)
-            store.save_batch(row.study_id, [record], [(i, s, {"loss": 1.0 / (i + s)}) for s in (1, 2)],
-                             stays=[stay])
+            results = [(i, s, {"loss": 1e6 if outlier and not fused and s == 1 else 1.0 / (i + s)})
+                       for s in (1, 2)]
+            store.save_batch(row.study_id, [record], results, stays=[stay])
         store.set_status(row.study_id, "complete")
     return path
