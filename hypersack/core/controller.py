@@ -23,7 +23,7 @@ from hypersack.core.packs import PackBook, PackPolicy, Seat
 from hypersack.core.shared_devices import SharedDevices
 from hypersack.core.timeouts import timed_out
 from hypersack.core.timesharing import TimeSharing
-from hypersack.core.stays import Stay, StayBook, StayOutcome
+from hypersack.core.stays import BEGAN, Stay, StayBook, StayOutcome
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
                                   InterruptRequested, Launch, PackCapped, Preempt, ResultReported, Stop, StopReason,
                                   TrialFailed, TrialFinished, TrialRecord, TrialStarted,
@@ -449,6 +449,8 @@ class Controller:
         if isinstance(event, TrialStarted):
             record.device = event.device
             self.stays.place(record.trial_id, event.device)
+            # when the worker began it: before, the launch was the worker's start-up
+            record.info.setdefault(BEGAN, {}).setdefault(str(record.attempts), now)
         elif isinstance(event, ResultReported):
             if self.packs is not None:
                 self._reported.add(record.trial_id)

@@ -20,7 +20,7 @@ import numpy as np
 
 from hypersack.core.objective import Objective
 from hypersack.core.pareto import pareto_front
-from hypersack.core.stays import Stay, trial_times
+from hypersack.core.stays import Stay, began_times, trial_times
 from hypersack.report import series
 
 __all__ = ["StudyData", "from_storage", "from_simulation", "payload"]
@@ -56,6 +56,9 @@ class StudyData:
     space: dict[str, Any] = field(default_factory=dict)
     target_trials: int | None = None
     metrics: list[dict[str, Any]] | None = None
+    # (trial, attempt) -> when its worker began it (``core.stays.began_times``): the timeline
+    # draws the time before as the worker's start-up
+    began: dict[tuple[int, int], float] = field(default_factory=dict)
 
 
 def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData:
@@ -67,7 +70,8 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
         now = time.time() if status == "running" else row.updated_at
     records = storage.load_trials(row.study_id)
     stays = storage.load_stays(row.study_id)
-    times = trial_times(stays, {t.trial_id: t.finished_at for t in records}, now)
+    times = trial_times(stays, {t.trial_id: t.finished_at for t in records}, now,
+                        began=began_times(records))
     from hypersack.runtime.storage.user_attrs import load_attrs
     attrs = load_attrs(storage, row.study_id)
     trials = []
@@ -84,7 +88,8 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
                      storage.load_samples(row.study_id), now=now, source="store",
                      extra={"decisions": read_decisions(storage.connection, name)},
                      space=dict(row.spec.get("space") or {}),
-                     target_trials=(row.spec.get("budget") or {}).get("trials"), metrics=every)
+                     target_trials=(row.spec.get("budget") or {}).get("trials"), metrics=every,
+                     began=began_times(records))
 
 
 def from_simulation(result: Any, store: Any) -> StudyData:
@@ -187,7 +192,7 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
                    "id": [p[2] for p in points], "state": [p[3] for p in points]},
         "curves": _curves(curves, data),
         "curves_range": _robust_range([y for _xs, ys in curves.values() for y in ys]),
-        "lanes": _lanes(bars, origin),
+        "lanes": _lanes(bars, origin, data.began),
         "occupancy": {d: [_rs(ts, origin), _rs(vs)] for d, (ts, vs) in occ.items()},
         "utilization": _utilization(data.samples, origin),
         "importance": importance,
@@ -312,8 +317,13 @@ def _curves(curves: Mapping[int, tuple[list[float], list[float]]], data: StudyDa
     return out
 
 
-def _lanes(bars: list[series.LaneBar], origin: float) -> dict[str, list]:
+def _lanes(bars: list[series.LaneBar], origin: float,
+           began: Mapping[tuple[int, int], float] | None = None) -> dict[str, list]:
+    """The timeline's bars as columns; ``began``: when the bar's trial began in its worker
+    (None for a pack, or where unknown): the part before is the worker's start-up."""
     stays = [b.stay for b in bars]
+    starts = [None if isinstance(s, series.PackStay) else (began or {}).get((s.trial_id, s.attempt))
+              for s in stays]
     return {"device": [b.device for b in bars], "lane": [b.lane for b in bars],
             "start": _rs([b.start for b in bars], origin), "end": _rs([b.end for b in bars], origin),
             "trial": [s.trial_id for s in stays], "attempt": [s.attempt for s in stays],
@@ -321,7 +331,9 @@ def _lanes(bars: list[series.LaneBar], origin: float) -> dict[str, list]:
             "pack": [None if s.pack is None else str(s.pack) for s in stays],
             "members": [[m.trial_id for m in s.members] if isinstance(s, series.PackStay) else None
                         for s in stays],
-            "share": _rs([s.share for s in stays])}
+            "share": _rs([s.share for s in stays]),
+            "began": _rs([None if b is None else min(max(b, bar.start), bar.end)
+                          for b, bar in zip(starts, bars)], origin)}
 
 
 def _utilization(samples: list[dict[str, Any]], origin: float) -> dict[str, list]:

@@ -87,7 +87,8 @@ def fill_multi_store(path, name="multi"):
 
 def fill_pack_store(path, name="packed", members=4, outlier=False):
     """A fused pack of ``members`` trials (pack 3, seats 0..) on ``cpu0`` from T0 to T0 + 20
-    (members leave at T0 + 10 + k), then a plain trial alone on ``cpu0`` from T0 + 30 to T0 + 40.
+    (members leave at T0 + 10 + k), then a plain trial alone on ``cpu0`` from T0 + 30 to T0 + 40
+    that its new worker began at T0 + 35 (5 s of start-up).
     Each reports loss 1 / (id + step) at steps 1 and 2; ``outlier``: the last trial's step 1
     loss is 1e6."""
     import hypersack
@@ -102,7 +103,8 @@ def fill_pack_store(path, name="packed", members=4, outlier=False):
             record = TrialRecord(i, {"lr": 0.001 * 10 ** i}, seed=i, state=TrialState.COMPLETE,
                                  attempts=1, last_step=2, metrics={"loss": 1.0 / (i + 1)},
                                  value=1.0 / (i + 1), started_at=start, finished_at=end,
-                                 info={"fused": {"pack": 3, "seat": i}} if fused else {})
+                                 info={"fused": {"pack": 3, "seat": i}} if fused else
+                                 {"began_at": {"1": T0 + 35}})      # a new worker: 5 s start-up
             stay = Stay(i, 1, "n0", "cpu0", start, 100.0, pack=3 if fused else None, end=end,
                         outcome=StayOutcome.FINISHED)
             results = [(i, s, {"loss": 1e6 if outlier and not fused and s == 1 else 1.0 / (i + s)})

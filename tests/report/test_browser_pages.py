@@ -188,11 +188,15 @@ def test_a_pack_is_one_stay_and_outliers_do_not_squash_the_curves(browser, tmp_p
     page, sec, p = _open(browser, tmp_path, fill_pack_store(tmp_path / "p.db", outlier=True), "packed")
     timeline = sec.locator("[data-chart='timeline']")
     bars = timeline.evaluate("e => e.data.map(t => [t.text, t.hovertext])")
-    texts = [x for text, _ in bars for x in text]
+    texts = [x for text, _ in bars for x in text or []]
     assert sorted(texts) == ["pack 3 (4 trials)", "t4"]             # one stay for the 4 members
-    hover = [h for _, hs in bars for h in hs if h.startswith("pack 3")]
+    hover = [h for _, hs in bars for h in hs or [] if h.startswith("pack 3")]
     assert hover and "trials 0, 1, 2, 3" in hover[0]
     assert "pack 3 (4 trials)" in timeline.inner_text()              # the label a person reads
+    boot = timeline.evaluate("e => e.data.filter(t => t.name === 'worker start-up').map(t => [t.base, t.x, t.hovertext])")
+    assert boot == [[[30.0], [5.0], ["worker start-up before trial 4 (attempt 1): 5.0 s, not counted "
+                                     "as the trial's running time"]]]
+    assert "worker start-up" in timeline.locator(".legend").text_content()
     table = sec.locator("[data-view='table'] table.trials")
     heads = table.locator("th").all_inner_texts()
     assert [h.split(" ")[0] for h in heads[:11]] == ["id", "state", "value", "step", "attempts",
@@ -200,6 +204,8 @@ def test_a_pack_is_one_stay_and_outliers_do_not_squash_the_curves(browser, tmp_p
                                                      "pack", "seat"]
     row2 = table.locator("tbody tr[data-trial='2'] td").all_inner_texts()
     assert row2[9:11] == ["3", "2"]                                  # pack 3, seat 2
+    row4 = table.locator("tbody tr[data-trial='4'] td").all_inner_texts()
+    assert row4[7] == "5.0 s"                                        # running: start-up left out
     table.locator("tbody tr[data-trial='2']").click()               # its stay: the pack's
     assert sec.locator("[data-view='stays'] tr").count() == 2
     curves = sec.locator("[data-chart='curves']")

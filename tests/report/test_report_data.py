@@ -324,6 +324,8 @@ def test_a_fused_pack_is_one_stay_with_its_members_and_the_table_names_pack_and_
     assert lanes["members"] == [[0, 1, 2, 3], None] and lanes["pack"] == ["3", None]
     assert lanes["start"] == [0.0, 30.0] and lanes["end"] == [13.0, 40.0]
     assert p["table"]["pack"] == ["3", "3", "3", "3", None] and p["table"]["seat"] == [0, 1, 2, 3, None]
+    assert lanes["began"] == [None, 35.0]                    # the plain trial's worker started up
+    assert p["table"]["running"][4] == 5.0                   # 10 s on the slot, 5 s of start-up
 
 
 def test_a_multi_objective_summary_holds_the_front_not_one_best(tmp_path):

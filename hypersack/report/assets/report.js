@@ -364,12 +364,19 @@
 
   // One row per device; co-located stays share the row, each on its own band (lane).
   function timelineChart(div, p) {
-    var L = p.lanes, lanesOf = {}, byOutcome = {}, i;
+    var L = p.lanes, lanesOf = {}, byOutcome = {}, i, boot = {x: [], base: [], y: [], hover: [], width: [], offset: []};
     for (i = 0; i < L.trial.length; i++) { lanesOf[L.device[i]] = Math.max(lanesOf[L.device[i]] || 0, L.lane[i] + 1); }
     for (i = 0; i < L.trial.length; i++) {
       var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: [], hover: [], width: [], offset: []});
-      var w = 0.84 / lanesOf[L.device[i]];
-      g.base.push(L.start[i]); g.x.push(Math.max(L.end[i] - L.start[i], 1e-9)); g.y.push(L.device[i]);
+      var w = 0.84 / lanesOf[L.device[i]], began = (L.began || [])[i], from = L.start[i];
+      if (began !== null && began !== undefined && began > L.start[i]) {    // the worker's start-up: its own segment
+        from = began;
+        boot.base.push(L.start[i]); boot.x.push(began - L.start[i]); boot.y.push(L.device[i]);
+        boot.width.push(w * 0.92); boot.offset.push(0.42 - (L.lane[i] + 1) * w + 0.04 * w);
+        boot.hover.push("worker start-up before trial " + L.trial[i] + " (attempt " + L.attempt[i] + "): " +
+          dur(began - L.start[i]) + ", not counted as the trial's running time");
+      }
+      g.base.push(from); g.x.push(Math.max(L.end[i] - from, 1e-9)); g.y.push(L.device[i]);
       g.width.push(w * 0.92); g.offset.push(0.42 - (L.lane[i] + 1) * w + 0.04 * w);   // lane 0 on top
       var members = (L.members || [])[i];
       if (members) {          // a fused pack: one stay, its members on hover
@@ -391,6 +398,11 @@
         insidetextanchor: "middle", textfont: {size: 9, color: "#fff"}, constraintext: "both",
         marker: {color: OUTCOME_COLORS[o] || "#999", line: {width: 0.5, color: "#fff"}}};
     });
+    if (boot.x.length) {
+      traces.push({type: "bar", orientation: "h", name: "worker start-up", x: boot.x, base: boot.base, y: boot.y,
+        width: boot.width, offset: boot.offset, hovertext: boot.hover, hoverinfo: "text",
+        marker: {color: "#cbd2d9", pattern: {shape: "/", fgcolor: "#9aa5b1"}, line: {width: 0.5, color: "#fff"}}});
+    }
     var words = deviceWords(p), h = Math.max(300, Math.min(1400, 110 + names.length * Math.max(26, 9 * most)));
     draw(div, traces, layout(words.title + ": each trial's stays, one row per " + words.one +
       " (co-located trials side by side; drag to zoom in time, double-click to reset)", {barmode: "overlay", height: h,

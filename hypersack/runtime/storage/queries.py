@@ -10,7 +10,7 @@ from typing import Any
 from hypersack.core.controller import best_record
 from hypersack.core.objective import Objective
 from hypersack.core.pareto import pareto_front
-from hypersack.core.stays import TrialTimes, trial_times
+from hypersack.core.stays import began_times, TrialTimes, trial_times
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import ConfigError
 from hypersack.runtime.storage.sqlite import Storage
@@ -77,7 +77,8 @@ def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any
     (``retries``); ``resumes``: the launches that continued it without a failure (promotion,
     preemption, resume after Ctrl-C; ``TrialRecord.tries``/``resumes``). ``started_at`` is
     its last launch; with ``times``
-    (``core.stays.trial_times``): ``first_started_at``, ``running_s`` (summed over attempts)
+    (``core.stays.trial_times``): ``first_started_at``, ``running_s`` (summed over attempts,
+    a new worker's start-up left out: ``startup_s``)
     and ``waiting_s`` (paused, preempted, queued), else None."""
     return {"trial_id": t.trial_id, "state": t.state.value, "config": t.config, "value": t.value,
             **({} if t.values is None else {"values": t.values}), "last_step": t.last_step, "metrics": t.metrics, "attempts": t.tries,
@@ -86,6 +87,7 @@ def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any
             "first_started_at": times.first_start if times else None,
             "running_s": times.running_s if times else None,
             "waiting_s": times.waiting_s if times else None,
+            "startup_s": times.startup_s if times else None,
             "time_sharing": t.info.get("time_sharing")}
 
 
@@ -94,7 +96,7 @@ def times_of(storage: Storage, study_id: int, trials: list[TrialRecord],
     """Each stored trial's first start, running and waiting time (``core.stays.trial_times``);
     ``now``: where unfinished trials and open stays end."""
     return trial_times(storage.load_stays(study_id), {t.trial_id: t.finished_at for t in trials},
-                       now)
+                       now, began=began_times(trials))
 
 
 def study_now(status: str, updated_at: float) -> float:
