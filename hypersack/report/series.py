@@ -91,7 +91,7 @@ def _device(stay: Stay) -> str:
     return f"{stay.node}/{stay.gpu}"
 
 
-def _ends(stays: Iterable[Stay], now: float) -> list[tuple[Stay, float, float]]:
+def _ends(stays: Iterable[Any], now: float) -> list[tuple[Any, float, float]]:
     """Each stay with its start and end; an open stay ends at ``now`` (never before its start)."""
     return [(s, s.start, max(s.start, now if s.end is None else s.end)) for s in stays]
 
@@ -142,7 +142,7 @@ def pack_stays(stays: Iterable[Stay]) -> list[Stay | PackStay]:
     return [PackStay(tuple(item)) if isinstance(item, list) else item for item in out]
 
 
-def lanes(stays: Iterable[Stay], now: float) -> list[LaneBar]:
+def lanes(stays: Iterable[Stay | PackStay], now: float) -> list[LaneBar]:
     """Bars of a per-GPU timeline: on each device, stays that overlap in time get different
     lanes (lowest free lane first, so the lanes of one device never overlap and a device uses
     as many lanes as it ever held trials at once). Members of one pack starting together get
