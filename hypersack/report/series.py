@@ -367,10 +367,11 @@ def contour_grid(xs: Sequence[float], ys: Sequence[float], zs: Sequence[float], 
                  xlog: bool = False, ylog: bool = False, size: int = 30) -> dict[str, Any]:
     """The objective ``zs`` over a ``size`` x ``size`` grid spanning the trials' ``xs`` and
     ``ys`` (log-even steps on a log axis, whose values must be positive): each trial falls in
-    its nearest cell (cells holding several: their mean); the other cells are filled by
-    Laplace's equation (each the mean of its neighbours; edges mirror), as optuna-dashboard
-    fills its contour: a smooth surface through the filled cells, with no bullseye around each
-    trial (inverse-distance weighting's), that never leaves the range of the values.
+    its nearest cell (cells holding several: their mean); the other cells are filled by a
+    thin-plate spline through the filled cells (an RBF: the smoothest surface through them,
+    with no bullseye around each trial as inverse-distance weighting makes), or, beyond
+    ``TPS_MAX_CELLS`` filled cells, by Laplace's equation (each the mean of its neighbours, as
+    optuna-dashboard fills); clipped to the range of the values, which it never leaves.
     Returns ``{"x": [size], "y": [size], "z": [size rows of size]}`` (``z[j][i]`` at
     ``(x[i], y[j])``), grid values in real units. Needs two or more distinct ``xs`` and ``ys``."""
     if size < 2:
@@ -384,8 +385,45 @@ def contour_grid(xs: Sequence[float], ys: Sequence[float], zs: Sequence[float], 
     filled = counts > 0
     grid = np.zeros(size * size)
     grid[filled] = sums[filled] / counts[filled]   # a filled cell: its own mean, exactly
-    grid[~filled] = _laplace_fill(filled, grid, size)
+    if 3 <= int(filled.sum()) <= TPS_MAX_CELLS:
+        smooth = _thin_plate_fill(filled, grid, size)
+        grid[~filled] = smooth[~filled] if smooth is not None else _laplace_fill(filled, grid, size)
+    else:
+        grid[~filled] = _laplace_fill(filled, grid, size)
+    known = grid[filled]
+    grid = np.clip(grid, known.min(), known.max())
     return {"x": gx.tolist(), "y": gy.tolist(), "z": grid.reshape(size, size).tolist()}
+
+
+TPS_MAX_CELLS = 150     # more filled cells: the Laplace fill (dense enough; the spline solve grows as n^3)
+
+
+def _thin_plate_fill(filled: np.ndarray, grid: np.ndarray, size: int) -> np.ndarray | None:
+    """Every cell's value on the thin-plate spline (r^2 log r, plus a plane) through the filled
+    cells, in cell units; None when the filled cells are on one line (no unique plane)."""
+    cells = np.flatnonzero(filled)
+    cj, ci = np.divmod(cells, size)
+    centres = np.column_stack([ci, cj]).astype(float)
+    n = len(cells)
+
+    def kernel(points: np.ndarray) -> np.ndarray:
+        r2 = ((points[:, None, :] - centres[None, :, :]) ** 2).sum(axis=2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(r2 > 0, 0.5 * r2 * np.log(r2), 0.0)
+    system = np.zeros((n + 3, n + 3))
+    system[:n, :n] = kernel(centres)
+    system[:n, n:] = np.column_stack([np.ones(n), centres])
+    system[n:, :n] = system[:n, n:].T
+    rhs = np.concatenate([grid[cells], np.zeros(3)])
+    try:
+        weights = np.linalg.solve(system, rhs)
+    except np.linalg.LinAlgError:
+        return None
+    if not np.all(np.isfinite(weights)):
+        return None
+    jj, ii = np.divmod(np.arange(size * size), size)
+    everywhere = np.column_stack([ii, jj]).astype(float)
+    return np.asarray(kernel(everywhere) @ weights[:n] + weights[n] + everywhere @ weights[n + 1:])
 
 
 def _laplace_fill(filled: np.ndarray, grid: np.ndarray, size: int) -> np.ndarray:
