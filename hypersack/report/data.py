@@ -263,34 +263,34 @@ def _eta(finished: int, target: int | None, elapsed: float, status: str) -> floa
     return _r(max(0.0, elapsed / finished * (target - finished)))
 
 
-CURVE_FENCE = 3.0    # values beyond this many interquartile ranges of the others: off the chart
+CURVE_FENCE = 10.0   # values farther from the median than this many scales: off the chart
 
 
 def _robust_range(values: Sequence[float]) -> dict[str, Any] | None:
-    """The y-range of the learning curves that outliers do not squash: the least and largest
-    values within ``CURVE_FENCE`` interquartile ranges of the middle half (Tukey's fences),
-    widened by 5% of their span each side, as ``{"linear": [lo, hi], "log": [log10 lo, log10
-    hi] or None (values not all positive), "clipped": how many values lie outside}``; None
-    without values."""
+    """The y-range of the learning curves that outliers (a diverged trial's loss, orders of
+    magnitude off) do not squash, while slow early epochs stay in: the values within
+    ``CURVE_FENCE`` scales of the median, the scale being the span of the middle 90% of the
+    values or half the median's size, whichever is larger; widened by 5% each side. Returns
+    ``{"linear": [lo, hi], "log": [log10 lo, log10 hi] or None (values not all positive),
+    "clipped": how many values lie outside}``; None without values."""
     a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if not len(a):
         return None
-    lo, hi, clipped = _fenced(a)
-    out: dict[str, Any] = {"linear": [_r(lo), _r(hi)], "log": None, "clipped": clipped}
-    if float(a.min()) > 0:
-        llo, lhi, _ = _fenced(np.log10(a))
-        out["log"] = [_r(llo), _r(lhi)]
-    return out
-
-
-def _fenced(a: np.ndarray) -> tuple[float, float, int]:
-    """``(lo, hi, outside)``: the range of ``a`` within Tukey's fences, padded 5% each side."""
-    q1, q3 = (float(q) for q in np.quantile(a, (0.25, 0.75)))
-    spread = (q3 - q1) or abs(q3) * 0.1 or 1.0
-    inside = a[(a >= q1 - CURVE_FENCE * spread) & (a <= q3 + CURVE_FENCE * spread)]
-    lo, hi = float(inside.min()), float(inside.max())
+    # the 5% and 95% points are values of ``a`` (nearest rank inward): one outlier in ten
+    # values does not move them
+    q05, q95 = float(np.quantile(a, 0.05, method="higher")), float(np.quantile(a, 0.95, method="lower"))
+    middle = float(np.median(a))
+    scale = max(abs(q95 - q05), 0.5 * abs(middle)) or 1.0
+    kept = a[np.abs(a - middle) <= CURVE_FENCE * scale]
+    lo, hi = float(kept.min()), float(kept.max())
     pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 0.5
-    return lo - pad, hi + pad, int(len(a) - len(inside))
+    out: dict[str, Any] = {"linear": [_r(lo - pad), _r(hi + pad)], "log": None,
+                           "clipped": int(len(a) - len(kept))}
+    if float(a.min()) > 0:
+        llo, lhi = math.log10(lo), math.log10(hi)
+        lpad = (lhi - llo) * 0.05 or 0.05
+        out["log"] = [_r(llo - lpad), _r(lhi + lpad)]
+    return out
 
 
 def _best_card(t: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -351,3 +351,12 @@ def test_the_learning_curves_range_leaves_an_outlier_out():
     r = _robust_range(values)
     assert r["linear"][1] < 3 and r["clipped"] == 1 and r["log"][1] < 1
     assert _robust_range([-1.0, 1.0])["log"] is None and _robust_range([]) is None
+
+
+def test_the_learning_curves_range_keeps_slow_early_epochs():
+    from hypersack.report.data import _robust_range
+    values = [0.1, 0.2, 0.3] + [0.9 + 0.001 * i for i in range(60)]     # early epochs, then a plateau
+    r = _robust_range(values)
+    assert r["clipped"] == 0 and r["linear"][0] < 0.1
+    ten = [0.2 + 0.1 * i for i in range(9)] + [1e6]                   # one diverged value in ten
+    assert _robust_range(ten)["clipped"] == 1 and _robust_range(ten)["linear"][1] < 2

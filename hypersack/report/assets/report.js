@@ -176,7 +176,7 @@
   }
 
   // Every trial's objective by step; outliers do not squash the others (the y-range leaves out
-  // values beyond Tukey's fences: ``curves_range``); log y and pruned trials left out on demand.
+  // values an order of magnitude beyond the others' spread: ``curves_range``); log y and pruned trials left out on demand.
   function curvesChart(div, p) {
     var on = toggles(div, [["log", "log y"], ["no-pruned", "exclude pruned"]], function () { curvesChart(div, div._payload); });
     div._payload = p;
@@ -208,7 +208,7 @@
     var r = p.curves_range, log = on("log") && r && r.log, y = {title: {text: p.metric}};
     if (log) { y = logAxis(traces.reduce(function (a, t) { return a.concat(t.y); }, []), {title: {text: p.metric + " (log)"}, range: r.log}); }
     else if (r && !on("log")) { y.range = r.linear; }
-    note(div, r && r.clipped ? r.clipped + " value(s) far outside the others (beyond " + 3 + " interquartile ranges) are off the chart (zoom out to see them)." :
+    note(div, r && r.clipped ? r.clipped + " value(s) far outside the others (an order of magnitude beyond their spread) are off the chart (zoom out to see them)." :
       on("log") && r && !r.log ? "Not on a log axis: some values are 0 or negative." : "", false);
     draw(div, traces, layout("Learning curves (" + shown + " trials" + (on("no-pruned") ? ", pruned left out" : "") + ")",
       {xaxis: {title: {text: "step"}}, yaxis: y}));
