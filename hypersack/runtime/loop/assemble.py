@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from hypersack.core.algorithms import Algorithm
+from hypersack.core.algorithms import Algorithm, algorithm_names
 from hypersack.core.controller import Budget, Controller, ControllerOptions
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event
@@ -89,8 +89,11 @@ def controller_options(spec: StudySpec, inventory: Any, *, services: DriverServi
 
 def one_trial_when_fixed(spec: StudySpec) -> StudySpec:
     """``spec`` with a budget of one trial, said in a UserWarning, when its space has nothing
-    to search (every configuration is the same: more trials would repeat one); else ``spec``."""
-    if not spec.space.has_nothing_to_search or spec.budget.trials == 1:
+    to search (every configuration is the same: more trials would repeat one) and a named
+    algorithm searches it; else ``spec`` (an Algorithm object of the user's may make configs of
+    its own beyond the space)."""
+    if (not spec.space.has_nothing_to_search or spec.budget.trials == 1
+            or spec.algorithm.get("type") not in algorithm_names()):
         return spec
     warnings.warn(f"Study {spec.name!r}: the space has nothing to search (every parameter "
                   "holds one value), so it runs one trial", UserWarning, stacklevel=2)
