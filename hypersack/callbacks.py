@@ -34,7 +34,9 @@ class FrozenTrial:
     """What a callback sees of a trial, copied when the event was stored. ``state``: running,
     complete, pruned or failed; ``value``: the objective's last reported value (None before a
     report); ``step``: the last stored step; ``metrics``: that step's metrics; ``values``: in
-    a multi-objective study, every objective's value (objective order, as Optuna's), else None."""
+    a multi-objective study, every objective's value (objective order, as Optuna's), else None;
+    ``user_attrs``: what the trial set with ``ctx.set_attr`` (Optuna's ``user_attrs``), as of
+    its last stop (whole when it ends; what a running trial set since is read at its stop)."""
     trial_id: int
     config: dict[str, Any]
     state: str
@@ -43,6 +45,7 @@ class FrozenTrial:
     metrics: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     values: list[float] | None = None
+    user_attrs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def number(self) -> int:

@@ -201,7 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     study = Study.from_yaml(args.file, storage=args.storage)
     if_exists = "resume" if args.resume else "replace" if args.replace else "error"
     try:
-        run = study.run(if_exists=if_exists, progress=_progress(args))
+        run = study._run_returning(if_exists=if_exists, progress=_progress(args))
     except StudyExistsError as exc:          # name the file the user gave
         raise StudyExistsError(exc.name, exc.path, shlex.quote(args.file)) from None
     return _finish(run, str(study.storage_path))
@@ -211,7 +211,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from hypersack.study import Study, extend_sys_path
     extend_sys_path(os.getcwd())      # as `python -m`: a module:function in the working directory
     storage = args.storage or DEFAULT_STORAGE
-    run = Study.load(args.name, storage).resume(progress=_progress(args))
+    run = Study.load(args.name, storage)._resume_returning(progress=_progress(args))
     return _finish(run, storage)
 
 
@@ -294,8 +294,9 @@ def _trials_table(trials: list[dict], width: int) -> Table:
         state, priority = shared_view(t["state"], t.get("time_sharing"))
         state = not_responding(state, t) and "not responding" or state
         extra = (priority,) if shared else ()
-        rows.append((str(t["trial_id"]), state, value, step, str(t["attempts"]), *extra, config))
-    heads = ("trial", "state", "value", "step", "tries") + (("priority",) if shared else ())
+        rows.append((str(t["trial_id"]), state, value, step, str(t["attempts"]),
+                     str(t.get("resumes", 0)), *extra, config))
+    heads = ("trial", "state", "value", "step", "tries", "resumes") + (("priority",) if shared else ())
     fixed = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
     padding = 2 * (len(heads) + 1)                     # box-less table: one space each side
     table = Table(box=None)

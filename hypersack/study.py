@@ -37,7 +37,7 @@ from hypersack.core.timeouts import HEARTBEAT_TIMEOUT_S
 from hypersack.core.keep_best import KeepBest
 from hypersack.core.warm_start import Enqueued, check_config
 from hypersack.core.spec import (MAX_LOG_MB, ExecutorOptions, PackOptions, Resources, StudySpec,
-                                 check_resumable, split_precision)
+                                 check_resumable, check_same_study, split_precision)
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
 from hypersack.errors import (ConfigError, NoTrialCompletedWarning, StorageError,
                               StudyExistsError, TrainableError)
@@ -82,7 +82,7 @@ def _warn_without_result(store: Storage, ended: StudyRun) -> None:
     if not counts["complete"]:
         warnings.warn(f"Study {ended.name!r}: no trial completed ({counts['failed']} failed, "
                       f"{counts['pruned']} pruned); see Study.status() for errors and tracebacks",
-                      NoTrialCompletedWarning, stacklevel=3)
+                      NoTrialCompletedWarning, stacklevel=4)
 
 
 class Study:
@@ -97,7 +97,7 @@ class Study:
       "max" and is required. ``metric`` is a name the trainable reports. A list of them
       (``[("loss", "min"), ("latency_ms", "min")]``) makes a multi-objective study: every trial
       reports every objective, ``best_trials()`` is the Pareto front (README "Multi-objective").
-    - ``name``: the study's name in the store (letters, digits, ``_ . -``); None: a timestamped
+    - ``name``: the study's name in the store (letters of any script, digits, ``_ . -``); None: a timestamped
       name ("study-YYYYmmdd-HHMMSS"). An empty string is an error.
     - ``algorithm``: "random", "grid", "tpe", or ``{"type": "sha"|"hyperband"|"asha"|"bohb"|
       "rasda"|"pack_hyperband", **options}`` (README "Algorithms"), or an ``Algorithm`` instance.
@@ -183,7 +183,8 @@ class Study:
                  heartbeat_timeout_s: float | None = HEARTBEAT_TIMEOUT_S,
                  max_log_mb: float | None = MAX_LOG_MB):
         if n_trials is None and time_budget_s is None:
-            raise ConfigError("n_trials", None, "or time_budget_s must be set: the study needs a budget")
+            raise ConfigError("n_trials", None, "the study needs a budget: set n_trials or "
+                              "time_budget_s (or both)")
         precision, pack = split_precision(precision, pack)
         self._algorithm_instance = algorithm if not isinstance(algorithm, (str, Mapping)) else None
         algorithm_spec = make_algorithm_spec(algorithm)   # an Optuna sampler object: type optuna
@@ -265,7 +266,19 @@ class Study:
         ``if_exists="resume"``. ``progress``: "live", "lines", False, or None (live on a
         terminal, lines otherwise). ``slots``: the devices to run on (default: this machine's
         GPUs, else its CPU cores). A study that ``max_failures`` stopped raises
-        TrialsFailingError (resumable once the cause is fixed)."""
+        TrialsFailingError (resumable once the cause is fixed).
+
+        Ctrl-C (or SIGTERM): running trials stop at their next report (twice: at once), the
+        study is saved, the line that resumes it is printed to stderr, and KeyboardInterrupt is
+        raised (as Optuna does): a script ends with status 130 unless it catches it."""
+        return _raise_if_signalled(self, self._run_returning(
+            trainable, if_exists=if_exists, progress=progress, slots=slots,
+            load_if_exists=load_if_exists))
+
+    def _run_returning(self, trainable: Trainable | None = None, *, if_exists: str = "error",
+                       progress: str | bool | None = None, slots: list[Slot] | None = None,
+                       load_if_exists: bool = False) -> StudyRun:
+        """``run``, returning "interrupted" on Ctrl-C (the command line says how to go on)."""
         if_exists = _if_exists(if_exists, load_if_exists)
         prepared = self._prepare(trainable)     # bad input fails here, before any file is made
         with Storage(self.storage_path) as store:
@@ -305,7 +318,14 @@ class Study:
     def resume(self, trainable: Trainable | None = None, *, progress: str | bool | None = None,
                slots: list[Slot] | None = None) -> StudyRun:
         """Continue a stored study: finished trials are kept, unfinished ones restart from their
-        last checkpoint, the algorithm continues from its saved state."""
+        last checkpoint, the algorithm continues from its saved state. Ctrl-C: as ``run``."""
+        return _raise_if_signalled(self, self._resume_returning(trainable, progress=progress,
+                                                                 slots=slots))
+
+    def _resume_returning(self, trainable: Trainable | None = None, *,
+                          progress: str | bool | None = None,
+                          slots: list[Slot] | None = None) -> StudyRun:
+        """``resume``, returning "interrupted" on Ctrl-C (the command line says how to go on)."""
         if self.spec.source_dir is not None:        # the study file's folder (from_yaml)
             extend_sys_path(self.spec.source_dir)
         prepared = self._prepare(trainable)
@@ -374,10 +394,10 @@ class Study:
     def _drive(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any, algorithm: Any,
                resume: bool, progress: str | bool | None, slots: list[Slot] | None,
                on_started: Callable[[], None] | None = None) -> StudyRun:
-        runner = CallbackRunner(self._resolved, self) if self._resolved else None
         trial_dir = lambda trial_id: store.trial_dir(row, trial_id)   # noqa: E731
         attrs = AttrsImporter(store, row.study_id, trial_dir,
                               lambda trial_id: store.trial_file(row, trial_id, ATTRS_FILE))
+        runner = CallbackRunner(self._resolved, self, attrs.of) if self._resolved else None
         save_attrs(store, row.study_id, STUDY_ATTRS, self._pending_attrs)
         keep = self.spec.keep_checkpoints_num
         keeper = CheckpointKeeper(KeepBest(self.spec.objective, keep), trial_dir) if keep else None
@@ -390,12 +410,14 @@ class Study:
                                     on_started=on_started, listeners=listeners)
         finally:
             trials = assembly.controller.trials if assembly is not None else {}
-            if keeper is not None:
-                keeper.close(trials)
-            if runner is not None:
-                runner.close(trials)
-            # With the run's own error in flight, a store fault here is not the one to see.
-            attrs.close(trials, quiet=sys.exc_info()[0] is not None)
+            try:        # first: the last callbacks see every trial's attributes
+                # With the run's own error in flight, a store fault here is not the one to see.
+                attrs.close(trials, quiet=sys.exc_info()[0] is not None)
+            finally:
+                if keeper is not None:
+                    keeper.close(trials)
+                if runner is not None:
+                    runner.close(trials)
 
     def _assembled(self, store: Storage, row: StudyRow, ref: TrainableRef, plan: Any,
                    algorithm: Any, resume: bool, progress: str | bool | None,
@@ -523,23 +545,36 @@ class Study:
         if self.storage_path.exists():
             with Storage(self.storage_path) as store:
                 if store.has_study(self.name):
+                    row = store.get_study(self.name)
+                    check_same_study(row.spec, json.loads(json.dumps(self.spec.to_dict())),
+                                     self.name)
                     save_attrs(store, store.get_study(self.name).study_id, STUDY_ATTRS, {key: value})
                     return
         self._pending_attrs[key] = value
 
     def user_attrs(self, trial_id: int | None = None) -> dict[str, Any]:
         """The study's attributes (``set_attr``), or those trial ``trial_id`` set (``ctx.set_attr``)."""
-        with Storage(self.storage_path, readonly=True) as store:
+        with self._reading() as store:
             attrs = load_attrs(store, store.get_study(self.name).study_id)
         return attrs.get(STUDY_ATTRS if trial_id is None else trial_id, {})
 
     # ---- results ---------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Storage]:
+        """The store opened read-only, once the stored study of this name is checked to be the
+        one this object describes (``check_same_study``): every read goes through here, so a
+        Study with another space or objective never reads another study's trials."""
+        with Storage(self.storage_path, readonly=True) as store:
+            row = store.get_study(self.name)
+            check_same_study(row.spec, json.loads(json.dumps(self.spec.to_dict())), self.name)
+            yield store
+
     def best_trial(self) -> dict[str, Any] | None:
         """The best trial as Ray Tune names it: the best last reported value of any trial that
         did not fail (a pruned or paused one counts with the value it reached), or None. A
         multi-objective study has none (ConfigError): see ``best_trials``."""
-        with Storage(self.storage_path, readonly=True) as store:
+        with self._reading() as store:
             return queries.best_trial(store, self.name)
 
     def best_trials(self) -> list[dict[str, Any]]:
@@ -547,31 +582,31 @@ class Study:
         trial beats in every objective (``core.pareto``), by trial id, each
         ``{"trial_id", "config", "values": {metric: value}, "step", "state"}``; for a
         single-objective study, its best complete trial (or nothing)."""
-        with Storage(self.storage_path, readonly=True) as store:
+        with self._reading() as store:
             return queries.best_trials(store, self.name)
 
     def best_complete_trial(self) -> dict[str, Any] | None:
         """The best trial that trained to its end (state complete), or None; in multi-fidelity
         studies ``best_trial()`` is often a trial pruned after a few steps."""
-        with Storage(self.storage_path, readonly=True) as store:
+        with self._reading() as store:
             return queries.best_trial(store, self.name, complete=True)
 
     def best_checkpoint(self) -> Any:
         """The state the best trial (``best_trial()``) saved with its last checkpointed report,
         read safely as ``ctx.restore()`` reads it; CheckpointError when there is none."""
         from hypersack.runtime.storage.best_checkpoint import best_checkpoint
-        with Storage(self.storage_path, readonly=True) as store:
+        with self._reading() as store:
             return best_checkpoint(store, self.name, self.spec.unsafe_checkpoints)[1]
 
     def export_best(self, out_dir: str | Path) -> Path:
         """Copy the best trial's checkpoint file and ``best.json`` into ``out_dir``
         (``hypersack export-best``); returns the copied file's path."""
         from hypersack.runtime.storage.best_checkpoint import export_best
-        with Storage(self.storage_path, readonly=True) as store:
+        with self._reading() as store:
             return export_best(store, self.name, out_dir)
 
     def status(self) -> dict[str, Any]:
-        with Storage(self.storage_path, readonly=True) as store:
+        with self._reading() as store:
             return queries.status(store, self.name)
 
     def trials_dataframe(self) -> Any:
@@ -580,17 +615,39 @@ class Study:
         ``metrics_*`` (the last report's), ``last_step``, ``attempts``, ``retries``, ``error``
         (see ``hypersack.report.frame``). Needs pandas (``pip install hypersack[report]``)."""
         from hypersack.report.frame import trials_dataframe
-        with Storage(self.storage_path, readonly=True) as store:
+        with self._reading() as store:
             return trials_dataframe(store, self.name)
 
     def report(self, path: str | Path = "report.html") -> Path:
         """Write the study's HTML report (``hypersack report``); returns its absolute path."""
         from hypersack.report import build_report
+        with self._reading():
+            pass
         return build_report(self.storage_path, [self.name], path)
 
     def results(self, trial_id: int | None = None) -> list[dict[str, Any]]:
-        with Storage(self.storage_path, readonly=True) as store:
+        with self._reading() as store:
             return store.load_results(store.get_study(self.name).study_id, trial_id)
+
+
+def _raise_if_signalled(study: Study, ended: StudyRun) -> StudyRun:
+    """``ended``, or, when Ctrl-C (SIGTERM) stopped it, the Python line that resumes the study
+    printed to stderr and KeyboardInterrupt raised (the study is saved by then)."""
+    if not ended.signalled:
+        return ended
+    line = resume_line(study.name, study.storage_path, stored_trainable=study.spec.trainable)
+    print(f"Study {study.name!r} interrupted and saved; continue it with: {line}",
+          file=sys.stderr, flush=True)
+    raise KeyboardInterrupt(f"study {study.name!r} interrupted; continue it with: {line}")
+
+
+def resume_line(name: str, storage: str | Path, stored_trainable: str | None) -> str:
+    """The Python that continues the stored study ``name`` (its trainable passed again unless
+    the study stores one)."""
+    arg = "" if stored_trainable is not None else "train"
+    path = str(storage)
+    where = "" if path == DEFAULT_STORAGE else f", storage={path!r}"
+    return f"hypersack.Study.load({name!r}{where}).resume({arg})"
 
 
 def _if_exists(if_exists: Any, load_if_exists: Any) -> str:

@@ -225,6 +225,22 @@ def _yaml_error(source: str, line: Any, problem: str) -> ConfigError:
     return error
 
 
+def _tab_problem(text: str, mark: Any) -> str | None:
+    """What to say when a parse error's line holds a tab where YAML wants spaces (its
+    indentation, or the very place the parser stopped), else None."""
+    if mark is None:
+        return None
+    lines = text.splitlines()
+    line = lines[mark.line] if 0 <= mark.line < len(lines) else ""
+    indent = line[:len(line) - len(line.lstrip(" \t"))]
+    at_mark = mark.column < len(line) and line[mark.column] == "\t"
+    if "\t" not in indent and not at_mark:
+        return None
+    column = (indent.index("\t") if "\t" in indent else mark.column) + 1
+    return (f"the YAML has a tab at column {column}: YAML indents with spaces only (replace "
+            "the tab with spaces)")
+
+
 def parse_yaml(text: str, source: str = "<string>") -> tuple[Any, yaml.Node | None]:
     """The data in the YAML ``text`` and its node tree, within the loader's limits; ConfigError
     with ``location = "source:line"`` otherwise (``source`` names the text in messages)."""
@@ -248,7 +264,7 @@ def parse_yaml(text: str, source: str = "<string>") -> tuple[Any, yaml.Node | No
         elif isinstance(exc, _LimitError):
             problem = f"the YAML {problem}"
         else:
-            problem = f"the YAML is malformed: {problem}"
+            problem = _tab_problem(text, mark) or f"the YAML is malformed: {problem}"
         raise _yaml_error(source, line, problem) from None
     except yaml.reader.ReaderError as exc:
         line = text[:exc.position].count("\n") + 1

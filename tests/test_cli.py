@@ -109,7 +109,7 @@ def test_best_status_export_list(ran, hs):
 def test_status_shows_failed_trial_traceback(tmp_path, hs):
     (tmp_path / "f.yaml").write_text(QUICK.replace("name: q", "name: f").replace(
         "trainables:quick", "trainables:raises_for_negative").replace(
-        "x: {type: float, low: 0.0, high: 1.0}", "x: -1.0"))
+        "x: {type: float, low: 0.0, high: 1.0}", "x: {type: float, low: -2.0, high: -1.0}"))
     ran = hs(tmp_path, "run", str(tmp_path / "f.yaml"), "--progress", "none", check=False)
     assert ran.returncode == 1                      # every trial failed: not a success
     assert "no trial completed (4 failed, 0 pruned of 4)" in ran.stderr and "hypersack status f" in ran.stderr

@@ -122,7 +122,7 @@ def test_callbacks_are_resolved_from_objects_classes_functions_and_references():
 
 def test_frozen_trial_speaks_optuna():
     trial = FrozenTrial(3, {"x": 1}, "complete", 0.5)
-    assert trial.number == 3 and trial.params == {"x": 1}
+    assert trial.number == 3 and trial.params == {"x": 1} and trial.user_attrs == {}
 
 
 # ---- callbacks in a running study ---------------------------------------------------------
@@ -296,14 +296,20 @@ def test_attributes_are_validated_naming_the_key(tmp_path):
 @pytest.mark.slow
 def test_trial_and_study_attributes_reach_the_store_dataframe_and_report(tmp_path):
     pytest.importorskip("pandas")
+    seen = {}
+
+    def at_end(study, trial):                # as Optuna's callbacks read trial.user_attrs
+        seen[trial.number] = trial.user_attrs
+
     study = hypersack.Study(name="attrs", space={"x": hypersack.Categorical([1.0, 2.0])},
                             objective=("score", "max"), n_trials=2, workers=1, algorithm="grid",
-                            storage=tmp_path / "s.db", shared={"offset": 7})
+                            storage=tmp_path / "s.db", shared={"offset": 7}, callbacks=[at_end])
     study.set_attr("owner", "me")                       # before the study is stored
     study.run("ecosystem_trainables:with_attrs", progress=False)
     study.set_attr("phase", 2)                          # after: stored at once
     assert study.user_attrs() == {"owner": "me", "phase": 2}
     assert study.user_attrs(0) == {"layers": [1, 2], "note": "x=1.0", "offset": 7}
+    assert seen == {0: study.user_attrs(0), 1: study.user_attrs(1)}
     frame = study.trials_dataframe()
     assert list(frame["user_attrs_note"]) == ["x=1.0", "x=2.0"]
     assert list(frame["user_attrs_offset"]) == [7, 7]          # ctx.shared reached each trial

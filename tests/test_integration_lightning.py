@@ -119,3 +119,27 @@ def test_a_missing_lightning_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "hypersack.integrations.lightning", raising=False)
     with pytest.raises(MissingDependencyError, match=r"hypersack\[lightning\]"):
         importlib.import_module("hypersack.integrations.lightning")
+
+
+@pytest.mark.slow
+def test_export_best_writes_a_ckpt_that_load_from_checkpoint_loads_and_logs_stay_quiet(tmp_path):
+    """export-best of a Lightning study: ``best.ckpt`` loads with ``load_from_checkpoint`` with
+    the best trial's weights; no trial log repeats "weights_only was not set" (issue 39)."""
+    import torch
+    from lightning_trainables import Linear
+    study = hypersack.Study(name="plx", space={"lr": hypersack.Categorical([0.05, 0.001]),
+                                               "epochs": 2},
+                            objective=("val_loss", "min"), n_trials=2, workers=1,
+                            algorithm="grid", storage=tmp_path / "s.db")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        study.run("lightning_trainables:train", progress=False)
+    path = study.export_best(tmp_path / "best")
+    assert path.name == "best.ckpt"
+    model = Linear.load_from_checkpoint(path, lr=0.05)
+    best = study.best_trial()
+    assert torch.isclose(torch.tensor(sum(float(p.detach().sum()) for p in model.parameters())),
+                         torch.tensor(study.user_attrs(best["trial_id"])["fit-1"]["after"]["2"]),
+                         atol=1e-5)
+    logs = list((tmp_path / "hypersack-runs").rglob("trial.log"))
+    assert len(logs) == 2 and not any("weights_only" in log.read_text() for log in logs)

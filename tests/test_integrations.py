@@ -1,6 +1,7 @@
 """The logging integrations (issue 31): TensorBoard, MLflow and W&B callbacks, offline."""
 from __future__ import annotations
 
+import os
 import struct
 import sys
 from pathlib import Path
@@ -65,12 +66,14 @@ def test_tensorboard_writes_a_run_per_trial_with_metrics_by_step_and_hparams(tmp
     assert _events(root / "trial-00001")      # the failed trial has its run too
 
 
-def test_mlflow_logs_a_run_per_trial_to_a_local_file_store(tmp_path):
+def test_mlflow_logs_a_run_per_trial_to_a_local_sqlite_store(tmp_path, monkeypatch):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
     from hypersack.integrations.mlflow import MLflowCallback
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)   # MLflow 3 refuses a file store
     _drive(MLflowCallback(tags={"team": "x"}), _study(tmp_path))
-    client = MlflowClient(tracking_uri=(tmp_path / "hypersack-runs" / "mlruns").as_uri())
+    assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/hypersack-runs/mlflow.db")
     experiment = client.get_experiment_by_name("demo")
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert sorted(runs) == ["trial-00000", "trial-00001"]

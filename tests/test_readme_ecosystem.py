@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -65,12 +66,25 @@ def test_the_section_runs_verbatim(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_logging_example_runs_where_its_extras_are_installed(tmp_path):
+def test_the_logging_example_runs_where_its_extras_are_installed(tmp_path, monkeypatch):
     for module in ("tensorboardX", "mlflow"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} is not installed (pip install 'hypersack[tensorboard,mlflow]')")
     _files(tmp_path)
-    _run(tmp_path, "python logged.py")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_ALLOW_FILE_STORE"}
+    done = subprocess.run(command("python logged.py"), cwd=tmp_path, capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert done.returncode == 0, done.stderr
     runs = tmp_path / "hypersack-runs"
     assert len(list((runs / "tensorboard" / "logged").iterdir())) == 2
-    assert any((runs / "mlruns").rglob("meta.yaml"))
+    # the README's `mlflow ui --backend-store-uri URI`, read back through MLflow's own client
+    text = (REPO / "README.md").read_text()
+    ui = re.search(r"`(mlflow ui --backend-store-uri (\S+))`", text)
+    assert ui is not None and "pip install mlflow" in text[ui.start() - 300:ui.start()]
+    from mlflow.tracking import MlflowClient
+    monkeypatch.chdir(tmp_path)                      # the command is run where the study ran
+    client = MlflowClient(tracking_uri=ui.group(2))
+    experiment = client.get_experiment_by_name("logged")
+    runs_read = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.run_name for r in runs_read) == ["trial-00000", "trial-00001"]
+    assert all(len(client.get_metric_history(r.info.run_id, "loss")) == 3 for r in runs_read)

@@ -32,7 +32,7 @@ def measure(studies: int, trials: int, workers: int, folder: Path) -> dict:
     for i in range(studies + 1):
         own0, children0 = _cpu()
         start = time.perf_counter()
-        study = hypersack.Study(name=f"start{i}", space={"lr": 0.5, "steps": 3},
+        study = hypersack.Study(name=f"start{i}", space={"lr": hypersack.Float(0.4, 0.6), "steps": 3},
                                 objective=("loss", "min"), n_trials=trials,
                                 storage=folder / f"s{i}.db", workers=workers)
         run = study.run("synthetic_chain", progress=False)

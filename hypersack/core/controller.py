@@ -23,7 +23,7 @@ from hypersack.core.packs import PackBook, PackPolicy, Seat
 from hypersack.core.shared_devices import SharedDevices
 from hypersack.core.timeouts import NOT_RESPONDING, Silence, silence, timed_out
 from hypersack.core.timesharing import TimeSharing
-from hypersack.core.stays import Stay, StayBook, StayOutcome
+from hypersack.core.stays import BEGAN, Stay, StayBook, StayOutcome
 from hypersack.core.trial import (Cancel, Command, DeviceAdded, DeviceLost, Event, FailureCause,
                                   InterruptRequested, Launch, PackCapped, Preempt, ResultReported, Stop, StopReason,
                                   TrialFailed, TrialFinished, TrialHeartbeat, TrialRecord,
@@ -398,9 +398,15 @@ class Controller:
         record.info.update(self.algorithm.trial_info(record.trial_id))
         self._changed.add(record.trial_id)
         share = self._share(record)
-        self.stays.open(record.trial_id, record.attempts, record.devices, now, share,
-                        record.info.get("pack"), record.device)
         seat = self._seat(record)
+        # A fused member's stay names its pack (the report draws a pack as one stay) and its
+        # record keeps where it sat; a plain trial's, the algorithm's pack hint (or None).
+        if seat is not None:
+            record.info["fused"] = {"pack": seat.pack, "seat": seat.seat}
+        else:
+            record.info.pop("fused", None)
+        self.stays.open(record.trial_id, record.attempts, record.devices, now, share,
+                        seat.pack if seat else record.info.get("pack"), record.device)
         return Launch(record.trial_id, dict(record.config), record.seed, record.attempts,
                       record.checkpoint, tuple(devices), share,
                       seat.pack if seat else None, seat.seat if seat else None,
@@ -451,6 +457,8 @@ class Controller:
         if isinstance(event, TrialStarted):
             record.device = event.device
             self.stays.place(record.trial_id, event.device)
+            # when the worker began it: before, the launch was the worker's start-up
+            record.info.setdefault(BEGAN, {}).setdefault(str(record.attempts), now)
         elif isinstance(event, ResultReported):
             if self.packs is not None:
                 self._reported.add(record.trial_id)

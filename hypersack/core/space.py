@@ -174,6 +174,10 @@ class Int(Domain):
             raise self._fail("low", self.low, "must be > 0 for a log domain")
         if self.log and self.step != 1:
             raise self._fail("step", self.step, "must be 1 for a log domain")
+        if self.step > self.high - self.low > 0:
+            raise self._fail("step", self.step, f"is larger than the range high - low "
+                             f"({self.high} - {self.low} = {self.high - self.low}): the only "
+                             f"value would be low ({self.low}); give a smaller step, or a constant")
         values = _check_values(self, self.values)
         if values is not None:
             object.__setattr__(self, "values", tuple(int(v) for v in values))
@@ -372,6 +376,12 @@ class SearchSpace(Mapping[str, Domain]):
         for name, domain in self._domains.items():
             size *= _axis_size(domain, self._points(name, domain, points_per_axis))
         return size
+
+    @property
+    def has_nothing_to_search(self) -> bool:
+        """True when every parameter holds one value (constants, low == high, one choice):
+        every configuration is the same one."""
+        return self.grid_size(2) == 1
 
     @staticmethod
     def _points(name: str, domain: "Domain", points_per_axis: int | None) -> int:

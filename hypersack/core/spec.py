@@ -28,7 +28,9 @@ from hypersack.validation import (check_bool, check_choice, check_integer,
 __all__ = ["StudySpec", "ExecutorOptions", "Resources", "PackOptions", "EXECUTION_MODES",
            "check_resumable", "split_precision"]
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")   # fullmatch: no trailing newline
+# Letters of any script (é, ß, 中), digits, _ . -, a letter or digit first (fullmatch: no
+# trailing newline); a name is a folder name, so no space, slash or control character.
+_NAME = re.compile(r"[^\W_][\w.-]{0,127}")
 
 # Upper bounds of the study's numbers: each far above any real use, low enough that the study
 # never allocates, sums or sleeps on an absurd value (a worker list of 10**9 slots...).
@@ -361,7 +363,9 @@ class StudySpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ConfigError("name", self.name,
-                              "must be 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit")
+                              "must be 1-128 letters, digits, '_', '.' or '-' (letters of any "
+                              "script: 'é' is one), starting with a letter or digit (no space or "
+                              "'/')")
         check_integer("seed", self.seed, low=0, high=MAX_SEED)
         if self.trainable is not None:
             check_name("trainable", self.trainable, max_len=1024)
@@ -491,3 +495,20 @@ def check_resumable(stored: Mapping[str, Any], new: Mapping[str, Any]) -> None:
                               f"differs from the stored study's {stored.get(key)!r}; only "
                               f"{', '.join(sorted(RESUMABLE_CHANGES))} may change on resume "
                               "(replace the study, or give it another name)")
+
+
+def check_same_study(stored: Mapping[str, Any], new: Mapping[str, Any], name: str) -> None:
+    """Raise ConfigError when a ``Study`` described as ``new`` reads the stored study ``name``
+    whose spec is ``stored`` but describes another one (another space, objective, algorithm or
+    seed): its results would be silently another study's. What may change on resume may differ;
+    a trainable is compared only when both name one (one passed to ``run()`` is not stored)."""
+    for key in sorted(set(stored) | set(new)):
+        if key in RESUMABLE_CHANGES or key == "name":
+            continue
+        if key == "trainable" and (stored.get(key) is None or new.get(key) is None):
+            continue
+        if stored.get(key) != new.get(key):
+            raise ConfigError(key, new.get(key),
+                              f"differs from the stored study {name!r}'s {stored.get(key)!r}: "
+                              "this Study describes another study than the one stored under "
+                              "its name (read the stored one with Study.load(name, storage))")

@@ -119,29 +119,51 @@ class TrialTimes:
     """A trial's time over all its attempts (seconds, the stays' clock): ``first_start``, its
     first launch; ``running_s``, the time it held devices, summed over attempts (a data-parallel
     attempt counts once); ``waiting_s``, the rest of the time from its first launch to its end
-    (or ``now``): paused, preempted, queued for a retry or a promotion."""
+    (or ``now``): paused, preempted, queued for a retry or a promotion; ``startup_s``, the time
+    its launches spent before the trial began in its worker (a new worker's start-up: the
+    interpreter, the trainable's imports), on the device but neither running nor waiting."""
     first_start: float
     running_s: float
     waiting_s: float
+    startup_s: float = 0.0
+
+
+BEGAN = "began_at"     # TrialRecord.info key: {attempt (text): when the worker began it}
+
+
+def began_times(records: Iterable[Any]) -> dict[tuple[int, int], float]:
+    """``(trial_id, attempt) -> when its worker began it`` from trial records' ``info[BEGAN]``
+    (the controller writes it when the executor says the trial started)."""
+    out = {}
+    for record in records:
+        for attempt, at in ((record.info or {}).get(BEGAN) or {}).items():
+            out[(record.trial_id, int(attempt))] = float(at)
+    return out
 
 
 def trial_times(stays: Iterable[Stay], ends: Mapping[int, float | None],
-                now: float) -> dict[int, TrialTimes]:
+                now: float, began: Mapping[tuple[int, int], float] | None = None
+                ) -> dict[int, TrialTimes]:
     """Each trial's ``TrialTimes`` from its stays (rank 0: one per attempt); ``ends``: each
-    trial's end (None: not finished, it counts to ``now``); an open stay runs to ``now``.
-    Trials without a stay are left out."""
+    trial's end (None: not finished, it counts to ``now``); an open stay runs to ``now``;
+    ``began``: when each (trial, attempt) began in its worker (``began_times``): the time
+    before is start-up, not running. Trials without a stay are left out."""
     firsts: dict[int, float] = {}
     running: dict[int, float] = {}
+    startup: dict[int, float] = {}
     for stay in stays:
         if stay.rank != 0:
             continue
         t = stay.trial_id
         firsts[t] = min(firsts.get(t, stay.start), stay.start)
         left = stay.end if stay.end is not None else max(now, stay.start)
-        running[t] = running.get(t, 0.0) + max(0.0, left - stay.start)
+        ran_from = min(max((began or {}).get((t, stay.attempt), stay.start), stay.start), left)
+        startup[t] = startup.get(t, 0.0) + (ran_from - stay.start)
+        running[t] = running.get(t, 0.0) + max(0.0, left - ran_from)
     out = {}
     for t, first in firsts.items():
         end = ends.get(t)
         span = max(0.0, (end if end is not None else now) - first)
-        out[t] = TrialTimes(first, running[t], max(0.0, span - running[t]))
+        out[t] = TrialTimes(first, running[t], max(0.0, span - running[t] - startup[t]),
+                            startup[t])
     return out

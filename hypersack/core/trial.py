@@ -30,7 +30,7 @@ class TrialRecord:
     config: dict[str, Any]
     seed: int
     state: TrialState = TrialState.PENDING
-    attempts: int = 0             # launches so far
+    attempts: int = 0             # launches so far (shown as ``launches``; see ``tries``)
     retries: int = 0              # relaunches after a worker died
     last_step: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)   # the last reported metrics
@@ -59,6 +59,18 @@ class TrialRecord:
         if self.value is None:
             return None
         return self.value_step if self.value_step is not None else self.last_step
+
+    @property
+    def tries(self) -> int:
+        """Attempts at running it, as people count them: the first launch and each retry after a
+        failure (0 before its first launch); a resume (promotion, preemption, Ctrl-C) is not one."""
+        return 0 if self.attempts == 0 else 1 + self.retries
+
+    @property
+    def resumes(self) -> int:
+        """Launches that continued it without a failure: a promotion, a preempted trial's turn,
+        a resume after an interruption or a lost device."""
+        return max(0, self.attempts - self.tries)
 
 
 # ---- events: executor -> controller ---------------------------------------------------------

@@ -11,7 +11,8 @@ Inside ``train(config, ctx)``, add ``HyperSackCallback(ctx, monitor="val_loss")`
   ConfigError naming ``step``.
 - Checkpoints: every ``checkpoint_every``-th report (0: never) carries the Trainer's whole state
   (``trainer.save_checkpoint``: weights, optimizers, schedulers, loops, callbacks) as the trial's
-  checkpoint, durable with that report. ``ckpt_path`` is the trial's last durable checkpoint
+  checkpoint, durable with that report; ``export_best`` (``hypersack export-best``) writes the
+  best trial's as ``best.ckpt``, which ``LightningModule.load_from_checkpoint`` loads. ``ckpt_path`` is the trial's last durable checkpoint
   written back as a Lightning file (None on a first start), so a trial resumed after a pause, a
   dead worker or a driver restart goes on from the epoch after it.
 - Stops: when HyperSack prunes or pauses the trial (``ctx.report`` raises ``TrialStopped``), or
@@ -28,10 +29,12 @@ from typing import Any
 
 from hypersack.errors import ConfigError, MissingDependencyError, TrialStopped
 from hypersack.integrations import check_trainer_options
+from hypersack.runtime.worker.checkpoints import LIGHTNING_KEY
 
 __all__ = ["HyperSackCallback", "scalar_metrics"]
 
-_KEY = "lightning_checkpoint"   # the trial checkpoint's key holding the Lightning file's bytes
+# The trial checkpoint's key holding the Lightning file's bytes (export_best writes it as .ckpt).
+_KEY = LIGHTNING_KEY
 
 
 def _lightning() -> Any:
@@ -127,7 +130,7 @@ class HyperSackCallback(pl.Callback):
         from hypersack.runtime.worker.checkpoints import read_private
         path = Path(self.ctx.trial_dir) / f"lightning-save-r{self.ctx.world.rank}.ckpt"
         path.unlink(missing_ok=True)        # a link planted there is removed, never written through
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)   # said: Lightning logs it otherwise
         try:
             return {_KEY: read_private(path)}
         except FileNotFoundError:

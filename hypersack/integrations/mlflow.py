@@ -3,15 +3,15 @@
 One experiment per study (named after it, created when missing), one run per trial (``run_name``
 ``trial-NNNNN``): the config as params when it starts, every reported metric by step, tags
 ``hypersack.study``, ``hypersack.trial_id`` and, at its end, ``hypersack.state``; the run ends
-FINISHED (complete), KILLED (pruned) or FAILED. ``tracking_uri`` None: a local file store
-``hypersack-runs/mlruns`` beside the study store, no server (``mlflow ui --backend-store-uri
-file:PATH`` shows it); MLflow 3 asks for ``MLFLOW_ALLOW_FILE_STORE=true`` to write one, which
-this callback sets for that default only.
+FINISHED (complete), KILLED (pruned) or FAILED. ``tracking_uri`` None: a local SQLite store
+``hypersack-runs/mlflow.db`` beside the study store (``sqlite:///PATH``), no server: the store
+MLflow 3 reads by default (it refuses a file store unless ``MLFLOW_ALLOW_FILE_STORE=true``).
+Browse it with ``mlflow ui --backend-store-uri sqlite:///hypersack-runs/mlflow.db``, which needs
+the full package (``pip install mlflow``): the ``mlflow`` extra's ``mlflow-skinny`` has no UI.
 """
 from __future__ import annotations
 
 import importlib
-import os
 import time
 from typing import Any, Mapping
 
@@ -31,8 +31,15 @@ def _mlflow() -> Any:
         raise MissingDependencyError("MLflowCallback", "mlflow", "mlflow") from None
 
 
+def default_tracking_uri(study: Any) -> str:
+    """``sqlite:///<store's folder>/hypersack-runs/mlflow.db``, its folder made."""
+    path = default_folder(study, "mlflow.db")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return "sqlite:///" + path.as_posix()
+
+
 class MLflowCallback(Callback):
-    """``tracking_uri``: where runs go (None: a local file store, see the module);
+    """``tracking_uri``: where runs go (None: a local SQLite store, see the module);
     ``experiment``: the experiment's name (None: the study's name); ``tags``: added to every run."""
 
     def __init__(self, tracking_uri: str | None = None, experiment: str | None = None,
@@ -47,8 +54,7 @@ class MLflowCallback(Callback):
         if self._client is None:
             uri = self.tracking_uri
             if uri is None:
-                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-                uri = default_folder(study, "mlruns").as_uri()
+                uri = default_tracking_uri(study)
             self._client = self._tracking.MlflowClient(tracking_uri=uri)
             name = self.experiment or study.name
             found = self._client.get_experiment_by_name(name)

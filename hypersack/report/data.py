@@ -20,7 +20,7 @@ import numpy as np
 
 from hypersack.core.objective import Objective
 from hypersack.core.pareto import pareto_front
-from hypersack.core.stays import Stay, trial_times
+from hypersack.core.stays import Stay, began_times, trial_times
 from hypersack.report import series
 
 __all__ = ["StudyData", "from_storage", "from_simulation", "payload"]
@@ -56,6 +56,9 @@ class StudyData:
     space: dict[str, Any] = field(default_factory=dict)
     target_trials: int | None = None
     metrics: list[dict[str, Any]] | None = None
+    # (trial, attempt) -> when its worker began it (``core.stays.began_times``): the timeline
+    # draws the time before as the worker's start-up
+    began: dict[tuple[int, int], float] = field(default_factory=dict)
 
 
 def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData:
@@ -67,13 +70,14 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
         now = time.time() if status == "running" else row.updated_at
     records = storage.load_trials(row.study_id)
     stays = storage.load_stays(row.study_id)
-    times = trial_times(stays, {t.trial_id: t.finished_at for t in records}, now)
+    times = trial_times(stays, {t.trial_id: t.finished_at for t in records}, now,
+                        began=began_times(records))
     from hypersack.runtime.storage.user_attrs import load_attrs
     attrs = load_attrs(storage, row.study_id)
     trials = []
     for t in records:
         d = trial_dict(t, times.get(t.trial_id))
-        d["pack"] = t.info.get("pack")
+        d.update(_pack_of(t.info))
         d["user_attrs"] = attrs.get(t.trial_id, {})
         trials.append(d)
     objective = Objective.parse(row.spec["objective"])
@@ -85,7 +89,8 @@ def from_storage(storage: Any, name: str, now: float | None = None) -> StudyData
                      extra={"decisions": read_decisions(storage.connection, name),
                             "execution_auto": read_fusion_choices(storage.connection, name)},
                      space=dict(row.spec.get("space") or {}),
-                     target_trials=(row.spec.get("budget") or {}).get("trials"), metrics=every)
+                     target_trials=(row.spec.get("budget") or {}).get("trials"), metrics=every,
+                     began=began_times(records))
 
 
 def from_simulation(result: Any, store: Any) -> StudyData:
@@ -100,7 +105,7 @@ def from_simulation(result: Any, store: Any) -> StudyData:
     trials = []
     for record in controller.trials.values():
         d = trial_dict(record, times.get(record.trial_id))
-        d["pack"] = record.info.get("pack")
+        d.update(_pack_of(record.info))
         trials.append(d)
     metric = controller.objective.metric
     results: list[tuple[int, int, float | None, Any]] = [
@@ -109,6 +114,15 @@ def from_simulation(result: Any, store: Any) -> StudyData:
                      stays, [], now=result.makespan_s, source="simulation",
                      extra={"policy": result.policy, "algorithm": result.algorithm,
                             "makespan_s": result.makespan_s}, space=dict(result.space))
+
+
+def _pack_of(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's ``pack`` and ``seat``: the fused pack it last sat in and its seat there
+    (``info["fused"]``, the controller's), else the algorithm's pack (no seat), else None."""
+    fused = info.get("fused")
+    if isinstance(fused, Mapping):
+        return {"pack": fused.get("pack"), "seat": fused.get("seat")}
+    return {"pack": info.get("pack"), "seat": None}
 
 
 def _r(x: float | None) -> float | None:
@@ -161,11 +175,11 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
     metric, mode = data.objective.metric, data.objective.mode or "min"
     reached = _reached_at(data)
     valued = [t for t in data.trials if t["value"] is not None and t["state"] != "failed"]
-    points = [(reached[t["trial_id"]] - origin, t["value"], t["trial_id"])
+    points = [(reached[t["trial_id"]] - origin, t["value"], t["trial_id"], t["state"])
               for t in valued if t["trial_id"] in reached]
-    best = series.best_so_far(points, mode)
+    best = series.best_so_far([p[:3] for p in points], mode)
     stays = data.stays
-    bars = series.lanes(stays, now + origin)
+    bars = series.lanes(series.pack_stays(stays), now + origin)     # a pack: one stay
     occ = series.occupancy(stays, now + origin)
     curves = series.learning_curves(((tid, step, v) for tid, step, _t, v in data.results),
                                     per_curve=per_curve, total=total_points)
@@ -176,9 +190,10 @@ def payload(data: StudyData, *, per_curve: int = 60, total_points: int = 80_000)
         "summary": _summary(data, valued, occ, origin, now),
         "best": _columns(best, ("t", "v", "id"), origin=0.0),
         "points": {"t": _rs([p[0] for p in points]), "v": _rs([p[1] for p in points]),
-                   "id": [p[2] for p in points]},
+                   "id": [p[2] for p in points], "state": [p[3] for p in points]},
         "curves": _curves(curves, data),
-        "lanes": _lanes(bars, origin),
+        "curves_range": _robust_range([y for _xs, ys in curves.values() for y in ys]),
+        "lanes": _lanes(bars, origin, data.began),
         "occupancy": {d: [_rs(ts, origin), _rs(vs)] for d, (ts, vs) in occ.items()},
         "utilization": _utilization(data.samples, origin),
         "importance": importance,
@@ -219,12 +234,26 @@ def _summary(data: StudyData, valued: list[dict], occ: Mapping, origin: float,
                key=lambda t: (sign * t["value"], -t["trial_id"]), default=None)
     mean = series.occupancy_mean(occ, 0.0 + origin, now + origin) if now > 0 else {}
     finished = sum(counts.get(k, 0) for k in _FINISHED)
-    return {"trials": len(data.trials), "counts": counts, "duration_s": _r(now),
+    front = _front_cards(data) if data.objective.is_multi else None
+    if front is not None:          # several objectives: no one best, the front instead
+        best = full = None
+    return {"front": front,"trials": len(data.trials), "counts": counts, "duration_s": _r(now),
             "finished": finished, "target": data.target_trials,
             "eta_s": _eta(finished, data.target_trials, now, data.status),
             "devices": len(occ), "stays": len(data.stays),
             "mean_occupancy": _r(sum(mean.values()) / len(mean)) if mean else None,
             "best": _best_card(best), "best_complete": _best_card(full)}
+
+
+def _front_cards(data: StudyData) -> list[dict[str, Any]]:
+    """A multi-objective study's Pareto front for the header: each front trial's id, its
+    values by objective and its config, by trial id (``core.pareto``, as ``best_trials()``)."""
+    objective = data.objective
+    done = [t for t in data.trials if t["state"] == "complete" and t.get("values")]
+    front = pareto_front(done, [t["values"] for t in done], objective)
+    return [{"trial_id": t["trial_id"], "config": t["config"],
+             "values": {m: _r(v) for m, v in zip(objective.metrics, t["values"])}}
+            for t in sorted(front, key=lambda t: t["trial_id"])]
 
 
 def _eta(finished: int, target: int | None, elapsed: float, status: str) -> float | None:
@@ -233,6 +262,36 @@ def _eta(finished: int, target: int | None, elapsed: float, status: str) -> floa
     if status != "running" or not target or finished <= 0 or elapsed <= 0:
         return None
     return _r(max(0.0, elapsed / finished * (target - finished)))
+
+
+CURVE_FENCE = 10.0   # values farther from the median than this many scales: off the chart
+
+
+def _robust_range(values: Sequence[float]) -> dict[str, Any] | None:
+    """The y-range of the learning curves that outliers (a diverged trial's loss, orders of
+    magnitude off) do not squash, while slow early epochs stay in: the values within
+    ``CURVE_FENCE`` scales of the median, the scale being the span of the middle 90% of the
+    values or half the median's size, whichever is larger; widened by 5% each side. Returns
+    ``{"linear": [lo, hi], "log": [log10 lo, log10 hi] or None (values not all positive),
+    "clipped": how many values lie outside}``; None without values."""
+    a = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if not len(a):
+        return None
+    # the 5% and 95% points are values of ``a`` (nearest rank inward): one outlier in ten
+    # values does not move them
+    q05, q95 = float(np.quantile(a, 0.05, method="higher")), float(np.quantile(a, 0.95, method="lower"))
+    middle = float(np.median(a))
+    scale = max(abs(q95 - q05), 0.5 * abs(middle)) or 1.0
+    kept = a[np.abs(a - middle) <= CURVE_FENCE * scale]
+    lo, hi = float(kept.min()), float(kept.max())
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 0.5
+    out: dict[str, Any] = {"linear": [_r(lo - pad), _r(hi + pad)], "log": None,
+                           "clipped": int(len(a) - len(kept))}
+    if float(a.min()) > 0:
+        llo, lhi = math.log10(lo), math.log10(hi)
+        lpad = (lhi - llo) * 0.05 or 0.05
+        out["log"] = [_r(llo - lpad), _r(lhi + lpad)]
+    return out
 
 
 def _best_card(t: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -259,14 +318,23 @@ def _curves(curves: Mapping[int, tuple[list[float], list[float]]], data: StudyDa
     return out
 
 
-def _lanes(bars: list[series.LaneBar], origin: float) -> dict[str, list]:
+def _lanes(bars: list[series.LaneBar], origin: float,
+           began: Mapping[tuple[int, int], float] | None = None) -> dict[str, list]:
+    """The timeline's bars as columns; ``began``: when the bar's trial began in its worker
+    (None for a pack, or where unknown): the part before is the worker's start-up."""
     stays = [b.stay for b in bars]
+    starts = [None if isinstance(s, series.PackStay) else (began or {}).get((s.trial_id, s.attempt))
+              for s in stays]
     return {"device": [b.device for b in bars], "lane": [b.lane for b in bars],
             "start": _rs([b.start for b in bars], origin), "end": _rs([b.end for b in bars], origin),
             "trial": [s.trial_id for s in stays], "attempt": [s.attempt for s in stays],
             "outcome": [s.outcome.value if s.outcome else "running" for s in stays],
             "pack": [None if s.pack is None else str(s.pack) for s in stays],
-            "share": _rs([s.share for s in stays])}
+            "members": [[m.trial_id for m in s.members] if isinstance(s, series.PackStay) else None
+                        for s in stays],
+            "share": _rs([s.share for s in stays]),
+            "began": _rs([None if b is None else min(max(b, bar.start), bar.end)
+                          for b, bar in zip(starts, bars)], origin)}
 
 
 def _utilization(samples: list[dict[str, Any]], origin: float) -> dict[str, list]:
@@ -289,6 +357,10 @@ def _importance(valued: list[dict]) -> dict[str, Any]:
                         f"a value; this study has {n}."}
     configs = [t["config"] for t in valued]
     varied = [k for k in configs[0] if len({repr(c.get(k)) for c in configs}) > 1]   # no constants
+    if not varied:
+        return {"method": "none", "scores": {}, "n": n,
+                "note": f"No parameter varies across the {n} trials with a value: there is "
+                        "nothing to rank."}
     scores, method = series.importance([{k: c.get(k) for k in varied} for c in configs],
                                        [t["value"] for t in valued])
     note = (f"Estimated from only {n} trials: a rough guide, not a ranking."
@@ -424,7 +496,9 @@ def _table(trials: list[dict[str, Any]], origin: float) -> dict[str, Any]:
     return {
         "id": [t["trial_id"] for t in trials], "state": [t["state"] for t in trials],
         "value": _rs([t["value"] for t in trials]), "step": [t["last_step"] for t in trials],
-        "attempts": [t["attempts"] for t in trials],
+        "attempts": [t["attempts"] for t in trials], "resumes": [t["resumes"] for t in trials],
+        "pack": [None if t.get("pack") is None else str(t["pack"]) for t in trials],
+        "seat": [t.get("seat") for t in trials],
         "start": _rs(starts, origin),
         "running": _rs([t.get("running_s") for t in trials]),
         "waiting": _rs([t.get("waiting_s") for t in trials]),

@@ -4,7 +4,9 @@ Columns: ``number``, ``value``, ``datetime_start``, ``datetime_complete``, ``dur
 ``params_<name>`` for each parameter, ``state`` (HyperSack's: complete, pruned, failed, paused,
 running, pending), ``metrics_<name>`` for each metric in the trial's last report,
 ``user_attrs_<key>`` for each attribute trials set (``ctx.set_attr``), then ``last_step``,
-``attempts``, ``retries``, ``running``, ``waiting`` and ``error``. One row per trial, by number. ``datetime_start`` is the trial's first launch and
+``attempts`` (the first launch and each retry after a failure), ``retries``, ``resumes``
+(launches that continued it without a failure: promotion, preemption, resume), ``running``,
+``waiting`` and ``error``. One row per trial, by number. ``datetime_start`` is the trial's first launch and
 ``datetime_complete`` its end: pandas Timestamps (local wall time, as Optuna's), absent (NaT)
 where the trial has not started or finished; ``duration`` (their difference), ``running`` (time
 on devices, summed over attempts: a promoted, preempted or retried trial ran several times) and
@@ -48,7 +50,7 @@ def trials_dataframe(storage: Any, name: str) -> Any:
     value_columns = [f"values_{m}" for m in objective.metrics] if objective.is_multi else ["value"]
     columns = ["number", *value_columns, "datetime_start", "datetime_complete", "duration",
                *[f"params_{p}" for p in params], "state", *[f"metrics_{m}" for m in metrics],
-               *[f"user_attrs_{k}" for k in keys], "last_step", "attempts", "retries", "running",
+               *[f"user_attrs_{k}" for k in keys], "last_step", "attempts", "retries", "resumes", "running",
                "waiting", "error"]
     rows = []
     for t in trials:
@@ -61,14 +63,16 @@ def trials_dataframe(storage: Any, name: str) -> Any:
                      *[t.config.get(p) for p in params], t.state.value,
                      *[t.metrics.get(m) for m in metrics],
                      *[attrs.get(t.trial_id, {}).get(k) for k in keys],
-                     t.last_step, t.attempts, t.retries,
+                     t.last_step, t.tries, t.retries, t.resumes,
                      _span(pd, spent.running_s if spent else None),
                      _span(pd, spent.waiting_s if spent else None), t.error])
     frame = pd.DataFrame(rows, columns=columns)
     for column in ("datetime_start", "datetime_complete"):
         frame[column] = pd.to_datetime(frame[column])
     for column in ("duration", "running", "waiting"):
-        frame[column] = pd.to_timedelta(frame[column])
+        # a column of NaT only (no stays stored) is read as datetimes: make it a Timedelta one
+        frame[column] = (pd.to_timedelta(frame[column]) if frame[column].notna().any()
+                         else pd.Series(pd.NaT, index=frame.index, dtype="timedelta64[ns]"))
     return frame
 
 

@@ -84,19 +84,65 @@ class LaneBar:
     lane: int
     start: float
     end: float
-    stay: Stay
+    stay: Any          # a Stay, or a PackStay (a fused pack drawn as one)
 
 
 def _device(stay: Stay) -> str:
     return f"{stay.node}/{stay.gpu}"
 
 
-def _ends(stays: Iterable[Stay], now: float) -> list[tuple[Stay, float, float]]:
+def _ends(stays: Iterable[Any], now: float) -> list[tuple[Any, float, float]]:
     """Each stay with its start and end; an open stay ends at ``now`` (never before its start)."""
     return [(s, s.start, max(s.start, now if s.end is None else s.end)) for s in stays]
 
 
-def lanes(stays: Iterable[Stay], now: float) -> list[LaneBar]:
+@dataclass(frozen=True)
+class PackStay:
+    """A fused pack's time on one device, drawn as one stay: from its first member's launch to
+    its last member's end (None while one runs); ``members``: each member's stay, by start."""
+    members: tuple[Stay, ...]
+
+    def __getattr__(self, name: str) -> Any:        # trial_id, attempt, node, gpu, share, pack, ...
+        return getattr(self.members[0], name)
+
+    @property
+    def start(self) -> float:
+        return min(m.start for m in self.members)
+
+    @property
+    def end(self) -> float | None:
+        ends = [m.end for m in self.members]
+        return None if None in ends else max(e for e in ends if e is not None)
+
+    @property
+    def outcome(self) -> Any:
+        """The pack's last member's outcome (None while one runs)."""
+        if self.end is None:
+            return None
+        return max(self.members, key=lambda m: m.end or 0.0).outcome
+
+
+def pack_stays(stays: Iterable[Stay]) -> list[Stay | PackStay]:
+    """``stays`` with each fused pack's members on a device merged into one ``PackStay`` (a
+    pack that ran again later, after all its members had left, is another one); plain stays
+    as they are, in order of start."""
+    out: list[Any] = []
+    open_packs: dict[tuple[str, Any], list[Stay]] = {}
+    for stay in sorted(stays, key=lambda s: (s.start, s.trial_id)):
+        if stay.pack is None:
+            out.append(stay)
+            continue
+        key = (_device(stay), stay.pack)
+        group = open_packs.get(key)
+        ends = [m.end for m in group] if group else []
+        if group is None or (None not in ends and stay.start > max(e for e in ends if e is not None)):
+            group = open_packs[key] = []
+            out.append(group)
+        group.append(stay)
+    return [PackStay(tuple(item)) if isinstance(item, list) else item for item in out]
+
+
+def lanes(stays: Iterable[Stay | PackStay], now: float) -> list[LaneBar]:
     """Bars of a per-GPU timeline: on each device, stays that overlap in time get different
     lanes (lowest free lane first, so the lanes of one device never overlap and a device uses
     as many lanes as it ever held trials at once). Members of one pack starting together get
@@ -321,9 +367,11 @@ def contour_grid(xs: Sequence[float], ys: Sequence[float], zs: Sequence[float], 
                  xlog: bool = False, ylog: bool = False, size: int = 30) -> dict[str, Any]:
     """The objective ``zs`` over a ``size`` x ``size`` grid spanning the trials' ``xs`` and
     ``ys`` (log-even steps on a log axis, whose values must be positive): each trial falls in
-    its nearest cell (cells holding several: their mean); every other cell gets the
-    inverse-distance-weighted mean (power 2) of the filled cells, distances in cell units,
-    so the surface passes through the filled cells and never leaves the range of the values.
+    its nearest cell (cells holding several: their mean); the other cells are filled by a
+    thin-plate spline through the filled cells (an RBF: the smoothest surface through them,
+    with no bullseye around each trial as inverse-distance weighting makes), or, beyond
+    ``TPS_MAX_CELLS`` filled cells, by Laplace's equation (each the mean of its neighbours, as
+    optuna-dashboard fills); clipped to the range of the values, which it never leaves.
     Returns ``{"x": [size], "y": [size], "z": [size rows of size]}`` (``z[j][i]`` at
     ``(x[i], y[j])``), grid values in real units. Needs two or more distinct ``xs`` and ``ys``."""
     if size < 2:
@@ -334,15 +382,88 @@ def contour_grid(xs: Sequence[float], ys: Sequence[float], zs: Sequence[float], 
     cell = cy * size + cx
     counts = np.bincount(cell, minlength=size * size)
     sums = np.bincount(cell, weights=z, minlength=size * size)
-    filled = np.flatnonzero(counts)
-    known = sums[filled] / counts[filled]
-    jj, ii = np.divmod(np.arange(size * size), size)
-    fj, fi = np.divmod(filled, size)
-    d2 = (jj[:, None] - fj[None, :]) ** 2 + (ii[:, None] - fi[None, :]) ** 2
-    w = 1.0 / np.maximum(d2, 1).astype(float)     # d2 == 0 only at a filled cell, set below
-    grid = (w @ known) / w.sum(axis=1)
-    grid[filled] = known                            # a filled cell: its own mean, exactly
+    filled = counts > 0
+    grid = np.zeros(size * size)
+    grid[filled] = sums[filled] / counts[filled]   # a filled cell: its own mean, exactly
+    if 3 <= int(filled.sum()) <= TPS_MAX_CELLS:
+        smooth = _thin_plate_fill(filled, grid, size)
+        grid[~filled] = smooth[~filled] if smooth is not None else _laplace_fill(filled, grid, size)
+    else:
+        grid[~filled] = _laplace_fill(filled, grid, size)
+    known = grid[filled]
+    grid = np.clip(grid, known.min(), known.max())
     return {"x": gx.tolist(), "y": gy.tolist(), "z": grid.reshape(size, size).tolist()}
+
+
+TPS_MAX_CELLS = 150     # more filled cells: the Laplace fill (dense enough; the spline solve grows as n^3)
+
+
+def _thin_plate_fill(filled: np.ndarray, grid: np.ndarray, size: int) -> np.ndarray | None:
+    """Every cell's value on the thin-plate spline (r^2 log r, plus a plane) through the filled
+    cells, in cell units; None when the filled cells are on one line (no unique plane)."""
+    cells = np.flatnonzero(filled)
+    cj, ci = np.divmod(cells, size)
+    centres = np.column_stack([ci, cj]).astype(float)
+    n = len(cells)
+
+    def kernel(points: np.ndarray) -> np.ndarray:
+        r2 = ((points[:, None, :] - centres[None, :, :]) ** 2).sum(axis=2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(r2 > 0, 0.5 * r2 * np.log(r2), 0.0)
+    system = np.zeros((n + 3, n + 3))
+    system[:n, :n] = kernel(centres)
+    system[:n, n:] = np.column_stack([np.ones(n), centres])
+    system[n:, :n] = system[:n, n:].T
+    rhs = np.concatenate([grid[cells], np.zeros(3)])
+    try:
+        weights = np.linalg.solve(system, rhs)
+    except np.linalg.LinAlgError:
+        return None
+    if not np.all(np.isfinite(weights)):
+        return None
+    jj, ii = np.divmod(np.arange(size * size), size)
+    everywhere = np.column_stack([ii, jj]).astype(float)
+    return np.asarray(kernel(everywhere) @ weights[:n] + weights[n] + everywhere @ weights[n + 1:])
+
+
+def _laplace_fill(filled: np.ndarray, grid: np.ndarray, size: int) -> np.ndarray:
+    """The values of the cells not ``filled`` of a ``size`` x ``size`` grid (flat, row-major)
+    that make each the mean of its 2-4 neighbours (the grid's discrete Laplace equation, its
+    edges reflecting), the filled cells held: conjugate gradients on the free cells' system
+    (symmetric positive definite once a cell is filled), a stencil per step, to 1e-10."""
+    free = ~filled.reshape(size, size)
+    degree = _neighbour_sum(np.ones((size, size)), size)
+
+    def laplacian(v: np.ndarray) -> np.ndarray:       # on the free cells, filled ones at 0
+        full = np.zeros((size, size))
+        full[free] = v
+        return (degree * full - _neighbour_sum(full, size))[free]
+
+    held = np.where(free, 0.0, grid.reshape(size, size))
+    b = _neighbour_sum(held, size)[free]
+    x = np.full(b.shape, float(grid[filled].mean()))
+    r = b - laplacian(x)
+    d, rr = r.copy(), float(r @ r)
+    for _ in range(4 * size * size):
+        if rr <= 1e-20 * max(1.0, float(b @ b)):
+            break
+        ad = laplacian(d)
+        step = rr / float(d @ ad)
+        x += step * d
+        r -= step * ad
+        rr, before = float(r @ r), rr
+        d = r + (rr / before) * d
+    return x
+
+
+def _neighbour_sum(g: np.ndarray, size: int) -> np.ndarray:
+    """Each cell's sum over its 2-4 grid neighbours (none beyond the edges)."""
+    out = np.zeros_like(g)
+    out[1:, :] += g[:-1, :]
+    out[:-1, :] += g[1:, :]
+    out[:, 1:] += g[:, :-1]
+    out[:, :-1] += g[:, 1:]
+    return out
 
 
 def _axis_cells(values: np.ndarray, log: bool, size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -53,6 +53,9 @@ def test_the_algorithms_packs_keep_their_members_apart_when_the_study_fuses():
     (first,) = c.launches(now=0.0)                  # one device, one trial at a time
     assert (first.pack, first.seat) == (1, 0)
     assert c.packs.packs[0].key == ("k", ("group", "a"))
+    # its stay names the fused pack (the report draws a pack as one stay), its record the seat
+    (stay,) = c.stays.take()
+    assert stay.pack == 1 and c.trials[first.trial_id].info["fused"] == {"pack": 1, "seat": 0}
 
 
 class GrowThenStop(Algorithm):

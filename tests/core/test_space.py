@@ -6,7 +6,7 @@ import statistics
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hypersack.core.space import (Categorical, Constant, Float, Int, SearchSpace,
@@ -77,6 +77,7 @@ def test_int_log_samples_lie_in_bounds(low, span, seed):
 @FAST
 @given(low=st.integers(-1000, 1000), span=st.integers(0, 1000), step=st.integers(1, 50), seed=seeds)
 def test_int_step_samples_stay_on_the_lattice(low, span, step, seed):
+    assume(span == 0 or step <= span)       # a larger step is refused (below)
     d = Int(low, low + span, step=step, name="n")
     for v in draws(d, seed):
         assert low <= v <= low + span
@@ -218,6 +219,7 @@ def test_int_grid_lists_the_whole_lattice_when_it_is_small():
 @given(low=st.integers(-500, 500), span=st.integers(0, 2000), step=st.integers(1, 40),
        points=st.integers(1, 12))
 def test_int_grid_properties(low, span, step, points):
+    assume(span == 0 or step <= span)
     d = Int(low, low + span, step=step, name="n")
     g = d.grid(points)
     top = low + span // step * step
@@ -389,8 +391,9 @@ def domains(draw):
         high = low + draw(st.integers(0, 1000))
         if kind == "int_log":
             return {"type": "int", "low": low, "high": high, "log": True}
-        if kind == "int_step":
-            return {"type": "int", "low": low, "high": high, "step": draw(st.integers(2, 9)),
+        if kind == "int_step":            # a step within the range (a larger one is refused)
+            step = draw(st.integers(2, 9)) if high - low >= 2 else 1
+            return {"type": "int", "low": low, "high": high, "step": min(step, max(high - low, 1)),
                     "values": [low]}
         return {"type": "int", "low": low, "high": high}
     if kind == "cat":
@@ -480,3 +483,19 @@ def test_default_grid_takes_every_integer_up_to_the_limit_and_says_so_beyond():
     with pytest.raises(ConfigError, match="algorithm.points_per_axis is None, but must be set: space.n"):
         GridSearch(big, Objective("y", "max"))
     assert GridSearch(space, Objective("y", "max")).size == 30
+
+
+def test_a_step_larger_than_the_range_is_refused_naming_the_step():
+    with pytest.raises(SpaceError, match=r"larger than the range high - low \(4 - 1 = 3\)") as err:
+        Int(1, 4, step=10, name="n")
+    assert err.value.field == "space.n.step" and err.value.value == 10
+    assert Int(1, 4, step=3, name="n").grid(5) == [1, 4]       # a step equal to the range is fine
+    assert Int(2, 2, step=5, name="n").grid(5) == [2]          # so is any step of a single point
+
+
+def test_a_space_of_single_values_has_nothing_to_search():
+    fixed = SearchSpace({"a": 1, "b": Float(0.5, 0.5), "c": Int(3, 3), "d": Categorical(["x"]),
+                         "e": Float(0, 1, values=(0.25,))})
+    assert fixed.has_nothing_to_search
+    assert not SearchSpace({"a": 1, "b": Int(1, 2)}).has_nothing_to_search
+    assert not SearchSpace({"a": Categorical([1, 2])}).has_nothing_to_search

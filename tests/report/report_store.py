@@ -15,7 +15,7 @@ STATES = {StayOutcome.FINISHED: TrialState.COMPLETE, StayOutcome.PAUSED: TrialSt
 
 def fill_store(path, name="small", n=8, status="complete", open_last=False, gpus=("gpu0", "gpu1"),
                target=None, units=False):
-    """``n`` trials on two GPUs (two at a time on each, half-device shares, packs of 2); ``lr``
+    """``n`` trials on two GPUs (two at a time on each, half-device shares, plain trials); ``lr``
     is sampled log-uniformly and ``batch`` is constant. ``gpus``: the device ids (``cpu0``..:
     CPU slots, and then no utilisation samples); ``target``: the trial budget (default ``n``);
     ``units``: a second numeric parameter, ``units`` (an integer, linear), for the contour plot."""
@@ -44,7 +44,7 @@ def fill_store(path, name="small", n=8, status="complete", open_last=False, gpus
                                  error="boom" if state is TrialState.FAILED else None,
                                  traceback="Traceback (most recent call last):\n  ValueError: boom"
                                  if state is TrialState.FAILED else None)
-            stay = Stay(i, 1, "n0", gpus[i % len(gpus)], start, 50.0, pack=i // 4, end=end,
+            stay = Stay(i, 1, "n0", gpus[i % len(gpus)], start, 50.0, end=end,
                         outcome=None if end is None else outcome)
             results = [(i, s, {"acc": 0.1 * i * s / 3}) for s in (1, 2, 3)]
             store.save_batch(row.study_id, [record], results, stays=[stay])
@@ -81,5 +81,34 @@ def fill_multi_store(path, name="multi"):
                         outcome=StayOutcome.FAILED if values is None else StayOutcome.FINISHED)
             store.save_batch(row.study_id, [record], [(i, 1, metrics)] if metrics else [],
                              stays=[stay])
+        store.set_status(row.study_id, "complete")
+    return path
+
+
+def fill_pack_store(path, name="packed", members=4, outlier=False):
+    """A fused pack of ``members`` trials (pack 3, seats 0..) on ``cpu0`` from T0 to T0 + 20
+    (members leave at T0 + 10 + k), then a plain trial alone on ``cpu0`` from T0 + 30 to T0 + 40
+    that its new worker began at T0 + 35 (5 s of start-up).
+    Each reports loss 1 / (id + step) at steps 1 and 2; ``outlier``: the last trial's step 1
+    loss is 1e6."""
+    import hypersack
+    spec = hypersack.Study(name=name, objective=("loss", "min"), n_trials=members + 1, storage=path,
+                           space={"lr": {"type": "float", "low": 0.001, "high": 1.0,
+                                         "log": True}}).spec.to_dict()
+    with Storage(path) as store:
+        row = store.create_study(name, spec)
+        for i in range(members + 1):
+            fused = i < members
+            start, end = (T0, T0 + 10 + i) if fused else (T0 + 30, T0 + 40)
+            record = TrialRecord(i, {"lr": 0.001 * 10 ** i}, seed=i, state=TrialState.COMPLETE,
+                                 attempts=1, last_step=2, metrics={"loss": 1.0 / (i + 1)},
+                                 value=1.0 / (i + 1), started_at=start, finished_at=end,
+                                 info={"fused": {"pack": 3, "seat": i}} if fused else
+                                 {"began_at": {"1": T0 + 35}})      # a new worker: 5 s start-up
+            stay = Stay(i, 1, "n0", "cpu0", start, 100.0, pack=3 if fused else None, end=end,
+                        outcome=StayOutcome.FINISHED)
+            results = [(i, s, {"loss": 1e6 if outlier and not fused and s == 1 else 1.0 / (i + s)})
+                       for s in (1, 2)]
+            store.save_batch(row.study_id, [record], results, stays=[stay])
         store.set_status(row.study_id, "complete")
     return path

@@ -88,7 +88,7 @@ def test_the_contour_edf_parameter_filter_and_trial_details_in_the_page(browser,
     table.locator("input[data-filter='hi']").dispatch_event("change")
     col = p["table"]["params"]
     xs = [x for x in col["x"] if 0.25 <= x <= 0.5]
-    shown = table.locator("table.trials tbody tr td:nth-child(11)")     # id..waiting, c, k, x
+    shown = table.locator("table.trials tbody tr td:nth-child(12)")     # id..waiting, c, k, x
     assert sorted(float(v) for v in shown.all_inner_texts()) == sorted(xs) and 0 < len(xs) < 30
     table.locator("select[data-filter='state']").select_option("pruned")   # both filters at once
     ids = table.locator("table.trials tbody tr").evaluate_all("rs => rs.map(r => +r.dataset.trial)")
@@ -97,7 +97,7 @@ def test_the_contour_edf_parameter_filter_and_trial_details_in_the_page(browser,
     table.locator("select[data-filter='state']").select_option("")
     table.locator("select[data-filter='param']").select_option("c")        # a category: a value
     table.locator("select[data-filter='pick']").select_option("q")
-    assert set(table.locator("table.trials tbody tr td:nth-child(9)").all_inner_texts()) == {"q"}
+    assert set(table.locator("table.trials tbody tr td:nth-child(10)").all_inner_texts()) == {"q"}
     assert table.locator("table.trials tbody tr").count() == 15
     table.locator("table.trials tbody tr[data-trial='3']").click()          # failed: its details
     detail = sec.locator("[data-view='trial']")
@@ -154,4 +154,95 @@ def test_a_multi_objective_report_draws_the_pareto_front_and_says_what_the_other
     assert caption.startswith("Pareto front: 4 of 6 complete trials") and "latency_ms min" in caption
     for key in ("best", "importance", "slice"):
         assert "first objective, loss" in sec.locator(f"[data-note='{key}']").inner_text(), key
+    cards = dict(zip((k.lower() for k in sec.locator(".card .k").all_inner_texts()),
+                     sec.locator(".card .v").all_inner_texts()))      # shown in capitals
+    assert cards["pareto front"] == "4 trials" and cards["front trials"] == "0, 1, 3, 4"
+    assert not any(k.startswith("best") for k in cards)           # no one "best" of a front
+    front = sec.locator("[data-view='front'] div").all_inner_texts()
+    assert front[0].startswith("trial 0: loss 1, latency_ms 5; config")
+    assert "needs at least 10 trials" in sec.locator("[data-note='importance']").inner_text()
+    assert page.errors == []
+
+
+# ---- issue 39: what the report says of packs, fronts, outliers; the history's toggles ------
+
+def _open(browser, tmp_path, store, name):
+    from hypersack.report.data import from_storage, payload
+    from hypersack.report.html import write_report
+    from hypersack.runtime.storage.sqlite import Storage
+    with Storage(store, readonly=True) as s:
+        p = payload(from_storage(s, name))
+    page = Page(browser)
+    page.page.goto(write_report(tmp_path / f"{name}.html", [p]).as_uri())
+    page.page.wait_for_selector("[data-chart='timeline'] .main-svg")
+    return page, page.page.locator(f"section[data-study='{name}']"), p
+
+
+def _ticks(chart, axis="y"):
+    texts = chart.locator(f".{axis}tick text").evaluate_all("els => els.map(e => e.textContent)")
+    return [t for t in texts if t and t.strip()]
+
+
+def test_a_pack_is_one_stay_and_outliers_do_not_squash_the_curves(browser, tmp_path):
+    from report_store import fill_pack_store
+    page, sec, p = _open(browser, tmp_path, fill_pack_store(tmp_path / "p.db", outlier=True), "packed")
+    timeline = sec.locator("[data-chart='timeline']")
+    bars = timeline.evaluate("e => e.data.map(t => [t.text, t.hovertext])")
+    texts = [x for text, _ in bars for x in text or []]
+    assert sorted(texts) == ["pack 3 (4 trials)", "t4"]             # one stay for the 4 members
+    hover = [h for _, hs in bars for h in hs or [] if h.startswith("pack 3")]
+    assert hover and "trials 0, 1, 2, 3" in hover[0]
+    assert "pack 3 (4 trials)" in timeline.inner_text()              # the label a person reads
+    boot = timeline.evaluate("e => e.data.filter(t => t.name === 'worker start-up').map(t => [t.base, t.x, t.hovertext])")
+    assert boot == [[[30.0], [5.0], ["worker start-up before trial 4 (attempt 1): 5.0 s, not counted "
+                                     "as the trial's running time"]]]
+    assert "worker start-up" in timeline.locator(".legend").text_content()
+    table = sec.locator("[data-view='table'] table.trials")
+    heads = table.locator("th").all_inner_texts()
+    assert [h.split(" ")[0] for h in heads[:11]] == ["id", "state", "value", "step", "attempts",
+                                                     "resumes", "start", "running", "waiting",
+                                                     "pack", "seat"]
+    row2 = table.locator("tbody tr[data-trial='2'] td").all_inner_texts()
+    assert row2[9:11] == ["3", "2"]                                  # pack 3, seat 2
+    row4 = table.locator("tbody tr[data-trial='4'] td").all_inner_texts()
+    assert row4[7] == "5.0 s"                                        # running: start-up left out
+    table.locator("tbody tr[data-trial='2']").click()               # its stay: the pack's
+    assert sec.locator("[data-view='stays'] tr").count() == 2
+    curves = sec.locator("[data-chart='curves']")
+    top = curves.evaluate("e => e._fullLayout.yaxis.range[1]")
+    assert top < 10                                                   # the 1e6 does not squash them
+    assert "off the chart" in sec.locator("[data-note='curves']").inner_text()
+    assert page.errors == []
+
+
+def test_the_history_and_curves_toggles_the_rank_plot_and_log_ticks(browser, tmp_path):
+    page, sec, p = _open(browser, tmp_path, _numbers_store(tmp_path / "n.db"), "nums")
+    best = sec.locator("[data-chart='best']")
+    fig = sec.locator("figure[data-figure='best']")
+    assert len(best.evaluate("e => e.data[0].x")) == 29
+    fig.locator("input[data-toggle='no-pruned']").check()             # trials 4 and 9 left out
+    assert sorted(best.evaluate("e => e.data[0].text.map(t => +t.split(' ')[1])")) == \
+        [i for i in range(30) if i not in (3, 4, 9)]
+    assert "pruned trials left out" in fig.locator("figcaption").inner_text()
+    fig.locator("input[data-toggle='by-number']").check()             # history by trial number
+    assert best.evaluate("e => e.layout.xaxis.title.text") == "trial number"
+    assert best.evaluate("e => e.data[0].x") == [i for i in range(30) if i not in (3, 4, 9)]
+    fig.locator("input[data-toggle='log']").check()                    # log y: positive values only
+    assert best.evaluate("e => e.layout.yaxis.type") == "log"
+    assert all(v > 0 for v in best.evaluate("e => e.data[0].y"))
+    curves_fig = sec.locator("figure[data-figure='curves']")
+    curves_fig.locator("input[data-toggle='no-pruned']").check()
+    assert curves_fig.locator("figcaption").inner_text().startswith("Learning curves (27 trials, pruned left out")
+    rank = sec.locator("[data-chart='rank']")
+    colours = rank.evaluate("e => e.data[0].marker.color")
+    assert len(colours) == 29 and min(colours) == 0 and max(colours) == 1
+    assert sec.locator("figure[data-figure='rank'] figcaption").inner_text().startswith("Rank: 29 trials over")
+    # a log axis labels decades (four decades here), never each digit between them
+    for chart, axis in ((sec.locator("[data-chart='contour']"), "y" if p["contour"]["pairs"][0]["y"] == "y" else "x"),):
+        ticks = _ticks(chart, axis)
+        assert ticks and all(t == "1" or t.startswith("10") for t in ticks), ticks
+    slice_ticks = sec.locator("[data-chart='slice']").evaluate(
+        "e => Object.keys(e._fullLayout).filter(k => k.startsWith('xaxis') && e._fullLayout[k].type === 'log')"
+        ".map(k => e._fullLayout[k].dtick)")
+    assert slice_ticks == [1]
     assert page.errors == []

@@ -314,3 +314,49 @@ def test_a_multi_objective_payload_marks_the_pareto_front(tmp_path, small_store)
     assert f["front"] == [True, True, False, True, True, False]   # ties kept, 2 and 5 dominated
     assert p["metric"] == "loss"                               # the other views: the first objective
     assert _payload(small_store)["pareto"] is None             # one objective: no front view
+
+
+def test_a_fused_pack_is_one_stay_with_its_members_and_the_table_names_pack_and_seat(tmp_path):
+    from report_store import fill_pack_store
+    with Storage(fill_pack_store(tmp_path / "p.db"), readonly=True) as store:
+        p = payload(from_storage(store, "packed"))
+    lanes = p["lanes"]
+    assert lanes["members"] == [[0, 1, 2, 3], None] and lanes["pack"] == ["3", None]
+    assert lanes["start"] == [0.0, 30.0] and lanes["end"] == [13.0, 40.0]
+    assert p["table"]["pack"] == ["3", "3", "3", "3", None] and p["table"]["seat"] == [0, 1, 2, 3, None]
+    assert lanes["began"] == [None, 35.0]                    # the plain trial's worker started up
+    assert p["table"]["running"][4] == 5.0                   # 10 s on the slot, 5 s of start-up
+
+
+def test_a_multi_objective_summary_holds_the_front_not_one_best(tmp_path):
+    from report_store import fill_multi_store
+    with Storage(fill_multi_store(tmp_path / "m.db"), readonly=True) as store:
+        s = payload(from_storage(store, "multi"))["summary"]
+    assert s["best"] is None and s["best_complete"] is None
+    assert [t["trial_id"] for t in s["front"]] == [0, 1, 3, 4]
+    assert s["front"][0]["values"] == {"loss": 1.0, "latency_ms": 5.0}
+
+
+def test_the_importance_says_why_it_is_empty_when_no_parameter_varies():
+    from hypersack.report.data import _importance
+    valued = [{"config": {"a": 1}, "value": float(i)} for i in range(12)]
+    assert _importance(valued)["note"] == ("No parameter varies across the 12 trials with a "
+                                           "value: there is nothing to rank.")
+    assert "at least 10 trials" in _importance(valued[:3])["note"]
+
+
+def test_the_learning_curves_range_leaves_an_outlier_out():
+    from hypersack.report.data import _robust_range
+    values = [1.0 + 0.01 * i for i in range(100)] + [1e6]
+    r = _robust_range(values)
+    assert r["linear"][1] < 3 and r["clipped"] == 1 and r["log"][1] < 1
+    assert _robust_range([-1.0, 1.0])["log"] is None and _robust_range([]) is None
+
+
+def test_the_learning_curves_range_keeps_slow_early_epochs():
+    from hypersack.report.data import _robust_range
+    values = [0.1, 0.2, 0.3] + [0.9 + 0.001 * i for i in range(60)]     # early epochs, then a plateau
+    r = _robust_range(values)
+    assert r["clipped"] == 0 and r["linear"][0] < 0.1
+    ten = [0.2 + 0.1 * i for i in range(9)] + [1e6]                   # one diverged value in ten
+    assert _robust_range(ten)["clipped"] == 1 and _robust_range(ten)["linear"][1] < 2

@@ -223,3 +223,39 @@ def test_contour_grid_never_leaves_the_range_of_the_values(points):
     flat = [v for row in g["z"] for v in row]
     assert len(flat) == 64
     assert min(zs) - 1e-9 <= min(flat) and max(flat) <= max(zs) + 1e-9
+
+
+def test_contour_grid_fills_smoothly_between_trials_without_bullseyes():
+    """Two columns of trials (z = 0 left, z = 1 right) and one in between: the fill is the plane
+    through them (a thin-plate spline; Laplace's equation where trials are many), not a bump
+    around each trial with the mean between them (inverse-distance weighting)."""
+    left, right = [(0.0, float(j), 0.0) for j in range(9)], [(1.0, float(j), 1.0) for j in range(9)]
+    xs, ys, zs = zip(*left, *right, (0.25, 4.0, 0.25))
+    g = series.contour_grid(xs, ys, zs, size=9)
+    for row in g["z"]:
+        assert row == pytest.approx([i / 8 for i in range(9)], abs=1e-6)
+
+
+def test_a_packs_members_on_a_device_merge_into_one_stay_and_a_later_run_is_another():
+    stays = [_stay(0, 0.0, 10.0, pack=3), _stay(1, 0.0, 12.0, pack=3), _stay(2, 1.0, 5.0),
+             _stay(3, 2.0, 11.0, pack=3, gpu="g1"), _stay(4, 20.0, 25.0, pack=3)]
+    merged = series.pack_stays(stays)
+    packs = [s for s in merged if isinstance(s, series.PackStay)]
+    assert [[m.trial_id for m in p.members] for p in packs] == [[0, 1], [3], [4]]
+    assert (packs[0].start, packs[0].end, packs[0].gpu, packs[0].pack) == (0.0, 12.0, "g0", 3)
+    assert [s.trial_id for s in merged if not isinstance(s, series.PackStay)] == [2]
+    bars = series.lanes(merged, now=30.0)
+    assert len(bars) == 4 and max(b.lane for b in bars if b.device == "n/g0") == 1   # one lane a pack
+
+
+def test_contour_grid_is_smooth_around_a_lone_trial_with_many_trials_too():
+    """A plane sampled at 200 random points (the Laplace fill) and at 12 (the spline): the
+    surface is that plane everywhere, within 2%."""
+    import numpy as np
+    for n in (12, 200):
+        rng = np.random.default_rng(n)
+        xs, ys = rng.random(n), rng.random(n)
+        g = series.contour_grid(xs, ys, xs + 2 * ys, size=20)
+        plane = np.add.outer(2 * np.asarray(g["y"]), np.asarray(g["x"]))
+        inside = (plane >= min(xs + 2 * ys)) & (plane <= max(xs + 2 * ys))      # not clipped
+        assert np.abs(np.asarray(g["z"]) - plane)[inside].max() < 0.06 * 3, n

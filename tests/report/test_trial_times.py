@@ -25,6 +25,33 @@ def test_times_sum_attempts_and_count_the_gaps_as_waiting():
     assert 2 not in times
 
 
+def test_a_workers_start_up_is_its_own_time_not_the_trials_running_time():
+    """Attempt 1 began 8 s after its launch (a new worker importing), attempt 2 at once."""
+    stays = [Stay(0, 1, "n0", "g0", T0, end=T0 + 10, outcome=StayOutcome.PAUSED),
+             Stay(0, 2, "n0", "g0", T0 + 30, end=T0 + 35, outcome=StayOutcome.FINISHED)]
+    record = TrialRecord(0, {}, 0, attempts=2, info={"began_at": {"1": T0 + 8, "2": T0 + 30}})
+    from hypersack.core.stays import began_times
+    assert began_times([record]) == {(0, 1): T0 + 8, (0, 2): T0 + 30}
+    times = trial_times(stays, {0: T0 + 35}, now=T0 + 50, began=began_times([record]))
+    assert times[0].running_s == pytest.approx(7.0) and times[0].startup_s == pytest.approx(8.0)
+    assert times[0].waiting_s == pytest.approx(20.0)
+
+
+def test_the_controller_notes_when_the_worker_began_each_attempt():
+    from hypersack.core.algorithms import make_algorithm
+    from hypersack.core.controller import Budget, Controller
+    from hypersack.core.objective import Objective
+    from hypersack.core.space import SearchSpace
+    from hypersack.core.trial import TrialStarted
+    from controller_helpers import on_slots
+    space, objective = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}}), Objective("y", "min")
+    c = Controller(make_algorithm({"type": "random"}, space, objective, 0), objective,
+                   Budget(trials=1), options=on_slots(1))
+    (launch,) = c.launches(now=100.0)
+    c.handle(TrialStarted(launch.trial_id, "gpu0"), now=108.5)
+    assert c.trials[launch.trial_id].info["began_at"] == {"1": 108.5}
+
+
 def store_with_a_promoted_and_a_pruned_trial(path):
     import hypersack
     spec = hypersack.Study(name="mf", objective=("loss", "min"), n_trials=2, storage=path,

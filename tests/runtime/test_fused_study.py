@@ -207,7 +207,8 @@ def test_a_fusable_task_named_as_module_task_runs_as_plain_trials_when_separate(
     """Switching a FusableTask study from ``execution: fused`` to ``separate``: each trial runs
     as a pack of one (was: every trial failed, "... is not callable")."""
     pytest.importorskip("torch")
-    space = {"lr": 0.01, "optimizer": "adam", "hidden": 8, "batch_size": 16, "epochs": 1}
+    space = {"lr": hypersack.Float(0.005, 0.02), "optimizer": "adam", "hidden": 8,
+             "batch_size": 16, "epochs": 1}
     study = hypersack.Study(name="task-separate", space=space, objective=("loss", "min"),
                             n_trials=2, storage=store_path, execution="separate")
     study.run("fused_tasks:SMALL", progress=False, slots=default_slots(1, gpus=[]))

@@ -84,6 +84,8 @@ def test_a_metric_typo_stops_the_study_after_max_failures_trials(store_path):
     assert "2 trials in a row failed the same way" in str(exc.value)
     assert "'score' is missing from the trial's first report" in str(exc.value)
     assert "'loss'" in str(exc.value) and "hypersack resume t" in str(exc.value)
+    assert "if the objective itself is wrong" in str(exc.value)         # resume keeps it
+    assert "hypersack run FILE --replace" in str(exc.value)
     status = study.status()
     assert status["total"] == 2 and status["failed"] == 2 and status["status"] == "interrupted"
 
@@ -116,7 +118,7 @@ def test_segfaulting_worker_is_retried_from_its_checkpoint(store_path):
 
 
 def test_a_report_is_in_the_store_when_it_returns_to_the_trainable(store_path):
-    study = make_study(store_path, n_trials=2, space={"db": str(store_path)})
+    study = make_study(store_path, n_trials=2, space={"db": str(store_path), **SPACE})
     study.run("trainables:checks_durability", progress=False)
     results = study.results()
     assert len(results) == 14
@@ -265,3 +267,41 @@ def test_a_trainable_that_cannot_be_imported_fails_every_trial_with_the_same_err
     errors = [t["error"] for t in study.status()["trials"]]
     assert len(errors) == 3
     assert all("No module named 'fp_no_such_package'" in e for e in errors), errors
+
+
+def test_a_space_with_nothing_to_search_runs_one_trial_and_says_so(store_path):
+    study = make_study(store_path, n_trials=3, space={"x": 0.5}, algorithm="tpe")
+    with pytest.warns(UserWarning, match="nothing to search .* runs one trial"):
+        study.run("trainables:quick", progress=False)
+    assert study.status()["total"] == 1
+
+
+INTERRUPTED_SCRIPT = """
+import os, signal, hypersack
+
+def stop_after_first(study, trial):        # Ctrl-C as a person would press it, mid-study
+    os.kill(os.getpid(), signal.SIGINT)
+
+study = hypersack.Study(name="ctrl_c", space={"x": hypersack.Float(0, 1)}, objective=("score", "max"),
+                        n_trials=6, workers=1, storage="s.db", callbacks=[stop_after_first])
+study.run("trainables:quick", progress=False)
+print("not reached")
+"""
+
+
+def test_ctrl_c_in_python_saves_the_study_prints_how_to_resume_and_raises(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    tests = Path(__file__).resolve().parents[1]
+    (tmp_path / "script.py").write_text(INTERRUPTED_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent)])}
+    out = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode in (130, -2), out.stderr          # died of the re-raised KeyboardInterrupt
+    assert "not reached" not in out.stdout
+    line = "hypersack.Study.load('ctrl_c', storage='s.db').resume(train)"
+    assert f"continue it with: {line}" in out.stderr and "KeyboardInterrupt" in out.stderr
+    study = hypersack.Study.load("ctrl_c", tmp_path / "s.db")
+    assert study.status()["status"] == "interrupted" and study.status()["total"] < 6

@@ -70,7 +70,7 @@ def test_random_search_with_three_objectives_and_a_max(store_path):
 @pytest.mark.filterwarnings("ignore::hypersack.errors.NoTrialCompletedWarning")
 def test_a_trial_whose_last_report_lacks_an_objective_fails_naming_it(store_path):
     study = make_study(store_path, "random", n_trials=2, workers=1,
-                       space={"x": 0.5, "y": 0.0, "drop": 3})
+                       space={"x": 0.5, "y": {"type": "float", "low": 0.0, "high": 0.1}, "drop": 3})
     study.run("trainables:two_objectives", progress=False)
     trials = study.status()["trials"]
     assert [t["state"] for t in trials] == ["failed", "failed"]

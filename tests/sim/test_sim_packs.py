@@ -254,7 +254,8 @@ def test_an_out_of_memory_raises_the_models_floor_to_the_device_so_it_runs_alone
 
 def test_an_out_of_memory_in_a_simulated_study_is_retried_alone(monkeypatch):
     scenario = scenario_from_dict(_mini(budget={"trials": 2},
-                                        space={"batch_size": {"type": "categorical", "choices": [128]}}))
+                                        space={"batch_size": {"type": "categorical", "choices": [128]},
+                                               "lr": {"type": "float", "low": 0.01, "high": 0.02}}))
     perf = scenario.perf
     honest = perf.memory_gb
     # placement is told 1 GB (not 7) until an OOM raises the floor: both trials go to one GPU of

@@ -74,6 +74,34 @@
     }
   }
 
+  // Check boxes above a chart (log y, exclude pruned, x by trial number...): each is kept on the
+  // chart's div as data-<key>="1", so a live redraw keeps them; a change redraws with ``redraw``.
+  function toggles(div, items, redraw) {
+    var fig = div.parentNode, bar = fig.querySelector("[data-toggles]");
+    if (!bar) {
+      bar = el("div", {"class": "note toggles", "data-toggles": "1"}, items.map(function (it) {
+        var box = el("input", {type: "checkbox", "data-toggle": it[0]});
+        box.addEventListener("change", function () {
+          if (box.checked) { div.setAttribute("data-" + it[0], "1"); } else { div.removeAttribute("data-" + it[0]); }
+          redraw();
+        });
+        return el("label", {}, [box, document.createTextNode(" " + it[1] + " ")]);
+      }));
+      fig.insertBefore(bar, div);
+    }
+    return function (key) { return div.getAttribute("data-" + key) === "1"; };
+  }
+  // A log axis over ``values``: ticks at 1-2-5 within three decades, at decades beyond (never
+  // every digit "3 4 5 ... 9" of plotly's default).
+  function logAxis(values, extra) {
+    var pos = values.filter(function (v) { return v !== null && v > 0; });
+    var span = pos.length ? Math.log10(Math.max.apply(null, pos)) - Math.log10(Math.min.apply(null, pos)) : 0;
+    var out = {type: "log", dtick: span > 3 ? 1 : "D2", exponentformat: "power"};
+    Object.keys(extra || {}).forEach(function (k) { out[k] = extra[k]; });
+    return out;
+  }
+  function keepIf(list, test) { var out = []; list.forEach(function (x, i) { if (test(i)) { out.push(x); } }); return out; }
+
   // ---- the views ------------------------------------------------------------------------------
 
   function summary(p) {
@@ -90,10 +118,21 @@
       cards.splice(4, 0, ["best complete", full ? fmt(full.value) + " (trial " + full.trial_id + ")" : "-"]);
       cards[3] = ["best trial", s.best.trial_id + " (" + s.best.state + ")"];
     }
+    if (s.front) {          // several objectives: the Pareto front, not one best
+      cards = cards.filter(function (c) { return c[0].indexOf("best") !== 0; });
+      cards.splice(2, 0, ["Pareto front", s.front.length + " trial" + (s.front.length === 1 ? "" : "s")],
+        ["front trials", s.front.length ? s.front.map(function (t) { return t.trial_id; }).join(", ") : "-"]);
+    }
     var box = el("div", {"class": "cards"}, cards.map(function (c) {
       return el("div", {"class": "card"}, [el("div", {"class": "k", text: c[0]}), el("div", {"class": "v", text: String(c[1])})]);
     }));
     var cfg = s.best ? el("div", {"class": "best-config", text: "best config: " + JSON.stringify(s.best.config)}) : null;
+    if (s.front) {
+      cfg = el("div", {"class": "best-config", "data-view": "front"}, s.front.map(function (t) {
+        var vals = Object.keys(t.values).map(function (m) { return m + " " + fmt(t.values[m]); }).join(", ");
+        return el("div", {text: "trial " + t.trial_id + ": " + vals + "; config " + JSON.stringify(t.config)});
+      }));
+    }
     var decisions = ((p.extra || {}).decisions || []).map(function (d) {
       return el("div", {"class": "best-config", "data-view": "decision", text: d.kind + ": " + d.reason});
     });
@@ -119,19 +158,45 @@
     return s.target ? f + " of " + s.target : f + " of " + s.trials + " trials";
   }
 
+  // The objective of each trial and the best so far, by time or by trial number (optuna-dashboard's
+  // history); log y and pruned trials left out on demand.
   function bestChart(div, p) {
-    var b = p.best, pts = p.points, traces = [
-      {type: scatterType(pts.t.length), mode: "markers", name: "trial value", x: pts.t, y: pts.v, text: pts.id.map(function (i) { return "trial " + i; }),
+    var on = toggles(div, [["by-number", "x: trial number"], ["log", "log y"], ["no-pruned", "exclude pruned"]],
+      function () { bestChart(div, div._payload); });
+    div._payload = p;
+    var pts = p.points, byNumber = on("by-number"), sign = p.mode === "max" ? -1 : 1;
+    var keep = function (i) { return !(on("no-pruned") && pts.state[i] === "pruned") && !(on("log") && !(pts.v[i] > 0)); };
+    var idx = keepIf(pts.id.map(function (_, i) { return i; }), keep);
+    var xs = idx.map(function (i) { return byNumber ? pts.id[i] : pts.t[i]; });
+    var order = idx.map(function (_, k) { return k; }).sort(function (a, b) { return xs[a] - xs[b] || pts.id[idx[a]] - pts.id[idx[b]]; });
+    var bx = [], bv = [], bt = [];
+    order.forEach(function (k) {
+      var v = pts.v[idx[k]];
+      if (v === null) { return; }
+      if (!bv.length || sign * v < sign * bv[bv.length - 1]) { bx.push(xs[k]); bv.push(v); bt.push("trial " + pts.id[idx[k]]); }
+    });
+    var end = byNumber ? Math.max.apply(null, xs.concat([0])) : Math.max(p.now || 0, bx.length ? bx[bx.length - 1] : 0);
+    var traces = [
+      {type: scatterType(idx.length), mode: "markers", name: "trial value", x: xs, y: idx.map(function (i) { return pts.v[i]; }),
+        text: idx.map(function (i) { return "trial " + pts.id[i] + " (" + pts.state[i] + ")"; }),
         marker: {size: 5, color: "rgba(49,130,206,0.45)"}},
-      {type: "scatter", mode: "lines+markers", name: "best so far", x: b.t.concat(b.t.length ? [Math.max(p.now || 0, b.t[b.t.length - 1])] : []),
-        y: b.v.concat(b.v.length ? [b.v[b.v.length - 1]] : []), line: {shape: "hv", color: "#c53030", width: 2},
-        text: b.id.map(function (i) { return "trial " + i; }), marker: {size: 6}}];
-    draw(div, traces, layout("Best " + p.metric + " so far", {xaxis: {title: {text: "seconds since the first launch"}}, yaxis: {title: {text: p.metric}}}));
+      {type: "scatter", mode: "lines+markers", name: "best so far", x: bx.concat(bx.length ? [end] : []),
+        y: bv.concat(bv.length ? [bv[bv.length - 1]] : []), line: {shape: "hv", color: "#c53030", width: 2},
+        text: bt.concat(bt.length ? [bt[bt.length - 1]] : []), marker: {size: 6}}];
+    var y = on("log") ? logAxis(traces[0].y, {title: {text: p.metric + " (log)"}}) : {title: {text: p.metric}};
+    draw(div, traces, layout("Best " + p.metric + " so far" + (on("no-pruned") ? " (pruned trials left out)" : ""),
+      {xaxis: {title: {text: byNumber ? "trial number" : "seconds since the first launch"}}, yaxis: y}));
   }
 
+  // Every trial's objective by step; outliers do not squash the others (the y-range leaves out
+  // values an order of magnitude beyond the others' spread: ``curves_range``); log y and pruned trials left out on demand.
   function curvesChart(div, p) {
-    var groups = {}, ends = {};
+    var on = toggles(div, [["log", "log y"], ["no-pruned", "exclude pruned"]], function () { curvesChart(div, div._payload); });
+    div._payload = p;
+    var groups = {}, ends = {}, shown = 0;
     p.curves.forEach(function (c) {
+      if (on("no-pruned") && c.state === "pruned") { return; }
+      shown++;
       var g = groups[c.state] || (groups[c.state] = {x: [], y: [], text: []});
       g.x.push.apply(g.x, c.x); g.y.push.apply(g.y, c.y);
       c.x.forEach(function () { g.text.push("trial " + c.id); });
@@ -153,7 +218,13 @@
       traces.push({type: scatterType(e.x.length), mode: "markers", name: state + " here", x: e.x, y: e.y, text: e.text,
         marker: {symbol: state === "pruned" ? "x" : "diamond", size: 7, color: OUTCOME_COLORS[state]}});
     });
-    draw(div, traces, layout("Learning curves (" + p.curves.length + " trials)", {xaxis: {title: {text: "step"}}, yaxis: {title: {text: p.metric}}}));
+    var r = p.curves_range, log = on("log") && r && r.log, y = {title: {text: p.metric}};
+    if (log) { y = logAxis(traces.reduce(function (a, t) { return a.concat(t.y); }, []), {title: {text: p.metric + " (log)"}, range: r.log}); }
+    else if (r && !on("log")) { y.range = r.linear; }
+    note(div, r && r.clipped ? r.clipped + " value(s) far outside the others (an order of magnitude beyond their spread) are off the chart (zoom out to see them)." :
+      on("log") && r && !r.log ? "Not on a log axis: some values are 0 or negative." : "", false);
+    draw(div, traces, layout("Learning curves (" + shown + " trials" + (on("no-pruned") ? ", pruned left out" : "") + ")",
+      {xaxis: {title: {text: "step"}}, yaxis: y}));
   }
 
   function parallelChart(div, p) {
@@ -188,7 +259,8 @@
       var v = sl[name], ax = k ? String(k + 1) : "";
       traces.push({type: scatterType(v.x.length), mode: "markers", x: v.x, y: v.v, xaxis: "x" + ax, yaxis: "y" + ax, name: name,
         text: v.id.map(function (i) { return "trial " + i; }), marker: {size: 6, color: v.v, colorscale: "Viridis", reversescale: p.mode === "min", opacity: 0.8}});
-      extra["xaxis" + ax] = {title: {text: name + (v.log ? " (log)" : ""), standoff: 4}, type: v.log ? "log" : v.categorical ? "category" : "linear"};
+      extra["xaxis" + ax] = v.log ? logAxis(v.x, {title: {text: name + " (log)", standoff: 4}}) :
+        {title: {text: name, standoff: 4}, type: v.categorical ? "category" : "linear"};
       extra["yaxis" + ax] = {title: {text: k % cols === 0 ? p.metric : ""}};
     });
     draw(div, traces, layout("Slice: " + p.metric + " against each parameter", extra));
@@ -217,7 +289,7 @@
     div._payload = p;
     var k = Math.max(0, names.indexOf(div.getAttribute("data-pair"))), q = c.pairs[k], T = c.trials;
     pick.value = names[k];
-    function axis(name) { return {title: {text: name + (c.log[name] ? " (log)" : "")}, type: c.log[name] ? "log" : "linear"}; }
+    function axis(name) { return c.log[name] ? logAxis(T.x[name], {title: {text: name + " (log)"}}) : {title: {text: name}, type: "linear"}; }
     draw(div, [
       {type: "contour", x: q.grid.x, y: q.grid.y, z: q.grid.z, colorscale: "Viridis", reversescale: p.mode === "min", connectgaps: true,
         contours: {coloring: "heatmap"}, line: {width: 0.5, color: "rgba(255,255,255,0.5)"}, colorbar: {title: {text: p.metric}, thickness: 14},
@@ -227,6 +299,25 @@
         marker: {size: 5, color: "#1f2933", line: {width: 1, color: "#fff"}}}],
       layout("Contour: " + p.metric + " over " + q.x + " and " + q.y + " (interpolated; dots: " + c.n + " trials)",
         {xaxis: axis(q.x), yaxis: axis(q.y), showlegend: false, margin: {l: 64, r: 20, t: 30, b: 48}}));
+  }
+
+  // The trials over the two most important numeric parameters, coloured by the rank of their
+  // objective (Optuna's plot_rank): 0 the best, 1 the worst, whatever the values' scale.
+  function rankChart(div, p) {
+    var c = p.contour || {pairs: []}, T = c.trials;
+    if (!c.pairs.length) { note(div, c.note || "No rank plot yet.", true, "Rank: trials over two parameters"); return; }
+    note(div, "", false);
+    var q = c.pairs[0], n = T.v.length, sign = p.mode === "max" ? -1 : 1;
+    var order = T.v.map(function (_, i) { return i; }).sort(function (a, b) { return sign * (T.v[a] - T.v[b]); });
+    var rank = new Array(n);
+    order.forEach(function (i, k) { rank[i] = n > 1 ? k / (n - 1) : 0; });
+    function axis(name) { return c.log[name] ? logAxis(T.x[name], {title: {text: name + " (log)"}}) : {title: {text: name}, type: "linear"}; }
+    draw(div, [{type: scatterType(n), mode: "markers", x: T.x[q.x], y: T.x[q.y], showlegend: false,
+      text: T.id.map(function (id, i) { return "trial " + id + ": " + p.metric + " " + fmt(T.v[i]) + ", rank " + (order.indexOf(i) + 1) + " of " + n; }),
+      hoverinfo: "text", marker: {size: 9, color: rank, colorscale: "RdYlBu", cmin: 0, cmax: 1,
+        colorbar: {title: {text: "rank (0: best)"}, thickness: 14}, line: {width: 0.5, color: "#333"}}}],
+      layout("Rank: " + n + " trials over " + q.x + " and " + q.y + ", coloured by the rank of " + p.metric,
+        {xaxis: axis(q.x), yaxis: axis(q.y), showlegend: false}));
   }
 
   // An EDF line starts at 0 at its least value (so a line of one value is a visible rise).
@@ -272,7 +363,7 @@
     if (!p.pareto) { return; }
     var says = "Multi-objective study: this chart shows the first objective, " + p.metric +
       " (the Pareto front chart weighs all).";
-    ["best", "curves", "parallel", "importance", "slice", "contour", "edf"].forEach(function (k) {
+    ["best", "curves", "parallel", "importance", "slice", "contour", "edf", "rank"].forEach(function (k) {
       var n = views[k].parentNode.querySelector("[data-note]"), had = n.hidden ? "" : n.textContent;
       note(views[k], had && had.indexOf(says) < 0 ? says + " " + had : says, false);
     });
@@ -286,16 +377,30 @@
 
   // One row per device; co-located stays share the row, each on its own band (lane).
   function timelineChart(div, p) {
-    var L = p.lanes, lanesOf = {}, byOutcome = {}, i;
+    var L = p.lanes, lanesOf = {}, byOutcome = {}, i, boot = {x: [], base: [], y: [], hover: [], width: [], offset: []};
     for (i = 0; i < L.trial.length; i++) { lanesOf[L.device[i]] = Math.max(lanesOf[L.device[i]] || 0, L.lane[i] + 1); }
     for (i = 0; i < L.trial.length; i++) {
       var o = L.outcome[i], g = byOutcome[o] || (byOutcome[o] = {x: [], base: [], y: [], text: [], hover: [], width: [], offset: []});
-      var w = 0.84 / lanesOf[L.device[i]];
-      g.base.push(L.start[i]); g.x.push(Math.max(L.end[i] - L.start[i], 1e-9)); g.y.push(L.device[i]);
+      var w = 0.84 / lanesOf[L.device[i]], began = (L.began || [])[i], from = L.start[i];
+      if (began !== null && began !== undefined && began > L.start[i]) {    // the worker's start-up: its own segment
+        from = began;
+        boot.base.push(L.start[i]); boot.x.push(began - L.start[i]); boot.y.push(L.device[i]);
+        boot.width.push(w * 0.92); boot.offset.push(0.42 - (L.lane[i] + 1) * w + 0.04 * w);
+        boot.hover.push("worker start-up before trial " + L.trial[i] + " (attempt " + L.attempt[i] + "): " +
+          dur(began - L.start[i]) + ", not counted as the trial's running time");
+      }
+      g.base.push(from); g.x.push(Math.max(L.end[i] - from, 1e-9)); g.y.push(L.device[i]);
       g.width.push(w * 0.92); g.offset.push(0.42 - (L.lane[i] + 1) * w + 0.04 * w);   // lane 0 on top
-      g.text.push((L.pack[i] !== null ? "p" + L.pack[i] + ":" : "") + "t" + L.trial[i]);
-      g.hover.push("trial " + L.trial[i] + " attempt " + L.attempt[i] + " · " + fmt(L.share[i]) + "% of the device · " + o +
-        (L.pack[i] !== null ? " · pack " + L.pack[i] : "") + " · " + dur(L.start[i]) + " to " + dur(L.end[i]));
+      var members = (L.members || [])[i];
+      if (members) {          // a fused pack: one stay, its members on hover
+        g.text.push("pack " + L.pack[i] + " (" + members.length + " trial" + (members.length === 1 ? "" : "s") + ")");
+        g.hover.push("pack " + L.pack[i] + ": trials " + members.join(", ") + " · " + fmt(L.share[i]) + "% of the device · " + o +
+          " · " + dur(L.start[i]) + " to " + dur(L.end[i]));
+      } else {
+        g.text.push((L.pack[i] !== null ? "p" + L.pack[i] + ":" : "") + "t" + L.trial[i]);
+        g.hover.push("trial " + L.trial[i] + " attempt " + L.attempt[i] + " · " + fmt(L.share[i]) + "% of the device · " + o +
+          (L.pack[i] !== null ? " · pack " + L.pack[i] : "") + " · " + dur(L.start[i]) + " to " + dur(L.end[i]));
+      }
     }
     var names = Object.keys(lanesOf).sort(), most = 1;
     names.forEach(function (d) { most = Math.max(most, lanesOf[d]); });
@@ -306,6 +411,11 @@
         insidetextanchor: "middle", textfont: {size: 9, color: "#fff"}, constraintext: "both",
         marker: {color: OUTCOME_COLORS[o] || "#999", line: {width: 0.5, color: "#fff"}}};
     });
+    if (boot.x.length) {
+      traces.push({type: "bar", orientation: "h", name: "worker start-up", x: boot.x, base: boot.base, y: boot.y,
+        width: boot.width, offset: boot.offset, hovertext: boot.hover, hoverinfo: "text",
+        marker: {color: "#cbd2d9", pattern: {shape: "/", fgcolor: "#9aa5b1"}, line: {width: 0.5, color: "#fff"}}});
+    }
     var words = deviceWords(p), h = Math.max(300, Math.min(1400, 110 + names.length * Math.max(26, 9 * most)));
     draw(div, traces, layout(words.title + ": each trial's stays, one row per " + words.one +
       " (co-located trials side by side; drag to zoom in time, double-click to reset)", {barmode: "overlay", height: h,
@@ -333,11 +443,12 @@
       xaxis: {title: {text: "seconds since the first launch"}}, showlegend: traces.length <= 16}));
   }
 
-  var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "start", "running", "waiting"];
+  var TABLE_HEAD = ["id", "state", "value", "step", "attempts", "resumes", "start", "running", "waiting"];
 
   function tableView(box, p) {
     var t = p.table, order = [], want = box.getAttribute("data-state") || "", sortKey = box.getAttribute("data-sort") || "id", desc = box.getAttribute("data-desc") === "1";
-    var params = Object.keys(t.params || {}), columns = TABLE_HEAD.concat(params, ["error"]);
+    var packed = (t.pack || []).some(function (v) { return v !== null; });
+    var params = Object.keys(t.params || {}), columns = TABLE_HEAD.concat(packed ? ["pack", "seat"] : [], params, ["error"]);
     function column(c) { return t[c] !== undefined && params.indexOf(c) < 0 ? t[c] : t.params[c]; }
     var keys = column(sortKey) || t.id;
     var inRange = paramTest(box, t);
@@ -395,14 +506,14 @@
     if (!box || r < 0) { return; }
     box.innerHTML = "";
     box.appendChild(el("h3", {text: "Trial " + id + " (" + t.state[r] + "), " + p.metric + " " + fmt(t.value[r]) +
-      " at step " + fmt(t.step[r]) + ", " + t.attempts[r] + " attempt(s)"}));
+      " at step " + fmt(t.step[r]) + ", " + t.attempts[r] + " attempt(s), " + t.resumes[r] + " resume(s)"}));
     var cfg = {};
     Object.keys(t.params).forEach(function (k) { if (t.params[k][r] !== null) { cfg[k] = t.params[k][r]; } });
     box.appendChild(el("div", {"class": "best-config", text: "config: " + JSON.stringify(cfg)}));
     if (t.error[r]) { box.appendChild(el("pre", {"class": "failure", text: t.error[r] + (t.traceback[r] ? "\n" + t.traceback[r] : "")})); }
     var rows = [el("tr", {}, ["attempt", "device", "from", "to", "outcome", "share", "pack"].map(function (h) { return el("th", {text: h}); }))];
     for (var i = 0; i < L.trial.length; i++) {
-      if (L.trial[i] !== id) { continue; }
+      if (L.trial[i] !== id && ((L.members || [])[i] || []).indexOf(id) < 0) { continue; }
       rows.push(el("tr", {}, [L.attempt[i], L.device[i], dur(L.start[i]), dur(L.end[i]), L.outcome[i], fmt(L.share[i]) + "%",
         L.pack[i] === null ? "-" : L.pack[i]].map(function (v) { return el("td", {text: String(v)}); })));
     }
@@ -481,8 +592,8 @@
     section.appendChild(summary(p));
     var g1 = el("div", {"class": "grid2"}), g2 = el("div", {"class": "grid2"});
     section.appendChild(g1); section.appendChild(g2);
-    var g3 = el("div"), g4 = el("div", {"class": "grid2"});
-    section.appendChild(g3); section.appendChild(g4);
+    var g3 = el("div"), g4 = el("div", {"class": "grid2"}), g5 = el("div", {"class": "grid2"});
+    section.appendChild(g3); section.appendChild(g4); section.appendChild(g5);
     var front = p.pareto ? el("div") : null;
     if (front) { section.appendChild(front); }
     var charts = el("div");
@@ -493,7 +604,7 @@
     section.appendChild(el("div", {"data-view": "trial"}));
     return {best: chart(g1, "best"), curves: chart(g1, "curves"), parallel: chart(g2, "parallel"),
       importance: chart(g2, "importance"), slice: chart(g3, "slice"),
-      contour: chart(g4, "contour"), edf: chart(g4, "edf"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
+      contour: chart(g4, "contour"), edf: chart(g4, "edf"), rank: chart(g5, "rank"), timeline: chart(charts, "timeline"), occupancy: chart(charts, "occupancy"),
       table: tbl, summary: section.querySelector("[data-view='summary']"), section: section,
       pareto: front ? chart(front, "pareto") : null};
   }
@@ -503,7 +614,7 @@
     views.summary.replaceWith(fresh); views.summary = fresh;
     bestChart(views.best, p); curvesChart(views.curves, p); parallelChart(views.parallel, p);
     importanceChart(views.importance, p); sliceChart(views.slice, p);
-    contourChart(views.contour, p); edfChart(views.edf, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
+    contourChart(views.contour, p); edfChart(views.edf, p); rankChart(views.rank, p); timelineChart(views.timeline, p); occupancyChart(views.occupancy, p);
     if (views.pareto && p.pareto) { paretoChart(views.pareto, p); }
     firstObjectiveNotes(views, p);
     tableView(views.table, p);

@@ -10,12 +10,14 @@ the utilisation sample sink) and runs ``run_loop`` (``Assembly.run``) is here.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from hypersack.core.algorithms import Algorithm
-from hypersack.core.controller import Controller, ControllerOptions
+from hypersack.core.algorithms import Algorithm, algorithm_names
+from hypersack.core.controller import Budget, Controller, ControllerOptions
 from hypersack.core.spec import StudySpec
 from hypersack.core.trial import Event
 from hypersack.errors import HyperSackError
@@ -85,6 +87,19 @@ def controller_options(spec: StudySpec, inventory: Any, *, services: DriverServi
                              demand=services.demand, packs=packs, time_sharing=spec.time_sharing)
 
 
+def one_trial_when_fixed(spec: StudySpec) -> StudySpec:
+    """``spec`` with a budget of one trial, said in a UserWarning, when its space has nothing
+    to search (every configuration is the same: more trials would repeat one) and a named
+    algorithm searches it; else ``spec`` (an Algorithm object of the user's may make configs of
+    its own beyond the space)."""
+    if (not spec.space.has_nothing_to_search or spec.budget.trials == 1
+            or spec.algorithm.get("type") not in algorithm_names()):
+        return spec
+    warnings.warn(f"Study {spec.name!r}: the space has nothing to search (every parameter "
+                  "holds one value), so it runs one trial", UserWarning, stacklevel=2)
+    return dataclasses.replace(spec, budget=Budget(1, spec.budget.time_s))
+
+
 def assemble(spec: StudySpec, algorithm: Algorithm, executor: Executor, store: Store,
              row: Any, *, resume: bool = False, services: DriverServices | None = None,
              packs: Any = None, inventory: Any = None, placement: Any = None,
@@ -97,6 +112,7 @@ def assemble(spec: StudySpec, algorithm: Algorithm, executor: Executor, store: S
     ``services.demand``; the pack policy ``packs`` (None: every trial alone);
     ``spec.time_sharing``. ``clock`` is the loop's too. Nothing runs until ``Assembly.run``."""
     services = services if services is not None else Services()
+    spec = one_trial_when_fixed(spec)
     cluster = inventory if inventory is not None else executor.inventory()
     options = controller_options(spec, cluster, services=services, packs=packs,
                                  placement=placement)

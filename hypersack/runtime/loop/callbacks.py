@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from hypersack.callbacks import FrozenTrial, hooks_of
 from hypersack.core.trial import ResultReported, TrialRecord, TrialStarted, TrialState
@@ -22,17 +22,22 @@ log = logging.getLogger("hypersack.callbacks")
 _STOP = object()
 
 
-def freeze(record: TrialRecord) -> FrozenTrial:
+def freeze(record: TrialRecord, user_attrs: Mapping[str, Any] | None = None) -> FrozenTrial:
     return FrozenTrial(record.trial_id, dict(record.config), record.state.value, record.value,
                        record.last_step, dict(record.metrics), record.error,
-                       None if record.values is None else list(record.values))
+                       None if record.values is None else list(record.values),
+                       dict(user_attrs or {}))
 
 
 class CallbackRunner:
     """``callbacks``: objects from ``resolve_callbacks``; ``study``: passed to every hook."""
 
-    def __init__(self, callbacks: Sequence[Any], study: Any):
+    def __init__(self, callbacks: Sequence[Any], study: Any,
+                 attrs_of: Callable[[int], Mapping[str, Any]] | None = None):
+        """``attrs_of(trial_id)``: the attributes the trial set, as imported so far
+        (``AttrsImporter.of``), for ``FrozenTrial.user_attrs``."""
         self.study = study
+        self._attrs_of = attrs_of or (lambda trial_id: {})
         self._hooks = [(cb, hooks_of(cb)) for cb in callbacks]
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._failures: dict[int, int] = {}          # id(callback) -> times it raised
@@ -62,7 +67,7 @@ class CallbackRunner:
             if isinstance(event, TrialStarted) and record.trial_id not in self._started:
                 self._started.add(record.trial_id)
                 self._live.add(record.trial_id)
-                self._put("start", freeze(record))
+                self._put("start", self._freeze(record))
             elif isinstance(event, ResultReported):
                 self._result(record, event)
         for trial_id in sorted(touched):
@@ -73,14 +78,17 @@ class CallbackRunner:
         if last is not None and event.step <= last:
             return                             # a replay after a restart: stored once, told once
         self._last_step[record.trial_id] = event.step
-        self._put("result", freeze(record), {"step": event.step, **event.metrics})
+        self._put("result", self._freeze(record), {"step": event.step, **event.metrics})
 
     def _maybe_end(self, record: TrialRecord) -> None:
         if record.state.finished and record.trial_id not in self._ended:
             self._ended.add(record.trial_id)
             self._live.discard(record.trial_id)
             kind = "error" if record.state is TrialState.FAILED else "complete"
-            self._put(kind, freeze(record))
+            self._put(kind, self._freeze(record))
+
+    def _freeze(self, record: TrialRecord) -> FrozenTrial:
+        return freeze(record, self._attrs_of(record.trial_id))
 
     def close(self, trials: Mapping[int, TrialRecord] | None = None) -> None:
         """Queue the ends not seen yet and ``on_study_end``; wait until every hook has run."""

@@ -47,9 +47,11 @@ _SETTLING = (ResultReported, TrialFinished, TrialFailed)
 
 @dataclass
 class StudyRun:
-    """How a run ended: ``status`` is complete or interrupted."""
+    """How a run ended: ``status`` is complete or interrupted; ``signalled``: interrupted by
+    Ctrl-C or SIGTERM (not by a halt or a failing-trials stop)."""
     name: str
     status: str
+    signalled: bool = False
 
 
 def build_controller(spec: StudySpec, algorithm: Algorithm, row: Any, storage: Any,
@@ -166,14 +168,21 @@ def run_loop(controller: Controller, executor: Executor, storage: Store, row: St
     if halted:
         raise StorageFullError(f"Study {row.name!r} stopped: {halted}. Nothing stored was lost; "
                                f"free some space, then continue with: hypersack resume {row.name}")
-    return StudyRun(row.name, status)
+    return StudyRun(row.name, status, signalled=interrupts.count > 0)
 
 
 def _failing(name: str, why: str) -> TrialsFailingError:
+    wrong_objective = ""
+    if "the objective metric" in why and "is missing from the trial's" in why:
+        wrong_objective = (
+            "; if the objective itself is wrong (the trainable reports another name), correct "
+            "the study's objective and start over: hypersack run FILE --replace (Python: "
+            "Study.run(if_exists='replace')), since a resume keeps the stored objective")
     return TrialsFailingError(
         f"Study {name!r} stopped: {why}. Fix the cause (every failure and its traceback: "
-        f"hypersack status {name}), then continue with: hypersack resume {name}; to run "
-        "on regardless, raise max_failures in the study (null: never stop)")
+        f"hypersack status {name}), then continue with: hypersack resume {name}"
+        f"{wrong_objective}; to run on regardless, raise max_failures in the study "
+        "(null: never stop)")
 
 
 def _with_resume_hint(exc: StorageError, name: str) -> StorageError:

@@ -83,8 +83,11 @@ def best_checkpoint(store: Any, name: str, unsafe: bool = False) -> tuple[dict[s
 def export_best(store: Any, name: str, out_dir: str | Path) -> Path:
     """Copy the best trial's checkpoint file into ``out_dir`` (created) beside ``best.json``
     (the trial, its config, value, step and the file's name); returns the copy's path. Nothing
-    is unpickled: the file is copied as it is. From a store the quick check finds intact
-    (``StorageCorruptError`` otherwise)."""
+    is unpickled: the file is copied as it is. A checkpoint that wraps a framework's own file
+    (the Lightning integration's ``{"lightning_checkpoint": bytes}``) is also written out as
+    that file, ``best.ckpt`` (``LightningModule.load_from_checkpoint`` reads it), named in
+    ``best.json`` as ``framework_checkpoint``; its path is returned then. From a store the
+    quick check finds intact (``StorageCorruptError`` otherwise)."""
     store.verify_integrity(f"export the best checkpoint of study {name!r}")
     best, record, folder = _best_with_checkpoint(store, name)
     name_ = record.checkpoint or ""
@@ -100,5 +103,22 @@ def export_best(store: Any, name: str, out_dir: str | Path) -> Path:
     target = out / name_
     shutil.copyfile(source, target)
     info = {**best, "checkpoint_step": record.checkpoint_step, "checkpoint": name_, "study": name}
+    wrapped = _framework_file(folder, name_)
+    if wrapped is not None:
+        suffix, data = wrapped
+        target = out / f"best{suffix}"
+        target.write_bytes(data)
+        info["framework_checkpoint"] = target.name
     (out / "best.json").write_text(json.dumps(info, indent=2) + "\n")
     return target
+
+
+def _framework_file(folder: Path, name: str) -> tuple[str, bytes] | None:
+    """The framework file a checkpoint wraps (``checkpoints.framework_file``), read safely;
+    None for any other checkpoint, or one that safe loading cannot read (it is copied only)."""
+    if not name.endswith(".pt"):
+        return None
+    try:
+        return checkpoints.framework_file(checkpoints.read_checkpoint(folder, name))
+    except (CheckpointError, OSError):
+        return None

@@ -10,7 +10,7 @@ from typing import Any
 from hypersack.core.controller import best_record
 from hypersack.core.objective import Objective
 from hypersack.core.pareto import pareto_front
-from hypersack.core.stays import TrialTimes, trial_times
+from hypersack.core.stays import began_times, TrialTimes, trial_times
 from hypersack.core.timeouts import NOT_RESPONDING
 from hypersack.core.trial import TrialRecord, TrialState
 from hypersack.errors import ConfigError
@@ -74,18 +74,23 @@ def _best_dict(best: TrialRecord | None, objective: Objective) -> dict[str, Any]
 
 
 def trial_dict(t: TrialRecord, times: TrialTimes | None = None) -> dict[str, Any]:
-    """A trial as plain data. ``started_at`` is its last attempt's launch; with ``times``
-    (``core.stays.trial_times``): ``first_started_at``, ``running_s`` (summed over attempts)
+    """A trial as plain data. ``attempts``: its first launch and each retry after a failure
+    (``retries``); ``resumes``: the launches that continued it without a failure (promotion,
+    preemption, resume after Ctrl-C; ``TrialRecord.tries``/``resumes``). ``started_at`` is
+    its last launch; with ``times``
+    (``core.stays.trial_times``): ``first_started_at``, ``running_s`` (summed over attempts,
+    a new worker's start-up left out: ``startup_s``)
     and ``waiting_s`` (paused, preempted, queued), else None."""
     return {"trial_id": t.trial_id, "state": t.state.value, "config": t.config, "value": t.value,
             **({} if t.values is None else {"values": t.values}), "value_step": t.step_of_value,
-            "last_step": t.last_step, "metrics": t.metrics, "attempts": t.attempts,
-            "retries": t.retries, "device": t.device, "error": t.error, "traceback": t.traceback,
-            "not_responding": t.info.get(NOT_RESPONDING),
+            "last_step": t.last_step, "metrics": t.metrics, "attempts": t.tries,
+            "retries": t.retries, "resumes": t.resumes, "device": t.device, "error": t.error,
+            "traceback": t.traceback, "not_responding": t.info.get(NOT_RESPONDING),
             "checkpoint": t.checkpoint, "started_at": t.started_at, "finished_at": t.finished_at,
             "first_started_at": times.first_start if times else None,
             "running_s": times.running_s if times else None,
             "waiting_s": times.waiting_s if times else None,
+            "startup_s": times.startup_s if times else None,
             "time_sharing": t.info.get("time_sharing")}
 
 
@@ -94,7 +99,7 @@ def times_of(storage: Storage, study_id: int, trials: list[TrialRecord],
     """Each stored trial's first start, running and waiting time (``core.stays.trial_times``);
     ``now``: where unfinished trials and open stays end."""
     return trial_times(storage.load_stays(study_id), {t.trial_id: t.finished_at for t in trials},
-                       now)
+                       now, began=began_times(trials))
 
 
 def study_now(status: str, updated_at: float) -> float:
@@ -143,10 +148,10 @@ def export(storage: Storage, name: str, fmt: str) -> str:
         metrics = sorted({k for t in trials for k in t.metrics})
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(["trial_id", "state", "value", "last_step", "attempts", "error",
+        writer.writerow(["trial_id", "state", "value", "last_step", "attempts", "resumes", "error",
                          *[f"config.{p}" for p in params], *[f"metric.{m}" for m in metrics]])
         for t in trials:
-            writer.writerow([t.trial_id, t.state.value, t.value, t.last_step, t.attempts, t.error or "",
+            writer.writerow([t.trial_id, t.state.value, t.value, t.last_step, t.tries, t.resumes, t.error or "",
                              *[t.config.get(p) for p in params], *[t.metrics.get(m) for m in metrics]])
         return out.getvalue()
     from hypersack.errors import ConfigError

@@ -154,6 +154,10 @@ class Storage(StudyLease, WalCheckpoints):
         if readonly and not self.path.exists():
             raise StorageError(f"No study store at {str(self.path)!r} (check the path, or pass "
                                "--storage FILE)")
+        folder = self.path.parent
+        if not readonly and not folder.is_dir():
+            raise StorageError(f"The folder of the storage path {str(self.path)!r} does not "
+                               f"exist: {str(folder)!r} (create it, or give another path)")
         if not readonly:
             _create_private(self.path)
         try:

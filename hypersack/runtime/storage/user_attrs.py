@@ -107,9 +107,14 @@ class AttrsImporter:
         self.store, self.study_id, self.trial_dir = store, study_id, trial_dir
         self._file = attrs_file or (lambda trial_id: os.path.join(trial_dir(trial_id), FILE))
         self._seen: dict[int, float] = {}     # trial -> mtime of the file last imported
+        self._imported: dict[int, dict[str, Any]] = {}   # trial -> its attributes, last imported
         # trial -> (state, attempts) when its file was last looked at by ``listen``: a trial's
         # file changes only while it runs, so it is looked at once per stop (one ``stat``)
         self._looked: dict[int, tuple[str, int]] = {}
+
+    def of(self, trial_id: int) -> dict[str, Any]:
+        """The attributes trial ``trial_id`` set, as last imported (empty before)."""
+        return dict(self._imported.get(trial_id, {}))
 
     def listen(self, events: Sequence[Any], trials: Mapping[int, Any]) -> None:
         named: set[Any] = {getattr(event, "trial_id", None) for event in events}
@@ -143,6 +148,7 @@ class AttrsImporter:
             return
         self._seen[trial_id] = mtime
         attrs = read_trial_attrs(self.trial_dir(trial_id))
+        self._imported[trial_id] = dict(attrs)
         try:
             save_attrs(self.store, self.study_id, trial_id, attrs)
         except ConfigError:

@@ -256,6 +256,22 @@ def _serializer() -> tuple[Callable[[Any, Any], None], str]:
 
 # ---- reading --------------------------------------------------------------------------------------
 
+# A trial checkpoint ``{key: bytes}`` holding a framework's own checkpoint file (the
+# Lightning integration's), and the suffix that file takes when exported (``export_best``).
+LIGHTNING_KEY = "lightning_checkpoint"
+FRAMEWORK_FILES = {LIGHTNING_KEY: ".ckpt"}
+
+
+def framework_file(state: Any) -> tuple[str, bytes] | None:
+    """``(suffix, bytes)`` of the framework checkpoint file ``state`` wraps (FRAMEWORK_FILES),
+    else None."""
+    if isinstance(state, dict):
+        for key, suffix in FRAMEWORK_FILES.items():
+            if isinstance(state.get(key), bytes):
+                return suffix, state[key]
+    return None
+
+
 def read_checkpoint(trial_dir: Path, name: str | None, *, unsafe: bool = False) -> Any:
     """The state in ``trial_dir/name`` (the committed checkpoint the store names), or None when
     ``name`` is None. Refuses names with a folder part, symbolic links and files of other users."""
