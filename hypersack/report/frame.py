@@ -67,8 +67,9 @@ def trials_dataframe(storage: Any, name: str) -> Any:
     frame = pd.DataFrame(rows, columns=columns)
     for column in ("datetime_start", "datetime_complete"):
         frame[column] = pd.to_datetime(frame[column])
-    for column in ("duration", "running", "waiting"):
-        frame[column] = pd.to_timedelta(frame[column])
+    for column in ("duration", "running", "waiting"):   # all NaT (ask/tell): pandas reads datetimes
+        frame[column] = (pd.to_timedelta(frame[column]) if frame[column].notna().any()
+                         else pd.Series(pd.NaT, index=frame.index, dtype="timedelta64[ns]"))
     return frame
 
 
