@@ -52,6 +52,8 @@ class StorageError(HyperSackError):
 
 
 class StudyNotFoundError(StorageError, KeyError):
+    """No study of that name in that store (``hypersack status NAME``, ``Study.load``)."""
+
     def __init__(self, name: str, path: str):
         self.name = name
         super().__init__(f"No study named {name!r} in {path}")

@@ -1,5 +1,9 @@
 """The README's quick start, run verbatim: every code block of its "Quick start" section.
 
+``section(title)`` finds a ``## title`` section in README.md or in a page of the docs site
+(``docs/**/*.md``): the other example tests read their sections through it, wherever a page
+keeps them.
+
 Blocks whose first line is ``# NAME`` (python, yaml) are written to NAME in a fresh folder; each
 line of a bash block is then run there as a newcomer would type it (``python`` and ``hypersack``
 are this interpreter and ``python -m hypersack``), with only the repository on PYTHONPATH.
@@ -21,15 +25,22 @@ REPO = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
 
 
-def section(title: str) -> str:
-    text = (REPO / "README.md").read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end != -1 else None]
+def pages() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
-def blocks(title: str) -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in FENCE.finditer(section(title))]
+def section(title: str, page: Path | None = None) -> str:
+    for path in [page] if page else pages():
+        text = "\n" + path.read_text()
+        start = text.find(f"\n## {title}\n")
+        if start != -1:
+            end = text.find("\n## ", start + 1)
+            return text[start:end if end != -1 else None]
+    raise AssertionError(f"no section '## {title}' in README.md or docs/")
+
+
+def blocks(title: str, page: Path | None = None) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in FENCE.finditer(section(title, page))]
 
 
 def command(line: str) -> list[str]:
@@ -39,6 +50,12 @@ def command(line: str) -> list[str]:
     if words[0] == "hypersack":
         return [sys.executable, "-m", "hypersack", *words[1:]]
     raise AssertionError(f"the quick start runs an unexpected command: {line!r}")
+
+
+def test_the_readme_quick_start_is_the_tutorial_s():
+    """README.md and the first tutorial show one quick start: running one runs both."""
+    tutorial = REPO / "docs" / "tutorials" / "first-study.md"
+    assert blocks("Quick start", REPO / "README.md") == blocks("Quick start", tutorial)
 
 
 def test_quick_start_blocks_are_files_and_commands():
@@ -103,6 +120,7 @@ def test_the_intro_and_the_demo_commands_tell_the_truth():
     import hypersack
     intro = (REPO / "README.md").read_text().split("\n## ")[0]
     assert "Ray" in intro and "Ray comes next" not in intro
+    assert len((REPO / "README.md").read_text().splitlines()) <= 260   # a short README
     demo = [line for kind, body in blocks("The demo study") for line in body.splitlines()
             if " run examples/digits.yaml" in line]
     assert demo and all("--replace" in line or "--resume" in line for line in demo)

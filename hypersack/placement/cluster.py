@@ -25,6 +25,7 @@ __all__ = ["Cluster", "Running", "Device", "PlacementError", "as_devices"]
 
 
 class Running(NamedTuple):
+    """A job placed on a cluster and the devices it holds (``Cluster.running``)."""
     job: Job
     devices: tuple[Device, ...]
 

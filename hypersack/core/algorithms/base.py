@@ -65,6 +65,10 @@ NO_DECISION = 2**62
 
 
 class Decision(enum.Enum):
+    """What an algorithm decides for a trial after a result (``Algorithm.on_result``): go on,
+    pause it at its checkpoint (it may be promoted later), stop it (pruned), or grow it onto
+    more devices (RASDA)."""
+
     CONTINUE = "continue"
     PAUSE = "pause"
     STOP = "stop"
@@ -73,6 +77,9 @@ class Decision(enum.Enum):
 
 @dataclass(frozen=True)
 class Suggestion:
+    """A new trial an algorithm proposes (``Algorithm.suggest``): its ``config``, annotations
+    stored with it (``info``), or the promotion of a paused trial (``resume``: its id)."""
+
     config: dict[str, Any] = field(default_factory=dict)
     # Free-form annotations an algorithm wants stored with the trial (bracket, rung...).
     info: dict[str, Any] = field(default_factory=dict)

@@ -105,6 +105,19 @@ class World:
 
 
 class TrialContext:
+    """``ctx``, the second argument of a trainable ``train(config, ctx)``: what a trial reports
+    and restores, and where it runs.
+
+    ``report(step, checkpoint=None, **metrics)`` stores the step's metrics (and the state, if
+    given) durably before it returns (a report without a checkpoint may be pipelined: see
+    "Resume and faults"); ``checkpoint(state)`` rides with the next report; ``restore()``
+    returns the checkpoint of the last durable report or None; ``should_stop()`` says whether
+    the study stopped this trial. ``device`` is the torch device string, ``seed`` the trial's
+    seed (numpy and torch are seeded with it), ``trial_id``, ``attempt`` (0 first),
+    ``max_steps``, ``world`` (rank and size of a data-parallel trial), ``set_attr(key, value)``
+    a user attribute, ``shared`` the study's shared objects, ``profiler`` the per-iteration
+    profiler (``with ctx.profiler.iteration():``)."""
+
     def __init__(self, *, trial_id: int, seed: int, device: str, attempt: int, trial_dir: Path,
                  channel: Channel, max_steps: int | None = None, world: World = World(),
                  sync_stop: Callable[[bool], bool] | None = None, meter: Any = None,
