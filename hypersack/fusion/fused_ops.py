@@ -123,6 +123,15 @@ class FuseContext:
         if mean is not None and var is not None:
             self._running.append((mean, var, batch_mean, batch_var, spatial, momentum, tracked))
 
+    def _constant(self, values: list[int], like: torch.Tensor) -> torch.Tensor:
+        """``values`` as a tensor on ``like``'s device, made once (kept in ``views``): no copy
+        from the host inside a step that a CUDA graph may capture."""
+        key = ("#constant", tuple(values))
+        cached = self.views.get(key)
+        if cached is None or cached.dtype != like.dtype or cached.device != like.device:
+            cached = self.views[key] = torch.tensor(values, dtype=like.dtype, device=like.device)
+        return cached
+
     @torch.no_grad()
     def finish(self) -> None:
         """Apply the queued BatchNorm updates (``fused_batchnorm``): a few multi-tensor ops."""
@@ -134,7 +143,7 @@ class FuseContext:
         assert self._rows is not None    # set by row_scale
         spatial = sorted({r[4] for r in self._running})
         rows = self._rows.to(self._running[0][2].dtype)
-        count = rows[None, :] * torch.tensor(spatial, dtype=rows.dtype, device=rows.device)[:, None]
+        count = rows[None, :] * self._constant(spatial, rows)[:, None]
         unbias = (count / (count - 1).clamp(min=1)).view(len(spatial), 1, -1, 1, 1).unbind(0)
         factor = dict(zip(spatial, unbias))
         for momentum in {r[5] for r in self._running}:

@@ -361,8 +361,11 @@ def _adam(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor, k: torch.T
     fe._foreach_lerp_(m, g, w1_)
     fe._foreach_mul_(v, b2_)
     fe._foreach_addcmul_(v, fe._foreach_mul(g, w2_), g)         # v beta2 + (1 - beta2) g g
-    denom = fe._foreach_addcdiv(eps, fe._foreach_sqrt(v), bias2)  # sqrt(v) / bc2 + eps
-    fe._foreach_addcmul_(x.p, fe._foreach_div(m, denom), nss)
+    denom = fe._foreach_sqrt(v)                                 # the one new tensor list
+    fe._foreach_div_(denom, bias2)
+    fe._foreach_add_(denom, eps)                                # sqrt(v) / bc2 + eps
+    fe._foreach_div_(denom, nss)                                # / -step size (lr 0: inf)
+    fe._foreach_addcdiv_(x.p, m, denom)                         # p - step size m / denom
 
 
 def _adamw(x: _Lists, h: Mapping[str, torch.Tensor], lr: torch.Tensor, k: torch.Tensor | None,
