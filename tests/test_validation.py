@@ -375,6 +375,9 @@ ALLOWED_NUMBER_CHECKS = {
     ("core/space.py", "__post_init__"),           # Categorical: each choice storable as JSON
     ("sim/perf.py", "__post_init__"),             # FusedModel's [members, speedup] pairs
     ("sim/curves.py", "curves_from_dict"),        # clip: a [low, high] pair
+    ("sim/curves.py", "_clip"),                   # the same pair, in its own function
+    ("sim/curves.py", "_metrics"),                # a curve function's return: a number or a mapping
+    ("sim/curves.py", "_curves_from_rows"),       # a curves table's row: an integer step, a number
 }
 
 

@@ -15,6 +15,7 @@ A page asks for generated text with a marker line, replaced when the site is bui
   date).
 
 A marker that cannot be filled fails the build (an error naming the page and the marker).
+The benchmarks' plots (``benchmarks/results/*.png``) are served as ``benchmarks/plots/NAME``.
 """
 from __future__ import annotations
 
@@ -28,6 +29,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"^<!-- (generated|results): ?(.*?) -->$", re.M)
+
+
+def on_files(files: Any, config: Any, **_: Any) -> Any:
+    from mkdocs.structure.files import File
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.png")):
+        files.append(File.generated(config, f"benchmarks/plots/{path.name}",
+                                    abs_src_path=str(path)))
+    return files
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
@@ -145,6 +154,13 @@ def gpu_results() -> str:
             out.append(f"| {check.get('id', '')} | {check.get('name', '')} | "
                        f"{check.get('status', '')} | {check.get('seconds', '')} |"
                        + (f" {_cell(goals)} |" if goals else " |"))
+        for row in ((data.get("check5_partial") or {}).get("engines") or {}).get("rows", []):
+            if row is (data["check5_partial"]["engines"]["rows"][0]):
+                out += ["", "| check 5 workload | N | mode | model-steps/s | graph captured |",
+                        "|---|---:|---|---:|---|"]
+            out.append(f"| {row.get('workload')} | {row.get('n')} | {row.get('mode', '')} | "
+                       f"{row.get('model_steps_per_s', row.get('error', ''))} | "
+                       f"{row.get('graphs', '')} |")
         out.append("")
     return "\n".join(out)
 

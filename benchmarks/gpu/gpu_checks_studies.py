@@ -219,11 +219,16 @@ def hold_memory(config: dict, ctx: Any) -> None:
 
 def check_oom(plan: dict, work: Path) -> dict:
     oom = plan["oom"]
+    import hypersack
+    # two trials of one config: a space with nothing to search runs one trial, so the two
+    # differ in a replica number that the trainable ignores (grid: exactly 0 and 1)
     space = {"fraction": oom["fraction"], "steps": oom["steps"], "step_s": oom["step_s"],
-             "ledger": str(work / "ledger"), "epochs": oom["steps"]}
+             "ledger": str(work / "ledger"), "epochs": oom["steps"],
+             "replica": hypersack.Categorical([0, 1])}
     # memory_gb 1: a default of 0 would let the retried trial (whose demand becomes the whole
     # device) still fit beside a holder that declared nothing.
     row = run_study("oom", work, space, 2, hold_memory, placement="wfd", oversubscription=2.0,
+                    algorithm="grid",
                     max_retries=2, workers=oom["workers"], resources={"memory_gb": 1.0})
     last: dict[int, dict] = {}
     for result in row["results"]:

@@ -389,6 +389,7 @@ def test_the_local_executor_hands_the_launchs_free_below_to_the_task(tmp_path):
     executor._trainable = SimpleNamespace(key="k", reference=None, payload=None)
     executor._trial_dir = lambda trial_id: tmp_path / str(trial_id)
     executor._metric, executor._window, executor._unsafe_checkpoints = "score", 32, False
+    executor._max_log_bytes = None
     executor._steps_for = lambda config: None
     executor._profile = lambda config: False
     worker = SimpleNamespace(has_trainable=True, slot=SimpleNamespace(device="cpu"))

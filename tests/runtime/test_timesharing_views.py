@@ -64,9 +64,10 @@ def test_status_command_shows_state_and_priority(tmp_path, capsys):
     assert cli.main(["status", "s", "--storage", str(path)]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()[:1].isdigit()}
-    assert "priority" in out
-    assert rows["0"][1] == "waiting" and rows["0"][5] == "0.5"
-    assert rows["1"][1] == "running" and rows["1"][5] == "new"
+    head = next(line.split() for line in out.splitlines() if "priority" in line.split())
+    col = head.index("priority")          # the table's columns: trial, state, ..., priority
+    assert rows["0"][1] == "waiting" and rows["0"][col] == "0.5"
+    assert rows["1"][1] == "running" and rows["1"][col] == "new"
     assert rows["2"][1] == "waiting"
 
 

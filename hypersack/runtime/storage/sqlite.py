@@ -766,11 +766,17 @@ def _trial_row(t: TrialRecord, config_json: str | None = None,
 
 def _info_with_resources(t: TrialRecord) -> dict[str, Any]:
     """The trial's info, plus its device count when it grew (kept for resume) and the step of
-    its value when that is not its last step (its objective was missing from later reports)."""
+    its value when that is not what a load assumes (``_default_value_step``: its last step,
+    with a value): its objective was missing from later reports, or it is not known. So every
+    record loads back as it was saved, and stores written before the key load as before."""
     info = t.info if t.resources == 1 else {**t.info, _RESOURCES_KEY: t.resources}
-    if t.value_step is not None and t.value_step != t.last_step and t.value is not None:
+    if t.value_step != _default_value_step(t.value, t.last_step):
         info = {**info, _VALUE_STEP_KEY: t.value_step}
     return info
+
+
+def _default_value_step(value: float | None, last_step: int) -> int | None:
+    return None if value is None else last_step
 
 
 _RESOURCES_KEY = "_resources"
@@ -781,7 +787,7 @@ def _trial_from_row(r: tuple) -> TrialRecord:
     d = dict(zip(_TRIAL_COLUMNS, r))
     info = json.loads(d["info"])
     resources = int(info.pop(_RESOURCES_KEY, 1))
-    value_step = info.pop(_VALUE_STEP_KEY, None if d["value"] is None else d["last_step"])
+    value_step = info.pop(_VALUE_STEP_KEY, _default_value_step(d["value"], d["last_step"]))
     return TrialRecord(resources=resources,
         trial_id=d["trial_id"], config=json.loads(d["config"]), seed=d["seed"],
         state=TrialState(d["state"]), attempts=d["attempts"], retries=d["retries"],
