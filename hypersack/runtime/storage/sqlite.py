@@ -775,7 +775,7 @@ def _info_with_resources(t: TrialRecord) -> dict[str, Any]:
     return info
 
 
-def _default_value_step(value: float | None, last_step: int) -> int | None:
+def _default_value_step(value: float | None, last_step: int | None) -> int | None:
     return None if value is None else last_step
 
 
