@@ -7,15 +7,16 @@
 # 3. (check 5 first: its goals are the issue's) then a per-op profile of one fused pack step
 #    against the trial alone (pack_step_profile.py);
 # 4. GPU check 4 (the SP3-like co-location study), --quick, in what time is left.
-# Worst case about 9.5 minutes with the defaults (S5=290, SP=90, S4=130).
+# Worst case about 10 minutes with the defaults (S5=260, SP=90, S4=100): each suite run gets its
+# limit plus 60 s (the detect check, the 15 s stop grace, the report).
 # Writes at most 8 files under $OUT (what a lent machine sends back): card.txt, profile.json,
 # check5.json, check5.md, check4.json, check4.md, log.txt. Each step has its own limit, so a slow
 # or failing step loses only itself.
 set -u
 OUT=${OUT:?set OUT to a folder}
 DEVICE=${DEVICE:-cuda}
-S5=${S5:-290}      # seconds for check 5 (its own part limits inside)
-S4=${S4:-130}      # seconds for check 4
+S5=${S5:-260}      # seconds for check 5 (its own part limits inside)
+S4=${S4:-100}      # seconds for check 4
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PY=${PY:-python3}
@@ -31,7 +32,7 @@ echo "== 1. card $(date -u +%FT%TZ)"
   $PY -c "import hypersack.fusion.stack, hypersack.runtime.worker.entry, hypersack.study; print('hypersack imports')" 2>&1 | tail -3; } | tee "$OUT/card.txt"
 
 echo "== 2. check 5 $(date -u +%T)"
-timeout $((S5 + 20)) $PY benchmarks/gpu/gpu_suite.py --out "$WORK/s5" --quick $TINY $DEV \
+timeout $((S5 + 60)) $PY benchmarks/gpu/gpu_suite.py --out "$WORK/s5" --quick $TINY $DEV \
     --only 5 --limit 5=$S5 || echo "check 5: exit $?"
 cp "$WORK/s5/gpu_results.json" "$OUT/check5.json" 2>/dev/null
 cp "$WORK/s5/gpu_results.md" "$OUT/check5.md" 2>/dev/null
@@ -42,7 +43,7 @@ timeout ${SP:-90} $PY benchmarks/gpu/pack_step_profile.py --device "$DEVICE" $TI
     --json "$OUT/profile.json" 2>&1 | grep -v USDT || echo "profile: exit $?"
 
 echo "== 4. check 4 $(date -u +%T)"
-timeout $((S4 + 20)) $PY benchmarks/gpu/gpu_suite.py --out "$WORK/s4" --quick $TINY $DEV \
+timeout $((S4 + 60)) $PY benchmarks/gpu/gpu_suite.py --out "$WORK/s4" --quick $TINY $DEV \
     --only 4 --limit 4=$S4 || echo "check 4: exit $?"
 cp "$WORK/s4/gpu_results.json" "$OUT/check4.json" 2>/dev/null
 cp "$WORK/s4/gpu_results.md" "$OUT/check4.md" 2>/dev/null
