@@ -19,12 +19,11 @@ events, and never stops the study. Every hook queued has run when ``Study.run`` 
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from hypersack.errors import ConfigError
-from hypersack.validation import check_references
+from hypersack.validation import check_references, import_reference
 
 __all__ = ["Callback", "FrozenTrial", "resolve_callbacks", "check_callback_names"]
 
@@ -92,7 +91,7 @@ def resolve_callbacks(items: Sequence[Any], field_name: str = "callbacks") -> li
     out = []
     for i, item in enumerate(items):
         where = f"{field_name}[{i}]"
-        obj = _import(where, item) if isinstance(item, str) else item
+        obj = import_reference(where, item) if isinstance(item, str) else item
         if isinstance(obj, type) and issubclass(obj, Callback):
             obj = obj()
         if not isinstance(obj, Callback) and not callable(obj):
@@ -100,19 +99,6 @@ def resolve_callbacks(items: Sequence[Any], field_name: str = "callbacks") -> li
                               "fn(study, trial), or 'module:object' naming one")
         out.append(obj)
     return out
-
-
-def _import(where: str, reference: str) -> Any:
-    module_name, _, attr = reference.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(where, reference, f"names a module that cannot be imported ({exc})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(where, reference, f"names no attribute {attr!r} of {module_name!r}")
-        obj = getattr(obj, part)
-    return obj
 
 
 def hooks_of(callback: Any) -> dict[str, Callable[..., Any]]:

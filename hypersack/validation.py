@@ -10,6 +10,7 @@ one whose float is finite, so ``10**400`` (which no float holds) is not finite.
 """
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
 from typing import Any, Collection, Mapping, TypeGuard
@@ -296,3 +297,21 @@ def check_references(field: str, value: Any) -> tuple[str, ...]:
         if not isinstance(item, str) or item.count(":") != 1 or not all(item.split(":")):
             raise ConfigError(f"{field}[{i}]", item, "must be a 'module:object' reference")
     return tuple(value)
+
+
+def import_reference(field: str, reference: Any) -> Any:
+    """The object a ``module:attr`` reference names (dots allowed after the colon: a class's
+    attribute); ConfigError naming ``field`` and the reference when it is not of that form, its
+    module cannot be imported or the attribute is not there."""
+    module_name, sep, attr = reference.partition(":") if isinstance(reference, str) else ("", "", "")
+    if not sep or not module_name or not attr:
+        raise ConfigError(field, reference, "must be 'module:attr'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(field, reference, f"names a module that cannot be imported ({exc})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(field, reference, f"names nothing: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj

@@ -41,7 +41,6 @@ and trial seed give the same curve, whatever the order trials are simulated in.
 from __future__ import annotations
 
 import csv
-import importlib
 import json
 import math
 import zlib
@@ -52,7 +51,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hypersack.errors import ConfigError
-from hypersack.validation import check_integer, check_number, check_positive, is_finite
+from hypersack.validation import (check_integer, check_number, check_positive, import_reference,
+                                  is_finite)
 
 __all__ = ["Curve", "CurveModel", "FunctionCurves", "ParametricCurves", "ReplayCurves", "TableCurves",
            "curves_from_dict"]
@@ -445,22 +445,6 @@ def _curves_from_rows(rows: list[dict[str, Any]], source: str, config_keys: list
     return {"metric": metric, "curves": curves}
 
 
-def _import_attr(reference: Any, field: str) -> Any:
-    """The object ``module:attr`` names (dots allowed after the colon)."""
-    module_name, sep, attr = str(reference).partition(":") if isinstance(reference, str) else ("", "", "")
-    if not sep or not module_name or not attr:
-        raise ConfigError(field, reference, "must be 'module:attr'")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(field, reference, f"names a module that cannot be imported ({exc})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(field, reference, f"names nothing: {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
-
-
 # ---- from a scenario ----------------------------------------------------------------------
 
 _COMMON = {"type", "metric", "noise", "seed"}
@@ -505,7 +489,7 @@ def curves_from_dict(d: Mapping[str, Any], *, base_dir: Path = Path("."), seed: 
 def _function_curves(d: Mapping[str, Any], seed: int, objective_metric: str | None) -> FunctionCurves:
     if "function" not in d:
         raise ConfigError("curves.function", None, "is required for function curves ('module:attr')")
-    fn = _import_attr(d["function"], "curves.function")
+    fn = import_reference("curves.function", d["function"])
     options = d.get("options")
     if options is not None:
         if not isinstance(options, Mapping):
