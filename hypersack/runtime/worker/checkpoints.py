@@ -166,10 +166,21 @@ def replace_private(path: Path, data: bytes) -> None:
     renamed over ``path`` (a symbolic link planted at ``path`` is replaced, never followed)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    _write_and_rename(tmp, path, lambda f: f.write(data))
+
+
+def _write_and_rename(tmp: Path, path: Path, write: Callable[[Any], Any], *,
+                      durable: bool = False) -> None:
+    """``write(file)`` into ``tmp``, a new private file (``open_private``), then rename it over
+    ``path``; ``durable``: the file is fsynced before the rename. ``tmp`` is removed on any
+    failure, and the failure raised."""
     fd = open_private(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -200,19 +211,7 @@ def write_checkpoint(trial_dir: Path, state: Any, *, attempt: int, sequence: int
     tmp = trial_dir / f".{name}.{os.getpid()}.tmp"
     if _exists_nofollow(tmp):
         os.unlink(tmp)
-    fd = open_private(tmp)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, trial_dir / name)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _write_and_rename(tmp, trial_dir / name, lambda f: save(state, f), durable=True)
     _fsync_dir(trial_dir)
     return name
 
