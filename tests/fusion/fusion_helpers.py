@@ -117,3 +117,14 @@ def assert_same_state(got, want, rtol=1e-10, atol=1e-12):
     for name in want["optimizer"]["state"]:
         torch.testing.assert_close(got["optimizer"]["state"][name],
                                    want["optimizer"]["state"][name], rtol=rtol, atol=atol)
+
+
+class FakeGraph:
+    """Stands in for a CUDA graph: replay runs the recorded step again (eagerly)."""
+
+    def __init__(self, step, key):
+        self.step, self.key, self.replays = step, key, 0
+
+    def replay(self):
+        self.replays += 1
+        self.step(self.key)

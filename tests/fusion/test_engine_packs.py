@@ -6,7 +6,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from fusion_helpers import (TinyTask, alone, assert_same_state, run_members)  # noqa: E402
+from fusion_helpers import (FakeGraph, TinyTask, alone, assert_same_state,  # noqa: E402
+                            run_members)
 
 from hypersack.errors import ConfigError  # noqa: E402
 from hypersack.fusion.graphs import StepRunner  # noqa: E402
@@ -123,17 +124,6 @@ def test_a_refilled_slot_trains_like_alone_and_capacity_doubles_when_full():
     for m in members:
         grown.load(m)
     assert grown.stack.capacity == 8 and len(grown) == 5
-
-
-class FakeGraph:
-    """Stands in for a CUDA graph: replay runs the recorded step again (eagerly)."""
-
-    def __init__(self, step, key):
-        self.step, self.key, self.replays = step, key, 0
-
-    def replay(self):
-        self.replays += 1
-        self.step(self.key)
 
 
 def test_the_graph_step_replays_per_shape_and_gives_the_eager_results():

@@ -10,22 +10,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fusion_helpers import TinyTask  # noqa: E402
+from fusion_helpers import FakeGraph, TinyTask  # noqa: E402
 
 from hypersack.fusion import layers  # noqa: E402
 from hypersack.fusion.graphs import StepRunner, keep_alive  # noqa: E402
 from hypersack.fusion.runner import Pack, PackStats, train_recorded  # noqa: E402
 from hypersack.fusion.stack import StackOptions  # noqa: E402
 from hypersack.fusion.task import Member  # noqa: E402
-
-
-class FakeGraph:
-    def __init__(self, step, key):
-        self.step, self.key, self.replays = step, key, 0
-
-    def replay(self):
-        self.replays += 1
-        self.step(self.key)
 
 
 def fake_runner(step, max_graphs=8):

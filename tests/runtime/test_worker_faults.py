@@ -84,16 +84,23 @@ def _starts_sleeps(config, ctx):
     time.sleep(300)
 
 
+def _two_trials_on_one_worker(store_path, pids, key, choices, trainable) -> list[dict]:
+    """Two grid trials (``key`` in ``choices``, in order) one after the other on one worker,
+    each with a 3 s timeout and no retry; their status rows."""
+    space = {"pids": str(pids), key: {"type": "categorical", "choices": choices}}
+    study = hypersack.Study(name="w", space=space, objective=("score", "max"), algorithm="grid",
+                            n_trials=2, storage=store_path, workers=1, trial_timeout_s=3,
+                            max_retries=0)
+    study.run(trainable, progress=False)
+    return study.status()["trials"]
+
+
 def test_processes_a_trainable_started_end_with_its_timed_out_worker(store_path, tmp_path):
     pids = tmp_path / "pids"
     # The timeout counts from the launch: the timed trial runs second, on the warm worker, so
     # its 3 s never include the worker's start-up (a loaded machine can take longer than that).
-    space = {"pids": str(pids), "warm": {"type": "categorical", "choices": [True, False]}}
-    study = hypersack.Study(name="w", space=space, objective=("score", "max"), algorithm="grid",
-                            n_trials=2, storage=store_path, workers=1, trial_timeout_s=3,
-                            max_retries=0)
-    study.run(_starts_sleeps, progress=False)
-    warm, trial = study.status()["trials"]
+    warm, trial = _two_trials_on_one_worker(store_path, pids, "warm", [True, False],
+                                            _starts_sleeps)
     assert warm["state"] == "complete"
     assert trial["state"] == "failed" and "time" in trial["error"]
     started = [int(p) for p in pids.read_text().split()]
@@ -236,12 +243,7 @@ def test_no_process_a_trainable_started_outlives_its_trial_even_in_a_new_session
     """A finished trial's escaped process ends with the trial (the worker stays warm); a
     timed-out trial's ends with its killed worker."""
     pids = tmp_path / "pids"
-    space = {"pids": str(pids), "hang": {"type": "categorical", "choices": [False, True]}}
-    study = hypersack.Study(name="w", space=space, objective=("score", "max"), algorithm="grid",
-                            n_trials=2, storage=store_path, workers=1, trial_timeout_s=3,
-                            max_retries=0)
-    study.run(_escapes, progress=False)
-    done, hung = study.status()["trials"]
+    done, hung = _two_trials_on_one_worker(store_path, pids, "hang", [False, True], _escapes)
     assert done["state"] == "complete" and hung["state"] == "failed"
     started = [int(p) for p in pids.read_text().split()]
     assert len(started) == 2 and _wait_gone(started) == []
