@@ -153,7 +153,8 @@ def test_a_study_stored_whole_by_an_older_driver_resumes_and_is_then_stored_in_p
 HYPERBAND = {"type": "hyperband", "min_t": 1, "max_t": 9, "reduction_factor": 3}
 MODELS = {"hyperband": HYPERBAND, "bohb": {**HYPERBAND, "type": "bohb"},
           "asha-tpe": {**ASHA, "sampler": "tpe"},
-          "hyperband-tpe": {**HYPERBAND, "sampler": "tpe"}}
+          "hyperband-tpe": {**HYPERBAND, "sampler": "tpe"},
+          "pack_hyperband": {**HYPERBAND, "type": "pack_hyperband", "max_pack": 3}}
 
 
 def _needs(spec: dict) -> None:

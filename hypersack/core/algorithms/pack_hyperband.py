@@ -64,6 +64,7 @@ class PackBracket(SHBracket):
             for trial_id in pack:
                 self.trials[trial_id] = [i + 1, QUEUED]
                 self.queue.append(trial_id)
+        self.dirty.update(order)
 
 
 def _check_threshold(value: Any) -> float:
@@ -136,6 +137,10 @@ class PackHyperband(BracketSearch):
         self._plans: dict[int, list[tuple[dict[str, Any], int]]] = {}  # bracket -> rung 0 to hand
         self._packs: dict[int, dict[str, Any]] = {}       # pack id -> bracket, rung, size, key
         self._pack_of: dict[int, int] = {}                # trial id -> its current pack id
+        # what changed since ``state_delta`` (see there): new packs, new plans, moved trials
+        self._new_packs: list[int] = []
+        self._new_plans: dict[int, list[Any]] = {}        # bracket -> [offset, plan]
+        self._moved: set[int] = set()
 
     def _make_bracket(self, index: int, rungs: list[tuple[int, int]]) -> SHBracket:
         return PackBracket(index, rungs, self._repack)
@@ -169,6 +174,7 @@ class PackHyperband(BracketSearch):
         pack_id = len(self._packs)
         key = {k: v for k, v in fusibility_key(config, self.fusibility_keys)}
         self._packs[pack_id] = {"bracket": bracket, "rung": rung, "size": size, "fuse_key": key}
+        self._new_packs.append(pack_id)
         return pack_id
 
     def _plan_bracket(self, bracket: int) -> None:
@@ -180,6 +186,7 @@ class PackHyperband(BracketSearch):
             pack_id = self._new_pack(bracket, 0, configs[pack[0]], len(pack))
             plan.extend((configs[i], pack_id) for i in pack)
         self._plans[bracket] = plan
+        self._new_plans[bracket] = [0, [[c, p] for c, p in plan]]
 
     def _repack(self, bracket: int, rung: int, survivors: list[int]) -> list[list[int]]:
         configs = [self._configs[t] for t in survivors]
@@ -188,6 +195,7 @@ class PackHyperband(BracketSearch):
             members = [survivors[i] for i in pack]
             pack_id = self._new_pack(bracket, rung, configs[pack[0]], len(members))
             self._pack_of.update((t, pack_id) for t in members)
+            self._moved.update(members)
             packs.append(members)
         return packs
 
@@ -221,11 +229,26 @@ class PackHyperband(BracketSearch):
         self._home[trial_id] = index
         self._configs[trial_id] = config
         self._pack_of[trial_id] = pack_id
+        self._moved.add(trial_id)
         return Suggestion(dict(config), self.pack_info(trial_id) or {})
 
     def state_delta(self) -> dict[str, Any] | None:
-        """None: the packs' state is stored whole with every commit (not yet in parts)."""
-        return None
+        """The brackets' head and parts (``BracketSearch.state_delta``) plus the packs' parts
+        changed since the previous call: ``pk<pack>`` a pack (written once), ``pl<bracket>``
+        ``[offset, plan]`` the bracket's first-rung plan as made (written once; the first
+        ``created - offset`` entries of it have been handed out), ``pc<trial>`` ``[config,
+        pack]`` (written when the trial starts and when a promotion re-packs it)."""
+        state = super().state_delta()
+        assert state is not None
+        parts = state["parts"]
+        for pack_id in self._new_packs:
+            parts[f"pk{pack_id}"] = self._packs[pack_id]
+        for bracket, plan in sorted(self._new_plans.items()):
+            parts[f"pl{bracket}"] = plan
+        for trial_id in sorted(self._moved):
+            parts[f"pc{trial_id}"] = [self._configs[trial_id], self._pack_of[trial_id]]
+        self._new_packs, self._new_plans, self._moved = [], {}, set()
+        return state
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -237,12 +260,40 @@ class PackHyperband(BracketSearch):
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """From ``state_dict()`` or from a head with every part (``state_delta``'s); every
+        part is then due in the next ``state_delta``."""
         super().load_state_dict(state)
-        saved = state["pack"]
-        self._configs = {int(t): dict(c) for t, c in saved["configs"].items()}
-        self._plans = {int(b): [(dict(c), int(p)) for c, p in plan]
-                       for b, plan in saved["plans"].items()}
-        self._packs = {i: {"bracket": int(p["bracket"]), "rung": int(p["rung"]),
-                           "size": int(p["size"]), "fuse_key": dict(p["fuse_key"])}
-                       for i, p in enumerate(saved["packs"])}
-        self._pack_of = {int(t): int(p) for t, p in saved["pack_of"].items()}
+        if "parts" in state:
+            self._load_pack_parts(state["parts"])
+        else:
+            saved = state["pack"]
+            self._configs = {int(t): dict(c) for t, c in saved["configs"].items()}
+            self._plans = {int(b): [(dict(c), int(p)) for c, p in plan]
+                           for b, plan in saved["plans"].items()}
+            self._packs = {i: _pack_record(p) for i, p in enumerate(saved["packs"])}
+            self._pack_of = {int(t): int(p) for t, p in saved["pack_of"].items()}
+        self._new_packs = sorted(self._packs)
+        self._new_plans = {b: [self._brackets[b].created, [[c, p] for c, p in plan]]
+                           for b, plan in self._plans.items()}
+        self._moved = set(self._configs)
+
+    def _load_pack_parts(self, parts: Mapping[str, Any]) -> None:
+        self._configs, self._plans, self._packs, self._pack_of = {}, {}, {}, {}
+        for key, part in parts.items():
+            if part is None or key[0] != "p":
+                continue
+            kind, number = key[:2], int(key[2:])
+            if kind == "pk":
+                self._packs[number] = _pack_record(part)
+            elif kind == "pl":
+                offset, plan = int(part[0]), part[1]
+                done = self._brackets[number].created - offset
+                self._plans[number] = [(dict(c), int(p)) for c, p in plan[done:]]
+            elif kind == "pc":
+                self._configs[number], self._pack_of[number] = dict(part[0]), int(part[1])
+        self._packs = dict(sorted(self._packs.items()))
+
+
+def _pack_record(saved: Mapping[str, Any]) -> dict[str, Any]:
+    return {"bracket": int(saved["bracket"]), "rung": int(saved["rung"]),
+            "size": int(saved["size"]), "fuse_key": dict(saved["fuse_key"])}

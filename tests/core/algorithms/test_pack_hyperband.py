@@ -220,3 +220,29 @@ def test_batch_key_must_be_a_parameter_for_batch_size_grouping():
     with pytest.raises(ConfigError) as exc:
         build(grouping="batch_size", batch_key="bs")
     assert exc.value.field == "algorithm.batch_key"
+
+
+def _stored(alg, stored=None):
+    """Apply ``alg.state_delta()`` to ``stored`` (head and parts by key) as a store does."""
+    delta = json.loads(json.dumps(alg.state_delta()))
+    parts = {**(stored or {}).get("parts", {}), **delta.pop("parts")}
+    return {**delta, "parts": {k: v for k, v in parts.items() if v is not None}}
+
+
+def test_state_in_parts_is_written_once_and_a_whole_state_resumes_into_parts():
+    alg = build()
+    for t in range(30):
+        alg.suggest(t)
+        alg.on_result(t, 1, {"loss": float(t % 7)})
+    stored = _stored(alg)
+    assert {k[:2] for k in stored["parts"]} >= {"pk", "pl", "pc"}
+    assert "pack" not in stored                          # the head holds no pack state
+    resumed = alg.suggest(30).resume                    # a promotion: nothing re-packed
+    assert sorted(alg.state_delta()["parts"]) == ["b0", f"t{resumed}"]
+    whole = json.loads(json.dumps(alg.state_dict()))     # a study stored whole by an older driver
+    old = build()
+    old.load_state_dict(whole)
+    again = build()
+    again.load_state_dict(_stored(old))
+    assert again.state_dict() == whole
+    assert [again.suggest(t) for t in range(31, 45)] == [alg.suggest(t) for t in range(31, 45)]
