@@ -1,6 +1,6 @@
 """Search quality against the peers on multi-fidelity test functions (issue 41, item 3).
 
-    python benchmarks/quality/mf_quality.py [--seeds 10] [--budget 2000] [--quick]
+    python benchmarks/quality/mf_quality.py [--seeds 10] [--first-seed 0] [--budget 2000] [--quick]
         [--functions hartmann3,hartmann6,branin,hartmann6_bad] [--png PATH] [--json PATH]
         [--synetune-python PATH | --no-synetune]
 
