@@ -1,6 +1,6 @@
 """Search quality against the peers on multi-fidelity test functions (issue 41, item 3).
 
-    python benchmarks/quality/mf_quality.py [--seeds 10] [--budget 2000] [--quick]
+    python benchmarks/quality/mf_quality.py [--seeds 10] [--first-seed 0] [--budget 2000] [--quick]
         [--functions hartmann3,hartmann6,branin,hartmann6_bad] [--png PATH] [--json PATH]
         [--synetune-python PATH | --no-synetune]
 
@@ -114,7 +114,8 @@ def synetune_runs(python: str, names: list[str], seeds: list[int], budget: int) 
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
-    names, seeds, budget = args.functions, list(range(args.seeds)), args.budget
+    names, budget = args.functions, args.budget
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     traces: dict[str, dict[str, list[Trace]]] = {n: {} for n in names}
     wall: dict[str, float] = {}
     notes: list[str] = []
@@ -251,10 +252,13 @@ def merge(paths: list[str]) -> dict[str, Any]:
     runs = [json.loads(Path(p).read_text()) for p in paths]
     first = runs[0]
     for p, r in zip(paths, runs):
-        if (r["budget"], r["seeds"]) != (first["budget"], first["seeds"]):
-            raise SystemExit(f"{p}: budget {r['budget']} and {r['seeds']} seeds differ from "
-                             f"{paths[0]}'s {first['budget']} and {first['seeds']}")
-    merged: dict[str, Any] = {"budget": first["budget"], "seeds": first["seeds"], "tables": {},
+        if (r["budget"], r["seeds"], r.get("first_seed", 0)) != \
+                (first["budget"], first["seeds"], first.get("first_seed", 0)):
+            raise SystemExit(f"{p}: budget {r['budget']} and {r['seeds']} seeds from "
+                             f"{r.get('first_seed', 0)} differ from {paths[0]}'s {first['budget']} "
+                             f"and {first['seeds']} from {first.get('first_seed', 0)}")
+    merged: dict[str, Any] = {"budget": first["budget"], "seeds": first["seeds"],
+                              "first_seed": first.get("first_seed", 0), "tables": {},
                               "curves": {} if all("curves" in r for r in runs) else None,
                               "wall_s": {}, "notes": []}
     for r in runs:
@@ -272,6 +276,8 @@ def merge(paths: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="seeds first-seed .. first-seed + seeds - 1 (a range not used while tuning)")
     p.add_argument("--budget", type=int, default=2000, help="fidelity steps each run is cut at")
     p.add_argument("--functions", default=",".join(FUNCTIONS))
     p.add_argument("--arms", default=",".join(HYPERSACK), help="HyperSack arms to run")
@@ -297,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown function or arm: {unknown} (functions: {list(FUNCTIONS)}; arms: {list(HYPERSACK)})")
     run = run_all(args)
-    result = {"budget": args.budget, "seeds": args.seeds, "tables": tables(run["traces"], args.budget),
+    result = {"budget": args.budget, "seeds": args.seeds, "first_seed": args.first_seed, "tables": tables(run["traces"], args.budget),
               "curves": tables(run["traces"], args.budget, CURVE_FRACTIONS),
               "wall_s": run["wall_s"], "notes": run["notes"]}
     return finish(result, args)

@@ -100,7 +100,10 @@ class ASHA(Algorithm):
     integer >= 2), ``mode`` ("pause" or "stop"), ``num_samples`` (most new configs; None:
     unbounded, the study's budget decides); ``sampler`` (+ ``options``, ``min_points_in_model``,
     ``random_fraction``: see :class:`~hypersack.core.algorithms.hyperband.Hyperband`): new
-    configs come from that Optuna sampler fitted on the largest rung with enough results."""
+    configs come from that Optuna sampler, by default (``fit: all``) ONE model fed every
+    result recorded at a milestone and every result at ``max_t``, ranked as Optuna's TPE
+    ranks pruned and complete trials (``rung_model``); ``fit: largest``: BOHB's model of the
+    largest rung with enough results."""
 
     _feature = "ASHA with a sampler"
     ranks_by_one_metric = True
@@ -109,11 +112,11 @@ class ASHA(Algorithm):
                  max_t: int = 81, reduction_factor: int = 3, mode: str = "pause",
                  num_samples: int | None = None, sampler: Any = None,
                  options: Mapping[str, Any] | None = None, min_points_in_model: int | None = None,
-                 random_fraction: float = 0.0):
+                 random_fraction: float = 0.0, fit: str = "all"):
         refuse_several_objectives(objective, type(self).__name__)
         super().__init__(space, objective, seed)
         self._rung_model = build_rung_model(sampler, options, space, seed, min_points_in_model,
-                                            random_fraction, self._feature)
+                                            random_fraction, self._feature, fit)
         self.min_t, self.max_t = check_horizon(min_t, max_t)
         self.rf = check_integer("algorithm.reduction_factor", reduction_factor, low=2, high=INT53)
         if mode not in MODES:
@@ -183,6 +186,8 @@ class ASHA(Algorithm):
             if not passes:
                 return self._cut(trial_id, entry)
             self._set(entry, rung=entry[0] + 1)
+        if self._rung_model is not None and step >= self.max_t:
+            self._rung_model.observe_top(trial_id, self.max_t, value)
         return self._continue_decision(trial_id)
 
     def next_decision_step(self, trial_id: int) -> int:

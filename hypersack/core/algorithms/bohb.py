@@ -28,7 +28,8 @@ _DEFAULT_SAMPLER = {"n_startup_trials": 0, "multivariate": True}
 class BOHB(Hyperband):
     """Options: those of :class:`Hyperband` (``min_t``, ``max_t``, ``reduction_factor``,
     ``repeat``: None, the default, runs iterations until the study's budget ends),
-    ``random_fraction`` (in [0, 1], default 1/3), ``min_points_in_model`` (default:
+    ``random_fraction`` (in [0, 1], default 1/3), ``fit`` (``largest``, BOHB's, or ``all``:
+    see ``rung_model``), ``min_points_in_model`` (default:
     number of searched parameters + 1), and any ``optuna.samplers.TPESampler`` option
     (defaults here: ``n_startup_trials=0``, ``multivariate=True``); or ``sampler`` (+ ``options``)
     for another Optuna sampler."""
@@ -38,7 +39,8 @@ class BOHB(Hyperband):
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, min_t: int = 1,
                  max_t: int = 81, reduction_factor: int = 3, repeat: int | None = None,
                  random_fraction: float = 1 / 3, min_points_in_model: int | None = None,
-                 sampler: Any = None, options: Any = None, **sampler_options: Any):
+                 sampler: Any = None, options: Any = None, fit: str = "largest",
+                 **sampler_options: Any):
         if sampler is None:
             sampler = SamplerSpec("TPESampler", {**_DEFAULT_SAMPLER, **sampler_options},
                                   field="algorithm", options_field="algorithm")
@@ -47,7 +49,7 @@ class BOHB(Hyperband):
         super().__init__(space, objective, seed, min_t=min_t, max_t=max_t,
                          reduction_factor=reduction_factor, repeat=repeat, sampler=sampler,
                          options=options, min_points_in_model=min_points_in_model,
-                         random_fraction=random_fraction)
+                         random_fraction=random_fraction, fit=fit)
         self.random_fraction = self._rung_model.random_fraction
         self.min_points_in_model = self._rung_model.min_points
 

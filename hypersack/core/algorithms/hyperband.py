@@ -72,8 +72,9 @@ class Hyperband(BracketSearch):
 
     ``sampler`` (an Optuna sampler name or ``{type: name, options: {...}}``, see
     ``optuna_search``; ``options`` go with a bare name): new configs come from that sampler fitted
-    as BOHB does, on the largest rung with ``min_points_in_model`` results (default: searched
-    parameters + 1), random until then (``rung_model``).
+    as BOHB does, on the largest rung (the top fidelity included) with ``min_points_in_model``
+    results (default: searched parameters + 1), random until then (``rung_model``); ``fit:
+    all``: one model fed every rung's results instead.
     """
 
     _feature = "Hyperband with a sampler"
@@ -81,12 +82,13 @@ class Hyperband(BracketSearch):
     def __init__(self, space: SearchSpace, objective: Objective, seed: int = 0, min_t: int = 1,
                  max_t: int = 81, reduction_factor: int = 3, repeat: int | None = None,
                  sampler: Any = None, options: Mapping[str, Any] | None = None,
-                 min_points_in_model: int | None = None, random_fraction: float = 0.0):
+                 min_points_in_model: int | None = None, random_fraction: float = 0.0,
+                 fit: str = "largest"):
         min_t, max_t = check_horizon(min_t, max_t)
         eta = check_integer("algorithm.reduction_factor", reduction_factor, low=2, high=INT53)
         if repeat is not None:
             repeat = check_integer("algorithm.repeat", repeat, low=1, high=INT53)
         model = build_rung_model(sampler, options, space, seed, min_points_in_model,
-                                 random_fraction, self._feature)
+                                 random_fraction, self._feature, fit)
         super().__init__(space, objective, seed, hyperband_steps(min_t, max_t, eta), model,
                          repeat=repeat)

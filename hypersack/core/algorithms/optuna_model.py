@@ -370,11 +370,16 @@ class OptunaModel:
         code = "F" if told is None or state == "failed" else ("P" if state == "pruned" else "C")
         self._submit(["finish", trial_id, told, code])
 
-    def observe(self, config: Mapping[str, Any], value: float | Sequence[float]) -> None:
-        """A finished result that belongs to no proposal of this model (ignored unless finite)."""
+    def observe(self, config: Mapping[str, Any], value: float | Sequence[float],
+                step: int | None = None) -> None:
+        """A result that belongs to no proposal of this model (ignored unless finite): a
+        COMPLETE trial of that value, or with ``step`` a PRUNED one whose last intermediate
+        value is ``value`` at ``step`` (Optuna's TPE ranks pruned trials below complete ones,
+        the further a trial went the higher, then by that value)."""
         told = _told(value)
         if told is not None:
-            self._submit(["observe", [config[n] for n in self._names], told])
+            op = ["observe", [config[n] for n in self._names], told]
+            self._submit(op if step is None else [*op, int(step)])
 
     def _submit(self, op: list[Any]) -> None:
         if self._inflight is not None:
@@ -385,7 +390,8 @@ class OptunaModel:
     def _apply(self, op: list[Any]) -> None:
         if op[0] == "observe":                   # the study gets it when it next asks
             self._changed.add(len(self._journal))
-            self._journal.append({"p": op[1], "s": "C", "v": op[2]})
+            self._journal.append({"p": op[1], "s": "C", "v": op[2]} if len(op) == 3 else
+                                 {"p": op[1], "s": "P", "i": {str(op[3]): op[2]}})
             self.told += 1
             return
         study = self._ensure_study()

@@ -1,12 +1,22 @@
-"""BOHB's model for any sampler: one incremental Optuna model per rung, the proposal from the
-largest rung with enough results (Falkner et al., ICML 2018).
+"""The model of a multi-fidelity algorithm for any sampler, fitted on the results trials record
+at rungs, in one of two ways (``fit``):
+
+* ``"largest"`` (BOHB, Falkner et al., ICML 2018): one incremental Optuna model per rung, the
+  proposal from the largest rung with ``min_points`` results.
+* ``"all"`` (what Optuna's TPE does beside a pruner): ONE model fed every result, a result at the
+  top fidelity as a COMPLETE trial and one at a lower rung as a PRUNED trial stopped there, so
+  that TPE ranks the top results first, then the others by how far they went and their value
+  (``optuna.samplers.TPESampler``'s split of pruned trials); it proposes once it holds
+  ``min_points`` results. A trial that climbs adds one result per rung (each a point at that
+  fidelity, as BOHB's per-rung models hold it too).
 
 A rung is identified by its steps (shared across brackets). ``observe`` feeds the result a trial
-recorded at a rung (value signed: larger is better) to that rung's model as it arrives.
-``propose`` draws a random config when no rung holds ``min_points`` results or, with probability
-``random_fraction``, from the algorithm's numpy Generator; otherwise the sampler of the largest
-ready rung proposes (its asked trial is failed at once: it is no observation of that rung). The
-choice for a trial is made once, when it is first asked for; it is part of the state.
+recorded at a rung (value signed: larger is better) as it arrives; ``observe_top`` the result
+of a trial that trained to the top fidelity (once per trial). ``propose`` draws a random config
+when no model is ready or, with probability ``random_fraction``, from the algorithm's numpy
+Generator; otherwise the ready model proposes (its asked trial is failed at once: it is no
+observation). The choice for a trial is made once, when it is first asked for; it is part of
+the state.
 
 **Never waits.** Without a runner (simulator, tests) the sampler proposes at once, for that
 trial. With one (``use_background``: a study's proposal thread) the proposals are asked *ahead*:
@@ -17,9 +27,10 @@ waits for the next trial. Which trials got a model's proposal thus depends on ti
 config, the Generator, the proposal in flight and its cut-off are stored, so a resume continues
 from exactly what was decided (``fallbacks`` counts the random ones).
 
-State in parts (``state_delta``): a head, ``"c<trial>"`` (a config) and ``"j<steps>.<i>"`` (entry
-i of the model of the rung of that many steps), written once each (a journal entry of a model
-only grows), so a commit costs what changed.
+State in parts (``state_delta``): a head, ``"c<trial>"`` (a config), ``"f<trial>"`` (its top
+result was observed) and ``"j<key>.<i>"`` (entry i of the model of the rung of that many steps;
+key 0: the one model of ``fit: all``), written once each (a journal entry of a model only
+grows), so a commit costs what changed.
 """
 from __future__ import annotations
 
@@ -29,19 +40,25 @@ import numpy as np
 
 from hypersack.core.algorithms.optuna_model import OptunaModel, SamplerSpec
 from hypersack.core.space import SearchSpace
+from hypersack.errors import ConfigError
 from hypersack.validation import INT53, check_integer, check_probability
 
-__all__ = ["RungModel"]
+__all__ = ["RungModel", "FITS"]
+
+FITS = ("largest", "all")
 
 
 class RungModel:
     def __init__(self, sampler: SamplerSpec, space: SearchSpace, seed: int, min_points: int,
-                 random_fraction: float, feature: str):
+                 random_fraction: float, feature: str, fit: str = "largest"):
         self.sampler, self.space, self.seed = sampler, space, seed
         self.min_points, self.random_fraction, self.feature = min_points, random_fraction, feature
-        self.models: dict[int, OptunaModel] = {}      # steps -> model
+        self.fit = fit
+        self.models: dict[int, OptunaModel] = {}      # steps (0: the one model of "all") -> model
         self.counts: dict[int, int] = {}              # steps -> results recorded there
         self.configs: dict[int, dict[str, Any]] = {}  # trial -> config
+        self.tops: set[int] = set()                   # trials whose top result was observed
+        self._new_tops: set[int] = set()
         self._plan: tuple[int, int | None] | None = None   # (trial, steps | None: random)
         self._ahead: tuple[int, int] | None = None     # (steps, key) of the proposal asked ahead
         self.fallbacks = 0                            # random configs for want of a proposal
@@ -64,16 +81,34 @@ class RungModel:
             model.use_background(runner, wait_s)
 
     def model_steps(self) -> int | None:
-        """Steps of the rung the model would be fitted on now (None: not enough results)."""
+        """Steps of the rung the model would be fitted on now (None: not enough results);
+        with ``fit: all``, the largest rung with a result once the model is ready."""
+        if self.fit == "all":
+            return max(self.counts) if sum(self.counts.values()) >= self.min_points else None
         ready = [steps for steps, n in self.counts.items() if n >= self.min_points]
         return max(ready) if ready else None
 
-    def observe(self, trial_id: int, steps: int, value: float) -> None:
+    def _key(self, steps: int) -> int:
+        """The model that proposes from (and is fed) the rung of ``steps``."""
+        return 0 if self.fit == "all" else steps
+
+    def observe(self, trial_id: int, steps: int, value: float, top: bool = False) -> None:
+        """The result ``trial_id`` recorded at the rung of ``steps`` (``top``: the top fidelity,
+        a COMPLETE trial of the ``all`` model)."""
         config = self.configs.get(trial_id)
         if config is None:
             return
-        self._model(steps).observe(config, value)    # journalled; fed to Optuna when it asks
+        model = self._model(self._key(steps))       # journalled; fed to Optuna when it asks
+        model.observe(config, value, None if top or self.fit != "all" else steps)
         self.counts[steps] = self.counts.get(steps, 0) + 1
+
+    def observe_top(self, trial_id: int, steps: int, value: float) -> None:
+        """The result of ``trial_id`` at the top fidelity (``steps``); once per trial."""
+        if trial_id in self.tops or trial_id not in self.configs:
+            return
+        self.tops.add(trial_id)
+        self._new_tops.add(trial_id)
+        self.observe(trial_id, steps, value, top=True)
 
     def pin(self, trial_id: int, config: Mapping[str, Any]) -> None:
         """``trial_id`` runs ``config`` (an enqueued one): its results feed the rungs' models."""
@@ -92,7 +127,7 @@ class RungModel:
         steps = self._plan[1]
         config: dict[str, Any] | None = None
         if steps is not None:
-            config = self._proposal(trial_id, steps)
+            config = self._proposal(trial_id, self._key(steps))
         if config is None:
             config = self.space.sample(rng)
         self._plan = None
@@ -101,7 +136,7 @@ class RungModel:
         return config
 
     def _proposal(self, trial_id: int, steps: int) -> dict[str, Any] | None:
-        """The model's proposal for ``trial_id``: at once without a runner; with one, the
+        """The proposal of model ``steps`` (a key) for ``trial_id``: at once without a runner; with one, the
         proposal asked ahead if it is ready (then the next is asked), else None (a random
         config goes instead; the one in flight stays for a later trial)."""
         config: dict[str, Any] | None = None
@@ -128,12 +163,14 @@ class RungModel:
 
     def state_dict(self) -> dict[str, Any]:
         return {"models": {str(s): m.state_dict() for s, m in self.models.items()},
-                "configs": {str(t): c for t, c in self.configs.items()}, **self._small()}
+                "configs": {str(t): c for t, c in self.configs.items()},
+                "tops": sorted(self.tops), **self._small()}
 
     def state_delta(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The head and the parts changed since the previous call (see the module doc)."""
-        parts = {f"c{t}": self.configs[t] for t in sorted(self._new)}
-        self._new = set()
+        parts: dict[str, Any] = {f"c{t}": self.configs[t] for t in sorted(self._new)}
+        parts.update({f"f{t}": 1 for t in sorted(self._new_tops)})
+        self._new, self._new_tops = set(), set()
         models = {}
         for steps, model in self.models.items():
             models[str(steps)], journal = model.delta(f"j{steps}.")
@@ -147,15 +184,18 @@ class RungModel:
         whole = "configs" in state
         entries: dict[str, dict[int, Any]] = {}
         if not whole:
-            self.configs = {}
+            self.configs, self.tops = {}, set()
             for key, part in (parts or {}).items():
                 if key[0] == "c" and part is not None:
                     self.configs[int(key[1:])] = dict(part)
+                elif key[0] == "f" and part is not None:
+                    self.tops.add(int(key[1:]))
                 elif key[0] == "j" and part is not None:
                     steps, index = key[1:].split(".")
                     entries.setdefault(steps, {})[int(index)] = part
         else:
             self.configs = {int(t): dict(c) for t, c in state["configs"].items()}
+            self.tops = {int(t) for t in state.get("tops", [])}
         self.models = {}
         for steps, saved in state["models"].items():
             model_state = saved if whole else {**saved, "entries": entries.get(steps, {})}
@@ -165,16 +205,19 @@ class RungModel:
         self._plan = (int(plan[0]), None if plan[1] is None else int(plan[1])) if plan else None
         self._ahead = (int(ahead[0]), int(ahead[1])) if ahead else None
         self.fallbacks = int(state.get("fallbacks", 0))
-        self._new = set(self.configs)
+        self._new, self._new_tops = set(self.configs), set(self.tops)
 
 
 def build_rung_model(sampler: Any, options: Mapping[str, Any] | None, space: SearchSpace,
                      seed: int, min_points: int | None, random_fraction: Any,
-                     feature: str) -> RungModel | None:
+                     feature: str, fit: Any = "largest") -> RungModel | None:
     """The rung model a multi-fidelity algorithm's ``sampler`` option asks for (None: none).
-    ``min_points`` defaults to the number of searched parameters + 1 (BOHB's choice)."""
+    ``min_points`` defaults to the number of searched parameters + 1 (BOHB's choice);
+    ``fit``: ``"largest"`` or ``"all"`` (module doc)."""
     from hypersack.core.algorithms.optuna_model import parse_sampler
     from hypersack.core.space import Constant
+    if fit not in FITS:
+        raise ConfigError("algorithm.fit", fit, f"must be one of {list(FITS)}")
     if sampler is None:
         return None
     fraction = check_probability("algorithm.random_fraction", random_fraction)
@@ -182,4 +225,4 @@ def build_rung_model(sampler: Any, options: Mapping[str, Any] | None, space: Sea
     points = check_integer("algorithm.min_points_in_model",
                            searched + 1 if min_points is None else min_points, low=1, high=INT53)
     return RungModel(parse_sampler(sampler, options), space, seed, points,
-                     fraction, feature)
+                     fraction, feature, fit)

@@ -395,6 +395,10 @@ class BracketSearch(Algorithm):
             if self._rung_model is not None:
                 self._rung_model.observe(trial_id, bracket.rungs[rung][1],
                                          bracket.records[rung][trial_id])
+        top = bracket.rungs[-1][1]
+        if (self._rung_model is not None and value is not None and rung == len(bracket.rungs) - 1
+                and step >= top and bracket.trials[trial_id][1] == RUNNING):
+            self._rung_model.observe_top(trial_id, top, value)    # the last rung: not a record
         return decision
 
     def next_decision_step(self, trial_id: int) -> int:

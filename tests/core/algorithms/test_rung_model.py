@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hypersack.core.algorithms import ASHA, BOHB, Hyperband, make_algorithm
+from hypersack.core.algorithms import ASHA, BOHB, Decision, Hyperband, make_algorithm
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
@@ -57,7 +57,7 @@ def test_a_killed_driver_resumes_the_same_run(build, kill_at):
 
 
 def test_the_sampler_proposes_once_a_rung_has_enough_results():
-    alg = asha(min_points_in_model=4)
+    alg = asha(min_points_in_model=4, fit="largest")
     random_twin = make_algorithm({"type": "asha", "min_t": 1, "max_t": 9, "num_samples": 40,
                                   "seed": 2}, SPACE, OBJ)
     first = [alg.suggest(t).config for t in range(4)]
@@ -122,8 +122,85 @@ def test_a_slow_proposal_never_holds_a_trial_back_and_is_taken_once_ready():
     assert len(runner.jobs) == 1                           # one ask in flight, not one per trial
     runner.release()
     taken = alg.suggest(6).config
-    asked = model.models[1].trials()[-1]
+    asked = model.models[0].trials()[-1]          # fit: all: one model, key 0
     assert asked["s"] == "F" and asked["p"][0] == taken["x"]   # the model's proposal
     assert model.fallbacks == 2 and len(runner.jobs) == 1  # and the next one is asked at once
     state = json.loads(json.dumps(alg.state_dict()))
-    assert state["model"]["ahead"] == [1, 6] and state["model"]["fallbacks"] == 2
+    assert state["model"]["ahead"] == [0, 6] and state["model"]["fallbacks"] == 2
+
+
+# ---- what the model is fitted on (issue 41: search quality) ----------------------------------
+
+LINE = SearchSpace({"x": {"type": "float", "low": 0.0, "high": 1.0}})
+
+
+def _rung_model(fit):
+    from hypersack.core.algorithms.rung_model import build_rung_model
+    return build_rung_model("TPESampler", {"n_startup_trials": 0}, LINE, 7, 4, 0.0, "test", fit)
+
+
+def _fed(fit):
+    """12 results at rung 1 (the best of them near x = 0.9) and 3 at the top fidelity (9 steps,
+    near x = 0.1, worse values than rung 1's: values at a low fidelity are on another scale)."""
+    model = _rung_model(fit)
+    for t in range(15):
+        x = 0.9 + 0.005 * t if t < 9 else (0.5 - 0.03 * t if t < 12 else 0.08 + 0.01 * (t - 12))
+        model.pin(t, {"x": x})
+        if t < 12:
+            model.observe(t, 1, 10.0 - abs(x - 0.9))
+        else:
+            model.observe_top(t, 9, -5.0 - abs(x - 0.1))
+    return model
+
+
+def test_fit_all_ranks_top_results_first_then_by_rung_and_value():
+    """Optuna's TPE beside a pruner: complete (top) trials first, then pruned ones by the step
+    they reached: the proposals follow the 3 top results, not rung 1's larger values; BOHB's
+    ``largest`` fit uses rung 1 (the top has fewer than min_points results)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    near_top = [_fed("all").propose(100 + k, rng, False)["x"] for k in range(9)]
+    assert np.median(near_top) < 0.45
+    assert _fed("largest").model_steps() == 1
+    near_rung1 = [_fed("largest").propose(100 + k, rng, False)["x"] for k in range(9)]
+    assert np.median(near_rung1) > 0.6
+    journal = _fed("all").models[0].trials()
+    assert [e["s"] for e in journal] == ["P"] * 12 + ["C"] * 3
+    assert journal[0]["i"] == {"1": 10.0} and journal[-1]["v"] == pytest.approx(-5.0)
+
+
+def test_a_top_result_reaches_the_model_once():
+    model = _rung_model("largest")
+    model.pin(0, {"x": 0.5})
+    for _ in range(2):                                # e.g. re-reported after a restart
+        model.observe_top(0, 9, 1.0)
+    assert model.counts == {9: 1} and model.tops == {0}
+    head, parts = model.state_delta()
+    assert parts["f0"] == 1
+    again = _rung_model("largest")
+    again.load_state_dict(head, parts)
+    again.observe_top(0, 9, 1.0)
+    assert again.counts == {9: 1}
+
+
+def test_asha_feeds_its_model_every_milestone_and_the_top():
+    alg = asha(mode="stop", min_points_in_model=100)       # no proposals: random configs
+    for t in range(3):
+        alg.suggest(t)
+        for step in range(1, 10):
+            if alg.on_result(t, step, {"loss": 1.0 - 0.01 * step - 0.1 * t}) != Decision.CONTINUE:
+                break
+    journal = alg._rung_model.models[0].trials()
+    states = [(e["s"], tuple(e.get("i", {}))) for e in journal]
+    assert states.count(("C", ())) == 3                  # each trial's step-9 result
+    assert ("P", ("1",)) in states and ("P", ("3",)) in states
+    assert alg._rung_model.counts == {1: 3, 3: 3, 9: 3}
+
+
+def test_bohb_fits_on_the_top_fidelity_once_it_has_enough_results():
+    alg = make_algorithm({"type": "bohb", "min_t": 1, "max_t": 9, "seed": 3, "repeat": 1,
+                          "min_points_in_model": 2}, SPACE, OBJ)
+    done = Driver(alg, curve, max_steps=9, devices=1).run()
+    model = done.alg._rung_model
+    assert model.counts[9] == 1 + 1 + 3                 # the last rung of each bracket (9: 1, 1, 3)
+    assert done.alg.model_rung() == 9 and len(model.tops) == 5
