@@ -122,6 +122,7 @@ class StudyRow:
 
 _STAY_COLUMNS = ("trial_id", "attempt", "node", "gpu", "rank", "share", "pack", "start", "end",
                  "outcome")
+_INSERT_PART = _upsert("state_parts", ("key", "value"), ("study_id", "key"))
 _INSERT_STAY = _upsert("stays", _STAY_COLUMNS, ("study_id", "trial_id", "attempt", "node", "gpu"))
 _STUDY_COLUMNS = "study_id, name, spec, status, controller_state, created_at, updated_at, uuid"
 
@@ -146,6 +147,7 @@ class Storage(StudyLease, WalCheckpoints):
         self._checkpointer: _WalCheckpointer | None = None
         self._depth = 0                  # nesting of transaction()
         self._configs: dict[tuple[int, int], tuple[dict, str]] = {}
+        self._metrics: dict[tuple[int, int], tuple[dict, str]] = {}   # see _metrics_json
         self._lease: str | None = None
         self._partless: set[int] = set()  # studies with no state parts stored (this connection)
         self._snapshot: tuple[Any, str] = (None, "")   # the last StateSnapshot written, its text
@@ -430,7 +432,8 @@ class Storage(StudyLease, WalCheckpoints):
                 result_rows.append((study_id, tid, step, text, now))
                 last[tid] = (step, m, text)
             trial_rows = [(study_id, *_trial_row(t, self._config_json(study_id, t),
-                                                 _metrics_json(last, t))) for t in trials]
+                                                 self._metrics_json(study_id, t, last)))
+                          for t in trials]
             if trial_rows:
                 self._db.executemany(_INSERT_TRIAL, trial_rows)
             if result_rows:
@@ -462,7 +465,7 @@ class Storage(StudyLease, WalCheckpoints):
             rows = [(study_id, key, _json(value)) for key, value in parts.items()
                     if value is not None]
             if rows:
-                self._db.executemany("INSERT OR REPLACE INTO state_parts VALUES (?,?,?)", rows)
+                self._db.executemany(_INSERT_PART, rows)
         text = self._state_json(state)
         if self._lease is None:
             self._db.execute(
@@ -592,6 +595,22 @@ class Storage(StudyLease, WalCheckpoints):
         if hit is None or hit[0] is not t.config:
             hit = self._configs[key] = (t.config, _json(t.config))
         return hit[1]
+
+    def _metrics_json(self, study_id: int, t: TrialRecord,
+                      last: dict[int, tuple[int, dict, str]]) -> str:
+        """``t.metrics`` as JSON: the text of its result in this batch (``_metrics_json``), or
+        the text last written for the same metrics object (a trial's metrics are replaced by a
+        new dict at each report, never changed in place: a launch, a start or a finish writes
+        the row again with the same object), else encoded."""
+        key = (study_id, t.trial_id)
+        text = _metrics_json(last, t)
+        if text is None:
+            hit = self._metrics.get(key)
+            if hit is not None and hit[0] is t.metrics:
+                return hit[1]
+            text = _json(t.metrics)
+        self._metrics[key] = (t.metrics, text)
+        return text
 
     def _transaction(self) -> "_Transaction":
         return _Transaction(self, "store the study's progress", raw=True)
