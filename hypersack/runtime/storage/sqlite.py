@@ -105,17 +105,14 @@ def _upsert(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> str:
     return f"INSERT INTO {table} {values} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {rest}"
 
 
-def _null(value: None) -> None:
-    """The adapter of None: None itself (bound as NULL, as without an adapter)."""
-    return value
-
-
 # CPython's sqlite3 module (3.11) binds a None that no adapter names only after looking for
 # ``PrepareProtocol.__adapt__``, an AttributeError formatted and dropped per value: a trial's row
 # holds several NULLs, written at each report. An adapter that hands None back binds the same
-# NULL without it. Process-wide, and the same for every user of sqlite3 (None has no
+# NULL without it: the ``get`` of an empty dict, a C callable (no Python frame per NULL) whose
+# answer for any key is None. Process-wide, and the same for every user of sqlite3 (None has no
 # ``__conform__``, so nothing else could have adapted it).
-sqlite3.register_adapter(type(None), _null)
+_NO_KEYS: dict[None, None] = {}
+sqlite3.register_adapter(type(None), _NO_KEYS.get)
 _INSERT_TRIAL = _upsert("trials", _TRIAL_COLUMNS, ("study_id", "trial_id"))
 
 
