@@ -57,8 +57,17 @@ class Demand:
 _TEMPLATES: dict[tuple[Demand, int], Any] = {}
 
 
+_DEFAULT = Demand()
+_DEFAULT_JOBS: dict[Any, Any] = {}      # a record's ``resources`` -> the default's template Job
+
+
 def default_demand(record: TrialRecord) -> Any:
-    return Demand().job(record)
+    """``Demand().job(record)``, its template looked up by the record's device count alone (no
+    ``Demand`` built and hashed per call: the controller asks several times per launch)."""
+    template = _DEFAULT_JOBS.get(record.resources)
+    if template is None:
+        template = _DEFAULT_JOBS[record.resources] = _DEFAULT.job(record)._origin
+    return template.renamed(record.trial_id)
 
 
 class Allocator:

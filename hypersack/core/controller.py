@@ -436,6 +436,14 @@ class Controller:
 
     def handle(self, event: Event, now: float) -> list[Command]:
         """One event's decisions (``turn`` takes a turn's events through here)."""
+        if type(event) is ResultReported:         # most events: straight to its branch below
+            record = self.trials.get(event.trial_id)
+            if record is None or record.state is not TrialState.RUNNING:
+                return []
+            self._changed.add(record.trial_id)
+            if self.packs is not None:
+                self._reported.add(record.trial_id)
+            return self._on_result(record, event, now) + self._stop_if_failing()
         if isinstance(event, InterruptRequested):
             return self.interrupt()
         if isinstance(event, (DeviceAdded, DeviceLost)):

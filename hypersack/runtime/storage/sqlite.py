@@ -105,6 +105,14 @@ def _upsert(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> str:
     return f"INSERT INTO {table} {values} ON CONFLICT ({', '.join(key)}) DO UPDATE SET {rest}"
 
 
+# CPython's sqlite3 module (3.11) binds a None that no adapter names only after looking for
+# ``PrepareProtocol.__adapt__``, an AttributeError formatted and dropped per value: a trial's row
+# holds several NULLs, written at each report. An adapter that hands None back binds the same
+# NULL without it: the ``get`` of an empty dict, a C callable (no Python frame per NULL) whose
+# answer for any key is None. Process-wide, and the same for every user of sqlite3 (None has no
+# ``__conform__``, so nothing else could have adapted it).
+_NO_KEYS: dict[None, None] = {}
+sqlite3.register_adapter(type(None), _NO_KEYS.get)
 _INSERT_TRIAL = _upsert("trials", _TRIAL_COLUMNS, ("study_id", "trial_id"))
 
 
@@ -122,6 +130,7 @@ class StudyRow:
 
 _STAY_COLUMNS = ("trial_id", "attempt", "node", "gpu", "rank", "share", "pack", "start", "end",
                  "outcome")
+_INSERT_PART = _upsert("state_parts", ("key", "value"), ("study_id", "key"))
 _INSERT_STAY = _upsert("stays", _STAY_COLUMNS, ("study_id", "trial_id", "attempt", "node", "gpu"))
 _STUDY_COLUMNS = "study_id, name, spec, status, controller_state, created_at, updated_at, uuid"
 
@@ -146,6 +155,7 @@ class Storage(StudyLease, WalCheckpoints):
         self._checkpointer: _WalCheckpointer | None = None
         self._depth = 0                  # nesting of transaction()
         self._configs: dict[tuple[int, int], tuple[dict, str]] = {}
+        self._metrics: dict[tuple[int, int], tuple[dict, str]] = {}   # see _metrics_json
         self._lease: str | None = None
         self._partless: set[int] = set()  # studies with no state parts stored (this connection)
         self._snapshot: tuple[Any, str] = (None, "")   # the last StateSnapshot written, its text
@@ -430,7 +440,8 @@ class Storage(StudyLease, WalCheckpoints):
                 result_rows.append((study_id, tid, step, text, now))
                 last[tid] = (step, m, text)
             trial_rows = [(study_id, *_trial_row(t, self._config_json(study_id, t),
-                                                 _metrics_json(last, t))) for t in trials]
+                                                 self._metrics_json(study_id, t, last)))
+                          for t in trials]
             if trial_rows:
                 self._db.executemany(_INSERT_TRIAL, trial_rows)
             if result_rows:
@@ -462,7 +473,7 @@ class Storage(StudyLease, WalCheckpoints):
             rows = [(study_id, key, _json(value)) for key, value in parts.items()
                     if value is not None]
             if rows:
-                self._db.executemany("INSERT OR REPLACE INTO state_parts VALUES (?,?,?)", rows)
+                self._db.executemany(_INSERT_PART, rows)
         text = self._state_json(state)
         if self._lease is None:
             self._db.execute(
@@ -592,6 +603,22 @@ class Storage(StudyLease, WalCheckpoints):
         if hit is None or hit[0] is not t.config:
             hit = self._configs[key] = (t.config, _json(t.config))
         return hit[1]
+
+    def _metrics_json(self, study_id: int, t: TrialRecord,
+                      last: dict[int, tuple[int, dict, str]]) -> str:
+        """``t.metrics`` as JSON: the text of its result in this batch (``_metrics_json``), or
+        the text last written for the same metrics object (a trial's metrics are replaced by a
+        new dict at each report, never changed in place: a launch, a start or a finish writes
+        the row again with the same object), else encoded."""
+        key = (study_id, t.trial_id)
+        text = _metrics_json(last, t)
+        if text is None:
+            hit = self._metrics.get(key)
+            if hit is not None and hit[0] is t.metrics:
+                return hit[1]
+            text = _json(t.metrics)
+        self._metrics[key] = (t.metrics, text)
+        return text
 
     def _transaction(self) -> "_Transaction":
         return _Transaction(self, "store the study's progress", raw=True)
