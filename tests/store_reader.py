@@ -3,8 +3,9 @@
 read paths in a tight loop, each read opening the store afresh (``hypersack list``'s
 ``list_studies``, ``hypersack status``'s ``queries.status``, ``trials_dataframe`` every 8th
 round, the dashboard's JSON API over HTTP with ``--dashboard``), prints ``ready`` once its
-imports are done, and on SIGTERM prints the reads it made and the errors it met as JSON (a read
-before the study is stored is neither). Used by tests/runtime/test_storage_readers.py."""
+imports are done, and on SIGTERM reads every path once more (``final``: 1 for each that
+succeeded) and prints the reads it made and the errors it met as JSON (a read before the study
+is stored is neither). Used by tests/runtime/test_storage_readers.py."""
 from __future__ import annotations
 
 import json
@@ -69,9 +70,19 @@ def main(db: Path, name: str, dashboard: bool) -> None:
             except Exception as exc:        # noqa: BLE001 (reported to the test)
                 if not _not_yet(exc):
                     errors.append(f"{key}: {type(exc).__name__}: {exc}")
+    final = {}                               # one more read of every path, once told to stop
+    for key, read in {**paths, "trials_dataframe": store_read(
+            lambda s: trials_dataframe(s, name))}.items():
+        try:
+            read()
+            final[key] = 1
+        except Exception as exc:            # noqa: BLE001 (reported to the test)
+            final[key] = 0
+            if not _not_yet(exc):
+                errors.append(f"final {key}: {type(exc).__name__}: {exc}")
     if board is not None:
         board.close()
-    print(json.dumps({"reads": reads, "errors": errors[:10]}), flush=True)
+    print(json.dumps({"reads": reads, "final": final, "errors": errors[:10]}), flush=True)
 
 
 if __name__ == "__main__":
