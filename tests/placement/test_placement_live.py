@@ -68,7 +68,17 @@ def same_load(a, b) -> None:
 
 def same_index(live: LiveCluster, fresh: LiveCluster) -> None:
     """``live``'s load arrays and index equal ``fresh``'s (a LiveCluster built from scratch),
-    exactly: free compute/memory/cores, idle GPUs, exact sums, and every tree's maxima."""
+    exactly: free compute/memory/cores, idle GPUs, exact sums, and every tree's maxima once
+    ``live`` is settled; before, its trees hold each node's cores at least as high as they are
+    (an upper bound: no fitting GPU is pruned), compute and memory exactly."""
+    for one in (live, fresh):
+        assert all(held >= true for held, true in zip(one._index_q, one.load.free_q))
+    fresh.settle()                 # a LiveCluster that occupied jobs itself holds them too
+    for arch, tree in live._trees.items():
+        other = fresh._trees[arch]
+        assert (tree.c, tree.m) == (other.c, other.m), arch
+        assert all(a >= b for a, b in zip(tree.q, other.q)), arch
+    live.settle()
     for name in ("free_c", "free_m", "free_q"):
         assert getattr(live.load, name) == getattr(fresh.load, name), name
     for name in ("_idle_c", "_idle_m", "_count", "_exact_c", "_exact_m", "_exact_q", "_used_c",
