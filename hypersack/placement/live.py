@@ -99,6 +99,7 @@ class LiveCluster:
         self._exact_m = [0] * len(gpus)
         self._exact_q = [0] * len(cluster.nodes)
         self._count = [0] * len(gpus)                     # jobs on each GPU
+        self._idle_n = len(gpus)                          # GPUs that hold no job
         #: job id -> (job, GPU numbers, exact (compute, memory) per GPU, exact cores per GPU)
         self._jobs: dict[Hashable, tuple[Job, tuple[int, ...], tuple[tuple[int, int], ...], int]] = {}
         self._idle_c = [gpu.compute for gpu in gpus]      # C and D of idle GPUs, else -inf
@@ -226,7 +227,11 @@ class LiveCluster:
             self._used_c[i], self._used_m[i] = used_c, used_m
             free_c[i] = self._cap_c[i] - used_c
             free_m[i] = self._cap_m[i] - used_m
+            if not count[i]:
+                self._idle_n -= 1
             count[i] += sign
+            if not count[i]:
+                self._idle_n += 1
             if count[i]:
                 self._idle_c[i] = self._idle_m[i] = _NEG
             else:
@@ -461,9 +466,10 @@ class LiveCluster:
         if self._alone is None:
             self._alone = self._build_trees(self._idle_c, self._idle_m)
         load, placed = self.load, {}
-        idle = sum(1 for c in self._idle_c if c != _NEG)
+        idle = self._idle_n
         archs = list(load.by_arch)
-        for job in jobs:
+        last = len(jobs) - 1
+        for p, job in enumerate(jobs):
             if idle == 0:
                 break
             demand = demands((job,), archs)[0]
@@ -481,6 +487,8 @@ class LiveCluster:
                 continue
             placed[job.id] = chosen
             idle -= len(chosen)
+            if p == last:                 # the last job's take changes no answer
+                break
             for i in chosen:
                 self._write(journal, self._idle_c, i, _NEG)
                 self._write(journal, self._idle_m, i, _NEG)

@@ -81,7 +81,7 @@ def same_index(live: LiveCluster, fresh: LiveCluster) -> None:
     live.settle()
     for name in ("free_c", "free_m", "free_q"):
         assert getattr(live.load, name) == getattr(fresh.load, name), name
-    for name in ("_idle_c", "_idle_m", "_count", "_exact_c", "_exact_m", "_exact_q", "_used_c",
+    for name in ("_idle_c", "_idle_m", "_idle_n", "_count", "_exact_c", "_exact_m", "_exact_q", "_used_c",
                  "_used_m", "_used_q"):
         assert getattr(live, name) == getattr(fresh, name), name
     assert live._trees.keys() == fresh._trees.keys()
