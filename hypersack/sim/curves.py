@@ -349,6 +349,8 @@ class FunctionCurves(CurveModel):
 
     def _metrics(self, config: Mapping[str, Any], step: int) -> dict[str, float]:
         out = self.fn(config, step)
+        if type(out) is float and out - out == 0.0:      # a finite float: the common answer
+            return {self.metric: out}
         if isinstance(out, Mapping):
             if self.metric not in out:
                 raise ConfigError("curves.metric", self.metric,

@@ -61,11 +61,15 @@ class _MFFunction:
         keys = self.__dict__.get("_keys")
         if keys is None:
             keys = self.__dict__["_keys"] = [f"x{i}" for i in range(self.dims)]
-        return self.value([float(config[k]) for k in keys], int(step))
+        return self._value([float(config[k]) for k in keys], int(step))
 
     def value(self, x: Sequence[float], fidelity: int) -> float:
         """``f(x, fidelity)``: ``x`` the coordinates in order (a list or a numpy array)."""
         raise NotImplementedError
+
+    def _value(self, xs: list[float], fidelity: int) -> float:
+        """``value`` of coordinates that are floats already (subclasses may skip converting)."""
+        return self.value(xs, fidelity)
 
     def scaled(self, fidelity: int) -> float:
         """``log(z) / log(max_fidelity)``, clipped to [0, 1] (1 at and above the top)."""
@@ -108,8 +112,11 @@ class MFHartmann(_MFFunction):
         self.name = name or f"hartmann{dims}"
 
     def value(self, x: Sequence[float], fidelity: int) -> float:
+        return self._value([float(v) for v in x], fidelity)
+
+    def _value(self, xs: list[float], fidelity: int) -> float:
+        """``value`` of coordinates that are floats already."""
         gap = self._gap(fidelity)
-        xs = [float(v) for v in x]
         h = 0.0
         bias_gap, exp = self.bias * gap, math.exp
         if self.dims == 6:            # written out: the same sums in the same order, 3x faster
