@@ -19,7 +19,7 @@ so). The script exits 1 when the goal is missed.
 
 ``--compare a,b,..``: ``simulate --compare``'s quality table (``sim.compare.compare_quality``:
 regret at 25/50/100% of the steps, one seed) of those algorithms on the same scenario at
-``--trials`` each, with each algorithm's CPU seconds; no goal is judged then.
+``--trials`` each, with the CPU seconds of the whole comparison; no goal is judged then.
 
 Runs against another checkout by its PYTHONPATH (the script reads only the public API), e.g.
 main before the fast paths: ``PYTHONPATH=/tmp/old python benchmarks/quality/surrogate_speed.py``.
@@ -100,26 +100,26 @@ def verdict(trials: int, cpu_s: float, goal_cpu_s: float) -> tuple[str, float]:
 
 
 def compare(args: argparse.Namespace) -> dict:
-    """The quality table of ``--compare``'s algorithms, one seed each, with their CPU seconds."""
+    """``simulate --compare``'s quality table of ``--compare``'s algorithms (one seed each, every
+    run cut at the same budget of steps), with the CPU seconds of the whole comparison."""
     from hypersack.sim.compare import compare_quality
     labels = [a.strip() for a in args.compare.split(",") if a.strip()]
-    sc = scenario_from_dict(scenario(args, None))
-    out: dict = {"trials": args.trials, "workers": args.workers, "max_t": args.max_t, "cpu_s": {}}
-    tables = []
+    algorithms = {}
     for label in labels:
         algorithm = dict(ALGORITHMS[label])
         if "min_t" in algorithm:
             algorithm["max_t"] = args.max_t
-        cpu = time.process_time()
-        runs, table = compare_quality(sc, {label: algorithm})
-        out["cpu_s"][label] = round(time.process_time() - cpu, 2)
-        out.setdefault("trials_run", {})[label] = runs[0][1].trials
-        tables.append(table)
-    out["budget_steps"] = [t["budget"] for t in tables]
-    out["regret_q1_median_q3_at_25_50_100"] = {
-        t["rows"][0]["algorithm"]: [[round(q, 4) for q in r] for r in t["rows"][0]["regret"]]
-        for t in tables}
-    return out
+        algorithms[label] = algorithm
+    sc = scenario_from_dict(scenario(args, None))
+    cpu = time.process_time()
+    runs, table = compare_quality(sc, algorithms)
+    cpu = time.process_time() - cpu
+    return {"trials": args.trials, "workers": args.workers, "max_t": args.max_t,
+            "cpu_s": round(cpu, 2), "trials_run": {label: r.trials for label, r in runs},
+            "budget_steps": table["budget"],
+            "regret_q1_median_q3_at_25_50_100": {
+                row["algorithm"]: [[round(q, 4) for q in r] for r in row["regret"]]
+                for row in table["rows"]}}
 
 
 def main() -> int:
