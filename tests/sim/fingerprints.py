@@ -91,14 +91,14 @@ def _busy(policy: str, mode: str) -> dict:
 
 
 def _table_file() -> str:
-    """A CSV of 40 configs x 9 steps of Hartmann 6 (written once per process)."""
+    """A CSV of 40 configs x 9 steps of Hartmann 6, in a folder of this process's own."""
     import csv
     import tempfile
 
     import numpy as np
 
     from hypersack.sim.functions import MFHartmann
-    path = Path(tempfile.gettempdir()) / "hypersack-fingerprint-table.csv"
+    path = Path(tempfile.mkdtemp(prefix="hypersack-fingerprint-")) / "table.csv"
     f = MFHartmann(6, max_fidelity=9)
     with path.open("w", newline="") as handle:
         out = csv.writer(handle)
