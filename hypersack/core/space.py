@@ -110,6 +110,8 @@ class Float(Domain):
             object.__setattr__(self, "values", tuple(float(v) for v in values))
 
     def sample(self, rng: np.random.Generator) -> float:
+        """A uniform (log-uniform) draw in [low, high]: ``rng.uniform(low, high)``'s value, bit
+        for bit (``_uniform``)."""
         if self.log:
             # exp(log(x)) can miss x by an ulp: clamp, or an endpoint draw falls outside [low, high].
             raw = math.exp(_uniform(rng, math.log(self.low), math.log(self.high)))

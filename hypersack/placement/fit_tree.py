@@ -8,11 +8,14 @@ A GPU "fits" a demand (c, m, q) in ``Load.fits``'s comparisons: compute ``c[i] +
 memory ``m[i] + EPS >= m``, cores ``q[node[i]] + EPS >= q``.
 
 The owner changes the arrays and then calls ``refresh`` with the positions of the GPUs it touched
-(a node's cores touch all of its GPUs); queries never change anything. Cores may be left
-*stale-high* in the tree (a node's cores went down and only some of its GPUs were refreshed):
-the maxima are then still upper bounds, so no fitting GPU is pruned, and the queries check a
-leaf's cores in the array itself (``fitting_in_order`` leaves that check to its caller). ``fitting_in_order``
-lists the fitting GPUs of several trees lazily, best first, for data-parallel jobs.
+(a node's cores touch all of its GPUs); queries change nothing but ``missed``. Cores may be left
+*stale-high* in the tree (a node's cores went down and only some of its GPUs were refreshed, or
+the tree reads a per-node upper bound, ``q``, while the true cores are ``check_q``): the maxima
+are then still upper bounds, so no fitting GPU is pruned, and the queries check a leaf's cores in
+``check_q`` itself (``fitting_in_order`` leaves that check to its caller). A leaf turned away by
+that check appends its node to ``missed`` (the owner may then bring that node's cores in the tree
+down to the truth, so the next search prunes it). ``fitting_in_order`` lists the fitting GPUs of
+several trees lazily, best first, for data-parallel jobs.
 """
 from __future__ import annotations
 
@@ -30,12 +33,18 @@ class FitTree:
     """Over ``members`` (GPU numbers, in first-fit order; position p holds ``members[p]``)."""
 
     def __init__(self, members: Sequence[int], c: list[float], m: list[float], q: list[float],
-                 node: Sequence[int]):
+                 node: Sequence[int], check_q: Sequence[float] | None = None,
+                 missed: list[int] | None = None):
+        """``q``: the per-node cores the tree holds (at least the true ones, ``check_q``,
+        default ``q`` itself); ``missed``: where queries note the nodes of leaves that ``check_q``
+        turned away (a list the owner may share between trees)."""
         size = 1
         while size < max(1, len(members)):
             size *= 2
         self.members, self.size = list(members), size
         self._src = (c, m, q, node)
+        self._check_q = q if check_q is None else check_q
+        self.missed: list[int] = [] if missed is None else missed
         self.c, self.m, self.q = [_NEG] * (2 * size), [_NEG] * (2 * size), [_NEG] * (2 * size)
         self.lo = list(range(-size, size))           # the first position under each subtree
         for k in range(size - 1, 0, -1):
@@ -142,7 +151,7 @@ class FitTree:
     def worst(self, c: float, m: float, q: float) -> int | None:
         """The fitting GPU with the most compute (ties: the first), or None."""
         tc, tm, tq, lo, size = self.c, self.m, self.q, self.lo, self.size
-        _, _, src_q, node = self._src
+        src_q, node = self._check_q, self._src[3]
         if tc[1] + EPS < c or tm[1] + EPS < m or tq[1] + EPS < q:
             return None
         k = 1                                     # fast path: the GPU with the most compute
@@ -163,6 +172,7 @@ class FitTree:
             if k >= size:
                 i = self.members[k - size]
                 if src_q[node[i]] + EPS < q:      # the leaf's cores may be stale-high (see doc)
+                    self.missed.append(node[i])
                     continue
                 best_v, best_p = v, k - size
                 continue
@@ -176,7 +186,7 @@ class FitTree:
     def first(self, c: float, m: float, q: float) -> int | None:
         """The first fitting GPU (lowest position), or None."""
         tc, tm, tq, size = self.c, self.m, self.q, self.size
-        _, _, src_q, node = self._src
+        src_q, node = self._check_q, self._src[3]
         stack = [1]
         while stack:
             k = stack.pop()
@@ -185,6 +195,7 @@ class FitTree:
             if k >= size:
                 i = self.members[k - size]
                 if src_q[node[i]] + EPS < q:      # the leaf's cores may be stale-high (see doc)
+                    self.missed.append(node[i])
                     continue
                 return i
             stack += (2 * k + 1, 2 * k)

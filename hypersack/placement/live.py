@@ -3,10 +3,13 @@ placement index that survives between calls (HyperSack Sec. IV-B, Algorithms 1 a
 
 ``LiveCluster`` holds the nodes of a ``Cluster`` and its running jobs as a mutable ``Load``:
 
-* ``occupy``/``release`` cost O(devices of the job x log G) (plus the GPUs of its nodes when their
-  cores change): each GPU's and node's load is kept as an exact sum (``placement.exact``), so a
-  release subtracts the job and recounts nothing; ``occupy`` with ``strict`` checks Eq. 1-4 with
-  ``check.check_fits``, the one checker;
+* ``occupy``/``release`` cost O(devices of the job x log G) (plus the GPUs of its nodes when a
+  release lifts their cores above what the trees hold): each GPU's and node's load is kept as an
+  exact sum (``placement.exact``), so a release subtracts the job and recounts nothing; ``occupy``
+  with ``strict`` checks Eq. 1-4 with ``check.check_fits``, the one checker. The trees hold each
+  node's cores as an upper bound (``_index_q``), lowered to the truth only for a node whose cores
+  turned a search away (``settle``): no answer depends on it, and a study that fills one node of
+  many devices no longer re-indexes all of them at each launch and end;
 * ``assign(jobs, policy, **options)`` places jobs on what is left and leaves the load as it was
   (its tentative takes are journalled and undone). ``placement.assign`` on a ``Cluster`` is
   ``LiveCluster(cluster).assign(...)``; the study's allocator keeps one LiveCluster alive.
@@ -28,7 +31,8 @@ first-fit, the one whose k best GPUs have the most compute left for worst-fit), 
 fitting GPUs across nodes in the policy's order, each node's cores shared by its chosen GPUs.
 Loads are summed like ``Cluster`` sums them (exactly, rounded once: a function of which jobs run,
 not of the order they came and went in), so ``free``/``free_cpus`` equal the snapshot's bit for
-bit, and the index after any occupy/release sequence equals one built from scratch. The policies are
+bit, and the index after any occupy/release sequence, once ``settle``d, equals one built from
+scratch (before, it differs only in cores that are higher, never lower). The policies are
 tested against a literal O(jobs x GPUs) reading of Algorithms 1-2 in
 tests/placement/reference.py.
 """
@@ -95,6 +99,7 @@ class LiveCluster:
         self._exact_m = [0] * len(gpus)
         self._exact_q = [0] * len(cluster.nodes)
         self._count = [0] * len(gpus)                     # jobs on each GPU
+        self._idle_n = len(gpus)                          # GPUs that hold no job
         #: job id -> (job, GPU numbers, exact (compute, memory) per GPU, exact cores per GPU)
         self._jobs: dict[Hashable, tuple[Job, tuple[int, ...], tuple[tuple[int, int], ...], int]] = {}
         self._idle_c = [gpu.compute for gpu in gpus]      # C and D of idle GPUs, else -inf
@@ -109,6 +114,9 @@ class LiveCluster:
         self._hopeless: dict[tuple, int] = {}             # data-parallel demand -> _releases when it failed
         for run in cluster.running.values():
             self._add(run.job, tuple(self._index[dev] for dev in run.devices), index=False)
+        #: each node's cores as the trees hold them: at least ``load.free_q`` (see ``settle``)
+        self._index_q = list(load.free_q)
+        self._missed: list[int] = []                      # nodes the trees' leaf checks turned away
         self._trees = self._build_trees(load.free_c, load.free_m)     # for ff/ffd/wf/wfd
         self._snapshot: Cluster | None = cluster
 
@@ -219,7 +227,11 @@ class LiveCluster:
             self._used_c[i], self._used_m[i] = used_c, used_m
             free_c[i] = self._cap_c[i] - used_c
             free_m[i] = self._cap_m[i] - used_m
+            if not count[i]:
+                self._idle_n -= 1
             count[i] += sign
+            if not count[i]:
+                self._idle_n += 1
             if count[i]:
                 self._idle_c[i] = self._idle_m[i] = _NEG
             else:
@@ -233,8 +245,9 @@ class LiveCluster:
             used_q = rounded(exact_q[n])
             self._used_q[n] = used_q
             left = self._cpus[n] - used_q
-            if left != free_q[n]:
-                free_q[n] = left
+            free_q[n] = left
+            if index and left > self._index_q[n]:     # above what the trees hold: raise them
+                self._index_q[n] = left
                 touched.extend(load.node_gpus[n])
         self._snapshot = None
         if index:
@@ -242,8 +255,22 @@ class LiveCluster:
 
     def _build_trees(self, c: list[float], m: list[float]) -> dict[str, FitTree]:
         load = self.load
-        return {arch: FitTree(members, c, m, load.free_q, load.node)
+        return {arch: FitTree(members, c, m, self._index_q, load.node, check_q=load.free_q,
+                              missed=self._missed)
                 for arch, members in load.by_arch.items()}
+
+    def settle(self, nodes: Any = None) -> None:
+        """Bring the cores the trees hold for ``nodes`` (node numbers; default: every node) down
+        to the true ones (``load.free_q``). Occupying a job leaves its node's cores stale-high in
+        the trees (an upper bound: no answer changes, a search may only visit more leaves), so a
+        launch re-indexes its own GPUs, not all of its node's; a search that a node's true cores
+        turned away settles that node after its ``assign``. Settled, the index equals one built
+        from scratch."""
+        index_q, free_q, node_gpus = self._index_q, self.load.free_q, self.load.node_gpus
+        for n in range(len(free_q)) if nodes is None else sorted(set(nodes)):
+            if index_q[n] != free_q[n]:
+                index_q[n] = free_q[n]
+                self._refresh(node_gpus[n])
 
     def _refresh(self, gpus: Any, grown: bool = False) -> None:
         """Re-index ``gpus`` (GPU numbers) in every tree family after their values changed;
@@ -283,6 +310,11 @@ class LiveCluster:
             placed = self._run(policy, jobs, journal, options)
         finally:
             self._undo(journal)
+            if self._missed:
+                missed = list(self._missed)
+                self._missed.clear()
+                if keep:
+                    self.settle(missed)
         if numbers:
             return {job.id: tuple(placed[job.id]) for job in jobs if job.id in placed}
         keys = self.load.keys
@@ -434,9 +466,10 @@ class LiveCluster:
         if self._alone is None:
             self._alone = self._build_trees(self._idle_c, self._idle_m)
         load, placed = self.load, {}
-        idle = sum(1 for c in self._idle_c if c != _NEG)
+        idle = self._idle_n
         archs = list(load.by_arch)
-        for job in jobs:
+        last = len(jobs) - 1
+        for p, job in enumerate(jobs):
             if idle == 0:
                 break
             demand = demands((job,), archs)[0]
@@ -454,6 +487,8 @@ class LiveCluster:
                 continue
             placed[job.id] = chosen
             idle -= len(chosen)
+            if p == last:                 # the last job's take changes no answer
+                break
             for i in chosen:
                 self._write(journal, self._idle_c, i, _NEG)
                 self._write(journal, self._idle_m, i, _NEG)
@@ -490,14 +525,17 @@ class LiveCluster:
         array[index] = value
 
     def _undo(self, journal: Journal) -> None:
-        """Restore what ``journal`` overwrote (newest first) and re-index those GPUs."""
+        """Restore what ``journal`` overwrote (newest first) and re-index those GPUs. A node's
+        cores are not in the trees (they hold ``_index_q``, which a call never writes): only the
+        GPUs whose own entries were written are re-indexed."""
         if not journal:
             return
         touched: set[int] = set()
-        free_q, node_gpus = self.load.free_q, self.load.node_gpus
+        free_q = self.load.free_q
         for array, index, old in reversed(journal):
             array[index] = old
-            touched.update(node_gpus[index] if array is free_q else (index,))
+            if array is not free_q:
+                touched.add(index)
         self._refresh(touched)
 
 

@@ -63,9 +63,10 @@ class Curve:
     from ``numpy.random.default_rng(seed)``, made at the first draw (never without noise)."""
 
     def __init__(self, values: Any, metric: str, noise: float, seed: Sequence[int],
-                 clip: tuple[float, float] | None, extra: Any = None):
+                 clip: tuple[float, float] | None, extra: Any = None, every: Any = None):
         self._values = values          # callable step -> mean value of ``metric``
         self._extra = extra            # callable step -> other metrics (replay) or None
+        self._every = every            # callable step -> a fresh dict of every metric, or None
         self.metric = metric
         self._noise = noise
         self._seed = seed
@@ -74,7 +75,19 @@ class Curve:
         self._clip = clip
 
     def at(self, step: int) -> dict[str, float]:
-        value = float(self._values(step))
+        """The report of ``step``: the other metrics (in their order), then ``metric`` with
+        its noise, clipped."""
+        if self._every is not None:    # one call for every metric (a function's curve)
+            out = self._every(step)
+            out[self.metric] = self._noisy(float(out.pop(self.metric)), step)
+            return out
+        value = self._noisy(float(self._values(step)), step)
+        out = dict(self._extra(step)) if self._extra is not None else {}
+        out[self.metric] = value
+        return out
+
+    def _noisy(self, value: float, step: int) -> float:
+        """``value`` plus this curve's noise draw of ``step``, clipped."""
         if self._noise > 0:
             if self._rng is None:
                 self._rng = np.random.default_rng(self._seed)
@@ -83,9 +96,7 @@ class Curve:
             value += self._drawn[step - 1]
         if self._clip is not None:
             value = min(self._clip[1], max(self._clip[0], value))
-        out = dict(self._extra(step)) if self._extra is not None else {}
-        out[self.metric] = value
-        return out
+        return value
 
 
 class CurveModel:
@@ -338,6 +349,8 @@ class FunctionCurves(CurveModel):
 
     def _metrics(self, config: Mapping[str, Any], step: int) -> dict[str, float]:
         out = self.fn(config, step)
+        if type(out) is float and out - out == 0.0:      # a finite float: the common answer
+            return {self.metric: out}
         if isinstance(out, Mapping):
             if self.metric not in out:
                 raise ConfigError("curves.metric", self.metric,
@@ -350,17 +363,10 @@ class FunctionCurves(CurveModel):
         return {self.metric: float(out)}
 
     def curve(self, config: Mapping[str, Any], trial_seed: int) -> Curve:
-        last: dict[str, Any] = {}
-
-        def metrics(step: int) -> dict[str, float]:
-            if last.get("step") != step:
-                last.update(step=step, metrics=self._metrics(config, step))
-            return dict(last["metrics"])
-
-        def extra(step: int) -> dict[str, float]:
-            return {k: v for k, v in metrics(step).items() if k != self.metric}
+        metrics = self._metrics
         seed = [self.seed, int(trial_seed)]
-        return Curve(lambda s: metrics(s)[self.metric], self.metric, self.noise, seed, self.clip, extra)
+        return Curve(lambda s: metrics(config, s)[self.metric], self.metric, self.noise, seed,
+                     self.clip, every=lambda s: metrics(config, s))
 
     def mean(self, config: Mapping[str, Any], step: int) -> float:
         return self._metrics(config, step)[self.metric]

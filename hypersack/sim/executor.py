@@ -82,6 +82,32 @@ class _Node:
     devices: list[Key] = field(default_factory=list)
     cpu_demand: float = 0.0
     factor: float = 1.0        # f_cpu
+    cpu_units: int = 0         # the cores its runs ask for (one count per device), in _CPU_UNITs
+    inexact: int = 0           # runs on it whose cores are no whole number of _CPU_UNITs
+
+    def hold(self, cpus: float, sign: int) -> None:
+        """Count (``sign`` 1) or forget (-1) one device's share of a run asking ``cpus``."""
+        units = _cpu_units(cpus)
+        if units is None:
+            self.inexact += sign
+        else:
+            self.cpu_units += sign * units
+
+    def demand(self, summed: Callable[[], float]) -> float:
+        """The cores asked for on this node: its exact count when every run's cores are whole
+        numbers of ``_CPU_UNIT`` (such sums are exact in floats, in any order, so this equals
+        ``summed()``, the sum in device order), else ``summed()``."""
+        return self.cpu_units * _CPU_UNIT if not self.inexact else summed()
+
+
+_CPU_UNIT = 2.0 ** -20
+
+
+def _cpu_units(cpus: float) -> int | None:
+    """``cpus`` in ``_CPU_UNIT``s when it is a whole number of them below 2**32 cores (sums of
+    a few million such stay exact in a float), else None."""
+    units = cpus / _CPU_UNIT
+    return int(units) if units.is_integer() and abs(cpus) < 2.0 ** 32 else None
 
 
 @dataclass
@@ -283,6 +309,7 @@ class SimExecutor:
         self._runs[run.trial_id] = run
         for key in devices:
             self._devices[key].runs.append(run.trial_id)
+            self._nodes[key[0]].hold(run.cpus, 1)
             run.intervals.append(Interval(run.trial_id, run.attempt, key[0], key[1], now, None,
                                           run.utilization[key], run.memory[key]))
         self._reprice(devices, now)
@@ -391,6 +418,7 @@ class SimExecutor:
             self.packs.leave(trial_id)
         for key in run.devices:
             self._devices[key].runs.remove(trial_id)
+            self._nodes[key[0]].hold(run.cpus, -1)
         for iv in run.intervals:
             iv.end, iv.outcome = now, outcome
         self.timeline.intervals.extend(run.intervals)
@@ -411,7 +439,8 @@ class SimExecutor:
         runs, devices = self._runs, self._devices
         for node_id in {k[0] for k in keys}:
             node = self._nodes[node_id]
-            demand = sum([runs[t].cpus for k in node.devices for t in devices[k].runs])
+            demand = node.demand(lambda: sum([runs[t].cpus for k in node.devices
+                                              for t in devices[k].runs]))
             factor = self.perf.cpu_factor(node.cpus, demand)
             if factor != node.factor or demand != node.cpu_demand:
                 if factor != node.factor:

@@ -58,16 +58,31 @@ class _MFFunction:
     max_fidelity: int
 
     def __call__(self, config: Mapping[str, Any], step: int) -> float:
-        return self.value([float(config[f"x{i}"]) for i in range(self.dims)], int(step))
+        keys = self.__dict__.get("_keys")
+        if keys is None:
+            keys = self.__dict__["_keys"] = [f"x{i}" for i in range(self.dims)]
+        return self._value([float(config[k]) for k in keys], int(step))
 
     def value(self, x: Sequence[float], fidelity: int) -> float:
         """``f(x, fidelity)``: ``x`` the coordinates in order (a list or a numpy array)."""
         raise NotImplementedError
 
+    def _value(self, xs: list[float], fidelity: int) -> float:
+        """``value`` of coordinates that are floats already (subclasses may skip converting)."""
+        return self.value(xs, fidelity)
+
     def scaled(self, fidelity: int) -> float:
         """``log(z) / log(max_fidelity)``, clipped to [0, 1] (1 at and above the top)."""
         z = min(max(int(fidelity), 1), self.max_fidelity)
         return math.log(z) / math.log(self.max_fidelity) if self.max_fidelity > 1 else 1.0
+
+    def _gap(self, fidelity: int) -> float:
+        """``1 - scaled(fidelity)``, remembered per fidelity (a simulation asks the same few)."""
+        gaps = self.__dict__.setdefault("_gaps", {})
+        gap = gaps.get(fidelity)
+        if gap is None:
+            gap = gaps[fidelity] = 1.0 - self.scaled(fidelity)
+        return gap
 
     def space(self) -> dict[str, dict[str, Any]]:
         return {f"x{i}": {"type": "float", "low": lo, "high": hi}
@@ -91,16 +106,29 @@ class MFHartmann(_MFFunction):
         self.max_fidelity, self.seed = int(max_fidelity), int(seed)
         a, p, self.optimum, self.argmin = _HARTMANN[dims]
         self._a_rows, self._p_rows = a.tolist(), p.tolist()     # plain floats: faster than numpy here
+        self._rows = [(alpha, tuple(a_row), tuple(p_row))
+                      for alpha, a_row, p_row in zip(_ALPHA_LIST, self._a_rows, self._p_rows)]
         self.bounds = ((0.0, 1.0),) * dims
         self.name = name or f"hartmann{dims}"
 
     def value(self, x: Sequence[float], fidelity: int) -> float:
-        gap = 1.0 - self.scaled(fidelity)
-        xs = [float(v) for v in x]
+        return self._value([float(v) for v in x], fidelity)
+
+    def _value(self, xs: list[float], fidelity: int) -> float:
+        """``value`` of coordinates that are floats already."""
+        gap = self._gap(fidelity)
         h = 0.0
-        for alpha, a_row, p_row in zip(_ALPHA_LIST, self._a_rows, self._p_rows):
-            inner = sum(a * (xi - p) ** 2 for a, xi, p in zip(a_row, xs, p_row))
-            h -= (alpha - self.bias * gap) * math.exp(-inner)
+        bias_gap, exp = self.bias * gap, math.exp
+        if self.dims == 6:            # written out: the same sums in the same order, 3x faster
+            x0, x1, x2, x3, x4, x5 = xs
+            for alpha, (a0, a1, a2, a3, a4, a5), (p0, p1, p2, p3, p4, p5) in self._rows:
+                inner = (a0 * (x0 - p0) ** 2 + a1 * (x1 - p1) ** 2 + a2 * (x2 - p2) ** 2
+                         + a3 * (x3 - p3) ** 2 + a4 * (x4 - p4) ** 2 + a5 * (x5 - p5) ** 2)
+                h -= (alpha - bias_gap) * exp(-inner)
+        else:
+            for alpha, a_row, p_row in self._rows:
+                inner = sum(a * (xi - p) ** 2 for a, xi, p in zip(a_row, xs, p_row))
+                h -= (alpha - bias_gap) * exp(-inner)
         if self.noise > 0 and gap > 0:
             h += abs(_normal(self.seed, int(fidelity), xs)) * self.noise * gap
         return h
@@ -128,8 +156,16 @@ class MFBranin(_MFFunction):
 def _normal(seed: int, fidelity: int, x: Sequence[float]) -> float:
     """A standard normal draw that is a pure function of (seed, fidelity, x): a 32-bit hash of
     x's float64 bytes through the normal's inverse CDF (cheaper than seeding a generator)."""
-    key = zlib.crc32(struct.pack(f"<{len(x)}d", *x), zlib.crc32(f"{seed}:{fidelity}".encode()))
+    start = _STARTS.get((seed, fidelity))
+    if start is None:
+        if len(_STARTS) > 4096:
+            _STARTS.clear()
+        start = _STARTS[(seed, fidelity)] = zlib.crc32(f"{seed}:{fidelity}".encode())
+    key = zlib.crc32(struct.pack(f"<{len(x)}d", *x), start)
     return _STANDARD.inv_cdf((key + 0.5) / 2.0 ** 32)
+
+
+_STARTS: dict[tuple[int, int], int] = {}     # (seed, fidelity) -> the crc32 the hash starts from
 
 
 _STANDARD = NormalDist()

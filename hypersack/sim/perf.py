@@ -396,11 +396,11 @@ class PerfModel:
         """``demand(trial_record) -> Job`` for the controller: the profile on the reference
         architecture, with every architecture's figures in ``per_arch``. A function of the
         record's config and resources only: the last few answers are kept (the controller asks
-        the same question of the latest trial on every turn)."""
+        the same question of the latest trial on every turn). Without fusion the answer is a
+        function of what ``make_job`` reads of the config, (model, batch size) and
+        ``steps_for(config)``, so trials of different configs with those alike share it."""
         try:
-            items = sorted(record.config.items())     # keys differ: values are never compared
-            key = (tuple(items), tuple([type(v) for _, v in items]),   # 1, 1.0, True stay apart
-                   getattr(record, "resources", 1))
+            key = self._demand_key(record)
             hit = self._demands.get(key)
         except TypeError:                      # an unhashable config value: no memo
             return make_job(self, record)
@@ -410,3 +410,17 @@ class PerfModel:
                 self._demands.pop(next(iter(self._demands)))
             self._demands[key] = hit
         return hit if hit.id == record.trial_id else hit.renamed(record.trial_id)
+
+    def _demand_key(self, record: Any) -> tuple:
+        """What ``make_job`` reads of ``record`` (TypeError when some of it is unhashable):
+        without fusion, the profile's (model, batch size), the planned steps and the resources;
+        with fusion (whether a config fuses is the plan's to say), every config item."""
+        resources = getattr(record, "resources", 1)
+        config = record.config
+        if self.fusion is None:
+            model, batch = self.keys.of(config)
+            steps = self._steps_for(config) if self._steps_for else None
+            hash(batch)
+            return ("plain", model, batch, type(batch), steps, resources)   # 1, 1.0, True apart
+        items = sorted(config.items())     # keys differ: values are never compared
+        return (tuple(items), tuple([type(v) for _, v in items]), resources)

@@ -40,6 +40,26 @@ def test_float_uniform_samples_lie_in_bounds(a, b, seed):
 
 
 @FAST
+@given(a=finite, b=finite, seed=seeds, log=st.booleans())
+def test_a_float_draw_is_numpys_uniform_draw_bit_for_bit(a, b, seed, log):
+    """``Float.sample`` computes ``rng.uniform``'s value itself (cheaper): the same bits, so a
+    study's configs are those numpy's ``uniform`` gave before."""
+    low, high = min(a, b), max(a, b)
+    if log and low <= 0:
+        low, high = abs(low) + 1e-3, abs(low) + abs(high) + 1e-3
+    d = Float(low, high, log=log, name="x")
+    rng = np.random.default_rng(seed)
+    expected = []
+    for _ in range(30):
+        if log:
+            raw = math.exp(rng.uniform(math.log(low), math.log(high)))
+            expected.append(float(min(max(raw, low), high)))
+        else:
+            expected.append(float(rng.uniform(low, high)))
+    assert draws(d, seed) == expected
+
+
+@FAST
 @given(a=positive, b=positive, seed=seeds)
 def test_float_log_samples_lie_in_bounds(a, b, seed):
     low, high = min(a, b), max(a, b)
@@ -47,7 +67,6 @@ def test_float_log_samples_lie_in_bounds(a, b, seed):
     for v in draws(d, seed):
         assert low <= v <= high
         assert d.contains(v)
-
 
 
 @pytest.mark.parametrize("low, high", [(0, 1), (-3, 2.5), (1e-4, 1.0), (2**60 + 1, 2**60 + 3),
@@ -63,6 +82,7 @@ def test_float_samples_are_numpys_uniform_draw_for_draw(low, high):
             raw = math.exp(numpys.uniform(math.log(low), math.log(high)))
             assert log.sample(mine) == float(min(max(raw, low), high))
     assert mine.random() == numpys.random()
+
 
 @pytest.mark.parametrize("value", [0.1, 3.0, 1e-3, 100.0])
 def test_degenerate_log_float_samples_its_single_value(value):

@@ -68,10 +68,20 @@ def same_load(a, b) -> None:
 
 def same_index(live: LiveCluster, fresh: LiveCluster) -> None:
     """``live``'s load arrays and index equal ``fresh``'s (a LiveCluster built from scratch),
-    exactly: free compute/memory/cores, idle GPUs, exact sums, and every tree's maxima."""
+    exactly: free compute/memory/cores, idle GPUs, exact sums, and every tree's maxima once
+    ``live`` is settled; before, its trees hold each node's cores at least as high as they are
+    (an upper bound: no fitting GPU is pruned), compute and memory exactly."""
+    for one in (live, fresh):
+        assert all(held >= true for held, true in zip(one._index_q, one.load.free_q))
+    fresh.settle()                 # a LiveCluster that occupied jobs itself holds them too
+    for arch, tree in live._trees.items():
+        other = fresh._trees[arch]
+        assert (tree.c, tree.m) == (other.c, other.m), arch
+        assert all(a >= b for a, b in zip(tree.q, other.q)), arch
+    live.settle()
     for name in ("free_c", "free_m", "free_q"):
         assert getattr(live.load, name) == getattr(fresh.load, name), name
-    for name in ("_idle_c", "_idle_m", "_count", "_exact_c", "_exact_m", "_exact_q", "_used_c",
+    for name in ("_idle_c", "_idle_m", "_idle_n", "_count", "_exact_c", "_exact_m", "_exact_q", "_used_c",
                  "_used_m", "_used_q"):
         assert getattr(live, name) == getattr(fresh, name), name
     assert live._trees.keys() == fresh._trees.keys()
@@ -160,6 +170,49 @@ def test_live_assign_equals_assign_on_the_snapshot_and_changes_nothing(history, 
             assert answer == reference(new_jobs, scratch, policy), policy
         same_load(live, scratch)
         assert live.assign(new_jobs[:1], policy) == assign(new_jobs[:1], scratch, policy), policy
+
+
+@SETTINGS
+@given(histories(), st.lists(st.integers(0, 10**6), min_size=1, max_size=6), st.data())
+def test_an_unsettled_live_load_answers_as_a_cluster_built_from_scratch(history, seeds, data):
+    """Occupying leaves a node's cores stale-high in the trees (``LiveCluster.settle``); a live
+    load that was never settled answers every policy's ``assign`` as the snapshot does, and
+    the greedy ones as the literal Algorithms 1-2, call after call."""
+    nodes, ops = history
+    live = LiveCluster(Cluster(nodes))
+    for op in ops:
+        if op[0] == "occupy":
+            try:
+                live.occupy(op[1], op[2], strict=op[3])
+            except PlacementError:
+                pass
+        elif live.running:
+            live.release(list(live.running)[op[1] % len(live.running)])
+    scratch = Cluster(nodes, live.running)
+    new_jobs = [data.draw(a_job(f"new{k}")) for k in range(len(seeds))]
+    for policy in POLICIES:
+        for jobs in (new_jobs, new_jobs[:1], new_jobs[::-1]):
+            answer = live.assign(jobs, policy)
+            assert answer == assign(jobs, scratch, policy), policy
+            if policy not in ("hay", "ray"):
+                assert answer == reference(jobs, scratch, policy), policy
+            same_load(live, scratch)
+    same_index(live, LiveCluster(scratch))
+
+
+def test_a_search_turned_away_by_a_nodes_cores_settles_that_node():
+    """A node out of cores whose GPUs still have room: the first search visits its leaves and
+    is turned away, then the node's cores in the trees are the true ones (later searches prune
+    it whole)."""
+    nodes = [Node("a", 2, tuple(GPU(g, "A100", 40) for g in range(4))),
+             Node("b", 8, tuple(GPU(g, "A100", 40) for g in range(4)))]
+    live = LiveCluster(Cluster(nodes))
+    live.occupy(Job("x", 10, 1, cpus=2), ("a", 0))
+    assert live._index_q == [2.0, 8.0] and live.load.free_q == [0.0, 8.0]
+    assert live.assign([Job("y", 10, 1, cpus=1)], "ff") == {"y": (("b", 0),)}
+    assert live._index_q == [0.0, 8.0]
+    live.release("x")
+    assert live._index_q == [2.0, 8.0]
 
 
 def test_a_cluster_derived_copy_on_write_leaves_the_original_unchanged():
