@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from hypersack.core.packs import CONV_FORMS
 from hypersack.errors import HyperSackError
 from hypersack.fusion.graphs import capturing
 from hypersack.fusion.layers import MaskedBatchNorm, MemberDropout
@@ -34,9 +35,8 @@ __all__ = ["NB", "CF", "Value", "FuseContext", "Unfusable", "FUSED_MODULES", "EL
            "RANDOM_FUNCTIONS", "CONV_FORMS", "to_nb", "to_cf", "member_shape", "call_generic"]
 
 NB, CF = "nb", "cf"
-#: How a dense fused Conv2d runs: "grouped" (one grouped convolution, ``groups * N``) or "bmm"
-#: (im2col once, then one batched matrix product over the members: ``fused_conv``).
-CONV_FORMS = ("grouped", "bmm")
+# CONV_FORMS: how a dense fused Conv2d runs, "grouped" (one grouped convolution, ``groups * N``)
+# or "bmm" (im2col once, then one batched matrix product over the members: ``fused_conv``).
 
 
 class Unfusable(HyperSackError):
