@@ -26,7 +26,9 @@ Times, by turns in one run (A, B, A, B, ...), median of ``--turns``: the Adam st
 stacked parameters of ``--time-n`` members of width ``--time-width`` (default: N=4 ResNet-18 at
 width 64, 44.7 M stacked parameters) against foreach (goal <= 1.5x) and, for reference,
 ``fused=True``; and the host ms per training step at tiny shapes (width 4, 8x8 images, batch 8),
-engine against the hand-fused reference (reported, no goal).
+engine against the hand-fused reference (reported, no goal); and the CPU ms per step of the
+``bmm`` conv form against ``grouped`` (width 8, 16x16 images, batch 8; reported, no goal;
+``--conv-time`` runs only these rows).
 
 Models: ``resnet18`` (``hypersack.workloads.vision``'s CIFAR ResNet-18) and ``mobilenet``
 (MobileNet-v3-small), on CIFAR-shaped synthetic data. Exits 1 when a goal is missed.
@@ -301,6 +303,21 @@ def time_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         rows.append({"model": model, "what": "host ms per step (width 4, 8x8, batch 8)",
                      "engine": 1e3 * t["engine"],
                      "reference": 1e3 * t["reference"], "goal": None, "kind": "host"})
+    rows += conv_time_rows(args)
+    return rows
+
+
+def conv_time_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """CPU ms per step of the two conv forms by turns (the GPU's A/B: ``benchmarks/gpu``)."""
+    rows = []
+    for model in args.models:
+        _, grouped = engine_stack(model, args.n, 8, 16, [8])
+        _, bmm = engine_stack(model, args.n, 8, 16, [8], conv="bmm")
+        t = by_turns({"bmm": bmm.train_iteration, "grouped": grouped.train_iteration},
+                     args.turns)
+        rows.append({"model": model, "what": "CPU ms per step, conv bmm vs grouped",
+                     "engine": 1e3 * t["bmm"], "reference": 1e3 * t["grouped"], "goal": None,
+                     "kind": "conv_time"})
     return rows
 
 
@@ -320,12 +337,16 @@ def main() -> int:
     ap.add_argument("--no-ops", action="store_true", help="times only")
     ap.add_argument("--ops", default="", help="print ops by name for these models")
     ap.add_argument("--json", default="")
+    ap.add_argument("--conv-time", action="store_true", help="only the conv forms' times")
     args = ap.parse_args()
     args.models = [m for m in args.models.split(",") if m]
     if args.quick:
         args.width, args.image_size, args.batch, args.no_time = 4, 8, 8, True
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows: list[dict[str, Any]] = []
+    if args.conv_time:
+        args.no_ops, args.no_time = True, True
+        rows += conv_time_rows(args)
     for model in ([] if args.no_ops else args.models):
         rows += op_rows(model, args.n, args.width, args.image_size, args.batch,
                         model in args.ops.split(","))

@@ -20,9 +20,9 @@ OUT=${OUT:?set OUT to a folder}
 DEVICE=${DEVICE:-cuda}
 TOTAL=${TOTAL:-470}  # seconds for the whole call
 SP=${SP:-100}        # the profile A/B
-SG=${SG:-80}         # the graph probe A/B
+SG=${SG:-90}         # the graph probe A/B
 S5=${S5:-150}        # check 5 (its own part limits inside)
-S4=${S4:-60}         # check 4
+S4=${S4:-120}        # check 4 (bounded by what is left of TOTAL)
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PY=${PY:-python3}
@@ -56,7 +56,7 @@ fi
 L=$(limit "$SG" 0)
 echo "== 2b. conv A/B with and without a CUDA graph, ${L} s $(date -u +%T)"
 if [ "$L" -gt 0 ]; then
-  timeout "$L" $PY benchmarks/gpu/graph_probe.py --device "$DEVICE" $TINY --n 32 --steps 10 \
+  timeout "$L" $PY benchmarks/gpu/graph_probe.py --device "$DEVICE" $TINY --n 32 --steps 5 \
       --conv grouped,bmm --json "$OUT/probe.json" || echo "graph probe: exit $?"
 fi
 

@@ -246,6 +246,9 @@ def conv2d_bmm(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
     """
     batch, folded, height, width = t.shape
     n, out_ch, channels, kh, kw = w.shape
+    kind = t.device.type
+    if torch.is_autocast_enabled(kind):     # im2col in the GEMM's type: half the bytes in bf16
+        t = t.to(torch.get_autocast_dtype(kind))
     if folded != n * channels:
         raise Unfusable("a fused Conv2d", f"input of {folded} channels for {n} x {channels}")
     stride, padding, dilation = (_pair(v) for v in (stride, padding, dilation))

@@ -98,3 +98,19 @@ def test_members_on_the_bmm_form_equal_their_alone_runs(name, optimizer):
     for m in members:
         assert_same_state(packed.checkpoints[m.trial_id], alone(task, m).checkpoints[m.trial_id],
                           rtol=1e-9, atol=1e-8)
+
+
+def test_bf16_packs_on_the_bmm_form_train_within_bf16_noise_of_fp32():
+    task, config = _builtin("resnet18_cifar")
+    states = {}
+    for conv, precision in (("bmm", "bf16"), ("grouped", "fp32")):
+        pack = Pack(task, "cpu", torch.float32, StackOptions(capacity=2, precision=precision,
+                                                             conv=conv))
+        for i in range(2):
+            pack.load(Member(i, {**config, "batch_size": 4, "epochs": 1}, seed=i))
+        for _ in range(3):
+            pack.train_iteration()
+        states[conv] = pack.stack.member_state(1)["model"]
+    for name, want in states["grouped"].items():
+        if want.is_floating_point():
+            torch.testing.assert_close(states["bmm"][name].float(), want, rtol=0.1, atol=0.05)
