@@ -43,7 +43,7 @@ import torch
 from hypersack.core.packs import GRAPH_MODES
 from hypersack.errors import ConfigError
 
-__all__ = ["GRAPH_MODES", "StepRunner", "check_graphs", "keep_alive", "capturing"]
+__all__ = ["GRAPH_MODES", "StepRunner", "capturing", "check_graphs", "keep_alive"]
 
 _HELD: list[list[Any]] = []      # the tensors of the captures in progress (innermost last)
 
