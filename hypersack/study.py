@@ -133,7 +133,8 @@ class Study:
       "memory_gb": ..., "cpus": ...}``.
     - ``execution``: "separate" (a process per trial), "fused" (trials of one architecture
       trained as one model, needs a ``FusableTask``), or "auto".
-    - ``pack``: options of fused packs, ``{"max_members": 16, "graphs": "auto"}``.
+    - ``pack``: options of fused packs, ``{"max_members": 16, "graphs": "auto", "conv":
+      "grouped"}`` (``conv: bmm``: dense convolutions as im2col + one batched GEMM).
     - ``precision``: "fp32" (default, the exact mode), "bf16" or "fp16": autocast over fp32
       master weights (fp16 with a loss scale), channels_last for convolutional models; for fused
       packs and for plain trials of the built-in workloads alike (a trainable of your own keeps
@@ -341,7 +342,8 @@ class Study:
         opened, so a bad trainable or algorithm option fails before anything is stored."""
         pack = self.spec.pack
         plain, plan = plan_execution(self.spec.execution, self._pick_trainable(trainable),
-                                     pack.max_members, self.spec.precision, pack.graphs)
+                                     pack.max_members, self.spec.precision, pack.graphs,
+                                     pack.conv)
         if self._shared is not None:
             if plan is not None:
                 raise ConfigError("shared", sorted(self._shared), "works with execution "

@@ -6,6 +6,8 @@ fused tests import this module (``trainables.py`` stays torch-free for the plain
 compute its N-th member evaluation creates the file PATH and kills itself with SIGKILL (once
 per study: a later process sees PATH and goes on). The kill comes after the evaluations of
 earlier epochs were reported and acknowledged, so it is deterministic, not a race with a timer.
+``STOP_AFTER_VAR``: the same, but the process stops itself (SIGSTOP: every thread, its heartbeat
+thread's too) instead of dying.
 """
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ from torch import nn
 from hypersack.fusion.optim import OptimizerConfig
 from hypersack.fusion.task import FusableTask
 
-__all__ = ["SmallTask", "SMALL", "DIE_AFTER_VAR"]
+__all__ = ["SmallTask", "SMALL", "DIE_AFTER_VAR", "STOP_AFTER_VAR"]
 
 DIE_AFTER_VAR = "HYPERSACK_TEST_PACK_DIES_AFTER"
+STOP_AFTER_VAR = "HYPERSACK_TEST_PACK_STOPS_AFTER"
 N_TRAIN, N_VAL, FEATURES, CLASSES = 64, 32, 8, 3
 _evaluations = 0
 
@@ -70,7 +73,7 @@ class SmallTask(FusableTask):
 
 def _maybe_die() -> None:
     global _evaluations
-    setting = os.environ.get(DIE_AFTER_VAR)
+    setting = os.environ.get(DIE_AFTER_VAR) or os.environ.get(STOP_AFTER_VAR)
     if not setting:
         return
     _evaluations += 1
@@ -78,7 +81,8 @@ def _maybe_die() -> None:
     if _evaluations == int(count) and not os.path.exists(marker):
         with open(marker, "w"):
             pass
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL if os.environ.get(DIE_AFTER_VAR) else
+                signal.SIGSTOP)
 
 
 SMALL = SmallTask()

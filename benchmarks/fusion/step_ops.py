@@ -13,6 +13,11 @@ Counts every aten op dispatched (a ``TorchDispatchMode``; CPU, deterministic) in
   BatchNorm statistics over each member's own rows), against the same reference. Goal <= 2.
 - ``adam``: one optimizer step over the stack's stacked parameters (``fused_step`` on its rows)
   against ``torch.optim.Adam(foreach=True)`` on copies of the same tensors. Goal: <= 2x the ops.
+- ``step_bmm``: the ``step`` row with the stack's dense convolutions as im2col + one batched
+  GEMM (``pack.conv: bmm``, ``fused_ops.conv2d_bmm``) instead of grouped convolutions; reported
+  beside ``step``, no goal (its case is a GPU's kernels, which ``benchmarks/gpu`` measures).
+  Every row also counts its *compute* ops: all but views and metadata (``VIEW_OPS``), a
+  host-side proxy for the kernels a GPU would launch.
 
 Op counts do not depend on the model's width (``--width``, default 8) or the image size: the
 default shapes are N=8, batch 32, 3x32x32 images.
@@ -21,7 +26,9 @@ Times, by turns in one run (A, B, A, B, ...), median of ``--turns``: the Adam st
 stacked parameters of ``--time-n`` members of width ``--time-width`` (default: N=4 ResNet-18 at
 width 64, 44.7 M stacked parameters) against foreach (goal <= 1.5x) and, for reference,
 ``fused=True``; and the host ms per training step at tiny shapes (width 4, 8x8 images, batch 8),
-engine against the hand-fused reference (reported, no goal).
+engine against the hand-fused reference (reported, no goal); and the CPU ms per step of the
+``bmm`` conv form against ``grouped`` (width 8, 16x16 images, batch 8; reported, no goal;
+``--conv-time`` runs only these rows).
 
 Models: ``resnet18`` (``hypersack.workloads.vision``'s CIFAR ResNet-18) and ``mobilenet``
 (MobileNet-v3-small), on CIFAR-shaped synthetic data. Exits 1 when a goal is missed.
@@ -50,6 +57,18 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 GOALS = {"step": 1.3, "mixed": 2.0, "adam": 2.0, "adam_time": 1.5}
+#: Ops that launch no kernel on a GPU (views and metadata); the rest are "compute" ops.
+VIEW_OPS = frozenset({"view", "_unsafe_view", "_reshape_alias", "reshape", "permute", "t",
+                      "transpose", "expand", "unsqueeze", "squeeze", "as_strided", "select",
+                      "slice", "detach", "alias", "unbind", "split", "chunk", "movedim",
+                      "unflatten", "flatten", "view_as", "lift_fresh", "empty", "empty_like",
+                      "empty_strided", "new_empty", "new_empty_strided", "split_with_sizes",
+                      "is_same_size", "diagonal", "narrow"})
+
+
+def compute_ops(ops: collections.Counter[str]) -> int:
+    """The ops of ``ops`` that are not in ``VIEW_OPS``."""
+    return sum(k for name, k in ops.items() if name not in VIEW_OPS)
 
 
 class OpCounter(TorchDispatchMode):
@@ -84,13 +103,15 @@ def make_task(model: str, width: int, image_size: int, train_size: int):
         {"width": width, "train_size": train_size, "val_size": 8, "image_size": image_size}
 
 
-def engine_stack(model: str, n: int, width: int, image_size: int, batches: list[int]):
-    """A fused stack of ``n`` Adam members (learning rates differ), steady after 2 steps."""
+def engine_stack(model: str, n: int, width: int, image_size: int, batches: list[int],
+                 conv: str = "grouped"):
+    """A fused stack of ``n`` Adam members (learning rates differ), steady after 2 steps;
+    ``conv``: its form of dense convolutions (``StackOptions.conv``)."""
     from hypersack.fusion.runner import Pack
     from hypersack.fusion.stack import StackOptions
     from hypersack.fusion.task import Member
     task, base = make_task(model, width, image_size, train_size=8 * max(batches))
-    pack = Pack(task, "cpu", torch.float32, StackOptions(capacity=n, engine="hfused"))
+    pack = Pack(task, "cpu", torch.float32, StackOptions(capacity=n, engine="hfused", conv=conv))
     for i in range(n):
         config = dict(base, optimizer="adam", lr=1e-3 * (1 + i), batch_size=batches[i % len(batches)])
         pack.load(Member(trial_id=i, config=config, seed=100 + i))
@@ -227,16 +248,26 @@ def op_rows(model: str, n: int, width: int, image_size: int, batch: int,
     mixed = [batch - (i % 4) * max(1, batch // 8) for i in range(n)]
     _, mixed_stack = engine_stack(model, n, width, image_size, mixed)
     mixed_ops = count_ops(mixed_stack.train_iteration)
+    _, bmm_stack = engine_stack(model, n, width, image_size, [batch], conv="bmm")
+    bmm_ops = count_ops(bmm_stack.train_iteration)
     if verbose:
-        for title, ops in (("engine step", engine_ops), ("reference step", ref_ops),
+        for title, ops in (("engine step", engine_ops), ("engine step, conv bmm", bmm_ops),
+                           ("reference step", ref_ops),
                            ("mixed-batch engine step", mixed_ops), ("engine Adam", adam_ops),
                            ("foreach Adam", foreach_ops)):
             print(f"\n{model} {title}: {sum(ops.values())} ops")
             for name, k in ops.most_common(25):
                 print(f"  {k:6d}  {name}")
+    ref_compute = compute_ops(ref_ops)
     return [
         {"model": model, "what": "training step, equal batches", "engine": sum(engine_ops.values()),
-         "reference": sum(ref_ops.values()), "goal": GOALS["step"], "kind": "step"},
+         "reference": sum(ref_ops.values()), "goal": GOALS["step"], "kind": "step",
+         "compute": (compute_ops(engine_ops), ref_compute)},
+        {"model": model, "what": "training step, conv bmm", "engine": sum(bmm_ops.values()),
+         "reference": sum(ref_ops.values()), "goal": None, "kind": "step_bmm",
+         "compute": (compute_ops(bmm_ops), ref_compute),
+         "convolutions": (engine_ops["convolution"] + engine_ops["convolution_backward"],
+                          bmm_ops["convolution"] + bmm_ops["convolution_backward"])},
         {"model": model, "what": f"training step, batches {sorted(set(mixed))}",
          "engine": sum(mixed_ops.values()), "reference": sum(ref_ops.values()),
          "goal": GOALS["mixed"], "kind": "mixed"},
@@ -272,6 +303,21 @@ def time_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         rows.append({"model": model, "what": "host ms per step (width 4, 8x8, batch 8)",
                      "engine": 1e3 * t["engine"],
                      "reference": 1e3 * t["reference"], "goal": None, "kind": "host"})
+    rows += conv_time_rows(args)
+    return rows
+
+
+def conv_time_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """CPU ms per step of the two conv forms by turns (the GPU's A/B: ``benchmarks/gpu``)."""
+    rows = []
+    for model in args.models:
+        _, grouped = engine_stack(model, args.n, 8, 16, [8])
+        _, bmm = engine_stack(model, args.n, 8, 16, [8], conv="bmm")
+        t = by_turns({"bmm": bmm.train_iteration, "grouped": grouped.train_iteration},
+                     args.turns)
+        rows.append({"model": model, "what": "CPU ms per step, conv bmm vs grouped",
+                     "engine": 1e3 * t["bmm"], "reference": 1e3 * t["grouped"], "goal": None,
+                     "kind": "conv_time"})
     return rows
 
 
@@ -291,12 +337,16 @@ def main() -> int:
     ap.add_argument("--no-ops", action="store_true", help="times only")
     ap.add_argument("--ops", default="", help="print ops by name for these models")
     ap.add_argument("--json", default="")
+    ap.add_argument("--conv-time", action="store_true", help="only the conv forms' times")
     args = ap.parse_args()
     args.models = [m for m in args.models.split(",") if m]
     if args.quick:
         args.width, args.image_size, args.batch, args.no_time = 4, 8, 8, True
     torch.set_num_threads(max(1, torch.get_num_threads()))
     rows: list[dict[str, Any]] = []
+    if args.conv_time:
+        args.no_ops, args.no_time = True, True
+        rows += conv_time_rows(args)
     for model in ([] if args.no_ops else args.models):
         rows += op_rows(model, args.n, args.width, args.image_size, args.batch,
                         model in args.ops.split(","))
@@ -323,6 +373,11 @@ def report(rows: list[dict[str, Any]]) -> bool:
         goal = f"{r['goal']:.1f}" if r["goal"] is not None else "-"
         fmt = "{:9.1f} {:10.1f}" if isinstance(r["engine"], float) else "{:9d} {:10d}"
         extra = f"  (fused=True {r['fused']:.1f} ms)" if "fused" in r else ""
+        if "compute" in r:
+            extra += f"  (compute ops {r['compute'][0]} vs {r['compute'][1]})"
+        if "convolutions" in r:
+            extra += f"  (convolution ops grouped {r['convolutions'][0]}, bmm " \
+                     f"{r['convolutions'][1]})"
         print(f"{r['model']:10s} {r['what']:42s} " + fmt.format(r["engine"], r["reference"])
               + f" {ratio:6.2f} {goal:>6s}  {verdict}{extra}")
     return failed

@@ -1,15 +1,20 @@
 """Where a fused pack's training step spends its time: a per-op profile of one step (issue 38).
 
     python benchmarks/gpu/pack_step_profile.py [--device cuda] [--n 32] [--tiny] [--json PATH]
+        [--precisions fp32,bf16] [--conv grouped,bmm]
 
 For each workload (ResNet-18 CIFAR, MobileNet-v3-small; ``--tiny``: the digits CNN at N = 2),
-builds a fused pack of N members (``hypersack.fusion.runner.Pack``, Adam, fp32 eager and bf16
-eager) and one plain model with ``torch.optim.Adam(foreach=True)`` (the trial alone), warms each
+builds a fused pack of N members (``hypersack.fusion.runner.Pack``, Adam, eager, in each of
+``--precisions`` and each form of dense convolution in ``--conv``: "grouped", one grouped
+convolution, mode ``fused_<precision>``; "bmm", im2col and one batched GEMM over the members,
+mode ``fused_<precision>_bmm``: the A/B of ``StackOptions.conv``) and one plain model with
+``torch.optim.Adam(foreach=True)`` (the trial alone), warms each
 up, then profiles ``--steps`` steps with ``torch.profiler`` (CPU and, on CUDA, CUDA activity).
 Per mode it reports, per training step: wall ms (synchronised host clock), the host's CPU ms
 spent dispatching, the device's busy ms (sum of kernel times), kernels launched, aten ops
-dispatched, and the ten ops with the most device time (CPU time on the CPU). Member-steps/s
-and the pack's speed-up over the trial alone follow from the wall times.
+dispatched, the peak memory (CUDA), and the ten ops with the most device time (CPU time on the
+CPU). Member-steps/s and the pack's speed-up over the trial alone follow from the wall times.
+The JSON is rewritten after each workload, so a run cut by its time limit keeps what it did.
 
 What it tells: device busy time far under wall time means the step is bound by launches or
 host work (the fix is fewer ops or a CUDA graph); kernels per member-step tells how much of the
@@ -51,11 +56,13 @@ def _alone_step(workload: Any, task: Any, config: dict, device: str) -> Callable
     return step
 
 
-def _pack_step(task: Any, device: str, config: dict, n: int, precision: str) -> Callable[[int], None]:
+def _pack_step(task: Any, device: str, config: dict, n: int, precision: str,
+               conv: str = "grouped") -> Callable[[int], None]:
     from hypersack.fusion.runner import Pack
     from hypersack.fusion.stack import StackOptions
     from hypersack.fusion.task import Member
-    pack = Pack(task, device, options=StackOptions(capacity=n, precision=precision, graphs="off"))
+    pack = Pack(task, device, options=StackOptions(capacity=n, precision=precision, graphs="off",
+                                                   conv=conv))
     for i in range(n):
         pack.load(Member(trial_id=i, config=dict(config, optimizer="adam",
                                                  lr=1e-3 * (1 + i % 7)), seed=i))
@@ -65,6 +72,8 @@ def _pack_step(task: Any, device: str, config: dict, n: int, precision: str) -> 
 def _profile(step: Callable[[int], None], device: str, warmup: int, steps: int) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
     for k in range(warmup):
         step(k)
     _sync(device)
@@ -96,6 +105,7 @@ def _profile(step: Callable[[int], None], device: str, warmup: int, steps: int) 
         "device_busy_ms": round(sum(dev_us(e) for e in kernels) / 1e3 / steps, 3) if cuda else None,
         "kernels": round(len(kernels) / steps, 1) if cuda else None,
         "aten_ops": round(sum(e.count for e in aten) / steps, 1),
+        "peak_mb": round(torch.cuda.max_memory_allocated() / 2**20) if cuda else None,
         "top": [{"op": e.key[:60], "count": e.count // steps,
                  "ms": round((dev_us(e) if cuda else e.self_cpu_time_total) / 1e3 / steps, 3)}
                 for e in top],
@@ -110,6 +120,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--workloads", default="resnet18_cifar,mobilenet_v3_small")
+    p.add_argument("--precisions", default="fp32,bf16", help="fused packs' precisions")
+    p.add_argument("--conv", default="grouped,bmm",
+                   help="forms of dense convolution to measure (StackOptions.conv)")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args(argv)
     from gpu_checks_engines import SMALL_CNN, engine_configs
@@ -130,12 +143,14 @@ def main(argv: list[str] | None = None) -> dict:
         try:
             rows["alone_fp32"] = _profile(_alone_step(workload, task, config, args.device),
                                           args.device, args.warmup, args.steps)
-            for precision in ("fp32", "bf16"):
-                rows[f"fused_{precision}"] = _profile(
-                    _pack_step(task, args.device, config, n, precision), args.device,
-                    args.warmup, args.steps)
-                if args.device.startswith("cuda"):
-                    torch.cuda.empty_cache()
+            for precision in args.precisions.split(","):
+                for conv in args.conv.split(","):
+                    mode = f"fused_{precision}" + ("" if conv == "grouped" else f"_{conv}")
+                    rows[mode] = _profile(
+                        _pack_step(task, args.device, config, n, precision, conv),
+                        args.device, args.warmup, args.steps)
+                    if args.device.startswith("cuda"):
+                        torch.cuda.empty_cache()
         except Exception as exc:   # one workload's failure is a row, the others still run
             rows["error"] = f"{type(exc).__name__}: {exc}"[:400]
         for mode, row in rows.items():
@@ -148,13 +163,14 @@ def main(argv: list[str] | None = None) -> dict:
             if not isinstance(row, dict):
                 print(f"  {mode}: {row}")
                 continue
-            print(f"  {mode:11s} wall {row['wall_ms']:8.2f} ms  host {row['host_cpu_ms']:8.2f} ms"
+            print(f"  {mode:15s} wall {row['wall_ms']:8.2f} ms  host {row['host_cpu_ms']:8.2f} ms"
                   f"  device {row['device_busy_ms']} ms  kernels {row['kernels']}"
-                  f"  aten {row['aten_ops']}  vs alone {row.get('member_steps_vs_alone')}")
+                  f"  aten {row['aten_ops']}  peak {row['peak_mb']} MB"
+                  f"  vs alone {row.get('member_steps_vs_alone')}")
             for t in row["top"][:6]:
                 print(f"      {t['ms']:8.3f} ms  x{t['count']:<5d} {t['op']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        if args.json:       # after each workload: a run cut short keeps what it measured
+            Path(args.json).write_text(json.dumps(out, indent=1))
     return out
 
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from hypersack.core.controller import Budget
 from hypersack.core.failures import DEFAULT_MAX_FAILURES
 from hypersack.core.objective import Objective
-from hypersack.core.packs import EXECUTION_MODES, GRAPH_MODES, PRECISIONS
+from hypersack.core.packs import CONV_FORMS, EXECUTION_MODES, GRAPH_MODES, PRECISIONS
 from hypersack.core.space import Categorical, Constant, Int, SearchSpace
 from hypersack.core.timesharing import TimeSharing
 from hypersack.core.timeouts import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, MIN_HEARTBEAT_TIMEOUT_S
@@ -189,16 +189,20 @@ class PackOptions:
     """Fused packs (``execution: fused | auto``): ``max_members`` trials at most in one pack
     (one worker process, one fused model); on CUDA a pack may take fewer, as measured memory
     allows. ``graphs``: the whole fused step as one CUDA graph ("auto": on CUDA devices).
+    ``conv``: how packs run dense convolutions, "grouped" (one grouped convolution, the
+    default) or "bmm" (im2col and one batched GEMM over the members).
     The training precision is the study's ``precision`` (``pack: {precision}`` is its deprecated
     spelling, read by ``split_precision``)."""
     max_members: int = 8
     graphs: str = "auto"
+    conv: str = "grouped"
 
-    _FIELDS = {"max_members", "graphs"}
+    _FIELDS = {"max_members", "graphs", "conv"}
 
     def __post_init__(self) -> None:
         check_integer("pack.max_members", self.max_members, low=1, high=MAX_PACK_MEMBERS)
         check_choice("pack.graphs", self.graphs, GRAPH_MODES)
+        check_choice("pack.conv", self.conv, CONV_FORMS)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "PackOptions":
@@ -207,11 +211,13 @@ class PackOptions:
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (graphs only when not its default, so older stored specs compare
-        equal)."""
+        """The JSON form (graphs and conv only when not their defaults, so older stored specs
+        compare equal)."""
         d: dict[str, Any] = {"max_members": self.max_members}
         if self.graphs != "auto":
             d["graphs"] = self.graphs
+        if self.conv != "grouped":
+            d["conv"] = self.conv
         return d
 
 

@@ -26,13 +26,17 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from hypersack.core.packs import CONV_FORMS
 from hypersack.errors import HyperSackError
+from hypersack.fusion.graphs import capturing
 from hypersack.fusion.layers import MaskedBatchNorm, MemberDropout
 
 __all__ = ["NB", "CF", "Value", "FuseContext", "Unfusable", "FUSED_MODULES", "ELEMENTWISE",
-           "RANDOM_FUNCTIONS", "to_nb", "to_cf", "member_shape", "call_generic"]
+           "RANDOM_FUNCTIONS", "CONV_FORMS", "to_nb", "to_cf", "member_shape", "call_generic"]
 
 NB, CF = "nb", "cf"
+# CONV_FORMS: how a dense fused Conv2d runs, "grouped" (one grouped convolution, ``groups * N``)
+# or "bmm" (im2col once, then one batched matrix product over the members: ``fused_conv``).
 
 
 class Unfusable(HyperSackError):
@@ -59,6 +63,7 @@ class FuseContext:
     ``row_weight``: ``[n, B]`` 1.0 for real rows, 0.0 for padding; None when no row is padding.
     ``views``: reshaped views of buffers (no autograd), kept by the caller across forwards so
     that a step does not make them again (a view whose base is no longer the buffer is remade).
+    ``conv``: the formulation of dense Conv2d layers, one of ``CONV_FORMS``.
 
     BatchNorm's running statistics and ``num_batches_tracked`` are updated by ``finish()``, after
     the forward, for all layers at once (a few multi-tensor ops instead of a few per layer).
@@ -71,6 +76,7 @@ class FuseContext:
     row_weight: torch.Tensor | None = None
     dropout_index: dict[str, int] = field(default_factory=dict)
     channels_last: bool = False
+    conv: str = "grouped"
     views: dict[tuple[str, tuple[int, ...]], torch.Tensor] = field(default_factory=dict)
     _tracked: list[torch.Tensor] = field(default_factory=list)
     _running: list[tuple] = field(default_factory=list)
@@ -124,12 +130,15 @@ class FuseContext:
             self._running.append((mean, var, batch_mean, batch_var, spatial, momentum, tracked))
 
     def _constant(self, values: list[int], like: torch.Tensor) -> torch.Tensor:
-        """``values`` as a tensor on ``like``'s device, made once (kept in ``views``): no copy
-        from the host inside a step that a CUDA graph may capture."""
+        """``values`` as a tensor on ``like``'s device, made once (kept in ``views``, unless
+        made during a capture: ``graphs.capturing``): no copy from the host inside a step
+        that a CUDA graph replays."""
         key = ("#constant", tuple(values))
         cached = self.views.get(key)
         if cached is None or cached.dtype != like.dtype or cached.device != like.device:
-            cached = self.views[key] = torch.tensor(values, dtype=like.dtype, device=like.device)
+            cached = torch.tensor(values, dtype=like.dtype, device=like.device)
+            if not capturing():
+                self.views[key] = cached
         return cached
 
     @torch.no_grad()
@@ -202,19 +211,63 @@ def fused_linear(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
 
 
 def fused_conv(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:
-    """One grouped convolution over ``N * C`` channels (``groups * N``)."""
+    """One grouped convolution over ``N * C`` channels (``groups * N``); with ``ctx.conv``
+    "bmm", a dense Conv2d (``groups`` 1, numeric padding) runs as ``conv2d_bmm`` instead."""
     conv = m
     assert isinstance(conv, (nn.Conv1d, nn.Conv2d))
     if conv.padding_mode != "zeros":
         raise Unfusable(f"model.{name}", f"padding_mode={conv.padding_mode!r}")
-    t = to_cf(x, ctx.n, ctx.channels_last)
     w, b = _stacked(ctx, name, "weight"), _stacked(ctx, name, "bias")
     assert w is not None
+    if ctx.conv == "bmm" and isinstance(conv, nn.Conv2d) and conv.groups == 1 \
+            and not isinstance(conv.padding, str):
+        t = to_cf(x, ctx.n)         # NCHW: unfold reads it once whatever the precision
+        return Value(conv2d_bmm(t, w, b, conv.stride, conv.padding, conv.dilation), CF)
+    t = to_cf(x, ctx.n, ctx.channels_last)
     w = w.reshape(-1, *w.shape[2:])
     bias = None if b is None else b.reshape(-1)
     fn = F.conv1d if isinstance(conv, nn.Conv1d) else F.conv2d
     out = fn(t, w, bias, conv.stride, conv.padding, conv.dilation, conv.groups * ctx.n)
     return Value(out, CF)
+
+
+def conv2d_bmm(t: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
+               stride: tuple[int, ...], padding: tuple[int, ...] | Any,
+               dilation: tuple[int, ...]) -> torch.Tensor:
+    """N dense 2-d convolutions as one batched GEMM: ``[B, N * C, H, W]`` (channel-folded)
+    with stacked ``w`` ``[N, O, C, kh, kw]`` and ``b`` ``[N, O]`` -> ``[B, N * O, Ho, Wo]``.
+
+    im2col (``F.unfold``) of the folded input is, per member, the member's own patch matrix
+    ``[C * kh * kw, B * L]`` (a 1x1 convolution with stride 1 and no padding needs none), so
+    member i's output is ``W_i @ cols_i``: one ``bmm`` / ``baddbmm`` over the members, which
+    a GPU runs as a few large tensor-core GEMMs. The result is a channel-folded view of the
+    ``[N, O, B, L]`` product (no copy back); a following 1x1 convolution reads it in place.
+    Member i's result is what ``F.conv2d`` gives on its input up to summation order.
+    """
+    batch, folded, height, width = t.shape
+    n, out_ch, channels, kh, kw = w.shape
+    kind = t.device.type
+    if torch.is_autocast_enabled(kind):     # im2col in the GEMM's type: half the bytes in bf16
+        t = t.to(torch.get_autocast_dtype(kind))
+    if folded != n * channels:
+        raise Unfusable("a fused Conv2d", f"input of {folded} channels for {n} x {channels}")
+    stride, padding, dilation = (_pair(v) for v in (stride, padding, dilation))
+    ho = (height + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    if (kh, kw) == (1, 1) and stride == (1, 1) and padding == (0, 0):
+        cols = t.reshape(batch, n, channels, height * width)
+    else:
+        cols = F.unfold(t, (kh, kw), dilation, padding, stride)
+        cols = cols.view(batch, n, channels * kh * kw, ho * wo)
+    cols = cols.permute(1, 2, 0, 3).reshape(n, channels * kh * kw, batch * ho * wo)
+    weight = w.reshape(n, out_ch, channels * kh * kw)
+    out = torch.bmm(weight, cols) if b is None else torch.baddbmm(b.unsqueeze(2), weight, cols)
+    return out.view(n, out_ch, batch, ho, wo).permute(2, 0, 1, 3, 4).reshape(
+        batch, n * out_ch, ho, wo)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
 def fused_batchnorm(ctx: FuseContext, name: str, m: nn.Module, x: Value) -> Value:

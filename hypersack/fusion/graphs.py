@@ -10,7 +10,19 @@ Graphs are cached by key, at most ``max_graphs`` (least recently replayed first 
 reads the persistent tensors by address, so nothing it reads may be freed while it lives: the
 stack's rows live until ``reset`` (which drops every graph), and a tensor made outside the
 step but read inside it (a cached constant such as ``layers``' dropout offsets) is handed to
-``keep_alive`` while the step is captured, which ties it to that graph's entry.
+``keep_alive`` while the step is captured, which ties it to that graph's entry. A cache must
+not keep a tensor made *during* a capture (``capturing()``): its kernels ran only as recorded,
+so after a failed capture it holds garbage, and it lives in the graph's private pool.
+
+Memory pools. A runner's graphs share one private pool (they replay one at a time on one
+stream and read only persistent tensors, so a pack holds one step's activations however many
+shapes it captured). The pool is the runner's own and is renewed whenever the runner holds no
+graph (its first capture, after ``reset``): PyTorch's allocator asserts
+(``CUDACachingAllocator``: ``it->second->use_count > 0``) when a capture begins on a pool
+whose graphs were all destroyed while the pool still holds memory, which a pool shared by
+every pack of a process (a benchmark running one pack after another) or reused after
+``reset`` meets. An evicted graph goes only after its replacement is captured, so the pool
+never loses its last graph while the runner is still capturing into it.
 
 ``mode``: "auto" (graphs on CUDA, eager elsewhere), "on" or "off". The first ``warmup`` steps
 of a key run eagerly (on a side stream on CUDA, as capture requires); the next one is captured
@@ -31,7 +43,7 @@ import torch
 from hypersack.core.packs import GRAPH_MODES
 from hypersack.errors import ConfigError
 
-__all__ = ["GRAPH_MODES", "StepRunner", "check_graphs", "keep_alive"]
+__all__ = ["GRAPH_MODES", "StepRunner", "capturing", "check_graphs", "keep_alive"]
 
 _HELD: list[list[Any]] = []      # the tensors of the captures in progress (innermost last)
 
@@ -42,6 +54,11 @@ def keep_alive(tensor: torch.Tensor) -> torch.Tensor:
     if _HELD:
         _HELD[-1].append(tensor)
     return tensor
+
+
+def capturing() -> bool:
+    """Whether a ``StepRunner`` is capturing a step now (a cache must not keep what it makes)."""
+    return bool(_HELD)
 
 
 @contextlib.contextmanager
@@ -65,19 +82,16 @@ class Graph(Protocol):
     def replay(self) -> None: ...
 
 
-_POOLS: dict[torch.device, Any] = {}
+def new_pool(device: torch.device) -> Any:
+    """A fresh private memory pool for the graphs of one runner (a token off CUDA)."""
+    return torch.cuda.graph_pool_handle() if device.type == "cuda" else object()
 
 
-def cuda_capture(step: Callable[[Hashable], None], key: Hashable, device: torch.device) -> Graph:
-    """Record ``step(key)`` into a new CUDA graph (its kernels do not run: replay them).
-
-    The graphs of one device share one memory pool: they replay one at a time on one stream,
-    and each reads only persistent tensors (none reads another's temporaries), so a pack
-    holds one step's worth of activations however many shapes it has captured."""
+def cuda_capture(step: Callable[[Hashable], None], key: Hashable, device: torch.device,
+                 pool: Any) -> Graph:
+    """Record ``step(key)`` into a new CUDA graph allocating from ``pool`` (its kernels do not
+    run: replay them)."""
     graph = torch.cuda.CUDAGraph()
-    pool = _POOLS.get(device)
-    if pool is None:
-        pool = _POOLS[device] = torch.cuda.graph_pool_handle()
     with torch.cuda.graph(graph, pool=pool):
         step(key)
     return graph
@@ -95,13 +109,16 @@ class StepRunner:
 
     def __init__(self, step: Callable[[Hashable], None], mode: str, device: torch.device,
                  warmup: int = 2, capture: Callable[..., Graph] | None = None,
-                 max_graphs: int = 8):
+                 max_graphs: int = 8, pools: Callable[[torch.device], Any] = new_pool):
+        """``capture(step, key, device, pool)`` records a graph (default ``cuda_capture``);
+        ``pools(device)`` makes a pool handle (default ``new_pool``)."""
         check_graphs(mode)
         self.step, self.device, self.warmup = step, device, warmup
         self.enabled = mode == "on" or (mode == "auto" and device.type == "cuda")
         if self.enabled and capture is None and device.type != "cuda":
             raise ConfigError("pack.graphs", mode, f"needs a CUDA device (the pack is on {device})")
         self.capture = capture or cuda_capture
+        self.pools, self.pool = pools, None
         self.max_graphs = max(1, max_graphs)
         self.graphs: OrderedDict[Hashable, _Entry] = OrderedDict()
         self.seen: dict[Hashable, int] = {}
@@ -125,9 +142,11 @@ class StepRunner:
         if self.seen[key] <= self.warmup:
             self._eager_warmup(key)
             return
+        if not self.graphs:       # no graph holds the pool: a fresh one (module docstring)
+            self.pool = self.pools(self.device)
         try:
             with _holding() as held:
-                graph = self.capture(self.step, key, self.device)
+                graph = self.capture(self.step, key, self.device, self.pool)
         except Exception as exc:     # any capture failure: eager from now on, same results
             self.enabled = False
             warnings.warn(f"fused pack: CUDA graph capture failed, running eagerly ({exc})",

@@ -34,7 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hypersack.errors import ConfigError
-from hypersack.fusion.graphs import keep_alive
+from hypersack.fusion.graphs import capturing, keep_alive
 
 __all__ = ["MemberDropout", "MaskedBatchNorm", "prepare_module", "member_key", "uniform_stream",
            "dropout_layers", "batchnorm_layers", "dropout_feature_shapes"]
@@ -91,12 +91,14 @@ def _element_offsets(count: int, device: torch.device) -> torch.Tensor:
     """``(arange(count) * golden) mod 2**32``: the per-element counter offsets, cached (the
     ``_MAX_OFFSETS`` most recent). A captured CUDA graph reads them by address, so each one
     used in a capture is also held by that graph (``graphs.keep_alive``): one evicted here
-    stays alive, never reused, as long as a graph may read it."""
+    stays alive, never reused, as long as a graph may read it. One made during a capture is
+    not cached (``graphs.capturing``): only the graph holds it."""
     key = (count, device)
     offsets = _OFFSETS.get(key)
     if offsets is None:
-        offsets = _OFFSETS[key] = _mul32(torch.arange(count, device=device, dtype=torch.int64),
-                                         _GOLDEN)
+        offsets = _mul32(torch.arange(count, device=device, dtype=torch.int64), _GOLDEN)
+        if not capturing():
+            _OFFSETS[key] = offsets
         while len(_OFFSETS) > _MAX_OFFSETS:
             _OFFSETS.popitem(last=False)
     else:

@@ -194,12 +194,13 @@ class Pack:
         self.compactions += 1
         return True
 
-    def set_mode(self, precision: str, graphs: str) -> None:
-        """Another precision and graph mode for the built stack (a benchmark's switch: the
-        state carries over, the step is captured again)."""
+    def set_mode(self, precision: str, graphs: str, conv: str | None = None) -> None:
+        """Another precision, graph mode and (``conv`` not None) convolution form for the built
+        stack (a benchmark's switch: the state carries over, the step is captured again)."""
         import dataclasses
         from hypersack.fusion.graphs import StepRunner
-        self.options = dataclasses.replace(self.options, precision=precision, graphs=graphs)
+        self.options = dataclasses.replace(self.options, precision=precision, graphs=graphs,
+                                           conv=conv or self.options.conv)
         if self.stack is not None:
             self._captures_before += self.stack.runner.captures
             self.stack.options = self.options
@@ -233,19 +234,19 @@ def _check_max_members(max_members: int) -> None:
 def run_pack(task: FusableTask, source: MemberSource, device: torch.device | str = "cpu",
              max_members: int = 8, dtype: torch.dtype = torch.float32, *,
              precision: str | None = None, engine: str = "auto",
-             graphs: str = "auto") -> PackStats:
+             graphs: str = "auto", conv: str = "grouped") -> PackStats:
     """Train members from ``source`` fused, at most ``max_members`` at a time (see module doc).
 
     ``dtype``: floating type of parameters and data (float64 for exact-isolation tests).
     ``precision``: "fp32" (exact), "bf16" or "fp16" (None: the task's ``precision``);
-    ``engine``: "auto" | "hfused" | "vmap"; ``graphs``: "auto" | "on" | "off"
-    (``hypersack.fusion.stack.StackOptions``). The stack has ``max_members`` slots at first
+    ``engine``: "auto" | "hfused" | "vmap"; ``graphs``: "auto" | "on" | "off"; ``conv``:
+    "grouped" | "bmm" (``hypersack.fusion.stack.StackOptions``). The stack has ``max_members`` slots at first
     and is compacted as members leave. Exceptions raised by ``source`` or by training
     propagate: the pack as a whole failed.
     """
     _check_max_members(max_members)
     options = StackOptions(capacity=int(max_members), engine=engine, graphs=graphs,
-                           precision=precision or task.precision,
+                           precision=precision or task.precision, conv=conv,
                            max_capacity=int(max_members))
     pack, stats = Pack(task, device, dtype, options), PackStats()
     ask = True

@@ -69,7 +69,7 @@ from torch.func import functional_call, vmap
 from hypersack.core.packs import bucket_width, grown_capacity
 from hypersack.errors import ConfigError
 from hypersack.validation import check_integer
-from hypersack.fusion.fused_ops import FuseContext
+from hypersack.fusion.fused_ops import CONV_FORMS, FuseContext
 from hypersack.fusion.graphs import StepRunner, check_graphs
 from hypersack.fusion.hfused import ENGINES, FusedProgram, choose_engine
 from hypersack.fusion.layers import (batchnorm_layers, dropout_feature_shapes, dropout_layers,
@@ -158,13 +158,17 @@ class StackOptions:
     ``max_capacity``, None: no bound). ``engine``: "auto" (horizontally fused, vmap where the
     model does not fuse, the per-member loop where vmap cannot run it either), "hfused" or
     "vmap". ``precision``: "fp32" | "bf16" | "fp16" (``hypersack.fusion.precision``).
-    ``graphs``: "auto" | "on" | "off" (``hypersack.fusion.graphs``).
+    ``graphs``: "auto" | "on" | "off" (``hypersack.fusion.graphs``). ``conv``: how the
+    horizontally fused engine runs dense Conv2d layers, "grouped" (one grouped convolution)
+    or "bmm" (im2col and one batched GEMM over the members, ``fused_ops.conv2d_bmm``); the
+    results agree up to summation order.
     """
     capacity: int = 4
     engine: str = "auto"
     precision: str = "fp32"
     graphs: str = "auto"
     max_capacity: int | None = None
+    conv: str = "grouped"
 
     def __post_init__(self) -> None:
         check_integer("pack.capacity", self.capacity, low=1)
@@ -174,6 +178,8 @@ class StackOptions:
             raise ConfigError("pack.engine", self.engine, f"must be one of {list(ENGINES)}")
         check_precision(self.precision, "pack.precision")
         check_graphs(self.graphs)
+        if self.conv not in CONV_FORMS:
+            raise ConfigError("pack.conv", self.conv, f"must be one of {list(CONV_FORMS)}")
 
 
 class FusedStack:
@@ -569,7 +575,7 @@ class FusedStack:
                               row_weight=valid if self._padded else None,
                               dropout_index=self.program.dropout_index,
                               channels_last=self.options.precision != "fp32",
-                              views=self._views)
+                              conv=self.options.conv, views=self._views)
             return self.program.run(ctx, x)
         if self.engine == "loop":
             return self._loop_forward(x, masks, valid)

@@ -332,6 +332,16 @@ def test_graphs_is_a_pack_option_and_precision_the_study_s():
         assert split_precision(None, {"precision": "fp16", "graphs": "off"}) == \
             ("fp16", {"graphs": "off"})
 
+
+def test_conv_is_a_pack_option_grouped_by_default_and_checked():
+    from hypersack.core.spec import PackOptions
+    assert PackOptions().conv == "grouped" and "conv" not in PackOptions().to_dict()
+    options = PackOptions.from_dict({"conv": "bmm"})
+    assert options.conv == "bmm" and options.to_dict() == {"max_members": 8, "conv": "bmm"}
+    with pytest.raises(ConfigError) as info:
+        PackOptions.from_dict({"conv": "winograd"})
+    assert info.value.field == "pack.conv"
+
 def test_heartbeat_timeout_and_log_cap_are_validated_executor_options():
     from hypersack.core.spec import ExecutorOptions
     default = ExecutorOptions()

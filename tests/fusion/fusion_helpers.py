@@ -1,6 +1,8 @@
-"""A tiny fusable task (BatchNorm + dropout, 40 samples) and a recording member source."""
+"""A tiny fusable task (BatchNorm + dropout, 40 samples), a recording member source, and
+stand-ins for a CUDA graph and the allocator's graph pools."""
 from __future__ import annotations
 
+import weakref
 from typing import Any, Mapping
 
 import torch
@@ -97,9 +99,10 @@ class ListSource:
         self.events.append(("failed", trial_id))
 
 
-def run_members(task, members, max_members=8, stop_at=None, dtype=torch.float64):
+def run_members(task, members, max_members=8, stop_at=None, dtype=torch.float64,
+                conv="grouped"):
     source = ListSource(members, stop_at)
-    stats = run_pack(task, source, max_members=max_members, dtype=dtype)
+    stats = run_pack(task, source, max_members=max_members, dtype=dtype, conv=conv)
     return source, stats
 
 
@@ -128,3 +131,38 @@ class FakeGraph:
     def replay(self):
         self.replays += 1
         self.step(self.key)
+
+
+class FakeAllocator:
+    """Stands in for the CUDA caching allocator's graph pools, as strict as PyTorch's: a
+    capture that begins on a pool whose graphs were all destroyed, while the pool still holds
+    memory (never given back here: no ``empty_cache``), fails PyTorch's assertion
+    ``it->second->use_count > 0``; a new pool starts at one user."""
+
+    def __init__(self):
+        self.use_count: dict[Any, int] = {}
+        self.begun: list[Any] = []
+
+    def begin(self, pool):
+        if pool in self.use_count and self.use_count[pool] <= 0:
+            raise RuntimeError("it->second->use_count > 0 INTERNAL ASSERT FAILED")
+        self.use_count[pool] = self.use_count.get(pool, 0) + 1
+        self.begun.append(pool)
+
+    def release(self, pool):
+        self.use_count[pool] -= 1
+
+    def capture(self, step, key, device, pool):
+        """A ``StepRunner`` capture: the step runs once (as recorded), the graph holds
+        ``pool`` until it is destroyed."""
+        self.begin(pool)
+        step(key)
+        return PooledFakeGraph(step, key, self, pool)
+
+
+class PooledFakeGraph(FakeGraph):
+    """A ``FakeGraph`` that gives its pool back to its ``FakeAllocator`` when destroyed."""
+
+    def __init__(self, step, key, allocator, pool):
+        super().__init__(step, key)
+        weakref.finalize(self, allocator.release, pool)

@@ -130,7 +130,7 @@ def test_the_graph_step_replays_per_shape_and_gives_the_eager_results():
     members = conv_members(KINDS["adamw"], count=3, epochs=2)
     captured: list[FakeGraph] = []
 
-    def capture(step, key, device):
+    def capture(step, key, device, pool=None):
         captured.append(FakeGraph(step, key))
         return captured[-1]
 

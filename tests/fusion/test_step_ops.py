@@ -35,3 +35,11 @@ def test_mixed_batch_sizes_cost_at_most_2x_the_ops_of_a_hand_fused_model(rows):
 def test_one_adam_step_is_at_most_2x_the_ops_of_torch_foreach(rows):
     row = rows["adam"]
     assert row["engine"] <= 2.0 * row["reference"], row
+
+
+def test_the_bmm_conv_form_is_counted_beside_the_grouped_one(rows):
+    row = rows["step_bmm"]
+    grouped, bmm = row["convolutions"]
+    assert grouped > bmm and row["compute"][0] > 0
+    if row["model"] == "resnet18":              # every ResNet-18 convolution is dense
+        assert bmm == 0

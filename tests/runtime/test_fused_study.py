@@ -126,6 +126,30 @@ def test_a_killed_pack_process_retries_its_members_from_their_checkpoints(crashe
 
 
 @pytest.mark.slow
+def test_a_pack_process_that_stops_is_found_silent_killed_and_its_members_retried(tmp_path,
+                                                                                  capsys):
+    """The pack stops itself (SIGSTOP) at its first member evaluation: its heartbeat stops
+    with it, its members are judged not responding, the process is killed, and they retry in
+    a new pack from their last checkpoints."""
+    pytest.importorskip("torch")
+    space = {"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True},
+             "hidden": 8, "batch_size": 16, "epochs": 2}
+    study = hypersack.Study(name="stops", space=space, objective=("loss", "min"), n_trials=2,
+                            storage=tmp_path / "study.db", execution="fused",
+                            pack={"max_members": 2}, heartbeat_timeout_s=3,
+                            trial_timeout_s=120)      # a failure here fails, never hangs
+    from fused_tasks import STOP_AFTER_VAR
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(STOP_AFTER_VAR, f"1:{tmp_path / 'pack-stopped'}")
+        run = study.run("fused_tasks:SMALL", progress="lines", slots=default_slots(1, gpus=[]))
+    assert (tmp_path / "pack-stopped").exists() and run.status == "complete"
+    trials = study.status()["trials"]
+    assert [t["state"] for t in trials] == ["complete"] * 2
+    assert [t["attempts"] for t in trials] == [2, 2]
+    assert "not responding (no heartbeat for" in capsys.readouterr().out
+
+
+@pytest.mark.slow
 def test_each_trial_of_a_fused_study_trains_as_in_an_in_process_pack(crashed_study):
     """Configs, seeds and resumed members reach the pack processes intact: every trial ends
     where the same members end in one pack run in this process."""
@@ -200,6 +224,17 @@ def test_the_plan_routes_by_task_acceptance_and_architecture():
     assert plan.key({"hidden": 16, "lr": 0.1}) == plan.key({"hidden": 16, "lr": 0.01})
     assert plan.key({"hidden": 16}) != plan.key({"hidden": 32})
     assert plan_execution("separate", "digits_mlp", 8) == ("digits_mlp", None)
+
+
+def test_the_study_s_pack_conv_reaches_its_pack_plan():
+    _needs_torch()
+    from hypersack.study import Study
+    study = Study(space={"lr": [0.1]}, objective={"metric": "loss", "mode": "min"},
+                  trainable="digits_cnn", execution="fused", pack={"conv": "bmm"},
+                  storage=":memory:", n_trials=1)
+    _, plan, _ = study._prepare(None)
+    assert plan is not None and plan.conv == "bmm"
+    assert plan_execution("fused", "digits_cnn", 4)[1].conv == "grouped"
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from hypersack.core.trial import (FailureCause, Launch, PackCapped, ResultReported,
-                                  TrialFailed, TrialFinished, TrialStarted)
+                                  TrialFailed, TrialFinished, TrialHeartbeat, TrialStarted)
 from hypersack.runtime.devices.slots import Slot
 from hypersack.runtime.executors.packs import PackHost
 from hypersack.runtime.executors.pool import Worker
@@ -65,9 +65,10 @@ class FakePool:
         self.returned.append(worker)
 
 
-def _plan(max_members: int, precision: str = "fp32", graphs: str = "auto"):
+def _plan(max_members: int, precision: str = "fp32", graphs: str = "auto",
+          conv: str = "grouped"):
     """A pack plan as the host uses it: how a new pack starts (the controller seats members)."""
-    return SimpleNamespace(max_members=max_members, precision=precision, graphs=graphs,
+    return SimpleNamespace(max_members=max_members, precision=precision, graphs=graphs, conv=conv,
                            ref=SimpleNamespace(key="k", reference="fused_tasks:SMALL", payload=None))
 
 
@@ -123,7 +124,8 @@ def test_a_member_that_ends_frees_its_seat_while_the_pack_runs():
     assert pack.worker.pipe.sent[-1] == StopTrial(0)
     pack.worker.pipe.inbox += [Started(0), Started(1), Reported(0, 1, {"loss": 1.0}, "c"),
                                Done(0)]
-    assert host.drain(pack) == [TrialStarted(0, "cpu/0"), TrialStarted(1, "cpu/0"),
+    assert host.drain(pack) == [TrialStarted(0, "cpu/0"), TrialHeartbeat(0),
+                                TrialStarted(1, "cpu/0"), TrialHeartbeat(1),
                                 ResultReported(0, 1, {"loss": 1.0}, "c"), TrialFinished(0)]
     assert host.members == {1: pack} and pack.members == {1: 1}
     assert host.end_empty() == []                      # trial 1 still runs: the pack stays
@@ -176,19 +178,75 @@ def test_a_failed_pack_fails_its_members_with_the_cause_and_takes_no_new_one():
 
 
 def test_a_new_pack_trains_as_the_studys_pack_options_say():
-    host, pool = _host(max_members=2, precision="bf16", graphs="off")
+    host, pool = _host(max_members=2, precision="bf16", graphs="off", conv="bmm")
     _launch(host, 0)
     spec = pool.taken[0].pipe.sent[0].spec
-    assert (spec.precision, spec.graphs) == ("bf16", "off")
+    assert (spec.precision, spec.graphs, spec.conv) == ("bf16", "off", "bmm")
 
 
 def test_the_pack_process_trains_as_its_spec_says():
     from fused_tasks import SMALL
     from hypersack.runtime.worker.messages import PackSpec
     from hypersack.runtime.worker.pack import _PackSession
-    spec = PackSpec(1, ("k", "fused_tasks:SMALL", None), "cpu", 16, {}, "/tmp/x.log", "bf16", "off")
+    spec = PackSpec(1, ("k", "fused_tasks:SMALL", None), "cpu", 16, {}, "/tmp/x.log", "bf16", "off",
+                    "bmm")
     options = _PackSession(None, spec, SMALL).pack.options
-    assert (options.precision, options.graphs) == ("bf16", "off")
+    assert (options.precision, options.graphs, options.conv) == ("bf16", "off", "bmm")
     assert options.capacity == 4                    # on the CPU a pack starts small and doubles
     default = PackSpec(1, ("k", "fused_tasks:SMALL", None), "cpu", 16, {}, "/tmp/x.log")
     assert _PackSession(None, default, SMALL).pack.options.precision == SMALL.precision
+    assert _PackSession(None, default, SMALL).pack.options.conv == "grouped"
+
+
+def test_a_pack_s_heartbeat_is_a_heartbeat_of_each_member_it_started_and_still_holds():
+    from hypersack.runtime.worker.messages import Alive
+    host, _ = _host(max_members=4)
+    pack = _launch(host, 0)
+    _launch(host, 1)
+    _launch(host, 2)
+    pack.worker.pipe.inbox += [Alive()]                  # before any member started: nobody
+    assert host.drain(pack) == []
+    pack.worker.pipe.inbox += [Started(0), Started(1), Started(2), Alive()]
+    events = host.drain(pack)
+    assert events[:2] == [TrialStarted(0, SLOT.label), TrialHeartbeat(0)]  # Started: a first beat
+    assert events[6:] == [TrialHeartbeat(0), TrialHeartbeat(1), TrialHeartbeat(2)]
+    host.forget(1)                                       # timed out / cancelled by the driver
+    pack.worker.pipe.inbox += [Done(2), Alive()]         # 2 finished
+    assert host.drain(pack) == [TrialFinished(2), TrialHeartbeat(0)]
+
+
+def test_a_pack_process_beats_while_it_runs_a_pack(monkeypatch):
+    from hypersack.runtime.worker import pack as pack_worker
+    from hypersack.runtime.worker import process
+    from hypersack.runtime.worker.messages import Alive, PackSpec, Shutdown, StartPack
+    sent = []
+
+    class Pipe:
+        def __init__(self):
+            self.inbox = [StartPack(PackSpec(1, ("k", "r", None), "cpu", 2, {}, "/tmp/x.log")),
+                          Shutdown()]
+
+        def send(self, message):
+            sent.append(message)
+
+        def recv(self):
+            return self.inbox.pop(0)
+    monkeypatch.setattr(pack_worker, "run_pack_task",
+                        lambda pipe, spec, cache: sent.append("pack ran") or None)
+    monkeypatch.setattr(process, "end_trial_processes", lambda: None)
+    process._serve(Pipe())
+    assert sent[0] == Alive() and "pack ran" in sent     # heard from before the pack's code runs
+
+
+def test_a_member_ended_for_silence_takes_its_silent_pack_process_with_it():
+    host, pool = _host(max_members=2)
+    pack = _launch(host, 0)
+    _launch(host, 1)
+    _launch(host, 2, seat=0)
+    assert host.forget(0) == []                          # cancelled: the pack goes on
+    assert pack.worker.process.is_alive()
+    events = host.forget(1, kill=True)                   # no heartbeat: the process is killed
+    assert not pack.worker.process.is_alive() and host.packs == [] and host.members == {}
+    assert events == [PackCapped(1, 0), TrialFailed(2, "pack process died (killed by SIGKILL)",
+                                                    None, cause=FailureCause.WORKER_DIED)]
+    assert pool.returned == []                           # never back in the idle pool

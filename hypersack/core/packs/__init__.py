@@ -14,11 +14,11 @@ from hypersack.core.packs.grouping import (METRICS, batch_size_packs, distance_m
                                            member_cap, pack_opt, random_packs)
 from hypersack.core.packs.slots import bucket_width, compacted_capacity, grown_capacity
 from hypersack.core.packs.plan import PackPlan
-from hypersack.core.packs.seating import (EXECUTION_MODES, GRAPH_MODES, PACK_HEADROOM, PRECISIONS, PackBook, PackPolicy, PackSeats, Seat,
+from hypersack.core.packs.seating import (CONV_FORMS, EXECUTION_MODES, GRAPH_MODES, PACK_HEADROOM, PRECISIONS, PackBook, PackPolicy, PackSeats, Seat,
                                           choose_pack, group_key, member_demand, member_job, pack_cap,
                                           runs_fused)
 
-__all__ = ["bucket_width", "compacted_capacity", "grown_capacity", "PackPlan", "FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "planned_width", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
+__all__ = ["bucket_width", "compacted_capacity", "grown_capacity", "PackPlan", "FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "planned_width", "CONV_FORMS", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
            "group_by_key", "member_cap", "pack_opt", "random_packs", "PACK_HEADROOM", "PackBook",
            "PackPolicy", "PackSeats", "Seat", "choose_pack", "group_key", "member_demand", "member_job",
            "pack_cap", "runs_fused"]

@@ -30,7 +30,8 @@ class PackPlan:
     """How a study fuses: ``mode`` (its ``execution``), ``max_members`` (members per pack,
     >= 1), ``architecture_keys`` (config keys that change tensor shapes), ``accepts`` (None:
     every config), ``measured`` (None: no measurement, an accepted config fuses), and the
-    study's ``pack`` options ``precision`` and ``graphs`` (sent to every pack it starts).
+    study's ``pack`` options ``precision``, ``graphs`` and ``conv`` (sent to every pack it
+    starts).
     ``mode_field`` names the mode in errors."""
     mode: str
     max_members: int = 8
@@ -39,6 +40,7 @@ class PackPlan:
     measured: Callable[[Mapping[str, Any]], bool] | None = None
     precision: str = "fp32"
     graphs: str = "auto"
+    conv: str = "grouped"
     mode_field: str = field(default="execution", repr=False)
     _cache: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
 

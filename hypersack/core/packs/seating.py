@@ -41,6 +41,8 @@ EXECUTION_MODES = ("separate", "fused", "auto")
 PRECISIONS = ("fp32", "bf16", "fp16")
 #: Whether a pack's whole step is one CUDA graph: "auto" (on CUDA), "on" (CUDA only), "off".
 GRAPH_MODES = ("auto", "on", "off")
+#: How a fused pack runs dense convolutions (``pack.conv``; ``fusion.fused_ops.fused_conv``).
+CONV_FORMS = ("grouped", "bmm")
 
 #: Share of a device's free memory a new pack may fill: the rest is kept for fragmentation and
 #: the evaluation pass.

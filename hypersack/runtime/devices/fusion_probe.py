@@ -55,7 +55,7 @@ class ProbePlan:
     a trial, ``train(config, ctx)``; None: the task alone, a pack of one), ``configs`` (the
     pack's members, the first the trial's), ``device`` ("cpu", "cuda:0"), ``arch`` (the
     device kind the probe is kept under), ``threads`` (torch threads on CPU; None: as they
-    are), ``precision`` / ``graphs`` (the study's pack options)."""
+    are), ``precision`` / ``graphs`` / ``conv`` (the study's pack options)."""
     task: Any
     plain: Any
     configs: tuple[Mapping[str, Any], ...]
@@ -64,6 +64,7 @@ class ProbePlan:
     threads: int | None = None
     precision: str = "fp32"
     graphs: str = "auto"
+    conv: str = "grouped"
     steps: int = PROBE_STEPS
     warmup: int = PROBE_WARMUP
     alone_members: int = ALONE_MEMBERS
@@ -107,7 +108,7 @@ def _time_pack(plan: ProbePlan, configs: Sequence[Mapping[str, Any]]) -> float:
     precision = plan.precision if plan.precision != "fp32" else plan.task.precision
     cuda = plan.device.startswith("cuda")
     options = StackOptions(capacity=len(configs) if cuda else 4, precision=precision,
-                           graphs=plan.graphs)
+                           graphs=plan.graphs, conv=plan.conv)
     pack = Pack(plan.task, plan.device, options=options)
     for i, config in enumerate(configs):
         pack.load(Member(i, config, i, None, None))
@@ -204,6 +205,7 @@ class FusionAdvisor:
     env: Mapping[str, str] = field(default_factory=dict)
     precision: str = "fp32"
     graphs: str = "auto"
+    conv: str = "grouped"
     measure: Callable[[ProbePlan], FusionProbe] | None = None
     decisions: dict[str, Any] = field(default_factory=dict)
     _choices: dict[str, FusionChoice] = field(default_factory=dict, repr=False)
@@ -247,7 +249,8 @@ class FusionAdvisor:
         try:
             plan = ProbePlan(self.task, self.plain,
                              member_configs(config, self.space, keys, self.width, self.seed),
-                             self.device, self.arch, self.threads, self.precision, self.graphs)
+                             self.device, self.arch, self.threads, self.precision, self.graphs,
+                             conv=self.conv)
             probe = self._measure(plan)
         except Exception as exc:     # a model the engine cannot run, a dead child...
             log.warning("fusion probe failed: %s", exc)
@@ -287,6 +290,7 @@ def advise_fusion(spec: Any, plan: Any, plain: Any, machine: Any, history: Any,
                          device=slot.device, arch=arch,
                          threads=int(threads) if threads and threads.isdigit() else None,
                          env=dict(slot.env), precision=plan.precision, graphs=plan.graphs,
+                         conv=plan.conv,
                          decisions=machine.execution)
 
 

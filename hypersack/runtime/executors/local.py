@@ -145,7 +145,9 @@ class LocalExecutor:
         if trial_id in self._jobs:
             self._end_job(trial_id, kill=True)
         elif self._packs is not None and trial_id in self._packs.members:
-            self._packs.forget(trial_id)
+            # not responding (WORKER_DIED): its whole pack went silent; the pack process goes
+            self._pending.extend(self._packs.forget(
+                trial_id, kill=command.cause is FailureCause.WORKER_DIED))
         else:
             return
         self._awaiting.pop(trial_id, None)

@@ -30,11 +30,11 @@ from typing import Any, Callable, Mapping
 
 from hypersack.core.packs import EXECUTION_MODES, PackPlan
 from hypersack.core.trial import (Event, FailureCause, Launch, PackCapped, ResultReported,
-                                  TrialFailed, TrialFinished, TrialStarted)
+                                  TrialFailed, TrialFinished, TrialHeartbeat, TrialStarted)
 from hypersack.errors import ConfigError
 from hypersack.runtime.devices.slots import Slot
 from hypersack.runtime.executors.pool import Worker, WorkerPool
-from hypersack.runtime.worker.messages import (AddMember, BadMessage, Done, EndPack, Failed,
+from hypersack.runtime.worker.messages import (AddMember, Alive, BadMessage, Done, EndPack, Failed,
                                                MemberTask, Message, PackCap, PackFailed, PackSpec,
                                                Reported, StartPack, Started, StopTrial)
 from hypersack.runtime.worker.pack import TaskTrainable, is_task, resolve_reference
@@ -52,7 +52,7 @@ class TaskPackPlan(PackPlan):
     """``core.packs.PackPlan`` (the controller's pack policy) of a study whose packs run a
     FusableTask: ``task`` (in the driver: its ``architecture_keys`` and its verdict on configs,
     ``accepts``, come from it) and ``ref`` (how workers load it), the executor's recipe for a
-    new pack with ``max_members``, ``precision`` and ``graphs``."""
+    new pack with ``max_members``, ``precision``, ``graphs`` and ``conv``."""
     task: Any = None
     ref: TrainableRef | None = None
 
@@ -99,7 +99,8 @@ def _find_task(trainable: Any) -> Any | None:
 
 
 def plan_execution(execution: str, trainable: Any, max_members: int, precision: str = "fp32",
-                   graphs: str = "auto") -> tuple[Any, TaskPackPlan | None]:
+                   graphs: str = "auto", conv: str = "grouped"
+                   ) -> tuple[Any, TaskPackPlan | None]:
     """(the plain trainable, the pack plan or None) for a study's ``execution`` mode.
 
     A task object also gets a plain trainable (``TaskTrainable``: the fused runner with one
@@ -128,7 +129,7 @@ def plan_execution(execution: str, trainable: Any, max_members: int, precision: 
     if isinstance(trainable, str) and trainable.removeprefix("builtin:") not in FUSED_BUILTINS:
         plain = TaskTrainable(task, at)     # "module:TASK" names a task, not a train() function
     return plain, TaskPackPlan(execution, max_members, precision=precision, graphs=graphs,
-                               task=task, ref=ref)
+                               conv=conv, task=task, ref=ref)
 
 
 def _name(trainable: Any) -> str:
@@ -141,14 +142,20 @@ def _name(trainable: Any) -> str:
 @dataclass(eq=False)
 class Pack:
     """A pack process: ``members`` maps the trials it holds (sent and not yet done or failed) to
-    their seats, as their Launches named them."""
+    their seats, as their Launches named them; ``started``: those of them that said Started
+    (the pack's heartbeat is theirs: ``PackHost``)."""
     pack_id: int
     worker: Worker
     members: dict[int, int] = field(default_factory=dict)
+    started: set[int] = field(default_factory=set)
 
 
 class PackHost:
-    """The packs of one executor. ``members`` maps a member's trial id to its pack."""
+    """The packs of one executor. ``members`` maps a member's trial id to its pack. A pack
+    process's heartbeat (``Alive``, from its worker's ``Heartbeat`` thread) is a
+    ``TrialHeartbeat`` of each member it started (a member's Started is its first), so a
+    stopped or frozen pack falls silent for all of them (``core.timeouts.silence``), as a
+    trial's worker does."""
 
     def __init__(self, plan: TaskPackPlan, pool: WorkerPool, *, trial_dir: Callable[[int], Path],
                  steps_for: Callable[[dict[str, Any]], int | None], unsafe_checkpoints: bool):
@@ -184,7 +191,8 @@ class PackHost:
         log = Path(self._trial_dir(launch.trial_id)).parent / "packs" / f"pack-{pack_id}.log"
         worker.send(StartPack(PackSpec(pack_id, (ref.key, ref.reference, ref.payload),
                                        slot.device, self.plan.max_members, dict(launch.config),
-                                       str(log), self.plan.precision, self.plan.graphs)))
+                                       str(log), self.plan.precision, self.plan.graphs,
+                                       self.plan.conv)))
         pack = Pack(pack_id, worker)
         self.packs.append(pack)
         return pack
@@ -194,11 +202,18 @@ class PackHost:
         if pack is not None:
             pack.worker.send(StopTrial(trial_id))
 
-    def forget(self, trial_id: int) -> None:
+    def forget(self, trial_id: int, kill: bool = False) -> list[Event]:
         """The member's trial was ended by the executor (cancelled, timed out): stop it, and
-        ignore what its pack still says of it."""
+        ignore what its pack still says of it. ``kill``: it stopped responding, and so did its
+        pack process (one heartbeat for all its members): the process is killed and the events
+        of a dead pack returned (its other members fail as WORKER_DIED: retried)."""
+        pack = self.members.get(trial_id)
         self.stop(trial_id)
         self.members.pop(trial_id, None)
+        if not kill or pack is None:
+            return []
+        pack.worker.kill()
+        return self.drain(pack)
 
     def end_empty(self) -> list[Event]:
         """Packs left without members end (their processes go back to the idle pool):
@@ -242,6 +257,9 @@ class PackHost:
         return events
 
     def _event(self, pack: Pack, message: Message) -> list[Event]:
+        if isinstance(message, Alive):       # the pack process beats: each started member lives
+            return [TrialHeartbeat(t) for t in sorted(pack.started)
+                    if self.members.get(t) is pack]
         if isinstance(message, PackCap):
             return [PackCapped(pack.pack_id, max(1, int(message.cap)))]
         if isinstance(message, PackFailed):
@@ -250,10 +268,13 @@ class PackHost:
         trial_id: int = getattr(message, "trial_id", -1)
         if isinstance(message, (Done, Failed)):
             pack.members.pop(trial_id, None)
+            pack.started.discard(trial_id)
         if self.members.get(trial_id) is not pack:
             return []                     # a member cancelled or timed out: stale news
-        if isinstance(message, Started):
-            return [TrialStarted(message.trial_id, pack.worker.slot.label)]
+        if isinstance(message, Started):   # the pack is alive now: the member's first beat
+            pack.started.add(message.trial_id)
+            return [TrialStarted(message.trial_id, pack.worker.slot.label),
+                    TrialHeartbeat(message.trial_id)]
         if isinstance(message, Reported):
             return [ResultReported(message.trial_id, message.step, message.metrics,
                                    message.checkpoint)]

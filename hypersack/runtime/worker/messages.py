@@ -296,7 +296,7 @@ class MemberTask(Message):
 class PackSpec(Message):
     """A pack to start: its task (key, reference, payload), device, seat limit, the first
     member's config (for the memory measure), the pack process's own log file, and how it
-    trains (``precision``, ``graphs``: the study's ``pack`` options)."""
+    trains (``precision``, ``graphs``, ``conv``: the study's ``pack`` options)."""
     tag: ClassVar[str] = "pack-spec"
     pack_id: int
     task: tuple
@@ -306,6 +306,7 @@ class PackSpec(Message):
     log: str
     precision: str = "fp32"
     graphs: str = "auto"
+    conv: str = "grouped"
 
 
 # ---- driver -> worker ------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ class _PackSession:
         cuda = str(spec.device).startswith("cuda")
         precision = spec.precision if spec.precision != "fp32" else task.precision
         options = StackOptions(capacity=self.cap if cuda else min(4, self.cap),
-                               precision=precision, graphs=spec.graphs,
+                               precision=precision, graphs=spec.graphs, conv=spec.conv,
                                max_capacity=self.cap)
         self.pack = Pack(task, spec.device, options=options)
         self.queue: list[MemberTask] = []

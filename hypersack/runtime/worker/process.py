@@ -351,7 +351,8 @@ def _serve(pipe: Pipe) -> None:
                 return
         elif isinstance(message, StartPack):
             from hypersack.runtime.worker.pack import run_pack_task
-            ended = run_pack_task(pipe, message.spec, trainables)
+            with heart.beating():        # a pack beats for its members, as a trial does
+                ended = run_pack_task(pipe, message.spec, trainables)
             end_trial_processes()
             if ended == "shutdown":
                 return
