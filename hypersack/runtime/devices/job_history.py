@@ -291,13 +291,15 @@ class ProfileStore:
                                "AND width = ?", (signature_, arch, int(width))).fetchone()
         return None if row is None else FusionProbe.from_dict(json.loads(row[0]))
 
-    def put_fusion_probe(self, signature_: str, probe: Any) -> None:
-        """Keep ``probe`` (a ``FusionProbe``) for its signature, device kind and width."""
+    def put_fusion_probe(self, signature_: str, probe: Any, width: int | None = None) -> None:
+        """Keep ``probe`` (a ``FusionProbe``) for its signature, device kind and ``width``
+        (the planned pack width it stands for; None: the probe's own)."""
         self._db.execute(
             "INSERT INTO fusion_probes (signature, arch, width, probe, updated_at) "
             "VALUES (?,?,?,?,?) ON CONFLICT (signature, arch, width) DO UPDATE SET "
             "probe = excluded.probe, updated_at = excluded.updated_at",
-            (signature_, probe.device, int(probe.width), json.dumps(probe.to_dict()),
+            (signature_, probe.device, int(probe.width if width is None else width),
+             json.dumps(probe.to_dict()),
              time.time()))
 
     def record_fusion_choice(self, study: str, subject: str, choice: Mapping[str, Any]) -> None:
