@@ -7,7 +7,7 @@ import math
 import pytest
 
 from hypersack.core.packs import (FUSED_MARGIN, FusionProbe, choose_fusion, expected_occupancy,
-                                  planned_width, study_rates, study_waves)
+                                  planned_width, study_rates, study_waves, wave_occupancy)
 from hypersack.errors import ConfigError
 
 
@@ -154,3 +154,29 @@ def test_a_probe_kept_before_fixed_costs_reads_them_as_zero():
     for bad in (-1.0, math.nan, math.inf):
         assert not _study_probe(fused_fixed_s=bad).valid
         assert not _study_probe(trial_steps=bad).valid
+
+
+def test_a_pack_is_compacted_as_its_members_leave():
+    """Members of 8, 8, 16 and 16 steps in 4 slots: 8 steps x 4 slots, then the 2 left fill
+    half the slots: compacted to 2, 8 steps x 2: 48 member-steps over 48 slot-steps; without
+    compaction (3 long of 4) the last 8 steps compute all 4 slots."""
+    assert wave_occupancy([8, 8, 16, 16], 4) == pytest.approx(1.0)
+    assert wave_occupancy([8, 16, 16, 16], 4) == pytest.approx(56 / 64)
+    assert wave_occupancy([10, 10, 40], 4) == pytest.approx(60 / (10 * 4 + 30 * 1))
+    assert wave_occupancy([5], 1) == 1.0 and wave_occupancy([], 4) == 1.0
+
+
+def test_the_members_lengths_decide_the_occupancy_when_the_probe_has_them():
+    """The same mean and longest trial (20 and 40 steps), with compaction: 16 members, half of
+    10 steps and half of 30: 8 leave at step 10, the pack is compacted to 8: occupancy 320 /
+    (10*16 + 20*8) = 100%; the mean/longest estimate says 50%; refilled seats blend in."""
+    lengths = (10.0,) * 8 + (30.0,) * 8
+    probe = _study_probe(trial_steps=20.0, pack_steps=30.0, member_steps=lengths)
+    assert study_rates(probe)[0] == pytest.approx(160.0)
+    assert study_rates(_study_probe(trial_steps=20.0, pack_steps=30.0))[0] < 120.0
+    # 10, 30 and 14 x 20: 16 slots for 20 steps, then 1 for 10: 320 over 330
+    uneven = _study_probe(member_steps=(10.0, 30.0) + (20.0,) * 14)
+    assert study_rates(uneven)[0] == pytest.approx(160.0 * 320 / 330)
+    assert study_rates(uneven, waves=2)[0] == pytest.approx(160.0 * 2 / (1 + 330 / 320))
+    assert FusionProbe.from_dict(uneven.to_dict()) == uneven
+    assert not _study_probe(member_steps=(10.0, math.nan)).valid

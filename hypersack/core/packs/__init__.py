@@ -9,7 +9,7 @@ seats; a *group* is an algorithm's set of similar configs.
 """
 from hypersack.core.packs.choice import (FUSED_MARGIN, FusionChoice, FusionProbe, choose_fusion,
                                          expected_occupancy, planned_width, study_rates,
-                                         study_waves)
+                                         study_waves, wave_occupancy)
 from hypersack.core.packs.grouping import (METRICS, batch_size_packs, distance_matrix,
                                            encode_configs, fusibility_key, group_by_key,
                                            member_cap, pack_opt, random_packs)
@@ -19,7 +19,7 @@ from hypersack.core.packs.seating import (EXECUTION_MODES, GRAPH_MODES, PACK_HEA
                                           choose_pack, group_key, member_demand, member_job, pack_cap,
                                           runs_fused)
 
-__all__ = ["bucket_width", "compacted_capacity", "grown_capacity", "PackPlan", "FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "expected_occupancy", "planned_width", "study_rates", "study_waves", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
+__all__ = ["bucket_width", "compacted_capacity", "grown_capacity", "PackPlan", "FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "expected_occupancy", "planned_width", "study_rates", "study_waves", "wave_occupancy", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
            "group_by_key", "member_cap", "pack_opt", "random_packs", "PACK_HEADROOM", "PackBook",
            "PackPolicy", "PackSeats", "Seat", "choose_pack", "group_key", "member_demand", "member_job",
            "pack_cap", "runs_fused"]

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from hypersack.core.packs.slots import compacted_capacity
 from hypersack.validation import check_integer, check_number, is_finite
 
 __all__ = ["FUSED_MARGIN", "FusionProbe", "FusionChoice", "choose_fusion", "expected_occupancy",
-           "planned_width", "study_rates", "study_waves"]
+           "planned_width", "study_rates", "study_waves", "wave_occupancy"]
 
 #: How much faster (member-steps per second) fused must measure than separate to be chosen.
 FUSED_MARGIN = 1.1
@@ -51,7 +52,8 @@ class FusionProbe:
     steady steps: its start, every member built, its members' epoch ends), ``alone_fixed_s``
     (a whole trial alone's seconds beyond its steady steps, mean over the members probed),
     ``trial_steps`` (mean training steps of one probed member's whole trial; 0:
-    unknown) and ``pack_steps`` (the longest of them). Times in seconds, >= 0."""
+    unknown), ``pack_steps`` (the longest of them) and ``member_steps`` (each probed
+    member's, when known: how the pack empties and compacts). Times in seconds, >= 0."""
     device: str
     width: int
     steps: int
@@ -61,6 +63,7 @@ class FusionProbe:
     alone_fixed_s: float = 0.0
     trial_steps: float = 0.0
     pack_steps: float = 0.0
+    member_steps: tuple[float, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -69,7 +72,8 @@ class FusionProbe:
         return (self.width >= 1
                 and all(is_finite(t) and t > 0 for t in (self.fused_step_s, self.alone_step_s))
                 and all(is_finite(t) and t >= 0 for t in (self.fused_fixed_s, self.alone_fixed_s,
-                                                          self.trial_steps, self.pack_steps)))
+                                                          self.trial_steps, self.pack_steps,
+                                                          *self.member_steps)))
 
     @property
     def fused_rate(self) -> float:
@@ -82,7 +86,9 @@ class FusionProbe:
         return 1.0 / self.alone_step_s
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["member_steps"] = list(self.member_steps)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "FusionProbe":
@@ -91,7 +97,8 @@ class FusionProbe:
         extra = {k: float(data.get(k, 0.0)) for k in ("fused_fixed_s", "alone_fixed_s",
                                                        "trial_steps", "pack_steps")}
         return cls(str(data["device"]), int(data["width"]), int(data["steps"]),
-                   float(data["fused_step_s"]), float(data["alone_step_s"]), **extra)
+                   float(data["fused_step_s"]), float(data["alone_step_s"]), **extra,
+                   member_steps=tuple(float(x) for x in data.get("member_steps", ())))
 
 
 def expected_occupancy(trial_steps: float, pack_steps: float, waves: float) -> float:
@@ -110,13 +117,42 @@ def expected_occupancy(trial_steps: float, pack_steps: float, waves: float) -> f
     return w * s / ((w - 1.0) * s + longest)
 
 
+def wave_occupancy(member_steps: Sequence[float], slots: int) -> float:
+    """Member-steps trained over slot-steps computed, in (0, 1], by a pack of ``slots`` slots
+    (at least one per member) whose members train ``member_steps`` steps each and leave, none
+    joining: it computes every slot at every step and is compacted to its live members when
+    they fill half its slots or fewer (``compacted_capacity``, before a step, as the fused
+    runner does). 1.0 without members."""
+    lengths = sorted(math.ceil(x) for x in member_steps if x > 0)
+    if not lengths:
+        return 1.0
+    capacity, live, done, computed = max(int(slots), len(lengths)), len(lengths), 0, 0
+    for end in sorted(set(lengths)):
+        computed += (end - done) * capacity
+        done, live = end, live - lengths.count(end)
+        if live:
+            capacity = compacted_capacity(capacity, live) or capacity
+    return sum(lengths) / computed
+
+
+def _occupancy(probe: FusionProbe, waves: float) -> float:
+    """The probe's pack occupancy over ``waves``: its members' own lengths with compaction
+    when known (a seat refilled in every wave but the last), else ``expected_occupancy``."""
+    if not probe.member_steps:
+        return expected_occupancy(probe.trial_steps, probe.pack_steps, waves)
+    first = wave_occupancy(probe.member_steps, probe.width)
+    w = max(1.0, float(waves))
+    return 1.0 if math.isinf(w) else w / ((w - 1.0) + 1.0 / first)
+
+
 def study_rates(probe: FusionProbe, waves: float = 1.0) -> tuple[float, float]:
     """(fused, separate) member-steps per second over the study's trials (module docstring);
-    the steady rates when the probe has no trial length. ``probe`` must be ``valid``."""
+    the steady rates when the probe has no trial length. ``probe`` must be ``valid``. A pack
+    step's time is taken as proportional to the slots it computes."""
     s = probe.trial_steps
     if s <= 0:
         return probe.fused_rate, probe.separate_rate
-    occupancy = expected_occupancy(s, probe.pack_steps, waves)
+    occupancy = _occupancy(probe, waves)
     fused = probe.width * s / (probe.fused_fixed_s + s / occupancy * probe.fused_step_s)
     separate = s / (probe.alone_fixed_s + s * probe.alone_step_s)
     return fused, separate
@@ -169,7 +205,7 @@ def choose_fusion(subject: str, probe: FusionProbe | None, margin: float = FUSED
     over = "" if probe.trial_steps <= 0 else (
         f" over trials of {probe.trial_steps:.0f} steps (fixed {probe.fused_fixed_s:.2f} s / "
         f"{probe.alone_fixed_s:.2f} s, occupancy "
-        f"{expected_occupancy(probe.trial_steps, probe.pack_steps, waves):.0%})")
+        f"{_occupancy(probe, waves):.0%})")
     reason = (f"{subject} fused x{probe.width}: {fused_rate:.0f} member-steps/s vs "
               f"separate {separate_rate:.0f}/s{over} on {probe.device} -> "
               f"{'fused' if fused else 'separate'} (fused needs >= {margin:g}x)")

@@ -116,7 +116,7 @@ def measure_fusion(plan: ProbePlan) -> FusionProbe:
     return FusionProbe(plan.arch, len(configs), plan.steps, fused_step,
                        statistics.fmean(a[0] for a in alone), fused_fixed,
                        statistics.fmean(a[1] for a in alone), statistics.fmean(lengths),
-                       float(max(lengths)))
+                       float(max(lengths)), tuple(lengths))
 
 
 def _warm_up(plan: ProbePlan, task: Any, plain: Any, config: Mapping[str, Any]) -> None:
