@@ -465,7 +465,7 @@ class Study:
                 max_log_bytes=self.spec.executor.max_log_bytes)
             advisor = self._fusion_advice(store, ref, plan, machine) if plan else None
             if advisor is not None:
-                plan.measured = advisor.fuses
+                plan.measured, plan.space_accepted = advisor.fuses, advisor.space_accepted
             view = make_progress(self.name, self.spec.steps_for, progress, machine.decisions)
             try:
                 yield assemble(self.spec, algorithm, executor, store, row, resume=resume,

@@ -228,10 +228,25 @@ def test_separate_while_the_probe_runs_then_as_it_says(tmp_path):
         assert advisor.decisions["hidden=8"].fused
         # a probe not back at the study's end: ended, the signature noted separate
         assert not advisor.fuses({"hidden": 16})
-        advisor.close()
+        children[-1].polls = 10 ** 9                          # never back
+        now = [0.0]
+        advisor.close(wait_s=1.0, clock=lambda: now[0],
+                      sleep=lambda s: now.__setitem__(0, now[0] + s))
+        assert now[0] >= 1.0                                  # waited for it, then ended it
         assert children[1].closed and not advisor.decisions["hidden=16"].fused
         assert "not back before the study ended" in advisor.decisions["hidden=16"].reason
         assert history.fusion_probe(_sig({"hidden": 16}), "cpu", 4) is None
+
+
+def test_the_studys_end_waits_for_a_probe_still_running_and_keeps_it(tmp_path):
+    with ProfileStore(tmp_path / "h.db") as history:
+        advisor = _advisor(history, None)
+        child = _Child(FusionProbe("cpu", 4, 2, 0.01, 0.02), polls=3)
+        advisor.start = lambda plan, env: child
+        assert not advisor.fuses({"hidden": 8})
+        advisor.close(wait_s=5.0, sleep=lambda s: None)
+        assert child.closed and advisor.decisions["hidden=8"].fused
+        assert history.fusion_probe(_sig({"hidden": 8}), "cpu", 4) is not None
 
 
 def test_a_probe_child_that_fails_means_separate(tmp_path):
@@ -267,13 +282,17 @@ ref = TrainableRef.of(plain)
 with ProfileStore(sys.argv[1]) as history:
     history.put_fusion_probe(signature(ref.key, {"hidden": 64}, plan.architecture_keys),
                              FusionProbe("cpu", 4, 2, 0.04, 0.002, 0.5, 0.05, 40, 90), width=16)
+    history.put_fusion_probe(signature(ref.key, {"hidden": 16}, plan.architecture_keys),
+                             FusionProbe("cpu", 4, 2, 0.004, 0.02, 0.5, 0.05, 40, 40), width=16)
     started = []
     advisor = advise_fusion(spec, plan, ref, Machine(), history, ref.key)
     advisor.start = lambda p, env: started.append(p)
-    plan.measured = advisor.fuses
+    plan.measured, plan.space_accepted = advisor.fuses, advisor.space_accepted
     kept = plan.fuses({"hidden": 64, "lr": 0.1})         # kept probe: separate
     probing = plan.fuses({"hidden": 32, "lr": 0.1})      # no probe: a child starts
-print(kept, probing, len(started), "torch" in sys.modules)
+    history.put_space_verdict(plan.ref.key, advisor._space_key(), True)
+    fused = plan.fuses({"hidden": 16, "lr": 0.1})        # kept fused, the space accepted
+print(kept, probing, len(started), fused, "torch" in sys.modules)
 """
 
 
@@ -289,7 +308,24 @@ def test_auto_with_a_kept_probe_plans_without_importing_torch(tmp_path):
                           capture_output=True, text=True, cwd=root,
                           env={**__import__("os").environ, "PYTHONPATH": str(root)})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "False", "1", "False"]
+    assert done.stdout.split() == ["False", "False", "1", "True", "False"]
+
+
+def test_the_tasks_verdict_on_a_space_is_asked_at_its_corners():
+    pytest.importorskip("torch")
+    from fused_tasks import SMALL
+    from hypersack.runtime.devices.fusion_probe import space_corners, space_verdict
+    space = SearchSpace({"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True},
+                         "optimizer": {"type": "categorical", "choices": ["adam", "sgd"]},
+                         "hidden": 8, "batch_size": 16})
+    corners = space_corners(space)
+    assert len(corners) == 4 and {c["optimizer"] for c in corners} == {"adam", "sgd"}
+    assert sorted({c["lr"] for c in corners}) == pytest.approx([1e-3, 1e-1])
+    assert space_verdict(SMALL, space) is True
+    refused = SearchSpace({"optimizer": {"type": "categorical", "choices": ["adam", "lbfgs"]},
+                           "hidden": 8, "batch_size": 16})
+    assert space_verdict(SMALL, refused) is False
+    assert space_corners(space, cap=3) is None and space_verdict(SMALL, None) is None
 
 
 @pytest.mark.slow

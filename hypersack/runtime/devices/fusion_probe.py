@@ -9,6 +9,10 @@ process (``ProbeChild``: on a GPU it sees only the slot's device, so the driver 
 CUDA context; on CPU it runs with the slot's threads) and answers *separate* until the probe
 is back: the study's first trials run as ``separate`` would, beside the probe, instead of
 waiting for it. Each later ask polls the child; its figures decide the rest of the study.
+At the study's end a probe still running is waited for (``CLOSE_WAIT_S``), then kept. With
+the probe, the child also asks the task about the corners of the study's space
+(``space_verdict``): a task that accepts them all accepts every config of the space, so a
+later study that fuses needs no verdict from the task (no torch in the driver).
 
 The probe (``measure_fusion``, in the child), after what a worker pays once (imports, the
 data, torch's first step): a pack of the planned width (a fused step's time is far from
@@ -44,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from hypersack.core.packs import FusionChoice, FusionProbe, choose_fusion
 
-__all__ = ["PROBE_STEPS", "PROBE_WARMUP", "ALONE_MEMBERS", "ProbePlan",
+__all__ = ["PROBE_STEPS", "PROBE_WARMUP", "ALONE_MEMBERS", "MAX_CORNERS", "ProbePlan", "space_corners", "space_verdict",
            "member_configs", "measure_fusion", "ProbeChild", "measure_in_child",
            "FusionAdvisor", "advise_fusion"]
 
@@ -57,6 +61,8 @@ PROBE_WARMUP = 1
 ALONE_MEMBERS = 2
 #: The longest a probe in a child process may take (seconds) before it counts as failed.
 CHILD_TIMEOUT_S = 600.0
+#: The longest a study's end waits for its probes still running (seconds).
+CLOSE_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,9 @@ class ProbePlan:
     the first the trial's; those the task refuses are left out), ``device`` ("cpu",
     "cuda:0"), ``arch`` (the device kind the probe is kept under), ``threads`` (torch threads
     on CPU; None: as they are), ``precision`` / ``graphs`` (the study's pack options),
-    ``steps`` measured after ``warmup`` (>= 1) start steps, ``alone_members`` timed alone."""
+    ``steps`` measured after ``warmup`` (>= 1) start steps, ``alone_members`` timed alone;
+    ``space``: the study's space, whose corners the child also asks the task about
+    (``space_verdict``; None: not asked)."""
     task: Any
     plain: Any
     configs: tuple[Mapping[str, Any], ...]
@@ -79,6 +87,7 @@ class ProbePlan:
     steps: int = PROBE_STEPS
     warmup: int = PROBE_WARMUP
     alone_members: int = ALONE_MEMBERS
+    space: Any = None
 
 
 def member_configs(config: Mapping[str, Any], space: Any, keep: Sequence[str], width: int,
@@ -92,6 +101,34 @@ def member_configs(config: Mapping[str, Any], space: Any, keep: Sequence[str], w
         drawn = space.sample(rng) if space is not None else {}
         out.append({**config, **{k: v for k, v in drawn.items() if k not in keep}})
     return tuple(out)
+
+
+#: The most corner configs of a space ``space_verdict`` asks the task about.
+MAX_CORNERS = 256
+
+
+def space_corners(space: Any, cap: int = MAX_CORNERS) -> list[dict[str, Any]] | None:
+    """Every config of ``space`` whose numbers are at their bounds and whose categoricals take
+    every choice (each domain's ``grid(2)``), or None when there are more than ``cap``."""
+    import itertools
+    axes = [(name, domain.grid(2)) for name, domain in space.items()]
+    count = 1
+    for _, values in axes:
+        count *= max(1, len(values))
+    if count > cap:
+        return None
+    names = [name for name, _ in axes]
+    return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in axes))]
+
+
+def space_verdict(task: Any, space: Any) -> bool | None:
+    """Whether ``task`` accepts every corner of ``space`` (its range checks are intervals and
+    its choices sets, so then it accepts every config of the space), None when unknown (no
+    space, too many corners)."""
+    corners = space_corners(space) if space is not None else None
+    if corners is None:
+        return None
+    return all(_accepted(task, c) for c in corners)
 
 
 def measure_fusion(plan: ProbePlan) -> FusionProbe:
@@ -247,6 +284,8 @@ class ProbeChild:
                                       stdout=self._files[0], stderr=self._files[1], env=environ)
         self._clock, self._deadline = clock, clock() + timeout_s
         self._timeout_s = timeout_s
+        #: Once back: whether the task accepts the whole space (``space_verdict``).
+        self.space_accepted: bool | None = None
 
     def poll(self) -> FusionProbe | None:
         """The probe once the child is done, None while it runs; RuntimeError when it failed
@@ -263,7 +302,9 @@ class ProbeChild:
         if code != 0 or not lines:
             tail = err.strip().splitlines()[-1:] or ["no output"]
             raise RuntimeError(f"the fusion probe failed (exit {code}): {tail[0]}")
-        return FusionProbe.from_dict(json.loads(lines[-1]))
+        data = json.loads(lines[-1])
+        self.space_accepted = data.get("space_accepted")
+        return FusionProbe.from_dict(data)
 
     @staticmethod
     def _read(f: Any) -> str:
@@ -301,7 +342,9 @@ def _child() -> None:
     import cloudpickle
     with open(os.environ.pop(_PLAN), "rb") as f:
         plan = cloudpickle.loads(f.read())
-    print(json.dumps(measure_fusion(plan).to_dict()), flush=True)
+    probe = measure_fusion(plan)
+    verdict = space_verdict(_loaded(plan.task, task=True), plan.space)
+    print(json.dumps({**probe.to_dict(), "space_accepted": verdict}), flush=True)
 
 
 # ---- the driver's advisor ---------------------------------------------------------------------
@@ -365,7 +408,8 @@ class FusionAdvisor:
             plan = ProbePlan(self.task, self.plain,
                              member_configs(config, self.space, self.keys,
                                             self.probe_width or self.width, self.seed),
-                             self.device, self.arch, self.threads, self.precision, self.graphs)
+                             self.device, self.arch, self.threads, self.precision, self.graphs,
+                             space=self.space)
             if self.measure is not None:
                 return self._decide(sig, subject, self._kept(sig, self.measure(plan)), None)
             self._pending[sig] = ((self.start or ProbeChild)(plan, self.env), subject)
@@ -386,6 +430,7 @@ class FusionAdvisor:
             return None
         del self._pending[sig]
         child.close()
+        self._keep_verdict(getattr(child, "space_accepted", None))
         return self._decide(sig, subject, self._kept(sig, probe), None)
 
     def _failed(self, sig: str, subject: str, exc: BaseException) -> FusionChoice:
@@ -423,14 +468,49 @@ class FusionAdvisor:
             log.warning("fusion probe not stored: %s", exc)
         return probe
 
-    def close(self) -> None:
-        """At the study's end: a probe that is back is kept and decides (a later study
-        decides from it); one that still runs is ended, its signature noted separate."""
+    def _space_key(self) -> str:
+        import hashlib
+        data = self.space.to_dict() if hasattr(self.space, "to_dict") else repr(self.space)
+        return hashlib.sha1(json.dumps(data, sort_keys=True, default=repr).encode()).hexdigest()
+
+    def _task_key(self) -> str:
+        return str(getattr(self.task, "key", None) or self.trainable_name)
+
+    def _keep_verdict(self, accepted: bool | None) -> None:
+        if accepted is None:
+            return
+        try:
+            self.history.put_space_verdict(self._task_key(), self._space_key(), accepted)
+        except Exception as exc:
+            log.warning("the task's verdict on the space not stored: %s", exc)
+
+    def space_accepted(self) -> bool:
+        """Whether a probe of this task found that it accepts every config of this study's
+        space (kept in the job history): then a config's verdict needs no task (no torch in
+        the driver)."""
+        if self.space is None:
+            return False
+        try:
+            return bool(self.history.space_verdict(self._task_key(), self._space_key()))
+        except Exception as exc:
+            log.warning("the task's verdict on the space not read: %s", exc)
+            return False
+
+    def close(self, wait_s: float = CLOSE_WAIT_S, clock: Callable[[], float] = time.monotonic,
+              sleep: Callable[[float], None] = time.sleep) -> None:
+        """At the study's end: a probe still running is waited for up to ``wait_s`` seconds
+        (all together; a short study under load would else never keep one), then kept and
+        decides (a later study decides from it); one not back by then is ended, its signature
+        noted separate."""
+        deadline = clock() + wait_s
+        while self._pending and clock() < deadline:
+            for sig in list(self._pending):
+                self._pending_choice(sig)
+            if self._pending:
+                sleep(0.1)
         for sig in list(self._pending):
-            child, subject = self._pending[sig]
-            if self._pending_choice(sig) is None:
-                del self._pending[sig]
-                self._decide(sig, subject, None, "its probe was not back before the study ended")
+            child, subject = self._pending.pop(sig)
+            self._decide(sig, subject, None, "its probe was not back before the study ended")
             child.close()
 
 

@@ -58,6 +58,9 @@ class TaskPackPlan(PackPlan):
     task: Any = None
     ref: TrainableRef | None = None
     own_task: bool = False
+    #: ``() -> bool``: True when the task is known to accept every config of the study's
+    #: space (``FusionAdvisor.space_accepted``): a verdict then needs no task.
+    space_accepted: Any = None
 
     def __post_init__(self) -> None:
         if self.task is not None and not self.architecture_keys:
@@ -76,6 +79,8 @@ class TaskPackPlan(PackPlan):
         return self.task
 
     def _task_verdict(self, config: Mapping[str, Any]) -> bool:
+        if self.task is None and self.space_accepted is not None and self.space_accepted():
+            return True
         return task_accepts(self.loaded_task(), config)
 
 
