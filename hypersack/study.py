@@ -465,26 +465,28 @@ class Study:
                 device_events=machine.device_events, packs=plan,
                 unsafe_checkpoints=self.spec.unsafe_checkpoints,
                 max_log_bytes=self.spec.executor.max_log_bytes)
-            if plan is not None:
-                plan.measured = self._fusion_advice(store, ref, plan, machine)
+            advisor = self._fusion_advice(store, ref, plan, machine) if plan else None
+            if advisor is not None:
+                plan.measured, plan.space_accepted = advisor.fuses, advisor.space_accepted
             view = make_progress(self.name, self.spec.steps_for, progress, machine.decisions)
-            yield assemble(self.spec, algorithm, executor, store, row, resume=resume,
-                           services=machine, packs=plan), view
+            try:
+                yield assemble(self.spec, algorithm, executor, store, row, resume=resume,
+                               services=machine, packs=plan), view
+            finally:
+                if advisor is not None:
+                    advisor.close()
 
     def _fusion_advice(self, store: Storage, ref: TrainableRef, plan: Any,
-                       machine: Any) -> Callable[[Mapping[str, Any]], bool] | None:
-        """``execution: auto``: fused or separate per model signature, measured on this
-        machine (``runtime.devices.fusion_probe``); None in the other modes."""
+                       machine: Any) -> Any:
+        """``execution: auto``: the advisor that says fused or separate per model signature,
+        measured on this machine (``runtime.devices.fusion_probe``; the plain trainable goes
+        to the probe by its reference: the driver does not load it); None in the other
+        modes."""
         from hypersack.runtime.devices.fusion_probe import advise_fusion
         from hypersack.runtime.devices.job_history import ProfileStore
         if plan.mode != "auto":
             return None
-        try:
-            plain = ref.load()
-        except Exception:        # importable in workers only: the task alone is timed instead
-            plain = None
-        advisor = advise_fusion(self.spec, plan, plain, machine, ProfileStore(store), ref.key)
-        return advisor.fuses if advisor is not None else None
+        return advise_fusion(self.spec, plan, ref, machine, ProfileStore(store), ref.key)
 
     def _pick_trainable(self, trainable: Trainable | None) -> Trainable:
         chosen = trainable if trainable is not None else self._trainable

@@ -81,6 +81,11 @@ def run_study(folder: Path, name: str, workload: str, mode: str, trials: int,
     return seconds, chosen
 
 
+def _load() -> str:
+    """The 1-minute load average (the machine is shared: read each figure beside it)."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def bench(workload: str, rounds: int, trials: int, members: int) -> dict:
     times: dict[str, list[float]] = {m: [] for m in (*MODES, "auto-warm")}
     chosen: dict[str, str] = {}
@@ -93,13 +98,15 @@ def bench(workload: str, rounds: int, trials: int, members: int) -> dict:
             times[mode].append(seconds)
             if mode == "auto":
                 auto_dir, chosen["auto"] = folder, why
-            print(f"  {workload} round {r + 1} {mode}: {seconds:.1f}s {why}", flush=True)
+            print(f"  {workload} round {r + 1} {mode}: {seconds:.1f}s (load {_load()}) {why}",
+                  flush=True)
         assert auto_dir is not None
         seconds, why = run_study(auto_dir, f"{workload}-auto-warm", workload, "auto", trials,
                                  members)
         times["auto-warm"].append(seconds)
         chosen["auto-warm"] = why
-        print(f"  {workload} round {r + 1} auto-warm: {seconds:.1f}s {why}", flush=True)
+        print(f"  {workload} round {r + 1} auto-warm: {seconds:.1f}s (load {_load()}) {why}",
+              flush=True)
     med = {m: statistics.median(t) for m, t in times.items()}
     best = min(med["separate"], med["fused"])
     return {"workload": workload, "median_s": med, "chosen": chosen,

@@ -3,7 +3,7 @@ and the packs running on the simulated devices.
 
 The decisions are core's and the controller's, as in a local study: whether a trial fuses and
 its key (``core.packs.PackPlan``, the local study's policy; the simulated task accepts every
-config, so ``auto`` fuses every trial), the pack
+config, and ``auto`` decides by ``core.packs.choose_fusion`` from the scenario's speeds), the pack
 and seat it takes and a new pack's cap (``core.packs.PackBook``, with a member costing its
 profile's ``memory_gb`` of its device's memory: ``SimPackPolicy``); a member's demand on
 placement is ``core.packs.member_demand``. The executor only obeys the Launch (``RunningPacks``):
@@ -27,10 +27,25 @@ Key = tuple[str, str]
 class SimFusion(PackPlan):
     """A scenario's fusion plan: ``core.packs.PackPlan`` (the local study's policy) with the
     scenario's ``mode`` (its study's ``execution``, default fused), ``max_members`` (its
-    ``pack.max_members``) and ``architecture_keys``; the simulated task accepts every config
-    and nothing is measured, so ``auto`` fuses every trial. Errors name ``study.execution``."""
+    ``pack.max_members``) and ``architecture_keys``; the simulated task accepts every config.
+    In ``auto``, ``decide`` makes ``measured`` the choice ``core.packs.choose_fusion`` makes
+    from the scenario's speeds (``choice``). Errors name ``study.execution``."""
     mode: str = "fused"
     mode_field: str = field(default="study.execution", repr=False)
+    choice: Any = field(default=None, repr=False)
+
+    def decide(self, fused_model: Any, trials: int | None, devices: int = 1) -> Any:
+        """``execution: auto`` as a local study decides it, from a probe the scenario's speeds
+        make: a pack of the planned width (``core.packs.planned_width``) steps ``width /
+        speedup(width)`` times a member's step alone (``fused_model``: ``sim.perf.FusedModel``;
+        the simulator has no fixed costs, so the steady rates decide). Returns the choice."""
+        from hypersack.core.packs import FusionProbe, choose_fusion, planned_width, study_waves
+        width = planned_width(self.max_members, trials, devices)
+        probe = FusionProbe("simulated", width, 1, fused_model.step_time(1.0, width), 1.0)
+        choice = choose_fusion("simulated task", probe, waves=study_waves(trials, width, devices))
+        self.choice, fused = choice, choice.fused
+        self.measured = lambda config: fused
+        return choice
 
 
 class SimPackPolicy:

@@ -226,20 +226,25 @@ def _perf(workload: Any, perf: Any, study: StudySpec, archs: list[str]) -> tuple
     if not archs:
         raise ConfigError("cluster.nodes", [], "must hold at least one GPU")
     model = PerfModel(table, keys, params, archs, steps_for=study.steps_for,
-                      fusion=_fusion(workload, study))
+                      fusion=_fusion(workload, study, params))
     _check_coverage(model, study, archs)
     return model, keys
 
 
-def _fusion(workload: Mapping[str, Any], study: StudySpec) -> SimFusion | None:
-    """The study's fusion plan (None: ``execution: separate``)."""
+def _fusion(workload: Mapping[str, Any], study: StudySpec,
+            params: PerfParams) -> SimFusion | None:
+    """The study's fusion plan (None: ``execution: separate``); in ``auto``, fused or separate
+    as ``SimFusion.decide`` says from the scenario's speeds."""
     keys = workload.get("architecture_keys") or []
     if not isinstance(keys, list) or not all(isinstance(k, str) and k in study.space for k in keys):
         raise ConfigError("workload.architecture_keys", keys,
                           f"must be a list of parameters of study.space ({', '.join(study.space)})")
     if study.execution == "separate":
         return None
-    return SimFusion(study.execution, study.pack.max_members, tuple(keys))
+    fusion = SimFusion(study.execution, study.pack.max_members, tuple(keys))
+    if study.execution == "auto":
+        fusion.decide(params.fused_model, study.budget.trials)
+    return fusion
 
 
 def _check_coverage(model: PerfModel, study: StudySpec, archs: list[str]) -> None:

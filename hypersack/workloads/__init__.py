@@ -30,6 +30,19 @@ FUSED_BUILTINS: dict[str, str] = {
     "gpt_lm": "hypersack.workloads.lm:GPT_LM",
 }
 
+_IMAGE_KEYS = ("width", "train_size", "val_size", "image_size", "channels", "classes", "data")
+
+#: Each fusable built-in's ``architecture_keys`` (the config keys that change its tensor
+#: shapes), known without importing torch: ``execution: auto`` reads them in the driver to find
+#: a model's kept fusion probe. ``tests/workloads`` checks them against the tasks.
+FUSED_BUILTIN_KEYS: dict[str, tuple[str, ...]] = {
+    "digits_mlp": ("hidden",),
+    "digits_cnn": ("channels", "hidden"),
+    "resnet18_cifar": _IMAGE_KEYS,
+    "mobilenet_v3_small": _IMAGE_KEYS,
+    "gpt_lm": ("width", "layers", "heads", "train_size", "val_size", "seq_len", "vocab", "data"),
+}
+
 #: Built-ins whose ``train(config, ctx, precision="fp32")`` trains at a study's precision.
 PRECISION_BUILTINS = frozenset({"digits_mlp", "digits_cnn", "resnet18_cifar",
                                 "mobilenet_v3_small", "cifar_classifier", "gpt_lm"})
@@ -61,5 +74,5 @@ def at_precision(trainable: Any, precision: str) -> Any:
     return BuiltinAtPrecision(name, precision) if name in PRECISION_BUILTINS else trainable
 
 
-__all__ = ["BUILTINS", "FUSED_BUILTINS", "PRECISION_BUILTINS", "BuiltinAtPrecision",
+__all__ = ["BUILTINS", "FUSED_BUILTINS", "FUSED_BUILTIN_KEYS", "PRECISION_BUILTINS", "BuiltinAtPrecision",
            "at_precision"]

@@ -235,6 +235,21 @@ def test_the_study_s_pack_conv_reaches_its_pack_plan():
     _, plan, _ = study._prepare(None)
     assert plan is not None and plan.conv == "bmm"
     assert plan_execution("fused", "digits_cnn", 4)[1].conv == "grouped"
+def test_the_builtin_keys_known_without_torch_are_the_tasks():
+    """``workloads.FUSED_BUILTIN_KEYS`` (what the driver reads instead of importing a built-in
+    task) says what each task's ``architecture_keys`` say; the plan loads the task only for a
+    verdict."""
+    _needs_torch()
+    from hypersack.runtime.worker.pack import resolve_reference
+    from hypersack.workloads import FUSED_BUILTIN_KEYS, FUSED_BUILTINS
+    assert set(FUSED_BUILTIN_KEYS) == set(FUSED_BUILTINS)
+    for name, reference in FUSED_BUILTINS.items():
+        assert FUSED_BUILTIN_KEYS[name] == tuple(resolve_reference(reference).architecture_keys)
+        _, plan = plan_execution("auto", name, 4)
+        assert plan.task is None and plan.architecture_keys == FUSED_BUILTIN_KEYS[name]
+    _, plan = plan_execution("auto", "builtin:digits_cnn", 4)
+    assert plan.fuses({"channels": 8, "optimizer": "adam"}) and plan.task is not None
+    assert not plan.fuses({"channels": 8, "optimizer": "lbfgs"})
 
 
 @pytest.mark.slow

@@ -159,6 +159,21 @@ def test_auto_and_separate_modes_follow_the_core_rule():
         SimFusion("sometimes")
 
 
+def test_auto_decides_from_the_scenarios_speeds_as_a_local_study_does():
+    """``execution: auto`` in the simulator is ``core.packs.choose_fusion`` over the scenario's
+    fused model at the planned width (was: every trial fused): fused where a pack of 8 makes
+    3x a model's steps alone, separate where it makes 1.05x (below the 1.1 margin)."""
+    fast = SimFusion("auto", 8)
+    choice = fast.decide(FusedModel(((1, 0.5), (8, 3.0))), trials=32)
+    assert fast.fuses({"bs": 64}) and choice.fused and choice.probe.width == 8
+    slow = SimFusion("auto", 8)
+    assert not slow.decide(FusedModel(((1, 0.5), (8, 1.05))), trials=32).fused
+    assert not slow.fuses({"bs": 64}) and "-> separate" in slow.choice.reason
+    narrow = SimFusion("auto", 8)
+    narrow.decide(FusedModel(((1, 0.5), (4, 1.05), (8, 3.0))), trials=4)   # width 4: 1.05x
+    assert not narrow.fuses({"bs": 64})
+
+
 def test_a_launch_without_a_pack_runs_outside_any_pack():
     ex = _executor()
     ex.submit(_launch(0, pack=None))

@@ -8,7 +8,8 @@ and ``execution: auto``'s measured choice (``choice``). Pure: the controller ask
 seats; a *group* is an algorithm's set of similar configs.
 """
 from hypersack.core.packs.choice import (FUSED_MARGIN, FusionChoice, FusionProbe, choose_fusion,
-                                         planned_width)
+                                         expected_occupancy, planned_width, study_rates,
+                                         study_waves, wave_occupancy)
 from hypersack.core.packs.grouping import (METRICS, batch_size_packs, distance_matrix,
                                            encode_configs, fusibility_key, group_by_key,
                                            member_cap, pack_opt, random_packs)
@@ -18,7 +19,7 @@ from hypersack.core.packs.seating import (CONV_FORMS, EXECUTION_MODES, GRAPH_MOD
                                           choose_pack, group_key, member_demand, member_job, pack_cap,
                                           runs_fused)
 
-__all__ = ["bucket_width", "compacted_capacity", "grown_capacity", "PackPlan", "FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "planned_width", "CONV_FORMS", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
+__all__ = ["bucket_width", "compacted_capacity", "grown_capacity", "PackPlan", "FUSED_MARGIN", "FusionChoice", "FusionProbe", "choose_fusion", "expected_occupancy", "planned_width", "study_rates", "study_waves", "wave_occupancy", "CONV_FORMS", "EXECUTION_MODES", "GRAPH_MODES", "PRECISIONS", "METRICS", "batch_size_packs", "distance_matrix", "encode_configs", "fusibility_key",
            "group_by_key", "member_cap", "pack_opt", "random_packs", "PACK_HEADROOM", "PackBook",
            "PackPolicy", "PackSeats", "Seat", "choose_pack", "group_key", "member_demand", "member_job",
            "pack_cap", "runs_fused"]

@@ -54,9 +54,10 @@ class PackPlan:
     def fuses(self, config: Mapping[str, Any], pack_size: int | None = None) -> bool:
         """Whether a trial with ``config``, in an algorithm pack of ``pack_size`` members (None:
         no algorithm pack), runs in a pack (``runs_fused``; in ``auto``, a config the task
-        accepts fuses when ``measured`` says so)."""
-        return runs_fused(self.mode, lambda: self._accepts(config) and (
-            self.measured is None or self.measured(config)), pack_size)
+        accepts fuses when ``measured`` says so; ``measured`` is asked first, so a signature
+        measured separate never needs the task's verdict, nor the task)."""
+        return runs_fused(self.mode, lambda: (
+            self.measured is None or self.measured(config)) and self._accepts(config), pack_size)
 
     def _accepts(self, config: Mapping[str, Any]) -> bool:
         if self.accepts is None:

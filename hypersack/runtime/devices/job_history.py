@@ -77,6 +77,13 @@ CREATE TABLE IF NOT EXISTS fusion_probes (
     updated_at REAL NOT NULL,
     PRIMARY KEY (signature, arch, width)
 );
+CREATE TABLE IF NOT EXISTS fusion_verdicts (
+    task TEXT NOT NULL,
+    space TEXT NOT NULL,
+    accepted INTEGER NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (task, space)
+);
 CREATE TABLE IF NOT EXISTS fusion_choices (
     study TEXT NOT NULL,
     subject TEXT NOT NULL,
@@ -291,14 +298,30 @@ class ProfileStore:
                                "AND width = ?", (signature_, arch, int(width))).fetchone()
         return None if row is None else FusionProbe.from_dict(json.loads(row[0]))
 
-    def put_fusion_probe(self, signature_: str, probe: Any) -> None:
-        """Keep ``probe`` (a ``FusionProbe``) for its signature, device kind and width."""
+    def put_fusion_probe(self, signature_: str, probe: Any, width: int | None = None) -> None:
+        """Keep ``probe`` (a ``FusionProbe``) for its signature, device kind and ``width``
+        (the planned pack width it stands for; None: the probe's own)."""
         self._db.execute(
             "INSERT INTO fusion_probes (signature, arch, width, probe, updated_at) "
             "VALUES (?,?,?,?,?) ON CONFLICT (signature, arch, width) DO UPDATE SET "
             "probe = excluded.probe, updated_at = excluded.updated_at",
-            (signature_, probe.device, int(probe.width), json.dumps(probe.to_dict()),
+            (signature_, probe.device, int(probe.width if width is None else width),
+             json.dumps(probe.to_dict()),
              time.time()))
+
+    def put_space_verdict(self, task: str, space: str, accepted: bool) -> None:
+        """Keep whether the fusable ``task`` (its reference's key) accepts every config of the
+        space hashed as ``space`` (``fusion_probe.space_verdict``)."""
+        self._db.execute(
+            "INSERT INTO fusion_verdicts (task, space, accepted, updated_at) VALUES (?,?,?,?) "
+            "ON CONFLICT (task, space) DO UPDATE SET accepted = excluded.accepted, "
+            "updated_at = excluded.updated_at", (task, space, int(bool(accepted)), time.time()))
+
+    def space_verdict(self, task: str, space: str) -> bool | None:
+        """The kept ``put_space_verdict``, or None."""
+        row = self._db.execute("SELECT accepted FROM fusion_verdicts WHERE task = ? AND "
+                               "space = ?", (task, space)).fetchone()
+        return None if row is None else bool(row[0])
 
     def record_fusion_choice(self, study: str, subject: str, choice: Mapping[str, Any]) -> None:
         """Keep the study's ``execution: auto`` choice about ``subject`` and its figures

@@ -22,7 +22,6 @@ schedule, batch size...); ``fused`` sends every trial to a pack (a config the ta
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +36,9 @@ from hypersack.runtime.executors.pool import Worker, WorkerPool
 from hypersack.runtime.worker.messages import (AddMember, Alive, BadMessage, Done, EndPack, Failed,
                                                MemberTask, Message, PackCap, PackFailed, PackSpec,
                                                Reported, StartPack, Started, StopTrial)
-from hypersack.runtime.worker.pack import TaskTrainable, is_task, resolve_reference
+from hypersack.runtime.worker.pack import TaskTrainable, is_task, resolve_reference, task_accepts
 from hypersack.runtime.worker.trainable import TrainableRef
-from hypersack.workloads import FUSED_BUILTINS, at_precision
+from hypersack.workloads import FUSED_BUILTIN_KEYS, FUSED_BUILTINS, at_precision
 
 __all__ = ["EXECUTION_MODES", "TaskPackPlan", "plan_execution", "Pack", "PackHost", "describe_exit",
            "failure_event"]
@@ -51,27 +50,38 @@ __all__ = ["EXECUTION_MODES", "TaskPackPlan", "plan_execution", "Pack", "PackHos
 class TaskPackPlan(PackPlan):
     """``core.packs.PackPlan`` (the controller's pack policy) of a study whose packs run a
     FusableTask: ``task`` (in the driver: its ``architecture_keys`` and its verdict on configs,
-    ``accepts``, come from it) and ``ref`` (how workers load it), the executor's recipe for a
-    new pack with ``max_members``, ``precision``, ``graphs`` and ``conv``."""
+    ``accepts``, come from it; None for a built-in, imported from ``ref`` the first time a
+    verdict is needed: a built-in's keys are ``workloads.FUSED_BUILTIN_KEYS``, so ``auto`` with
+    a kept probe that says separate never imports torch in the driver) and ``ref`` (how
+    workers load it), the executor's recipe for a new pack with ``max_members``, ``precision``,
+    ``graphs`` and ``conv``; ``own_task``: the plain trainable is the task itself (a pack of one)."""
     task: Any = None
     ref: TrainableRef | None = None
+    own_task: bool = False
+    #: ``() -> bool``: True when the task is known to accept every config of the study's
+    #: space (``FusionAdvisor.space_accepted``): a verdict then needs no task.
+    space_accepted: Any = None
 
     def __post_init__(self) -> None:
         if self.task is not None and not self.architecture_keys:
             self.architecture_keys = tuple(getattr(self.task, "architecture_keys", ()))
-        if self.accepts is None and is_task(self.task):
-            self.accepts = functools.partial(_task_accepts, self.task)
+        if self.accepts is None and (is_task(self.task) or (self.task is None and
+                                                            self.ref is not None)):
+            self.accepts = self._task_verdict
         super().__post_init__()
 
+    def loaded_task(self) -> Any:
+        """The task, imported from ``ref`` at the first call when it was not given."""
+        if self.task is None:
+            if self.ref is None or self.ref.reference is None:
+                raise ConfigError("trainable", None, "names no fusable task to load")
+            self.task = resolve_reference(self.ref.reference)
+        return self.task
 
-def _task_accepts(task: Any, config: Mapping[str, Any]) -> bool:
-    try:
-        batch = task.batch_size(config)
-        task.optimizer(config, 1)
-        task.max_steps(config, None)
-    except (ConfigError, ValueError, TypeError, KeyError):
-        return False
-    return isinstance(batch, int) and batch >= 1
+    def _task_verdict(self, config: Mapping[str, Any]) -> bool:
+        if self.task is None and self.space_accepted is not None and self.space_accepted():
+            return True
+        return task_accepts(self.loaded_task(), config)
 
 
 def _task_ref(trainable: Any) -> TrainableRef:
@@ -115,6 +125,11 @@ def plan_execution(execution: str, trainable: Any, max_members: int, precision: 
     if execution == "separate":
         return (TaskTrainable(trainable, at) if is_task(trainable)
                 else at_precision(trainable, precision)), None
+    builtin = trainable.removeprefix("builtin:") if isinstance(trainable, str) else None
+    if builtin in FUSED_BUILTINS:     # keys known without torch: the task is imported lazily
+        return at_precision(trainable, precision), TaskPackPlan(
+            execution, max_members, FUSED_BUILTIN_KEYS[builtin], precision=precision,
+            graphs=graphs, ref=_task_ref(trainable))
     task = _find_task(trainable)
     if task is None:
         if execution == "fused":
@@ -129,7 +144,7 @@ def plan_execution(execution: str, trainable: Any, max_members: int, precision: 
     if isinstance(trainable, str) and trainable.removeprefix("builtin:") not in FUSED_BUILTINS:
         plain = TaskTrainable(task, at)     # "module:TASK" names a task, not a train() function
     return plain, TaskPackPlan(execution, max_members, precision=precision, graphs=graphs,
-                               conv=conv, task=task, ref=ref)
+                               conv=conv, task=task, ref=ref, own_task=isinstance(plain, TaskTrainable))
 
 
 def _name(trainable: Any) -> str:

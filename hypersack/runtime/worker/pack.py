@@ -51,7 +51,7 @@ from hypersack.runtime.worker.messages import (Ack, AddMember, Done, EndPack, Fa
                                                PackCap, PackFailed, PackSpec, Pipe, Reported, Shutdown,
                                                Started, StopTrial)
 
-__all__ = ["run_pack_task", "TaskTrainable", "is_task", "resolve_reference"]
+__all__ = ["run_pack_task", "TaskTrainable", "is_task", "resolve_reference", "task_accepts"]
 
 _SHUTDOWN = "shutdown"
 
@@ -61,6 +61,18 @@ def is_task(obj: Any) -> bool:
     return not isinstance(obj, str) and hasattr(obj, "architecture_keys") \
         and callable(getattr(obj, "build_model", None)) \
         and callable(getattr(obj, "optimizer", None))
+
+
+def task_accepts(task: Any, config: Mapping[str, Any]) -> bool:
+    """Whether ``task`` takes ``config`` as a member (its batch size, optimizer and length
+    parse): a config it refuses runs as a plain trial."""
+    try:
+        batch = task.batch_size(config)
+        task.optimizer(config, 1)
+        task.max_steps(config, None)
+    except (ConfigError, ValueError, TypeError, KeyError):
+        return False
+    return isinstance(batch, int) and batch >= 1
 
 
 def resolve_reference(reference: str) -> Any:
