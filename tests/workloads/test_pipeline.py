@@ -151,10 +151,10 @@ def test_cifar_classifier_trains_the_model_its_config_names(tmp_path):
 def test_a_fused_task_refuses_pipeline_configs():
     """Packs train on device-resident synthetic data: a ``data: pipeline`` member is refused
     (``execution: auto`` then runs it as a plain trial), never silently trained on other data."""
-    from hypersack.runtime.executors.packs import _task_accepts
+    from hypersack.runtime.worker.pack import task_accepts
     task = vision.RESNET18
-    assert _task_accepts(task, {"batch_size": 8})
-    assert not _task_accepts(task, {"batch_size": 8, "data": "pipeline"})
+    assert task_accepts(task, {"batch_size": 8})
+    assert not task_accepts(task, {"batch_size": 8, "data": "pipeline"})
     with pytest.raises(ConfigError) as info:
         task.batch_size({"data": "pipeline"})
     assert info.value.field == "config.data"

@@ -129,7 +129,7 @@ def plan_execution(execution: str, trainable: Any, max_members: int, precision: 
     if builtin in FUSED_BUILTINS:     # keys known without torch: the task is imported lazily
         return at_precision(trainable, precision), TaskPackPlan(
             execution, max_members, FUSED_BUILTIN_KEYS[builtin], precision=precision,
-            graphs=graphs, ref=_task_ref(trainable))
+            graphs=graphs, conv=conv, ref=_task_ref(trainable))
     task = _find_task(trainable)
     if task is None:
         if execution == "fused":
@@ -144,7 +144,8 @@ def plan_execution(execution: str, trainable: Any, max_members: int, precision: 
     if isinstance(trainable, str) and trainable.removeprefix("builtin:") not in FUSED_BUILTINS:
         plain = TaskTrainable(task, at)     # "module:TASK" names a task, not a train() function
     return plain, TaskPackPlan(execution, max_members, precision=precision, graphs=graphs,
-                               conv=conv, task=task, ref=ref, own_task=isinstance(plain, TaskTrainable))
+                               conv=conv, task=task, ref=ref,
+                               own_task=isinstance(plain, TaskTrainable))
 
 
 def _name(trainable: Any) -> str:
