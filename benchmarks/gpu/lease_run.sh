@@ -60,23 +60,21 @@ if [ "$L" -gt 0 ]; then
       --conv grouped,bmm --json "$OUT/probe.json" || echo "graph probe: exit $?"
 fi
 
-L=$(limit "$S5" 60)
-echo "== 3. check 5, ${L} s $(date -u +%T)"
-if [ "$L" -gt 0 ]; then
-  timeout $((L + 60)) $PY benchmarks/gpu/gpu_suite.py --out "$WORK/s5" --quick $TINY $DEV \
-      --only 5 --limit 5="$L" || echo "check 5: exit $?"
-  cp "$WORK/s5/gpu_results.json" "$OUT/check5.json" 2>/dev/null
-  cp "$WORK/s5/gpu_results.md" "$OUT/check5.md" 2>/dev/null
-  [ -f "$OUT/check5.json" ] || cp "$(find "$WORK/s5" -name partial.json | head -1)" "$OUT/check5-partial.json" 2>/dev/null
-fi
-
-L=$(limit "$S4" 60)
-echo "== 4. check 4, ${L} s $(date -u +%T)"
-if [ "$L" -gt 0 ]; then
-  timeout $((L + 60)) $PY benchmarks/gpu/gpu_suite.py --out "$WORK/s4" --quick $TINY $DEV \
-      --only 4 --limit 4="$L" || echo "check 4: exit $?"
-  cp "$WORK/s4/gpu_results.json" "$OUT/check4.json" 2>/dev/null
-  cp "$WORK/s4/gpu_results.md" "$OUT/check4.md" 2>/dev/null
-fi
+# check N of the suite in L s (+60 s to stop and write its report); its JSON/MD (or the partial
+# JSON a cut run leaves) go to $OUT as checkN.*
+suite_check() {
+  local n=$1 L=$2
+  echo "== $((n == 5 ? 3 : 4)). check $n, ${L} s $(date -u +%T)"
+  [ "$L" -gt 0 ] || return 0
+  timeout $((L + 60)) $PY benchmarks/gpu/gpu_suite.py --out "$WORK/s$n" --quick $TINY $DEV \
+      --only "$n" --limit "$n=$L" || echo "check $n: exit $?"
+  cp "$WORK/s$n/gpu_results.json" "$OUT/check$n.json" 2>/dev/null
+  cp "$WORK/s$n/gpu_results.md" "$OUT/check$n.md" 2>/dev/null
+  [ -f "$OUT/check$n.json" ] || cp "$(find "$WORK/s$n" -name partial.json | head -1)" \
+      "$OUT/check$n-partial.json" 2>/dev/null
+  return 0
+}
+suite_check 5 "$(limit "$S5" 60)"
+suite_check 4 "$(limit "$S4" 60)"
 echo "== done in $(( $(date +%s) - START )) s $(date -u +%T)"
 cat "$OUT/check5.md" "$OUT/check4.md" 2>/dev/null | tail -40
