@@ -33,8 +33,8 @@ with the top one), as Hyper-Tune and MFES-HB weigh each fidelity by how well it 
 higher ones. Before each proposal :func:`agreeing_cutoff` measures, for each rung, Kendall's
 tau between its results and those of each higher rung (the top's results count as one) that
 shares at least ``AGREEMENT_PAIRS`` trials with it, over those trials; the model then learns
-only from the rungs above the highest one that disagrees (a tau below the threshold; no rung
-to compare with: not yet known, kept). The model of that cutoff (one per cutoff, key: its steps; 0: every rung) is
+only from the rungs above the highest one that disagrees (a tau below the threshold by more
+than its standard error; no rung to compare with: not yet known, kept). The model of that cutoff (one per cutoff, key: its steps; 0: every rung) is
 built when first needed by replaying every result so far in arrival order, then fed as they come;
 with fewer than ``min_points`` results there, the trial gets a random config.
 
@@ -46,6 +46,7 @@ grows), so a commit costs what changed.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -55,7 +56,7 @@ from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 from hypersack.validation import INT53, check_integer, check_probability
 
-__all__ = ["RungModel", "FITS", "AGREEMENT_PAIRS", "kendall_tau", "agreeing_cutoff"]
+__all__ = ["RungModel", "FITS", "AGREEMENT_PAIRS", "kendall_tau", "tau_error", "agreeing_cutoff"]
 
 FITS = ("largest", "all")
 AGREEMENT_PAIRS = 6        # trials a rung shares with the next one before their agreement counts
@@ -74,13 +75,20 @@ def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
     return float(signs.sum() / (n * (n - 1)))
 
 
+def tau_error(n: int) -> float:
+    """The standard error of Kendall's tau over ``n`` pairs of independent rankings,
+    sqrt(2 (2n + 5) / (9 n (n - 1))); inf for fewer than two."""
+    return math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1))) if n >= 2 else math.inf
+
+
 def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float,
                     min_pairs: int = AGREEMENT_PAIRS) -> int:
     """The lowest rung (its steps) a model should learn from: no rung from it up disagrees.
     ``results``: steps -> {trial: value}, the top fidelity included as a rung. A rung is
     compared with every higher rung that shares at least ``min_pairs`` trials with it; it
-    disagrees when the Kendall tau of their values over those trials is below ``threshold`` for
-    any of them; with no such rung it counts as agreeing (not yet known). Returns 0 when no rung
+    disagrees when the Kendall tau of their values over those n trials is below ``threshold`` by
+    more than its standard error (:func:`tau_error`: a few near-tied trials at a high rung do not
+    condemn a rung) for any of them; with no such rung it counts as agreeing (not yet known). Returns 0 when no rung
     disagrees (learn from all), else the steps of the rung above the highest disagreeing one.
     Pure and deterministic."""
     rungs = sorted(s for s, r in results.items() if r)
@@ -92,7 +100,7 @@ def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float
                 continue
             tau = kendall_tau([results[low][t] for t in shared],
                               [results[high][t] for t in shared])
-            if tau < threshold:
+            if tau + tau_error(len(shared)) < threshold:
                 cutoff = rungs[i + 1]
                 break
     return cutoff

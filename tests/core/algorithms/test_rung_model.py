@@ -262,15 +262,33 @@ def test_a_rung_that_agrees_with_the_top_but_not_with_a_rung_between_disagrees()
     assert agreeing_cutoff(rungs, 0.3) == 3
 
 
-def test_the_threshold_is_inclusive_and_decides():
-    from hypersack.core.algorithms.rung_model import agreeing_cutoff, kendall_tau
+def test_the_threshold_less_one_standard_error_is_inclusive_and_decides():
+    import math
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff, kendall_tau, tau_error
+    assert tau_error(6) == pytest.approx(math.sqrt(34 / 270)) and tau_error(1) == math.inf
     swapped = [1.0, 0.0, 2.0, 3.0, 4.0, 5.0]             # one discordant pair of 15
     tau = kendall_tau(swapped, UP)
     assert tau == pytest.approx(13 / 15)
     rungs = _rungs(r1=swapped, r3=UP)
-    assert agreeing_cutoff(rungs, tau) == 0              # tau == threshold: agrees
-    assert agreeing_cutoff(rungs, tau + 1e-9) == 3
-    assert agreeing_cutoff(rungs, 0.3) == 0 and agreeing_cutoff(rungs, 0.9) == 3
+    bound = tau + tau_error(6)
+    assert agreeing_cutoff(rungs, bound) == 0            # tau + error == threshold: agrees
+    assert agreeing_cutoff(rungs, bound + 1e-9) == 3
+    assert agreeing_cutoff(rungs, 0.3) == 0 and agreeing_cutoff(rungs, 1.3) == 3
+
+
+def test_a_few_near_tied_trials_do_not_condemn_a_rung():
+    """7 trials at a high rung ranked with tau 5/21 (0.24) by rung 1: below a threshold of 0.3
+    but within one standard error (0.32) of it: rung 1 still agrees. 20 trials as far apart
+    (tau -0.05) condemn it."""
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff, kendall_tau
+    order = [0.0, 1.0, 4.0, 6.0, 5.0, 3.0, 2.0]
+    assert kendall_tau(order, sorted(order)) == pytest.approx(5 / 21)
+    assert agreeing_cutoff({1: dict(enumerate(order)), 81: dict(enumerate(sorted(order)))},
+                           0.3) == 0
+    many = [float(k) for k in range(10, 20)] + [float(k) for k in range(10)]
+    assert kendall_tau(many, sorted(many)) == pytest.approx(-10 / 190)
+    assert agreeing_cutoff({1: dict(enumerate(many)), 81: dict(enumerate(sorted(many)))},
+                           0.3) == 81
 
 
 def _fed_misleading(agreement):
