@@ -31,10 +31,10 @@ from exactly what was decided (``fallbacks`` counts the random ones).
 rank the trials unlike the next higher rung misleads the model (a low fidelity anti-correlated
 with the top one), as Hyper-Tune and MFES-HB weigh each fidelity by how well it agrees with the
 higher ones. Before each proposal :func:`agreeing_cutoff` measures, for each rung, Kendall's
-tau between its results and those of each higher rung (the top's results count as one) that
-shares at least ``AGREEMENT_PAIRS`` trials with it, over those trials; the model then learns
-only from the rungs above the highest one that disagrees (a tau below the threshold by more
-than its standard error; no rung to compare with: not yet known, kept). The model of that cutoff (one per cutoff, key: its steps; 0: every rung) is
+tau between its results and those of the nearest higher rung (the top's results count as one)
+that shares at least ``AGREEMENT_PAIRS`` trials with it, over those trials; the model then
+learns only from the rungs above the highest one that disagrees (a tau below the threshold by
+more than its standard error; no rung to judge it: not yet known, kept). The model of that cutoff (one per cutoff, key: its steps; 0: every rung) is
 built when first needed by replaying every result so far in arrival order, then fed as they come;
 with fewer than ``min_points`` results there, the trial gets a random config.
 
@@ -56,10 +56,11 @@ from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 from hypersack.validation import INT53, check_integer, check_probability
 
-__all__ = ["RungModel", "FITS", "AGREEMENT_PAIRS", "kendall_tau", "tau_error", "agreeing_cutoff"]
+__all__ = ["RungModel", "FITS", "AGREEMENT_PAIRS", "AGREEMENT_DEFAULT", "kendall_tau", "tau_error", "agreeing_cutoff"]
 
 FITS = ("largest", "all")
 AGREEMENT_PAIRS = 6        # trials a rung shares with the next one before their agreement counts
+AGREEMENT_DEFAULT = 0.3    # the threshold of ``agreement: auto`` with ``fit: all``
 
 
 def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
@@ -84,13 +85,13 @@ def tau_error(n: int) -> float:
 def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float,
                     min_pairs: int = AGREEMENT_PAIRS) -> int:
     """The lowest rung (its steps) a model should learn from: no rung from it up disagrees.
-    ``results``: steps -> {trial: value}, the top fidelity included as a rung. A rung is
-    compared with every higher rung that shares at least ``min_pairs`` trials with it; it
-    disagrees when the Kendall tau of their values over those n trials is below ``threshold`` by
-    more than its standard error (:func:`tau_error`: a few near-tied trials at a high rung do not
-    condemn a rung) for any of them; with no such rung it counts as agreeing (not yet known). Returns 0 when no rung
-    disagrees (learn from all), else the steps of the rung above the highest disagreeing one.
-    Pure and deterministic."""
+    ``results``: steps -> {trial: value}, the top fidelity included as a rung. A rung is judged
+    by the nearest higher rung that shares at least ``min_pairs`` trials with it (the widest
+    sample: a high rung holds only elite trials, among which even a good low fidelity hardly
+    ranks); it disagrees when the Kendall tau of their values over those n trials is below
+    ``threshold`` by more than its standard error (:func:`tau_error`); with no such rung it
+    counts as agreeing (not yet known). Returns 0 when no rung disagrees (learn from all), else
+    the steps of the rung above the highest disagreeing one. Pure and deterministic."""
     rungs = sorted(s for s, r in results.items() if r)
     cutoff = 0
     for i, low in enumerate(rungs):
@@ -102,7 +103,7 @@ def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float
                               [results[high][t] for t in shared])
             if tau + tau_error(len(shared)) < threshold:
                 cutoff = rungs[i + 1]
-                break
+            break
     return cutoff
 
 
@@ -315,12 +316,15 @@ def build_rung_model(sampler: Any, options: Mapping[str, Any] | None, space: Sea
                      ) -> RungModel | None:
     """The rung model a multi-fidelity algorithm's ``sampler`` option asks for (None: none).
     ``min_points`` defaults to the number of searched parameters + 1 (BOHB's choice);
-    ``fit``: ``"largest"`` or ``"all"``; ``agreement``: None or a Kendall tau threshold in
-    [-1, 1], with ``fit: all`` only (module doc)."""
+    ``fit``: ``"largest"`` or ``"all"``; ``agreement``: None (off), a Kendall tau threshold in
+    [-1, 1] (``fit: all`` only) or ``"auto"``: ``AGREEMENT_DEFAULT`` with ``fit: all``, else
+    off (module doc)."""
     from hypersack.core.algorithms.optuna_model import parse_sampler
     from hypersack.core.space import Constant
     if fit not in FITS:
         raise ConfigError("algorithm.fit", fit, f"must be one of {list(FITS)}")
+    if agreement == "auto":
+        agreement = AGREEMENT_DEFAULT if fit == "all" else None
     if agreement is not None:
         if fit != "all":
             raise ConfigError("algorithm.agreement", agreement, "needs fit: all")

@@ -43,11 +43,11 @@ def _bohb_gp():
 # is used after the kill): each GP fit costs tens of ms, and the run after a later kill refits.
 @pytest.mark.parametrize("build, kill_at", [
     (lambda: asha(), 30), (lambda: asha({"type": "RandomSampler"}), 30),
-    (lambda: asha(mode="stop"), 30), (lambda: asha(agreement=0.3), 30),
+    (lambda: asha(mode="stop"), 30), (lambda: asha(agreement=None), 30),
     (lambda: hyperband(), 30),
     (lambda: hyperband("CmaEsSampler"), 30),
     pytest.param(_bohb_gp, 12, marks=pytest.mark.slow),
-], ids=["asha-tpe", "asha-random", "asha-stop-tpe", "asha-tpe-agreement", "hyperband-qmc", "hyperband-cmaes", "bohb-gp"])
+], ids=["asha-tpe", "asha-random", "asha-stop-tpe", "asha-tpe-no-agreement", "hyperband-qmc", "hyperband-cmaes", "bohb-gp"])
 def test_a_killed_driver_resumes_the_same_run(build, kill_at):
     whole = Driver(build(), curve, max_steps=9, devices=3).run()
     killed = Driver(build(), curve, max_steps=9, devices=3, kill_at=kill_at, rebuild=build).run()
@@ -238,17 +238,24 @@ def test_the_cutoff_lies_above_the_highest_rung_that_disagrees():
     assert agreeing_cutoff({1: dict(enumerate(UP)), 3: {}}, 0.3) == 0        # an empty rung
 
 
-def test_a_rung_is_judged_by_every_higher_rung_sharing_enough_trials():
-    """Rung 1 agrees with rung 3 over 14 trials (tau 61/91) but ranks the 6 that reached rung 9
-    in reverse: it disagrees. Rung 9 sharing 5 trials cannot judge: rung 3 alone does."""
+def test_a_rung_is_judged_by_the_nearest_higher_rung_sharing_enough_trials():
+    """Rung 3 shares 5 trials with rung 1 (too few): rung 9, reversing rung 1's ranking of 6,
+    judges rung 1. With 5 enough, rung 3 (ranking as rung 1) judges it, and rung 9 judges rung
+    3."""
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff
+    rungs = {1: dict(enumerate(DOWN)), 3: dict(enumerate(DOWN[:5])), 9: dict(enumerate(UP))}
+    assert agreeing_cutoff(rungs, 0.3) == 3
+    assert agreeing_cutoff(rungs, 0.3, min_pairs=5) == 9
+
+
+def test_a_rung_that_agrees_with_the_next_rung_is_not_judged_by_the_elite_above():
+    """Rung 1 ranks the 14 trials of rung 3 as it does (tau 61/91) but the 6 elite trials that
+    reached rung 9 in reverse: the widest sample, rung 3's, judges it: it agrees."""
     from hypersack.core.algorithms.rung_model import agreeing_cutoff
     ranks = [float(v) for v in range(14)]
     rungs = {1: dict(enumerate(DOWN + ranks[6:])), 3: dict(enumerate(ranks)),
              9: dict(enumerate(UP))}
-    assert agreeing_cutoff(rungs, 0.3) == 3
-    rungs[9] = dict(enumerate(UP[:5]))                   # 5 shared: too few to judge
     assert agreeing_cutoff(rungs, 0.3) == 0
-    assert agreeing_cutoff(rungs, 0.3, min_pairs=5) == 3
 
 
 def test_a_rung_that_agrees_with_the_top_but_not_with_a_rung_between_disagrees():
@@ -355,5 +362,7 @@ def test_agreement_is_checked():
             asha(agreement=bad)
     with pytest.raises(ConfigError, match="fit: all"):
         asha(agreement=0.3, fit="largest")
-    assert asha(agreement=0.3)._rung_model.agreement == 0.3
-    assert asha()._rung_model.agreement is None
+    assert asha(agreement=0.5)._rung_model.agreement == 0.5
+    assert asha()._rung_model.agreement == 0.3           # the default: "auto"
+    assert asha(fit="largest")._rung_model.agreement is None
+    assert asha(agreement=None)._rung_model.agreement is None
