@@ -366,3 +366,23 @@ def test_agreement_is_checked():
     assert asha()._rung_model.agreement == 0.3           # the default: "auto"
     assert asha(fit="largest")._rung_model.agreement is None
     assert asha(agreement=None)._rung_model.agreement is None
+
+
+def _misleading(config, step):
+    """Rung 1 and 3 rank x in reverse of the top (9 steps)."""
+    value = (config["x"] - 0.3) ** 2 + (0.0 if config["opt"] == "adam" else 0.2)
+    return value if step >= 9 else 2.0 - value
+
+
+@pytest.mark.parametrize("kill_at", [40, 150])
+def test_a_killed_driver_resumes_the_same_run_when_a_rung_is_left_out(kill_at):
+    """Killed before the cutoff's model exists (it is built from the results restored as
+    parts; here after 45 results) or after (its journal is restored): the resumed run proposes
+    what the uninterrupted one does."""
+    build = lambda: asha(num_samples=60, min_points_in_model=3)  # noqa: E731
+    whole = Driver(build(), _misleading, max_steps=9, devices=3).run()
+    assert [k for k in whole.alg._rung_model.models if k > 0]    # a rung was left out
+    killed = Driver(build(), _misleading, max_steps=9, devices=3, kill_at=kill_at,
+                    rebuild=build).run()
+    assert killed.log == whole.log
+    assert killed.alg.state_dict() == whole.alg.state_dict()
