@@ -103,7 +103,9 @@ class ASHA(Algorithm):
     configs come from that Optuna sampler, by default (``fit: all``) ONE model fed every
     result recorded at a milestone and every result at ``max_t``, ranked as Optuna's TPE
     ranks pruned and complete trials (``rung_model``); ``fit: largest``: BOHB's model of the
-    largest rung with enough results."""
+    largest rung with enough results. ``agreement`` (``fit: all``; default ``"auto"``: 0.3;
+    None: off): the model learns only from the rungs whose Kendall tau with every higher rung
+    is at least that threshold, less one standard error (``rung_model``)."""
 
     _feature = "ASHA with a sampler"
     ranks_by_one_metric = True
@@ -112,11 +114,13 @@ class ASHA(Algorithm):
                  max_t: int = 81, reduction_factor: int = 3, mode: str = "pause",
                  num_samples: int | None = None, sampler: Any = None,
                  options: Mapping[str, Any] | None = None, min_points_in_model: int | None = None,
-                 random_fraction: float = 0.0, fit: str = "all"):
+                 random_fraction: float = 0.0, fit: str = "all",
+                 agreement: float | str | None = "auto"):
         refuse_several_objectives(objective, type(self).__name__)
         super().__init__(space, objective, seed)
         self._rung_model = build_rung_model(sampler, options, space, seed, min_points_in_model,
-                                            random_fraction, self._feature, fit)
+                                            random_fraction, self._feature, fit,
+                                            agreement)
         self.min_t, self.max_t = check_horizon(min_t, max_t)
         self.rf = check_integer("algorithm.reduction_factor", reduction_factor, low=2, high=INT53)
         if mode not in MODES:

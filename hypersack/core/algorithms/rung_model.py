@@ -27,14 +27,27 @@ waits for the next trial. Which trials got a model's proposal thus depends on ti
 config, the Generator, the proposal in flight and its cut-off are stored, so a resume continues
 from exactly what was decided (``fallbacks`` counts the random ones).
 
+**Agreement** (``agreement``: a threshold, ``fit: all`` only; None: off). A rung whose results
+rank the trials unlike the next higher rung misleads the model (a low fidelity anti-correlated
+with the top one), as Hyper-Tune and MFES-HB weigh each fidelity by how well it agrees with the
+higher ones. Before each proposal :func:`agreeing_cutoff` measures, for each rung, Kendall's
+tau between its results and those of the nearest higher rung (the top's results count as one)
+that shares at least ``AGREEMENT_PAIRS`` trials with it, over those trials; the model then
+learns only from the rungs above the highest one that disagrees (a tau below the threshold by
+more than its standard error; no rung to judge it: not yet known, kept). The model of that cutoff (one per cutoff, key: its steps; 0: every rung) is
+built when first needed by replaying every result so far in arrival order, then fed as they come;
+with fewer than ``min_points`` results there, the trial gets a random config.
+
 State in parts (``state_delta``): a head, ``"c<trial>"`` (a config), ``"f<trial>"`` (its top
-result was observed) and ``"j<key>.<i>"`` (entry i of the model of the rung of that many steps;
+result was observed), ``"o<i>"`` (the i-th result observed, with ``agreement``) and
+``"j<key>.<i>"`` (entry i of the model of the rung of that many steps;
 key 0: the one model of ``fit: all``), written once each (a journal entry of a model only
 grows), so a commit costs what changed.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+import math
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -43,17 +56,67 @@ from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 from hypersack.validation import INT53, check_integer, check_probability
 
-__all__ = ["RungModel", "FITS"]
+__all__ = ["RungModel", "FITS", "AGREEMENT_PAIRS", "AGREEMENT_DEFAULT", "kendall_tau", "tau_error", "agreeing_cutoff"]
 
 FITS = ("largest", "all")
+AGREEMENT_PAIRS = 6        # trials a rung shares with the next one before their agreement counts
+AGREEMENT_DEFAULT = 0.3    # the threshold of ``agreement: auto`` with ``fit: all``
+
+
+def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Kendall's tau-a of two equally long sequences (1: same order, -1: reversed; 0 for fewer
+    than two items): concordant minus discordant pairs over all pairs."""
+    if len(xs) != len(ys):
+        raise ValueError(f"kendall_tau: {len(xs)} and {len(ys)} items")
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    signs = np.sign(x[:, None] - x[None, :]) * np.sign(y[:, None] - y[None, :])
+    return float(signs.sum() / (n * (n - 1)))
+
+
+def tau_error(n: int) -> float:
+    """The standard error of Kendall's tau over ``n`` pairs of independent rankings,
+    sqrt(2 (2n + 5) / (9 n (n - 1))); inf for fewer than two."""
+    return math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1))) if n >= 2 else math.inf
+
+
+def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float,
+                    min_pairs: int = AGREEMENT_PAIRS) -> int:
+    """The lowest rung (its steps) a model should learn from: no rung from it up disagrees.
+    ``results``: steps -> {trial: value}, the top fidelity included as a rung. A rung is judged
+    by the nearest higher rung that shares at least ``min_pairs`` trials with it (the widest
+    sample: a high rung holds only elite trials, among which even a good low fidelity hardly
+    ranks); it disagrees when the Kendall tau of their values over those n trials is below
+    ``threshold`` by more than its standard error (:func:`tau_error`); with no such rung it
+    counts as agreeing (not yet known). Returns 0 when no rung disagrees (learn from all), else
+    the steps of the rung above the highest disagreeing one. Pure and deterministic."""
+    rungs = sorted(s for s, r in results.items() if r)
+    cutoff = 0
+    for i, low in enumerate(rungs):
+        for high in rungs[i + 1:]:
+            shared = sorted(set(results[low]) & set(results[high]))
+            if len(shared) < min_pairs:
+                continue
+            tau = kendall_tau([results[low][t] for t in shared],
+                              [results[high][t] for t in shared])
+            if tau + tau_error(len(shared)) < threshold:
+                cutoff = rungs[i + 1]
+            break
+    return cutoff
 
 
 class RungModel:
     def __init__(self, sampler: SamplerSpec, space: SearchSpace, seed: int, min_points: int,
-                 random_fraction: float, feature: str, fit: str = "largest"):
+                 random_fraction: float, feature: str, fit: str = "largest",
+                 agreement: float | None = None):
         self.sampler, self.space, self.seed = sampler, space, seed
         self.min_points, self.random_fraction, self.feature = min_points, random_fraction, feature
-        self.fit = fit
+        self.fit, self.agreement = fit, agreement
+        self.log: list[tuple[int, int, float, bool]] = []   # (trial, steps, value, top), agreement
+        self.results: dict[int, dict[int, float]] = {}       # steps -> trial -> value, agreement
+        self._logged = 0                                     # log entries already in a delta
         self.models: dict[int, OptunaModel] = {}      # steps (0: the one model of "all") -> model
         self.counts: dict[int, int] = {}              # steps -> results recorded there
         self.configs: dict[int, dict[str, Any]] = {}  # trial -> config
@@ -82,21 +145,46 @@ class RungModel:
 
     def model_steps(self) -> int | None:
         """Steps of the rung the model would be fitted on now (None: not enough results);
-        with ``fit: all``, the largest rung with a result once the model is ready."""
+        with ``fit: all``, the largest rung with a result once the model is ready; with
+        ``agreement``, the key of the cutoff's model (module doc) once it has enough results."""
+        if self.agreement is not None:
+            cutoff = agreeing_cutoff(self.results, self.agreement)
+            held = sum(len(r) for s, r in self.results.items() if s >= cutoff)
+            return cutoff if held >= self.min_points else None
         if self.fit == "all":
             return max(self.counts) if sum(self.counts.values()) >= self.min_points else None
         ready = [steps for steps, n in self.counts.items() if n >= self.min_points]
         return max(ready) if ready else None
 
     def _key(self, steps: int) -> int:
-        """The model that proposes from (and is fed) the rung of ``steps``."""
+        """The model that proposes from (and is fed) the rung of ``steps`` (with
+        ``agreement``: ``steps`` is already a cutoff's key)."""
+        if self.agreement is not None:
+            return steps
         return 0 if self.fit == "all" else steps
+
+    def _cutoff_model(self, key: int) -> OptunaModel:
+        """The model of cutoff ``key``; a new one is fed every result so far at a rung >= key."""
+        if key not in self.models:
+            model = self._model(key)
+            for trial_id, steps, value, top in self.log:
+                if steps >= key:
+                    model.observe(self.configs[trial_id], value, None if top else steps)
+        return self.models[key]
 
     def observe(self, trial_id: int, steps: int, value: float, top: bool = False) -> None:
         """The result ``trial_id`` recorded at the rung of ``steps`` (``top``: the top fidelity,
         a COMPLETE trial of the ``all`` model)."""
         config = self.configs.get(trial_id)
         if config is None:
+            return
+        if self.agreement is not None:
+            self.log.append((trial_id, steps, value, top))
+            self.results.setdefault(steps, {})[trial_id] = value
+            for key, model in self.models.items():
+                if steps >= key:
+                    model.observe(config, value, None if top else steps)
+            self.counts[steps] = self.counts.get(steps, 0) + 1
             return
         model = self._model(self._key(steps))       # journalled; fed to Optuna when it asks
         model.observe(config, value, None if top or self.fit != "all" else steps)
@@ -140,6 +228,8 @@ class RungModel:
         proposal asked ahead if it is ready (then the next is asked), else None (a random
         config goes instead; the one in flight stays for a later trial)."""
         config: dict[str, Any] | None = None
+        if self.agreement is not None:
+            self._cutoff_model(steps)
         if self._runner is None:
             config = self._model(steps).propose(trial_id, keep=False)
             return config
@@ -162,14 +252,17 @@ class RungModel:
                 "fallbacks": self.fallbacks}
 
     def state_dict(self) -> dict[str, Any]:
+        log = {"log": [list(o) for o in self.log]} if self.agreement is not None else {}
         return {"models": {str(s): m.state_dict() for s, m in self.models.items()},
                 "configs": {str(t): c for t, c in self.configs.items()},
-                "tops": sorted(self.tops), **self._small()}
+                "tops": sorted(self.tops), **log, **self._small()}
 
     def state_delta(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The head and the parts changed since the previous call (see the module doc)."""
         parts: dict[str, Any] = {f"c{t}": self.configs[t] for t in sorted(self._new)}
         parts.update({f"f{t}": 1 for t in sorted(self._new_tops)})
+        parts.update({f"o{i}": list(self.log[i]) for i in range(self._logged, len(self.log))})
+        self._logged = len(self.log)
         self._new, self._new_tops = set(), set()
         models = {}
         for steps, model in self.models.items():
@@ -183,10 +276,13 @@ class RungModel:
         (``parts``, the algorithm's: keys of other prefixes are ignored)."""
         whole = "configs" in state
         entries: dict[str, dict[int, Any]] = {}
+        log: dict[int, Any] = {}
         if not whole:
             self.configs, self.tops = {}, set()
             for key, part in (parts or {}).items():
-                if key[0] == "c" and part is not None:
+                if key[0] == "o" and part is not None:
+                    log[int(key[1:])] = part
+                elif key[0] == "c" and part is not None:
                     self.configs[int(key[1:])] = dict(part)
                 elif key[0] == "f" and part is not None:
                     self.tops.add(int(key[1:]))
@@ -196,6 +292,12 @@ class RungModel:
         else:
             self.configs = {int(t): dict(c) for t, c in state["configs"].items()}
             self.tops = {int(t) for t in state.get("tops", [])}
+            log = dict(enumerate(state.get("log", [])))
+        self.log = [(int(o[0]), int(o[1]), float(o[2]), bool(o[3])) for _, o in sorted(log.items())]
+        self.results = {}
+        for trial_id, rung, value, _ in self.log:
+            self.results.setdefault(rung, {})[trial_id] = value
+        self._logged = 0
         self.models = {}
         for steps, saved in state["models"].items():
             model_state = saved if whole else {**saved, "entries": entries.get(steps, {})}
@@ -210,14 +312,26 @@ class RungModel:
 
 def build_rung_model(sampler: Any, options: Mapping[str, Any] | None, space: SearchSpace,
                      seed: int, min_points: int | None, random_fraction: Any,
-                     feature: str, fit: Any = "largest") -> RungModel | None:
+                     feature: str, fit: Any = "largest", agreement: Any = None
+                     ) -> RungModel | None:
     """The rung model a multi-fidelity algorithm's ``sampler`` option asks for (None: none).
     ``min_points`` defaults to the number of searched parameters + 1 (BOHB's choice);
-    ``fit``: ``"largest"`` or ``"all"`` (module doc)."""
+    ``fit``: ``"largest"`` or ``"all"``; ``agreement``: None (off), a Kendall tau threshold in
+    [-1, 1] (``fit: all`` only) or ``"auto"``: ``AGREEMENT_DEFAULT`` with ``fit: all``, else
+    off (module doc)."""
     from hypersack.core.algorithms.optuna_model import parse_sampler
     from hypersack.core.space import Constant
     if fit not in FITS:
         raise ConfigError("algorithm.fit", fit, f"must be one of {list(FITS)}")
+    if agreement == "auto":
+        agreement = AGREEMENT_DEFAULT if fit == "all" else None
+    if agreement is not None:
+        if fit != "all":
+            raise ConfigError("algorithm.agreement", agreement, "needs fit: all")
+        if isinstance(agreement, bool) or not isinstance(agreement, (int, float)) \
+                or not -1.0 <= float(agreement) <= 1.0:
+            raise ConfigError("algorithm.agreement", agreement, "must be a number in [-1, 1]")
+        agreement = float(agreement)
     if sampler is None:
         return None
     fraction = check_probability("algorithm.random_fraction", random_fraction)
@@ -225,4 +339,4 @@ def build_rung_model(sampler: Any, options: Mapping[str, Any] | None, space: Sea
     points = check_integer("algorithm.min_points_in_model",
                            searched + 1 if min_points is None else min_points, low=1, high=INT53)
     return RungModel(parse_sampler(sampler, options), space, seed, points,
-                     fraction, feature, fit)
+                     fraction, feature, fit, agreement)

@@ -43,10 +43,11 @@ def _bohb_gp():
 # is used after the kill): each GP fit costs tens of ms, and the run after a later kill refits.
 @pytest.mark.parametrize("build, kill_at", [
     (lambda: asha(), 30), (lambda: asha({"type": "RandomSampler"}), 30),
-    (lambda: asha(mode="stop"), 30), (lambda: hyperband(), 30),
+    (lambda: asha(mode="stop"), 30), (lambda: asha(agreement=None), 30),
+    (lambda: hyperband(), 30),
     (lambda: hyperband("CmaEsSampler"), 30),
     pytest.param(_bohb_gp, 12, marks=pytest.mark.slow),
-], ids=["asha-tpe", "asha-random", "asha-stop-tpe", "hyperband-qmc", "hyperband-cmaes", "bohb-gp"])
+], ids=["asha-tpe", "asha-random", "asha-stop-tpe", "asha-tpe-no-agreement", "hyperband-qmc", "hyperband-cmaes", "bohb-gp"])
 def test_a_killed_driver_resumes_the_same_run(build, kill_at):
     whole = Driver(build(), curve, max_steps=9, devices=3).run()
     killed = Driver(build(), curve, max_steps=9, devices=3, kill_at=kill_at, rebuild=build).run()
@@ -204,3 +205,184 @@ def test_bohb_fits_on_the_top_fidelity_once_it_has_enough_results():
     model = done.alg._rung_model
     assert model.counts[9] == 1 + 1 + 3                 # the last rung of each bracket (9: 1, 1, 3)
     assert done.alg.model_rung() == 9 and len(model.tops) == 5
+
+
+# ---- agreement: a rung that ranks trials unlike the higher rungs is left out (issue 41) -------
+
+def test_kendall_tau_counts_concordant_minus_discordant_pairs():
+    from hypersack.core.algorithms.rung_model import kendall_tau
+    assert kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
+    assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+    assert kendall_tau([1.0], [2.0]) == 0.0
+    with pytest.raises(ValueError):
+        kendall_tau([1, 2], [1])
+
+
+def _rungs(**by_rung):
+    """steps -> {trial: value} from r<steps>=[values of trials 0, 1, ...]."""
+    return {int(k[1:]): dict(enumerate(v)) for k, v in by_rung.items()}
+
+
+UP = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]            # 6 trials (AGREEMENT_PAIRS) in the same order
+DOWN = UP[::-1]
+
+
+def test_the_cutoff_lies_above_the_highest_rung_that_disagrees():
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff
+    assert agreeing_cutoff(_rungs(r1=UP, r3=UP, r9=UP), 0.3) == 0          # all agree
+    assert agreeing_cutoff(_rungs(r1=DOWN, r3=UP, r9=UP), 0.3) == 3
+    assert agreeing_cutoff(_rungs(r1=DOWN, r3=DOWN, r9=UP), 0.3) == 9
+    # rung 3 disagrees, rung 1 agrees with the top: still nothing below rung 9
+    assert agreeing_cutoff(_rungs(r1=UP, r3=DOWN, r9=UP, r27=UP), 0.3) == 9
+    assert agreeing_cutoff({1: dict(enumerate(UP)), 3: {}}, 0.3) == 0        # an empty rung
+
+
+def test_a_rung_is_judged_by_the_nearest_higher_rung_sharing_enough_trials():
+    """Rung 3 shares 5 trials with rung 1 (too few): rung 9, reversing rung 1's ranking of 6,
+    judges rung 1. With 5 enough, rung 3 (ranking as rung 1) judges it, and rung 9 judges rung
+    3."""
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff
+    rungs = {1: dict(enumerate(DOWN)), 3: dict(enumerate(DOWN[:5])), 9: dict(enumerate(UP))}
+    assert agreeing_cutoff(rungs, 0.3) == 3
+    assert agreeing_cutoff(rungs, 0.3, min_pairs=5) == 9
+
+
+def test_a_rung_that_agrees_with_the_next_rung_is_not_judged_by_the_elite_above():
+    """Rung 1 ranks the 14 trials of rung 3 as it does (tau 61/91) but the 6 elite trials that
+    reached rung 9 in reverse: the widest sample, rung 3's, judges it: it agrees."""
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff
+    ranks = [float(v) for v in range(14)]
+    rungs = {1: dict(enumerate(DOWN + ranks[6:])), 3: dict(enumerate(ranks)),
+             9: dict(enumerate(UP))}
+    assert agreeing_cutoff(rungs, 0.3) == 0
+
+
+def test_a_rung_that_agrees_with_the_top_but_not_with_a_rung_between_disagrees():
+    """Rung 1 ranks the top's 6 trials as the top does but the 8 others at rung 3 in reverse
+    (tau -61/91): one disagreement is enough."""
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff, kendall_tau
+    ranks = [float(v) for v in range(14)]
+    low = UP + [-1.0 - k for k in range(8)]
+    rungs = {1: dict(enumerate(low)), 3: dict(enumerate(ranks)), 9: dict(enumerate(UP))}
+    assert kendall_tau(low, ranks) < 0.3
+    assert agreeing_cutoff(rungs, 0.3) == 3
+
+
+def test_the_threshold_less_one_standard_error_is_inclusive_and_decides():
+    import math
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff, kendall_tau, tau_error
+    assert tau_error(6) == pytest.approx(math.sqrt(34 / 270)) and tau_error(1) == math.inf
+    swapped = [1.0, 0.0, 2.0, 3.0, 4.0, 5.0]             # one discordant pair of 15
+    tau = kendall_tau(swapped, UP)
+    assert tau == pytest.approx(13 / 15)
+    rungs = _rungs(r1=swapped, r3=UP)
+    bound = tau + tau_error(6)
+    assert agreeing_cutoff(rungs, bound) == 0            # tau + error == threshold: agrees
+    assert agreeing_cutoff(rungs, bound + 1e-9) == 3
+    assert agreeing_cutoff(rungs, 0.3) == 0 and agreeing_cutoff(rungs, 1.3) == 3
+
+
+def test_a_few_near_tied_trials_do_not_condemn_a_rung():
+    """7 trials at a high rung ranked with tau 5/21 (0.24) by rung 1: below a threshold of 0.3
+    but within one standard error (0.32) of it: rung 1 still agrees. 20 trials as far apart
+    (tau -0.05) condemn it."""
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff, kendall_tau
+    order = [0.0, 1.0, 4.0, 6.0, 5.0, 3.0, 2.0]
+    assert kendall_tau(order, sorted(order)) == pytest.approx(5 / 21)
+    assert agreeing_cutoff({1: dict(enumerate(order)), 81: dict(enumerate(sorted(order)))},
+                           0.3) == 0
+    many = [float(k) for k in range(10, 20)] + [float(k) for k in range(10)]
+    assert kendall_tau(many, sorted(many)) == pytest.approx(-10 / 190)
+    assert agreeing_cutoff({1: dict(enumerate(many)), 81: dict(enumerate(sorted(many)))},
+                           0.3) == 81
+
+
+def _fed_misleading(agreement):
+    """Rung 1 ranks trials in reverse of the top fidelity (9 steps): 8 trials spread over [0, 0.9]
+    reach the top, the best there near x = 0.1; 12 more stop at rung 1, the best there near
+    x = 0.9."""
+    from hypersack.core.algorithms.rung_model import build_rung_model
+    model = build_rung_model("TPESampler", {"n_startup_trials": 0}, LINE, 7, 4, 0.0, "test",
+                             "all", agreement)
+    for t in range(20):
+        x = 0.02 + 0.12 * t if t < 8 else 0.88 + 0.005 * (t - 8)
+        model.pin(t, {"x": x})
+        model.observe(t, 1, 10.0 + abs(x - 0.1))         # larger is better: rung 1 likes x = 0.9
+        if t < 8:
+            model.observe_top(t, 9, -abs(x - 0.1))       # the top likes x = 0.1
+    return model
+
+
+def test_agreement_leaves_a_misleading_rung_out_of_the_model():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    plain, agreeing = _fed_misleading(None), _fed_misleading(0.3)
+    assert agreeing.model_steps() == 9                   # the model of the top alone
+    assert 9 not in agreeing.models                      # built when first asked
+    agreeing.propose(100, rng, False)
+    assert sorted(agreeing.models) == [0, 9]
+    fed = [e["s"] for e in agreeing.models[9].trials() if e["s"] != "F"]   # F: its ask
+    assert fed == ["C"] * 8                              # the top results, no rung-1 result
+    assert len(plain.models[0].trials()) == 28           # without agreement: every result
+    assert _fed_misleading(-1.0).model_steps() == 0      # a threshold of -1 keeps every rung
+
+
+def test_agreement_waits_for_enough_results_above_the_cutoff():
+    import numpy as np
+    model = _fed_misleading(0.3)
+    model.min_points = 9                                 # 8 top results: not enough
+    assert model.model_steps() is None
+    assert 9 not in model.models
+    model.propose(100, np.random.default_rng(0), False)  # a random config, no model built
+    assert 9 not in model.models
+
+
+def test_agreement_state_resumes_from_its_parts():
+    """The observed results are parts; a model of a cutoff built after a resume holds what the
+    uninterrupted one holds, and proposes the same."""
+    import numpy as np
+    from hypersack.core.algorithms.rung_model import build_rung_model
+    whole = _fed_misleading(0.3)
+    head, parts = _fed_misleading(0.3).state_delta()
+    assert sum(k[0] == "o" for k in parts) == 28
+    again = build_rung_model("TPESampler", {"n_startup_trials": 0}, LINE, 7, 4, 0.0, "test",
+                             "all", 0.3)
+    again.load_state_dict(json.loads(json.dumps(head)), json.loads(json.dumps(parts)))
+    assert again.results == whole.results and again.log == whole.log
+    rng1, rng2 = np.random.default_rng(3), np.random.default_rng(3)
+    assert again.propose(50, rng1, False) == whole.propose(50, rng2, False)
+    assert again.models[9].trials() == whole.models[9].trials()
+    assert again.state_dict() == whole.state_dict()
+
+
+def test_agreement_is_checked():
+    for bad in (2.0, "high", True):
+        with pytest.raises(ConfigError, match="algorithm.agreement"):
+            asha(agreement=bad)
+    with pytest.raises(ConfigError, match="fit: all"):
+        asha(agreement=0.3, fit="largest")
+    assert asha(agreement=0.5)._rung_model.agreement == 0.5
+    assert asha()._rung_model.agreement == 0.3           # the default: "auto"
+    assert asha(fit="largest")._rung_model.agreement is None
+    assert asha(agreement=None)._rung_model.agreement is None
+
+
+def _misleading(config, step):
+    """Rung 1 and 3 rank x in reverse of the top (9 steps)."""
+    value = (config["x"] - 0.3) ** 2 + (0.0 if config["opt"] == "adam" else 0.2)
+    return value if step >= 9 else 2.0 - value
+
+
+@pytest.mark.parametrize("kill_at", [40, 150])
+def test_a_killed_driver_resumes_the_same_run_when_a_rung_is_left_out(kill_at):
+    """Killed before the cutoff's model exists (it is built from the results restored as
+    parts; here after 45 results) or after (its journal is restored): the resumed run proposes
+    what the uninterrupted one does."""
+    build = lambda: asha(num_samples=60, min_points_in_model=3)  # noqa: E731
+    whole = Driver(build(), _misleading, max_steps=9, devices=3).run()
+    assert [k for k in whole.alg._rung_model.models if k > 0]    # a rung was left out
+    killed = Driver(build(), _misleading, max_steps=9, devices=3, kill_at=kill_at,
+                    rebuild=build).run()
+    assert killed.log == whole.log
+    assert killed.alg.state_dict() == whole.alg.state_dict()
