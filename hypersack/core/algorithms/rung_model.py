@@ -54,7 +54,7 @@ import numpy as np
 from hypersack.core.algorithms.optuna_model import OptunaModel, SamplerSpec
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
-from hypersack.validation import INT53, check_integer, check_probability
+from hypersack.validation import INT53, check_integer, check_number, check_probability
 
 __all__ = ["RungModel", "FITS", "AGREEMENT_PAIRS", "AGREEMENT_DEFAULT", "kendall_tau", "tau_error", "agreeing_cutoff"]
 
@@ -328,10 +328,8 @@ def build_rung_model(sampler: Any, options: Mapping[str, Any] | None, space: Sea
     if agreement is not None:
         if fit != "all":
             raise ConfigError("algorithm.agreement", agreement, "needs fit: all")
-        if isinstance(agreement, bool) or not isinstance(agreement, (int, float)) \
-                or not -1.0 <= float(agreement) <= 1.0:
-            raise ConfigError("algorithm.agreement", agreement, "must be a number in [-1, 1]")
-        agreement = float(agreement)
+        agreement = check_number("algorithm.agreement", agreement, low=-1.0, high=1.0,
+                                 hint="(a Kendall tau; or auto, or null: off)")
     if sampler is None:
         return None
     fraction = check_probability("algorithm.random_fraction", random_fraction)
