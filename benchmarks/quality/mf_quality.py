@@ -13,7 +13,8 @@ worker), and each run is cut at ``--budget`` fidelity steps (one step = one repo
 * HyperSack: ``random``, ``tpe``, ``asha`` (its default ``mode: pause``, promotions, and
   ``mode: stop``, as Syne Tune's ASHA and Optuna's pruners stop trials), each also with
   ``sampler: tpe`` (and ``asha`` + ``tpe`` with ``agreement: null``, its default before issue
-  41's agreement), ``hyperband``, ``bohb`` (min_t 1, max_t 100, reduction factor 3), each the real algorithm, controller and loop in the
+  41's agreement; and with ``skip_disagreeing`` 0.3 and 0.0, ``-skip`` and ``-skip0``: ASHA
+  does not decide at rungs that disagree, off by default), ``hyperband``, ``bohb`` (min_t 1, max_t 100, reduction factor 3), each the real algorithm, controller and loop in the
   simulator (``hypersack.sim``, a function scenario, 1 simulated device, 1 simulated second per
   step): the same decision code as a real study, without worker processes.
   ``hyperband``/``bohb`` get ``repeat`` large enough to use the budget.
@@ -56,6 +57,8 @@ HYPERSACK = {
     "hypersack-asha": {"type": "asha", **MF},
     "hypersack-asha+tpe": {"type": "asha", **MF, "sampler": "tpe"},
     "hypersack-asha+tpe-no-agreement": {"type": "asha", **MF, "sampler": "tpe", "agreement": None},
+    "hypersack-asha+tpe-skip": {"type": "asha", **MF, "sampler": "tpe", "skip_disagreeing": 0.3},
+    "hypersack-asha+tpe-skip0": {"type": "asha", **MF, "sampler": "tpe", "skip_disagreeing": 0.0},
     "hypersack-asha-stop": {"type": "asha", **MF, "mode": "stop"},
     "hypersack-asha-stop+tpe": {"type": "asha", **MF, "mode": "stop", "sampler": "tpe"},
     "hypersack-hyperband": {"type": "hyperband", **MF},

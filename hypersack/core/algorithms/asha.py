@@ -105,7 +105,14 @@ class ASHA(Algorithm):
     ranks pruned and complete trials (``rung_model``); ``fit: largest``: BOHB's model of the
     largest rung with enough results. ``agreement`` (``fit: all``; default ``"auto"``: 0.3;
     None: off): the model learns only from the rungs whose Kendall tau with every higher rung
-    is at least that threshold, less one standard error (``rung_model``)."""
+    is at least that threshold, less one standard error (``rung_model``). ``skip_disagreeing``
+    (a Kendall tau threshold; needs a sampler with ``agreement``; default None: off): ASHA does
+    not decide at a milestone below :func:`~hypersack.core.algorithms.rung_model.agreeing_cutoff`
+    at that threshold either (Hyper-Tune's choice of fidelities): a trial reaching it goes on
+    whatever its rank, and no paused trial is promoted from it, so the effective ``min_t`` rises
+    to the lowest rung that agrees with the higher ones. The cutoff is a function of the results
+    stored so far (``RungModel.cutoff``), so a resume decides the same. Off by default: it did
+    not meet issue 41's bar (``benchmarks/RESULTS.md``, section ``skiprung``)."""
 
     _feature = "ASHA with a sampler"
     ranks_by_one_metric = True
@@ -115,12 +122,13 @@ class ASHA(Algorithm):
                  num_samples: int | None = None, sampler: Any = None,
                  options: Mapping[str, Any] | None = None, min_points_in_model: int | None = None,
                  random_fraction: float = 0.0, fit: str = "all",
-                 agreement: float | str | None = "auto"):
+                 agreement: float | str | None = "auto", skip_disagreeing: float | None = None):
         refuse_several_objectives(objective, type(self).__name__)
         super().__init__(space, objective, seed)
         self._rung_model = build_rung_model(sampler, options, space, seed, min_points_in_model,
                                             random_fraction, self._feature, fit,
                                             agreement)
+        self.skip_disagreeing = self._check_skip(skip_disagreeing)
         self.min_t, self.max_t = check_horizon(min_t, max_t)
         self.rf = check_integer("algorithm.reduction_factor", reduction_factor, low=2, high=INT53)
         if mode not in MODES:
@@ -183,7 +191,7 @@ class ASHA(Algorithm):
         while entry[0] < len(self.milestones) and step >= self.milestones[entry[0]]:
             self._dirty.add(trial_id)            # a report between milestones changes nothing
             rung = self._rungs[entry[0]]
-            passes = self._passes(trial_id, rung, value)
+            passes = self._skipped(entry[0]) or self._passes(trial_id, rung, value)
             if self._rung_model is not None and trial_id not in rung.values:
                 self._rung_model.observe(trial_id, self.milestones[entry[0]], value)
             rung.add(trial_id, value)
@@ -203,6 +211,26 @@ class ASHA(Algorithm):
         if entry[1] == DONE or entry[0] >= len(self.milestones):
             return NO_DECISION
         return int(self.milestones[entry[0]])
+
+    def _check_skip(self, threshold: Any) -> float | None:
+        """``skip_disagreeing``: None, or a number in [-1, 1] with a sampler and agreement."""
+        if threshold is None:
+            return None
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+                or not -1.0 <= float(threshold) <= 1.0:
+            raise ConfigError("algorithm.skip_disagreeing", threshold,
+                              "must be null or a number in [-1, 1]")
+        if self._rung_model is None or self._rung_model.agreement is None:
+            raise ConfigError("algorithm.skip_disagreeing", threshold,
+                              "needs a sampler with agreement on")
+        return float(threshold)
+
+    def _skipped(self, index: int) -> bool:
+        """Whether ASHA leaves the decision at milestone ``index`` out: ``skip_disagreeing``
+        set and the milestone below the agreeing cutoff at that threshold."""
+        model = self._rung_model
+        return (self.skip_disagreeing is not None and model is not None
+                and self.milestones[index] < model.cutoff(self.skip_disagreeing))
 
     def _passes(self, trial_id: int, rung: Rung, value: float) -> bool:
         """Whether a trial arriving at ``rung`` with ``value`` goes on (not yet recorded)."""
@@ -239,7 +267,7 @@ class ASHA(Algorithm):
         for index in reversed(range(len(self._rungs))):
             rung = self._rungs[index]
             best = rung.best_paused()       # if the best paused one is not in the top, none is
-            if best is not None and rung.rank(best, rung.values[best]) < len(rung) // self.rf:
+            if best is not None and not self._skipped(index) and rung.rank(best, rung.values[best]) < len(rung) // self.rf:
                 return best, index
         return self._end_game()
 

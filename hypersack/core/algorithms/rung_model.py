@@ -128,6 +128,7 @@ class RungModel:
         self._new: set[int] = set()                   # trials whose config is not yet in a delta
         self._runner: Any = None
         self._wait_s = 0.0
+        self._cutoffs: dict[float, tuple[int, int]] = {}   # threshold -> (log length, cutoff)
         self._model(0)                                # fails fast on a bad sampler or options
 
     def _model(self, steps: int) -> OptunaModel:
@@ -148,13 +149,26 @@ class RungModel:
         with ``fit: all``, the largest rung with a result once the model is ready; with
         ``agreement``, the key of the cutoff's model (module doc) once it has enough results."""
         if self.agreement is not None:
-            cutoff = agreeing_cutoff(self.results, self.agreement)
+            cutoff = self.cutoff()
             held = sum(len(r) for s, r in self.results.items() if s >= cutoff)
             return cutoff if held >= self.min_points else None
         if self.fit == "all":
             return max(self.counts) if sum(self.counts.values()) >= self.min_points else None
         ready = [steps for steps, n in self.counts.items() if n >= self.min_points]
         return max(ready) if ready else None
+
+    def cutoff(self, threshold: float | None = None) -> int:
+        """:func:`agreeing_cutoff` of the results observed so far at ``threshold`` (None: the
+        ``agreement`` threshold; 0 without ``agreement``): a function of the stored results
+        alone (cached per length of the log and threshold)."""
+        if self.agreement is None:
+            return 0
+        threshold = self.agreement if threshold is None else threshold
+        cached = self._cutoffs.get(threshold)
+        if cached is None or cached[0] != len(self.log):
+            cached = self._cutoffs[threshold] = (
+                len(self.log), agreeing_cutoff(self.results, threshold))
+        return cached[1]
 
     def _key(self, steps: int) -> int:
         """The model that proposes from (and is fed) the rung of ``steps`` (with
@@ -298,6 +312,7 @@ class RungModel:
         for trial_id, rung, value, _ in self.log:
             self.results.setdefault(rung, {})[trial_id] = value
         self._logged = 0
+        self._cutoffs = {}
         self.models = {}
         for steps, saved in state["models"].items():
             model_state = saved if whole else {**saved, "entries": entries.get(steps, {})}

@@ -386,3 +386,79 @@ def test_a_killed_driver_resumes_the_same_run_when_a_rung_is_left_out(kill_at):
                     rebuild=build).run()
     assert killed.log == whole.log
     assert killed.alg.state_dict() == whole.alg.state_dict()
+
+
+# ---- skip_disagreeing: ASHA does not decide at a rung that disagrees (issue 41) --------------
+
+def _skipping(skip, **kw):
+    """ASHA (milestones 1 and 3, top 9) whose rung 1 ranks 8 trials in reverse of rung 3: the
+    agreeing cutoff is 3. Trials 0-7 were resumed past rung 1 by hand (the test's setup)."""
+    alg = asha(num_samples=100, skip_disagreeing=skip, **kw)
+    for t in range(8):
+        alg.suggest(t)
+        alg._put(t, 1, "RUNNING")
+        alg._rungs[0].add(t, float(t))
+        alg._rung_model.observe(t, 1, float(t))           # larger is better: rung 1 likes t = 7
+        alg._rung_model.observe(t, 3, float(-t))          # rung 3 likes t = 0
+    return alg
+
+
+def test_a_rung_below_the_cutoff_decides_nothing():
+    """A trial ranking last at rung 1 goes on when rung 1 disagrees with rung 3 (cutoff 3);
+    without the option, or with a threshold rung 1 passes (-1), it is paused."""
+    for skip, expected in ((0.3, Decision.CONTINUE), (None, Decision.PAUSE),
+                           (-1.0, Decision.PAUSE)):
+        alg = _skipping(skip)
+        assert alg._rung_model.cutoff(0.3) == 3 and alg._rung_model.cutoff(-1.0) == 0
+        alg.suggest(8)
+        assert alg.on_result(8, 1, {"loss": 100.0}) == expected, skip
+        assert alg._rungs[0].values[8] == -100.0           # the result is recorded either way
+    alg = _skipping(0.3)
+    alg.suggest(8)
+    alg.on_result(8, 1, {"loss": 100.0})
+    assert alg.on_result(8, 3, {"loss": 100.0}) == Decision.PAUSE   # rung 3 still decides
+
+
+def test_no_paused_trial_is_promoted_from_a_rung_below_the_cutoff():
+    for skip, promoted in ((0.3, None), (None, 8)):
+        alg = _skipping(skip)
+        alg.suggest(8)
+        alg._put(8, 0, "PAUSED")
+        alg._rungs[0].add(8, 50.0)                        # the best at rung 1: promotable
+        alg._rungs[0].pause(8)
+        assert alg.promote() == promoted, skip
+
+
+def test_the_cutoff_follows_the_results_as_they_arrive():
+    alg = _skipping(0.3)
+    model = alg._rung_model
+    assert model.cutoff(0.3) == 3
+    for t in range(8, 40):                                # rung 1 now agrees with rung 3
+        model.pin(t, {"x": 0.5, "opt": "adam", "epochs": 9})
+        model.observe(t, 1, float(t))
+        model.observe(t, 3, float(t))
+    assert model.cutoff(0.3) == 0
+
+
+def test_skip_disagreeing_is_checked():
+    for bad in (2.0, "yes", True):
+        with pytest.raises(ConfigError, match="algorithm.skip_disagreeing"):
+            asha(skip_disagreeing=bad)
+    with pytest.raises(ConfigError, match="agreement on"):
+        asha(skip_disagreeing=0.3, agreement=None)
+    with pytest.raises(ConfigError, match="agreement on"):
+        make_algorithm({"type": "asha", "skip_disagreeing": 0.3}, SPACE, OBJ)
+    assert asha().skip_disagreeing is None                # off by default
+
+
+@pytest.mark.parametrize("kill_at", [40, 150])
+def test_a_killed_driver_resumes_the_same_run_when_asha_skips_a_rung(kill_at):
+    build = lambda: asha(num_samples=60, min_points_in_model=3, skip_disagreeing=0.3)  # noqa: E731
+    whole = Driver(build(), _misleading, max_steps=9, devices=3).run()
+    plain = Driver(asha(num_samples=60, min_points_in_model=3), _misleading, max_steps=9,
+                   devices=3).run()
+    assert whole.log != plain.log                                # a rung was skipped
+    killed = Driver(build(), _misleading, max_steps=9, devices=3, kill_at=kill_at,
+                    rebuild=build).run()
+    assert killed.log == whole.log
+    assert killed.alg.state_dict() == whole.alg.state_dict()
