@@ -35,7 +35,7 @@ from hypersack.core.algorithms.sha import (DONE, PAUSED, RUNNING, check_horizon,
 from hypersack.core.objective import Objective
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
-from hypersack.validation import INT53, check_integer
+from hypersack.validation import INT53, check_integer, check_number
 
 __all__ = ["ASHA", "geometric_milestones"]
 
@@ -216,14 +216,12 @@ class ASHA(Algorithm):
         """``skip_disagreeing``: None, or a number in [-1, 1] with a sampler and agreement."""
         if threshold is None:
             return None
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-                or not -1.0 <= float(threshold) <= 1.0:
-            raise ConfigError("algorithm.skip_disagreeing", threshold,
-                              "must be null or a number in [-1, 1]")
+        value = check_number("algorithm.skip_disagreeing", threshold, low=-1.0, high=1.0,
+                             hint="(a Kendall tau; or null: off)")
         if self._rung_model is None or self._rung_model.agreement is None:
             raise ConfigError("algorithm.skip_disagreeing", threshold,
                               "needs a sampler with agreement on")
-        return float(threshold)
+        return value
 
     def _skipped(self, index: int) -> bool:
         """Whether ASHA leaves the decision at milestone ``index`` out: ``skip_disagreeing``
