@@ -251,6 +251,8 @@ class OptunaModel:
         self._number: dict[int, int] = {}          # HyperSack trial -> Optuna trial number
         self._study_attrs: dict[str, Any] = {}
         self._queue: list[list[Any]] = []             # results waiting while an ask runs
+        self._queue_stored = 0                     # queue entries ``delta`` handed out as parts
+        self._queue_drained = False                # the queue was emptied since ``delta``
         self._inflight: int | None = None          # trial whose proposal is being computed
         self._keep = True                          # keep the asked trial (else: fail it)
         self._future: Any = None
@@ -352,6 +354,7 @@ class OptunaModel:
         if study_attrs != self._study_attrs:
             self._study_attrs = dict(study_attrs)
         queued, self._queue = self._queue, []
+        self._queue_drained = True
         for op in queued:
             self._apply(op)
         constants = self._constants
@@ -469,14 +472,23 @@ class OptunaModel:
                 "keep": self._keep}
 
     def delta(self, prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``state_dict()`` in parts: the head (the journal's length ``n`` and the rest)
-        and the journal entries changed since the previous call, keyed ``<prefix><index>``
-        (``load_state_dict`` takes the head with ``entries``: index -> entry)."""
+        """``state_dict()`` in parts: the head (the journal's length ``n``, the queue's
+        ``queued`` and the rest) and what changed since the previous call: journal entries
+        keyed ``<prefix><index>``, queued results keyed ``<prefix>q<index>`` (each written
+        once; once the queue is emptied, its parts are rewritten from 0 and the rest removed:
+        a queue that grows while an ask waits is never rewritten whole at each commit).
+        ``load_state_dict`` takes the head with ``entries`` (index -> entry) and ``queued``'s
+        entries as ``queue_entries`` (index -> result)."""
         head = {"n": len(self._journal), "study_attrs": dict(self._study_attrs),
-                "queue": [list(op) for op in self._queue], "inflight": self._inflight,
-                "keep": self._keep}
-        parts = {f"{prefix}{i}": self._journal[i] for i in sorted(self._changed)}
+                "queued": len(self._queue), "inflight": self._inflight, "keep": self._keep}
+        parts: dict[str, Any] = {f"{prefix}{i}": self._journal[i] for i in sorted(self._changed)}
         self._changed = set()
+        first, stored = (0, self._queue_stored) if self._queue_drained else \
+            (self._queue_stored, 0)
+        parts.update({f"{prefix}q{i}": list(self._queue[i])
+                      for i in range(first, len(self._queue))})
+        parts.update({f"{prefix}q{i}": None for i in range(len(self._queue), stored)})
+        self._queue_stored, self._queue_drained = len(self._queue), False
         return head, parts
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -491,7 +503,12 @@ class OptunaModel:
         self._changed = set(range(len(self._journal)))
         self._number = {int(e["t"]): i for i, e in enumerate(self._journal) if "t" in e}
         self._study_attrs = dict(state.get("study_attrs", {}))
-        self._queue = [list(op) for op in state.get("queue", [])]
+        if "queued" in state:
+            queued = state.get("queue_entries", {})
+            self._queue = [list(queued[i]) for i in range(int(state["queued"]))]
+        else:
+            self._queue = [list(op) for op in state.get("queue", [])]
+        self._queue_stored, self._queue_drained = 0, True     # every queued part is due again
         self._inflight = state.get("inflight")
         self._keep = bool(state.get("keep", True))
         self._future, self._study, self._synced = None, None, 0

@@ -72,8 +72,10 @@ def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
     if n < 2:
         return 0.0
     x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
-    signs = np.sign(x[:, None] - x[None, :]) * np.sign(y[:, None] - y[None, :])
-    return float(signs.sum() / (n * (n - 1)))
+    # the signs of every pair's differences as int8 (a quarter of float64's memory traffic)
+    dx = np.greater.outer(x, x).view(np.int8) - np.less.outer(x, x).view(np.int8)
+    dy = np.greater.outer(y, y).view(np.int8) - np.less.outer(y, y).view(np.int8)
+    return float(int(np.einsum("ij,ij->", dx, dy, dtype=np.int64)) / (n * (n - 1)))
 
 
 def tau_error(n: int) -> float:
@@ -82,8 +84,13 @@ def tau_error(n: int) -> float:
     return math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1))) if n >= 2 else math.inf
 
 
+#: (low steps, high steps) -> (shared trials, their values at low, at high, tau): what
+#: ``agreeing_cutoff`` last computed for a pair of rungs, reused while those are unchanged
+TauCache = dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...], float]]
+
+
 def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float,
-                    min_pairs: int = AGREEMENT_PAIRS) -> int:
+                    min_pairs: int = AGREEMENT_PAIRS, taus: TauCache | None = None) -> int:
     """The lowest rung (its steps) a model should learn from: no rung from it up disagrees.
     ``results``: steps -> {trial: value}, the top fidelity included as a rung. A rung is judged
     by the nearest higher rung that shares at least ``min_pairs`` trials with it (the widest
@@ -91,7 +98,10 @@ def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float
     ranks); it disagrees when the Kendall tau of their values over those n trials is below
     ``threshold`` by more than its standard error (:func:`tau_error`); with no such rung it
     counts as agreeing (not yet known). Returns 0 when no rung disagrees (learn from all), else
-    the steps of the rung above the highest disagreeing one. Pure and deterministic."""
+    the steps of the rung above the highest disagreeing one. Pure and deterministic; ``taus``
+    (optional, updated) keeps each pair's tau and reuses it while the pair's shared trials and
+    their values are the same (a new trial at a low rung is not in a higher one: most calls
+    then compare values instead of ranking every pair of trials)."""
     rungs = sorted(s for s, r in results.items() if r)
     cutoff = 0
     for i, low in enumerate(rungs):
@@ -99,12 +109,24 @@ def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float
             shared = sorted(set(results[low]) & set(results[high]))
             if len(shared) < min_pairs:
                 continue
-            tau = kendall_tau([results[low][t] for t in shared],
-                              [results[high][t] for t in shared])
+            tau = _pair_tau(results, low, high, tuple(shared), taus)
             if tau + tau_error(len(shared)) < threshold:
                 cutoff = rungs[i + 1]
             break
     return cutoff
+
+
+def _pair_tau(results: Mapping[int, Mapping[int, float]], low: int, high: int,
+              shared: tuple[int, ...], taus: TauCache | None) -> float:
+    xs = tuple(results[low][t] for t in shared)
+    ys = tuple(results[high][t] for t in shared)
+    kept = None if taus is None else taus.get((low, high))
+    if kept is not None and kept[0] == shared and kept[1] == xs and kept[2] == ys:
+        return kept[3]
+    tau = kendall_tau(xs, ys)
+    if taus is not None:
+        taus[(low, high)] = (shared, xs, ys, tau)
+    return tau
 
 
 class RungModel:
@@ -129,6 +151,7 @@ class RungModel:
         self._runner: Any = None
         self._wait_s = 0.0
         self._cutoffs: dict[float, tuple[int, int]] = {}   # threshold -> (log length, cutoff)
+        self._taus: TauCache = {}                     # agreeing_cutoff's pairs (a cache only)
         self._model(0)                                # fails fast on a bad sampler or options
 
     def _model(self, steps: int) -> OptunaModel:
@@ -167,7 +190,7 @@ class RungModel:
         cached = self._cutoffs.get(threshold)
         if cached is None or cached[0] != len(self.log):
             cached = self._cutoffs[threshold] = (
-                len(self.log), agreeing_cutoff(self.results, threshold))
+                len(self.log), agreeing_cutoff(self.results, threshold, taus=self._taus))
         return cached[1]
 
     def _key(self, steps: int) -> int:
@@ -290,6 +313,7 @@ class RungModel:
         (``parts``, the algorithm's: keys of other prefixes are ignored)."""
         whole = "configs" in state
         entries: dict[str, dict[int, Any]] = {}
+        queued: dict[str, dict[int, Any]] = {}
         log: dict[int, Any] = {}
         if not whole:
             self.configs, self.tops = {}, set()
@@ -302,7 +326,10 @@ class RungModel:
                     self.tops.add(int(key[1:]))
                 elif key[0] == "j" and part is not None:
                     steps, index = key[1:].split(".")
-                    entries.setdefault(steps, {})[int(index)] = part
+                    if index[0] == "q":           # a queued result (OptunaModel.delta)
+                        queued.setdefault(steps, {})[int(index[1:])] = part
+                    else:
+                        entries.setdefault(steps, {})[int(index)] = part
         else:
             self.configs = {int(t): dict(c) for t, c in state["configs"].items()}
             self.tops = {int(t) for t in state.get("tops", [])}
@@ -315,7 +342,8 @@ class RungModel:
         self._cutoffs = {}
         self.models = {}
         for steps, saved in state["models"].items():
-            model_state = saved if whole else {**saved, "entries": entries.get(steps, {})}
+            model_state = saved if whole else {**saved, "entries": entries.get(steps, {}),
+                                               "queue_entries": queued.get(steps, {})}
             self._model(int(steps)).load_state_dict(model_state)
         self.counts = {int(s): int(n) for s, n in state["counts"].items()}
         plan, ahead = state.get("plan"), state.get("ahead")

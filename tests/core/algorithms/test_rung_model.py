@@ -229,6 +229,7 @@ DOWN = UP[::-1]
 
 
 def test_the_cutoff_lies_above_the_highest_rung_that_disagrees():
+    import numpy as np
     from hypersack.core.algorithms.rung_model import agreeing_cutoff
     assert agreeing_cutoff(_rungs(r1=UP, r3=UP, r9=UP), 0.3) == 0          # all agree
     assert agreeing_cutoff(_rungs(r1=DOWN, r3=UP, r9=UP), 0.3) == 3
@@ -242,6 +243,7 @@ def test_a_rung_is_judged_by_the_nearest_higher_rung_sharing_enough_trials():
     """Rung 3 shares 5 trials with rung 1 (too few): rung 9, reversing rung 1's ranking of 6,
     judges rung 1. With 5 enough, rung 3 (ranking as rung 1) judges it, and rung 9 judges rung
     3."""
+    import numpy as np
     from hypersack.core.algorithms.rung_model import agreeing_cutoff
     rungs = {1: dict(enumerate(DOWN)), 3: dict(enumerate(DOWN[:5])), 9: dict(enumerate(UP))}
     assert agreeing_cutoff(rungs, 0.3) == 3
@@ -251,6 +253,7 @@ def test_a_rung_is_judged_by_the_nearest_higher_rung_sharing_enough_trials():
 def test_a_rung_that_agrees_with_the_next_rung_is_not_judged_by_the_elite_above():
     """Rung 1 ranks the 14 trials of rung 3 as it does (tau 61/91) but the 6 elite trials that
     reached rung 9 in reverse: the widest sample, rung 3's, judges it: it agrees."""
+    import numpy as np
     from hypersack.core.algorithms.rung_model import agreeing_cutoff
     ranks = [float(v) for v in range(14)]
     rungs = {1: dict(enumerate(DOWN + ranks[6:])), 3: dict(enumerate(ranks)),
@@ -462,3 +465,58 @@ def test_a_killed_driver_resumes_the_same_run_when_asha_skips_a_rung(kill_at):
                     rebuild=build).run()
     assert killed.log == whole.log
     assert killed.alg.state_dict() == whole.alg.state_dict()
+
+
+def test_agreeing_cutoff_with_its_tau_cache_equals_the_cutoff_computed_afresh():
+    """The cache of pair taus changes no cutoff: results arrive at every rung, some values of
+    a trial are overwritten, and each call with the kept cache equals a call without one."""
+    import numpy as np
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff
+    rng = np.random.default_rng(5)
+    results: dict[int, dict[int, float]] = {}
+    taus: dict = {}
+    hits = 0
+    for step in range(600):
+        trial = int(rng.integers(80))
+        rung = [1, 3, 9, 27][min(3, int(rng.integers(trial % 4 + 1)))]
+        value = float(rng.normal()) if rung > 3 else float(trial % 7 + rng.normal() * 0.1)
+        results.setdefault(rung, {})[trial] = value
+        before = dict(taus)
+        for threshold in (0.3, 0.0, 0.9):
+            assert agreeing_cutoff(results, threshold, taus=taus) == \
+                agreeing_cutoff(results, threshold)
+        hits += bool(before) and before.keys() == taus.keys() and all(
+            before[k] is taus[k] for k in taus)
+    assert taus and hits > 50          # the cache was used, not rebuilt at every call
+
+
+def test_results_queued_behind_a_waiting_ask_are_stored_once_each_and_resume_exactly():
+    """While an ask waits on the runner, the model's results queue: each commit stores the new
+    ones as parts, never the whole queue in the head (which grew with every result, so each
+    commit cost more than the last), and a store's head and parts resume the same state,
+    before and after the queue drains."""
+    alg, runner = asha(min_points_in_model=4, mode="stop"), _Held()
+    alg.use_background(runner)
+    stored: dict = {}
+    heads = []
+
+    def commit():
+        delta = json.loads(json.dumps(alg.state_delta()))
+        stored.update(delta.pop("parts"))
+        heads.append(len(json.dumps(delta)))
+        again = asha(min_points_in_model=4, mode="stop")
+        again.load_state_dict({**delta, "parts": {k: v for k, v in stored.items()
+                                                  if v is not None}})
+        assert again.state_dict() == json.loads(json.dumps(alg.state_dict()))
+
+    for t in range(39):
+        alg.on_result(t, 1, {"loss": curve(alg.suggest(t).config, 1)})
+        commit()
+    assert runner.jobs and len(alg._rung_model.models[0]._queue) > 30    # all queued
+    assert max(heads[10:]) - min(heads[10:]) < 200     # the head does not grow with them
+    queued = [k for k, v in stored.items() if ".q" in k and v is not None]
+    assert len(queued) == len(alg._rung_model.models[0]._queue)
+    runner.release()
+    alg.suggest(39)                                    # collected: the queue drains
+    commit()
+    assert not [k for k, v in stored.items() if ".q" in k and v is not None]
