@@ -31,10 +31,11 @@ def test_fits_run_when_looked_at_within_their_share_of_the_time():
     assert first.done() and first.result() == 1.0         # nothing spent yet: it runs
     second = runner.submit(_fit(clock, 1.0))
     assert not second.done()                               # 1 s of fits in 1 s: over 25%
-    clock.now = 3.9
-    assert not second.done()
-    clock.now = 4.0                                        # 1 s in 4 s: 25%
+    clock.now = 7.9
+    assert not second.done()               # 1 s, and 1 s more (as long as the last), in 7.9 s
+    clock.now = 8.0                                        # 2 s in 8 s: 25%
     assert second.done() and runner.busy_s == pytest.approx(2.0)
+    assert runner.busy_s / clock.now <= 0.25               # within the share once it ran
 
 
 def test_a_fit_that_is_waited_for_runs_at_once_and_errors_reach_the_caller():

@@ -39,6 +39,8 @@ Without a runner (simulator, tests) the ask runs inline.
 """
 from __future__ import annotations
 
+import copy
+
 import inspect
 import math
 import warnings
@@ -50,7 +52,7 @@ from hypersack.errors import ConfigError, MissingDependencyError
 from hypersack.validation import check_mapping
 
 __all__ = ["OptunaModel", "SamplerSpec", "import_optuna", "distribution", "parse_sampler",
-           "sampler_names", "trial_sampler_seed", "REUSED"]
+           "sampler_names", "trial_sampler_seed", "journal_entries", "REUSED"]
 
 # Samplers whose per-instance caches are pure functions of the study: kept and reseeded.
 REUSED = frozenset({"TPESampler", "RandomSampler", "CmaEsSampler", "QMCSampler"})
@@ -80,6 +82,60 @@ def distribution(optuna: Any, domain: Domain) -> Any:
     if isinstance(domain, Categorical):
         return d.CategoricalDistribution(domain.choices)
     raise TypeError(domain)
+
+
+_STORAGES: dict[int, type] = {}
+
+
+def _journal_storage(optuna: Any) -> Any:
+    """A study's storage for a model: Optuna's in-memory storage, except that a trial the
+    model adds from its journal (``add_trial``: made for this study by ``_add``, referenced
+    nowhere else, never changed after) is kept as given, not deep-copied; a deep copy of its
+    params and distributions was ~90% of the cost of adding a result, which every ask pays
+    for the results since the previous one. Optuna's own storage where its internals differ
+    from the version this was written for (5.0)."""
+    base = optuna.storages.InMemoryStorage
+    needed = ("_lock", "_max_trial_id", "_trial_id_to_study_id_and_number", "_studies")
+    probe = base()
+    if not all(hasattr(probe, n) for n in needed) or not all(
+            hasattr(base, n) for n in ("_check_study_id", "_update_cache")):
+        return probe
+    cls = _STORAGES.get(id(base))
+    if cls is None:
+        cls = _STORAGES[id(base)] = type("JournalStorage", (base,), {
+            "create_new_trial": _create_new_trial, "__doc__": _journal_storage.__doc__})
+    return cls()
+
+
+def _create_new_trial(self: Any, study_id: int, template_trial: Any = None) -> int:
+    """``InMemoryStorage.create_new_trial`` (Optuna 5.0) without the deep copy of the
+    template (see :func:`_journal_storage`)."""
+    if template_trial is None:
+        return int(super(type(self), self).create_new_trial(study_id))
+    with self._lock:
+        self._check_study_id(study_id)
+        trial = template_trial
+        trial_id = self._max_trial_id + 1
+        self._max_trial_id += 1
+        trial.number = len(self._studies[study_id].trials)
+        trial._trial_id = trial_id
+        self._trial_id_to_study_id_and_number[trial_id] = (study_id, trial.number)
+        self._studies[study_id].trials.append(trial)
+        self._update_cache(trial_id, study_id)
+        return int(trial_id)
+
+
+def journal_entries(batches: Mapping[int, Sequence[Any]], singles: Mapping[int, Any]
+                    ) -> dict[int, Any]:
+    """A journal's entries (index -> entry) from the parts :meth:`OptunaModel.delta` wrote:
+    each batch (index of its first entry -> entries) laid down, then each single entry over
+    it (a single is always newer than the batch that first held its index)."""
+    entries: dict[int, Any] = {}
+    for start, batch in batches.items():
+        for offset, entry in enumerate(batch):
+            entries[start + offset] = entry
+    entries.update(singles)
+    return entries
 
 
 def trial_sampler_seed(seed: int, trial_id: int) -> int:
@@ -247,6 +303,7 @@ class OptunaModel:
         self._study: Any = None
         self._synced = 0                           # journal entries the study holds
         self._changed: set[int] = set()            # journal entries changed since ``delta``
+        self._delta_len = 0                        # journal length at the previous ``delta``
         self._journal: list[dict[str, Any]] = []   # study trials, in study order
         self._number: dict[int, int] = {}          # HyperSack trial -> Optuna trial number
         self._study_attrs: dict[str, Any] = {}
@@ -439,7 +496,8 @@ class OptunaModel:
                 warnings.simplefilter("ignore")
                 directions = self.direction if self._multi else [self.direction]
                 self._study = self._optuna.create_study(sampler=self._sampler,
-                                                        directions=directions)
+                                                        directions=directions,
+                                                        storage=_journal_storage(self._optuna))
             self._synced = 0
             for key, value in self._study_attrs.items():
                 self._study._storage.set_study_system_attr(self._study._study_id, key, value)
@@ -457,9 +515,9 @@ class OptunaModel:
         state = self._optuna.trial.TrialState[_STATES[entry["s"]]]
         steps = {int(s): v for s, v in entry.get("i", {}).items()}
         study.add_trial(self._optuna.trial.create_trial(
-            params=dict(zip(self._names, entry["p"])), distributions=self._dists,
+            params=dict(zip(self._names, entry["p"])), distributions=dict(self._dists),
             **{"values" if self._multi else "value": entry.get("v")}, state=state, intermediate_values=steps,
-            system_attrs=dict(entry.get("a", {}))))
+            system_attrs=copy.deepcopy(entry["a"]) if entry.get("a") else {}))
         if journal:
             self._changed.add(len(self._journal))
             self._journal.append(entry)
@@ -473,16 +531,22 @@ class OptunaModel:
 
     def delta(self, prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """``state_dict()`` in parts: the head (the journal's length ``n``, the queue's
-        ``queued`` and the rest) and what changed since the previous call: journal entries
-        keyed ``<prefix><index>``, queued results keyed ``<prefix>q<index>`` (each written
-        once; once the queue is emptied, its parts are rewritten from 0 and the rest removed:
-        a queue that grows while an ask waits is never rewritten whole at each commit).
-        ``load_state_dict`` takes the head with ``entries`` (index -> entry) and ``queued``'s
+        ``queued`` and the rest) and what changed since the previous call: the entries appended
+        since then as ONE part keyed ``<prefix>b<index of the first>`` (a list), an older entry
+        that changed keyed ``<prefix><index>`` (it overrides the batch that held it), queued
+        results keyed ``<prefix>q<index>`` (each written once; once the queue is emptied, its
+        parts are rewritten from 0 and the rest removed: a queue that grows while an ask waits
+        is never rewritten whole at each commit). ``load_state_dict`` takes the head with
+        ``entries`` (index -> entry: :func:`journal_entries` of the parts) and ``queued``'s
         entries as ``queue_entries`` (index -> result)."""
         head = {"n": len(self._journal), "study_attrs": dict(self._study_attrs),
                 "queued": len(self._queue), "inflight": self._inflight, "keep": self._keep}
-        parts: dict[str, Any] = {f"{prefix}{i}": self._journal[i] for i in sorted(self._changed)}
-        self._changed = set()
+        first = self._delta_len
+        parts: dict[str, Any] = {f"{prefix}{i}": self._journal[i]
+                                 for i in sorted(self._changed) if i < first}
+        if len(self._journal) > first:
+            parts[f"{prefix}b{first}"] = self._journal[first:]
+        self._changed, self._delta_len = set(), len(self._journal)
         first, stored = (0, self._queue_stored) if self._queue_drained else \
             (self._queue_stored, 0)
         parts.update({f"{prefix}q{i}": list(self._queue[i])
@@ -500,7 +564,8 @@ class OptunaModel:
         else:
             entries = state["entries"]
             self._journal = [dict(entries[i]) for i in range(int(state["n"]))]
-        self._changed = set(range(len(self._journal)))
+        self._changed = set(range(len(self._journal)))       # every entry due again, alone
+        self._delta_len = len(self._journal)
         self._number = {int(e["t"]): i for i, e in enumerate(self._journal) if "t" in e}
         self._study_attrs = dict(state.get("study_attrs", {}))
         if "queued" in state:

@@ -38,25 +38,28 @@ more than its standard error; no rung to judge it: not yet known, kept). The mod
 built when first needed by replaying every result so far in arrival order, then fed as they come;
 with fewer than ``min_points`` results there, the trial gets a random config.
 
-State in parts (``state_delta``): a head, ``"c<trial>"`` (a config), ``"f<trial>"`` (its top
-result was observed), ``"o<i>"`` (the i-th result observed, with ``agreement``) and
-``"j<key>.<i>"`` (entry i of the model of the rung of that many steps;
-key 0: the one model of ``fit: all``), written once each (a journal entry of a model only
-grows), so a commit costs what changed.
+State in parts (``state_delta``): a head, ``"C<trial>"`` (the configs of the trials new since
+the previous delta, the first being that trial; ``"c<trial>"``, one config, in older stores), ``"f<trial>"`` (its top
+result was observed), ``"o<i>"`` (the results observed since the previous delta, the first
+being the i-th, with ``agreement``) and the journal of the model of the rung of that many steps
+(key 0: the one model of ``fit: all``): ``"j<key>.b<i>"`` (its entries appended since the
+previous delta, from entry i), ``"j<key>.<i>"`` (entry i, changed after it was stored), each
+written once, so a commit costs what changed, in one part per kind and model.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from hypersack.core.algorithms.optuna_model import OptunaModel, SamplerSpec
+from hypersack.core.algorithms.optuna_model import OptunaModel, SamplerSpec, journal_entries
 from hypersack.core.space import SearchSpace
 from hypersack.errors import ConfigError
 from hypersack.validation import INT53, check_integer, check_number, check_probability
 
-__all__ = ["RungModel", "FITS", "AGREEMENT_PAIRS", "AGREEMENT_DEFAULT", "kendall_tau", "tau_error", "agreeing_cutoff"]
+__all__ = ["RungModel", "FITS", "AGREEMENT_PAIRS", "AGREEMENT_DEFAULT", "kendall_tau", "tau_error", "agreeing_cutoff",
+           "PairTau", "pair_tau", "cutoff_of_pairs"]
 
 FITS = ("largest", "all")
 AGREEMENT_PAIRS = 6        # trials a rung shares with the next one before their agreement counts
@@ -71,11 +74,16 @@ def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
     n = len(xs)
     if n < 2:
         return 0.0
-    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    return _sign_sum(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)) / (n * (n - 1))
+
+
+def _sign_sum(x: np.ndarray, y: np.ndarray) -> int:
+    """Sum over ordered pairs (i, j) of sign(x_i - x_j) * sign(y_i - y_j) (twice concordant
+    minus discordant pairs; a NaN compares as a tie), exactly, as an int."""
     # the signs of every pair's differences as int8 (a quarter of float64's memory traffic)
     dx = np.greater.outer(x, x).view(np.int8) - np.less.outer(x, x).view(np.int8)
     dy = np.greater.outer(y, y).view(np.int8) - np.less.outer(y, y).view(np.int8)
-    return float(int(np.einsum("ij,ij->", dx, dy, dtype=np.int64)) / (n * (n - 1)))
+    return int(np.einsum("ij,ij->", dx, dy, dtype=np.int64))
 
 
 def tau_error(n: int) -> float:
@@ -84,13 +92,38 @@ def tau_error(n: int) -> float:
     return math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1))) if n >= 2 else math.inf
 
 
-#: (low steps, high steps) -> (shared trials, their values at low, at high, tau): what
-#: ``agreeing_cutoff`` last computed for a pair of rungs, reused while those are unchanged
-TauCache = dict[tuple[int, int], tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...], float]]
+class PairTau:
+    """Kendall's tau of two rungs over the trials they share, kept as trials join: ``add`` a
+    trial's (low, high) values in O(n), ``tau`` equal bit for bit to :func:`kendall_tau` of
+    every pair added so far (the same integer sum over the same count)."""
+
+    __slots__ = ("_x", "_y", "n", "_sum")
+
+    def __init__(self, xs: Sequence[float] = (), ys: Sequence[float] = ()):
+        self._x, self._y = np.array(xs, dtype=float), np.array(ys, dtype=float)
+        self.n = len(self._x)
+        self._sum = _sign_sum(self._x, self._y) if self.n >= 2 else 0
+
+    def add(self, x: float, y: float) -> None:
+        n = self.n
+        if n == len(self._x):                       # grow by doubling: O(1) amortised
+            self._x = np.resize(self._x, max(8, 2 * n))
+            self._y = np.resize(self._y, max(8, 2 * n))
+        if n:
+            xs, ys = self._x[:n], self._y[:n]
+            dx = np.greater(x, xs).view(np.int8) - np.less(x, xs).view(np.int8)
+            dy = np.greater(y, ys).view(np.int8) - np.less(y, ys).view(np.int8)
+            self._sum += 2 * int(np.dot(dx, dy.astype(np.int64)))
+        self._x[n], self._y[n] = x, y
+        self.n = n + 1
+
+    @property
+    def tau(self) -> float:
+        return self._sum / (self.n * (self.n - 1)) if self.n >= 2 else 0.0
 
 
 def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float,
-                    min_pairs: int = AGREEMENT_PAIRS, taus: TauCache | None = None) -> int:
+                    min_pairs: int = AGREEMENT_PAIRS) -> int:
     """The lowest rung (its steps) a model should learn from: no rung from it up disagrees.
     ``results``: steps -> {trial: value}, the top fidelity included as a rung. A rung is judged
     by the nearest higher rung that shares at least ``min_pairs`` trials with it (the widest
@@ -98,35 +131,32 @@ def agreeing_cutoff(results: Mapping[int, Mapping[int, float]], threshold: float
     ranks); it disagrees when the Kendall tau of their values over those n trials is below
     ``threshold`` by more than its standard error (:func:`tau_error`); with no such rung it
     counts as agreeing (not yet known). Returns 0 when no rung disagrees (learn from all), else
-    the steps of the rung above the highest disagreeing one. Pure and deterministic; ``taus``
-    (optional, updated) keeps each pair's tau and reuses it while the pair's shared trials and
-    their values are the same (a new trial at a low rung is not in a higher one: most calls
-    then compare values instead of ranking every pair of trials)."""
-    rungs = sorted(s for s, r in results.items() if r)
+    the steps of the rung above the highest disagreeing one. Pure and deterministic."""
+    return cutoff_of_pairs(sorted(s for s, r in results.items() if r),
+                           lambda low, high: pair_tau(results, low, high), threshold, min_pairs)
+
+
+def pair_tau(results: Mapping[int, Mapping[int, float]], low: int, high: int) -> PairTau:
+    """The :class:`PairTau` of rungs ``low`` and ``high`` over the trials they share."""
+    upper = results[high]
+    shared = [t for t in results[low] if t in upper]
+    return PairTau([results[low][t] for t in shared], [upper[t] for t in shared])
+
+
+def cutoff_of_pairs(rungs: Sequence[int], pair: Callable[[int, int], PairTau],
+                    threshold: float, min_pairs: int = AGREEMENT_PAIRS) -> int:
+    """:func:`agreeing_cutoff` over ``rungs`` (ascending steps, each with a result) given each
+    pair's :class:`PairTau` (``pair(low, high)``)."""
     cutoff = 0
     for i, low in enumerate(rungs):
         for high in rungs[i + 1:]:
-            shared = sorted(set(results[low]) & set(results[high]))
-            if len(shared) < min_pairs:
+            stats = pair(low, high)
+            if stats.n < min_pairs:
                 continue
-            tau = _pair_tau(results, low, high, tuple(shared), taus)
-            if tau + tau_error(len(shared)) < threshold:
+            if stats.tau + tau_error(stats.n) < threshold:
                 cutoff = rungs[i + 1]
             break
     return cutoff
-
-
-def _pair_tau(results: Mapping[int, Mapping[int, float]], low: int, high: int,
-              shared: tuple[int, ...], taus: TauCache | None) -> float:
-    xs = tuple(results[low][t] for t in shared)
-    ys = tuple(results[high][t] for t in shared)
-    kept = None if taus is None else taus.get((low, high))
-    if kept is not None and kept[0] == shared and kept[1] == xs and kept[2] == ys:
-        return kept[3]
-    tau = kendall_tau(xs, ys)
-    if taus is not None:
-        taus[(low, high)] = (shared, xs, ys, tau)
-    return tau
 
 
 class RungModel:
@@ -151,7 +181,7 @@ class RungModel:
         self._runner: Any = None
         self._wait_s = 0.0
         self._cutoffs: dict[float, tuple[int, int]] = {}   # threshold -> (log length, cutoff)
-        self._taus: TauCache = {}                     # agreeing_cutoff's pairs (a cache only)
+        self._pairs: dict[tuple[int, int], PairTau] = {}   # (low, high) steps: kept taus
         self._model(0)                                # fails fast on a bad sampler or options
 
     def _model(self, steps: int) -> OptunaModel:
@@ -189,8 +219,9 @@ class RungModel:
         threshold = self.agreement if threshold is None else threshold
         cached = self._cutoffs.get(threshold)
         if cached is None or cached[0] != len(self.log):
+            rungs = sorted(s for s, r in self.results.items() if r)
             cached = self._cutoffs[threshold] = (
-                len(self.log), agreeing_cutoff(self.results, threshold, taus=self._taus))
+                len(self.log), cutoff_of_pairs(rungs, self._pair, threshold))
         return cached[1]
 
     def _key(self, steps: int) -> int:
@@ -217,7 +248,7 @@ class RungModel:
             return
         if self.agreement is not None:
             self.log.append((trial_id, steps, value, top))
-            self.results.setdefault(steps, {})[trial_id] = value
+            self._record(trial_id, steps, value)
             for key, model in self.models.items():
                 if steps >= key:
                     model.observe(config, value, None if top else steps)
@@ -226,6 +257,31 @@ class RungModel:
         model = self._model(self._key(steps))       # journalled; fed to Optuna when it asks
         model.observe(config, value, None if top or self.fit != "all" else steps)
         self.counts[steps] = self.counts.get(steps, 0) + 1
+
+    def _record(self, trial_id: int, steps: int, value: float) -> None:
+        """``results[steps][trial_id] = value``, each kept pair tau brought up to date: a new
+        trial of a rung joins the pairs it now shares (O(n) each); a replaced value drops that
+        rung's pairs (rebuilt from ``results`` when next needed)."""
+        rung = self.results.setdefault(steps, {})
+        known = trial_id in rung
+        rung[trial_id] = value
+        for other, values in self.results.items():
+            if other == steps or trial_id not in values:
+                continue
+            key = (other, steps) if other < steps else (steps, other)
+            if known:
+                self._pairs.pop(key, None)
+                continue
+            stats = self._pairs.get(key)
+            if stats is not None:
+                low, high = (values[trial_id], value) if other < steps else (value, values[trial_id])
+                stats.add(low, high)
+
+    def _pair(self, low: int, high: int) -> PairTau:
+        stats = self._pairs.get((low, high))
+        if stats is None:
+            stats = self._pairs[(low, high)] = pair_tau(self.results, low, high)
+        return stats
 
     def observe_top(self, trial_id: int, steps: int, value: float) -> None:
         """The result of ``trial_id`` at the top fidelity (``steps``); once per trial."""
@@ -296,9 +352,13 @@ class RungModel:
 
     def state_delta(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The head and the parts changed since the previous call (see the module doc)."""
-        parts: dict[str, Any] = {f"c{t}": self.configs[t] for t in sorted(self._new)}
+        parts: dict[str, Any] = {}
+        if self._new:                                 # the configs since: one part
+            new = sorted(self._new)
+            parts[f"C{new[0]}"] = {str(t): self.configs[t] for t in new}
         parts.update({f"f{t}": 1 for t in sorted(self._new_tops)})
-        parts.update({f"o{i}": list(self.log[i]) for i in range(self._logged, len(self.log))})
+        if len(self.log) > self._logged:              # the results logged since: one part
+            parts[f"o{self._logged}"] = [list(o) for o in self.log[self._logged:]]
         self._logged = len(self.log)
         self._new, self._new_tops = set(), set()
         models = {}
@@ -312,24 +372,29 @@ class RungModel:
         """From ``state_dict()``, or from ``state_delta``'s head with every part stored
         (``parts``, the algorithm's: keys of other prefixes are ignored)."""
         whole = "configs" in state
-        entries: dict[str, dict[int, Any]] = {}
+        singles: dict[str, dict[int, Any]] = {}
+        batches: dict[str, dict[int, Any]] = {}
         queued: dict[str, dict[int, Any]] = {}
         log: dict[int, Any] = {}
         if not whole:
             self.configs, self.tops = {}, set()
             for key, part in (parts or {}).items():
                 if key[0] == "o" and part is not None:
-                    log[int(key[1:])] = part
-                elif key[0] == "c" and part is not None:
+                    _logged_part(log, int(key[1:]), part)
+                elif key[0] == "c" and part is not None:    # stores before "C" parts
                     self.configs[int(key[1:])] = dict(part)
+                elif key[0] == "C" and part is not None:
+                    self.configs.update((int(t), dict(c)) for t, c in part.items())
                 elif key[0] == "f" and part is not None:
                     self.tops.add(int(key[1:]))
                 elif key[0] == "j" and part is not None:
                     steps, index = key[1:].split(".")
                     if index[0] == "q":           # a queued result (OptunaModel.delta)
                         queued.setdefault(steps, {})[int(index[1:])] = part
+                    elif index[0] == "b":         # entries appended together
+                        batches.setdefault(steps, {})[int(index[1:])] = part
                     else:
-                        entries.setdefault(steps, {})[int(index)] = part
+                        singles.setdefault(steps, {})[int(index)] = part
         else:
             self.configs = {int(t): dict(c) for t, c in state["configs"].items()}
             self.tops = {int(t) for t in state.get("tops", [])}
@@ -339,10 +404,12 @@ class RungModel:
         for trial_id, rung, value, _ in self.log:
             self.results.setdefault(rung, {})[trial_id] = value
         self._logged = 0
-        self._cutoffs = {}
+        self._cutoffs, self._pairs = {}, {}
         self.models = {}
         for steps, saved in state["models"].items():
-            model_state = saved if whole else {**saved, "entries": entries.get(steps, {}),
+            entries = {} if whole else journal_entries(batches.get(steps, {}),
+                                                       singles.get(steps, {}))
+            model_state = saved if whole else {**saved, "entries": entries,
                                                "queue_entries": queued.get(steps, {})}
             self._model(int(steps)).load_state_dict(model_state)
         self.counts = {int(s): int(n) for s, n in state["counts"].items()}
@@ -351,6 +418,14 @@ class RungModel:
         self._ahead = (int(ahead[0]), int(ahead[1])) if ahead else None
         self.fallbacks = int(state.get("fallbacks", 0))
         self._new, self._new_tops = set(self.configs), set(self.tops)
+
+
+def _logged_part(log: dict[int, Any], start: int, part: list[Any]) -> None:
+    """Put an ``o<start>`` part into ``log`` (index -> result): the results logged from
+    ``start`` on as a list of them, or (stores before batching) the one result at ``start``."""
+    batch = part if part and isinstance(part[0], list) else [part]
+    for offset, entry in enumerate(batch):
+        log[start + offset] = entry
 
 
 def build_rung_model(sampler: Any, options: Mapping[str, Any] | None, space: SearchSpace,

@@ -6,9 +6,9 @@ thread beside the loop would share the interpreter lock with it: a fit holding t
 the loop at each of its hand-overs (every SQLite call and pipe read) for up to the switch
 interval, which under load cost the loop several times the fit's own CPU (issue 41). So
 :class:`ProposalRunner` runs a submitted fit on the loop's thread, when its result is first
-looked at (``done()``), and only while fits so far took at most ``share`` of the wall time
-since the first was submitted; otherwise ``done()`` says not yet and the trial gets its
-fallback. Which trials get a model's proposal thus depends on timing, never a value; what a
+looked at (``done()``), and only while the fits so far plus the next (expected to take as long
+as the previous one) take at most ``share`` of the wall time since the first was submitted;
+otherwise ``done()`` says not yet and the trial gets its fallback. Which trials get a model's proposal thus depends on timing, never a value; what a
 fit costs the loop is bounded, whatever one fit costs (TPE's ask grows with the results).
 ``result()`` (a caller that must wait) runs it at once.
 
@@ -37,6 +37,7 @@ class ProposalRunner:
         self.share, self._clock = share, clock
         self._since: float | None = None
         self.busy_s = 0.0
+        self.last_s = 0.0                     # the previous fit's time: what the next may take
         self._pool: ThreadPoolExecutor | None = None
 
     def submit(self, fn: Callable[[], Any]) -> "_Deferred":
@@ -45,9 +46,10 @@ class ProposalRunner:
         return _Deferred(self, fn)
 
     def may_run(self) -> bool:
-        """Whether a fit may run now: the fits so far took at most ``share`` of the time."""
+        """Whether a fit may run now: the fits so far and one more as long as the previous
+        take at most ``share`` of the time (so a run stays within it, not one fit over)."""
         since = self._since if self._since is not None else self._clock()
-        return self.busy_s <= self.share * (self._clock() - since)
+        return self.busy_s + self.last_s <= self.share * (self._clock() - since)
 
     def run(self, future: "_Deferred") -> None:
         started = self._clock()
@@ -57,7 +59,8 @@ class ProposalRunner:
             future.set_exception(exc)
         else:
             future.set_result(result)
-        self.busy_s += self._clock() - started
+        self.last_s = self._clock() - started
+        self.busy_s += self.last_s
 
     @property
     def eager(self) -> ThreadPoolExecutor:

@@ -243,3 +243,73 @@ def test_a_sampler_object_resumes_its_results_but_not_its_random_state():
     assert resumed[6:] != whole[6:]
     assert resumed[6:] == whole[:6]          # the new object's random state started over
     assert [e["s"] for e in rebuilt.model.trials()][:6] == [e["s"] for e in original.model.trials()][:6]
+
+
+def test_delta_batches_appended_entries_and_stores_a_changed_one_alone():
+    """``delta``: entries appended since the previous call are one part (``b<first>``); an
+    entry changed after it was stored is its own part; the parts, laid in the order written
+    (``journal_entries``), load the model's state."""
+    from hypersack.core.algorithms.optuna_model import journal_entries
+    model = OptunaModel(SamplerSpec("RandomSampler"), SPACE, "minimize", 0, "t")
+    stored: dict = {}
+
+    def commit() -> dict:
+        head, parts = model.delta("j.")
+        stored.update(json.loads(json.dumps(parts)))
+        batches = {int(k[3:]): v for k, v in stored.items() if k.startswith("j.b")}
+        singles = {int(k[2:]): v for k, v in stored.items() if k[2].isdigit()}
+        again = OptunaModel(SamplerSpec("RandomSampler"), SPACE, "minimize", 0, "t")
+        again.load_state_dict({**head, "entries": journal_entries(batches, singles)})
+        assert again.state_dict()["trials"] == model.state_dict()["trials"]
+        return parts
+
+    model.propose(0)
+    model.propose(1)
+    model.observe({"x": 0.0, "y": 0.5, "n": 2}, 3.0)
+    assert sorted(commit()) == ["j.b0"]                    # three entries, one part
+    model.finish(0, 1.5, "complete")                      # entry 0 changes
+    model.propose(2)
+    assert sorted(commit()) == ["j.0", "j.b3"]
+    model.finish(1, 2.5, "complete")
+    assert sorted(commit()) == ["j.1"]
+
+
+@pytest.mark.parametrize("name", ["tpe", "cmaes"])
+def test_the_models_storage_proposes_what_optunas_own_would(name, monkeypatch):
+    """The model's study keeps the trials it adds as given (no deep copy); its proposals over
+    the same results equal those of a study on Optuna's InMemoryStorage, and the added
+    trials are the ones made for it."""
+    from hypersack.core.algorithms import optuna_model
+
+    def run() -> tuple[list, OptunaModel]:
+        sampler, options = SAMPLERS[name]
+        model = OptunaModel(SamplerSpec(sampler, options), SPACE, "minimize", 4, "t")
+        got = []
+        for t in range(12):
+            config = model.propose(t, keep=False)
+            got.append(config)
+            model.observe(config, loss(config), None if t % 3 else 2)
+        return got, model
+
+    fast, model = run()
+    storage = model._study._storage
+    assert type(storage).__name__ == "JournalStorage"
+    added = storage.get_all_trials(model._study._study_id, deepcopy=False)
+    assert added and all(t.distributions is not model._dists for t in added)
+    monkeypatch.setattr(optuna_model, "_journal_storage",
+                        lambda optuna: optuna.storages.InMemoryStorage())
+    plain, other = run()
+    assert type(other._study._storage) is optuna.storages.InMemoryStorage
+    assert fast == plain
+
+
+def test_the_models_storage_falls_back_to_optunas_where_its_internals_differ(monkeypatch):
+    from hypersack.core.algorithms import optuna_model
+
+    class Bare(optuna.storages.InMemoryStorage):
+        def __init__(self) -> None:
+            super().__init__()
+            del self._max_trial_id
+
+    monkeypatch.setattr(optuna.storages, "InMemoryStorage", Bare)
+    assert type(optuna_model._journal_storage(optuna)) is Bare

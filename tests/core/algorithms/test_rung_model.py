@@ -348,7 +348,7 @@ def test_agreement_state_resumes_from_its_parts():
     from hypersack.core.algorithms.rung_model import build_rung_model
     whole = _fed_misleading(0.3)
     head, parts = _fed_misleading(0.3).state_delta()
-    assert sum(k[0] == "o" for k in parts) == 28
+    assert [k for k in parts if k[0] == "o"] == ["o0"] and len(parts["o0"]) == 28   # one part
     again = build_rung_model("TPESampler", {"n_startup_trials": 0}, LINE, 7, 4, 0.0, "test",
                              "all", 0.3)
     again.load_state_dict(json.loads(json.dumps(head)), json.loads(json.dumps(parts)))
@@ -467,27 +467,31 @@ def test_a_killed_driver_resumes_the_same_run_when_asha_skips_a_rung(kill_at):
     assert killed.alg.state_dict() == whole.alg.state_dict()
 
 
-def test_agreeing_cutoff_with_its_tau_cache_equals_the_cutoff_computed_afresh():
-    """The cache of pair taus changes no cutoff: results arrive at every rung, some values of
-    a trial are overwritten, and each call with the kept cache equals a call without one."""
+def test_the_models_kept_pair_taus_give_the_cutoff_computed_afresh():
+    """The pair taus a model keeps as results arrive (new trials join in O(n), a replaced
+    value drops the rung's pairs) give, after every result, the cutoff computed afresh from
+    the same results, at several thresholds; the kept taus equal kendall_tau bit for bit."""
     import numpy as np
-    from hypersack.core.algorithms.rung_model import agreeing_cutoff
+    from hypersack.core.algorithms.rung_model import agreeing_cutoff, kendall_tau
     rng = np.random.default_rng(5)
-    results: dict[int, dict[int, float]] = {}
-    taus: dict = {}
-    hits = 0
-    for step in range(600):
+    model = asha(agreement=0.3)._rung_model
+    added = 0
+    for _ in range(600):
         trial = int(rng.integers(80))
+        model.pin(trial, {"x": 0.5, "opt": "adam", "epochs": 9})
         rung = [1, 3, 9, 27][min(3, int(rng.integers(trial % 4 + 1)))]
         value = float(rng.normal()) if rung > 3 else float(trial % 7 + rng.normal() * 0.1)
-        results.setdefault(rung, {})[trial] = value
-        before = dict(taus)
+        kept = dict(model._pairs)
+        model.observe(trial, rung, value)
+        added += any(k in model._pairs and model._pairs[k] is v and v.n for k, v in kept.items())
         for threshold in (0.3, 0.0, 0.9):
-            assert agreeing_cutoff(results, threshold, taus=taus) == \
-                agreeing_cutoff(results, threshold)
-        hits += bool(before) and before.keys() == taus.keys() and all(
-            before[k] is taus[k] for k in taus)
-    assert taus and hits > 50          # the cache was used, not rebuilt at every call
+            assert model.cutoff(threshold) == agreeing_cutoff(model.results, threshold)
+        for (low, high), stats in model._pairs.items():
+            shared = [t for t in model.results[low] if t in model.results[high]]
+            assert stats.n == len(shared)
+            assert stats.tau == kendall_tau([model.results[low][t] for t in shared],
+                                            [model.results[high][t] for t in shared])
+    assert model._pairs and added > 300          # kept and grown, not rebuilt at every call
 
 
 def test_results_queued_behind_a_waiting_ask_are_stored_once_each_and_resume_exactly():
@@ -520,3 +524,52 @@ def test_results_queued_behind_a_waiting_ask_are_stored_once_each_and_resume_exa
     alg.suggest(39)                                    # collected: the queue drains
     commit()
     assert not [k for k, v in stored.items() if ".q" in k and v is not None]
+
+
+def test_a_store_of_one_part_per_result_still_resumes():
+    """Stores written before results and configs were batched hold one ``o<i>`` part per
+    result (a single result, not a list of them) and one ``c<trial>`` per config: they load
+    the same log and configs."""
+    whole = _fed_misleading(0.3)
+    head, parts = _fed_misleading(0.3).state_delta()
+    old = {k: v for k, v in parts.items() if k[0] not in "oC"}
+    old.update({f"o{i}": entry for i, entry in enumerate(parts["o0"])})
+    [configs] = [v for k, v in parts.items() if k[0] == "C"]
+    old.update({f"c{t}": config for t, config in configs.items()})
+    again = _fed_misleading(0.3)
+    again.load_state_dict(json.loads(json.dumps(head)), json.loads(json.dumps(old)))
+    assert again.log == whole.log and again.results == whole.results
+    assert again.configs == whole.configs and len(configs) == 20
+
+
+def test_each_commit_stores_the_new_results_and_entries_as_one_part_each_and_resumes():
+    """Commit after commit, the results observed and the entries a model appended since the
+    previous commit are one part each (``o<i>``, ``j<key>.b<i>``), an entry changed later is
+    stored alone (``j<key>.<i>``, over its batch); every store, replayed, resumes the state."""
+    import numpy as np
+    alg = asha(min_points_in_model=4, mode="stop")
+    model_parts: dict = {}
+    rng = np.random.default_rng(1)
+    batches = 0
+    for t in range(30):
+        alg.suggest(t)
+        for step in (1, 3, 9):
+            if alg.on_result(t, step, {"loss": float(rng.random())}) != Decision.CONTINUE:
+                break
+        head, parts = alg._rung_model.state_delta()
+        assert sum(k[0] == "o" for k in parts) <= 1 and sum(k[0] == "C" for k in parts) <= 1
+        assert not any(k[0] == "c" for k in parts)
+        journal = [k for k in parts if k[0] == "j"]
+        assert sum(".b" in k for k in journal) <= len(alg._rung_model.models)
+        batches += any(".b" in k for k in journal)
+        model_parts.update(json.loads(json.dumps(parts)))
+        again = asha(min_points_in_model=4, mode="stop")._rung_model
+        again.load_state_dict(json.loads(json.dumps(head)), model_parts)
+        assert again.state_dict() == alg._rung_model.state_dict()
+    assert batches > 10
+
+
+def test_journal_entries_put_a_later_single_entry_over_its_batch():
+    from hypersack.core.algorithms.optuna_model import journal_entries
+    got = journal_entries({0: ["a", "b"], 2: ["c"]}, {1: "B"})
+    assert got == {0: "a", 1: "B", 2: "c"}
