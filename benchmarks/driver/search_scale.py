@@ -29,7 +29,8 @@ the same round's plain ``asha``, the steps trained against asha's on the same tr
 steps of an ASHA trial, so its wall ratio compares unequal work), and (synthetic) how many new
 configs came from the sampler's model and how many fell back to random (``fallbacks``: the
 proposal was not ready).
-A final line per algorithm gives the worst ratio over the rounds and PASS/FAIL against
+A final line per algorithm gives the worst ratio over the rounds (and the median, the steadier
+figure on a shared machine) and PASS/FAIL (on the worst) against
 ``--max-ratio`` (1.5) and ``--max-cpu-us`` (100, synthetic only); the exit status is 1 on FAIL.
 
     python benchmarks/driver/search_scale.py --trials 1000 --rounds 2
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import tempfile
 import time
@@ -276,10 +278,13 @@ def main(argv: list[str] | None = None) -> int:
         worst_cpu = max(r["cpu_ratio"] for r in mine)
         cpu = max(r["driver_cpu_us"] for r in mine + [r for r in rows if r["algorithm"] == "asha"])
         work = max(r["work_ratio"] for r in mine)
+        middle = statistics.median(r["ratio"] for r in mine)
+        middle_cpu = statistics.median(r["cpu_ratio"] for r in mine)
         passed = worst <= args.max_ratio and (args.mode != "synthetic" or cpu <= args.max_cpu_us)
         ok &= passed
-        print(f"{name}: worst wall ratio to asha {worst:.2f} (goal <= {args.max_ratio}), "
-              f"worst process CPU ratio {worst_cpu:.2f}, steps trained {work:.2f}x asha's, "
+        print(f"{name}: worst wall ratio to asha {worst:.2f} (goal <= {args.max_ratio}; median "
+              f"over the rounds {middle:.2f}), worst process CPU ratio {worst_cpu:.2f} (median "
+              f"{middle_cpu:.2f}), steps trained {work:.2f}x asha's, "
               f"worst driver CPU {cpu:.1f} us/report"
               f"{f' (goal <= {args.max_cpu_us:g})' if args.mode == 'synthetic' else ''}: "
               f"{'PASS' if passed else 'FAIL'}")
