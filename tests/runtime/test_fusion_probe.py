@@ -342,3 +342,23 @@ def test_the_probe_runs_in_a_child_process_as_on_a_gpu():
     bad = ProbePlan(SMALL, None, ({"hidden": 8, "batch_size": 0},), steps=1, warmup=0)
     with pytest.raises(RuntimeError, match="the fusion probe failed"):
         measure_in_child(bad, {})
+
+
+@pytest.mark.parametrize("options", [{"precision": "bf16"}, {"graphs": "off"}, {"conv": "bmm"}])
+def test_a_probe_decides_only_studies_of_its_own_pack_options(tmp_path, options):
+    """A probe is kept with the pack options it measured: one of the defaults (fp32, graphs
+    auto, grouped convolutions) does not decide a study of other options, which probes anew,
+    and each then decides its own kind."""
+    import dataclasses
+    with ProfileStore(tmp_path / "h.db") as history:
+        plain = _Measure(fused_step_s=0.01, alone_step_s=0.005)          # fused at defaults
+        assert _advisor(history, plain).fuses({"hidden": 8})
+        other = _Measure(fused_step_s=0.04, alone_step_s=0.005)          # separate there
+        advisor = dataclasses.replace(_advisor(history, other), **options)
+        assert not advisor.fuses({"hidden": 8})
+        assert len(other.plans) == 1 and all(
+            getattr(other.plans[0], k) == v for k, v in options.items())
+        again = _Measure(1.0, 1.0)
+        assert _advisor(history, again).fuses({"hidden": 8}) and again.plans == []
+        assert not dataclasses.replace(_advisor(history, again), **options).fuses({"hidden": 8})
+        assert again.plans == []

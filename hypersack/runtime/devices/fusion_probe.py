@@ -2,7 +2,8 @@
 
 The first time a model signature (the trainable and the task's architecture keys) is asked
 about, ``FusionAdvisor.fuses`` looks for its kept probe in the job history
-(``ProfileStore.fusion_probe``, keyed by signature, device kind and planned pack width): found,
+(``ProfileStore.fusion_probe``, keyed by signature with the study's pack options where they are
+not the defaults, device kind and planned pack width): found,
 it decides at once, and the driver never imports the task nor torch (a built-in's keys are
 ``workloads.FUSED_BUILTIN_KEYS``). Not found, it starts a probe (``measure_fusion``) in a child
 process (``ProbeChild``: on a GPU it sees only the slot's device, so the driver never holds a
@@ -454,10 +455,23 @@ class FusionAdvisor:
             log.warning("execution choice not stored: %s", exc)
         return choice
 
+    def _probe_key(self, sig: str) -> str:
+        """What a probe of ``sig`` is kept under: the signature, with the study's pack options
+        (precision, graphs, conv) where they are not the defaults (fp32, auto, grouped), so a
+        probe of bf16 packs never decides an fp32 study nor one of grouped convolutions a bmm
+        study; probes kept before the options counted were all of the defaults and keep
+        deciding studies of the defaults."""
+        options = [f"{name}={value}" for name, value, default in (
+            ("precision", self.precision, "fp32"), ("graphs", self.graphs, "auto"),
+            ("conv", self.conv, "grouped")) if value != default]
+        return sig if not options else f"{sig}|{','.join(options)}"
+
     def _stored(self, sig: str) -> FusionProbe | None:
-        """The kept probe of (``sig``, device kind, planned width), or None."""
+        """The kept probe of (``sig`` and the pack options, device kind, planned width), or
+        None."""
         try:
-            stored: FusionProbe | None = self.history.fusion_probe(sig, self.arch, self.width)
+            stored: FusionProbe | None = self.history.fusion_probe(self._probe_key(sig),
+                                                                   self.arch, self.width)
             return stored
         except Exception as exc:
             log.warning("fusion probe history not read: %s", exc)
@@ -465,7 +479,7 @@ class FusionAdvisor:
 
     def _kept(self, sig: str, probe: FusionProbe) -> FusionProbe:
         try:
-            self.history.put_fusion_probe(sig, probe, width=self.width)
+            self.history.put_fusion_probe(self._probe_key(sig), probe, width=self.width)
         except Exception as exc:
             log.warning("fusion probe not stored: %s", exc)
         return probe
