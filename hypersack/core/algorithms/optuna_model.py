@@ -304,6 +304,7 @@ class OptunaModel:
         self._synced = 0                           # journal entries the study holds
         self._changed: set[int] = set()            # journal entries changed since ``delta``
         self._delta_len = 0                        # journal length at the previous ``delta``
+        self._head: tuple[tuple[Any, ...], dict[str, Any]] | None = None   # delta's last head
         self._journal: list[dict[str, Any]] = []   # study trials, in study order
         self._number: dict[int, int] = {}          # HyperSack trial -> Optuna trial number
         self._study_attrs: dict[str, Any] = {}
@@ -539,6 +540,10 @@ class OptunaModel:
         is never rewritten whole at each commit). ``load_state_dict`` takes the head with
         ``entries`` (index -> entry: :func:`journal_entries` of the parts) and ``queued``'s
         entries as ``queue_entries`` (index -> result)."""
+        key = (len(self._journal), len(self._queue), self._inflight, self._keep,
+               self._study_attrs, self._queue_drained, bool(self._changed))
+        if self._head is not None and self._head[0] == key and not self._changed:
+            return self._head[1], {}                # nothing changed since: the same head
         head = {"n": len(self._journal), "study_attrs": dict(self._study_attrs),
                 "queued": len(self._queue), "inflight": self._inflight, "keep": self._keep}
         first = self._delta_len
@@ -553,6 +558,8 @@ class OptunaModel:
                       for i in range(first, len(self._queue))})
         parts.update({f"{prefix}q{i}": None for i in range(len(self._queue), stored)})
         self._queue_stored, self._queue_drained = len(self._queue), False
+        self._head = ((len(self._journal), len(self._queue), self._inflight, self._keep,
+                       self._study_attrs, False, False), head)
         return head, parts
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -565,7 +572,7 @@ class OptunaModel:
             entries = state["entries"]
             self._journal = [dict(entries[i]) for i in range(int(state["n"]))]
         self._changed = set(range(len(self._journal)))       # every entry due again, alone
-        self._delta_len = len(self._journal)
+        self._delta_len, self._head = len(self._journal), None
         self._number = {int(e["t"]): i for i, e in enumerate(self._journal) if "t" in e}
         self._study_attrs = dict(state.get("study_attrs", {}))
         if "queued" in state:

@@ -39,8 +39,9 @@ built when first needed by replaying every result so far in arrival order, then 
 with fewer than ``min_points`` results there, the trial gets a random config.
 
 State in parts (``state_delta``): a head, ``"C<trial>"`` (the configs of the trials new since
-the previous delta, the first being that trial; ``"c<trial>"``, one config, in older stores), ``"f<trial>"`` (its top
-result was observed), ``"o<i>"`` (the results observed since the previous delta, the first
+the previous delta, the first being that trial; ``"c<trial>"``, one config, in older stores),
+``"F<trial>"`` (the trials whose top result was observed since, that trial the first;
+``"f<trial>"``, one trial, in older stores), ``"o<i>"`` (the results observed since the previous delta, the first
 being the i-th, with ``agreement``) and the journal of the model of the rung of that many steps
 (key 0: the one model of ``fit: all``): ``"j<key>.b<i>"`` (its entries appended since the
 previous delta, from entry i), ``"j<key>.<i>"`` (entry i, changed after it was stored), each
@@ -356,7 +357,9 @@ class RungModel:
         if self._new:                                 # the configs since: one part
             new = sorted(self._new)
             parts[f"C{new[0]}"] = {str(t): self.configs[t] for t in new}
-        parts.update({f"f{t}": 1 for t in sorted(self._new_tops)})
+        if self._new_tops:                            # the trials whose top came since
+            tops = sorted(self._new_tops)
+            parts[f"F{tops[0]}"] = tops
         if len(self.log) > self._logged:              # the results logged since: one part
             parts[f"o{self._logged}"] = [list(o) for o in self.log[self._logged:]]
         self._logged = len(self.log)
@@ -385,8 +388,10 @@ class RungModel:
                     self.configs[int(key[1:])] = dict(part)
                 elif key[0] == "C" and part is not None:
                     self.configs.update((int(t), dict(c)) for t, c in part.items())
-                elif key[0] == "f" and part is not None:
+                elif key[0] == "f" and part is not None:    # stores before "F" parts
                     self.tops.add(int(key[1:]))
+                elif key[0] == "F" and part is not None:
+                    self.tops.update(int(t) for t in part)
                 elif key[0] == "j" and part is not None:
                     steps, index = key[1:].split(".")
                     if index[0] == "q":           # a queued result (OptunaModel.delta)

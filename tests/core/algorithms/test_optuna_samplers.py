@@ -272,6 +272,11 @@ def test_delta_batches_appended_entries_and_stores_a_changed_one_alone():
     assert sorted(commit()) == ["j.0", "j.b3"]
     model.finish(1, 2.5, "complete")
     assert sorted(commit()) == ["j.1"]
+    head, parts = model.delta("j.")
+    assert parts == {} and model.delta("j.") == (head, {})     # nothing changed: same head
+    model.observe({"x": 1.0, "y": 0.5, "n": 2}, 2.0)
+    assert sorted(commit()) == ["j.b4"]
+    assert model.delta("j.")[0]["n"] == 5
 
 
 @pytest.mark.parametrize("name", ["tpe", "cmaes"])

@@ -177,7 +177,7 @@ def test_a_top_result_reaches_the_model_once():
         model.observe_top(0, 9, 1.0)
     assert model.counts == {9: 1} and model.tops == {0}
     head, parts = model.state_delta()
-    assert parts["f0"] == 1
+    assert parts["F0"] == [0]
     again = _rung_model("largest")
     again.load_state_dict(head, parts)
     again.observe_top(0, 9, 1.0)
@@ -536,10 +536,14 @@ def test_a_store_of_one_part_per_result_still_resumes():
     old.update({f"o{i}": entry for i, entry in enumerate(parts["o0"])})
     [configs] = [v for k, v in parts.items() if k[0] == "C"]
     old.update({f"c{t}": config for t, config in configs.items()})
+    [tops] = [v for k, v in parts.items() if k[0] == "F"]
+    old = {k: v for k, v in old.items() if k[0] != "F"}
+    old.update({f"f{t}": 1 for t in tops})
     again = _fed_misleading(0.3)
     again.load_state_dict(json.loads(json.dumps(head)), json.loads(json.dumps(old)))
     assert again.log == whole.log and again.results == whole.results
     assert again.configs == whole.configs and len(configs) == 20
+    assert again.tops == whole.tops and len(tops) == 8
 
 
 def test_each_commit_stores_the_new_results_and_entries_as_one_part_each_and_resumes():
@@ -558,7 +562,7 @@ def test_each_commit_stores_the_new_results_and_entries_as_one_part_each_and_res
                 break
         head, parts = alg._rung_model.state_delta()
         assert sum(k[0] == "o" for k in parts) <= 1 and sum(k[0] == "C" for k in parts) <= 1
-        assert not any(k[0] == "c" for k in parts)
+        assert not any(k[0] in "cf" for k in parts) and sum(k[0] == "F" for k in parts) <= 1
         journal = [k for k in parts if k[0] == "j"]
         assert sum(".b" in k for k in journal) <= len(alg._rung_model.models)
         batches += any(".b" in k for k in journal)
