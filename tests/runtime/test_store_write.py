@@ -6,6 +6,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 
 from hypersack.core.algorithms.base import StateSnapshot
 from hypersack.core.algorithms.random_search import RandomSearch
@@ -46,17 +47,102 @@ def test_a_trial_written_again_is_replaced_whole_in_place(store_path):
         assert rowids(s, "trials") == before         # updated where it is, not moved to the end
 
 
-def test_a_stay_closed_replaces_the_open_one_in_place(store_path):
+@pytest.mark.parametrize("layout", ["new", "rowid"])
+def test_a_stay_closed_replaces_the_open_one_in_place(store_path, layout):
+    """In a store of before the WITHOUT ROWID stays (``rowid``) too: updated where it is."""
+    if layout == "rowid":
+        _rowid_store(store_path)
     with Storage(store_path) as s:
         sid = s.create_study("a", {}).study_id
         opened = [Stay(0, 1, "n", "gpu0", 1.0, pack=[0, 1]), Stay(1, 1, "n", "gpu1", 1.0)]
         s.save_batch(sid, [bare(0), bare(1)], [], stays=opened)
-        before = rowids(s, "stays")
+        before = rowids(s, "stays") if layout == "rowid" else None
         closed = Stay(0, 1, "n", "gpu0", 2.0, share=50.0, pack=None, rank=1, end=3.0,
                       outcome=StayOutcome.PRUNED)
         s.save_batch(sid, [bare(0)], [], stays=[closed])
         assert s.load_stays(sid) == [closed, opened[1]]
-        assert rowids(s, "stays") == before
+        if layout == "rowid":
+            assert rowids(s, "stays") == before
+
+
+# ---- the tables' layout: WITHOUT ROWID stays and state parts in new stores (issue 41) ----------
+
+def _rowid_store(path) -> None:
+    """A store made by the schema of before (every table a rowid table), with nothing in it."""
+    import sqlite3
+    with sqlite3.connect(path) as db:
+        db.executescript(sqlite_store._SCHEMA.replace(" WITHOUT ROWID", ""))
+        db.execute("INSERT INTO meta VALUES ('schema_version', '5')")
+
+
+def _layouts(s: Storage) -> dict[str, bool]:
+    """Table -> whether it is a WITHOUT ROWID table."""
+    return {name: "WITHOUT ROWID" in sql.upper() for name, sql in s.connection.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL")}
+
+
+def test_a_new_store_keeps_stays_and_state_parts_without_rowids(store_path):
+    with Storage(store_path) as s:
+        layout = _layouts(s)
+    assert layout["stays"] and layout["state_parts"]
+    assert not layout["trials"] and not layout["results"] and not layout["studies"]
+
+
+def _write_a_study(s: Storage) -> tuple:
+    """A study's batches of every kind, a resume's reads, the stays closed by a resume, a part
+    deleted; what a reader and a resume load of it."""
+    from hypersack.core.algorithms.base import StateParts
+    sid = s.create_study("a", {"x": 1}).study_id
+    parts = StateParts({f"t{i}": [i, "running", [0.5 * i]] for i in range(12)})
+    s.save_batch(sid, [bare(0), full(1)], [(1, 1, {"score": 1.5})],
+                 {"algorithm": {"parts": parts, "n": 1}, "elapsed_s": 1.0},
+                 stays=[Stay(0, 1, "n", "gpu0", 1.0, pack=[0]), Stay(1, 1, "n", "gpu1", 1.0)])
+    s.save_batch(sid, [], [], {"algorithm": {"parts": StateParts({"t3": None, "t10": [9]}),
+                                             "n": 2}, "elapsed_s": 2.0},
+                 stays=[Stay(0, 1, "n", "gpu0", 1.0, end=2.0, outcome=StayOutcome.FINISHED)])
+    closed = s.end_open_stays(sid)
+    stays = s.load_stays(sid)
+    assert all(x.end is not None and x.end >= x.start for x in stays)
+    stays = [dataclasses.replace(x, end=-1.0) if x.outcome == StayOutcome.INTERRUPTED else x
+             for x in stays]                     # ended when this store's study was written
+    loaded = (s.get_study("a").controller_state, stays, s.load_trials(sid),
+              s.load_results(sid), closed)
+    s.delete_study("a")
+    left = [s.connection.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in ("stays", "state_parts", "trials", "results")]
+    return loaded, left
+
+
+def test_a_store_of_rowid_tables_keeps_them_and_stores_and_loads_the_same(tmp_path):
+    """A store made before (rowid stays and state parts) is not rebuilt when opened for
+    writing, and what is written to it reads back as from a new store, row for row."""
+    old = tmp_path / "old.db"
+    _rowid_store(old)
+    with Storage(old) as s:
+        assert not any(_layouts(s).values())             # nothing rebuilt
+        from_old = _write_a_study(s)
+    with Storage(tmp_path / "new.db") as s:
+        from_new = _write_a_study(s)
+    assert from_old == from_new
+    (state, stays, _, _, closed), left = from_new
+    assert sorted(state["algorithm"]["parts"]) == sorted(
+        [f"t{i}" for i in range(12) if i != 3])
+    assert state["algorithm"]["parts"]["t10"] == [9] and closed == 1 and left == [0, 0, 0, 0]
+    assert stays[1].outcome == StayOutcome.INTERRUPTED
+
+
+def test_an_older_store_gains_the_new_tables_without_rowids(tmp_path):
+    """A schema-3 store (no state parts) gets its ``state_parts`` table in the new layout and
+    keeps its rowid ``stays``."""
+    import sqlite3
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(sqlite_store._SCHEMA.replace(" WITHOUT ROWID", "").split(
+            "CREATE TABLE IF NOT EXISTS state_parts")[0])
+    with Storage(path) as s:
+        layout = _layouts(s)
+        assert layout["state_parts"] and not layout["stays"]
+        assert _write_a_study(s)[1] == [0, 0, 0, 0]
 
 
 def test_metrics_are_stored_as_the_text_of_json_dumps(store_path):

@@ -784,11 +784,14 @@ def _metrics_json(last: dict[int, tuple[int, dict, str]], t: TrialRecord) -> str
 def _trial_row(t: TrialRecord, config_json: str | None = None,
                metrics_json: str | None = None) -> tuple:
     info = _info_with_resources(t)
-    return (t.trial_id, t.state.value, config_json or _json(t.config), t.seed, t.attempts,
+    return (t.trial_id, _STATE_TEXT[t.state], config_json or _json(t.config), t.seed, t.attempts,
             t.retries, t.last_step, metrics_json or _json(t.metrics), t.value,
             None if t.values is None else _json(t.values), t.error, t.traceback,
             t.checkpoint, t.checkpoint_step, t.device, _json(info) if info else "{}",
             t.started_at, t.finished_at)
+
+
+_STATE_TEXT = {state: state.value for state in TrialState}   # (``.value`` is a descriptor call)
 
 
 def _info_with_resources(t: TrialRecord) -> dict[str, Any]:
