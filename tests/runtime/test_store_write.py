@@ -255,3 +255,63 @@ def test_before_sqlite_3_24_rows_are_replaced_whole(monkeypatch):
     monkeypatch.setattr(sqlite_store.sqlite3, "sqlite_version_info", (3, 23, 1))
     assert sqlite_store._upsert("stays", ("trial_id", "end"), ("study_id", "trial_id")) == \
         "INSERT OR REPLACE INTO stays (study_id, trial_id, end) VALUES (?, ?, ?)"
+
+
+# ---- a trial's info text is reused while its content is the same (issue 41) -------------------
+
+def _stored_info(s: Storage) -> str:
+    return s.connection.execute("SELECT info FROM trials").fetchone()[0]
+
+
+def test_an_info_changed_in_place_is_stored_as_json_dumps_would(store_path):
+    """Each change the text shows is written, however small: a nested dict changed in place,
+    an int become an equal float or bool, -0.0 for 0.0, the same keys in another order."""
+    t = TrialRecord(0, {"x": 0.5}, seed=1, info={"rung": 0, "began_at": {"1": 1.5}})
+    changes = [lambda i: None,
+               lambda i: i["began_at"].__setitem__("2", 2.25),      # nested, in place
+               lambda i: i.__setitem__("rung", 1),
+               lambda i: i.__setitem__("rung", 1.0),                # equal, other text
+               lambda i: i.__setitem__("rung", True),
+               lambda i: i.__setitem__("rung", 0.0),
+               lambda i: i.__setitem__("rung", -0.0),
+               lambda i: i.__setitem__("nan", float("nan")),
+               lambda i: i.__setitem__("rung", i.pop("rung")),      # the same items, reordered
+               lambda i: i.__setitem__("odd", "\u00e9\n"),
+               lambda i: i.clear()]
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        for change in changes:
+            change(t.info)
+            s.save_batch(sid, [t], [])
+            assert _stored_info(s) == (json.dumps(t.info) if t.info else "{}")
+        t.info = {"rung": 2}
+        t.resources, t.value, t.value_step, t.last_step = 2, 1.0, 1, 3    # keys the store adds
+        s.save_batch(sid, [t], [])
+        assert _stored_info(s) == json.dumps({"rung": 2, "_resources": 2, "_value_step": 1})
+        assert s.load_trials(sid) == [t]
+
+
+def test_an_unchanged_info_is_not_encoded_again(store_path, monkeypatch):
+    encoded: list = []
+    real = sqlite_store._json
+    monkeypatch.setattr(sqlite_store, "_json", lambda v: (encoded.append(v), real(v))[1])
+    t = TrialRecord(0, {"x": 0.5}, seed=1, info={"rung": 0, "began_at": {"1": 1.5}})
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        for step in range(1, 6):                     # reports: the info is the same
+            t.last_step, t.metrics = step, {"score": step}
+            s.save_batch(sid, [t], [(0, step, t.metrics)])
+        assert sum(v is t.info for v in encoded) == 1
+        t.info["began_at"]["2"] = 2.5
+        s.save_batch(sid, [t], [])
+        assert sum(v is t.info for v in encoded) == 2
+        assert _stored_info(s) == json.dumps(t.info)
+
+
+def test_an_info_that_is_not_json_fails_the_batch_as_before(store_path):
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        for bad in ({"f": lambda: 1}, {"s": {1, 2}}):        # no pickle; a pickle, no JSON
+            with pytest.raises(TypeError, match="not JSON serializable"):
+                s.save_batch(sid, [TrialRecord(0, {"x": 0.5}, seed=1, info=bad)], [])
+        assert s.load_trials(sid) == []
