@@ -29,6 +29,9 @@ the same round's plain ``asha``, the steps trained against asha's on the same tr
 steps of an ASHA trial, so its wall ratio compares unequal work), and (synthetic) how many new
 configs came from the sampler's model and how many fell back to random (``fallbacks``: the
 proposal was not ready).
+``--sql-profile`` (synthetic): also SQLite's CPU per report by statement (``sql_us``, the
+store's connection timed around each call), rows per report by statement and WAL frames per
+commit; the timing adds to the driver's CPU, so compare profiled runs with profiled runs.
 A final line per algorithm gives the worst ratio over the rounds and PASS/FAIL against
 ``--max-ratio`` (1.5) and ``--max-cpu-us`` (100, synthetic only); the exit status is 1 on FAIL.
 
@@ -185,7 +188,8 @@ class TimedConnection:
         c0 = time.process_time()
         out = fn(sql, *args)
         spent = time.process_time() - c0
-        key = " ".join(sql.split()[:3])
+        words = sql.split()
+        key = " ".join(words[:words.index("INTO") + 2] if "INTO" in words[:4] else words[:3])
         self.cpu[key] = self.cpu.get(key, 0.0) + spent
         self.calls[key] = self.calls.get(key, 0) + 1
         if many:
