@@ -29,6 +29,9 @@ the same round's plain ``asha``, the steps trained against asha's on the same tr
 steps of an ASHA trial, so its wall ratio compares unequal work), and (synthetic) how many new
 configs came from the sampler's model and how many fell back to random (``fallbacks``: the
 proposal was not ready).
+``--sql-profile`` (synthetic): also SQLite's CPU per report by statement (``sql_us``, the
+store's connection timed around each call), rows per report by statement and WAL frames per
+commit; the timing adds to the driver's CPU, so compare profiled runs with profiled runs.
 A final line per algorithm gives the worst ratio over the rounds (and the median, the steadier
 figure on a shared machine) and PASS/FAIL (on the worst) against
 ``--max-ratio`` (1.5) and ``--max-cpu-us`` (100, synthetic only); the exit status is 1 on FAIL.
@@ -165,8 +168,62 @@ class StepExecutor:
         pass
 
 
+class TimedConnection:
+    """``--sql-profile``: the store's connection with every ``execute``/``executemany`` timed
+    (process CPU, by the statement's first words) and the WAL frames each COMMIT appended
+    (``mxFrame`` of the wal-index after it; a drop is a restarted WAL). Everything else is the
+    connection's own. The timing adds its own cost to the driver's CPU: compare profiled runs
+    with profiled runs."""
+
+    def __init__(self, db: Any, frames: Any):
+        self._db, self._frames = db, frames
+        self.cpu: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.rows: dict[str, int] = {}
+        self.wal_frames = 0
+        self._last_frames = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    def _time(self, fn: Any, many: bool, sql: str, *args: Any) -> Any:
+        c0 = time.process_time()
+        out = fn(sql, *args)
+        spent = time.process_time() - c0
+        words = sql.split()
+        key = " ".join(words[:words.index("INTO") + 2] if "INTO" in words[:4] else words[:3])
+        self.cpu[key] = self.cpu.get(key, 0.0) + spent
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if many:
+            self.rows[key] = self.rows.get(key, 0) + len(args[0])
+        if key == "COMMIT" and self._frames is not None:
+            now = self._frames() or 0
+            self.wal_frames += now - self._last_frames if now >= self._last_frames else now
+            self._last_frames = now
+        return out
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        return self._time(self._db.execute, False, sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        args = (list(args[0]), *args[1:])
+        return self._time(self._db.executemany, True, sql, *args)
+
+
+def _profile(conn: TimedConnection, reports: int, commits: int) -> dict[str, Any]:
+    """Per report: SQLite's CPU by statement (us), in all, and WAL frames per commit."""
+    by = {k: round(1e6 * v / max(1, reports), 1)
+          for k, v in sorted(conn.cpu.items(), key=lambda kv: -kv[1])}
+    return {"sql_us": round(1e6 * sum(conn.cpu.values()) / max(1, reports), 1),
+            "sql_by_statement_us": by,
+            "sql_rows_per_report": {k: round(v / max(1, reports), 2) for k, v in conn.rows.items()},
+            "commits": commits,
+            "reports_per_commit": round(reports / max(1, commits), 2),
+            "wal_frames_per_commit": round(conn.wal_frames / max(1, commits), 2)}
+
+
 def run_synthetic(tmp: Path, name: str, trials: int, concurrent: int, max_t: int,
-                  inline: bool = False, min_t: int = 1) -> dict[str, Any]:
+                  inline: bool = False, min_t: int = 1, sql_profile: bool = False) -> dict[str, Any]:
     from hypersack.core.algorithms import make_algorithm
     from hypersack.core.controller import Budget, Controller, ControllerOptions
     from hypersack.core.objective import Objective
@@ -189,9 +246,16 @@ def run_synthetic(tmp: Path, name: str, trials: int, concurrent: int, max_t: int
     with Storage(db, durability="process") as store:
         row = store.create_study("scale", {})
         store.acquire_lease(row)
+        timed = None
+        if sql_profile:
+            from hypersack.runtime.storage.wal import _WalFrames
+            timed = store._db = TimedConnection(store._db, _WalFrames.find(db))
         c0, w0 = time.process_time(), time.perf_counter()
         run_loop(controller, executor, store, row, group_window_s=GROUP_WINDOW_S)
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        commits = store.commits
+        if timed is not None:
+            store._db = timed._db
         stored = store.connection.execute("SELECT COUNT(*) FROM results").fetchone()[0]
         parts = store.connection.execute("SELECT COUNT(*) FROM state_parts").fetchone()[0] \
             if hasattr(store, "connection") else None
@@ -203,6 +267,8 @@ def run_synthetic(tmp: Path, name: str, trials: int, concurrent: int, max_t: int
            "cpu_s": round(cpu, 3),
            "driver_cpu_us": round(1e6 * (cpu - executor.cpu_s) / max(1, executor.reports), 1),
            "state_parts": parts}
+    if timed is not None:
+        out.update(_profile(timed, executor.reports, commits))
     if model is not None:
         out["fallbacks"] = getattr(model, "fallbacks", None)
         out["model_proposals"] = sum(
@@ -244,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-cpu-us", type=float, default=100.0)
     parser.add_argument("--inline", action="store_true",
                         help="synthetic: no proposal thread (proposals on the loop's thread)")
+    parser.add_argument("--sql-profile", action="store_true",
+                        help="synthetic: SQLite's CPU per report by statement, WAL frames per "
+                             "commit (the timing adds to the driver's CPU)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     names = [n for n in args.algorithms.split(",") if n]
@@ -260,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 if args.mode == "synthetic":
                     row = run_synthetic(Path(tmp), name, args.trials, args.concurrent, args.max_t,
-                                        args.inline, args.min_t)
+                                        args.inline, args.min_t, args.sql_profile)
                 else:
                     row = run_real(Path(tmp), name, args.trials, args.workers, args.max_t,
                                    args.min_t)

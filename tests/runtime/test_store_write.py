@@ -6,6 +6,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 
 from hypersack.core.algorithms.base import StateSnapshot
 from hypersack.core.algorithms.random_search import RandomSearch
@@ -46,17 +47,102 @@ def test_a_trial_written_again_is_replaced_whole_in_place(store_path):
         assert rowids(s, "trials") == before         # updated where it is, not moved to the end
 
 
-def test_a_stay_closed_replaces_the_open_one_in_place(store_path):
+@pytest.mark.parametrize("layout", ["new", "rowid"])
+def test_a_stay_closed_replaces_the_open_one_in_place(store_path, layout):
+    """In a store of before the WITHOUT ROWID stays (``rowid``) too: updated where it is."""
+    if layout == "rowid":
+        _rowid_store(store_path)
     with Storage(store_path) as s:
         sid = s.create_study("a", {}).study_id
         opened = [Stay(0, 1, "n", "gpu0", 1.0, pack=[0, 1]), Stay(1, 1, "n", "gpu1", 1.0)]
         s.save_batch(sid, [bare(0), bare(1)], [], stays=opened)
-        before = rowids(s, "stays")
+        before = rowids(s, "stays") if layout == "rowid" else None
         closed = Stay(0, 1, "n", "gpu0", 2.0, share=50.0, pack=None, rank=1, end=3.0,
                       outcome=StayOutcome.PRUNED)
         s.save_batch(sid, [bare(0)], [], stays=[closed])
         assert s.load_stays(sid) == [closed, opened[1]]
-        assert rowids(s, "stays") == before
+        if layout == "rowid":
+            assert rowids(s, "stays") == before
+
+
+# ---- the tables' layout: WITHOUT ROWID stays and state parts in new stores (issue 41) ----------
+
+def _rowid_store(path) -> None:
+    """A store made by the schema of before (every table a rowid table), with nothing in it."""
+    import sqlite3
+    with sqlite3.connect(path) as db:
+        db.executescript(sqlite_store._SCHEMA.replace(" WITHOUT ROWID", ""))
+        db.execute("INSERT INTO meta VALUES ('schema_version', '5')")
+
+
+def _layouts(s: Storage) -> dict[str, bool]:
+    """Table -> whether it is a WITHOUT ROWID table."""
+    return {name: "WITHOUT ROWID" in sql.upper() for name, sql in s.connection.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL")}
+
+
+def test_a_new_store_keeps_stays_and_state_parts_without_rowids(store_path):
+    with Storage(store_path) as s:
+        layout = _layouts(s)
+    assert layout["stays"] and layout["state_parts"]
+    assert not layout["trials"] and not layout["results"] and not layout["studies"]
+
+
+def _write_a_study(s: Storage) -> tuple:
+    """A study's batches of every kind, a resume's reads, the stays closed by a resume, a part
+    deleted; what a reader and a resume load of it."""
+    from hypersack.core.algorithms.base import StateParts
+    sid = s.create_study("a", {"x": 1}).study_id
+    parts = StateParts({f"t{i}": [i, "running", [0.5 * i]] for i in range(12)})
+    s.save_batch(sid, [bare(0), full(1)], [(1, 1, {"score": 1.5})],
+                 {"algorithm": {"parts": parts, "n": 1}, "elapsed_s": 1.0},
+                 stays=[Stay(0, 1, "n", "gpu0", 1.0, pack=[0]), Stay(1, 1, "n", "gpu1", 1.0)])
+    s.save_batch(sid, [], [], {"algorithm": {"parts": StateParts({"t3": None, "t10": [9]}),
+                                             "n": 2}, "elapsed_s": 2.0},
+                 stays=[Stay(0, 1, "n", "gpu0", 1.0, end=2.0, outcome=StayOutcome.FINISHED)])
+    closed = s.end_open_stays(sid)
+    stays = s.load_stays(sid)
+    assert all(x.end is not None and x.end >= x.start for x in stays)
+    stays = [dataclasses.replace(x, end=-1.0) if x.outcome == StayOutcome.INTERRUPTED else x
+             for x in stays]                     # ended when this store's study was written
+    loaded = (s.get_study("a").controller_state, stays, s.load_trials(sid),
+              s.load_results(sid), closed)
+    s.delete_study("a")
+    left = [s.connection.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in ("stays", "state_parts", "trials", "results")]
+    return loaded, left
+
+
+def test_a_store_of_rowid_tables_keeps_them_and_stores_and_loads_the_same(tmp_path):
+    """A store made before (rowid stays and state parts) is not rebuilt when opened for
+    writing, and what is written to it reads back as from a new store, row for row."""
+    old = tmp_path / "old.db"
+    _rowid_store(old)
+    with Storage(old) as s:
+        assert not any(_layouts(s).values())             # nothing rebuilt
+        from_old = _write_a_study(s)
+    with Storage(tmp_path / "new.db") as s:
+        from_new = _write_a_study(s)
+    assert from_old == from_new
+    (state, stays, _, _, closed), left = from_new
+    assert sorted(state["algorithm"]["parts"]) == sorted(
+        [f"t{i}" for i in range(12) if i != 3])
+    assert state["algorithm"]["parts"]["t10"] == [9] and closed == 1 and left == [0, 0, 0, 0]
+    assert stays[1].outcome == StayOutcome.INTERRUPTED
+
+
+def test_an_older_store_gains_the_new_tables_without_rowids(tmp_path):
+    """A schema-3 store (no state parts) gets its ``state_parts`` table in the new layout and
+    keeps its rowid ``stays``."""
+    import sqlite3
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(sqlite_store._SCHEMA.replace(" WITHOUT ROWID", "").split(
+            "CREATE TABLE IF NOT EXISTS state_parts")[0])
+    with Storage(path) as s:
+        layout = _layouts(s)
+        assert layout["state_parts"] and not layout["stays"]
+        assert _write_a_study(s)[1] == [0, 0, 0, 0]
 
 
 def test_metrics_are_stored_as_the_text_of_json_dumps(store_path):
@@ -169,3 +255,63 @@ def test_before_sqlite_3_24_rows_are_replaced_whole(monkeypatch):
     monkeypatch.setattr(sqlite_store.sqlite3, "sqlite_version_info", (3, 23, 1))
     assert sqlite_store._upsert("stays", ("trial_id", "end"), ("study_id", "trial_id")) == \
         "INSERT OR REPLACE INTO stays (study_id, trial_id, end) VALUES (?, ?, ?)"
+
+
+# ---- a trial's info text is reused while its content is the same (issue 41) -------------------
+
+def _stored_info(s: Storage) -> str:
+    return s.connection.execute("SELECT info FROM trials").fetchone()[0]
+
+
+def test_an_info_changed_in_place_is_stored_as_json_dumps_would(store_path):
+    """Each change the text shows is written, however small: a nested dict changed in place,
+    an int become an equal float or bool, -0.0 for 0.0, the same keys in another order."""
+    t = TrialRecord(0, {"x": 0.5}, seed=1, info={"rung": 0, "began_at": {"1": 1.5}})
+    changes = [lambda i: None,
+               lambda i: i["began_at"].__setitem__("2", 2.25),      # nested, in place
+               lambda i: i.__setitem__("rung", 1),
+               lambda i: i.__setitem__("rung", 1.0),                # equal, other text
+               lambda i: i.__setitem__("rung", True),
+               lambda i: i.__setitem__("rung", 0.0),
+               lambda i: i.__setitem__("rung", -0.0),
+               lambda i: i.__setitem__("nan", float("nan")),
+               lambda i: i.__setitem__("rung", i.pop("rung")),      # the same items, reordered
+               lambda i: i.__setitem__("odd", "\u00e9\n"),
+               lambda i: i.clear()]
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        for change in changes:
+            change(t.info)
+            s.save_batch(sid, [t], [])
+            assert _stored_info(s) == (json.dumps(t.info) if t.info else "{}")
+        t.info = {"rung": 2}
+        t.resources, t.value, t.value_step, t.last_step = 2, 1.0, 1, 3    # keys the store adds
+        s.save_batch(sid, [t], [])
+        assert _stored_info(s) == json.dumps({"rung": 2, "_resources": 2, "_value_step": 1})
+        assert s.load_trials(sid) == [t]
+
+
+def test_an_unchanged_info_is_not_encoded_again(store_path, monkeypatch):
+    encoded: list = []
+    real = sqlite_store._json
+    monkeypatch.setattr(sqlite_store, "_json", lambda v: (encoded.append(v), real(v))[1])
+    t = TrialRecord(0, {"x": 0.5}, seed=1, info={"rung": 0, "began_at": {"1": 1.5}})
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        for step in range(1, 6):                     # reports: the info is the same
+            t.last_step, t.metrics = step, {"score": step}
+            s.save_batch(sid, [t], [(0, step, t.metrics)])
+        assert sum(v is t.info for v in encoded) == 1
+        t.info["began_at"]["2"] = 2.5
+        s.save_batch(sid, [t], [])
+        assert sum(v is t.info for v in encoded) == 2
+        assert _stored_info(s) == json.dumps(t.info)
+
+
+def test_an_info_that_is_not_json_fails_the_batch_as_before(store_path):
+    with Storage(store_path) as s:
+        sid = s.create_study("a", {}).study_id
+        for bad in ({"f": lambda: 1}, {"s": {1, 2}}):        # no pickle; a pickle, no JSON
+            with pytest.raises(TypeError, match="not JSON serializable"):
+                s.save_batch(sid, [TrialRecord(0, {"x": 0.5}, seed=1, info=bad)], [])
+        assert s.load_trials(sid) == []

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import sqlite3
 import time
@@ -86,6 +87,7 @@ _TRIAL_FOLDER = "trial-{:05d}"   # a trial's folder in its study's run folder
 _PARKED = "\x1freplaced-"    # in the name of a study set aside for its replacement (park_study)
 CACHE_KIB = 65536       # the writer's page cache (KiB)
 _TRIAL_DIRS = 4096       # trial folders kept by ``Storage.trial_dir``
+_INFO_TEXTS = 16384      # trials' info texts kept by ``Storage._info_json``
 
 _TRIAL_COLUMNS = ("trial_id", "state", "config", "seed", "attempts", "retries", "last_step",
                   "metrics", "value", "objective_values", "error", "traceback", "checkpoint",
@@ -156,6 +158,7 @@ class Storage(StudyLease, WalCheckpoints):
         self._depth = 0                  # nesting of transaction()
         self._configs: dict[tuple[int, int], tuple[dict, str]] = {}
         self._metrics: dict[tuple[int, int], tuple[dict, str]] = {}   # see _metrics_json
+        self._infos: dict[tuple[int, int], tuple[bytes, str]] = {}    # see _info_json
         self._lease: str | None = None
         self._partless: set[int] = set()  # studies with no state parts stored (this connection)
         self._snapshot: tuple[Any, str] = (None, "")   # the last StateSnapshot written, its text
@@ -440,7 +443,8 @@ class Storage(StudyLease, WalCheckpoints):
                 result_rows.append((study_id, tid, step, text, now))
                 last[tid] = (step, m, text)
             trial_rows = [(study_id, *_trial_row(t, self._config_json(study_id, t),
-                                                 self._metrics_json(study_id, t, last)))
+                                                 self._metrics_json(study_id, t, last),
+                                                 self._info_json(study_id, t)))
                           for t in trials]
             if trial_rows:
                 self._db.executemany(_INSERT_TRIAL, trial_rows)
@@ -620,6 +624,31 @@ class Storage(StudyLease, WalCheckpoints):
         self._metrics[key] = (t.metrics, text)
         return text
 
+    def _info_json(self, study_id: int, t: TrialRecord) -> str:
+        """The text of the trial's info column (``_info_with_resources``): the text last
+        written for it where the info's pickle is the same bytes, else encoded. A trial's info
+        is changed in place (a launch, a start), so it is compared by content, not identity;
+        equal pickles hold the same types, values, float bits and key order, so they encode to
+        the same text, and a pickle is a quarter of the encoding's cost (a float's shortest
+        ``repr`` is the dear part: each report wrote the trial's ``began_at`` times again).
+        Where the info cannot be pickled it is encoded (and fails as it would)."""
+        info = _info_with_resources(t)
+        if not info:
+            return "{}"
+        try:
+            probe = pickle.dumps(info, _PICKLE)
+        except Exception:
+            return _json(info)
+        key = (study_id, t.trial_id)
+        hit = self._infos.get(key)
+        if hit is not None and hit[0] == probe:
+            return hit[1]
+        text = _json(info)
+        if len(self._infos) >= _INFO_TEXTS:
+            self._infos.clear()
+        self._infos[key] = (probe, text)
+        return text
+
     def _transaction(self) -> "_Transaction":
         return _Transaction(self, "store the study's progress", raw=True)
 
@@ -782,13 +811,18 @@ def _metrics_json(last: dict[int, tuple[int, dict, str]], t: TrialRecord) -> str
 
 
 def _trial_row(t: TrialRecord, config_json: str | None = None,
-               metrics_json: str | None = None) -> tuple:
-    info = _info_with_resources(t)
-    return (t.trial_id, t.state.value, config_json or _json(t.config), t.seed, t.attempts,
+               metrics_json: str | None = None, info_json: str | None = None) -> tuple:
+    if info_json is None:
+        info = _info_with_resources(t)
+        info_json = _json(info) if info else "{}"
+    return (t.trial_id, _STATE_TEXT[t.state], config_json or _json(t.config), t.seed, t.attempts,
             t.retries, t.last_step, metrics_json or _json(t.metrics), t.value,
             None if t.values is None else _json(t.values), t.error, t.traceback,
-            t.checkpoint, t.checkpoint_step, t.device, _json(info) if info else "{}",
-            t.started_at, t.finished_at)
+            t.checkpoint, t.checkpoint_step, t.device, info_json, t.started_at, t.finished_at)
+
+
+_PICKLE = 5      # the protocol of ``_info_json``'s probes (floats as their 8 bytes)
+_STATE_TEXT = {state: state.value for state in TrialState}   # (``.value`` is a descriptor call)
 
 
 def _info_with_resources(t: TrialRecord) -> dict[str, Any]:
