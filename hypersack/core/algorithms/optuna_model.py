@@ -311,6 +311,7 @@ class OptunaModel:
         self._queue: list[list[Any]] = []             # results waiting while an ask runs
         self._queue_stored = 0                     # queue entries ``delta`` handed out as parts
         self._queue_drained = False                # the queue was emptied since ``delta``
+        self._queue_keys: set[str] = set()         # the queue's stored parts (key suffixes)
         self._inflight: int | None = None          # trial whose proposal is being computed
         self._keep = True                          # keep the asked trial (else: fail it)
         self._future: Any = None
@@ -534,12 +535,13 @@ class OptunaModel:
         """``state_dict()`` in parts: the head (the journal's length ``n``, the queue's
         ``queued`` and the rest) and what changed since the previous call: the entries appended
         since then as ONE part keyed ``<prefix>b<index of the first>`` (a list), an older entry
-        that changed keyed ``<prefix><index>`` (it overrides the batch that held it), queued
-        results keyed ``<prefix>q<index>`` (each written once; once the queue is emptied, its
-        parts are rewritten from 0 and the rest removed: a queue that grows while an ask waits
-        is never rewritten whole at each commit). ``load_state_dict`` takes the head with
-        ``entries`` (index -> entry: :func:`journal_entries` of the parts) and ``queued``'s
-        entries as ``queue_entries`` (index -> result)."""
+        that changed keyed ``<prefix><index>`` (it overrides the batch that held it), the results
+        queued since then as one part keyed ``<prefix>qb<index of the first>`` (once the queue
+        was emptied, its stored parts are removed and it starts again from 0: a queue that
+        grows while an ask waits is never rewritten whole at each commit). ``load_state_dict``
+        takes the head with ``entries`` (index -> entry: :func:`journal_entries` of the parts),
+        ``queued``'s results as ``queue_entries`` (index -> result) and the key suffixes of the
+        queue's parts found (``queue_keys``: removed once the queue is stored again)."""
         key = (len(self._journal), len(self._queue), self._inflight, self._keep,
                self._study_attrs, self._queue_drained, bool(self._changed))
         if self._head is not None and self._head[0] == key and not self._changed:
@@ -552,11 +554,13 @@ class OptunaModel:
         if len(self._journal) > first:
             parts[f"{prefix}b{first}"] = self._journal[first:]
         self._changed, self._delta_len = set(), len(self._journal)
-        first, stored = (0, self._queue_stored) if self._queue_drained else \
-            (self._queue_stored, 0)
-        parts.update({f"{prefix}q{i}": list(self._queue[i])
-                      for i in range(first, len(self._queue))})
-        parts.update({f"{prefix}q{i}": None for i in range(len(self._queue), stored)})
+        first = 0 if self._queue_drained else self._queue_stored
+        if self._queue_drained:                   # emptied since: its stored parts go
+            parts.update({prefix + k: None for k in sorted(self._queue_keys)})
+            self._queue_keys = set()
+        if len(self._queue) > first:
+            parts[f"{prefix}qb{first}"] = [list(op) for op in self._queue[first:]]
+            self._queue_keys.add(f"qb{first}")
         self._queue_stored, self._queue_drained = len(self._queue), False
         self._head = ((len(self._journal), len(self._queue), self._inflight, self._keep,
                        self._study_attrs, False, False), head)
@@ -581,6 +585,7 @@ class OptunaModel:
         else:
             self._queue = [list(op) for op in state.get("queue", [])]
         self._queue_stored, self._queue_drained = 0, True     # every queued part is due again
+        self._queue_keys = {str(k) for k in state.get("queue_keys", ())}   # ...the found ones go
         self._inflight = state.get("inflight")
         self._keep = bool(state.get("keep", True))
         self._future, self._study, self._synced = None, None, 0

@@ -378,6 +378,7 @@ class RungModel:
         singles: dict[str, dict[int, Any]] = {}
         batches: dict[str, dict[int, Any]] = {}
         queued: dict[str, dict[int, Any]] = {}
+        queue_keys: dict[str, list[str]] = {}
         log: dict[int, Any] = {}
         if not whole:
             self.configs, self.tops = {}, set()
@@ -394,8 +395,9 @@ class RungModel:
                     self.tops.update(int(t) for t in part)
                 elif key[0] == "j" and part is not None:
                     steps, index = key[1:].split(".")
-                    if index[0] == "q":           # a queued result (OptunaModel.delta)
-                        queued.setdefault(steps, {})[int(index[1:])] = part
+                    if index[0] == "q":           # queued results (OptunaModel.delta)
+                        _queued_part(queued.setdefault(steps, {}), index, part)
+                        queue_keys.setdefault(steps, []).append(index)
                     elif index[0] == "b":         # entries appended together
                         batches.setdefault(steps, {})[int(index[1:])] = part
                     else:
@@ -415,7 +417,8 @@ class RungModel:
             entries = {} if whole else journal_entries(batches.get(steps, {}),
                                                        singles.get(steps, {}))
             model_state = saved if whole else {**saved, "entries": entries,
-                                               "queue_entries": queued.get(steps, {})}
+                                               "queue_entries": queued.get(steps, {}),
+                                               "queue_keys": queue_keys.get(steps, [])}
             self._model(int(steps)).load_state_dict(model_state)
         self.counts = {int(s): int(n) for s, n in state["counts"].items()}
         plan, ahead = state.get("plan"), state.get("ahead")
@@ -423,6 +426,16 @@ class RungModel:
         self._ahead = (int(ahead[0]), int(ahead[1])) if ahead else None
         self.fallbacks = int(state.get("fallbacks", 0))
         self._new, self._new_tops = set(self.configs), set(self.tops)
+
+
+def _queued_part(queued: dict[int, Any], index: str, part: list[Any]) -> None:
+    """Put a model's queue part ``q<index>`` into ``queued`` (index -> result): ``qb<i>``, the
+    results queued from the i-th on; ``q<i>`` (stores before batching), the i-th alone."""
+    if index[1] == "b":
+        for offset, op in enumerate(part):
+            queued[int(index[2:]) + offset] = op
+    else:
+        queued[int(index[1:])] = part
 
 
 def _logged_part(log: dict[int, Any], start: int, part: list[Any]) -> None:

@@ -598,3 +598,38 @@ def test_pairs_are_ranked_in_full_once_not_at_every_result(monkeypatch):
     kept = alg._rung_model._pairs
     assert max(p.n for p in kept.values()) > 40           # pairs of many shared trials...
     assert len(full) <= len(kept) and max(full, default=0) < 20   # ...never ranked in full
+
+
+def test_results_queued_in_one_commit_are_one_part_and_old_single_parts_are_replaced():
+    """Results queued behind a waiting ask are one part per commit (``qb<first>``); a store of
+    one part per queued result (``q<i>``, before batching) resumes, and its parts are removed
+    at the next commit, so a later resume never reads them over the new ones."""
+    alg, runner = asha(min_points_in_model=4, mode="stop"), _Held()
+    alg.use_background(runner)
+    stored: dict = {}
+
+    def commit(into: dict) -> dict:
+        delta = json.loads(json.dumps(alg.state_delta()))
+        parts = delta.pop("parts")
+        into.update(parts)
+        for k in [k for k, v in into.items() if v is None]:
+            del into[k]
+        return {**delta, "parts": dict(into)}
+
+    for t in range(0, 40, 4):
+        for u in range(t, t + 4):
+            alg.on_result(u, 1, {"loss": curve(alg.suggest(u).config, 1)})
+        state = commit(stored)
+        assert sum(".q" in k for k in state["parts"]) <= t // 4 + 1
+    model = alg._rung_model.models[0]
+    assert len(model._queue) > 20 and any(".qb" in k for k in stored)
+    # the same store as one part per queued result, as written before batching
+    singles = {k: v for k, v in stored.items() if ".q" not in k}
+    singles.update({f"j0.q{i}": list(op) for i, op in enumerate(model._queue)})
+    resumed = asha(min_points_in_model=4, mode="stop")
+    resumed.load_state_dict({**{k: v for k, v in state.items() if k != "parts"}, "parts": singles})
+    assert resumed.state_dict() == json.loads(json.dumps(alg.state_dict()))
+    resumed.use_background(runner)
+    after = json.loads(json.dumps(resumed.state_delta()))["parts"]
+    assert all(after[f"j0.q{i}"] is None for i in range(len(model._queue)))   # old ones go
+    assert after["j0.qb0"] == [list(op) for op in model._queue]
