@@ -82,8 +82,10 @@ class Allocator:
         self._running: dict[int, tuple[Any, Devices]] = {}
         self._version = 0            # bumped whenever the load or the inventory changes
         # the last answer of has_room_for: (version, demand asked, resources, the Job placed
-        # (named _NEW_TRIAL), its devices or None for a "no")
-        self._room: tuple[int, Any, int, Any, Devices | None] | None = None
+        # (named _NEW_TRIAL), its devices or None for a "no", their GPU numbers in the live
+        # load or None)
+        self._room: tuple[int, Any, int, Any, Devices | None, tuple[int, ...] | None] | None = None
+        self._asked_memo: tuple[Any, int, Any] | None = None   # (Job asked about, gpus, renamed)
         self._set_load(cluster)
 
     def _set_load(self, cluster: Any) -> None:
@@ -100,8 +102,13 @@ class Allocator:
         return self._live.snapshot() if self._live is not None else self._cluster
 
     def _assign(self, jobs: list[Any]) -> dict[Any, Any]:
-        if self._live is not None:
-            return self._live.assign_checked(jobs, self.policy, self._checked or {})
+        live = self._live
+        if live is not None:
+            if len(jobs) == 1:                  # a room check, or one trial: one tree search
+                job = jobs[0]
+                found = live.assign_one(job, self.policy, self._checked or {})
+                return {} if found is None else {job.id: live.keys_of(found)}
+            return live.assign_checked(jobs, self.policy, self._checked or {})
         from hypersack.placement import assign
         return assign(jobs, self._cluster, self.policy, **self.options)
 
@@ -146,18 +153,27 @@ class Allocator:
         asked = self._asked(job, like, resources)
         spot = self._assign([asked]).get(_NEW_TRIAL)
         devices = tuple((n, g) for n, g in spot) if spot else None
-        self._room = (self._version, job, resources, asked, devices)
+        live = self._live
+        numbers = None if devices is None or live is None else live.numbers_of(devices)
+        self._room = (self._version, job, resources, asked, devices, numbers)
         return devices is not None
 
     def _asked(self, job: Any, like: TrialRecord, resources: int) -> Any:
         """The Job a new trial like ``like`` on ``resources`` devices would have, named
-        ``_NEW_TRIAL``."""
+        ``_NEW_TRIAL`` (the last one made is reused while the demand's Job and the device count
+        are the same: a demand's Jobs are renamed copies of few templates)."""
         gpus = max(1, int(resources))
         if job.gpus > like.resources:          # the demand's own floor (a model on k devices)
             gpus = max(gpus, job.gpus)
+        template = job.__dict__.get("_origin", job)
+        memo = self._asked_memo
+        if memo is not None and memo[0] is template and memo[1] == gpus:
+            return memo[2]
         if gpus != job.gpus:
             job = dataclasses.replace(job, gpus=gpus)
-        return job.renamed(_NEW_TRIAL)
+        asked = job.renamed(_NEW_TRIAL)
+        self._asked_memo = (template, gpus, asked)
+        return asked
 
     def _spot_found(self, record: TrialRecord) -> dict[int, Devices] | None:
         """``record`` placed where the last "yes" of ``has_room_for`` found room, when that
@@ -170,8 +186,13 @@ class Allocator:
         job = self.demand(record)
         if not _same_demand(job, memo[3]):
             return None
-        devices = memo[4]
-        self._occupy(record.trial_id, job, devices, strict=False)
+        devices, numbers, live = memo[4], memo[5], self._live
+        if numbers is None or live is None:
+            self._occupy(record.trial_id, job, devices, strict=False)
+        else:                        # where the policy put this very demand: trusted
+            self._version += 1
+            live.occupy_numbers(job, numbers)
+            self._running[record.trial_id] = (job, devices)
         return {record.trial_id: devices}
 
     def fits(self, job: Any) -> bool:

@@ -140,6 +140,11 @@ class Controller:
         self._external = 0                     # trials run elsewhere (add_external): no budget
         self.packs: PackBook | None = PackBook(options.packs) if options.packs is not None else None
         self._reported: set[int] = set()       # members that reported this turn (ack pending)
+        # whether ``tick`` can decide anything: a trial or heartbeat timeout, a time budget or
+        # time-sharing (else a turn skips it)
+        self._multi = objective.is_multi        # a frozen objective: asked once
+        self._timed = (trial_timeout_s is not None or heartbeat_timeout_s is not None
+                       or budget.time_s is not None or self.shared is not None)
 
     def _time_sharing(self, options: Any) -> SharedDevices | None:
         """Time-sharing of the inventory's devices (``core.timesharing``), or None."""
@@ -185,14 +190,20 @@ class Controller:
         commands: list[Command] = []
         interrupt = False
         reported: set[int] = set()
+        handle, on_report = self.handle, self._on_report
         for event in events:
+            if type(event) is ResultReported:        # most events: no isinstance chain
+                reported.add(event.trial_id)
+                commands += on_report(event, now)
+                continue
             if isinstance(event, InterruptRequested):
                 interrupt = True
                 continue
             if isinstance(event, ResultReported):
                 reported.add(event.trial_id)
-            commands += self.handle(event, now)
-        commands += self.tick(now)
+            commands += handle(event, now)
+        if self._timed:
+            commands += self.tick(now)
         if interrupt:
             commands += self.interrupt()
         launches = self.launches(now)
@@ -263,10 +274,14 @@ class Controller:
 
     def _launch_placed(self, now: float) -> list[Launch]:
         allocator = self._placer()
-        queued = [self.trials[t] for t in self._queue]
-        placed = allocator.place(queued)
-        out = [self._launch(r, now, placed[r.trial_id]) for r in queued if r.trial_id in placed]
-        self._queue = deque(t for t in self._queue if t not in placed)
+        out: list[Launch] = []
+        if self._queue:
+            queued = [self.trials[t] for t in self._queue]
+            placed = allocator.place(queued)
+            if placed:
+                out = [self._launch(r, now, placed[r.trial_id]) for r in queued
+                       if r.trial_id in placed]
+                self._queue = deque(t for t in self._queue if t not in placed)
         # Room is asked only of a study that may create (a "no" of _create's own check ends
         # the loop as before, without a placement run); a "yes" places the new trial itself
         # (Allocator.has_room_for): one placement run per new trial.
@@ -437,13 +452,7 @@ class Controller:
     def handle(self, event: Event, now: float) -> list[Command]:
         """One event's decisions (``turn`` takes a turn's events through here)."""
         if type(event) is ResultReported:         # most events: straight to its branch below
-            record = self.trials.get(event.trial_id)
-            if record is None or record.state is not TrialState.RUNNING:
-                return []
-            self._changed.add(record.trial_id)
-            if self.packs is not None:
-                self._reported.add(record.trial_id)
-            return self._on_result(record, event, now) + self._stop_if_failing()
+            return self._on_report(event, now)
         if isinstance(event, InterruptRequested):
             return self.interrupt()
         if isinstance(event, (DeviceAdded, DeviceLost)):
@@ -477,6 +486,19 @@ class Controller:
             return self._on_failed(record, event, now) + self._stop_if_failing()
         return self._stop_if_failing()
 
+    def _on_report(self, event: ResultReported, now: float) -> list[Command]:
+        """``handle`` of a report (of a trial still running; else nothing)."""
+        record = self.trials.get(event.trial_id)
+        if record is None or record.state is not TrialState.RUNNING:
+            return []
+        self._changed.add(record.trial_id)
+        if self.packs is not None:
+            self._reported.add(record.trial_id)
+        out = self._on_result(record, event, now)
+        if self.failure_stop is None:          # ``_stop_if_failing``, inline: the usual case
+            return out
+        return out + self._stop_if_failing()
+
     def _stop_if_failing(self) -> list[Command]:
         """Once ``max_failures`` trials in a row failed the same way (``core.failures``), stop
         the study as Ctrl-C does (``failure_stop`` says why; unfinished trials stay resumable)."""
@@ -490,7 +512,8 @@ class Controller:
         (recomputed after a restart from an older checkpoint): acknowledged, not stored again."""
         if record.last_step is not None and event.step <= record.last_step:
             return [Stop(record.trial_id, record.stop_reason)] if record.stop_reason else []
-        self._results.append((record.trial_id, event.step, dict(event.metrics)))
+        metrics = dict(event.metrics)      # the stored result's and the record's (never changed)
+        self._results.append((record.trial_id, event.step, metrics))
         if event.checkpoint is not None:
             record.checkpoint, record.checkpoint_step = event.checkpoint, event.step
         bad = _first_bad_metric(event.metrics)
@@ -504,11 +527,13 @@ class Controller:
             self._finish(record, TrialState.FAILED, now, error=missing)
             return [Stop(record.trial_id, StopReason.FAILED)]
         record.last_step = event.step
-        record.metrics = dict(event.metrics)
-        if self.objective.metric in event.metrics:
-            record.value = float(event.metrics[self.objective.metric])
+        record.metrics = metrics
+        objective = self.objective
+        if objective.metric in metrics:
+            record.value = float(metrics[objective.metric])
             record.value_step = event.step
-        self._keep_values(record, event.metrics)
+        if self._multi:
+            self._keep_values(record, event.metrics)
         if self.shared is not None:
             self.shared.observe(record, event.metrics)
         if record.stop_reason is not None and record.stop_reason != _PREEMPTED:
@@ -604,14 +629,14 @@ class Controller:
         if record.value is None:
             self._finish(record, TrialState.FAILED, now, error=(
                 f"metric {self.objective.metric!r} was never reported "
-                f"(reported: {sorted(record.metrics) or 'nothing'})"))
+                f"(reported: {sorted(record.metrics) or 'nothing'})"), released=True)
             return
         unfinished = self._unfinished_objectives(record)
         if unfinished is not None:
-            self._finish(record, TrialState.FAILED, now, error=unfinished)
+            self._finish(record, TrialState.FAILED, now, error=unfinished, released=True)
             return
         state = TrialState.PRUNED if record.stop_reason == _PRUNED else TrialState.COMPLETE
-        self._finish(record, state, now)
+        self._finish(record, state, now, released=True)
 
     def _on_failed(self, record: TrialRecord, event: TrialFailed, now: float) -> list[Command]:
         """Decide what a failure means, from its cause (the executor reports facts only)."""
@@ -630,7 +655,7 @@ class Controller:
             return []
         retryable = cause in (FailureCause.WORKER_DIED, FailureCause.OOM)
         if retryable and record.stop_reason == _TIME_BUDGET and record.value is not None:
-            self._finish(record, TrialState.COMPLETE, now)   # it was ending anyway: keep its result
+            self._finish(record, TrialState.COMPLETE, now, released=True)   # it was ending anyway
             return []
         if retryable and record.retries < self.max_retries:
             record.retries += 1
@@ -639,7 +664,8 @@ class Controller:
         reason = event.reason
         if retryable:
             reason += f" (gave up after {record.retries} retries)"
-        self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback)
+        self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback,
+                     released=True)
         return []
 
     def _failed_outcome(self, record: TrialRecord, event: TrialFailed) -> StayOutcome:
@@ -668,10 +694,17 @@ class Controller:
             self.shared.left(record)
 
     def _finish(self, record: TrialRecord, state: TrialState, now: float | None, *,
-                error: str | None = None, traceback: str | None = None) -> None:
-        if now is not None:
-            self.stays.close(record.trial_id, now, _STATE_OUTCOME[state])
-        self._release(record)
+                error: str | None = None, traceback: str | None = None,
+                released: bool = False) -> None:
+        """End ``record`` in ``state``; ``released``: its stays were closed and its devices
+        released already (``_on_finished``, ``_on_failed``; time-sharing's own bookkeeping is
+        told again, as it always was)."""
+        if not released:
+            if now is not None:
+                self.stays.close(record.trial_id, now, _STATE_OUTCOME[state])
+            self._release(record)
+        elif self.shared is not None:
+            self._release(record)
         record.state = state
         record.finished_at = now
         record.stop_reason = None
