@@ -39,6 +39,7 @@ _PRUNED = StopReason.PRUNED
 _PAUSED = StopReason.PAUSED
 _RESIZE = StopReason.RESIZE
 _STOPS = {Decision.STOP: _PRUNED, Decision.PAUSE: _PAUSED, Decision.GROW: _RESIZE}
+_CONTINUE = Decision.CONTINUE
 _PREEMPTED = StopReason.PREEMPTED
 _END_GAME = "end_game"      # info key of a trial resumed by the end-game (stored with the trial)
 
@@ -190,11 +191,15 @@ class Controller:
         commands: list[Command] = []
         interrupt = False
         reported: set[int] = set()
-        handle, on_report = self.handle, self._on_report
+        handle, on_report, on_trial = self.handle, self._on_report, self._on_trial_event
         for event in events:
-            if type(event) is ResultReported:        # most events: no isinstance chain
+            kind = type(event)
+            if kind is ResultReported:               # most events: no isinstance chain
                 reported.add(event.trial_id)
                 commands += on_report(event, now)
+                continue
+            if kind is TrialStarted or kind is TrialFinished:
+                commands += on_trial(event, now)
                 continue
             if isinstance(event, InterruptRequested):
                 interrupt = True
@@ -391,7 +396,8 @@ class Controller:
         return None
 
     def _clamp_resources(self, wanted: int) -> int:
-        return min(max(1, int(wanted)), max(1, self._placer().device_count()))
+        allocator = self.allocator if self.allocator is not None else self._placer()
+        return min(max(1, int(wanted)), max(1, allocator.device_count()))
 
     def _may_create(self, now: float) -> bool:
         if self.budget.trials is not None and len(self.trials) - self._external >= self.budget.trials:
@@ -472,10 +478,7 @@ class Controller:
             return []
         self._changed.add(record.trial_id)
         if isinstance(event, TrialStarted):
-            record.device = event.device
-            self.stays.place(record.trial_id, event.device)
-            # when the worker began it: before, the launch was the worker's start-up
-            record.info.setdefault(BEGAN, {}).setdefault(str(record.attempts), now)
+            self._on_started(record, event, now)
         elif isinstance(event, ResultReported):
             if self.packs is not None:
                 self._reported.add(record.trial_id)
@@ -485,6 +488,27 @@ class Controller:
         elif isinstance(event, TrialFailed):
             return self._on_failed(record, event, now) + self._stop_if_failing()
         return self._stop_if_failing()
+
+    def _on_trial_event(self, event: TrialStarted | TrialFinished, now: float) -> list[Command]:
+        """``handle`` of a TrialStarted or TrialFinished (exactly those types), without the
+        isinstance chain of the rarer events."""
+        if self.packs is not None and type(event) is TrialFinished:
+            self.packs.leave(event.trial_id)     # its seat is free, whatever the trial became
+        record = self.trials.get(event.trial_id)
+        if record is None or record.state is not TrialState.RUNNING:
+            return []          # late news of a trial already decided (e.g. failed on NaN)
+        self._changed.add(record.trial_id)
+        if type(event) is TrialStarted:
+            self._on_started(record, event, now)
+        else:
+            self._on_finished(record, now)
+        return self._stop_if_failing() if self.failure_stop is not None else []
+
+    def _on_started(self, record: TrialRecord, event: TrialStarted, now: float) -> None:
+        record.device = event.device
+        self.stays.place(record.trial_id, event.device)
+        # when the worker began it: before, the launch was the worker's start-up
+        record.info.setdefault(BEGAN, {}).setdefault(str(record.attempts), now)
 
     def _on_report(self, event: ResultReported, now: float) -> list[Command]:
         """``handle`` of a report (of a trial still running; else nothing)."""
@@ -522,7 +546,7 @@ class Controller:
             self._finish(record, TrialState.FAILED, now, error=(
                 f"metric {name!r} is {value!r} at step {event.step}"))
             return [Stop(record.trial_id, StopReason.FAILED)]
-        missing = self._missing_objective(record, event)
+        missing = self._missing_objective(record, event) if record.last_step is None else None
         if missing is not None:
             self._finish(record, TrialState.FAILED, now, error=missing)
             return [Stop(record.trial_id, StopReason.FAILED)]
@@ -542,7 +566,8 @@ class Controller:
         if record.info.get(_END_GAME):
             return []        # finishing in the end-game: the algorithm has nothing left to decide
         decision = self.algorithm.on_result(record.trial_id, event.step, event.metrics)
-        reason = _STOPS.get(decision)
+        # (an Enum member hashes in Python: the usual answer is told apart by identity)
+        reason = None if decision is _CONTINUE else _STOPS.get(decision)
         if reason is None:
             # A preempted trial is still suspended; an algorithm's decision above overrides it.
             return [Preempt(record.trial_id)] if record.stop_reason == _PREEMPTED else []

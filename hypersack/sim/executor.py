@@ -364,15 +364,17 @@ class SimExecutor:
 
     def _new_run(self, launch: Launch, devices: tuple[Key, ...], now: float,
                  fused: bool = False) -> _Run:
+        perf, config = self.perf, launch.config
         archs = [self._devices[k].gpu.arch for k in devices]
-        profiles = [self.perf.profile(launch.config, a) for a in archs]
+        profiles = [perf.profile(config, a) for a in archs]
         resumed_step = self._checkpoints.get(launch.checkpoint, 0) if launch.checkpoint else 0
-        nodes = len({k[0] for k in devices})
-        step_work = self.perf.step_work(launch.config, archs, nodes)
-        cold = any(k not in self._warm for k in devices)
-        self._warm.update(devices)
-        first = step_work + self.perf.launch_work(resumed=resumed_step > 0, cold=cold)
-        cpus = float(max(p.cpus for p in profiles))
+        nodes = 1 if len(devices) == 1 else len({k[0] for k in devices})
+        step_work = perf.step_work(config, archs, nodes)
+        warm = self._warm
+        cold = not warm.issuperset(devices)
+        warm.update(devices)
+        first = step_work + perf.launch_work(resumed=resumed_step > 0, cold=cold)
+        cpus = float(profiles[0].cpus if len(profiles) == 1 else max(p.cpus for p in profiles))
         if fused and self.packs is not None:
             cpus = cpus / self.packs.fusion.max_members     # a member's share of its pack's
         return _Run(launch.trial_id, launch.attempt, launch.config, devices,
@@ -383,9 +385,10 @@ class SimExecutor:
                     cpus, updated_at=now)
 
     def _out_of_memory(self, run: _Run) -> bool:
+        runs = self._runs
         for key in run.devices:
             device = self._devices[key]
-            used = sum(self._runs[t].memory[key] for t in device.runs)
+            used = sum([runs[t].memory[key] for t in device.runs]) if device.runs else 0
             if used + run.memory[key] > device.gpu.memory_gb + 1e-9:
                 return True
         return False
@@ -394,7 +397,9 @@ class SimExecutor:
 
     def _schedule_step(self, run: _Run, now: float) -> None:
         run.version += 1
-        self._push(now + run.work_left / run.rate, "step", run.trial_id, run.version)
+        self._seq += 1                         # ``_push``, inline: once per step
+        heapq.heappush(self._heap, (now + run.work_left / run.rate, self._seq, "step",
+                                    run.trial_id, run.version))
 
     def _step_done(self, run: _Run, t: float) -> list[Event]:
         run.step += 1
