@@ -193,12 +193,11 @@ class Controller:
         reported: set[int] = set()
         handle, on_report, on_trial = self.handle, self._on_report, self._on_trial_event
         for event in events:
-            kind = type(event)
-            if kind is ResultReported:               # most events: no isinstance chain
+            if type(event) is ResultReported:        # most events: no isinstance chain
                 reported.add(event.trial_id)
                 commands += on_report(event, now)
                 continue
-            if kind is TrialStarted or kind is TrialFinished:
+            if type(event) is TrialStarted or type(event) is TrialFinished:
                 commands += on_trial(event, now)
                 continue
             if isinstance(event, InterruptRequested):

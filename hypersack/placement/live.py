@@ -223,6 +223,9 @@ class LiveCluster:
         """Add (``sign`` 1) or remove (-1) a job's exact demand ``parts`` on ``gpus`` and
         ``cores`` (signed) per GPU on their nodes; read the sums as floats (``exact.rounded``)
         and re-index ``gpus``, and every GPU of a node whose cores left changed."""
+        if len(gpus) == 1:
+            self._change_one(gpus[0], parts[0], cores, sign, index)
+            return
         load = self.load
         free_c, free_m, free_q, node = load.free_c, load.free_m, load.free_q, load.node
         exact_c, exact_m, exact_q, count = self._exact_c, self._exact_m, self._exact_q, self._count
@@ -263,6 +266,45 @@ class LiveCluster:
         self._snapshot = None
         if index:
             self._refresh(touched if len(touched) == len(gpus) else set(touched), grown=sign < 0)
+
+    def _change_one(self, i: int, part: tuple[int, int], cores: int, sign: int,
+                    index: bool) -> None:
+        """``_change`` of a job on the one GPU ``i`` (the same steps, without the loops)."""
+        load = self.load
+        c, m = part
+        if sign > 0:
+            e_c, e_m = self._exact_c[i] + c, self._exact_m[i] + m
+        else:
+            e_c, e_m = self._exact_c[i] - c, self._exact_m[i] - m
+        self._exact_c[i], self._exact_m[i] = e_c, e_m
+        used_c, used_m = rounded(e_c), rounded(e_m)
+        self._used_c[i], self._used_m[i] = used_c, used_m
+        load.free_c[i] = self._cap_c[i] - used_c
+        load.free_m[i] = self._cap_m[i] - used_m
+        count = self._count
+        was = count[i]
+        count[i] = jobs = was + sign
+        if not was:
+            self._idle_n -= 1
+        if jobs:
+            self._idle_c[i] = self._idle_m[i] = _NEG
+        else:
+            self._idle_n += 1
+            self._idle_c[i], self._idle_m[i] = self._gpus[i].compute, self._gpus[i].memory_gb
+        n = load.node[i]
+        e_q = self._exact_q[n] = self._exact_q[n] + cores
+        used_q = rounded(e_q)
+        self._used_q[n] = used_q
+        left = load.free_q[n] = self._cpus[n] - used_q
+        self._snapshot = None
+        if not index:
+            return
+        if left > self._index_q[n]:               # above what the trees hold: raise them
+            self._index_q[n] = left
+            touched = [i, *load.node_gpus[n]]
+            self._refresh(touched if len(touched) == 1 else set(touched), grown=sign < 0)
+        else:
+            self._refresh((i,), grown=sign < 0)
 
     def _build_trees(self, c: list[float], m: list[float]) -> dict[str, FitTree]:
         load = self.load
