@@ -126,12 +126,17 @@ class Allocator:
         jobs = {r.trial_id: self.demand(r) for r in records}
         chosen = self._assign(list(jobs.values()))
         placed: dict[int, Devices] = {}
+        live = self._live
         for record in records:            # in the caller's order
             devices = chosen.get(record.trial_id)
             if devices:
                 devices = tuple((n, g) for n, g in devices)
-                self._occupy(record.trial_id, jobs[record.trial_id], devices,
-                             strict=self._live is None)
+                if live is None:
+                    self._occupy(record.trial_id, jobs[record.trial_id], devices)
+                else:                     # the policy's own answer: occupied as trusted
+                    self._version += 1
+                    live.occupy_numbers(jobs[record.trial_id], live.numbers_of(devices))
+                    self._running[record.trial_id] = (jobs[record.trial_id], devices)
                 placed[record.trial_id] = devices
         return placed
 
@@ -148,7 +153,7 @@ class Allocator:
         job = self.demand(like)
         memo = self._room
         if (memo is not None and memo[0] == self._version and memo[2] == resources
-                and (memo[1] is job or memo[1] == job)):
+                and _same_job(memo[1], job)):
             return memo[4] is not None
         asked = self._asked(job, like, resources)
         spot = self._assign([asked]).get(_NEW_TRIAL)
@@ -261,6 +266,21 @@ class Allocator:
 
     def running(self) -> Mapping[int, Devices]:
         return {t: d for t, (_, d) in self._running.items()}
+
+
+_NO_DICT: dict[str, Any] = {}
+
+
+def _same_job(a: Any, b: Any) -> bool:
+    """``a == b`` for placement Jobs, at once for two renamed copies (``Job.renamed``) of one
+    Job under one id: a Job never changes, and a copy differs from its origin in the id only."""
+    if a is b:
+        return True
+    origin = getattr(a, "__dict__", _NO_DICT).get("_origin")
+    if origin is not None and origin is getattr(b, "__dict__", _NO_DICT).get("_origin") \
+            and a.id == b.id:
+        return True
+    return bool(a == b)
 
 
 def _same_demand(a: Any, b: Any) -> bool:
