@@ -1068,6 +1068,8 @@ def _finished_outcome(record: TrialRecord) -> StayOutcome:
 
 def _first_bad_metric(metrics: Mapping[str, Any]) -> tuple[str, Any] | None:
     for name, value in metrics.items():
+        if type(value) is float and value - value == 0.0:     # a finite float: the usual
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return name, value
     return None
