@@ -69,12 +69,10 @@ class Assembly:
         store (at most every 10 s, and once at the end, a storage fault then dropped).
         ``progress``, ``group_window_s``, ``on_started`` and ``listeners``: as ``run_loop``'s."""
         sink = SampleSink(self.store, self.row.study_id, self.services.samples)
-        # without a monitor the sink sees nothing (``SampleSink.observe`` is inert): not asked
-        sinks = [sink.observe] if self.services.samples is not None else []
         try:
             return run_loop(self.controller, self.executor, self.store, self.row,
                             progress=progress, clock=self.clock,
-                            observers=[*self.services.observers, *sinks],
+                            observers=[*self.services.observers, sink.observe],
                             group_window_s=group_window_s, on_started=on_started,
                             listeners=listeners)
         finally:
