@@ -15,7 +15,8 @@ once: the policy's options when the allocator is built, each demand when its Job
 ``Demand`` builds one Job per device count and renames it per trial); the jobs a demand function
 returns are trusted on the hot path (a Job checked itself when it was made; ids are trial ids,
 unique), and a built-in policy's answer is occupied without re-checking Eq. 1-4 (the policies are
-property-tested against the checker). Other policies (wfd-ls, mip, user
+property-tested against the checker), by its GPU numbers (``LiveCluster.occupy_numbers``); a
+single job is one search of the live trees (``LiveCluster.assign_one``). Other policies (wfd-ls, mip, user
 policies) get an immutable ``Cluster``, updated copy-on-write, and run as they are.
 """
 from __future__ import annotations

@@ -12,7 +12,10 @@ placement index that survives between calls (HyperSack Sec. IV-B, Algorithms 1 a
   many devices no longer re-indexes all of them at each launch and end;
 * ``assign(jobs, policy, **options)`` places jobs on what is left and leaves the load as it was
   (its tentative takes are journalled and undone). ``placement.assign`` on a ``Cluster`` is
-  ``LiveCluster(cluster).assign(...)``; the study's allocator keeps one LiveCluster alive.
+  ``LiveCluster(cluster).assign(...)``; the study's allocator keeps one LiveCluster alive and
+  asks it of one job at a time through ``assign_one`` (the same answer as GPU numbers: one
+  search of the trees, no journal), then occupies that answer with ``occupy_numbers`` (only the
+  job's id is checked: the policy chose distinct live GPUs for that very demand).
 
 Policies (``POLICIES``):
 
