@@ -15,7 +15,8 @@ once: the policy's options when the allocator is built, each demand when its Job
 ``Demand`` builds one Job per device count and renames it per trial); the jobs a demand function
 returns are trusted on the hot path (a Job checked itself when it was made; ids are trial ids,
 unique), and a built-in policy's answer is occupied without re-checking Eq. 1-4 (the policies are
-property-tested against the checker). Other policies (wfd-ls, mip, user
+property-tested against the checker), by its GPU numbers (``LiveCluster.occupy_numbers``); a
+single job is one search of the live trees (``LiveCluster.assign_one``). Other policies (wfd-ls, mip, user
 policies) get an immutable ``Cluster``, updated copy-on-write, and run as they are.
 """
 from __future__ import annotations
@@ -82,8 +83,10 @@ class Allocator:
         self._running: dict[int, tuple[Any, Devices]] = {}
         self._version = 0            # bumped whenever the load or the inventory changes
         # the last answer of has_room_for: (version, demand asked, resources, the Job placed
-        # (named _NEW_TRIAL), its devices or None for a "no")
-        self._room: tuple[int, Any, int, Any, Devices | None] | None = None
+        # (named _NEW_TRIAL), its devices or None for a "no", their GPU numbers in the live
+        # load or None)
+        self._room: tuple[int, Any, int, Any, Devices | None, tuple[int, ...] | None] | None = None
+        self._asked_memo: tuple[Any, int, Any] | None = None   # (Job asked about, gpus, renamed)
         self._set_load(cluster)
 
     def _set_load(self, cluster: Any) -> None:
@@ -100,8 +103,13 @@ class Allocator:
         return self._live.snapshot() if self._live is not None else self._cluster
 
     def _assign(self, jobs: list[Any]) -> dict[Any, Any]:
-        if self._live is not None:
-            return self._live.assign_checked(jobs, self.policy, self._checked or {})
+        live = self._live
+        if live is not None:
+            if len(jobs) == 1:                  # a room check, or one trial: one tree search
+                job = jobs[0]
+                found = live.assign_one(job, self.policy, self._checked or {})
+                return {} if found is None else {job.id: live.keys_of(found)}
+            return live.assign_checked(jobs, self.policy, self._checked or {})
         from hypersack.placement import assign
         return assign(jobs, self._cluster, self.policy, **self.options)
 
@@ -119,12 +127,17 @@ class Allocator:
         jobs = {r.trial_id: self.demand(r) for r in records}
         chosen = self._assign(list(jobs.values()))
         placed: dict[int, Devices] = {}
+        live = self._live
         for record in records:            # in the caller's order
             devices = chosen.get(record.trial_id)
             if devices:
                 devices = tuple((n, g) for n, g in devices)
-                self._occupy(record.trial_id, jobs[record.trial_id], devices,
-                             strict=self._live is None)
+                if live is None:
+                    self._occupy(record.trial_id, jobs[record.trial_id], devices)
+                else:                     # the policy's own answer: occupied as trusted
+                    self._version += 1
+                    live.occupy_numbers(jobs[record.trial_id], live.numbers_of(devices))
+                    self._running[record.trial_id] = (jobs[record.trial_id], devices)
                 placed[record.trial_id] = devices
         return placed
 
@@ -141,23 +154,32 @@ class Allocator:
         job = self.demand(like)
         memo = self._room
         if (memo is not None and memo[0] == self._version and memo[2] == resources
-                and (memo[1] is job or memo[1] == job)):
+                and _same_job(memo[1], job)):
             return memo[4] is not None
         asked = self._asked(job, like, resources)
         spot = self._assign([asked]).get(_NEW_TRIAL)
         devices = tuple((n, g) for n, g in spot) if spot else None
-        self._room = (self._version, job, resources, asked, devices)
+        live = self._live
+        numbers = None if devices is None or live is None else live.numbers_of(devices)
+        self._room = (self._version, job, resources, asked, devices, numbers)
         return devices is not None
 
     def _asked(self, job: Any, like: TrialRecord, resources: int) -> Any:
         """The Job a new trial like ``like`` on ``resources`` devices would have, named
-        ``_NEW_TRIAL``."""
+        ``_NEW_TRIAL`` (the last one made is reused while the demand's Job and the device count
+        are the same: a demand's Jobs are renamed copies of few templates)."""
         gpus = max(1, int(resources))
         if job.gpus > like.resources:          # the demand's own floor (a model on k devices)
             gpus = max(gpus, job.gpus)
+        template = job.__dict__.get("_origin", job)
+        memo = self._asked_memo
+        if memo is not None and memo[0] is template and memo[1] == gpus:
+            return memo[2]
         if gpus != job.gpus:
             job = dataclasses.replace(job, gpus=gpus)
-        return job.renamed(_NEW_TRIAL)
+        asked = job.renamed(_NEW_TRIAL)
+        self._asked_memo = (template, gpus, asked)
+        return asked
 
     def _spot_found(self, record: TrialRecord) -> dict[int, Devices] | None:
         """``record`` placed where the last "yes" of ``has_room_for`` found room, when that
@@ -170,8 +192,13 @@ class Allocator:
         job = self.demand(record)
         if not _same_demand(job, memo[3]):
             return None
-        devices = memo[4]
-        self._occupy(record.trial_id, job, devices, strict=False)
+        devices, numbers, live = memo[4], memo[5], self._live
+        if numbers is None or live is None:
+            self._occupy(record.trial_id, job, devices, strict=False)
+        else:                        # where the policy put this very demand: trusted
+            self._version += 1
+            live.occupy_numbers(job, numbers)
+            self._running[record.trial_id] = (job, devices)
         return {record.trial_id: devices}
 
     def fits(self, job: Any) -> bool:
@@ -240,6 +267,21 @@ class Allocator:
 
     def running(self) -> Mapping[int, Devices]:
         return {t: d for t, (_, d) in self._running.items()}
+
+
+_NO_DICT: dict[str, Any] = {}
+
+
+def _same_job(a: Any, b: Any) -> bool:
+    """``a == b`` for placement Jobs, at once for two renamed copies (``Job.renamed``) of one
+    Job under one id: a Job never changes, and a copy differs from its origin in the id only."""
+    if a is b:
+        return True
+    origin = getattr(a, "__dict__", _NO_DICT).get("_origin")
+    if origin is not None and origin is getattr(b, "__dict__", _NO_DICT).get("_origin") \
+            and a.id == b.id:
+        return True
+    return bool(a == b)
 
 
 def _same_demand(a: Any, b: Any) -> bool:

@@ -39,6 +39,7 @@ _PRUNED = StopReason.PRUNED
 _PAUSED = StopReason.PAUSED
 _RESIZE = StopReason.RESIZE
 _STOPS = {Decision.STOP: _PRUNED, Decision.PAUSE: _PAUSED, Decision.GROW: _RESIZE}
+_CONTINUE = Decision.CONTINUE
 _PREEMPTED = StopReason.PREEMPTED
 _END_GAME = "end_game"      # info key of a trial resumed by the end-game (stored with the trial)
 
@@ -140,6 +141,11 @@ class Controller:
         self._external = 0                     # trials run elsewhere (add_external): no budget
         self.packs: PackBook | None = PackBook(options.packs) if options.packs is not None else None
         self._reported: set[int] = set()       # members that reported this turn (ack pending)
+        # whether ``tick`` can decide anything: a trial or heartbeat timeout, a time budget or
+        # time-sharing (else a turn skips it)
+        self._multi = objective.is_multi        # a frozen objective: asked once
+        self._timed = (trial_timeout_s is not None or heartbeat_timeout_s is not None
+                       or budget.time_s is not None or self.shared is not None)
 
     def _time_sharing(self, options: Any) -> SharedDevices | None:
         """Time-sharing of the inventory's devices (``core.timesharing``), or None."""
@@ -185,14 +191,23 @@ class Controller:
         commands: list[Command] = []
         interrupt = False
         reported: set[int] = set()
+        handle, on_report, on_trial = self.handle, self._on_report, self._on_trial_event
         for event in events:
+            if type(event) is ResultReported:        # most events: no isinstance chain
+                reported.add(event.trial_id)
+                commands += on_report(event, now)
+                continue
+            if type(event) is TrialStarted or type(event) is TrialFinished:
+                commands += on_trial(event, now)
+                continue
             if isinstance(event, InterruptRequested):
                 interrupt = True
                 continue
             if isinstance(event, ResultReported):
                 reported.add(event.trial_id)
-            commands += self.handle(event, now)
-        commands += self.tick(now)
+            commands += handle(event, now)
+        if self._timed:
+            commands += self.tick(now)
         if interrupt:
             commands += self.interrupt()
         launches = self.launches(now)
@@ -263,10 +278,14 @@ class Controller:
 
     def _launch_placed(self, now: float) -> list[Launch]:
         allocator = self._placer()
-        queued = [self.trials[t] for t in self._queue]
-        placed = allocator.place(queued)
-        out = [self._launch(r, now, placed[r.trial_id]) for r in queued if r.trial_id in placed]
-        self._queue = deque(t for t in self._queue if t not in placed)
+        out: list[Launch] = []
+        if self._queue:
+            queued = [self.trials[t] for t in self._queue]
+            placed = allocator.place(queued)
+            if placed:
+                out = [self._launch(r, now, placed[r.trial_id]) for r in queued
+                       if r.trial_id in placed]
+                self._queue = deque(t for t in self._queue if t not in placed)
         # Room is asked only of a study that may create (a "no" of _create's own check ends
         # the loop as before, without a placement run); a "yes" places the new trial itself
         # (Allocator.has_room_for): one placement run per new trial.
@@ -376,7 +395,8 @@ class Controller:
         return None
 
     def _clamp_resources(self, wanted: int) -> int:
-        return min(max(1, int(wanted)), max(1, self._placer().device_count()))
+        allocator = self.allocator if self.allocator is not None else self._placer()
+        return min(max(1, int(wanted)), max(1, allocator.device_count()))
 
     def _may_create(self, now: float) -> bool:
         if self.budget.trials is not None and len(self.trials) - self._external >= self.budget.trials:
@@ -437,13 +457,7 @@ class Controller:
     def handle(self, event: Event, now: float) -> list[Command]:
         """One event's decisions (``turn`` takes a turn's events through here)."""
         if type(event) is ResultReported:         # most events: straight to its branch below
-            record = self.trials.get(event.trial_id)
-            if record is None or record.state is not TrialState.RUNNING:
-                return []
-            self._changed.add(record.trial_id)
-            if self.packs is not None:
-                self._reported.add(record.trial_id)
-            return self._on_result(record, event, now) + self._stop_if_failing()
+            return self._on_report(event, now)
         if isinstance(event, InterruptRequested):
             return self.interrupt()
         if isinstance(event, (DeviceAdded, DeviceLost)):
@@ -463,10 +477,7 @@ class Controller:
             return []
         self._changed.add(record.trial_id)
         if isinstance(event, TrialStarted):
-            record.device = event.device
-            self.stays.place(record.trial_id, event.device)
-            # when the worker began it: before, the launch was the worker's start-up
-            record.info.setdefault(BEGAN, {}).setdefault(str(record.attempts), now)
+            self._on_started(record, event, now)
         elif isinstance(event, ResultReported):
             if self.packs is not None:
                 self._reported.add(record.trial_id)
@@ -476,6 +487,40 @@ class Controller:
         elif isinstance(event, TrialFailed):
             return self._on_failed(record, event, now) + self._stop_if_failing()
         return self._stop_if_failing()
+
+    def _on_trial_event(self, event: TrialStarted | TrialFinished, now: float) -> list[Command]:
+        """``handle`` of a TrialStarted or TrialFinished (exactly those types), without the
+        isinstance chain of the rarer events."""
+        if self.packs is not None and type(event) is TrialFinished:
+            self.packs.leave(event.trial_id)     # its seat is free, whatever the trial became
+        record = self.trials.get(event.trial_id)
+        if record is None or record.state is not TrialState.RUNNING:
+            return []          # late news of a trial already decided (e.g. failed on NaN)
+        self._changed.add(record.trial_id)
+        if type(event) is TrialStarted:
+            self._on_started(record, event, now)
+        else:
+            self._on_finished(record, now)
+        return self._stop_if_failing() if self.failure_stop is not None else []
+
+    def _on_started(self, record: TrialRecord, event: TrialStarted, now: float) -> None:
+        record.device = event.device
+        self.stays.place(record.trial_id, event.device)
+        # when the worker began it: before, the launch was the worker's start-up
+        record.info.setdefault(BEGAN, {}).setdefault(str(record.attempts), now)
+
+    def _on_report(self, event: ResultReported, now: float) -> list[Command]:
+        """``handle`` of a report (of a trial still running; else nothing)."""
+        record = self.trials.get(event.trial_id)
+        if record is None or record.state is not TrialState.RUNNING:
+            return []
+        self._changed.add(record.trial_id)
+        if self.packs is not None:
+            self._reported.add(record.trial_id)
+        out = self._on_result(record, event, now)
+        if self.failure_stop is None:          # ``_stop_if_failing``, inline: the usual case
+            return out
+        return out + self._stop_if_failing()
 
     def _stop_if_failing(self) -> list[Command]:
         """Once ``max_failures`` trials in a row failed the same way (``core.failures``), stop
@@ -490,7 +535,8 @@ class Controller:
         (recomputed after a restart from an older checkpoint): acknowledged, not stored again."""
         if record.last_step is not None and event.step <= record.last_step:
             return [Stop(record.trial_id, record.stop_reason)] if record.stop_reason else []
-        self._results.append((record.trial_id, event.step, dict(event.metrics)))
+        metrics = dict(event.metrics)      # the stored result's and the record's (never changed)
+        self._results.append((record.trial_id, event.step, metrics))
         if event.checkpoint is not None:
             record.checkpoint, record.checkpoint_step = event.checkpoint, event.step
         bad = _first_bad_metric(event.metrics)
@@ -499,16 +545,18 @@ class Controller:
             self._finish(record, TrialState.FAILED, now, error=(
                 f"metric {name!r} is {value!r} at step {event.step}"))
             return [Stop(record.trial_id, StopReason.FAILED)]
-        missing = self._missing_objective(record, event)
+        missing = self._missing_objective(record, event) if record.last_step is None else None
         if missing is not None:
             self._finish(record, TrialState.FAILED, now, error=missing)
             return [Stop(record.trial_id, StopReason.FAILED)]
         record.last_step = event.step
-        record.metrics = dict(event.metrics)
-        if self.objective.metric in event.metrics:
-            record.value = float(event.metrics[self.objective.metric])
+        record.metrics = metrics
+        objective = self.objective
+        if objective.metric in metrics:
+            record.value = float(metrics[objective.metric])
             record.value_step = event.step
-        self._keep_values(record, event.metrics)
+        if self._multi:
+            self._keep_values(record, event.metrics)
         if self.shared is not None:
             self.shared.observe(record, event.metrics)
         if record.stop_reason is not None and record.stop_reason != _PREEMPTED:
@@ -517,7 +565,8 @@ class Controller:
         if record.info.get(_END_GAME):
             return []        # finishing in the end-game: the algorithm has nothing left to decide
         decision = self.algorithm.on_result(record.trial_id, event.step, event.metrics)
-        reason = _STOPS.get(decision)
+        # (an Enum member hashes in Python: the usual answer is told apart by identity)
+        reason = None if decision is _CONTINUE else _STOPS.get(decision)
         if reason is None:
             # A preempted trial is still suspended; an algorithm's decision above overrides it.
             return [Preempt(record.trial_id)] if record.stop_reason == _PREEMPTED else []
@@ -604,14 +653,14 @@ class Controller:
         if record.value is None:
             self._finish(record, TrialState.FAILED, now, error=(
                 f"metric {self.objective.metric!r} was never reported "
-                f"(reported: {sorted(record.metrics) or 'nothing'})"))
+                f"(reported: {sorted(record.metrics) or 'nothing'})"), released=True)
             return
         unfinished = self._unfinished_objectives(record)
         if unfinished is not None:
-            self._finish(record, TrialState.FAILED, now, error=unfinished)
+            self._finish(record, TrialState.FAILED, now, error=unfinished, released=True)
             return
         state = TrialState.PRUNED if record.stop_reason == _PRUNED else TrialState.COMPLETE
-        self._finish(record, state, now)
+        self._finish(record, state, now, released=True)
 
     def _on_failed(self, record: TrialRecord, event: TrialFailed, now: float) -> list[Command]:
         """Decide what a failure means, from its cause (the executor reports facts only)."""
@@ -630,7 +679,7 @@ class Controller:
             return []
         retryable = cause in (FailureCause.WORKER_DIED, FailureCause.OOM)
         if retryable and record.stop_reason == _TIME_BUDGET and record.value is not None:
-            self._finish(record, TrialState.COMPLETE, now)   # it was ending anyway: keep its result
+            self._finish(record, TrialState.COMPLETE, now, released=True)   # it was ending anyway
             return []
         if retryable and record.retries < self.max_retries:
             record.retries += 1
@@ -639,7 +688,8 @@ class Controller:
         reason = event.reason
         if retryable:
             reason += f" (gave up after {record.retries} retries)"
-        self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback)
+        self._finish(record, TrialState.FAILED, now, error=reason, traceback=event.traceback,
+                     released=True)
         return []
 
     def _failed_outcome(self, record: TrialRecord, event: TrialFailed) -> StayOutcome:
@@ -668,10 +718,17 @@ class Controller:
             self.shared.left(record)
 
     def _finish(self, record: TrialRecord, state: TrialState, now: float | None, *,
-                error: str | None = None, traceback: str | None = None) -> None:
-        if now is not None:
-            self.stays.close(record.trial_id, now, _STATE_OUTCOME[state])
-        self._release(record)
+                error: str | None = None, traceback: str | None = None,
+                released: bool = False) -> None:
+        """End ``record`` in ``state``; ``released``: its stays were closed and its devices
+        released already (``_on_finished``, ``_on_failed``; time-sharing's own bookkeeping is
+        told again, as it always was)."""
+        if not released:
+            if now is not None:
+                self.stays.close(record.trial_id, now, _STATE_OUTCOME[state])
+            self._release(record)
+        elif self.shared is not None:
+            self._release(record)
         record.state = state
         record.finished_at = now
         record.stop_reason = None
@@ -1011,6 +1068,8 @@ def _finished_outcome(record: TrialRecord) -> StayOutcome:
 
 def _first_bad_metric(metrics: Mapping[str, Any]) -> tuple[str, Any] | None:
     for name, value in metrics.items():
+        if type(value) is float and value - value == 0.0:     # a finite float: the usual
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return name, value
     return None

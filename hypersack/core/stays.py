@@ -81,7 +81,7 @@ class StayBook:
                       pack, rank) for rank, (node, gpu) in enumerate(where)]
         self._open[trial_id] = stays
         for stay in stays:
-            self._changed[stay.key] = stay
+            self._changed[(trial_id, attempt, stay.node, stay.gpu)] = stay   # its ``key``
 
     def place(self, trial_id: int, device: str) -> None:
         """The executor started an unplaced trial on ``device``: name it in its open stay."""
@@ -97,7 +97,7 @@ class StayBook:
         for stay in self._open.pop(trial_id, ()):      # (``replace`` costs ~5x a plain call)
             ended = Stay(stay.trial_id, stay.attempt, stay.node, stay.gpu, stay.start, stay.share,
                          stay.pack, stay.rank, max(now, stay.start), outcome)
-            self._changed[ended.key] = ended
+            self._changed[(stay.trial_id, stay.attempt, stay.node, stay.gpu)] = ended   # its key
 
     def running(self, trial_id: int) -> list[Stay]:
         return list(self._open.get(trial_id, ()))

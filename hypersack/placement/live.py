@@ -12,7 +12,10 @@ placement index that survives between calls (HyperSack Sec. IV-B, Algorithms 1 a
   many devices no longer re-indexes all of them at each launch and end;
 * ``assign(jobs, policy, **options)`` places jobs on what is left and leaves the load as it was
   (its tentative takes are journalled and undone). ``placement.assign`` on a ``Cluster`` is
-  ``LiveCluster(cluster).assign(...)``; the study's allocator keeps one LiveCluster alive.
+  ``LiveCluster(cluster).assign(...)``; the study's allocator keeps one LiveCluster alive and
+  asks it of one job at a time through ``assign_one`` (the same answer as GPU numbers: one
+  search of the trees, no journal), then occupies that answer with ``occupy_numbers`` (only the
+  job's id is checked: the policy chose distinct live GPUs for that very demand).
 
 Policies (``POLICIES``):
 
@@ -186,6 +189,14 @@ class LiveCluster:
             check_fits(self, [(job, devices)])       # Eq. 1-4, the one checker
         self._add(job, gpus)
 
+    def occupy_numbers(self, job: Job, gpus: tuple[int, ...]) -> None:
+        """``occupy(job, devices, strict=False)`` on GPU numbers a policy of this LiveCluster
+        chose for ``job``'s demand (``assign_one``): distinct, live and ``job.gpus`` of them, so
+        only the job's id is checked."""
+        if job.id in self._jobs:
+            raise PlacementError(f"Job {job.id!r} is already running on {self.running[job.id].devices}")
+        self._add(job, gpus)
+
     def release(self, job_id: Hashable) -> None:
         """Forget the running job ``job_id`` (``Cluster.without``): O(its GPUs x log G), the GPUs
         of its nodes re-indexed only when their cores changed."""
@@ -198,11 +209,14 @@ class LiveCluster:
 
     def _add(self, job: Job, gpus: tuple[int, ...], index: bool = True) -> None:
         """Count ``job`` on ``gpus`` (GPU numbers); ``index``: re-index what changed."""
-        arch = self.load.arch
-        parts = []
-        for i in gpus:
-            demand = job.demand(arch[i])
-            parts.append((units(demand.compute), units(demand.memory_gb)))
+        if not job.per_arch:                      # every architecture: the top-level demand
+            parts = [(units(job.compute), units(job.memory_gb))] * len(gpus)
+        else:
+            arch = self.load.arch
+            parts = []
+            for i in gpus:
+                demand = job.demand(arch[i])
+                parts.append((units(demand.compute), units(demand.memory_gb)))
         cores = units(job.cpus)
         self._jobs[job.id] = (job, gpus, tuple(parts), cores)
         self._change(gpus, parts, cores, 1, index)
@@ -212,30 +226,33 @@ class LiveCluster:
         """Add (``sign`` 1) or remove (-1) a job's exact demand ``parts`` on ``gpus`` and
         ``cores`` (signed) per GPU on their nodes; read the sums as floats (``exact.rounded``)
         and re-index ``gpus``, and every GPU of a node whose cores left changed."""
+        if len(gpus) == 1:
+            self._change_one(gpus[0], parts[0], cores, sign, index)
+            return
         load = self.load
         free_c, free_m, free_q, node = load.free_c, load.free_m, load.free_q, load.node
         exact_c, exact_m, exact_q, count = self._exact_c, self._exact_m, self._exact_q, self._count
+        used_cs, used_ms, idle_c, idle_m = self._used_c, self._used_m, self._idle_c, self._idle_m
         nodes: list[int] = []
         for i, (c, m) in zip(gpus, parts):
             if sign > 0:
-                exact_c[i] += c
-                exact_m[i] += m
+                e_c, e_m = exact_c[i] + c, exact_m[i] + m
             else:
-                exact_c[i] -= c
-                exact_m[i] -= m
-            used_c, used_m = rounded(exact_c[i]), rounded(exact_m[i])
-            self._used_c[i], self._used_m[i] = used_c, used_m
+                e_c, e_m = exact_c[i] - c, exact_m[i] - m
+            exact_c[i], exact_m[i] = e_c, e_m
+            used_c, used_m = rounded(e_c), rounded(e_m)
+            used_cs[i], used_ms[i] = used_c, used_m
             free_c[i] = self._cap_c[i] - used_c
             free_m[i] = self._cap_m[i] - used_m
-            if not count[i]:
+            was = count[i]
+            count[i] = jobs = was + sign
+            if not was:
                 self._idle_n -= 1
-            count[i] += sign
-            if not count[i]:
-                self._idle_n += 1
-            if count[i]:
-                self._idle_c[i] = self._idle_m[i] = _NEG
+            if jobs:
+                idle_c[i] = idle_m[i] = _NEG
             else:
-                self._idle_c[i], self._idle_m[i] = self._gpus[i].compute, self._gpus[i].memory_gb
+                self._idle_n += 1
+                idle_c[i], idle_m[i] = self._gpus[i].compute, self._gpus[i].memory_gb
             n = node[i]
             exact_q[n] += cores
             if n not in nodes:
@@ -252,6 +269,45 @@ class LiveCluster:
         self._snapshot = None
         if index:
             self._refresh(touched if len(touched) == len(gpus) else set(touched), grown=sign < 0)
+
+    def _change_one(self, i: int, part: tuple[int, int], cores: int, sign: int,
+                    index: bool) -> None:
+        """``_change`` of a job on the one GPU ``i`` (the same steps, without the loops)."""
+        load = self.load
+        c, m = part
+        if sign > 0:
+            e_c, e_m = self._exact_c[i] + c, self._exact_m[i] + m
+        else:
+            e_c, e_m = self._exact_c[i] - c, self._exact_m[i] - m
+        self._exact_c[i], self._exact_m[i] = e_c, e_m
+        used_c, used_m = rounded(e_c), rounded(e_m)
+        self._used_c[i], self._used_m[i] = used_c, used_m
+        load.free_c[i] = self._cap_c[i] - used_c
+        load.free_m[i] = self._cap_m[i] - used_m
+        count = self._count
+        was = count[i]
+        count[i] = jobs = was + sign
+        if not was:
+            self._idle_n -= 1
+        if jobs:
+            self._idle_c[i] = self._idle_m[i] = _NEG
+        else:
+            self._idle_n += 1
+            self._idle_c[i], self._idle_m[i] = self._gpus[i].compute, self._gpus[i].memory_gb
+        n = load.node[i]
+        e_q = self._exact_q[n] = self._exact_q[n] + cores
+        used_q = rounded(e_q)
+        self._used_q[n] = used_q
+        left = load.free_q[n] = self._cpus[n] - used_q
+        self._snapshot = None
+        if not index:
+            return
+        if left > self._index_q[n]:               # above what the trees hold: raise them
+            self._index_q[n] = left
+            touched = [i, *load.node_gpus[n]]
+            self._refresh(touched if len(touched) == 1 else set(touched), grown=sign < 0)
+        else:
+            self._refresh((i,), grown=sign < 0)
 
     def _build_trees(self, c: list[float], m: list[float]) -> dict[str, FitTree]:
         load = self.load
@@ -298,6 +354,38 @@ class LiveCluster:
         if policy not in POLICIES:
             raise ConfigError("placement", policy, f"must be one of {', '.join(POLICIES)}")
         return self.assign_checked(self._check_jobs(jobs), policy, check_options(policy, options))
+
+    def assign_one(self, job: Job, policy: str, options: dict) -> tuple[int, ...] | None:
+        """``assign_checked([job], policy, options, numbers=True).get(job.id)``: where ``policy``
+        puts the one checked ``job`` now, as GPU numbers, or None; the load is left as it was.
+        A single-GPU job of a greedy policy (ff, ffd, wf, wfd, exclusive) is one search of the
+        trees (one job takes nothing tentatively: no journal), the rest go through
+        ``assign_checked``."""
+        greedy = _GREEDY.get(policy)
+        if greedy is None or job.gpus != 1:
+            return self.assign_checked([job], policy, options, numbers=True).get(job.id)
+        per_arch = job.per_arch
+        own = (job.compute, job.memory_gb)
+        demand = ({a: own for a in self.load.by_arch} if not per_arch else demands((job,), list(self.load.by_arch))[0])
+        if policy == "exclusive":
+            found = self._alone_first(demand, job.cpus) if self._idle_n else None
+        else:
+            found = self._pick_single(demand, job.cpus, greedy[0])
+        if self._missed:
+            missed = list(self._missed)
+            self._missed.clear()
+            self.settle(missed)
+        return None if found is None else (found,)
+
+    def keys_of(self, gpus: tuple[int, ...]) -> tuple[tuple, ...]:
+        """``(node_id, gpu_id)`` of each of the GPU numbers ``gpus``."""
+        keys = self.load.keys
+        return tuple([keys[i] for i in gpus])
+
+    def numbers_of(self, devices: Sequence[tuple]) -> tuple[int, ...]:
+        """The GPU numbers of ``devices`` (``(node_id, gpu_id)`` pairs of this cluster)."""
+        index = self._index
+        return tuple([index[dev] for dev in devices])
 
     def assign_checked(self, jobs: list[Job], policy: str, options: dict,
                        keep: bool = True, numbers: bool = False) -> dict[Hashable, tuple]:
@@ -475,12 +563,8 @@ class LiveCluster:
             demand = demands((job,), archs)[0]
             chosen: tuple[int, ...] | None
             if job.gpus == 1:
-                chosen = None
-                for arch, tree in self._alone.items():
-                    c, m = demand[arch]
-                    i = tree.first(c, m, job.cpus)
-                    if i is not None and (chosen is None or i < chosen[0]):
-                        chosen = (i,)
+                i = self._alone_first(demand, job.cpus)
+                chosen = None if i is None else (i,)
             else:
                 chosen = self._exclusive_multi(job)
             if chosen is None:
@@ -495,6 +579,19 @@ class LiveCluster:
                 self._write(journal, load.free_q, load.node[i], load.free_q[load.node[i]] - job.cpus)
             self._refresh(chosen)             # stale-high cores elsewhere on the node: fine
         return placed
+
+    def _alone_first(self, demand: dict, q: float) -> int | None:
+        """The first idle GPU where a single-GPU job of per-GPU ``demand`` and ``q`` cores fits
+        alone, over the job's architectures (the lowest GPU number), or None."""
+        if self._alone is None:
+            self._alone = self._build_trees(self._idle_c, self._idle_m)
+        chosen = None
+        for arch, tree in self._alone.items():
+            c, m = demand[arch]
+            i = tree.first(c, m, q)
+            if i is not None and (chosen is None or i < chosen):
+                chosen = i
+        return chosen
 
     def _exclusive_multi(self, job: Job) -> tuple[int, ...] | None:
         """k idle GPUs where the job fits alone: the first node with k of them and the cores,

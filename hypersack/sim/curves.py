@@ -41,6 +41,7 @@ and trial seed give the same curve, whatever the order trials are simulated in.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import zlib
@@ -79,7 +80,9 @@ class Curve:
         its noise, clipped."""
         if self._every is not None:    # one call for every metric (a function's curve)
             out = self._every(step)
-            out[self.metric] = self._noisy(float(out.pop(self.metric)), step)
+            value = float(out.pop(self.metric))
+            out[self.metric] = (self._noisy(value, step)
+                                if self._noise > 0 or self._clip is not None else value)
             return out
         value = self._noisy(float(self._values(step)), step)
         out = dict(self._extra(step)) if self._extra is not None else {}
@@ -366,7 +369,7 @@ class FunctionCurves(CurveModel):
         metrics = self._metrics
         seed = [self.seed, int(trial_seed)]
         return Curve(lambda s: metrics(config, s)[self.metric], self.metric, self.noise, seed,
-                     self.clip, every=lambda s: metrics(config, s))
+                     self.clip, every=functools.partial(metrics, config))
 
     def mean(self, config: Mapping[str, Any], step: int) -> float:
         return self._metrics(config, step)[self.metric]

@@ -105,9 +105,20 @@ _CPU_UNIT = 2.0 ** -20
 
 def _cpu_units(cpus: float) -> int | None:
     """``cpus`` in ``_CPU_UNIT``s when it is a whole number of them below 2**32 cores (sums of
-    a few million such stay exact in a float), else None."""
-    units = cpus / _CPU_UNIT
-    return int(units) if units.is_integer() and abs(cpus) < 2.0 ** 32 else None
+    a few million such stay exact in a float), else None (remembered per value: a study asks
+    of few values, at every start and end of a run)."""
+    found = _UNITS.get(cpus, _UNKNOWN)
+    if found is _UNKNOWN:
+        units = cpus / _CPU_UNIT
+        found = int(units) if units.is_integer() and abs(cpus) < 2.0 ** 32 else None
+        if len(_UNITS) >= 1024:
+            _UNITS.clear()
+        _UNITS[cpus] = found
+    return found  # type: ignore[return-value]
+
+
+_UNITS: dict[float, int | None] = {}
+_UNKNOWN = object()
 
 
 @dataclass
@@ -226,13 +237,25 @@ class SimExecutor:
         events: list[Event] = []
         ended: list[Event] = [PackCapped(p, 0) for p in self.packs.end_empty()] if self.packs else []
         woke = False
-        while self._heap and not events and not woke:
-            t = self._heap[0][0]
-            while self._heap and self._heap[0][0] == t:
-                _, _, kind, trial_id, payload = heapq.heappop(self._heap)
+        heap, runs, clock, pop = self._heap, self._runs, self.clock, heapq.heappop
+        while heap and not events and not woke:
+            t = heap[0][0]
+            while heap and heap[0][0] == t:
+                _, _, kind, trial_id, payload = pop(heap)
+                if kind == "step":          # the usual entries, as ``_stale`` and ``_fire`` say
+                    run = runs.get(trial_id)
+                    if run is None or run.version != payload:
+                        continue            # a step superseded by a rate change, or of an ended trial
+                    clock.advance_to(t)
+                    events += self._step_done(run, t)
+                    continue
+                if kind == "event":
+                    clock.advance_to(t)
+                    events.append(payload)
+                    continue
                 if self._stale(kind, trial_id, payload):
-                    continue        # a step superseded by a rate change, or of an ended trial
-                self.clock.advance_to(t)
+                    continue
+                clock.advance_to(t)
                 woke = woke or kind == "wake"
                 events.extend(self._fire(kind, trial_id, payload, t))
         if not events and not woke:
@@ -341,15 +364,17 @@ class SimExecutor:
 
     def _new_run(self, launch: Launch, devices: tuple[Key, ...], now: float,
                  fused: bool = False) -> _Run:
+        perf, config = self.perf, launch.config
         archs = [self._devices[k].gpu.arch for k in devices]
-        profiles = [self.perf.profile(launch.config, a) for a in archs]
+        profiles = [perf.profile(config, a) for a in archs]
         resumed_step = self._checkpoints.get(launch.checkpoint, 0) if launch.checkpoint else 0
-        nodes = len({k[0] for k in devices})
-        step_work = self.perf.step_work(launch.config, archs, nodes)
-        cold = any(k not in self._warm for k in devices)
-        self._warm.update(devices)
-        first = step_work + self.perf.launch_work(resumed=resumed_step > 0, cold=cold)
-        cpus = float(max(p.cpus for p in profiles))
+        nodes = 1 if len(devices) == 1 else len({k[0] for k in devices})
+        step_work = perf.step_work(config, archs, nodes)
+        warm = self._warm
+        cold = not warm.issuperset(devices)
+        warm.update(devices)
+        first = step_work + perf.launch_work(resumed=resumed_step > 0, cold=cold)
+        cpus = float(profiles[0].cpus if len(profiles) == 1 else max(p.cpus for p in profiles))
         if fused and self.packs is not None:
             cpus = cpus / self.packs.fusion.max_members     # a member's share of its pack's
         return _Run(launch.trial_id, launch.attempt, launch.config, devices,
@@ -360,9 +385,10 @@ class SimExecutor:
                     cpus, updated_at=now)
 
     def _out_of_memory(self, run: _Run) -> bool:
+        runs = self._runs
         for key in run.devices:
             device = self._devices[key]
-            used = sum(self._runs[t].memory[key] for t in device.runs)
+            used = sum([runs[t].memory[key] for t in device.runs]) if device.runs else 0
             if used + run.memory[key] > device.gpu.memory_gb + 1e-9:
                 return True
         return False
@@ -371,7 +397,9 @@ class SimExecutor:
 
     def _schedule_step(self, run: _Run, now: float) -> None:
         run.version += 1
-        self._push(now + run.work_left / run.rate, "step", run.trial_id, run.version)
+        self._seq += 1                         # ``_push``, inline: once per step
+        heapq.heappush(self._heap, (now + run.work_left / run.rate, self._seq, "step",
+                                    run.trial_id, run.version))
 
     def _step_done(self, run: _Run, t: float) -> list[Event]:
         run.step += 1
@@ -430,25 +458,28 @@ class SimExecutor:
         """Recompute f_gpu of ``keys``, f_cpu of their nodes, and the rate of every trial hit."""
         hit: set[int] = set()
         packed = self.packs.on if self.packs is not None else _NONE
+        runs, devices, perf = self._runs, self._devices, self.perf
         for key in keys:
-            device = self._devices[key]
+            device = devices[key]
             demands = ([d for d, _ in self._loads(key)] if key in packed
-                       else [self._runs[t].utilization[key] for t in device.runs])
-            device.factor = self.perf.gpu_factor(device.gpu.arch, device.gpu.compute, demands)
+                       else [runs[t].utilization[key] for t in device.runs])
+            device.factor = perf.gpu_factor(device.gpu.arch, device.gpu.compute, demands)
             hit.update(device.runs)
-        runs, devices = self._runs, self._devices
-        for node_id in {k[0] for k in keys}:
+        for node_id in ((keys[0][0],) if len(keys) == 1 else {k[0] for k in keys}):
             node = self._nodes[node_id]
             demand = node.demand(lambda: sum([runs[t].cpus for k in node.devices
                                               for t in devices[k].runs]))
-            factor = self.perf.cpu_factor(node.cpus, demand)
+            factor = perf.cpu_factor(node.cpus, demand)
             if factor != node.factor or demand != node.cpu_demand:
                 if factor != node.factor:
-                    hit.update(t for k in node.devices for t in self._devices[k].runs)
+                    hit.update(t for k in node.devices for t in devices[k].runs)
                 node.factor, node.cpu_demand = factor, demand
+        touched = set(keys)
         for trial_id in sorted(hit):
-            self._set_rate(self._runs[trial_id], now)
-        self._account({k for t in hit for k in self._runs[t].devices} | set(keys), now)
+            run = runs[trial_id]
+            self._set_rate(run, now)
+            touched.update(run.devices)
+        self._account(touched, now)
 
     def _loads(self, key: Key) -> list[tuple[float, float]]:
         """``(compute demand, delivered share)`` of each process on device ``key`` (which holds
@@ -489,20 +520,27 @@ class SimExecutor:
 
     def _account(self, keys: set[Key], now: float) -> None:
         packed = self.packs.on if self.packs is not None else _NONE
-        for key in sorted(keys):
-            device = self._devices[key]
+        runs, devices, account = self._runs, self._devices, self.timeline.account
+        for key in (keys if len(keys) == 1 else sorted(keys)):
+            device = devices[key]
             if not device.alive:
                 continue
-            c = device.gpu.compute
+            gpu = device.gpu
             if key in packed:
                 loads = self._loads(key)
                 demand = sum(d for d, _ in loads)
                 used = sum(d * rate for d, rate in loads)
+            elif not device.runs:
+                demand = used = 0
+            elif len(device.runs) == 1:      # the same sums of one term
+                run = runs[device.runs[0]]
+                demand = 0 + run.utilization[key]
+                used = 0 + run.utilization[key] * run.rate
             else:
-                demand = sum(self._runs[t].utilization[key] for t in device.runs)
-                used = sum(self._runs[t].utilization[key] * self._runs[t].rate for t in device.runs)
-            self.timeline.account(key, now, min(1.0, demand / device.gpu.capacity), min(1.0, used / c),
-                                  1.0 if device.runs else 0.0)
+                demand = sum(runs[t].utilization[key] for t in device.runs)
+                used = sum(runs[t].utilization[key] * runs[t].rate for t in device.runs)
+            account(key, now, min(1.0, demand / gpu.capacity), min(1.0, used / gpu.compute),
+                    1.0 if device.runs else 0.0)
 
     # ---- inventory changes ---------------------------------------------------------------
 

@@ -305,6 +305,8 @@ class PerfModel:
         self._steps_for = steps_for
         self._cache: dict[tuple, Profile] = {}
         self._demands: dict[tuple, Any] = {}     # (config items, resources) -> Job, oldest first
+        # the last trial's answer: (trial id, its config object, resources, Job), or None
+        self._last: tuple[int, Any, Any, Any] | None = None
 
     # ---- profiles ------------------------------------------------------------------------
 
@@ -347,11 +349,13 @@ class PerfModel:
             key = (model, batch, arch)
             self._floors[key] = memory_floor_after_oom(self._floors.get(key), memory)
         self._demands.clear()
+        self._last = None
 
     def forget_ooms(self) -> None:
         """Drop the memory floors (a new simulated study starts with an empty job history)."""
         self._floors.clear()
         self._demands.clear()
+        self._last = None
 
     # ---- timing --------------------------------------------------------------------------
 
@@ -398,7 +402,20 @@ class PerfModel:
         record's config and resources only: the last few answers are kept (the controller asks
         the same question of the latest trial on every turn). Without fusion the answer is a
         function of what ``make_job`` reads of the config, (model, batch size) and
-        ``steps_for(config)``, so trials of different configs with those alike share it."""
+        ``steps_for(config)``, so trials of different configs with those alike share it. The
+        last trial asked about is answered again without reading its config (a trial is asked
+        about when it is placed, then as the latest trial for the next one's room; a config is
+        never changed in place)."""
+        last = self._last
+        if (last is not None and last[0] == record.trial_id and last[1] is record.config
+                and last[2] == getattr(record, "resources", 1)):
+            return last[3]
+        job = self._demand(record)
+        self._last = (record.trial_id, record.config, getattr(record, "resources", 1), job)
+        return job
+
+    def _demand(self, record: Any) -> Any:
+        """``demand`` without the last trial's memo."""
         try:
             key = self._demand_key(record)
             hit = self._demands.get(key)

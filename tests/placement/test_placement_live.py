@@ -295,3 +295,37 @@ def test_a_data_parallel_job_that_found_no_gpus_is_asked_again_after_a_release()
     assert live.assign(pair, "wfd") == {} == assign(pair, live.snapshot(), "wfd")
     live.release("z")
     assert live.assign(pair, "wfd") == {"dp": (("b", 1), ("a", 1))} == assign(pair, live.snapshot(), "wfd")
+
+
+@SETTINGS
+@given(histories(), st.lists(st.integers(0, 10**6), min_size=1, max_size=6), st.data())
+def test_one_job_is_answered_and_occupied_by_gpu_numbers_as_by_assign_and_occupy(history, seeds,
+                                                                                  data):
+    """The allocator's single-job path: ``assign_one`` (one search, no journal) answers every
+    policy as ``assign_checked(numbers=True)`` does, on an unsettled live load; occupying that
+    answer with ``occupy_numbers`` leaves the load and index that ``occupy`` leaves."""
+    nodes, ops = history
+    live, twin = LiveCluster(Cluster(nodes)), LiveCluster(Cluster(nodes))
+    for op in ops:
+        if op[0] == "occupy":
+            for one in (live, twin):
+                try:
+                    one.occupy(op[1], op[2], strict=op[3])
+                except PlacementError:
+                    pass
+        elif live.running:
+            jid = list(live.running)[op[1] % len(live.running)]
+            live.release(jid)
+            twin.release(jid)
+    for k in range(len(seeds)):
+        job = data.draw(a_job(f"new{k}"))
+        for policy in POLICIES:
+            found = live.assign_one(job, policy, {})
+            assert found == twin.assign_checked([job], policy, {}, numbers=True).get(job.id), policy
+        if found:                              # the last policy's answer is taken
+            live.occupy_numbers(job, found)
+            twin.occupy(job, twin.keys_of(found), strict=False)
+            with pytest.raises(PlacementError):
+                live.occupy_numbers(job, found)
+    same_load(live, Cluster(nodes, twin.running))
+    same_index(live, twin)

@@ -238,6 +238,7 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
     ``controller.turn``, its durable write, then acknowledgements, commands and launches."""
     first = True
     last_beat = clock()
+    update = None if type(progress) is NullProgress else progress.update
     while True:
         events = [] if first else executor.poll(POLL_INTERVAL_S)
         news = _news(events)
@@ -250,8 +251,9 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
             last_beat = _store(controller, storage, row, turn, now, last_beat)
         for listen in listeners:
             listen(events, controller.trials)
-        _carry_out(executor, turn, acknowledgements(events, turn))
-        progress.update(controller, now)
+        _carry_out(executor, turn, acknowledgements(events, turn) if events else _NO_ACKS)
+        if update is not None:
+            update(controller, now)
         if heap is not None:
             heap.after_turn()
         if turn.done:
@@ -261,7 +263,10 @@ def _turns(controller: Controller, executor: Executor, storage: Store, row: Stud
 def _news(events: list[Event]) -> bool:
     """Whether ``events`` hold more than heartbeats (which change nothing stored, mostly: a
     turn of heartbeats alone opens no transaction and waits for no group commit)."""
-    return any(type(event) is not TrialHeartbeat for event in events)
+    for event in events:
+        if type(event) is not TrialHeartbeat:
+            return True
+    return False
 
 
 def _decide(controller: Controller, events: list[Event], now: float,
@@ -269,12 +274,13 @@ def _decide(controller: Controller, events: list[Event], now: float,
     """The observers see each event, then the controller decides the turn. A Ctrl-C is handed
     over once (``InterruptRequested``): a signal that lands after this reads the counter
     (during the commit, say) is handed over next turn."""
-    for event in events:
-        for observe in observers:
-            observe(event)
-    asked: list[Event] = [InterruptRequested()] if (interrupts.count
-                                                      and not controller.interrupted) else []
-    return controller.turn(events + asked, now)
+    if observers:
+        for event in events:
+            for observe in observers:
+                observe(event)
+    if interrupts.count and not controller.interrupted:
+        return controller.turn(events + [InterruptRequested()], now)
+    return controller.turn(events, now)
 
 
 def _store(controller: Controller, storage: Store, row: StudyRef, turn: Turn, now: float,
@@ -307,9 +313,13 @@ def acknowledgements(events: Sequence[Event], turn: Turn) -> Acks:
     given = turn.free_below
     free_below: dict[int, int] = {}
     for event in events:
-        if isinstance(event, ResultReported) and event.trial_id not in free_below:
+        if (type(event) is ResultReported or isinstance(event, ResultReported)) \
+                and event.trial_id not in free_below:
             free_below[event.trial_id] = given.get(event.trial_id, 0)
     return Acks(tuple(free_below), free_below)
+
+
+_NO_ACKS = Acks((), {})      # a turn without events acknowledges nothing
 
 
 def _carry_out(executor: Executor, turn: Turn, acks: Acks) -> None:
