@@ -354,9 +354,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"warning: listening on {args.host}, not this machine's loopback: anyone who can "
               "reach this port and has the URL below (its token) can read the store",
               file=sys.stderr, flush=True)
-    print(f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it); "
-          f"it serves {board.scope()}", flush=True)
-    board.serve_until_interrupted()
+    board.serve_until_interrupted(ready=lambda: print(
+        f"HyperSack dashboard of {os.path.abspath(storage)} at {board.url} (Ctrl-C stops it); "
+        f"it serves {board.scope()}", flush=True))
     return 0
 
 

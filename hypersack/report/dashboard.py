@@ -30,7 +30,7 @@ import signal
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 from hypersack.errors import HyperSackError, StorageError, StudyNotFoundError
@@ -115,19 +115,24 @@ class Dashboard:
     def serve_forever(self) -> None:
         self._server.serve_forever(poll_interval=0.2)
 
-    def serve_until_interrupted(self) -> None:
+    def serve_until_interrupted(self, ready: Callable[[], None] | None = None) -> None:
         """Serve in this thread until SIGINT or SIGTERM arrives, then close the server.
 
         Both signals are taken explicitly while it serves (their previous handlers come back
         after): a process started with SIGINT ignored (``hypersack dashboard &`` from a script,
         or from a test runner that runs in the background) inherits that ``SIG_IGN``, and Python
         then installs no KeyboardInterrupt handler, so Ctrl-C (``kill -INT``) would never stop
-        it. Outside the main thread (no signal handlers there) it serves until ``close()``."""
+        it. ``ready`` (e.g. printing the URL) is called once they are taken, so a signal sent
+        as soon as the URL is seen stops it (sent before, under ``SIG_IGN``, it was lost and
+        the dashboard served on). Outside the main thread (no signal handlers there) it serves
+        until ``close()``."""
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 previous[sig] = signal.signal(sig, _interrupt)
         try:
+            if ready is not None:
+                ready()
             self.serve_forever()
         except KeyboardInterrupt:
             pass

@@ -126,3 +126,25 @@ def test_the_command_says_what_it_serves_and_warns_off_loopback(two_studies, sub
         _, err = proc.communicate(timeout=60)
     assert "?token=" in line and "study 'small' only" in line, line
     assert "warning: listening on 0.0.0.0" in err                  # was silent
+
+
+def test_the_url_is_announced_only_once_ctrl_c_stops_the_dashboard(two_studies):
+    """``ready`` (the command's URL line) runs once SIGINT is taken: a Ctrl-C sent as soon as
+    the URL is seen stops it, even in a process started with SIGINT ignored (before, the URL
+    came first, and a signal in between was lost: the dashboard served on)."""
+    import signal
+    from hypersack.report import dashboard
+    board = Dashboard(two_studies, port=0)
+    seen = []
+
+    def ready():
+        seen.append(signal.getsignal(signal.SIGINT))
+        raise KeyboardInterrupt                    # the Ctrl-C right after the URL
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        board.serve_until_interrupted(ready=ready)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN      # given back
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert seen == [dashboard._interrupt]
