@@ -456,8 +456,10 @@ class Controller:
 
     def handle(self, event: Event, now: float) -> list[Command]:
         """One event's decisions (``turn`` takes a turn's events through here)."""
-        if type(event) is ResultReported:         # most events: straight to its branch below
+        if isinstance(event, ResultReported):         # most events: straight to their branch
             return self._on_report(event, now)
+        if isinstance(event, (TrialStarted, TrialFinished)):
+            return self._on_trial_event(event, now)
         if isinstance(event, InterruptRequested):
             return self.interrupt()
         if isinstance(event, (DeviceAdded, DeviceLost)):
@@ -467,7 +469,7 @@ class Controller:
             if self.packs is not None:
                 self.packs.capped(event.pack_id, event.cap)
             return []
-        if self.packs is not None and isinstance(event, (TrialFinished, TrialFailed)):
+        if self.packs is not None and isinstance(event, TrialFailed):
             self.packs.leave(event.trial_id)     # its seat is free, whatever the trial became
         record = self.trials.get(event.trial_id)
         if record is None or record.state is not TrialState.RUNNING:
@@ -476,32 +478,23 @@ class Controller:
             self._heard_from(record, now)
             return []
         self._changed.add(record.trial_id)
-        if isinstance(event, TrialStarted):
-            self._on_started(record, event, now)
-        elif isinstance(event, ResultReported):
-            if self.packs is not None:
-                self._reported.add(record.trial_id)
-            return self._on_result(record, event, now) + self._stop_if_failing()
-        elif isinstance(event, TrialFinished):
-            self._on_finished(record, now)
-        elif isinstance(event, TrialFailed):
+        if isinstance(event, TrialFailed):
             return self._on_failed(record, event, now) + self._stop_if_failing()
         return self._stop_if_failing()
 
     def _on_trial_event(self, event: TrialStarted | TrialFinished, now: float) -> list[Command]:
-        """``handle`` of a TrialStarted or TrialFinished (exactly those types), without the
-        isinstance chain of the rarer events."""
-        if self.packs is not None and type(event) is TrialFinished:
+        """``handle`` of a TrialStarted or a TrialFinished."""
+        if self.packs is not None and isinstance(event, TrialFinished):
             self.packs.leave(event.trial_id)     # its seat is free, whatever the trial became
         record = self.trials.get(event.trial_id)
         if record is None or record.state is not TrialState.RUNNING:
             return []          # late news of a trial already decided (e.g. failed on NaN)
         self._changed.add(record.trial_id)
-        if type(event) is TrialStarted:
+        if isinstance(event, TrialStarted):
             self._on_started(record, event, now)
         else:
             self._on_finished(record, now)
-        return self._stop_if_failing() if self.failure_stop is not None else []
+        return self._stop_if_failing()
 
     def _on_started(self, record: TrialRecord, event: TrialStarted, now: float) -> None:
         record.device = event.device
